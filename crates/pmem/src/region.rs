@@ -1,0 +1,698 @@
+//! A persistent region: one file mapped at a fixed virtual address.
+//!
+//! At open the region reserves `reserve_bytes` of address space with an
+//! inaccessible anonymous mapping, then maps the file over the start of that
+//! reservation with `MAP_FIXED`. Growing extends the file (with
+//! `posix_fallocate`, so that a full disk is an error now rather than a
+//! `SIGBUS` on some later store) and maps the new tail right after the old
+//! one. The base address therefore never moves, and every slice or offset
+//! handed out stays valid until the region is dropped.
+
+use std::ffi::CString;
+use std::fs::{File, OpenOptions};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::flush::{cpu_supports, flush_range, store_fence, FlushInstruction};
+use crate::{Error, Mode, ModeChoice, PersistObserver, PmemOffset, Result};
+
+pub const CACHE_LINE_BYTES: u64 = 64;
+pub const OS_PAGE_BYTES: u64 = 4096;
+const _: () = assert!(OS_PAGE_BYTES % CACHE_LINE_BYTES == 0);
+
+/// `madvise` advice that pre-faults a range writable (Linux 5.14+). Older
+/// kernels answer EINVAL, which we ignore: it is only an optimisation.
+const MADV_POPULATE_WRITE: libc::c_int = 23;
+
+/// Default address space reserved for one region: 1 TiB, far below the 128 TiB
+/// of user address space x86_64 Linux offers, and free until mapped.
+pub const DEFAULT_RESERVE_BYTES: u64 = 1 << 40;
+
+#[derive(Clone)]
+pub struct RegionOptions {
+    pub mode: ModeChoice,
+    /// `None` picks the default of the mode: the best available instruction
+    /// on DAX, no flush on emulated memory (the page cache holds the data).
+    pub flush: Option<FlushInstruction>,
+    /// Address space reserved up front; the region can never grow past it.
+    pub reserve_bytes: u64,
+    /// Pre-fault newly mapped ranges for writing so the write path takes no
+    /// page faults.
+    pub populate: bool,
+    /// A quota: growing past this many bytes fails as a full disk would.
+    /// Used to test the out-of-space path without filling a real disk.
+    pub file_limit_bytes: Option<u64>,
+    /// Sees every store, flush and fence (the crash simulator).
+    pub observer: Option<Arc<dyn PersistObserver>>,
+}
+
+impl Default for RegionOptions {
+    fn default() -> Self {
+        RegionOptions {
+            mode: ModeChoice::Auto,
+            flush: None,
+            reserve_bytes: DEFAULT_RESERVE_BYTES,
+            populate: true,
+            file_limit_bytes: None,
+            observer: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for RegionOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegionOptions")
+            .field("mode", &self.mode)
+            .field("flush", &self.flush)
+            .field("reserve_bytes", &self.reserve_bytes)
+            .field("populate", &self.populate)
+            .field("file_limit_bytes", &self.file_limit_bytes)
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
+}
+
+pub struct Region {
+    path: PathBuf,
+    file: File,
+    base: *mut u8,
+    reserve_bytes: u64,
+    /// Bytes of the file currently mapped. Only grows (under `grow_lock`);
+    /// published with Release after the new range is mapped.
+    len: AtomicU64,
+    grow_lock: Mutex<()>,
+    mode: Mode,
+    flush: FlushInstruction,
+    populate: bool,
+    /// `u64::MAX` when there is no quota.
+    file_limit_bytes: AtomicU64,
+    observer: Option<Arc<dyn PersistObserver>>,
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region")
+            .field("path", &self.path)
+            .field("len", &self.len())
+            .field("mode", &self.mode)
+            .field("flush", &self.flush)
+            .finish()
+    }
+}
+
+// SAFETY: the raw base pointer refers to a mapping owned by the region for its
+// whole life; concurrent access discipline is documented at the crate root and
+// kept by the layer above (one writer per range, atomics for shared words).
+unsafe impl Send for Region {}
+// SAFETY: as above; all interior mutability is atomics or the grow lock.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Creates a new region file of `len_bytes` (a multiple of the OS page).
+    /// Fails if the file exists.
+    pub fn create(path: &Path, len_bytes: u64, options: RegionOptions) -> Result<Region> {
+        if len_bytes % OS_PAGE_BYTES != 0 {
+            return Err(Error::Unaligned {
+                bytes: len_bytes,
+                page_bytes: OS_PAGE_BYTES,
+            });
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| Error::io("creating region file", path, e))?;
+        let region = Region::map(path, file, 0, options)?;
+        region.grow_to(len_bytes)?;
+        Ok(region)
+    }
+
+    /// Maps an existing region file as it is. Never writes to the file: the
+    /// caller validates its contents before changing anything.
+    pub fn open(path: &Path, options: RegionOptions) -> Result<Region> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| Error::io("opening region file", path, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io("reading size of region file", path, e))?
+            .len();
+        Region::map(path, file, len, options)
+    }
+
+    fn map(path: &Path, file: File, len: u64, options: RegionOptions) -> Result<Region> {
+        let mode = match options.mode {
+            ModeChoice::Emulated => Mode::Emulated,
+            ModeChoice::Dax => {
+                probe_map_sync(&file).map_err(|source| Error::DaxUnavailable {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+                Mode::Dax
+            }
+            ModeChoice::Auto => match probe_map_sync(&file) {
+                Ok(()) => Mode::Dax,
+                Err(_) => Mode::Emulated,
+            },
+        };
+        let flush = options.flush.unwrap_or(match mode {
+            Mode::Dax => FlushInstruction::best_available(),
+            Mode::Emulated => FlushInstruction::None,
+        });
+        if !cpu_supports(flush) {
+            return Err(Error::FlushUnsupported {
+                instruction: flush.name(),
+            });
+        }
+        let reserve_bytes = options.reserve_bytes.max(len).next_multiple_of(OS_PAGE_BYTES);
+        // SAFETY: an anonymous PROT_NONE reservation at an address of the
+        // kernel's choosing; it touches no existing memory.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                reserve_bytes as usize,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(Error::io(
+                "reserving address space for",
+                path,
+                std::io::Error::last_os_error(),
+            ));
+        }
+        let region = Region {
+            path: path.to_path_buf(),
+            file,
+            base: base as *mut u8,
+            reserve_bytes,
+            len: AtomicU64::new(0),
+            grow_lock: Mutex::new(()),
+            mode,
+            flush,
+            populate: options.populate,
+            file_limit_bytes: AtomicU64::new(options.file_limit_bytes.unwrap_or(u64::MAX)),
+            observer: options.observer,
+        };
+        if len > 0 {
+            region.map_file_range(0, len)?;
+            region.len.store(len, Ordering::Release);
+        }
+        Ok(region)
+    }
+
+    /// Maps file bytes `[from, to)` at `base + from`, over the reservation.
+    fn map_file_range(&self, from: u64, to: u64) -> Result<()> {
+        debug_assert!(from % OS_PAGE_BYTES == 0);
+        debug_assert!(to <= self.reserve_bytes);
+        let flags = match self.mode {
+            Mode::Dax => libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC | libc::MAP_FIXED,
+            Mode::Emulated => libc::MAP_SHARED | libc::MAP_FIXED,
+        };
+        // SAFETY: `[base + from, base + to)` lies inside our own reservation
+        // (checked against `reserve_bytes` by every caller) and is not yet
+        // mapped to the file, so MAP_FIXED replaces only our PROT_NONE pages.
+        let address = unsafe {
+            libc::mmap(
+                self.base.add(from as usize) as *mut libc::c_void,
+                (to - from) as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                self.file.as_raw_fd(),
+                from as libc::off_t,
+            )
+        };
+        if address == libc::MAP_FAILED {
+            return Err(Error::io("mapping region file", &self.path, std::io::Error::last_os_error()));
+        }
+        if self.populate {
+            // SAFETY: advisory call on the range we just mapped.
+            unsafe {
+                libc::madvise(address, (to - from) as usize, MADV_POPULATE_WRITE);
+            }
+        }
+        Ok(())
+    }
+
+    /// Grows the file and the mapping to `new_len` bytes (a multiple of the OS
+    /// page). Growing to a smaller size is a no-op. On a full disk returns
+    /// [`Error::NoSpace`] and leaves the region exactly as it was.
+    pub fn grow_to(&self, new_len: u64) -> Result<()> {
+        let _guard = self.grow_lock.lock();
+        let old_len = self.len.load(Ordering::Acquire);
+        if new_len <= old_len {
+            return Ok(());
+        }
+        if new_len % OS_PAGE_BYTES != 0 || old_len % OS_PAGE_BYTES != 0 {
+            return Err(Error::Unaligned {
+                bytes: if new_len % OS_PAGE_BYTES != 0 { new_len } else { old_len },
+                page_bytes: OS_PAGE_BYTES,
+            });
+        }
+        if new_len > self.reserve_bytes {
+            return Err(Error::ReservationExhausted {
+                path: self.path.clone(),
+                needed_bytes: new_len,
+                reserved_bytes: self.reserve_bytes,
+            });
+        }
+        if new_len > self.file_limit_bytes.load(Ordering::Relaxed) {
+            return Err(Error::NoSpace {
+                path: self.path.clone(),
+                needed_bytes: new_len,
+                have_bytes: old_len,
+            });
+        }
+        // SAFETY: plain system call on our own descriptor.
+        let rc = unsafe {
+            libc::posix_fallocate(
+                self.file.as_raw_fd(),
+                old_len as libc::off_t,
+                (new_len - old_len) as libc::off_t,
+            )
+        };
+        if rc != 0 {
+            // Give back whatever part was allocated; the old contents are
+            // untouched either way.
+            let _ = self.file.set_len(old_len);
+            let source = std::io::Error::from_raw_os_error(rc);
+            return Err(if rc == libc::ENOSPC || rc == libc::EDQUOT || rc == libc::EFBIG {
+                Error::NoSpace {
+                    path: self.path.clone(),
+                    needed_bytes: new_len,
+                    have_bytes: old_len,
+                }
+            } else {
+                Error::io("extending region file", &self.path, source)
+            });
+        }
+        if let Err(error) = self.map_file_range(old_len, new_len) {
+            let _ = self.file.set_len(old_len);
+            return Err(error);
+        }
+        self.len.store(new_len, Ordering::Release);
+        Ok(())
+    }
+
+    /// Changes the injected quota (see [`RegionOptions::file_limit_bytes`]).
+    pub fn set_file_limit(&self, limit_bytes: Option<u64>) {
+        self.file_limit_bytes
+            .store(limit_bytes.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len.load(Ordering::Acquire)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    pub fn flush_instruction(&self) -> FlushInstruction {
+        self.flush
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn reserve_bytes(&self) -> u64 {
+        self.reserve_bytes
+    }
+
+    /// Whether `[offset, offset + len)` lies inside the mapped region. Use it
+    /// before reading anything whose bounds came from the media.
+    pub fn contains(&self, offset: PmemOffset, len: u64) -> bool {
+        offset.0.checked_add(len).is_some_and(|end| end <= self.len())
+    }
+
+    #[inline]
+    fn pointer(&self, offset: PmemOffset, len: u64) -> *mut u8 {
+        assert!(
+            self.contains(offset, len),
+            "region access [{}, +{len}) outside mapped length {}",
+            offset,
+            self.len()
+        );
+        // SAFETY: the range was just checked to be inside the mapping.
+        unsafe { self.base.add(offset.0 as usize) }
+    }
+
+    /// The bytes at `[offset, offset + len)`. They stay mapped for the
+    /// region's life; see the crate docs for who may write them meanwhile.
+    #[inline]
+    pub fn read(&self, offset: PmemOffset, len: u64) -> &[u8] {
+        let pointer = self.pointer(offset, len);
+        // SAFETY: in bounds (checked by `pointer`), mapped for `self`'s
+        // lifetime, and by the crate's contract not written concurrently
+        // except through 8-byte atomics.
+        unsafe { std::slice::from_raw_parts(pointer, len as usize) }
+    }
+
+    /// Stores `bytes` at `offset` (not yet persistent: see [`Region::persist`]).
+    #[inline]
+    pub fn write(&self, offset: PmemOffset, bytes: &[u8]) {
+        let pointer = self.pointer(offset, bytes.len() as u64);
+        // SAFETY: in bounds; the caller owns this range (crate contract), and
+        // `bytes` cannot overlap it unless it was read from the same range,
+        // which the engine never does for a range it writes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), pointer, bytes.len()) };
+        if let Some(observer) = &self.observer {
+            observer.on_store(offset.0, bytes.len() as u64);
+        }
+    }
+
+    /// Copies `len` bytes from `source` to `target` inside the region.
+    pub fn copy_within(&self, source: PmemOffset, target: PmemOffset, len: u64) {
+        let from = self.pointer(source, len);
+        let to = self.pointer(target, len);
+        // SAFETY: both ranges are in bounds; `copy` tolerates overlap.
+        unsafe { std::ptr::copy(from, to, len as usize) };
+        if let Some(observer) = &self.observer {
+            observer.on_store(target.0, len);
+        }
+    }
+
+    #[inline]
+    fn atomic(&self, offset: PmemOffset) -> &AtomicU64 {
+        assert!(offset.0 % 8 == 0, "atomic access at unaligned offset {offset}");
+        let pointer = self.pointer(offset, 8);
+        // SAFETY: in bounds and 8-byte aligned (the base is page aligned);
+        // AtomicU64 has the layout of u64, and mapped memory lives as long
+        // as `self`.
+        unsafe { &*(pointer as *const AtomicU64) }
+    }
+
+    /// Atomic 8-byte load (the media's unit of atomicity).
+    #[inline]
+    pub fn load_u64(&self, offset: PmemOffset) -> u64 {
+        self.atomic(offset).load(Ordering::Acquire)
+    }
+
+    /// Atomic 8-byte store.
+    #[inline]
+    pub fn store_u64(&self, offset: PmemOffset, value: u64) {
+        self.atomic(offset).store(value, Ordering::Release);
+        self.observed_store(offset, 8);
+    }
+
+    /// Atomic OR, returning the previous word.
+    #[inline]
+    pub fn fetch_or_u64(&self, offset: PmemOffset, bits: u64) -> u64 {
+        let previous = self.atomic(offset).fetch_or(bits, Ordering::AcqRel);
+        self.observed_store(offset, 8);
+        previous
+    }
+
+    /// Atomic wrapping add, returning the previous word.
+    #[inline]
+    pub fn fetch_add_u64(&self, offset: PmemOffset, delta: u64) -> u64 {
+        let previous = self.atomic(offset).fetch_add(delta, Ordering::AcqRel);
+        self.observed_store(offset, 8);
+        previous
+    }
+
+    /// Atomic compare-and-swap; `Ok(previous)` when it swapped.
+    #[inline]
+    pub fn compare_exchange_u64(&self, offset: PmemOffset, current: u64, new: u64) -> std::result::Result<u64, u64> {
+        let result = self
+            .atomic(offset)
+            .compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire);
+        if result.is_ok() {
+            self.observed_store(offset, 8);
+        }
+        result
+    }
+
+    #[inline]
+    fn observed_store(&self, offset: PmemOffset, len: u64) {
+        if let Some(observer) = &self.observer {
+            observer.on_store(offset.0, len);
+        }
+    }
+
+    /// Writes back the cache lines of a range (no ordering: see [`Region::fence`]).
+    #[inline]
+    pub fn flush(&self, offset: PmemOffset, len: u64) {
+        let pointer = self.pointer(offset, len);
+        // SAFETY: in bounds; the instruction was checked at open.
+        unsafe { flush_range(self.flush, pointer, len as usize) };
+        if let Some(observer) = &self.observer {
+            observer.on_flush(offset.0, len);
+        }
+    }
+
+    /// Store fence: every earlier flush completes before any later store.
+    #[inline]
+    pub fn fence(&self) {
+        store_fence();
+        if let Some(observer) = &self.observer {
+            observer.on_fence();
+        }
+    }
+
+    /// Flush + fence: on DAX the range is power-fail durable on return.
+    #[inline]
+    pub fn persist(&self, offset: PmemOffset, len: u64) {
+        self.flush(offset, len);
+        self.fence();
+    }
+
+    /// Makes a range durable against power loss in the emulated mode
+    /// (`msync(MS_SYNC)`); on DAX this is a no-op because persist already did it.
+    pub fn sync(&self, offset: PmemOffset, len: u64) -> Result<()> {
+        if self.mode == Mode::Dax || len == 0 {
+            return Ok(());
+        }
+        let start = offset.0 & !(OS_PAGE_BYTES - 1);
+        let end = (offset.0 + len).min(self.len());
+        let pointer = self.pointer(PmemOffset(start), end - start);
+        // SAFETY: page-aligned range inside our mapping.
+        let rc = unsafe { libc::msync(pointer as *mut libc::c_void, (end - start) as usize, libc::MS_SYNC) };
+        if rc != 0 {
+            return Err(Error::io("syncing region file", &self.path, std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// [`Region::sync`] over the whole mapped region.
+    pub fn sync_all(&self) -> Result<()> {
+        self.sync(PmemOffset(0), self.len())
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the reservation made in `map`; nothing
+        // borrowed from the region outlives it (slices borrow `&self`).
+        unsafe {
+            libc::munmap(self.base as *mut libc::c_void, self.reserve_bytes as usize);
+        }
+    }
+}
+
+/// Asks the kernel for a `MAP_SYNC` mapping of one page: success means the
+/// file lives on DAX-capable persistent memory.
+fn probe_map_sync(file: &File) -> std::io::Result<()> {
+    // SAFETY: a fresh mapping at a kernel-chosen address, unmapped at once.
+    let address = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            OS_PAGE_BYTES as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if address == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: unmapping the page mapped just above.
+    unsafe { libc::munmap(address, OS_PAGE_BYTES as usize) };
+    Ok(())
+}
+
+/// fsyncs a directory so that a rename or create inside it is durable.
+pub fn sync_directory(path: &Path) -> std::io::Result<()> {
+    let c_path = CString::new(path.as_os_str().as_bytes())?;
+    // SAFETY: opening with a NUL-terminated path we own.
+    let fd = unsafe { libc::open(c_path.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is the descriptor opened above, closed right after.
+    let rc = unsafe { libc::fsync(fd) };
+    let error = std::io::Error::last_os_error();
+    // SAFETY: closing the descriptor we opened.
+    unsafe { libc::close(fd) };
+    if rc != 0 {
+        return Err(error);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn emulated() -> RegionOptions {
+        RegionOptions {
+            mode: ModeChoice::Emulated,
+            reserve_bytes: 1 << 30,
+            ..RegionOptions::default()
+        }
+    }
+
+    #[test]
+    fn create_write_reopen_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.pmem");
+        {
+            let region = Region::create(&path, 8192, emulated()).unwrap();
+            assert_eq!(region.mode(), Mode::Emulated);
+            region.write(PmemOffset(100), b"hello");
+            region.store_u64(PmemOffset(4096), 42);
+            region.persist(PmemOffset(100), 5);
+            region.sync_all().unwrap();
+        }
+        let region = Region::open(&path, emulated()).unwrap();
+        assert_eq!(region.len(), 8192);
+        assert_eq!(region.read(PmemOffset(100), 5), b"hello");
+        assert_eq!(region.load_u64(PmemOffset(4096)), 42);
+    }
+
+    #[test]
+    fn growing_keeps_addresses_and_contents() {
+        let dir = tempfile::tempdir().unwrap();
+        let region = Region::create(&dir.path().join("g.pmem"), 4096, emulated()).unwrap();
+        region.write(PmemOffset(10), b"abc");
+        let before = region.read(PmemOffset(10), 3).as_ptr();
+        region.grow_to(1 << 20).unwrap();
+        assert_eq!(region.len(), 1 << 20);
+        assert_eq!(region.read(PmemOffset(10), 3).as_ptr(), before);
+        region.write(PmemOffset((1 << 20) - 3), b"end");
+        assert_eq!(region.read(PmemOffset(10), 3), b"abc");
+        assert_eq!(std::fs::metadata(region.path()).unwrap().len(), 1 << 20);
+    }
+
+    #[test]
+    fn quota_makes_growth_fail_cleanly_and_can_be_lifted() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = RegionOptions {
+            file_limit_bytes: Some(8192),
+            ..emulated()
+        };
+        let region = Region::create(&dir.path().join("q.pmem"), 8192, options).unwrap();
+        region.write(PmemOffset(0), b"kept");
+        let error = region.grow_to(16384).unwrap_err();
+        assert!(matches!(error, Error::NoSpace { .. }), "{error}");
+        assert_eq!(region.len(), 8192);
+        assert_eq!(region.read(PmemOffset(0), 4), b"kept");
+        region.set_file_limit(None);
+        region.grow_to(16384).unwrap();
+        assert_eq!(region.len(), 16384);
+    }
+
+    #[test]
+    fn growth_past_the_reservation_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = RegionOptions {
+            reserve_bytes: 8192,
+            ..emulated()
+        };
+        let region = Region::create(&dir.path().join("x.pmem"), 4096, options).unwrap();
+        let error = region.grow_to(1 << 20).unwrap_err();
+        assert!(matches!(error, Error::ReservationExhausted { .. }), "{error}");
+    }
+
+    #[test]
+    fn unaligned_sizes_are_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let error = Region::create(&dir.path().join("u.pmem"), 1000, emulated()).unwrap_err();
+        assert!(matches!(error, Error::Unaligned { .. }));
+    }
+
+    #[test]
+    fn atomics_and_flushes_work_on_this_cpu() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = RegionOptions {
+            flush: Some(FlushInstruction::best_available()),
+            ..emulated()
+        };
+        let region = Region::create(&dir.path().join("a.pmem"), 4096, options).unwrap();
+        assert_eq!(region.fetch_or_u64(PmemOffset(8), 0b100), 0);
+        assert_eq!(region.fetch_add_u64(PmemOffset(8), 1), 0b100);
+        assert_eq!(region.compare_exchange_u64(PmemOffset(8), 5, 9), Ok(5));
+        assert_eq!(region.compare_exchange_u64(PmemOffset(8), 5, 1), Err(9));
+        region.persist(PmemOffset(0), 4096);
+        assert_eq!(region.load_u64(PmemOffset(8)), 9);
+    }
+
+    #[test]
+    fn dax_is_refused_on_a_regular_file_system_when_forced() {
+        // /tmp is not DAX on development machines; forcing DAX must fail
+        // with a clear error instead of silently emulating.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.pmem");
+        std::fs::write(&path, vec![0u8; 4096]).unwrap();
+        let options = RegionOptions {
+            mode: ModeChoice::Dax,
+            ..emulated()
+        };
+        match Region::open(&path, options) {
+            Err(Error::DaxUnavailable { .. }) => {}
+            Ok(region) => assert_eq!(region.mode(), Mode::Dax),
+            Err(other) => panic!("unexpected error {other}"),
+        }
+    }
+
+    struct Counter(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64);
+    impl PersistObserver for Counter {
+        fn on_store(&self, _: u64, _: u64) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+        fn on_flush(&self, _: u64, _: u64) {
+            self.1.fetch_add(1, Ordering::Relaxed);
+        }
+        fn on_fence(&self) {
+            self.2.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn observer_sees_every_store_flush_and_fence() {
+        let dir = tempfile::tempdir().unwrap();
+        let counter = Arc::new(Counter(Default::default(), Default::default(), Default::default()));
+        let options = RegionOptions {
+            observer: Some(counter.clone()),
+            ..emulated()
+        };
+        let region = Region::create(&dir.path().join("o.pmem"), 4096, options).unwrap();
+        region.write(PmemOffset(0), b"x");
+        region.store_u64(PmemOffset(8), 1);
+        region.fetch_or_u64(PmemOffset(8), 2);
+        region.persist(PmemOffset(0), 16);
+        assert_eq!(counter.0.load(Ordering::Relaxed), 3);
+        assert_eq!(counter.1.load(Ordering::Relaxed), 1);
+        assert_eq!(counter.2.load(Ordering::Relaxed), 1);
+    }
+}

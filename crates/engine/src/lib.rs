@@ -1,1 +1,37 @@
-pub fn placeholder() {}
+//! # engram-engine: the embedded store
+//!
+//! A key-value store whose values live in a persistent region and whose index
+//! lives in DRAM (Viper, VLDB 2021, sections 3 and 4), with these changes:
+//!
+//! - records carry a global sequence number and CRC32C checksums, so recovery
+//!   resolves two live versions of a key to the newer one (Viper breaks the
+//!   tie by offset) and never mistakes a torn record for data;
+//! - blocks carry a generation so that records left in a reused block are
+//!   never resurrected;
+//! - reads are protected by epochs (crossbeam-epoch) rather than page version
+//!   locks, so readers never retry and never block writers;
+//! - large values span contiguous blocks (extents) instead of overflow pages.
+//!
+//! Start at [`Store`]. The on-media formats are documented in [`superblock`],
+//! [`block`] and [`record`]; ARCHITECTURE.md has the map and the invariants.
+
+#![forbid(unsafe_code)]
+
+pub mod block;
+mod error;
+mod index;
+mod options;
+pub mod record;
+mod recovery;
+mod space;
+mod store;
+pub mod superblock;
+mod sync;
+mod compaction;
+mod lanes;
+
+pub use engram_pmem::{FlushInstruction, Mode, ModeChoice};
+pub use error::{Error, Result};
+pub use options::{CompactionOptions, Options, SyncPolicy};
+pub use record::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
+pub use store::{RecoveryReport, Stats, Store, ValueRef};

@@ -1,0 +1,140 @@
+use std::time::Duration;
+
+use engram_pmem::{FlushInstruction, ModeChoice};
+
+use crate::{Error, Result};
+
+/// When writes reach power-fail durability on emulated persistent memory.
+/// (On DAX every acknowledged write is power-fail durable regardless.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SyncPolicy {
+    /// Durable against a process crash as soon as `put` returns; the kernel
+    /// writes pages back on its own schedule. Redis's `appendfsync no`.
+    #[default]
+    Never,
+    /// A background thread calls `msync` at this period. Redis's `everysec`.
+    Periodic(Duration),
+    /// `msync` before every write returns, with group commit: concurrent
+    /// writers share one `msync`. Redis's `appendfsync always`.
+    Always,
+}
+
+impl std::str::FromStr for SyncPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "never" => Ok(SyncPolicy::Never),
+            "always" => Ok(SyncPolicy::Always),
+            "everysec" => Ok(SyncPolicy::Periodic(Duration::from_secs(1))),
+            other => match other.strip_prefix("periodic:").and_then(|ms| ms.parse::<u64>().ok()) {
+                Some(ms) if ms > 0 => Ok(SyncPolicy::Periodic(Duration::from_millis(ms))),
+                _ => Err(format!(
+                    "unknown sync policy '{other}' (expected never, always, everysec or periodic:MS)"
+                )),
+            },
+        }
+    }
+}
+
+/// Background space reclamation (Viper 4.6).
+#[derive(Clone, Debug)]
+pub struct CompactionOptions {
+    pub enabled: bool,
+    /// How often the compactor looks for work when nobody wakes it.
+    pub interval: Duration,
+    /// A sealed block is a candidate once at most this fraction of it is live.
+    pub max_live_ratio: f64,
+    /// Writers grow the file only while it is smaller than this multiple of
+    /// the live data; beyond it they first wait for (or help) compaction.
+    pub max_space_amplification: f64,
+}
+
+impl Default for CompactionOptions {
+    fn default() -> Self {
+        CompactionOptions {
+            enabled: true,
+            interval: Duration::from_millis(50),
+            max_live_ratio: 0.5,
+            max_space_amplification: 2.0,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// DAX, emulated, or detect.
+    pub mode: ModeChoice,
+    /// `None`: the mode's default (clwb on DAX, none on emulated memory).
+    pub flush: Option<FlushInstruction>,
+    pub sync: SyncPolicy,
+    /// Block size for a new store (a power of two, 64 KiB to 64 MiB). An
+    /// existing store keeps the size it was created with.
+    pub block_size_bytes: u64,
+    /// How much the data file grows at a time (rounded up to whole blocks).
+    pub grow_bytes: u64,
+    /// Address space reserved for the data file: its maximum size.
+    pub reserve_bytes: u64,
+    /// Threads used by recovery; 0 means one per available core.
+    pub recovery_threads: usize,
+    /// Independent write locations; 0 means two per available core.
+    pub write_lanes: usize,
+    pub compaction: CompactionOptions,
+    /// A quota on the data file, to test the out-of-space path.
+    pub file_limit_bytes: Option<u64>,
+    /// Pre-fault new parts of the mapping for writing.
+    pub populate: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            mode: ModeChoice::Auto,
+            flush: None,
+            sync: SyncPolicy::Never,
+            block_size_bytes: 1 << 20,
+            grow_bytes: 64 << 20,
+            reserve_bytes: engram_pmem::DEFAULT_RESERVE_BYTES,
+            recovery_threads: 0,
+            write_lanes: 0,
+            compaction: CompactionOptions::default(),
+            file_limit_bytes: None,
+            populate: true,
+        }
+    }
+}
+
+impl Options {
+    pub(crate) fn validate(&self) -> Result<()> {
+        let block = self.block_size_bytes;
+        if !block.is_power_of_two() || !(64 << 10..=64 << 20).contains(&block) {
+            return Err(Error::InvalidOption(format!(
+                "block_size_bytes must be a power of two from 64 KiB to 64 MiB, got {block}"
+            )));
+        }
+        if !(self.compaction.max_live_ratio > 0.0 && self.compaction.max_live_ratio < 1.0) {
+            return Err(Error::InvalidOption(format!(
+                "compaction.max_live_ratio must be between 0 and 1, got {}",
+                self.compaction.max_live_ratio
+            )));
+        }
+        if self.compaction.max_space_amplification < 1.2 {
+            return Err(Error::InvalidOption(format!(
+                "compaction.max_space_amplification must be at least 1.2, got {}",
+                self.compaction.max_space_amplification
+            )));
+        }
+        if let SyncPolicy::Periodic(period) = self.sync {
+            if period.is_zero() {
+                return Err(Error::InvalidOption("periodic sync needs a period above zero".into()));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn threads_or_cores(requested: usize, per_core: usize) -> usize {
+        if requested > 0 {
+            return requested;
+        }
+        std::thread::available_parallelism().map_or(2, |n| n.get()) * per_core
+    }
+}

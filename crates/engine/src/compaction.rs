@@ -1,1 +1,166 @@
-//! (in progress)
+//! Background space reclamation (Viper 4.6).
+//!
+//! Blocks empty themselves as their records are overwritten or deleted; a
+//! block whose live bytes reach zero is freed at once by whoever retired its
+//! last record. The compactor handles the rest: it picks sealed blocks that
+//! are at most `max_live_ratio` live, least live first, and moves each live
+//! record into its own lane's block (same key, value and sequence number),
+//! switching the index entry and retiring the old copy under the key's shard
+//! lock. Then the old block has no live bytes and is freed.
+//!
+//! It never stops the foreground: it holds one shard lock for one record at a
+//! time, and a block being compacted stays readable until an epoch after its
+//! last record moved. Writers help only when the file reaches its space budget
+//! with nothing free (see `write.rs`).
+
+use std::sync::atomic::Ordering;
+
+use engram_pmem::PmemOffset;
+
+use crate::block::{state, BLOCK_HEADER_BYTES};
+use crate::index::hash_key;
+use crate::record::{self, Header};
+use crate::store::Inner;
+use crate::write::Writer;
+
+/// Blocks one background round compacts at most before sleeping again.
+const MAX_BLOCKS_PER_ROUND: usize = 64;
+
+/// The compactor thread.
+pub fn run(inner: &Inner) {
+    loop {
+        {
+            let mut guard = inner.wake.0.lock();
+            if inner.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            inner
+                .wake
+                .1
+                .wait_for(&mut guard, inner.options.compaction.interval);
+        }
+        if inner.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        round(inner, MAX_BLOCKS_PER_ROUND);
+        flush_epochs();
+    }
+}
+
+/// Compacts up to `max_blocks` of the best candidates; returns how many.
+pub fn round(inner: &Inner, max_blocks: usize) -> usize {
+    let mut compacted = 0;
+    for id in candidates(inner, max_blocks) {
+        if inner.shutdown.load(Ordering::Acquire) {
+            break;
+        }
+        if compact_block(inner, id) {
+            compacted += 1;
+        }
+    }
+    compacted
+}
+
+/// Compacts the single best candidate; false if there is none.
+pub fn compact_one(inner: &Inner) -> bool {
+    candidates(inner, 1)
+        .first()
+        .is_some_and(|id| compact_block(inner, *id))
+}
+
+/// Lets deferred frees run: pinning and flushing a few times advances the
+/// epoch past every guard taken before (when no reader is pinned meanwhile).
+pub fn flush_epochs() {
+    for _ in 0..4 {
+        crossbeam_epoch::pin().flush();
+    }
+}
+
+fn candidates(inner: &Inner, max_blocks: usize) -> Vec<u32> {
+    let space = &inner.space;
+    let threshold =
+        (space.log_payload_bytes() as f64 * inner.options.compaction.max_live_ratio) as u64;
+    let mut sealed: Vec<(u64, u32)> = (0..space.block_count() as u32)
+        .filter_map(|id| {
+            let meta = space.meta(id);
+            let live = meta.live_bytes.load(Ordering::Relaxed);
+            (meta.state() == state::SEALED && live <= threshold).then_some((live, id))
+        })
+        .collect();
+    if sealed.len() > max_blocks {
+        sealed.select_nth_unstable(max_blocks - 1);
+        sealed.truncate(max_blocks);
+    }
+    sealed.sort_unstable();
+    sealed.into_iter().map(|(_, id)| id).collect()
+}
+
+/// Moves every live record out of block `id`. False if another thread
+/// claimed the block first.
+fn compact_block(inner: &Inner, id: u32) -> bool {
+    let space = &inner.space;
+    let meta = space.meta(id);
+    if meta
+        .state
+        .compare_exchange(
+            state::SEALED,
+            state::COMPACTING,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .is_err()
+    {
+        return false;
+    }
+    {
+        // Pinned while reading the block: it may be freed as soon as its last
+        // record moves, and must not be reused before we stop reading it.
+        let _guard = crossbeam_epoch::pin();
+        let generation = meta.generation.load(Ordering::Relaxed);
+        let start = space.block_offset(id).0;
+        let end = start + space.block_bytes;
+        let mut at = start + BLOCK_HEADER_BYTES;
+        while !inner.shutdown.load(Ordering::Acquire) {
+            let Ok(header) = record::parse(&space.region, PmemOffset(at), end, generation) else {
+                break;
+            };
+            if !header.is_deleted() && !move_record(inner, at, &header) {
+                break;
+            }
+            at += header.encoded_bytes();
+        }
+    }
+    let _ = meta.state.compare_exchange(
+        state::COMPACTING,
+        state::SEALED,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    );
+    inner.compactions.fetch_add(1, Ordering::Relaxed);
+    space.free_if_dead(id);
+    true
+}
+
+/// Moves the record at `at` if the index still points at it. False when
+/// there is no space to move it to (compaction stops for now).
+fn move_record(inner: &Inner, at: u64, header: &Header) -> bool {
+    let region = &inner.space.region;
+    let key = record::key(region, PmemOffset(at), header);
+    let hash = hash_key(key);
+    let mut table = inner.index.shard(hash).write();
+    let Ok(mut occupied) = table.find_entry(hash, |e| e.hash == hash && e.offset == at) else {
+        // Superseded or deleted since we read it, or not yet published.
+        return true;
+    };
+    // Under the write lock no in-place update runs, so this is the value.
+    let value = record::value(region, PmemOffset(at), header);
+    match inner.append(key, value, Some(header.seq), Writer::Compaction) {
+        Ok((new_at, _)) => {
+            occupied.get_mut().offset = new_at;
+            inner.retire(at);
+            inner.records_moved.fetch_add(1, Ordering::Relaxed);
+            true
+        }
+        Err(_) => false,
+    }
+}

@@ -16,7 +16,11 @@ pub enum Error {
     #[error("{path} is not an Engram data file (bad magic number)")]
     NotAnEngramFile { path: PathBuf },
     #[error("{path} has format version {found}; this build reads version {supported}")]
-    UnsupportedVersion { path: PathBuf, found: u32, supported: u32 },
+    UnsupportedVersion {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
     #[error("{path}: superblock is corrupt ({what})")]
     CorruptSuperblock { path: PathBuf, what: &'static str },
     #[error("{path} is truncated: it should hold at least {expected_bytes} bytes but has {actual_bytes}")]
@@ -48,7 +52,11 @@ pub enum Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    pub(crate) fn io(context: &'static str, path: &std::path::Path, source: std::io::Error) -> Self {
+    pub(crate) fn io(
+        context: &'static str,
+        path: &std::path::Path,
+        source: std::io::Error,
+    ) -> Self {
         Error::Io {
             context,
             path: path.to_path_buf(),
@@ -60,9 +68,8 @@ impl Error {
     /// everything else stays a region error.
     pub(crate) fn from_growth(error: engram_pmem::Error) -> Self {
         match error {
-            e @ (engram_pmem::Error::NoSpace { .. } | engram_pmem::Error::ReservationExhausted { .. }) => {
-                Error::NoSpace(e)
-            }
+            e @ (engram_pmem::Error::NoSpace { .. }
+            | engram_pmem::Error::ReservationExhausted { .. }) => Error::NoSpace(e),
             other => Error::Region(other),
         }
     }

@@ -18,8 +18,10 @@
 #![forbid(unsafe_code)]
 
 pub mod block;
+mod compaction;
 mod error;
 mod index;
+mod lanes;
 mod options;
 pub mod record;
 mod recovery;
@@ -27,8 +29,7 @@ mod space;
 mod store;
 pub mod superblock;
 mod sync;
-mod compaction;
-mod lanes;
+mod write;
 
 pub use engram_pmem::{FlushInstruction, Mode, ModeChoice};
 pub use error::{Error, Result};

@@ -125,7 +125,9 @@ impl Options {
         }
         if let SyncPolicy::Periodic(period) = self.sync {
             if period.is_zero() {
-                return Err(Error::InvalidOption("periodic sync needs a period above zero".into()));
+                return Err(Error::InvalidOption(
+                    "periodic sync needs a period above zero".into(),
+                ));
             }
         }
         Ok(())

@@ -1,3 +1,332 @@
-//! (in progress)
+//! Records: one key and its value, written once into a block.
+//!
+//! Records start 8-byte aligned and are packed back to back from byte 64 of
+//! a log block (or fill an extent from byte 64 of its head). Little-endian:
+//!
+//! ```text
+//! offset        size  field        mutability            covered by
+//!      0           8  state        atomic bit flips      (nothing: see below)
+//!      8           4  crc_header   immutable             -
+//!     12           4  crc_value    immutable             crc_header
+//!     16           8  seq          immutable             crc_header
+//!     24           4  key_len      immutable             crc_header
+//!     28           4  value_len    immutable             crc_header
+//!     32     key_len  key          immutable             crc_header
+//!  32+a8(k) value_len value        8-byte words in place crc_value (unless IN_PLACE)
+//! ```
+//!
+//! `a8(n)` rounds up to a multiple of 8, so the value is 8-byte aligned and
+//! its aligned words can be updated atomically in place (Viper 4.4).
+//!
+//! The state word is `generation << 32 | flags`: the generation must equal the
+//! block's (so stale records of a reused block are invalid), and the flags are
+//! `DELETED` (the record is retired: Viper's delete bit, flipped with one
+//! atomic OR and persisted) and `IN_PLACE` (a word of the value was updated in
+//! place, so `crc_value` no longer describes it; the flag is persisted before
+//! the first such update).
+//!
+//! ## Commit rule
+//!
+//! A record is written whole and persisted once. It is valid when its
+//! generation matches, `crc_header` matches, and `crc_value` matches unless
+//! `IN_PLACE` is set. A torn record fails a checksum (IN_PLACE cannot be set on
+//! one: only a published, hence complete, record gets it), so recovery never
+//! mistakes it for data. Within a log block records are written in order by
+//! one writer at a time and each is persisted before the next begins, so the
+//! first invalid record ends the block's log.
+//!
+//! `seq` is a store-wide sequence number: when two live records of one key
+//! survive a crash, the larger `seq` is the newer write.
+
+use engram_pmem::{PmemOffset, Region};
+
 pub const MAX_KEY_BYTES: usize = 64 << 10;
 pub const MAX_VALUE_BYTES: usize = 512 << 20;
+pub const HEADER_BYTES: u64 = 32;
+pub const DELETED: u64 = 1;
+pub const IN_PLACE: u64 = 2;
+const FLAG_MASK: u64 = DELETED | IN_PLACE;
+
+const _: () = assert!(MAX_KEY_BYTES <= u32::MAX as usize);
+const _: () = assert!(MAX_VALUE_BYTES <= u32::MAX as usize);
+const _: () = assert!(HEADER_BYTES % 8 == 0);
+
+pub const fn align8(n: u64) -> u64 {
+    (n + 7) & !7
+}
+
+/// Bytes a record of these lengths occupies, padding included.
+pub const fn encoded_bytes(key_len: usize, value_len: usize) -> u64 {
+    HEADER_BYTES + align8(key_len as u64) + align8(value_len as u64)
+}
+
+pub const fn value_offset(key_len: usize) -> u64 {
+    HEADER_BYTES + align8(key_len as u64)
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Header {
+    pub state: u64,
+    pub crc_header: u32,
+    pub crc_value: u32,
+    pub seq: u64,
+    pub key_len: u32,
+    pub value_len: u32,
+}
+
+impl Header {
+    pub fn generation(&self) -> u32 {
+        (self.state >> 32) as u32
+    }
+    pub fn is_deleted(&self) -> bool {
+        self.state & DELETED != 0
+    }
+    pub fn is_in_place(&self) -> bool {
+        self.state & IN_PLACE != 0
+    }
+    pub fn encoded_bytes(&self) -> u64 {
+        encoded_bytes(self.key_len as usize, self.value_len as usize)
+    }
+    pub fn value_offset(&self) -> u64 {
+        value_offset(self.key_len as usize)
+    }
+}
+
+/// Writes a record at `at` (not persisted: the caller persists the whole
+/// range once). Returns its encoded size.
+pub fn write(
+    region: &Region,
+    at: PmemOffset,
+    generation: u32,
+    seq: u64,
+    key: &[u8],
+    value: &[u8],
+) -> u64 {
+    debug_assert!(key.len() <= MAX_KEY_BYTES);
+    debug_assert!(value.len() <= MAX_VALUE_BYTES);
+    debug_assert!(at.0 % 8 == 0);
+    let mut header = [0u8; HEADER_BYTES as usize];
+    header[0..8].copy_from_slice(&((generation as u64) << 32).to_le_bytes());
+    header[12..16].copy_from_slice(&crc32c::crc32c(value).to_le_bytes());
+    header[16..24].copy_from_slice(&seq.to_le_bytes());
+    header[24..28].copy_from_slice(&(key.len() as u32).to_le_bytes());
+    header[28..32].copy_from_slice(&(value.len() as u32).to_le_bytes());
+    let crc_header = crc32c::crc32c_append(crc32c::crc32c(&header[12..32]), key);
+    header[8..12].copy_from_slice(&crc_header.to_le_bytes());
+    region.write(at, &header);
+    region.write(at.add(HEADER_BYTES), key);
+    region.write(at.add(value_offset(key.len())), value);
+    encoded_bytes(key.len(), value.len())
+}
+
+/// Reads the header at `at` without validating it (for records the index
+/// points at, which were validated when written or recovered).
+pub fn read_header(region: &Region, at: PmemOffset) -> Header {
+    let state = region.load_u64(at);
+    let bytes = region.read(at.add(8), HEADER_BYTES - 8);
+    Header {
+        state,
+        crc_header: u32::from_le_bytes(bytes[0..4].try_into().unwrap()),
+        crc_value: u32::from_le_bytes(bytes[4..8].try_into().unwrap()),
+        seq: u64::from_le_bytes(bytes[8..16].try_into().unwrap()),
+        key_len: u32::from_le_bytes(bytes[16..20].try_into().unwrap()),
+        value_len: u32::from_le_bytes(bytes[20..24].try_into().unwrap()),
+    }
+}
+
+/// Why a position holds no valid record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Invalid {
+    /// Not enough room left for a header: the normal end of a full block.
+    NoRoom,
+    /// The generation does not match: never written in this block's life.
+    /// The normal end of a block's log.
+    Unwritten,
+    /// Lengths out of range or past the end of the block: damage.
+    BadLength,
+    /// A checksum failed: a torn write or damage.
+    BadChecksum,
+}
+
+impl Invalid {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Invalid::NoRoom => "no room for a record header",
+            Invalid::Unwritten => "no record written here",
+            Invalid::BadLength => "record length out of range",
+            Invalid::BadChecksum => "record checksum mismatch",
+        }
+    }
+}
+
+/// Validates the record at `at`, which must end by `end`, in a block of
+/// `generation`. Deleted records are validated too (their length is needed to
+/// step over them), except for their value, which nobody will read.
+pub fn parse(
+    region: &Region,
+    at: PmemOffset,
+    end: u64,
+    generation: u32,
+) -> Result<Header, Invalid> {
+    if at.0 + HEADER_BYTES > end {
+        return Err(Invalid::NoRoom);
+    }
+    let header = read_header(region, at);
+    if header.generation() != generation || header.state & !FLAG_MASK & 0xffff_ffff != 0 {
+        return Err(Invalid::Unwritten);
+    }
+    if header.key_len as usize > MAX_KEY_BYTES || header.value_len as usize > MAX_VALUE_BYTES {
+        return Err(Invalid::BadLength);
+    }
+    if at.0 + header.encoded_bytes() > end {
+        return Err(Invalid::BadLength);
+    }
+    let fixed = region.read(at.add(12), HEADER_BYTES - 12);
+    let crc = crc32c::crc32c_append(crc32c::crc32c(fixed), key(region, at, &header));
+    if crc != header.crc_header {
+        return Err(Invalid::BadChecksum);
+    }
+    if !header.is_deleted() && !value_checksum_ok(region, at, &header) {
+        return Err(Invalid::BadChecksum);
+    }
+    Ok(header)
+}
+
+/// Whether the value still matches its checksum (always true once updated in
+/// place, when the checksum no longer applies).
+pub fn value_checksum_ok(region: &Region, at: PmemOffset, header: &Header) -> bool {
+    header.is_in_place() || crc32c::crc32c(value(region, at, header)) == header.crc_value
+}
+
+pub fn key<'r>(region: &'r Region, at: PmemOffset, header: &Header) -> &'r [u8] {
+    region.read(at.add(HEADER_BYTES), header.key_len as u64)
+}
+
+pub fn value<'r>(region: &'r Region, at: PmemOffset, header: &Header) -> &'r [u8] {
+    region.read(at.add(header.value_offset()), header.value_len as u64)
+}
+
+/// Whether the record at `at` holds `key` (reads only what it must).
+pub fn has_key(region: &Region, at: PmemOffset, key: &[u8]) -> bool {
+    let len = u32::from_le_bytes(region.read(at.add(24), 4).try_into().unwrap());
+    len as usize == key.len() && region.read(at.add(HEADER_BYTES), len as u64) == key
+}
+
+/// Sets flag bits in the state word and persists it; returns the previous word.
+pub fn set_flags(region: &Region, at: PmemOffset, flags: u64) -> u64 {
+    debug_assert!(flags & !FLAG_MASK == 0);
+    let previous = region.fetch_or_u64(at, flags);
+    region.persist(at, 8);
+    previous
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engram_pmem::{ModeChoice, RegionOptions};
+
+    fn region() -> (tempfile::TempDir, Region) {
+        let dir = tempfile::tempdir().unwrap();
+        let options = RegionOptions {
+            mode: ModeChoice::Emulated,
+            reserve_bytes: 1 << 24,
+            ..RegionOptions::default()
+        };
+        let region = Region::create(&dir.path().join("r.pmem"), 1 << 16, options).unwrap();
+        (dir, region)
+    }
+
+    #[test]
+    fn written_record_parses_back() {
+        let (_dir, region) = region();
+        let size = write(&region, PmemOffset(64), 7, 99, b"key", b"value!");
+        assert_eq!(size, 32 + 8 + 8);
+        let header = parse(&region, PmemOffset(64), 4096, 7).unwrap();
+        assert_eq!(header.seq, 99);
+        assert_eq!(key(&region, PmemOffset(64), &header), b"key");
+        assert_eq!(value(&region, PmemOffset(64), &header), b"value!");
+        assert!(has_key(&region, PmemOffset(64), b"key"));
+        assert!(!has_key(&region, PmemOffset(64), b"kez"));
+    }
+
+    #[test]
+    fn wrong_generation_is_unwritten() {
+        let (_dir, region) = region();
+        write(&region, PmemOffset(64), 7, 1, b"k", b"v");
+        assert_eq!(
+            parse(&region, PmemOffset(64), 4096, 8).unwrap_err(),
+            Invalid::Unwritten
+        );
+        assert_eq!(
+            parse(&region, PmemOffset(512), 4096, 7).unwrap_err(),
+            Invalid::Unwritten
+        );
+    }
+
+    #[test]
+    fn every_single_byte_flip_is_detected() {
+        let (_dir, region) = region();
+        let size = write(
+            &region,
+            PmemOffset(64),
+            3,
+            5,
+            b"some key",
+            b"some value bytes",
+        );
+        for byte in 8..size {
+            let at = PmemOffset(64 + byte);
+            let original = region.read(at, 1)[0];
+            region.write(at, &[original ^ 0x10]);
+            // Key and value are 8 bytes and 16: no padding, every byte counts.
+            assert!(
+                parse(&region, PmemOffset(64), 4096, 3).is_err(),
+                "flip at byte {byte} undetected"
+            );
+            region.write(at, &[original]);
+        }
+        assert!(parse(&region, PmemOffset(64), 4096, 3).is_ok());
+    }
+
+    #[test]
+    fn record_past_the_end_is_bad_length() {
+        let (_dir, region) = region();
+        write(&region, PmemOffset(64), 3, 5, b"k", &[1u8; 100]);
+        assert_eq!(
+            parse(&region, PmemOffset(64), 64 + 64, 3).unwrap_err(),
+            Invalid::BadLength
+        );
+    }
+
+    #[test]
+    fn in_place_flag_exempts_the_value_checksum() {
+        let (_dir, region) = region();
+        write(
+            &region,
+            PmemOffset(64),
+            3,
+            5,
+            b"counter",
+            &0u64.to_le_bytes(),
+        );
+        let header = parse(&region, PmemOffset(64), 4096, 3).unwrap();
+        let word = PmemOffset(64 + header.value_offset());
+        region.fetch_add_u64(word, 1);
+        assert_eq!(
+            parse(&region, PmemOffset(64), 4096, 3).unwrap_err(),
+            Invalid::BadChecksum
+        );
+        set_flags(&region, PmemOffset(64), IN_PLACE);
+        assert!(parse(&region, PmemOffset(64), 4096, 3).is_ok());
+    }
+
+    #[test]
+    fn deleted_records_still_parse_for_their_length() {
+        let (_dir, region) = region();
+        let size = write(&region, PmemOffset(64), 3, 5, b"k", b"v");
+        set_flags(&region, PmemOffset(64), DELETED);
+        let header = parse(&region, PmemOffset(64), 4096, 3).unwrap();
+        assert!(header.is_deleted());
+        assert_eq!(header.encoded_bytes(), size);
+    }
+}

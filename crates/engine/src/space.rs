@@ -1,1 +1,352 @@
-//! (in progress)
+//! Space: which blocks exist, which are free, and growing the file.
+//!
+//! Free blocks sit in one ordered set under a mutex. Taking the lowest free
+//! block first keeps data packed towards the start of the file. The mutex is
+//! taken once per block (a block holds thousands of small records), so it is
+//! off the per-record path; growth happens under it too, which keeps extents
+//! (runs of contiguous blocks) simple to allocate.
+//!
+//! Freed blocks return to the set only after an epoch has passed
+//! (crossbeam-epoch), so a reader that found an offset just before its record
+//! was retired finishes copying before the space can be written again.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use engram_pmem::{PmemOffset, Region};
+use parking_lot::{Mutex, RwLock};
+
+use crate::block::{state, BlockHeader, BlockKind, BlockMeta, BlockTable, BLOCK_HEADER_BYTES};
+use crate::superblock::Superblock;
+use crate::{Error, Result};
+
+pub struct Space {
+    pub region: Region,
+    pub block_bytes: u64,
+    pub metas: BlockTable,
+    free: Mutex<FreeBlocks>,
+    free_count: AtomicU64,
+    block_count: AtomicU64,
+    grow_blocks: u64,
+    /// Sum of `live_bytes` over all blocks.
+    live_bytes: AtomicU64,
+    /// Next block generation (see `block`).
+    next_generation: AtomicU32,
+    /// Set (under the write lock) when the store crashes or closes: deferred
+    /// releases that run later must not touch a region that may already be
+    /// reopened by another handle.
+    closed: RwLock<bool>,
+    pub blocks_freed: AtomicU64,
+}
+
+struct FreeBlocks {
+    set: BTreeSet<u32>,
+    superblock: Superblock,
+}
+
+impl Space {
+    pub fn new(region: Region, superblock: Superblock, grow_bytes: u64) -> Space {
+        let block_bytes = superblock.block_bytes;
+        let max_blocks = region.reserve_bytes() / block_bytes;
+        Space {
+            metas: BlockTable::new(max_blocks),
+            block_count: AtomicU64::new(superblock.block_count),
+            grow_blocks: grow_bytes.div_ceil(block_bytes).max(1),
+            free: Mutex::new(FreeBlocks {
+                set: BTreeSet::new(),
+                superblock,
+            }),
+            free_count: AtomicU64::new(0),
+            live_bytes: AtomicU64::new(0),
+            next_generation: AtomicU32::new(1),
+            closed: RwLock::new(false),
+            blocks_freed: AtomicU64::new(0),
+            block_bytes,
+            region,
+        }
+    }
+
+    pub fn block_count(&self) -> u64 {
+        self.block_count.load(Ordering::Acquire)
+    }
+
+    pub fn free_blocks(&self) -> u64 {
+        self.free_count.load(Ordering::Relaxed)
+    }
+
+    pub fn live_bytes(&self) -> u64 {
+        self.live_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of the data blocks (the file minus its superblock block).
+    pub fn data_bytes(&self) -> u64 {
+        self.block_count() * self.block_bytes
+    }
+
+    /// Largest record a log block takes; larger ones get an extent.
+    pub fn log_payload_bytes(&self) -> u64 {
+        self.block_bytes - BLOCK_HEADER_BYTES
+    }
+
+    pub fn block_offset(&self, id: u32) -> PmemOffset {
+        PmemOffset((id as u64 + 1) * self.block_bytes)
+    }
+
+    /// The block holding `offset` (for a record in an extent: its head,
+    /// because records start in their head block).
+    pub fn block_of(&self, offset: u64) -> u32 {
+        (offset / self.block_bytes - 1) as u32
+    }
+
+    pub fn meta(&self, id: u32) -> &BlockMeta {
+        self.metas.get(id)
+    }
+
+    pub fn set_next_generation(&self, generation: u32) {
+        self.next_generation.store(generation, Ordering::Relaxed);
+    }
+
+    fn new_generation(&self) -> u32 {
+        self.next_generation.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Recovery's hand-off: these blocks are free.
+    pub fn add_free(&self, ids: impl IntoIterator<Item = u32>) {
+        let mut free = self.free.lock();
+        for id in ids {
+            self.meta(id).state.store(state::FREE, Ordering::Release);
+            if free.set.insert(id) {
+                self.free_count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    pub fn add_live(&self, id: u32, bytes: u64) {
+        self.meta(id).live_bytes.fetch_add(bytes, Ordering::AcqRel);
+        self.live_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Subtracts retired bytes; returns true when the block's live bytes
+    /// reached zero.
+    pub fn sub_live(&self, id: u32, bytes: u64) -> bool {
+        self.live_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        let before = self.meta(id).live_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        debug_assert!(before >= bytes, "block {id} live bytes would go negative");
+        before == bytes
+    }
+
+    /// Whether growing the file keeps it within `max_amplification` times the
+    /// live data (with one growth step of slack so small stores can start).
+    pub fn may_grow(&self, max_amplification: f64) -> bool {
+        let budget = self.live_bytes() as f64 * max_amplification;
+        ((self.data_bytes() + self.grow_blocks * self.block_bytes) as f64) <= budget
+            || self.data_bytes() < 4 * self.grow_blocks * self.block_bytes
+    }
+
+    /// Takes the lowest free block, if any.
+    pub fn take_free(&self) -> Option<u32> {
+        let mut free = self.free.lock();
+        let id = free.set.pop_first()?;
+        self.free_count.fetch_sub(1, Ordering::Relaxed);
+        Some(id)
+    }
+
+    /// Takes a free block, growing the file when there is none.
+    pub fn take_free_or_grow(&self) -> Result<u32> {
+        let mut free = self.free.lock();
+        if free.set.is_empty() {
+            self.grow_locked(&mut free, 1)?;
+        }
+        let id = free.set.pop_first().expect("growth added blocks");
+        self.free_count.fetch_sub(1, Ordering::Relaxed);
+        Ok(id)
+    }
+
+    /// Takes `n` contiguous free blocks (an extent), growing if no run fits.
+    pub fn take_run(&self, n: u32) -> Result<u32> {
+        let mut free = self.free.lock();
+        let head = match find_run(&free.set, n) {
+            Some(head) => head,
+            None => {
+                // Make the tail of the file a run: grow by at least `n` and
+                // start the run at the first free block that reaches the end.
+                self.grow_locked(&mut free, n as u64)?;
+                find_run(&free.set, n).expect("growth made room for the run")
+            }
+        };
+        for id in head..head + n {
+            free.set.remove(&id);
+        }
+        self.free_count.fetch_sub(n as u64, Ordering::Relaxed);
+        Ok(head)
+    }
+
+    fn grow_locked(&self, free: &mut FreeBlocks, min_blocks: u64) -> Result<()> {
+        let old_count = self.block_count();
+        let new_count = old_count + self.grow_blocks.max(min_blocks);
+        self.region
+            .grow_to((new_count + 1) * self.block_bytes)
+            .map_err(Error::from_growth)?;
+        free.superblock.record_block_count(&self.region, new_count);
+        for id in old_count..new_count {
+            free.set.insert(id as u32);
+        }
+        self.free_count
+            .fetch_add(new_count - old_count, Ordering::Relaxed);
+        self.block_count.store(new_count, Ordering::Release);
+        Ok(())
+    }
+
+    /// Claims block `id` as a log block: new generation, header persisted
+    /// before any record goes in. Returns the generation.
+    pub fn start_log_block(&self, id: u32) -> u32 {
+        let generation = self.new_generation();
+        BlockHeader {
+            kind: BlockKind::Log,
+            generation,
+            extent_blocks: 1,
+        }
+        .write(&self.region, self.block_offset(id));
+        let meta = self.meta(id);
+        meta.generation.store(generation, Ordering::Relaxed);
+        meta.extent_blocks.store(1, Ordering::Relaxed);
+        meta.live_bytes.store(0, Ordering::Relaxed);
+        meta.state.store(state::OWNED, Ordering::Release);
+        generation
+    }
+
+    /// Claims `n` blocks starting at `head` as an extent. Returns the generation.
+    pub fn start_extent(&self, head: u32, n: u32) -> u32 {
+        let generation = self.new_generation();
+        BlockHeader {
+            kind: BlockKind::Extent,
+            generation,
+            extent_blocks: n,
+        }
+        .write(&self.region, self.block_offset(head));
+        for id in head + 1..head + n {
+            let meta = self.meta(id);
+            meta.generation.store(generation, Ordering::Relaxed);
+            meta.state.store(state::EXTENT_TAIL, Ordering::Release);
+        }
+        let meta = self.meta(head);
+        meta.generation.store(generation, Ordering::Relaxed);
+        meta.extent_blocks.store(n, Ordering::Relaxed);
+        meta.live_bytes.store(0, Ordering::Relaxed);
+        meta.state.store(state::EXTENT_HEAD, Ordering::Release);
+        generation
+    }
+
+    /// Frees a block (or extent) whose live bytes reached zero, once no
+    /// reader can still be looking at it. Exactly one caller wins the state
+    /// change, so a block is never freed twice.
+    pub fn free_if_dead(self: &Arc<Self>, id: u32) {
+        let meta = self.meta(id);
+        if meta.live_bytes.load(Ordering::Acquire) != 0 {
+            return;
+        }
+        let current = meta.state();
+        if !matches!(
+            current,
+            state::SEALED | state::COMPACTING | state::EXTENT_HEAD
+        ) {
+            return;
+        }
+        if meta
+            .state
+            .compare_exchange(current, state::FREEING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return;
+        }
+        let space = Arc::clone(self);
+        let guard = crossbeam_epoch::pin();
+        guard.defer(move || space.release(id));
+        guard.flush();
+    }
+
+    /// Returns a dead block or extent to the free set. An extent's blocks get
+    /// FREE headers (tails first, head last): once its head no longer covers
+    /// them, a tail block's stale value bytes must never be read as a header.
+    fn release(&self, id: u32) {
+        let closed = self.closed.read();
+        if *closed {
+            return;
+        }
+        let meta = self.meta(id);
+        let n = meta.extent_blocks.load(Ordering::Relaxed).max(1);
+        // Extents always span two blocks or more: a record that fits one
+        // block goes into a log block.
+        if n > 1 {
+            let generation = meta.generation.load(Ordering::Relaxed);
+            for block in (id..id + n).rev() {
+                BlockHeader {
+                    kind: BlockKind::Free,
+                    generation,
+                    extent_blocks: 1,
+                }
+                .write(&self.region, self.block_offset(block));
+            }
+        }
+        for block in id..id + n {
+            let meta = self.meta(block);
+            meta.extent_blocks.store(1, Ordering::Relaxed);
+            meta.live_bytes.store(0, Ordering::Relaxed);
+        }
+        self.add_free(id..id + n);
+        self.blocks_freed.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Writes FREE headers over a dead extent found by recovery (the same
+    /// discipline as `release`, run before its blocks are handed out).
+    pub fn free_dead_extent(&self, head: u32, n: u32, generation: u32) {
+        for block in (head..head + n).rev() {
+            BlockHeader {
+                kind: BlockKind::Free,
+                generation,
+                extent_blocks: 1,
+            }
+            .write(&self.region, self.block_offset(block));
+        }
+        self.add_free(head..head + n);
+    }
+
+    /// Stops all further deferred work on this region.
+    pub fn close(&self) {
+        *self.closed.write() = true;
+    }
+}
+
+/// The first run of `n` consecutive ids in `set`.
+fn find_run(set: &BTreeSet<u32>, n: u32) -> Option<u32> {
+    let mut run_start = None;
+    let mut previous = None;
+    for &id in set {
+        match previous {
+            Some(p) if p + 1 == id => {}
+            _ => run_start = Some(id),
+        }
+        previous = Some(id);
+        let start = run_start.unwrap();
+        if id - start + 1 >= n {
+            return Some(start);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::find_run;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn finds_first_run_long_enough() {
+        let set: BTreeSet<u32> = [1, 2, 4, 5, 6, 9].into_iter().collect();
+        assert_eq!(find_run(&set, 1), Some(1));
+        assert_eq!(find_run(&set, 2), Some(1));
+        assert_eq!(find_run(&set, 3), Some(4));
+        assert_eq!(find_run(&set, 4), None);
+    }
+}

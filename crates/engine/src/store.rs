@@ -1,18 +1,75 @@
-//! The public store handle (skeleton: API fixed, bodies being written).
-use std::path::Path;
-use std::time::Duration;
+//! The public store handle: opening, the read API, shutdown.
+//!
+//! ## Threads and ownership
+//!
+//! `Store` wraps an `Arc<Inner>` shared with two optional background threads:
+//! the compactor (always, unless disabled) and the periodic syncer (with
+//! `SyncPolicy::Periodic` on emulated memory). Application threads call the
+//! API directly; no operation hands work to another thread and waits for it,
+//! except `SyncPolicy::Always`, whose group commit lets one writer's `msync`
+//! cover its neighbours.
+//!
+//! ## Lock order
+//!
+//! writer lane -> index shard -> compaction lane -> free set -> region growth.
+//! Writers release their lane before publishing to the index; compaction and
+//! in-place updates take a shard lock, then (compaction) its own lane.
 
-use crate::{Options, Result};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-/// An open store. Cheap to share between threads (`Store: Send + Sync`).
+use engram_pmem::{PmemOffset, Region, RegionOptions};
+use parking_lot::{Condvar, Mutex};
+
+use crate::index::{hash_key, Index};
+use crate::lanes::{Lane, Lanes};
+use crate::record;
+use crate::space::Space;
+use crate::superblock::Superblock;
+use crate::sync::Syncer;
+use crate::{compaction, recovery, Error, Options, Result, SyncPolicy};
+
+/// The data file inside a store's directory.
+pub const DATA_FILE: &str = "values.pmem";
+const LOCK_FILE: &str = "LOCK";
+
+/// An open store. Share it between threads by reference or `Arc`
+/// (`Store: Send + Sync`); every method takes `&self`.
 pub struct Store {
-    _private: (),
+    inner: Arc<Inner>,
+    background: Vec<JoinHandle<()>>,
+    finished: bool,
+    _lock: File,
 }
 
-/// A value read in place: valid while it lives, and while it lives the space
-/// it sits in is not reclaimed. Keep it short-lived.
+pub(crate) struct Inner {
+    pub space: Arc<Space>,
+    pub index: Index,
+    pub lanes: Lanes,
+    pub compaction_lane: Mutex<Lane>,
+    /// Next record sequence number.
+    pub seq: AtomicU64,
+    pub keys: AtomicU64,
+    pub syncer: Syncer,
+    pub options: Options,
+    pub report: RecoveryReport,
+    pub compactions: AtomicU64,
+    pub records_moved: AtomicU64,
+    pub shutdown: AtomicBool,
+    /// Wakes background threads early (shutdown, or work to do).
+    pub wake: (Mutex<()>, Condvar),
+}
+
+/// A value read in place, without copying. While it lives, the space it sits
+/// in is not reclaimed, so keep it short-lived. Aligned 8-byte words of the
+/// value may still change under it through `incr_by`/`compare_and_swap`.
 pub struct ValueRef<'a> {
     bytes: &'a [u8],
+    _guard: crossbeam_epoch::Guard,
 }
 
 impl std::ops::Deref for ValueRef<'_> {
@@ -31,8 +88,10 @@ pub struct RecoveryReport {
     pub duration: Duration,
     /// Records that lost to a newer version of their key and were retired.
     pub superseded: u64,
-    /// Blocks whose scan stopped at a torn or corrupt record.
+    /// Blocks whose log ended at a torn or damaged record.
     pub torn_tails: u64,
+    /// Block headers that were neither valid nor blank (torn claims).
+    pub damaged_headers: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -43,6 +102,7 @@ pub struct Stats {
     pub block_bytes: u64,
     pub blocks_total: u64,
     pub blocks_free: u64,
+    pub blocks_freed: u64,
     pub compactions: u64,
     pub records_moved: u64,
     pub syncs: u64,
@@ -51,72 +111,496 @@ pub struct Stats {
 }
 
 impl Store {
-    /// Opens the store in `dir`, creating it if the directory holds none.
-    pub fn open(_dir: impl AsRef<Path>, _options: Options) -> Result<Store> {
-        todo!()
+    /// Opens the store in `dir`, creating the directory and an empty store if
+    /// it holds none. Recovery (after a clean shutdown or a crash alike) scans
+    /// the blocks in parallel and rebuilds the index.
+    pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Store> {
+        options.validate()?;
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("creating data directory", dir, e))?;
+        let lock = lock_directory(dir)?;
+        let path = dir.join(DATA_FILE);
+        if !path.exists() {
+            create_data_file(dir, &path, &options)?;
+        }
+        let region = Region::open(&path, region_options(&options))?;
+        let superblock = Superblock::read(&region)?;
+        let space = Arc::new(Space::new(region, superblock, options.grow_bytes));
+        let index = Index::new();
+        let threads = Options::threads_or_cores(options.recovery_threads, 1);
+        let recovered = recovery::recover(&space, &index, threads)?;
+        let inner = Arc::new(Inner {
+            syncer: Syncer::new(options.sync, space.region.mode()),
+            lanes: Lanes::new(Options::threads_or_cores(options.write_lanes, 2)),
+            compaction_lane: Mutex::new(Lane::default()),
+            seq: AtomicU64::new(recovered.next_seq),
+            keys: AtomicU64::new(recovered.keys),
+            report: recovered.report,
+            compactions: AtomicU64::new(0),
+            records_moved: AtomicU64::new(0),
+            shutdown: AtomicBool::new(false),
+            wake: (Mutex::new(()), Condvar::new()),
+            options,
+            index,
+            space,
+        });
+        let mut background = Vec::new();
+        if inner.options.compaction.enabled {
+            let inner = Arc::clone(&inner);
+            background.push(spawn("engram-compact", move || compaction::run(&inner)));
+        }
+        if let SyncPolicy::Periodic(period) = inner.syncer.policy() {
+            let inner = Arc::clone(&inner);
+            background.push(spawn("engram-sync", move || periodic_sync(&inner, period)));
+        }
+        Ok(Store {
+            inner,
+            background,
+            finished: false,
+            _lock: lock,
+        })
     }
-    /// Inserts or replaces; `Ok(true)` when the key is new.
-    pub fn put(&self, _key: &[u8], _value: &[u8]) -> Result<bool> {
-        todo!()
+
+    /// Inserts or replaces; `Ok(true)` when the key is new. On return the
+    /// write is durable in the configured mode.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.inner.put(key, value)
     }
-    pub fn get(&self, _key: &[u8]) -> Result<Option<Vec<u8>>> {
-        todo!()
+
+    /// The value of `key`, copied out. Verifies the record's checksum.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let _guard = crossbeam_epoch::pin();
+        let Some(at) = self.inner.lookup(key) else {
+            return Ok(None);
+        };
+        let region = &self.inner.space.region;
+        let header = record::read_header(region, at);
+        let value = record::value(region, at, &header).to_vec();
+        if header.is_in_place() || crc32c::crc32c(&value) == header.crc_value {
+            return Ok(Some(value));
+        }
+        self.inner.checked_after_mismatch(at).map(|()| Some(value))
     }
-    pub fn get_ref(&self, _key: &[u8]) -> Result<Option<ValueRef<'_>>> {
-        todo!()
+
+    /// The value of `key` in place, without copying. Verifies the checksum.
+    pub fn get_ref(&self, key: &[u8]) -> Result<Option<ValueRef<'_>>> {
+        let guard = crossbeam_epoch::pin();
+        let Some(at) = self.inner.lookup(key) else {
+            return Ok(None);
+        };
+        let region = &self.inner.space.region;
+        let header = record::read_header(region, at);
+        let bytes = record::value(region, at, &header);
+        if !record::value_checksum_ok(region, at, &header) {
+            self.inner.checked_after_mismatch(at)?;
+        }
+        Ok(Some(ValueRef {
+            bytes,
+            _guard: guard,
+        }))
     }
-    /// `Ok(true)` when the key existed.
-    pub fn delete(&self, _key: &[u8]) -> Result<bool> {
-        todo!()
+
+    /// Removes `key`; `Ok(true)` when it existed. Durable on return.
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        self.inner.delete(key)
     }
+
     /// Atomically adds `delta` (wrapping) to the little-endian u64 at
     /// `field_offset` of the key's value, in place; returns the new value.
-    pub fn incr_by(&self, _key: &[u8], _field_offset: u64, _delta: i64) -> Result<u64> {
-        todo!()
+    pub fn incr_by(&self, key: &[u8], field_offset: u64, delta: i64) -> Result<u64> {
+        let delta = delta as u64;
+        self.inner.update_word(key, field_offset, |region, word| {
+            region.fetch_add_u64(word, delta).wrapping_add(delta)
+        })
     }
+
     /// Atomically replaces the u64 at `field_offset` with `new` if it equals
     /// `expected`; returns the value found (equal to `expected` on success).
-    pub fn compare_and_swap(&self, _key: &[u8], _field_offset: u64, _expected: u64, _new: u64) -> Result<u64> {
-        todo!()
+    pub fn compare_and_swap(
+        &self,
+        key: &[u8],
+        field_offset: u64,
+        expected: u64,
+        new: u64,
+    ) -> Result<u64> {
+        self.inner.update_word(key, field_offset, |region, word| {
+            match region.compare_exchange_u64(word, expected, new) {
+                Ok(found) | Err(found) => found,
+            }
+        })
     }
+
     pub fn len(&self) -> u64 {
-        todo!()
+        self.inner.keys.load(Ordering::Relaxed)
     }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
     /// One step of a cursor scan: keys from `cursor` on, about `count` of
     /// them, and the cursor to continue from (0 when done). Every key present
-    /// for the whole scan is returned at least once.
-    pub fn scan(&self, _cursor: u64, _count: usize) -> (u64, Vec<Vec<u8>>) {
-        todo!()
+    /// for the whole scan is returned at least once; a key may be returned
+    /// more than once only if it is deleted and written again meanwhile.
+    pub fn scan(&self, cursor: u64, count: usize) -> (u64, Vec<Vec<u8>>) {
+        let _guard = crossbeam_epoch::pin();
+        let (next, offsets) = self.inner.index.scan(cursor, count);
+        let region = &self.inner.space.region;
+        let keys = offsets
+            .into_iter()
+            .map(|offset| {
+                let at = PmemOffset(offset);
+                record::key(region, at, &record::read_header(region, at)).to_vec()
+            })
+            .collect();
+        (next, keys)
     }
+
     pub fn stats(&self) -> Stats {
-        todo!()
+        let space = &self.inner.space;
+        Stats {
+            keys: self.len(),
+            file_bytes: space.region.len(),
+            live_bytes: space.live_bytes(),
+            block_bytes: space.block_bytes,
+            blocks_total: space.block_count(),
+            blocks_free: space.free_blocks(),
+            blocks_freed: space.blocks_freed.load(Ordering::Relaxed),
+            compactions: self.inner.compactions.load(Ordering::Relaxed),
+            records_moved: self.inner.records_moved.load(Ordering::Relaxed),
+            syncs: self.inner.syncer.syncs.load(Ordering::Relaxed),
+            mode: match space.region.mode() {
+                engram_pmem::Mode::Dax => "dax",
+                engram_pmem::Mode::Emulated => "emulated",
+            },
+            flush: space.region.flush_instruction().name(),
+        }
     }
+
     pub fn recovery_report(&self) -> RecoveryReport {
-        todo!()
+        self.inner.report.clone()
     }
-    /// Runs compaction now, until no block qualifies.
+
+    /// Runs compaction now until no block qualifies, and waits for the
+    /// freed blocks to return to the free set. Returns blocks compacted.
     pub fn compact_now(&self) -> Result<u64> {
-        todo!()
+        let mut total = 0;
+        loop {
+            let compacted = compaction::round(&self.inner, usize::MAX);
+            total += compacted as u64;
+            if compacted == 0 {
+                break;
+            }
+        }
+        compaction::flush_epochs();
+        Ok(total)
     }
+
     /// Makes everything written so far durable against power loss.
     pub fn sync(&self) -> Result<()> {
-        todo!()
+        self.inner.syncer.sync_now(&self.inner.space.region)
     }
-    /// Lifts or sets the data-file quota at run time (tests of the full-disk path).
-    pub fn set_file_limit(&self, _limit_bytes: Option<u64>) {
-        todo!()
+
+    /// Sets or lifts the data-file quota (tests of the full-disk path).
+    pub fn set_file_limit(&self, limit_bytes: Option<u64>) {
+        self.inner.space.region.set_file_limit(limit_bytes);
     }
-    /// Clean shutdown: stops background work and syncs.
-    pub fn close(self) -> Result<()> {
-        todo!()
+
+    /// Clean shutdown: stops background work and syncs everything.
+    pub fn close(mut self) -> Result<()> {
+        self.stop_background();
+        let result = self.sync();
+        self.finish();
+        result
     }
+
     /// Abandons the store as a process crash would: background threads are
     /// stopped and nothing is synced or cleaned up. For tests and benchmarks.
     #[doc(hidden)]
-    pub fn crash(self) {
-        todo!()
+    pub fn crash(mut self) {
+        self.stop_background();
+        self.finish();
+    }
+
+    fn stop_background(&mut self) {
+        self.inner.shutdown.store(true, Ordering::Release);
+        {
+            let _guard = self.inner.wake.0.lock();
+            self.inner.wake.1.notify_all();
+        }
+        for handle in self.background.drain(..) {
+            let _ = handle.join();
+        }
+    }
+
+    fn finish(&mut self) {
+        self.inner.space.close();
+        self.finished = true;
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.stop_background();
+        if self.inner.syncer.policy() != SyncPolicy::Never {
+            let _ = self.sync();
+        }
+        self.finish();
+    }
+}
+
+fn spawn(name: &str, work: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(work)
+        .expect("spawning a background thread")
+}
+
+fn periodic_sync(inner: &Inner, period: Duration) {
+    let mut next = Instant::now() + period;
+    loop {
+        {
+            let mut guard = inner.wake.0.lock();
+            if inner.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            inner.wake.1.wait_until(&mut guard, next);
+        }
+        if inner.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        if Instant::now() >= next {
+            // A failure is retried next period; writers are not blocked by it.
+            let _ = inner.syncer.sync_now(&inner.space.region);
+            next = Instant::now() + period;
+        }
+    }
+}
+
+fn region_options(options: &Options) -> RegionOptions {
+    RegionOptions {
+        mode: options.mode,
+        flush: options.flush,
+        reserve_bytes: options.reserve_bytes,
+        populate: options.populate,
+        file_limit_bytes: options.file_limit_bytes,
+        observer: None,
+    }
+}
+
+/// Takes an exclusive lock on `DIR/LOCK` for the life of the store, so two
+/// processes (or two handles) never open one store.
+fn lock_directory(dir: &Path) -> Result<File> {
+    let path = dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::io("opening lock file", &path, e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked { path: dir.into() }),
+        Err(std::fs::TryLockError::Error(e)) => Err(Error::io("locking", &path, e)),
+    }
+}
+
+/// Creates an empty store: written under a temporary name, synced, then
+/// renamed into place, so a crash during creation never leaves a half-made
+/// data file behind the real name.
+fn create_data_file(dir: &Path, path: &Path, options: &Options) -> Result<()> {
+    let temporary: PathBuf = dir.join(format!("{DATA_FILE}.tmp"));
+    if temporary.exists() {
+        std::fs::remove_file(&temporary).map_err(|e| Error::io("removing stale", &temporary, e))?;
+    }
+    let block_bytes = options.block_size_bytes;
+    let initial_blocks = options.grow_bytes.div_ceil(block_bytes).max(1);
+    {
+        let region = Region::create(
+            &temporary,
+            (initial_blocks + 1) * block_bytes,
+            region_options(options),
+        )
+        .map_err(Error::from_growth)?;
+        let store_id = hash_key(
+            format!(
+                "{:?}{}{:?}",
+                std::time::SystemTime::now(),
+                std::process::id(),
+                dir
+            )
+            .as_bytes(),
+        );
+        Superblock::format(&region, block_bytes, initial_blocks, store_id);
+        region.sync_all()?;
+    }
+    std::fs::rename(&temporary, path)
+        .map_err(|e| Error::io("renaming new data file to", path, e))?;
+    engram_pmem::sync_directory(dir).map_err(|e| Error::io("syncing data directory", dir, e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{CompactionOptions, ModeChoice};
+
+    fn small() -> Options {
+        Options {
+            mode: ModeChoice::Emulated,
+            block_size_bytes: 64 << 10,
+            grow_bytes: 256 << 10,
+            reserve_bytes: 1 << 32,
+            populate: false,
+            compaction: CompactionOptions {
+                interval: Duration::from_millis(5),
+                ..CompactionOptions::default()
+            },
+            ..Options::default()
+        }
+    }
+
+    #[test]
+    fn put_get_delete_and_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), small()).unwrap();
+        assert!(store.put(b"a", b"1").unwrap());
+        assert!(!store.put(b"a", b"2").unwrap());
+        assert!(store.put(b"", b"").unwrap());
+        assert_eq!(store.get(b"a").unwrap().as_deref(), Some(&b"2"[..]));
+        assert_eq!(store.get(b"").unwrap().as_deref(), Some(&b""[..]));
+        assert_eq!(&*store.get_ref(b"a").unwrap().unwrap(), b"2");
+        assert_eq!(store.get(b"missing").unwrap(), None);
+        assert_eq!(store.len(), 2);
+        assert!(store.delete(b"").unwrap());
+        assert!(!store.delete(b"").unwrap());
+        store.close().unwrap();
+        let store = Store::open(dir.path(), small()).unwrap();
+        assert_eq!(store.len(), 1);
+        assert_eq!(store.get(b"a").unwrap().as_deref(), Some(&b"2"[..]));
+        assert_eq!(store.get(b"").unwrap(), None);
+        assert_eq!(store.recovery_report().records, 1);
+    }
+
+    #[test]
+    fn many_blocks_extents_and_crash_recovery() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), small()).unwrap();
+        let big = vec![7u8; 300 << 10];
+        for i in 0..5000u32 {
+            store
+                .put(&i.to_le_bytes(), &i.to_be_bytes().repeat(20))
+                .unwrap();
+        }
+        store.put(b"big", &big).unwrap();
+        store.put(b"big2", &big[..100 << 10]).unwrap();
+        store.put(b"big2", b"small now").unwrap();
+        for i in 0..5000u32 {
+            if i % 3 == 0 {
+                store.delete(&i.to_le_bytes()).unwrap();
+            }
+        }
+        store.crash();
+        let store = Store::open(dir.path(), small()).unwrap();
+        assert_eq!(store.get(b"big").unwrap().unwrap(), big);
+        assert_eq!(store.get(b"big2").unwrap().unwrap(), b"small now");
+        for i in 0..5000u32 {
+            let expected = (i % 3 != 0).then(|| i.to_be_bytes().repeat(20));
+            assert_eq!(store.get(&i.to_le_bytes()).unwrap(), expected, "key {i}");
+        }
+        assert_eq!(store.len(), 5000 - 1667 + 2);
+    }
+
+    #[test]
+    fn counters_update_in_place_and_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), small()).unwrap();
+        store.put(b"c", &[0u8; 16]).unwrap();
+        assert_eq!(store.incr_by(b"c", 8, 5).unwrap(), 5);
+        assert_eq!(store.incr_by(b"c", 8, -2).unwrap(), 3);
+        assert_eq!(store.compare_and_swap(b"c", 0, 0, 9).unwrap(), 0);
+        assert_eq!(store.compare_and_swap(b"c", 0, 0, 10).unwrap(), 9);
+        assert!(matches!(
+            store.incr_by(b"c", 12, 1),
+            Err(Error::FieldOutOfRange { .. })
+        ));
+        assert!(matches!(
+            store.incr_by(b"c", 16, 1),
+            Err(Error::FieldOutOfRange { .. })
+        ));
+        assert!(matches!(
+            store.incr_by(b"nope", 0, 1),
+            Err(Error::KeyNotFound)
+        ));
+        assert_eq!(store.get(b"c").unwrap().unwrap()[8..], 3u64.to_le_bytes());
+        store.crash();
+        let store = Store::open(dir.path(), small()).unwrap();
+        let value = store.get(b"c").unwrap().unwrap();
+        assert_eq!(value[..8], 9u64.to_le_bytes());
+        assert_eq!(value[8..], 3u64.to_le_bytes());
+    }
+
+    #[test]
+    fn overwrites_are_compacted_and_the_file_stays_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), small()).unwrap();
+        let value = vec![1u8; 1000];
+        for round in 0..20u8 {
+            for key in 0..2000u32 {
+                let mut v = value.clone();
+                v[0] = round;
+                store.put(&key.to_le_bytes(), &v).unwrap();
+            }
+        }
+        store.compact_now().unwrap();
+        let stats = store.stats();
+        let live = 2000 * (4 + 1000) as u64;
+        assert!(
+            stats.file_bytes < live * 5 / 2,
+            "file {} live {live}",
+            stats.file_bytes
+        );
+        for key in 0..2000u32 {
+            assert_eq!(store.get(&key.to_le_bytes()).unwrap().unwrap()[0], 19);
+        }
+        store.crash();
+        let store = Store::open(dir.path(), small()).unwrap();
+        assert_eq!(store.len(), 2000);
+        for key in 0..2000u32 {
+            assert_eq!(store.get(&key.to_le_bytes()).unwrap().unwrap()[0], 19);
+        }
+    }
+
+    #[test]
+    fn scan_visits_every_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), small()).unwrap();
+        for i in 0..3000u32 {
+            store.put(&i.to_le_bytes(), b"v").unwrap();
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut cursor = 0;
+        loop {
+            let (next, keys) = store.scan(cursor, 10);
+            seen.extend(keys);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        assert_eq!(seen.len(), 3000);
+    }
+
+    #[test]
+    fn second_open_of_the_same_directory_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let _store = Store::open(dir.path(), small()).unwrap();
+        assert!(matches!(
+            Store::open(dir.path(), small()),
+            Err(Error::Locked { .. })
+        ));
     }
 }

@@ -26,7 +26,9 @@ pub enum Error {
         needed_bytes: u64,
         reserved_bytes: u64,
     },
-    #[error("DAX mapping (MAP_SYNC) was requested for {path} but the file system refused it: {source}")]
+    #[error(
+        "DAX mapping (MAP_SYNC) was requested for {path} but the file system refused it: {source}"
+    )]
     DaxUnavailable {
         path: PathBuf,
         #[source]
@@ -41,7 +43,11 @@ pub enum Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    pub(crate) fn io(context: &'static str, path: &std::path::Path, source: std::io::Error) -> Self {
+    pub(crate) fn io(
+        context: &'static str,
+        path: &std::path::Path,
+        source: std::io::Error,
+    ) -> Self {
         Error::Io {
             context,
             path: path.to_path_buf(),

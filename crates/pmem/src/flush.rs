@@ -51,7 +51,9 @@ impl std::str::FromStr for FlushInstruction {
             "clwb" => Ok(FlushInstruction::Clwb),
             "clflushopt" => Ok(FlushInstruction::Clflushopt),
             "none" => Ok(FlushInstruction::None),
-            other => Err(format!("unknown flush instruction '{other}' (expected clwb, clflushopt or none)")),
+            other => Err(format!(
+                "unknown flush instruction '{other}' (expected clwb, clflushopt or none)"
+            )),
         }
     }
 }

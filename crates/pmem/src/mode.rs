@@ -39,7 +39,9 @@ impl std::str::FromStr for ModeChoice {
             "auto" => Ok(ModeChoice::Auto),
             "dax" => Ok(ModeChoice::Dax),
             "emulated" => Ok(ModeChoice::Emulated),
-            other => Err(format!("unknown persistence mode '{other}' (expected auto, dax or emulated)")),
+            other => Err(format!(
+                "unknown persistence mode '{other}' (expected auto, dax or emulated)"
+            )),
         }
     }
 }

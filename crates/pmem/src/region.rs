@@ -29,6 +29,10 @@ const _: () = assert!(OS_PAGE_BYTES % CACHE_LINE_BYTES == 0);
 /// `madvise` advice that pre-faults a range writable (Linux 5.14+). Older
 /// kernels answer EINVAL, which we ignore: it is only an optimisation.
 const MADV_POPULATE_WRITE: libc::c_int = 23;
+/// Likewise, read-only: maps pages already in the page cache without marking
+/// them dirty (used at open, where dirtying would make the next msync write
+/// the whole file).
+const MADV_POPULATE_READ: libc::c_int = 22;
 
 /// Default address space reserved for one region: 1 TiB, far below the 128 TiB
 /// of user address space x86_64 Linux offers, and free until mapped.
@@ -175,7 +179,10 @@ impl Region {
                 instruction: flush.name(),
             });
         }
-        let reserve_bytes = options.reserve_bytes.max(len).next_multiple_of(OS_PAGE_BYTES);
+        let reserve_bytes = options
+            .reserve_bytes
+            .max(len)
+            .next_multiple_of(OS_PAGE_BYTES);
         // SAFETY: an anonymous PROT_NONE reservation at an address of the
         // kernel's choosing; it touches no existing memory.
         let base = unsafe {
@@ -209,14 +216,14 @@ impl Region {
             observer: options.observer,
         };
         if len > 0 {
-            region.map_file_range(0, len)?;
+            region.map_file_range(0, len, MADV_POPULATE_READ)?;
             region.len.store(len, Ordering::Release);
         }
         Ok(region)
     }
 
     /// Maps file bytes `[from, to)` at `base + from`, over the reservation.
-    fn map_file_range(&self, from: u64, to: u64) -> Result<()> {
+    fn map_file_range(&self, from: u64, to: u64, populate_advice: libc::c_int) -> Result<()> {
         debug_assert!(from % OS_PAGE_BYTES == 0);
         debug_assert!(to <= self.reserve_bytes);
         let flags = match self.mode {
@@ -237,12 +244,16 @@ impl Region {
             )
         };
         if address == libc::MAP_FAILED {
-            return Err(Error::io("mapping region file", &self.path, std::io::Error::last_os_error()));
+            return Err(Error::io(
+                "mapping region file",
+                &self.path,
+                std::io::Error::last_os_error(),
+            ));
         }
         if self.populate {
             // SAFETY: advisory call on the range we just mapped.
             unsafe {
-                libc::madvise(address, (to - from) as usize, MADV_POPULATE_WRITE);
+                libc::madvise(address, (to - from) as usize, populate_advice);
             }
         }
         Ok(())
@@ -259,7 +270,11 @@ impl Region {
         }
         if new_len % OS_PAGE_BYTES != 0 || old_len % OS_PAGE_BYTES != 0 {
             return Err(Error::Unaligned {
-                bytes: if new_len % OS_PAGE_BYTES != 0 { new_len } else { old_len },
+                bytes: if new_len % OS_PAGE_BYTES != 0 {
+                    new_len
+                } else {
+                    old_len
+                },
                 page_bytes: OS_PAGE_BYTES,
             });
         }
@@ -290,17 +305,19 @@ impl Region {
             // untouched either way.
             let _ = self.file.set_len(old_len);
             let source = std::io::Error::from_raw_os_error(rc);
-            return Err(if rc == libc::ENOSPC || rc == libc::EDQUOT || rc == libc::EFBIG {
-                Error::NoSpace {
-                    path: self.path.clone(),
-                    needed_bytes: new_len,
-                    have_bytes: old_len,
-                }
-            } else {
-                Error::io("extending region file", &self.path, source)
-            });
+            return Err(
+                if rc == libc::ENOSPC || rc == libc::EDQUOT || rc == libc::EFBIG {
+                    Error::NoSpace {
+                        path: self.path.clone(),
+                        needed_bytes: new_len,
+                        have_bytes: old_len,
+                    }
+                } else {
+                    Error::io("extending region file", &self.path, source)
+                },
+            );
         }
-        if let Err(error) = self.map_file_range(old_len, new_len) {
+        if let Err(error) = self.map_file_range(old_len, new_len, MADV_POPULATE_WRITE) {
             let _ = self.file.set_len(old_len);
             return Err(error);
         }
@@ -341,7 +358,10 @@ impl Region {
     /// Whether `[offset, offset + len)` lies inside the mapped region. Use it
     /// before reading anything whose bounds came from the media.
     pub fn contains(&self, offset: PmemOffset, len: u64) -> bool {
-        offset.0.checked_add(len).is_some_and(|end| end <= self.len())
+        offset
+            .0
+            .checked_add(len)
+            .is_some_and(|end| end <= self.len())
     }
 
     #[inline]
@@ -393,7 +413,10 @@ impl Region {
 
     #[inline]
     fn atomic(&self, offset: PmemOffset) -> &AtomicU64 {
-        assert!(offset.0 % 8 == 0, "atomic access at unaligned offset {offset}");
+        assert!(
+            offset.0 % 8 == 0,
+            "atomic access at unaligned offset {offset}"
+        );
         let pointer = self.pointer(offset, 8);
         // SAFETY: in bounds and 8-byte aligned (the base is page aligned);
         // AtomicU64 has the layout of u64, and mapped memory lives as long
@@ -432,10 +455,15 @@ impl Region {
 
     /// Atomic compare-and-swap; `Ok(previous)` when it swapped.
     #[inline]
-    pub fn compare_exchange_u64(&self, offset: PmemOffset, current: u64, new: u64) -> std::result::Result<u64, u64> {
-        let result = self
-            .atomic(offset)
-            .compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire);
+    pub fn compare_exchange_u64(
+        &self,
+        offset: PmemOffset,
+        current: u64,
+        new: u64,
+    ) -> std::result::Result<u64, u64> {
+        let result =
+            self.atomic(offset)
+                .compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire);
         if result.is_ok() {
             self.observed_store(offset, 8);
         }
@@ -486,9 +514,19 @@ impl Region {
         let end = (offset.0 + len).min(self.len());
         let pointer = self.pointer(PmemOffset(start), end - start);
         // SAFETY: page-aligned range inside our mapping.
-        let rc = unsafe { libc::msync(pointer as *mut libc::c_void, (end - start) as usize, libc::MS_SYNC) };
+        let rc = unsafe {
+            libc::msync(
+                pointer as *mut libc::c_void,
+                (end - start) as usize,
+                libc::MS_SYNC,
+            )
+        };
         if rc != 0 {
-            return Err(Error::io("syncing region file", &self.path, std::io::Error::last_os_error()));
+            return Err(Error::io(
+                "syncing region file",
+                &self.path,
+                std::io::Error::last_os_error(),
+            ));
         }
         Ok(())
     }
@@ -535,7 +573,12 @@ fn probe_map_sync(file: &File) -> std::io::Result<()> {
 pub fn sync_directory(path: &Path) -> std::io::Result<()> {
     let c_path = CString::new(path.as_os_str().as_bytes())?;
     // SAFETY: opening with a NUL-terminated path we own.
-    let fd = unsafe { libc::open(c_path.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    let fd = unsafe {
+        libc::open(
+            c_path.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -621,7 +664,10 @@ mod tests {
         };
         let region = Region::create(&dir.path().join("x.pmem"), 4096, options).unwrap();
         let error = region.grow_to(1 << 20).unwrap_err();
-        assert!(matches!(error, Error::ReservationExhausted { .. }), "{error}");
+        assert!(
+            matches!(error, Error::ReservationExhausted { .. }),
+            "{error}"
+        );
     }
 
     #[test]
@@ -665,7 +711,11 @@ mod tests {
         }
     }
 
-    struct Counter(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64);
+    struct Counter(
+        std::sync::atomic::AtomicU64,
+        std::sync::atomic::AtomicU64,
+        std::sync::atomic::AtomicU64,
+    );
     impl PersistObserver for Counter {
         fn on_store(&self, _: u64, _: u64) {
             self.0.fetch_add(1, Ordering::Relaxed);
@@ -681,7 +731,11 @@ mod tests {
     #[test]
     fn observer_sees_every_store_flush_and_fence() {
         let dir = tempfile::tempdir().unwrap();
-        let counter = Arc::new(Counter(Default::default(), Default::default(), Default::default()));
+        let counter = Arc::new(Counter(
+            Default::default(),
+            Default::default(),
+            Default::default(),
+        ));
         let options = RegionOptions {
             observer: Some(counter.clone()),
             ..emulated()

@@ -260,9 +260,15 @@ impl Space {
         {
             return;
         }
-        let space = Arc::clone(self);
+        // Weak: a store that is closed meanwhile is unmapped at once rather
+        // than kept alive by frees that no longer matter.
+        let space = Arc::downgrade(self);
         let guard = crossbeam_epoch::pin();
-        guard.defer(move || space.release(id));
+        guard.defer(move || {
+            if let Some(space) = space.upgrade() {
+                space.release(id)
+            }
+        });
         guard.flush();
     }
 

@@ -603,4 +603,103 @@ mod tests {
             Err(Error::Locked { .. })
         ));
     }
+
+    /// A crash between writing a new version and publishing it (so the old
+    /// one is still live too): recovery keeps the one with the larger seq.
+    #[test]
+    fn two_live_versions_resolve_to_the_newer_write() {
+        use crate::write::Writer;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), small()).unwrap();
+        store.put(b"newer-unpublished", b"old").unwrap();
+        store.put(b"older-unpublished", b"current").unwrap();
+        // A newer version written but not yet published when the crash hits.
+        store
+            .inner
+            .append(b"newer-unpublished", b"new", None, Writer::Application)
+            .unwrap();
+        // A stale version (smaller seq) that lost a race and was not yet retired.
+        store
+            .inner
+            .append(b"older-unpublished", b"stale", Some(0), Writer::Application)
+            .unwrap();
+        assert_eq!(store.get(b"newer-unpublished").unwrap().unwrap(), b"old");
+        store.crash();
+        let store = Store::open(dir.path(), small()).unwrap();
+        assert_eq!(store.get(b"newer-unpublished").unwrap().unwrap(), b"new");
+        assert_eq!(
+            store.get(b"older-unpublished").unwrap().unwrap(),
+            b"current"
+        );
+        assert_eq!(store.recovery_report().superseded, 2);
+        assert_eq!(store.len(), 2);
+        // Recovery retired the losers durably: a second recovery finds none.
+        store.crash();
+        let store = Store::open(dir.path(), small()).unwrap();
+        assert_eq!(store.recovery_report().superseded, 0);
+        assert_eq!(store.get(b"newer-unpublished").unwrap().unwrap(), b"new");
+    }
+
+    #[test]
+    fn always_sync_shares_msyncs_between_concurrent_writers() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = Options {
+            sync: SyncPolicy::Always,
+            ..small()
+        };
+        let store = Store::open(dir.path(), options).unwrap();
+        let puts_per_thread = 200u32;
+        std::thread::scope(|scope| {
+            for thread in 0..4u32 {
+                let store = &store;
+                scope.spawn(move || {
+                    for i in 0..puts_per_thread {
+                        store
+                            .put(&(thread * 1000 + i).to_le_bytes(), b"durable")
+                            .unwrap();
+                    }
+                });
+            }
+        });
+        let syncs = store.stats().syncs;
+        assert!(syncs >= 1, "always must msync");
+        assert!(
+            syncs <= 4 * puts_per_thread as u64,
+            "at most one msync per write"
+        );
+        assert_eq!(store.len(), 800);
+    }
+
+    #[test]
+    fn periodic_sync_runs_in_the_background() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = Options {
+            sync: SyncPolicy::Periodic(Duration::from_millis(5)),
+            ..small()
+        };
+        let store = Store::open(dir.path(), options).unwrap();
+        store.put(b"k", b"v").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while store.stats().syncs < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(store.stats().syncs >= 2, "periodic syncer did not run");
+        let never = tempfile::tempdir().unwrap();
+        let store = Store::open(never.path(), small()).unwrap();
+        store.put(b"k", b"v").unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(store.stats().syncs, 0, "never must not msync on its own");
+    }
+
+    #[test]
+    fn sync_policy_names_parse() {
+        assert_eq!("never".parse::<SyncPolicy>().unwrap(), SyncPolicy::Never);
+        assert_eq!("always".parse::<SyncPolicy>().unwrap(), SyncPolicy::Always);
+        assert_eq!(
+            "periodic:250".parse::<SyncPolicy>().unwrap(),
+            SyncPolicy::Periodic(Duration::from_millis(250))
+        );
+        assert!("periodic:0".parse::<SyncPolicy>().is_err());
+        assert!("sometimes".parse::<SyncPolicy>().is_err());
+    }
 }

@@ -295,43 +295,36 @@ fn collect(
 }
 
 /// Phase 3 for one shard group; returns (keys indexed, records superseded).
+/// Candidates are sorted by shard so each shard is locked once, and a
+/// record's key is read from the region only when fingerprints collide.
 fn build_group(space: &Space, index: &Index, results: &[ScanResult], group: usize) -> (u64, u64) {
     let region = &space.region;
-    let shards_in_group = SHARD_COUNT / SHARD_GROUPS;
-    let mut per_shard = vec![0usize; shards_in_group];
-    for result in results {
-        for candidate in &result.candidates[group] {
-            per_shard[shard_of(candidate.hash) / SHARD_GROUPS] += 1;
-        }
-    }
-    for (slot, count) in per_shard.iter().enumerate() {
-        if *count > 0 {
-            index
-                .shard_at(slot * SHARD_GROUPS + group)
-                .write()
-                .reserve(*count, entry_hash);
-        }
-    }
+    let mut candidates: Vec<Candidate> = results
+        .iter()
+        .flat_map(|result| result.candidates[group].iter().copied())
+        .collect();
+    candidates.sort_unstable_by_key(|candidate| shard_of(candidate.hash));
     let (mut keys, mut superseded) = (0, 0);
-    for result in results {
-        for candidate in &result.candidates[group] {
-            let mut table = index.shard(candidate.hash).write();
-            let at = PmemOffset(candidate.offset);
-            let header = record::read_header(region, at);
-            let key = record::key(region, at, &header);
+    for run in candidates.chunk_by(|a, b| shard_of(a.hash) == shard_of(b.hash)) {
+        let mut table = index.shard(run[0].hash).write();
+        table.reserve(run.len(), entry_hash);
+        for candidate in run {
             let hash = candidate.hash;
-            match table.find_entry(hash, |e| {
-                e.hash == hash && record::has_key(region, PmemOffset(e.offset), key)
-            }) {
+            let same_key = |entry: &Entry| {
+                entry.hash == hash && same_key(region, entry.offset, candidate.offset)
+            };
+            match table.find_entry(hash, same_key) {
                 Ok(mut occupied) => {
                     let existing = occupied.get().offset;
-                    let loser =
-                        if record::read_header(region, PmemOffset(existing)).seq < header.seq {
-                            occupied.get_mut().offset = candidate.offset;
-                            existing
-                        } else {
-                            candidate.offset
-                        };
+                    let existing_seq = record::read_header(region, PmemOffset(existing)).seq;
+                    let loser = if existing_seq
+                        < record::read_header(region, PmemOffset(candidate.offset)).seq
+                    {
+                        occupied.get_mut().offset = candidate.offset;
+                        existing
+                    } else {
+                        candidate.offset
+                    };
                     retire_loser(space, loser);
                     superseded += 1;
                 }
@@ -350,6 +343,14 @@ fn build_group(space: &Space, index: &Index, results: &[ScanResult], group: usiz
         }
     }
     (keys, superseded)
+}
+
+fn same_key(region: &engram_pmem::Region, a: u64, b: u64) -> bool {
+    let key_of = |offset: u64| {
+        let at = PmemOffset(offset);
+        record::key(region, at, &record::read_header(region, at))
+    };
+    key_of(a) == key_of(b)
 }
 
 fn retire_loser(space: &Space, offset: u64) {

@@ -87,10 +87,6 @@ impl Index {
         &self.shards[shard_of(hash)]
     }
 
-    pub fn shard_at(&self, shard: usize) -> &Shard {
-        &self.shards[shard]
-    }
-
     /// The offset of `key`'s record, if indexed. `is_key(offset)` compares the
     /// key stored at an offset with the one looked up.
     pub fn get(&self, hash: u64, is_key: impl Fn(u64) -> bool) -> Option<u64> {

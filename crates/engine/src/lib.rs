@@ -19,6 +19,7 @@
 
 pub mod block;
 mod compaction;
+mod counter;
 mod error;
 mod index;
 mod lanes;

@@ -18,6 +18,7 @@ use engram_pmem::{PmemOffset, Region};
 use parking_lot::{Mutex, RwLock};
 
 use crate::block::{state, BlockHeader, BlockKind, BlockMeta, BlockTable, BLOCK_HEADER_BYTES};
+use crate::counter::StripedCounter;
 use crate::superblock::Superblock;
 use crate::{Error, Result};
 
@@ -30,7 +31,7 @@ pub struct Space {
     block_count: AtomicU64,
     grow_blocks: u64,
     /// Sum of `live_bytes` over all blocks.
-    live_bytes: AtomicU64,
+    live_bytes: StripedCounter,
     /// Next block generation (see `block`).
     next_generation: AtomicU32,
     /// Set (under the write lock) when the store crashes or closes: deferred
@@ -58,7 +59,7 @@ impl Space {
                 superblock,
             }),
             free_count: AtomicU64::new(0),
-            live_bytes: AtomicU64::new(0),
+            live_bytes: StripedCounter::new(),
             next_generation: AtomicU32::new(1),
             closed: RwLock::new(false),
             blocks_freed: AtomicU64::new(0),
@@ -76,7 +77,7 @@ impl Space {
     }
 
     pub fn live_bytes(&self) -> u64 {
-        self.live_bytes.load(Ordering::Relaxed)
+        self.live_bytes.sum().max(0) as u64
     }
 
     /// Bytes of the data blocks (the file minus its superblock block).
@@ -124,13 +125,13 @@ impl Space {
 
     pub fn add_live(&self, id: u32, bytes: u64) {
         self.meta(id).live_bytes.fetch_add(bytes, Ordering::AcqRel);
-        self.live_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.live_bytes.add(id as usize, bytes as i64);
     }
 
     /// Subtracts retired bytes; returns true when the block's live bytes
     /// reached zero.
     pub fn sub_live(&self, id: u32, bytes: u64) -> bool {
-        self.live_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        self.live_bytes.add(id as usize, -(bytes as i64));
         let before = self.meta(id).live_bytes.fetch_sub(bytes, Ordering::AcqRel);
         debug_assert!(before >= bytes, "block {id} live bytes would go negative");
         before == bytes

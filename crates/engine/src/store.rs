@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use engram_pmem::{PmemOffset, Region, RegionOptions};
 use parking_lot::{Condvar, Mutex};
 
+use crate::counter::StripedCounter;
 use crate::index::{hash_key, Index};
 use crate::lanes::{Lane, Lanes};
 use crate::record;
@@ -53,7 +54,7 @@ pub(crate) struct Inner {
     pub compaction_lane: Mutex<Lane>,
     /// Next record sequence number.
     pub seq: AtomicU64,
-    pub keys: AtomicU64,
+    pub keys: StripedCounter,
     pub syncer: Syncer,
     pub options: Options,
     pub report: RecoveryReport,
@@ -134,7 +135,11 @@ impl Store {
             lanes: Lanes::new(Options::threads_or_cores(options.write_lanes, 2)),
             compaction_lane: Mutex::new(Lane::default()),
             seq: AtomicU64::new(recovered.next_seq),
-            keys: AtomicU64::new(recovered.keys),
+            keys: {
+                let keys = StripedCounter::new();
+                keys.add(0, recovered.keys as i64);
+                keys
+            },
             report: recovered.report,
             compactions: AtomicU64::new(0),
             records_moved: AtomicU64::new(0),
@@ -231,7 +236,7 @@ impl Store {
     }
 
     pub fn len(&self) -> u64 {
-        self.inner.keys.load(Ordering::Relaxed)
+        self.inner.keys.sum().max(0) as u64
     }
 
     pub fn is_empty(&self) -> bool {

@@ -22,7 +22,7 @@ use engram_pmem::{PmemOffset, Region};
 
 use crate::block::{state, BLOCK_HEADER_BYTES};
 use crate::compaction;
-use crate::index::{entry_hash, hash_key, Entry};
+use crate::index::{entry_hash, hash_key, shard_of, Entry};
 use crate::lanes::Lane;
 use crate::record::{self, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 use crate::store::Inner;
@@ -63,7 +63,7 @@ impl Inner {
             return Ok(false);
         };
         let (entry, _) = occupied.remove();
-        self.keys.fetch_sub(1, Ordering::Relaxed);
+        self.keys.add(shard_of(hash), -1);
         self.retire(entry.offset);
         drop(table);
         self.syncer.after_write(region)?;
@@ -247,7 +247,7 @@ impl Inner {
                 absent
                     .into_table()
                     .insert_unique(hash, Entry { hash, offset }, entry_hash);
-                self.keys.fetch_add(1, Ordering::Relaxed);
+                self.keys.add(shard_of(hash), 1);
                 true
             }
         }

@@ -32,8 +32,8 @@ pub mod superblock;
 mod sync;
 mod write;
 
-pub use engram_pmem::{FlushInstruction, Mode, ModeChoice};
+pub use engram_pmem::{CrashPoint, CrashSim, FlushInstruction, Mode, ModeChoice, PersistObserver};
 pub use error::{Error, Result};
-pub use options::{CompactionOptions, Options, SyncPolicy};
+pub use options::{CompactionOptions, FaultInjection, Observer, Options, SyncPolicy};
 pub use record::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use store::{RecoveryReport, Stats, Store, ValueRef};

@@ -1,6 +1,7 @@
+use std::sync::Arc;
 use std::time::Duration;
 
-use engram_pmem::{FlushInstruction, ModeChoice};
+use engram_pmem::{FlushInstruction, ModeChoice, PersistObserver};
 
 use crate::{Error, Result};
 
@@ -83,6 +84,31 @@ pub struct Options {
     pub file_limit_bytes: Option<u64>,
     /// Pre-fault new parts of the mapping for writing.
     pub populate: bool,
+    /// Sees every store, flush and fence made to the data file: the hook of
+    /// the crash simulator (`engram_pmem::CrashSim`). `None` in normal use.
+    pub observer: Option<Observer>,
+    /// Deliberate defects, for tests that check the checkers.
+    #[doc(hidden)]
+    pub faults: FaultInjection,
+}
+
+/// A persistence observer, wrapped so `Options` stays `Clone + Debug`.
+#[derive(Clone)]
+pub struct Observer(pub Arc<dyn PersistObserver>);
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
+}
+
+/// Defects a test can switch on to prove that its checks catch them.
+#[doc(hidden)]
+#[derive(Clone, Debug, Default)]
+pub struct FaultInjection {
+    /// Skip the persist of each new record (the mutation of issue 6: the
+    /// crash explorer must catch it).
+    pub skip_record_persist: bool,
 }
 
 impl Default for Options {
@@ -99,6 +125,8 @@ impl Default for Options {
             compaction: CompactionOptions::default(),
             file_limit_bytes: None,
             populate: true,
+            observer: None,
+            faults: FaultInjection::default(),
         }
     }
 }

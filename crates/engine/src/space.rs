@@ -8,12 +8,17 @@
 //!
 //! Freed blocks return to the set only after an epoch has passed
 //! (crossbeam-epoch), so a reader that found an offset just before its record
-//! was retired finishes copying before the space can be written again.
+//! was retired finishes copying before the space can be written again. The
+//! deferred function only queues the block (lock-free): crossbeam runs it on
+//! whichever thread next advances the epoch, possibly one holding this
+//! store's locks, so the release itself (FREE headers, the free set) happens
+//! when an allocator drains the queue.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crossbeam_queue::SegQueue;
 use engram_pmem::{PmemOffset, Region};
 use parking_lot::{Mutex, RwLock};
 
@@ -39,6 +44,8 @@ pub struct Space {
     /// reopened by another handle.
     closed: RwLock<bool>,
     pub blocks_freed: AtomicU64,
+    /// Dead blocks whose epoch has passed, waiting to be released.
+    ready: SegQueue<u32>,
 }
 
 struct FreeBlocks {
@@ -63,6 +70,7 @@ impl Space {
             next_generation: AtomicU32::new(1),
             closed: RwLock::new(false),
             blocks_freed: AtomicU64::new(0),
+            ready: SegQueue::new(),
             block_bytes,
             region,
         }
@@ -73,7 +81,7 @@ impl Space {
     }
 
     pub fn free_blocks(&self) -> u64 {
-        self.free_count.load(Ordering::Relaxed)
+        self.free_count.load(Ordering::Relaxed) + self.ready.len() as u64
     }
 
     pub fn live_bytes(&self) -> u64 {
@@ -147,6 +155,7 @@ impl Space {
 
     /// Takes the lowest free block, if any.
     pub fn take_free(&self) -> Option<u32> {
+        self.release_ready();
         let mut free = self.free.lock();
         let id = free.set.pop_first()?;
         self.free_count.fetch_sub(1, Ordering::Relaxed);
@@ -155,6 +164,7 @@ impl Space {
 
     /// Takes a free block, growing the file when there is none.
     pub fn take_free_or_grow(&self) -> Result<u32> {
+        self.release_ready();
         let mut free = self.free.lock();
         if free.set.is_empty() {
             self.grow_locked(&mut free, 1)?;
@@ -166,6 +176,7 @@ impl Space {
 
     /// Takes `n` contiguous free blocks (an extent), growing if no run fits.
     pub fn take_run(&self, n: u32) -> Result<u32> {
+        self.release_ready();
         let mut free = self.free.lock();
         let head = match find_run(&free.set, n) {
             Some(head) => head,
@@ -267,10 +278,18 @@ impl Space {
         let guard = crossbeam_epoch::pin();
         guard.defer(move || {
             if let Some(space) = space.upgrade() {
-                space.release(id)
+                space.ready.push(id)
             }
         });
         guard.flush();
+    }
+
+    /// Releases every block whose epoch has passed. Called by allocators,
+    /// before they take the free-set lock.
+    pub fn release_ready(&self) {
+        while let Some(id) = self.ready.pop() {
+            self.release(id);
+        }
     }
 
     /// Returns a dead block or extent to the free set. An extent's blocks get

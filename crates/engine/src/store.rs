@@ -298,6 +298,7 @@ impl Store {
             }
         }
         compaction::flush_epochs();
+        self.inner.space.release_ready();
         Ok(total)
     }
 
@@ -392,7 +393,7 @@ fn region_options(options: &Options) -> RegionOptions {
         reserve_bytes: options.reserve_bytes,
         populate: options.populate,
         file_limit_bytes: options.file_limit_bytes,
-        observer: None,
+        observer: options.observer.as_ref().map(|observer| observer.0.clone()),
     }
 }
 
@@ -427,7 +428,12 @@ fn create_data_file(dir: &Path, path: &Path, options: &Options) -> Result<()> {
         let region = Region::create(
             &temporary,
             (initial_blocks + 1) * block_bytes,
-            region_options(options),
+            // A new file is made durable by msync and rename, not by the
+            // flush discipline; an observer watches the file once it exists.
+            RegionOptions {
+                observer: None,
+                ..region_options(options)
+            },
         )
         .map_err(Error::from_growth)?;
         let store_id = hash_key(

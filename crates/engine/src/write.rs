@@ -170,7 +170,9 @@ impl Inner {
         let seq = seq.unwrap_or_else(|| self.seq.fetch_add(1, Ordering::Relaxed));
         let region = self.region();
         record::write(region, at, lane.generation, seq, key, value);
-        region.persist(at, size);
+        if !self.options.faults.skip_record_persist {
+            region.persist(at, size);
+        }
         Ok((at.0, seq))
     }
 

@@ -35,6 +35,7 @@
 //! internal lock; the mapped length only increases and the base address never
 //! moves, so offsets and slices handed out stay valid for the region's life.
 
+pub mod crashsim;
 mod error;
 mod flush;
 mod mode;
@@ -42,6 +43,7 @@ mod observer;
 mod offset;
 mod region;
 
+pub use crashsim::{CrashPoint, CrashSim};
 pub use error::{Error, Result};
 pub use flush::{cpu_supports, FlushInstruction};
 pub use mode::{Mode, ModeChoice};

@@ -5,11 +5,13 @@
 /// materialises from that the images a power failure could leave. Normal runs
 /// have no observer, and the hooks cost one predictable branch.
 pub trait PersistObserver: Send + Sync {
-    /// `len` bytes at `offset` were just stored (the new contents are in the
-    /// region when this is called).
-    fn on_store(&self, offset: u64, len: u64);
+    /// `bytes` were just stored at `offset` (for atomics: the word's new
+    /// value).
+    fn on_store(&self, offset: u64, bytes: &[u8]);
     /// The cache lines covering `[offset, offset + len)` were flushed.
     fn on_flush(&self, offset: u64, len: u64);
     /// A store fence: every flushed line is now persistent.
     fn on_fence(&self);
+    /// The region grew to `new_len` bytes; the new range reads as zeros.
+    fn on_grow(&self, _new_len: u64) {}
 }

@@ -322,6 +322,9 @@ impl Region {
             return Err(error);
         }
         self.len.store(new_len, Ordering::Release);
+        if let Some(observer) = &self.observer {
+            observer.on_grow(new_len);
+        }
         Ok(())
     }
 
@@ -396,7 +399,7 @@ impl Region {
         // which the engine never does for a range it writes.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), pointer, bytes.len()) };
         if let Some(observer) = &self.observer {
-            observer.on_store(offset.0, bytes.len() as u64);
+            observer.on_store(offset.0, bytes);
         }
     }
 
@@ -407,7 +410,7 @@ impl Region {
         // SAFETY: both ranges are in bounds; `copy` tolerates overlap.
         unsafe { std::ptr::copy(from, to, len as usize) };
         if let Some(observer) = &self.observer {
-            observer.on_store(target.0, len);
+            observer.on_store(target.0, self.read(target, len));
         }
     }
 
@@ -434,14 +437,14 @@ impl Region {
     #[inline]
     pub fn store_u64(&self, offset: PmemOffset, value: u64) {
         self.atomic(offset).store(value, Ordering::Release);
-        self.observed_store(offset, 8);
+        self.observed_store(offset, value);
     }
 
     /// Atomic OR, returning the previous word.
     #[inline]
     pub fn fetch_or_u64(&self, offset: PmemOffset, bits: u64) -> u64 {
         let previous = self.atomic(offset).fetch_or(bits, Ordering::AcqRel);
-        self.observed_store(offset, 8);
+        self.observed_store(offset, previous | bits);
         previous
     }
 
@@ -449,7 +452,7 @@ impl Region {
     #[inline]
     pub fn fetch_add_u64(&self, offset: PmemOffset, delta: u64) -> u64 {
         let previous = self.atomic(offset).fetch_add(delta, Ordering::AcqRel);
-        self.observed_store(offset, 8);
+        self.observed_store(offset, previous.wrapping_add(delta));
         previous
     }
 
@@ -465,15 +468,15 @@ impl Region {
             self.atomic(offset)
                 .compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire);
         if result.is_ok() {
-            self.observed_store(offset, 8);
+            self.observed_store(offset, new);
         }
         result
     }
 
     #[inline]
-    fn observed_store(&self, offset: PmemOffset, len: u64) {
+    fn observed_store(&self, offset: PmemOffset, new_value: u64) {
         if let Some(observer) = &self.observer {
-            observer.on_store(offset.0, len);
+            observer.on_store(offset.0, &new_value.to_le_bytes());
         }
     }
 
@@ -717,7 +720,7 @@ mod tests {
         std::sync::atomic::AtomicU64,
     );
     impl PersistObserver for Counter {
-        fn on_store(&self, _: u64, _: u64) {
+        fn on_store(&self, _: u64, _: &[u8]) {
             self.0.fetch_add(1, Ordering::Relaxed);
         }
         fn on_flush(&self, _: u64, _: u64) {

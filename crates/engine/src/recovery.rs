@@ -261,14 +261,7 @@ fn scan_task(space: &Space, task: &Task, result: &mut ScanResult) {
             match record::parse(region, PmemOffset(at), end, generation) {
                 Ok(header) if !header.is_deleted() => {
                     collect(result, region, at, &header);
-                    for tail in head + 1..head + blocks {
-                        let meta = space.meta(tail);
-                        meta.generation.store(generation, Ordering::Relaxed);
-                        meta.state.store(state::EXTENT_TAIL, Ordering::Release);
-                    }
-                    let meta = space.meta(head);
-                    meta.extent_blocks.store(blocks, Ordering::Relaxed);
-                    meta.state.store(state::EXTENT_HEAD, Ordering::Release);
+                    space.mark_extent(head, blocks, generation);
                     space.add_live(head, header.encoded_bytes());
                 }
                 outcome => {

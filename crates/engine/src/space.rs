@@ -237,6 +237,13 @@ impl Space {
             extent_blocks: n,
         }
         .write(&self.region, self.block_offset(head));
+        self.meta(head).live_bytes.store(0, Ordering::Relaxed);
+        self.mark_extent(head, n, generation);
+        generation
+    }
+
+    /// DRAM state of a live extent: its head and its tails.
+    pub fn mark_extent(&self, head: u32, n: u32, generation: u32) {
         for id in head + 1..head + n {
             let meta = self.meta(id);
             meta.generation.store(generation, Ordering::Relaxed);
@@ -245,9 +252,7 @@ impl Space {
         let meta = self.meta(head);
         meta.generation.store(generation, Ordering::Relaxed);
         meta.extent_blocks.store(n, Ordering::Relaxed);
-        meta.live_bytes.store(0, Ordering::Relaxed);
         meta.state.store(state::EXTENT_HEAD, Ordering::Release);
-        generation
     }
 
     /// Frees a block (or extent) whose live bytes reached zero, once no
@@ -305,15 +310,7 @@ impl Space {
         // Extents always span two blocks or more: a record that fits one
         // block goes into a log block.
         if n > 1 {
-            let generation = meta.generation.load(Ordering::Relaxed);
-            for block in (id..id + n).rev() {
-                BlockHeader {
-                    kind: BlockKind::Free,
-                    generation,
-                    extent_blocks: 1,
-                }
-                .write(&self.region, self.block_offset(block));
-            }
+            self.write_free_headers(id, n, meta.generation.load(Ordering::Relaxed));
         }
         for block in id..id + n {
             let meta = self.meta(block);
@@ -327,6 +324,13 @@ impl Space {
     /// Writes FREE headers over a dead extent found by recovery (the same
     /// discipline as `release`, run before its blocks are handed out).
     pub fn free_dead_extent(&self, head: u32, n: u32, generation: u32) {
+        self.write_free_headers(head, n, generation);
+        self.add_free(head..head + n);
+    }
+
+    /// FREE headers over an extent's blocks, tails first and head last: until
+    /// the head changes, recovery still steps over the whole extent.
+    fn write_free_headers(&self, head: u32, n: u32, generation: u32) {
         for block in (head..head + n).rev() {
             BlockHeader {
                 kind: BlockKind::Free,
@@ -335,7 +339,6 @@ impl Space {
             }
             .write(&self.region, self.block_offset(block));
         }
-        self.add_free(head..head + n);
     }
 
     /// Stops all further deferred work on this region.

@@ -107,7 +107,7 @@ impl Shared {
         self.points += 1;
         let choices = point.choices();
         let prefixes: Vec<Vec<usize>> = if point.image_count() <= EXHAUSTIVE_LIMIT {
-            all_prefixes(&choices)
+            point.all_prefixes()
         } else {
             let mut list = vec![
                 vec![0; choices.len()],
@@ -136,26 +136,6 @@ fn random_prefix(rng: &mut StdRng, point: &CrashPoint<'_>) -> Vec<usize> {
         .iter()
         .map(|n| rng.random_range(0..*n))
         .collect()
-}
-
-fn all_prefixes(choices: &[usize]) -> Vec<Vec<usize>> {
-    let mut all = Vec::new();
-    let mut prefix = vec![0; choices.len()];
-    loop {
-        all.push(prefix.clone());
-        let mut i = 0;
-        loop {
-            if i == prefix.len() {
-                return all;
-            }
-            prefix[i] += 1;
-            if prefix[i] < choices[i] {
-                break;
-            }
-            prefix[i] = 0;
-            i += 1;
-        }
-    }
 }
 
 /// Everything a store holds, read through `get`, checked against `scan` and `len`.

@@ -208,6 +208,30 @@ impl CrashPoint<'_> {
             .fold(1u128, |product, n| product.saturating_mul(*n as u128))
     }
 
+    /// Every prefix choice, for exhaustive exploration (there are
+    /// `image_count()` of them: check it first).
+    pub fn all_prefixes(&self) -> Vec<Vec<usize>> {
+        let choices = self.choices();
+        let mut all = Vec::new();
+        let mut prefix = vec![0; choices.len()];
+        loop {
+            all.push(prefix.clone());
+            // Count in a mixed radix: line i has choices[i] digits.
+            let mut i = 0;
+            loop {
+                if i == prefix.len() {
+                    return all;
+                }
+                prefix[i] += 1;
+                if prefix[i] < choices[i] {
+                    break;
+                }
+                prefix[i] = 0;
+                i += 1;
+            }
+        }
+    }
+
     /// The image in which line `i` kept the first `prefix[i]` of its
     /// pending words.
     pub fn image(&self, prefix: &[usize]) -> Vec<u8> {
@@ -242,24 +266,11 @@ mod tests {
     use super::*;
 
     fn all_images(point: &CrashPoint<'_>) -> Vec<Vec<u8>> {
-        let choices = point.choices();
-        let mut prefix = vec![0; choices.len()];
-        let mut images = Vec::new();
-        loop {
-            images.push(point.image(&prefix));
-            let mut i = 0;
-            loop {
-                if i == prefix.len() {
-                    return images;
-                }
-                prefix[i] += 1;
-                if prefix[i] < choices[i] {
-                    break;
-                }
-                prefix[i] = 0;
-                i += 1;
-            }
-        }
+        point
+            .all_prefixes()
+            .iter()
+            .map(|prefix| point.image(prefix))
+            .collect()
     }
 
     #[test]

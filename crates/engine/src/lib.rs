@@ -23,6 +23,7 @@ mod counter;
 mod error;
 mod index;
 mod lanes;
+mod lock;
 mod options;
 pub mod record;
 mod recovery;

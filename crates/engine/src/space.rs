@@ -17,6 +17,7 @@
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crossbeam_queue::SegQueue;
 use engram_pmem::{PmemOffset, Region};
@@ -26,6 +27,10 @@ use crate::block::{state, BlockHeader, BlockKind, BlockMeta, BlockTable, BLOCK_H
 use crate::counter::StripedCounter;
 use crate::superblock::Superblock;
 use crate::{Error, Result};
+
+/// How long a writer that found no space waits for dead blocks to clear
+/// their epoch before reporting the disk full.
+const SETTLE_BEFORE_NO_SPACE: Duration = Duration::from_millis(100);
 
 pub struct Space {
     pub region: Region,
@@ -46,6 +51,8 @@ pub struct Space {
     pub blocks_freed: AtomicU64,
     /// Dead blocks whose epoch has passed, waiting to be released.
     ready: SegQueue<u32>,
+    /// Dead blocks still waiting for their epoch.
+    pending_frees: AtomicU64,
 }
 
 struct FreeBlocks {
@@ -71,6 +78,7 @@ impl Space {
             closed: RwLock::new(false),
             blocks_freed: AtomicU64::new(0),
             ready: SegQueue::new(),
+            pending_frees: AtomicU64::new(0),
             block_bytes,
             region,
         }
@@ -162,8 +170,25 @@ impl Space {
         Some(id)
     }
 
-    /// Takes a free block, growing the file when there is none.
+    /// Takes a free block, growing the file when there is none. A full disk
+    /// is reported only after blocks already dead have cleared their epoch.
     pub fn take_free_or_grow(&self) -> Result<u32> {
+        self.unless_frees_pending(|space| space.try_take_free_or_grow())
+    }
+
+    /// Runs `take`; if it finds no space while dead blocks are still waiting
+    /// for their epoch, lets them settle and tries once more.
+    fn unless_frees_pending<T>(&self, take: impl Fn(&Space) -> Result<T>) -> Result<T> {
+        match take(self) {
+            Err(Error::NoSpace(_)) if self.pending_frees.load(Ordering::Acquire) > 0 => {
+                self.settle_frees(SETTLE_BEFORE_NO_SPACE);
+                take(self)
+            }
+            other => other,
+        }
+    }
+
+    fn try_take_free_or_grow(&self) -> Result<u32> {
         self.release_ready();
         let mut free = self.free.lock();
         if free.set.is_empty() {
@@ -176,6 +201,10 @@ impl Space {
 
     /// Takes `n` contiguous free blocks (an extent), growing if no run fits.
     pub fn take_run(&self, n: u32) -> Result<u32> {
+        self.unless_frees_pending(|space| space.try_take_run(n))
+    }
+
+    fn try_take_run(&self, n: u32) -> Result<u32> {
         self.release_ready();
         let mut free = self.free.lock();
         let head = match find_run(&free.set, n) {
@@ -280,13 +309,36 @@ impl Space {
         // Weak: a store that is closed meanwhile is unmapped at once rather
         // than kept alive by frees that no longer matter.
         let space = Arc::downgrade(self);
+        self.pending_frees.fetch_add(1, Ordering::AcqRel);
         let guard = crossbeam_epoch::pin();
         guard.defer(move || {
             if let Some(space) = space.upgrade() {
-                space.ready.push(id)
+                space.ready.push(id);
+                space.pending_frees.fetch_sub(1, Ordering::AcqRel);
             }
         });
         guard.flush();
+    }
+
+    /// Waits (up to `patience`) until every dead block has cleared its epoch
+    /// and is back in the free set. The epoch advances only when no thread in
+    /// the process is pinned, so this pushes it along and polls. Returns
+    /// whether everything settled.
+    pub fn settle_frees(&self, patience: Duration) -> bool {
+        let deadline = Instant::now() + patience;
+        loop {
+            for _ in 0..4 {
+                crossbeam_epoch::pin().flush();
+            }
+            self.release_ready();
+            if self.pending_frees.load(Ordering::Acquire) == 0 {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// Releases every block whose epoch has passed. Called by allocators,

@@ -15,7 +15,6 @@
 //! Writers release their lane before publishing to the index; compaction and
 //! in-place updates take a shard lock, then (compaction) its own lane.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,6 +27,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::counter::StripedCounter;
 use crate::index::{hash_key, Index};
 use crate::lanes::{Lane, Lanes};
+use crate::lock::DirectoryLock;
 use crate::record;
 use crate::space::Space;
 use crate::superblock::Superblock;
@@ -36,7 +36,8 @@ use crate::{compaction, recovery, Error, Options, Result, SyncPolicy};
 
 /// The data file inside a store's directory.
 pub const DATA_FILE: &str = "values.pmem";
-const LOCK_FILE: &str = "LOCK";
+/// How long `compact_now` waits for freed blocks to clear their epoch.
+const SETTLE_FREES_PATIENCE: Duration = Duration::from_secs(2);
 
 /// An open store. Share it between threads by reference or `Arc`
 /// (`Store: Send + Sync`); every method takes `&self`.
@@ -44,7 +45,7 @@ pub struct Store {
     inner: Arc<Inner>,
     background: Vec<JoinHandle<()>>,
     finished: bool,
-    _lock: File,
+    _lock: DirectoryLock,
 }
 
 pub(crate) struct Inner {
@@ -119,7 +120,7 @@ impl Store {
         options.validate()?;
         let dir = dir.as_ref();
         std::fs::create_dir_all(dir).map_err(|e| Error::io("creating data directory", dir, e))?;
-        let lock = lock_directory(dir)?;
+        let lock = DirectoryLock::acquire(dir)?;
         let path = dir.join(DATA_FILE);
         if !path.exists() {
             create_data_file(dir, &path, &options)?;
@@ -297,8 +298,7 @@ impl Store {
                 break;
             }
         }
-        compaction::flush_epochs();
-        self.inner.space.release_ready();
+        self.inner.space.settle_frees(SETTLE_FREES_PATIENCE);
         Ok(total)
     }
 
@@ -394,23 +394,6 @@ fn region_options(options: &Options) -> RegionOptions {
         populate: options.populate,
         file_limit_bytes: options.file_limit_bytes,
         observer: options.observer.as_ref().map(|observer| observer.0.clone()),
-    }
-}
-
-/// Takes an exclusive lock on `DIR/LOCK` for the life of the store, so two
-/// processes (or two handles) never open one store.
-fn lock_directory(dir: &Path) -> Result<File> {
-    let path = dir.join(LOCK_FILE);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| Error::io("opening lock file", &path, e))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked { path: dir.into() }),
-        Err(std::fs::TryLockError::Error(e)) => Err(Error::io("locking", &path, e)),
     }
 }
 
@@ -712,5 +695,44 @@ mod tests {
         );
         assert!("periodic:0".parse::<SyncPolicy>().is_err());
         assert!("sometimes".parse::<SyncPolicy>().is_err());
+    }
+
+    /// Found by the disk-full tests: with another thread constantly pinned
+    /// in reads, freed blocks used to stay pending after `compact_now`, and
+    /// a store at its quota refused puts though half its blocks were dead.
+    #[test]
+    fn space_freed_by_deletes_is_usable_at_the_quota_despite_busy_readers() {
+        let other_dir = tempfile::tempdir().unwrap();
+        let other = Store::open(other_dir.path(), small()).unwrap();
+        other.put(b"x", b"y").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let options = Options {
+            file_limit_bytes: Some(4 << 20),
+            write_lanes: 2,
+            ..small()
+        };
+        let store = Store::open(dir.path(), options).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    other.get(b"x").unwrap();
+                }
+            });
+            let mut keys = 0u32;
+            while store.put(&keys.to_le_bytes(), &[7u8; 1000]).is_ok() {
+                keys += 1;
+            }
+            for key in 0..keys / 2 {
+                store.delete(&key.to_le_bytes()).unwrap();
+            }
+            store.compact_now().unwrap();
+            for key in 0..keys / 4 {
+                store
+                    .put(&key.to_le_bytes(), &[8u8; 1000])
+                    .expect("space freed by deletes is reused");
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
     }
 }

@@ -515,7 +515,11 @@ fn crash_images_never_violate_the_invariants() {
         }
     });
     let failures = failures.into_inner().unwrap();
-    assert!(failures.is_empty(), "crash explorer found a violation ({})", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "crash explorer found a violation ({})",
+        failures.join("\n")
+    );
     let images = images.into_inner();
     eprintln!(
         "crash explorer: {images} images at {} crash points over {} seeds on {workers} threads in {:.1?}, no violation",

@@ -1,0 +1,115 @@
+//! Overwrite-heavy load: compaction must keep the data file within a small
+//! multiple of the live data, and every key must hold its latest value.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{data_file, pattern, seed_from_env, small_options, watchdog};
+use engram_engine::{Options, Store};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+
+const KEYS: u64 = 20_000;
+const VALUE_BYTES: usize = 1024;
+const ROUNDS: u64 = 20;
+const THREADS: u64 = 2;
+
+fn options() -> Options {
+    Options {
+        block_size_bytes: 64 << 10,
+        grow_bytes: 256 << 10,
+        write_lanes: 4,
+        ..small_options()
+    }
+}
+
+fn key(k: u64) -> Vec<u8> {
+    format!("overwrite-{k:08}").into_bytes()
+}
+
+fn value(k: u64, round: u64) -> Vec<u8> {
+    let mut value = pattern(k << 8 | round, VALUE_BYTES);
+    value[..8].copy_from_slice(&round.to_le_bytes());
+    value
+}
+
+fn check_latest(store: &Store, when: &str) {
+    for k in 0..KEYS {
+        let found = store
+            .get(&key(k))
+            .unwrap()
+            .unwrap_or_else(|| panic!("{when}: key {k} lost"));
+        if found != value(k, ROUNDS - 1) {
+            let round = u64::from_le_bytes(found[..8].try_into().unwrap());
+            panic!("{when}: key {k} holds round {round}, not the last round");
+        }
+    }
+    assert_eq!(store.len(), KEYS, "{when}: len()");
+}
+
+#[test]
+fn overwrites_keep_the_file_near_the_live_size() {
+    let _watchdog = watchdog(
+        "overwrites_keep_the_file_near_the_live_size",
+        Duration::from_secs(120),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = data_file(dir.path());
+    let store = Store::open(dir.path(), options()).unwrap();
+    let live_bytes = KEYS * (key(0).len() + VALUE_BYTES) as u64;
+    let seed = seed_from_env("ENGRAM_OVERWRITE_SEED");
+    let started = Instant::now();
+    let peak_file_bytes = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let (store, path, peak) = (&store, &path, &peak_file_bytes);
+            scope.spawn(move || {
+                // A new random order every round, so that blocks die
+                // piecemeal and compaction, not luck, keeps the file small.
+                let mut rng = StdRng::seed_from_u64(seed ^ thread);
+                let mut keys: Vec<u64> = (thread..KEYS).step_by(THREADS as usize).collect();
+                for round in 0..ROUNDS {
+                    keys.shuffle(&mut rng);
+                    for &k in &keys {
+                        store.put(&key(k), &value(k, round)).unwrap();
+                    }
+                    let file_bytes = std::fs::metadata(path).unwrap().len();
+                    peak.fetch_max(file_bytes, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    let written = Instant::now();
+    store.compact_now().unwrap();
+    let file_bytes = std::fs::metadata(&path).unwrap().len();
+    let stats = store.stats();
+    eprintln!(
+        "{} MiB written in {:.1?}, compacted in {:.1?}: file {} KiB (peak {} KiB), \
+         {} KiB live data, {} compactions, {} records moved",
+        (KEYS * ROUNDS * VALUE_BYTES as u64) >> 20,
+        written - started,
+        written.elapsed(),
+        file_bytes >> 10,
+        peak_file_bytes.into_inner() >> 10,
+        live_bytes >> 10,
+        stats.compactions,
+        stats.records_moved
+    );
+    assert_eq!(stats.file_bytes, file_bytes);
+    assert!(
+        file_bytes * 2 < live_bytes * 5,
+        "data file is {file_bytes} bytes for {live_bytes} bytes of live data (over 2.5x)"
+    );
+    check_latest(&store, "after the overwrites");
+    store.crash();
+    let store = Store::open(dir.path(), options()).unwrap();
+    check_latest(&store, "after a crash");
+    store.compact_now().unwrap();
+    let file_bytes = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        file_bytes * 2 < live_bytes * 5,
+        "after recovery the data file is {file_bytes} bytes for {live_bytes} bytes of live data"
+    );
+}

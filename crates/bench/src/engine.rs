@@ -1,399 +1,468 @@
-//! `engram bench engine`: Viper's micro-benchmarks over every system.
+//! `engram bench engine`: Viper's micro-benchmarks (VLDB 2021, 5.3.1) over
+//! Engram and its peers, in one process, one system at a time.
+//!
+//! One run of one system: open a fresh store, prefill it, measure insert,
+//! get, update and delete (the `runner`), check the key count, then crash it
+//! and time its recovery with 1 and with 2 recovery threads, each from its
+//! own copy of the crash image, checking the key count after each. With several runs, the systems take turns run by run
+//! (engram, peer, peer, engram, ...) so that drift in the machine (page
+//! cache, frequency, other tenants) spreads over all of them instead of
+//! landing on whichever ran last; each result is the median run.
 
-use std::path::PathBuf;
-use std::sync::Barrier;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
 use engram_engine::FlushInstruction;
-use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde::Serialize;
 
-use crate::systems::{self, EngramSettings, KvSystem, SystemKind};
-use crate::workload::{fill_key, slice, value, Distribution, KeyChooser};
+use crate::crash_image;
+use crate::error::{BenchError, Result};
+use crate::report::{Report, Sample};
+use crate::runner::{self, Workload};
+use crate::systems::{self, KvSystem, OpenSettings, SystemKind};
+use crate::workload::{Distribution, Op, ValuePool, MIN_KEY_BYTES};
 
-/// The measured operations, in the order they run on one store.
-pub const OPS: [&str; 5] = ["prefill", "insert", "get", "update", "delete"];
-/// Recovery is timed with these thread counts.
+/// Recovery is timed with these thread counts, in this order.
 pub const RECOVERY_THREADS: [usize; 2] = [1, 2];
-/// Progress bars advance in steps of this many operations per thread.
-const PROGRESS_STEP: u64 = 4096;
-/// Latencies above a minute are clamped (HdrHistogram needs a bound).
-const MAX_LATENCY_NS: u64 = 60_000_000_000;
+/// More benchmark threads than this is a typo, not an experiment.
+pub const MAX_THREADS: usize = 1024;
+/// Runs per system; each keeps a few histograms' summaries, nothing more.
+pub const MAX_RUNS: usize = 1000;
+/// Seeds the value pool, so every run and every system stores the same bytes.
+const VALUE_SEED: u64 = 0xBEEF;
 
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// Records prefilled before the measured phases.
     pub records: u64,
-    /// Operations per measured phase.
+    /// Operations in each measured phase.
     pub ops: u64,
     pub threads: usize,
     pub runs: usize,
-    /// Engram first, then the peers.
-    pub systems: Vec<SystemKind>,
+    /// The peers measured besides Engram (Engram is always measured first).
+    pub peers: Vec<SystemKind>,
     pub flush: FlushInstruction,
     pub key_bytes: usize,
     pub value_bytes: usize,
     pub distribution: Distribution,
-    /// Where stores are created (one subdirectory per system and run).
+    /// Where stores are created, one subdirectory per system and run, each
+    /// removed when its run ends.
     pub dir: PathBuf,
+    /// Draw progress bars on standard error.
     pub progress: bool,
+    /// The command line, quoted in the report.
+    pub command: String,
 }
 
-#[derive(Clone, Debug, Serialize)]
-pub struct OpResult {
-    pub system: &'static str,
-    pub op: &'static str,
-    pub threads: usize,
-    /// Median over the runs.
-    pub ops_per_sec: f64,
-    pub p50_ns: u64,
-    pub p99_ns: u64,
-    pub p999_ns: u64,
-    /// Every run's throughput, to show the spread.
-    pub runs_ops_per_sec: Vec<f64>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct RecoveryResult {
-    pub system: &'static str,
-    pub records: u64,
-    pub threads: usize,
-    /// Median over the runs.
-    pub seconds: f64,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct ConfigSummary {
-    pub records: u64,
-    pub ops: u64,
-    pub threads: usize,
-    pub runs: usize,
-    pub key_bytes: usize,
-    pub value_bytes: usize,
-    pub distribution: String,
-    pub flush: String,
-    pub cores: usize,
-    pub kernel: String,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Report {
-    pub config: ConfigSummary,
-    pub results: Vec<OpResult>,
-    pub recovery: Vec<RecoveryResult>,
-}
-
-struct Phase {
-    ops_per_sec: f64,
-    histogram: Histogram<u64>,
-}
-
-pub fn run(config: &Config) -> Result<Report> {
-    if config.key_bytes < 8 {
-        bail!("--key-bytes must be at least 8 so that every record has a distinct key");
-    }
-    if config.records == 0 || config.ops == 0 || config.threads == 0 || config.runs == 0 {
-        bail!("--records, --ops, --threads and --runs must all be at least 1");
-    }
-    if config.ops > config.records {
-        bail!(
-            "--ops ({}) may not exceed --records ({})",
-            config.ops,
-            config.records
-        );
-    }
-    for kind in &config.systems {
-        if !kind.compiled() {
-            bail!(
-                "{} is not compiled into this binary; rebuild with `cargo build --release -p engram --features peers`",
-                kind.name()
-            );
-        }
-    }
-    std::fs::create_dir_all(&config.dir)
-        .with_context(|| format!("creating {}", config.dir.display()))?;
-    let settings = EngramSettings {
-        flush: config.flush,
-    };
-    let mut results = Vec::new();
-    let mut recovery = Vec::new();
-    for &kind in &config.systems {
-        let mut phases: Vec<Vec<Phase>> = OPS.iter().map(|_| Vec::new()).collect();
-        let mut recoveries: Vec<Vec<f64>> = RECOVERY_THREADS.iter().map(|_| Vec::new()).collect();
-        for run in 0..config.runs {
-            let dir = config.dir.join(format!("{}-{run}", kind.name()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir)?;
-            let mut system = systems::open(kind, &dir, &settings)?;
-            for (i, op) in OPS.iter().enumerate() {
-                let label = format!("{} {op} (run {}/{})", kind.name(), run + 1, config.runs);
-                phases[i].push(measure(config, system.as_ref(), op, &label)?);
+impl Config {
+    /// Engram first, then each named peer once.
+    pub fn systems(&self) -> Vec<SystemKind> {
+        let mut systems = vec![SystemKind::Engram];
+        for &peer in &self.peers {
+            if !systems.contains(&peer) {
+                systems.push(peer);
             }
-            if kind != SystemKind::Volatile {
-                for (i, threads) in RECOVERY_THREADS.iter().enumerate() {
-                    let (reopened, took) = system.crash_and_reopen(*threads)?;
-                    system = reopened;
-                    recoveries[i].push(took.as_secs_f64());
-                }
-            }
-            drop(system);
-            let _ = std::fs::remove_dir_all(&dir);
         }
-        for (i, op) in OPS.iter().enumerate() {
-            results.push(summarise(kind, op, config.threads, &mut phases[i]));
-        }
-        for (i, threads) in RECOVERY_THREADS.iter().enumerate() {
-            if !recoveries[i].is_empty() {
-                recovery.push(RecoveryResult {
-                    system: kind.name(),
-                    records: config.records,
-                    threads: *threads,
-                    seconds: median(&mut recoveries[i]),
+        systems
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        for system in self.systems() {
+            if !system.compiled() {
+                return Err(BenchError::PeerNotCompiled {
+                    system: system.name(),
                 });
             }
         }
-    }
-    Ok(Report {
-        config: ConfigSummary {
-            records: config.records,
-            ops: config.ops,
-            threads: config.threads,
-            runs: config.runs,
-            key_bytes: config.key_bytes,
-            value_bytes: config.value_bytes,
-            distribution: config.distribution.to_string(),
-            flush: config.flush.name().into(),
-            cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
-            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
-                .map(|s| s.trim().to_string())
-                .unwrap_or_default(),
-        },
-        results,
-        recovery,
-    })
-}
-
-/// Runs one phase on `config.threads` threads; each operation is timed.
-fn measure(config: &Config, system: &dyn KvSystem, op: &str, label: &str) -> Result<Phase> {
-    let total = if op == "prefill" {
-        config.records
-    } else {
-        config.ops
-    };
-    let bar = progress_bar(config.progress, total, label);
-    let threads = config.threads;
-    let start = Barrier::new(threads + 1);
-    let (elapsed, histograms) =
-        std::thread::scope(|scope| -> Result<(Duration, Vec<Histogram<u64>>)> {
-            let workers: Vec<_> = (0..threads)
-                .map(|thread| {
-                    let (start, bar) = (&start, &bar);
-                    scope.spawn(move || worker(config, system, op, thread, start, bar))
-                })
-                .collect();
-            start.wait();
-            let began = Instant::now();
-            let histograms = workers
-                .into_iter()
-                .map(|w| w.join().expect("benchmark thread panicked"))
-                .collect::<Result<Vec<_>>>()?;
-            Ok((began.elapsed(), histograms))
-        })?;
-    bar.finish_and_clear();
-    let mut histogram = new_histogram();
-    for h in &histograms {
-        histogram.add(h).expect("histograms share bounds");
-    }
-    Ok(Phase {
-        ops_per_sec: total as f64 / elapsed.as_secs_f64(),
-        histogram,
-    })
-}
-
-fn worker(
-    config: &Config,
-    system: &dyn KvSystem,
-    op: &str,
-    thread: usize,
-    start: &Barrier,
-    bar: &ProgressBar,
-) -> Result<Histogram<u64>> {
-    let mut histogram = new_histogram();
-    let mut key = vec![0u8; config.key_bytes];
-    let (first_value, second_value) = (value(config.value_bytes, 0), value(config.value_bytes, 1));
-    let threads = config.threads;
-    let fresh = slice(config.records, config.ops, thread, threads);
-    let mut chooser = KeyChooser::new(config.distribution, config.records, 0x5EED + thread as u64);
-    let count = match op {
-        "prefill" => slice(0, config.records, thread, threads).count() as u64,
-        "insert" | "delete" => fresh.clone().count() as u64,
-        _ => slice(0, config.ops, thread, threads).count() as u64,
-    };
-    // Deletes visit this thread's fresh keys in a scattered order.
-    let stride = coprime_stride(count);
-    start.wait();
-    for i in 0..count {
-        let id = match op {
-            "prefill" => slice(0, config.records, thread, threads).start + i,
-            "insert" => fresh.start + i,
-            "delete" => fresh.start + (i * stride) % count,
-            _ => chooser.next_id(),
-        };
-        fill_key(id, &mut key);
-        let began = Instant::now();
-        match op {
-            "prefill" | "insert" => system.put(&key, &first_value)?,
-            "update" => system.put(&key, &second_value)?,
-            "delete" => system.delete(&key)?,
-            "get" => {
-                if system.get(&key)?.is_none() {
-                    bail!("record {id} is missing: the system lost a write");
-                }
+        at_least("records", self.records, 1)?;
+        at_least("ops", self.ops, 1)?;
+        at_least("threads", self.threads as u64, 1)?;
+        at_least("runs", self.runs as u64, 1)?;
+        at_least("key-bytes", self.key_bytes as u64, MIN_KEY_BYTES as u64)?;
+        at_least("value-bytes", self.value_bytes as u64, 1)?;
+        at_most(
+            "threads",
+            self.threads as u64,
+            MAX_THREADS as u64,
+            "the benchmark's MAX_THREADS",
+        )?;
+        at_most(
+            "runs",
+            self.runs as u64,
+            MAX_RUNS as u64,
+            "the benchmark's MAX_RUNS",
+        )?;
+        for system in self.systems() {
+            if let Some((max_key_bytes, whose)) = system.key_limit() {
+                at_most("key-bytes", self.key_bytes as u64, max_key_bytes, whose)?;
             }
-            other => bail!("unknown operation {other}"),
         }
-        histogram.saturating_record(began.elapsed().as_nanos() as u64);
-        if (i + 1) % PROGRESS_STEP == 0 {
-            bar.inc(PROGRESS_STEP);
+        at_most(
+            "value-bytes",
+            self.value_bytes as u64,
+            engram_engine::MAX_VALUE_BYTES as u64,
+            "Engram's largest value",
+        )?;
+        // Records are numbered 0..records+ops; the numbers must not wrap.
+        at_most(
+            "ops",
+            self.ops,
+            u64::MAX - self.records,
+            "records + ops must fit 64 bits",
+        )?;
+        Ok(())
+    }
+}
+
+fn at_least(flag: &'static str, got: u64, min: u64) -> Result<()> {
+    if got < min {
+        return Err(BenchError::BelowMinimum { flag, min, got });
+    }
+    Ok(())
+}
+
+fn at_most(flag: &'static str, got: u64, max: u64, why: &'static str) -> Result<()> {
+    if got > max {
+        return Err(BenchError::AboveMaximum {
+            flag,
+            max,
+            got,
+            why,
+        });
+    }
+    Ok(())
+}
+
+/// What one system's runs measured.
+struct Samples {
+    kind: SystemKind,
+    /// Indexed like `Op::ALL`, one sample per run.
+    phases: Vec<Vec<Sample>>,
+    /// Indexed like `RECOVERY_THREADS`, one duration per run.
+    recoveries: Vec<Vec<Duration>>,
+}
+
+pub fn run(config: &Config) -> Result<Report> {
+    config.validate()?;
+    std::fs::create_dir_all(&config.dir)
+        .map_err(|e| BenchError::io("creating benchmark directory", &config.dir, e))?;
+    let values = ValuePool::new(config.value_bytes, VALUE_SEED);
+    let workload = Workload {
+        records: config.records,
+        ops: config.ops,
+        threads: config.threads,
+        key_bytes: config.key_bytes,
+        distribution: config.distribution,
+        values: &values,
+    };
+    let settings = OpenSettings {
+        flush: config.flush,
+        threads: config.threads,
+    };
+    let mut all_samples: Vec<Samples> = config
+        .systems()
+        .into_iter()
+        .map(|kind| Samples {
+            kind,
+            phases: Op::ALL.iter().map(|_| Vec::new()).collect(),
+            recoveries: RECOVERY_THREADS.iter().map(|_| Vec::new()).collect(),
+        })
+        .collect();
+    for run in 0..config.runs {
+        for samples in &mut all_samples {
+            one_run(config, run, &workload, &settings, samples)?;
         }
     }
-    Ok(histogram)
-}
-
-/// A stride that visits every index of `0..count` once (a prime that does
-/// not divide `count`, or 1).
-fn coprime_stride(count: u64) -> u64 {
-    const PRIME: u64 = 1_000_003;
-    if count > 1 && count % PRIME != 0 {
-        PRIME % count.max(1)
-    } else {
-        1
+    let mut report = Report::new(config);
+    for samples in &all_samples {
+        for (op, runs) in Op::ALL.iter().zip(&samples.phases) {
+            report.add_result(samples.kind, *op, config.threads, runs);
+        }
+        for (threads, runs) in RECOVERY_THREADS.iter().zip(&samples.recoveries) {
+            if !runs.is_empty() {
+                report.add_recovery(samples.kind, config.records, *threads, runs);
+            }
+        }
     }
-    .max(1)
+    Ok(report)
 }
 
-fn new_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3).expect("histogram bounds")
+fn one_run(
+    config: &Config,
+    run: usize,
+    workload: &Workload,
+    settings: &OpenSettings,
+    samples: &mut Samples,
+) -> Result<()> {
+    let kind = samples.kind;
+    let dir = config.dir.join(format!("{kind}-run{}", run + 1));
+    remove_if_present(&dir)?;
+    let system = systems::open(kind, &dir, settings)?;
+    for (op, phases) in Op::ALL.iter().zip(&mut samples.phases) {
+        let label = format!("{kind} {op} (run {}/{})", run + 1, config.runs);
+        let bar = progress_bar(config.progress, Some(workload.total(*op)), label);
+        let phase = runner::measure(system.as_ref(), kind.name(), *op, workload, &bar)?;
+        bar.finish_and_clear();
+        phases.push(Sample::of(&phase));
+    }
+    check_key_count(
+        system.as_ref(),
+        kind,
+        "after the delete phase",
+        config.records,
+    )?;
+    if !kind.survives_crash() {
+        drop(system);
+        return remove_if_present(&dir);
+    }
+    system.crash()?;
+    // One crash image per recovery: the store's own directory for the first,
+    // a copy made before any recovery for each other (see `crash_image`).
+    let images: Vec<PathBuf> = (0..RECOVERY_THREADS.len())
+        .map(|i| match i {
+            0 => dir.clone(),
+            _ => dir.with_file_name(format!("{kind}-run{}-image{i}", run + 1)),
+        })
+        .collect();
+    for image in &images[1..] {
+        remove_if_present(image)?;
+        crash_image::copy(&dir, image)?;
+    }
+    for ((threads, durations), image) in RECOVERY_THREADS
+        .iter()
+        .zip(&mut samples.recoveries)
+        .zip(&images)
+    {
+        let label = format!("{kind} recovery, {threads} thread(s)");
+        let spinner = progress_bar(config.progress, None, label);
+        let started = Instant::now();
+        let recovered = systems::reopen(kind, image, settings, *threads)?;
+        durations.push(started.elapsed());
+        spinner.finish_and_clear();
+        check_key_count(recovered.as_ref(), kind, "after recovery", config.records)?;
+        drop(recovered);
+        remove_if_present(image)?;
+    }
+    Ok(())
 }
 
-fn progress_bar(enabled: bool, total: u64, label: &str) -> ProgressBar {
+/// The store must hold exactly the prefilled records: inserts were all
+/// deleted again, and recovery must bring back every acknowledged write.
+fn check_key_count(
+    system: &dyn KvSystem,
+    kind: SystemKind,
+    when: &'static str,
+    expected: u64,
+) -> Result<()> {
+    match system.key_count()? {
+        Some(found) if found != expected => Err(BenchError::WrongKeyCount {
+            system: kind.name(),
+            when,
+            found,
+            expected,
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn remove_if_present(dir: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(BenchError::io("removing store directory", dir, e))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A bar over `total` operations, or a spinner when the length is unknown;
+/// hidden unless `enabled` (indicatif also hides it when standard error is
+/// not a terminal).
+fn progress_bar(enabled: bool, total: Option<u64>, label: String) -> ProgressBar {
     if !enabled {
         return ProgressBar::hidden();
     }
-    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    let bar = ProgressBar::with_draw_target(total, ProgressDrawTarget::stderr());
+    let template = match total {
+        // Under 80 columns, so the bar never wraps.
+        Some(_) => "{msg:<30} [{bar:25}] {percent:>3}% eta {eta}",
+        None => "{msg:<30} {spinner} {elapsed}",
+    };
     bar.set_style(
-        ProgressStyle::with_template("{msg:<32} [{bar:30}] {pos}/{len} ({per_sec}, eta {eta})")
-            .expect("progress template")
+        ProgressStyle::with_template(template)
+            .expect("constant progress template is valid")
             .progress_chars("=> "),
     );
-    bar.set_message(label.to_string());
-    bar
-}
-
-fn summarise(kind: SystemKind, op: &'static str, threads: usize, phases: &mut [Phase]) -> OpResult {
-    let runs_ops_per_sec: Vec<f64> = phases.iter().map(|p| p.ops_per_sec).collect();
-    phases.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
-    let median_run = &phases[phases.len() / 2];
-    OpResult {
-        system: kind.name(),
-        op,
-        threads,
-        ops_per_sec: median_run.ops_per_sec,
-        p50_ns: median_run.histogram.value_at_quantile(0.50),
-        p99_ns: median_run.histogram.value_at_quantile(0.99),
-        p999_ns: median_run.histogram.value_at_quantile(0.999),
-        runs_ops_per_sec,
+    bar.set_message(label);
+    if total.is_none() {
+        bar.enable_steady_tick(Duration::from_millis(100));
     }
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+    bar
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn tiny(dir: PathBuf) -> Config {
+    fn tiny(dir: &Path) -> Config {
         Config {
             records: 2000,
             ops: 1000,
             threads: 2,
             runs: 1,
-            systems: vec![SystemKind::Engram, SystemKind::Volatile],
+            peers: vec![SystemKind::Volatile],
             flush: FlushInstruction::None,
             key_bytes: 16,
             value_bytes: 200,
             distribution: Distribution::Uniform,
-            dir,
+            dir: dir.to_path_buf(),
             progress: false,
+            command: "test".into(),
         }
     }
 
+    /// Engram is always measured, so this run measures Engram and the map.
     #[test]
-    fn tiny_run_measures_every_op_for_every_system() {
+    fn tiny_run_over_the_volatile_map_measures_every_op() {
         let dir = tempfile::tempdir().unwrap();
-        let report = run(&tiny(dir.path().to_path_buf())).unwrap();
-        assert_eq!(report.results.len(), 2 * OPS.len());
+        let report = run(&tiny(dir.path())).unwrap();
+        for system in ["engram", "volatile"] {
+            let ops: Vec<&str> = report
+                .results
+                .iter()
+                .filter(|r| r.system == system)
+                .map(|r| r.op)
+                .collect();
+            assert_eq!(ops, ["prefill", "insert", "get", "update", "delete"]);
+        }
+        assert_eq!(report.results.len(), 2 * Op::ALL.len());
         for result in &report.results {
             assert!(result.ops_per_sec > 0.0, "{result:?}");
-            assert!(result.p50_ns <= result.p99_ns && result.p99_ns <= result.p999_ns);
+            assert!(result.p50_ns <= result.p99_ns, "{result:?}");
+            assert!(result.p99_ns <= result.p999_ns, "{result:?}");
+            assert_eq!(result.threads, 2);
         }
-        // Recovery is timed for the persistent system only.
-        assert_eq!(report.recovery.len(), RECOVERY_THREADS.len());
-        assert!(report.recovery.iter().all(|r| r.system == "engram"));
+        // Recovery is timed for the persistent system only, once per count.
+        let recovery: Vec<_> = report
+            .recovery
+            .iter()
+            .map(|r| (r.system, r.threads, r.records))
+            .collect();
+        assert_eq!(recovery, [("engram", 1, 2000), ("engram", 2, 2000)]);
+        // Every store directory was removed.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
     #[test]
-    fn json_has_the_documented_fields() {
+    fn engram_comes_first_and_each_peer_once() {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = tiny(dir.path().to_path_buf());
-        config.systems = vec![SystemKind::Volatile];
+        let config = Config {
+            peers: vec![
+                SystemKind::Volatile,
+                SystemKind::Engram,
+                SystemKind::Volatile,
+            ],
+            ..tiny(dir.path())
+        };
+        assert_eq!(config.systems(), [SystemKind::Engram, SystemKind::Volatile]);
+        let alone = Config {
+            peers: vec![],
+            ..tiny(dir.path())
+        };
+        assert_eq!(alone.systems(), [SystemKind::Engram]);
+    }
+
+    #[test]
+    fn bad_configurations_are_refused_with_the_flag_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = tiny(dir.path());
+        let refused = |config: Config| config.validate().unwrap_err().to_string();
+        assert!(refused(Config {
+            key_bytes: 4,
+            ..good.clone()
+        })
+        .contains("--key-bytes must be at least 8"));
+        assert!(refused(Config {
+            threads: 0,
+            ..good.clone()
+        })
+        .contains("--threads"));
+        assert!(refused(Config {
+            threads: MAX_THREADS + 1,
+            ..good.clone()
+        })
+        .contains("--threads may be at most 1024"));
+        assert!(refused(Config {
+            records: 0,
+            ..good.clone()
+        })
+        .contains("--records"));
+        assert!(refused(Config {
+            value_bytes: engram_engine::MAX_VALUE_BYTES + 1,
+            ..good.clone()
+        })
+        .contains("--value-bytes"));
+        assert!(refused(Config {
+            key_bytes: engram_engine::MAX_KEY_BYTES + 1,
+            ..good.clone()
+        })
+        .contains("Engram's longest key"));
+        good.validate().unwrap();
+    }
+
+    #[cfg(not(feature = "peers"))]
+    #[test]
+    fn a_peer_not_compiled_in_names_the_rebuild() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            peers: vec![SystemKind::Lmdb],
+            ..tiny(dir.path())
+        };
+        let error = run(&config).unwrap_err().to_string();
+        assert!(error.contains("lmdb is not compiled"), "{error}");
+        assert!(error.contains("--features peers"), "{error}");
+    }
+
+    /// Each peer runs every phase and recovers from its crash (LMDB's key
+    /// count is checked after each recovery; RocksDB cannot count exactly).
+    #[cfg(feature = "peers")]
+    #[test]
+    fn tiny_run_over_the_peers_times_their_recovery() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            peers: vec![SystemKind::RocksDb, SystemKind::Lmdb],
+            ..tiny(dir.path())
+        };
         let report = run(&config).unwrap();
-        let json: serde_json::Value = serde_json::to_value(&report).unwrap();
-        let row = &json["results"][0];
-        for field in [
-            "system",
-            "op",
-            "threads",
-            "ops_per_sec",
-            "p50_ns",
-            "p99_ns",
-            "p999_ns",
-        ] {
-            assert!(!row[field].is_null(), "missing {field}");
-        }
-        assert!(json["recovery"].is_array());
-        assert_eq!(json["config"]["records"], 2000);
+        assert_eq!(report.results.len(), 3 * Op::ALL.len());
+        let recovered: Vec<_> = report
+            .recovery
+            .iter()
+            .map(|r| (r.system, r.threads))
+            .collect();
+        assert_eq!(
+            recovered,
+            [
+                ("engram", 1),
+                ("engram", 2),
+                ("rocksdb", 1),
+                ("rocksdb", 2),
+                ("lmdb", 1),
+                ("lmdb", 2)
+            ]
+        );
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
+    #[cfg(feature = "peers")]
     #[test]
-    fn bad_configurations_are_refused() {
+    fn lmdb_refuses_keys_longer_than_it_stores() {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = tiny(dir.path().to_path_buf());
-        config.ops = config.records + 1;
-        assert!(run(&config).unwrap_err().to_string().contains("--ops"));
-        config.ops = 10;
-        config.key_bytes = 4;
-        assert!(run(&config)
-            .unwrap_err()
-            .to_string()
-            .contains("--key-bytes"));
-    }
-
-    #[test]
-    fn strides_visit_every_index_once() {
-        for count in [1u64, 2, 7, 1000, 1_000_003, 2_000_006] {
-            let stride = coprime_stride(count);
-            if count <= 10_000 {
-                let mut seen = vec![false; count as usize];
-                for i in 0..count {
-                    seen[((i * stride) % count) as usize] = true;
-                }
-                assert!(seen.iter().all(|s| *s), "count {count}");
-            }
-        }
+        let config = Config {
+            peers: vec![SystemKind::Lmdb],
+            key_bytes: 512,
+            ..tiny(dir.path())
+        };
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("LMDB's longest key"), "{error}");
     }
 }

@@ -1,18 +1,34 @@
 //! # engram-bench: benchmarks as experiments
 //!
-//! `engine` runs Viper's micro-benchmarks (VLDB 2021, 5.3.1): prefill N
-//! records, then measure insert (fresh keys), get (copied out), update
-//! (re-put of existing keys) and delete, each op timed into an HdrHistogram,
-//! plus recovery after a crash. Every system runs the same workload in the
-//! same process invocation, one after another, and the report gives the ratio
-//! of Engram to each peer. Peers: a volatile baseline (always), RocksDB and
-//! LMDB (with the `peers` feature).
+//! [`engine`] runs Viper's micro-benchmarks (VLDB 2021, section 5.3.1):
+//! prefill N records, then measure insert (fresh keys), get (value copied
+//! out), update (re-put of existing keys) and delete, each operation timed
+//! into an HdrHistogram, and then recovery after a crash. Every system runs
+//! the same workload in the same process invocation, one after another, and
+//! the report gives Engram's throughput as a multiple of each peer's.
+//!
+//! Systems: Engram, a volatile baseline (always), RocksDB and LMDB (with the
+//! `peers` feature). They sit behind one trait in [`systems`]; the workload
+//! (keys, values, key choice) is in [`workload`], the timed threads in
+//! [`runner`], the JSON and the table in [`report`]. Each timed recovery
+//! starts from its own copy of the crash image (`crash_image`).
 
+// The only unsafe code is heed's: opening an LMDB environment and setting its
+// flags are `unsafe fn`s. That module allows it and says why it is sound.
+#![deny(unsafe_code)]
+
+mod crash_image;
 pub mod engine;
-mod report;
-mod systems;
-mod workload;
+mod error;
+mod machine;
+pub mod report;
+pub mod runner;
+pub mod systems;
+pub mod workload;
 
-pub use engine::{run, Config, Report};
+pub use engine::{run, Config};
+pub use error::{BenchError, Result};
+pub use machine::Machine;
+pub use report::Report;
 pub use systems::SystemKind;
-pub use workload::Distribution;
+pub use workload::{Distribution, Op};

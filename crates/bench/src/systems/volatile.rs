@@ -1,47 +1,68 @@
-//! The volatile baseline: the same sharding and hash as Engram's DRAM index
-//! (4096 `RwLock`ed hashbrown tables chosen by xxh3 bits 20..32), holding
-//! keys and values in DRAM with nothing persistent. It shows how close to the
-//! limit of this index design the persistent store gets.
+//! The volatile baseline: Engram's DRAM index design with the values in DRAM
+//! too and nothing persistent. It shows how close to the limit of this index
+//! design the persistent store gets.
+//!
+//! Same sharding and hash as Engram's index (`engine::index`): 4096 shards,
+//! each a `parking_lot::RwLock` around a hashbrown table padded to its own
+//! cache line, the shard chosen by bits 20..32 of the key's xxh3-64 hash.
+//! The table is hashbrown's `HashTable` holding (hash, key, value) rather
+//! than a `HashMap<Box<[u8]>, Box<[u8]>>`: it hashes each key once, with
+//! xxh3, as Engram's index does, instead of a second time with the map's
+//! own hasher, and it never rehashes keys when it grows.
 
-use std::time::Duration;
-
-use anyhow::Result;
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 use parking_lot::RwLock;
 
 use super::KvSystem;
+use crate::error::Result;
 
-const SHARDS: usize = 4096;
+const SHARD_COUNT: usize = 4096;
+const SHARD_SHIFT: u32 = 20;
 
-type Entry = (u64, Box<[u8]>, Box<[u8]>);
+struct Entry {
+    hash: u64,
+    key: Box<[u8]>,
+    value: Box<[u8]>,
+}
+
+type Shard = RwLock<HashTable<Entry>>;
 
 pub struct VolatileMap {
-    shards: Box<[CachePadded<RwLock<HashTable<Entry>>>]>,
+    shards: Box<[CachePadded<Shard>]>,
 }
 
 impl VolatileMap {
     pub fn new() -> VolatileMap {
         VolatileMap {
-            shards: (0..SHARDS)
+            shards: (0..SHARD_COUNT)
                 .map(|_| CachePadded::new(RwLock::new(HashTable::new())))
                 .collect(),
         }
     }
 
-    fn shard(&self, hash: u64) -> &RwLock<HashTable<Entry>> {
-        &self.shards[((hash >> 20) as usize) & (SHARDS - 1)]
+    fn shard(&self, hash: u64) -> &Shard {
+        &self.shards[((hash >> SHARD_SHIFT) as usize) & (SHARD_COUNT - 1)]
     }
+}
+
+fn matches(hash: u64, key: &[u8]) -> impl Fn(&Entry) -> bool + '_ {
+    move |entry| entry.hash == hash && *entry.key == *key
 }
 
 impl KvSystem for VolatileMap {
     fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
         let hash = xxhash_rust::xxh3::xxh3_64(key);
         let mut table = self.shard(hash).write();
-        match table.find_mut(hash, |e| e.0 == hash && *e.1 == *key) {
-            Some(entry) => entry.2 = value.into(),
+        match table.find_mut(hash, matches(hash, key)) {
+            Some(entry) => entry.value = value.into(),
             None => {
-                table.insert_unique(hash, (hash, key.into(), value.into()), |e| e.0);
+                let entry = Entry {
+                    hash,
+                    key: key.into(),
+                    value: value.into(),
+                };
+                table.insert_unique(hash, entry, |e| e.hash);
             }
         }
         Ok(())
@@ -51,24 +72,33 @@ impl KvSystem for VolatileMap {
         let hash = xxhash_rust::xxh3::xxh3_64(key);
         let table = self.shard(hash).read();
         Ok(table
-            .find(hash, |e| e.0 == hash && *e.1 == *key)
-            .map(|e| e.2.to_vec()))
+            .find(hash, matches(hash, key))
+            .map(|entry| entry.value.to_vec()))
     }
 
-    fn delete(&self, key: &[u8]) -> Result<()> {
+    fn delete(&self, key: &[u8]) -> Result<bool> {
         let hash = xxhash_rust::xxh3::xxh3_64(key);
-        if let Ok(entry) = self
-            .shard(hash)
-            .write()
-            .find_entry(hash, |e| e.0 == hash && *e.1 == *key)
-        {
-            entry.remove();
+        let mut table = self.shard(hash).write();
+        match table.find_entry(hash, matches(hash, key)) {
+            Ok(entry) => {
+                entry.remove();
+                Ok(true)
+            }
+            Err(_) => Ok(false),
         }
-        Ok(())
     }
 
-    /// Nothing survives a crash: the baseline has no recovery to time.
-    fn crash_and_reopen(self: Box<Self>, _threads: usize) -> Result<(Box<dyn KvSystem>, Duration)> {
-        anyhow::bail!("the volatile baseline keeps nothing across a crash")
+    fn key_count(&self) -> Result<Option<u64>> {
+        Ok(Some(
+            self.shards
+                .iter()
+                .map(|shard| shard.read().len() as u64)
+                .sum(),
+        ))
+    }
+
+    /// Nothing to leave behind: the baseline keeps nothing across a crash.
+    fn crash(self: Box<Self>) -> Result<()> {
+        Ok(())
     }
 }

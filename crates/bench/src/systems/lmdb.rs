@@ -54,18 +54,19 @@ impl LmdbSystem {
             .max(DEFAULT_READERS);
         let mut options = EnvOpenOptions::new();
         options.map_size(MAP_BYTES).max_dbs(1).max_readers(readers);
-        // SAFETY: heed calls NO_SYNC and NO_META_SYNC unsafe because a system
-        // crash may then lose or (on a file system that reorders writes)
-        // damage the last commits. That is the durability this benchmark asks
-        // of every system (it simulates process crashes only), and the data
-        // is thrown away after the run.
+        // heed calls NO_SYNC and NO_META_SYNC unsafe because a system crash
+        // may then lose or (on a file system that reorders writes) damage the
+        // last commits. The benchmark simulates process crashes only, and the
+        // data is thrown away after the run.
+        // SAFETY: the durability given up is exactly what every system here gives up.
         unsafe {
             options.flags(EnvFlags::NO_SYNC | EnvFlags::NO_META_SYNC);
         }
-        // SAFETY: opening maps the file, which is undefined behaviour only if
-        // the file is modified behind LMDB's back. The directory is created
-        // for this run and used by nothing else, and an environment is always
-        // closed (`prepare_for_closing().wait()`) before it is opened again.
+        // Opening maps the file, which is undefined behaviour only if the file
+        // is modified behind LMDB's back. The directory is created for this
+        // run and used by nothing else, and an environment is always closed
+        // (`prepare_for_closing().wait()`) before it is opened again.
+        // SAFETY: nothing else touches this environment's files while it is open.
         let env = unsafe { options.open(dir)? };
         let mut transaction = env.write_txn()?;
         let db = env.create_database(&mut transaction, None)?;

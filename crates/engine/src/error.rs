@@ -45,8 +45,6 @@ pub enum Error {
     FieldOutOfRange { field_offset: u64, value_len: u64 },
     #[error("invalid option: {0}")]
     InvalidOption(String),
-    #[error("the store is shutting down")]
-    Closed,
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

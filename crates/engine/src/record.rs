@@ -156,17 +156,6 @@ pub enum Invalid {
     BadChecksum,
 }
 
-impl Invalid {
-    pub fn describe(self) -> &'static str {
-        match self {
-            Invalid::NoRoom => "no room for a record header",
-            Invalid::Unwritten => "no record written here",
-            Invalid::BadLength => "record length out of range",
-            Invalid::BadChecksum => "record checksum mismatch",
-        }
-    }
-}
-
 /// Validates the record at `at`, which must end by `end`, in a block of
 /// `generation`. Deleted records are validated too (their length is needed to
 /// step over them), except for their value, which nobody will read.

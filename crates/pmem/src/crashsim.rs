@@ -90,10 +90,6 @@ impl CrashSim {
         self.fire_hook();
     }
 
-    pub fn fences(&self) -> u64 {
-        self.state.lock().fences
-    }
-
     /// The program's view of the region, for checking the simulator itself.
     pub fn current(&self) -> Vec<u8> {
         self.state.lock().current.clone()

@@ -403,17 +403,6 @@ impl Region {
         }
     }
 
-    /// Copies `len` bytes from `source` to `target` inside the region.
-    pub fn copy_within(&self, source: PmemOffset, target: PmemOffset, len: u64) {
-        let from = self.pointer(source, len);
-        let to = self.pointer(target, len);
-        // SAFETY: both ranges are in bounds; `copy` tolerates overlap.
-        unsafe { std::ptr::copy(from, to, len as usize) };
-        if let Some(observer) = &self.observer {
-            observer.on_store(target.0, self.read(target, len));
-        }
-    }
-
     #[inline]
     fn atomic(&self, offset: PmemOffset) -> &AtomicU64 {
         assert!(

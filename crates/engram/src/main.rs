@@ -33,6 +33,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Runs the Redis-compatible server (defaults: 127.0.0.1:6379, data in
+    /// ./engram-data, durability `process`).
+    Serve(ServeArgs),
     /// Benchmarks, each measured against its peers in the same run.
     #[command(subcommand)]
     Bench(Bench),
@@ -93,8 +96,86 @@ struct EngineArgs {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
+        Command::Serve(args) => serve(args),
         Command::Bench(Bench::Engine(args)) => bench_engine(args),
     }
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// A configuration file in redis.conf syntax (`port 6380`, `appendfsync
+    /// always`, ...); flags given here override it.
+    config: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long)]
+    bind: Option<String>,
+    #[arg(long)]
+    port: Option<u16>,
+    /// Data directory (created if missing).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// When a write is acknowledged: process (survives a process crash),
+    /// everysec (power loss: at most ~1 s lost) or always (power-fail
+    /// durable before the reply). Redis's appendfsync names no, everysec,
+    /// always are accepted too.
+    #[arg(long)]
+    durability: Option<String>,
+    /// Persistent memory: auto (DAX if the file system offers MAP_SYNC),
+    /// dax, or emulated.
+    #[arg(long)]
+    mode: Option<String>,
+    /// Require AUTH with this password.
+    #[arg(long)]
+    requirepass: Option<String>,
+    #[arg(long)]
+    maxclients: Option<usize>,
+    /// Close clients idle this many seconds (0: never).
+    #[arg(long)]
+    timeout: Option<u64>,
+    /// debug, verbose, notice or warning.
+    #[arg(long)]
+    loglevel: Option<String>,
+    /// Logical databases (SELECT 0..N-1).
+    #[arg(long)]
+    databases: Option<usize>,
+    /// Network worker threads [default: one per core].
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+fn serve(args: ServeArgs) -> Result<()> {
+    let mut config = match &args.config {
+        Some(path) => engram_server::Config::from_file(path).map_err(anyhow::Error::msg)?,
+        None => engram_server::Config::default(),
+    };
+    let overrides: [(&str, Option<String>); 11] = [
+        ("bind", args.bind),
+        ("port", args.port.map(|p| p.to_string())),
+        ("dir", args.dir.map(|d| d.display().to_string())),
+        ("durability", args.durability),
+        ("mode", args.mode),
+        ("requirepass", args.requirepass),
+        ("maxclients", args.maxclients.map(|n| n.to_string())),
+        ("timeout", args.timeout.map(|n| n.to_string())),
+        ("loglevel", args.loglevel),
+        ("databases", args.databases.map(|n| n.to_string())),
+        ("threads", args.threads.map(|n| n.to_string())),
+    ];
+    for (name, value) in overrides {
+        if let Some(value) = value {
+            config
+                .set(name, &[value])
+                .map_err(|e| anyhow::anyhow!("--{name}: {e}"))?;
+        }
+    }
+    config.handle_signals = true;
+    env_logger::Builder::new()
+        .filter_level(log::LevelFilter::Trace)
+        .format_timestamp_millis()
+        .init();
+    log::set_max_level(config.loglevel.filter());
+    let server = engram_server::Server::start(config)?;
+    server.wait().map_err(anyhow::Error::msg)
 }
 
 fn bench_engine(args: EngineArgs) -> Result<()> {

@@ -1,0 +1,431 @@
+//! Connection commands: PING ECHO HELLO AUTH SELECT QUIT RESET CLIENT.
+
+use std::sync::atomic::Ordering;
+
+use super::keys::db_index;
+use super::transactions::unwatch_all;
+use super::{
+    err, int_arg, is, lowercase, unknown_subcommand, wrong_sub_arity, CmdError, CmdResult,
+    CommandSpec, Ctx, FAST, NOT_QUEUED, NO_AUTH, SYNTAX, TABLE,
+};
+use crate::resp::Args;
+
+fn spec(
+    name: &'static str,
+    arity: i32,
+    flags: u32,
+    handler: super::Handler,
+    summary: &'static str,
+) -> CommandSpec {
+    CommandSpec {
+        name,
+        arity,
+        flags,
+        keys: (0, 0, 0),
+        handler,
+        group: "connection",
+        summary,
+    }
+}
+
+pub fn commands() -> Vec<CommandSpec> {
+    vec![
+        spec(
+            "ping",
+            -1,
+            FAST,
+            ping,
+            "Returns the server's liveliness response.",
+        ),
+        spec("echo", 2, FAST, echo, "Returns the given string."),
+        spec(
+            "hello",
+            -1,
+            NO_AUTH | FAST,
+            hello,
+            "Handshakes with the server, choosing the protocol.",
+        ),
+        spec(
+            "auth",
+            -2,
+            NO_AUTH | FAST,
+            auth,
+            "Authenticates the connection.",
+        ),
+        spec("select", 2, FAST, select, "Changes the selected database."),
+        spec(
+            "quit",
+            -1,
+            NO_AUTH | NOT_QUEUED | FAST,
+            quit,
+            "Closes the connection.",
+        ),
+        spec(
+            "reset",
+            1,
+            NO_AUTH | NOT_QUEUED | FAST,
+            reset,
+            "Resets the connection.",
+        ),
+        spec(
+            "client",
+            -2,
+            0,
+            client,
+            "Manages client connections (ID SETNAME GETNAME LIST INFO KILL SETINFO).",
+        ),
+    ]
+}
+
+fn ping(ctx: &mut Ctx, args: Args) -> CmdResult {
+    match args.len() {
+        1 => ctx.out.simple("PONG"),
+        2 => ctx.out.bulk(args.get(1)),
+        _ => return Err(super::wrong_arity("ping")),
+    }
+    Ok(())
+}
+
+fn echo(ctx: &mut Ctx, args: Args) -> CmdResult {
+    ctx.out.bulk(args.get(1));
+    Ok(())
+}
+
+/// Constant-time comparison, so response time does not reveal how much of
+/// a guessed password was right.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Checks a username/password pair against `requirepass`.
+fn check_password(ctx: &mut Ctx, user: &[u8], password: &[u8]) -> CmdResult {
+    let required = ctx.shared.runtime.requirepass.read().clone();
+    let Some(required) = required else {
+        return Err(err(
+            "ERR AUTH <password> called without any password configured for the default user. \
+             Are you sure your configuration is correct?",
+        ));
+    };
+    if user != b"default" || !same_secret(password, required.as_bytes()) {
+        return Err(err(
+            "WRONGPASS invalid username-password pair or user is disabled.",
+        ));
+    }
+    ctx.session.authenticated = true;
+    Ok(())
+}
+
+fn auth(ctx: &mut Ctx, args: Args) -> CmdResult {
+    match args.len() {
+        2 => check_password(ctx, b"default", args.get(1))?,
+        3 => check_password(ctx, args.get(1), args.get(2))?,
+        _ => return Err(err(SYNTAX)),
+    }
+    ctx.out.ok();
+    Ok(())
+}
+
+fn hello(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let mut version = None;
+    if args.len() > 1 {
+        let v = int_arg(args.get(1))
+            .map_err(|_| err("ERR Protocol version is not an integer or out of range"))?;
+        if v != 2 && v != 3 {
+            return Err(err("NOPROTO unsupported protocol version"));
+        }
+        version = Some(v);
+    }
+    let mut i = 2;
+    let mut name = None;
+    while i < args.len() {
+        if is(args.get(i), "auth") && i + 2 < args.len() {
+            check_password(ctx, args.get(i + 1), args.get(i + 2))?;
+            i += 3;
+        } else if is(args.get(i), "setname") && i + 1 < args.len() {
+            name = Some(valid_name(args.get(i + 1))?);
+            i += 2;
+        } else {
+            return Err(err(format!(
+                "ERR Syntax error in HELLO option '{}'",
+                String::from_utf8_lossy(args.get(i))
+            )));
+        }
+    }
+    if !ctx.session.authenticated {
+        return Err(err(
+            "NOAUTH HELLO must be called with the client already authenticated, otherwise the \
+             HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and \
+             select the RESP protocol version at the same time",
+        ));
+    }
+    if let Some(name) = name {
+        *ctx.session.info.name.lock() = name;
+    }
+    if let Some(v) = version {
+        ctx.out.set_resp3(v == 3);
+        ctx.session.info.resp.store(v as u8, Ordering::Relaxed);
+    }
+    let proto = if ctx.out.is_resp3() { 3 } else { 2 };
+    ctx.out.map(7);
+    ctx.out.bulk(b"server");
+    ctx.out.bulk(b"redis");
+    ctx.out.bulk(b"version");
+    ctx.out.bulk(crate::REDIS_VERSION.as_bytes());
+    ctx.out.bulk(b"proto");
+    ctx.out.int(proto);
+    ctx.out.bulk(b"id");
+    ctx.out.int(ctx.session.info.id as i64);
+    ctx.out.bulk(b"mode");
+    ctx.out.bulk(b"standalone");
+    ctx.out.bulk(b"role");
+    ctx.out.bulk(b"master");
+    ctx.out.bulk(b"modules");
+    ctx.out.array(0);
+    Ok(())
+}
+
+fn select(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let db = db_index(args.get(1), ctx.ks().databases())?;
+    ctx.session.select(db);
+    ctx.out.ok();
+    Ok(())
+}
+
+fn quit(ctx: &mut Ctx, _args: Args) -> CmdResult {
+    ctx.session.close = true;
+    ctx.out.ok();
+    Ok(())
+}
+
+fn reset(ctx: &mut Ctx, _args: Args) -> CmdResult {
+    ctx.session.end_multi();
+    unwatch_all(ctx.shared, ctx.session);
+    ctx.session.select(0);
+    ctx.out.set_resp3(false);
+    ctx.session.info.resp.store(2, Ordering::Relaxed);
+    ctx.session.info.name.lock().clear();
+    ctx.session.authenticated = !ctx.shared.runtime.auth_required();
+    ctx.out.simple("RESET");
+    Ok(())
+}
+
+/// A client name: printable, no spaces (Redis's rule).
+fn valid_name(name: &[u8]) -> Result<String, CmdError> {
+    if name.iter().any(|&b| !(b'!'..=b'~').contains(&b)) {
+        return Err(err(
+            "ERR Client names cannot contain spaces, newlines or special characters.",
+        ));
+    }
+    Ok(String::from_utf8_lossy(name).into_owned())
+}
+
+fn command_name(index: usize) -> &'static str {
+    TABLE.get(index).map_or("NULL", |spec| spec.name)
+}
+
+fn client(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let sub = args.get(1);
+    let argc = args.len();
+    let sub_lower = lowercase(sub);
+    let exact = |n: usize| -> CmdResult {
+        if argc == n {
+            Ok(())
+        } else {
+            Err(wrong_sub_arity("client", sub))
+        }
+    };
+    match sub_lower.as_str() {
+        "id" => {
+            exact(2)?;
+            ctx.out.int(ctx.session.info.id as i64);
+        }
+        "setname" => {
+            exact(3)?;
+            *ctx.session.info.name.lock() = valid_name(args.get(2))?;
+            ctx.out.ok();
+        }
+        "getname" => {
+            exact(2)?;
+            let name = ctx.session.info.name.lock().clone();
+            if name.is_empty() {
+                ctx.out.null();
+            } else {
+                ctx.out.bulk(name.as_bytes());
+            }
+        }
+        "info" => {
+            exact(2)?;
+            let info = &ctx.session.info;
+            let line = info.describe(command_name(info.last_command.load(Ordering::Relaxed)));
+            ctx.out.verbatim(&format!("{line}\n"));
+        }
+        "list" => {
+            let mut ids: Option<Vec<u64>> = None;
+            let mut i = 2;
+            while i < argc {
+                if is(args.get(i), "type") && i + 1 < argc {
+                    let kind = lowercase(args.get(i + 1));
+                    if !["normal", "master", "replica", "pubsub"].contains(&kind.as_str()) {
+                        return Err(err(format!("ERR Unknown client type '{kind}'")));
+                    }
+                    if kind != "normal" {
+                        ids = Some(Vec::new());
+                    }
+                    i += 2;
+                } else if is(args.get(i), "id") && i + 1 < argc {
+                    let mut list = Vec::new();
+                    for arg in args.iter().skip(i + 1) {
+                        let id = int_arg(arg)
+                            .ok()
+                            .filter(|&id| id > 0)
+                            .ok_or_else(|| err("ERR Invalid client ID"))?;
+                        list.push(id as u64);
+                    }
+                    ids = Some(list);
+                    i = argc;
+                } else {
+                    return Err(err(SYNTAX));
+                }
+            }
+            let mut text = String::new();
+            for client in ctx.shared.clients.all() {
+                if ids.as_ref().is_some_and(|ids| !ids.contains(&client.id)) {
+                    continue;
+                }
+                text.push_str(
+                    &client.describe(command_name(client.last_command.load(Ordering::Relaxed))),
+                );
+                text.push('\n');
+            }
+            ctx.out.verbatim(&text);
+        }
+        "kill" => client_kill(ctx, args)?,
+        "setinfo" => {
+            exact(4)?;
+            let value = String::from_utf8_lossy(args.get(3)).into_owned();
+            if value.contains(|c: char| c == ' ' || c.is_control()) {
+                return Err(err(format!(
+                    "ERR {} cannot contain spaces, newlines or special characters.",
+                    lowercase(args.get(2))
+                )));
+            }
+            match lowercase(args.get(2)).as_str() {
+                "lib-name" => *ctx.session.info.lib_name.lock() = value,
+                "lib-ver" => *ctx.session.info.lib_ver.lock() = value,
+                _ => {
+                    return Err(err(format!(
+                        "ERR Unrecognized option '{}'",
+                        String::from_utf8_lossy(args.get(2))
+                    )))
+                }
+            }
+            ctx.out.ok();
+        }
+        // Eviction and LRU tracking do not exist here; accept the switches
+        // clients send on connect.
+        "no-evict" | "no-touch" => {
+            exact(3)?;
+            if !is(args.get(2), "on") && !is(args.get(2), "off") {
+                return Err(err(SYNTAX));
+            }
+            ctx.out.ok();
+        }
+        "help" => {
+            let lines = [
+                "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "ID",
+                "GETNAME",
+                "SETNAME <name>",
+                "LIST [TYPE normal] [ID id ...]",
+                "INFO",
+                "KILL <ip:port> | KILL [ID id] [ADDR ip:port] [LADDR ip:port] [SKIPME yes|no]",
+                "SETINFO <LIB-NAME|LIB-VER> <value>",
+                "HELP",
+            ];
+            ctx.out.array(lines.len());
+            for line in lines {
+                ctx.out.simple(line);
+            }
+        }
+        _ => return Err(unknown_subcommand("client", sub)),
+    }
+    Ok(())
+}
+
+fn client_kill(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let argc = args.len();
+    if argc == 3 {
+        // The old form: CLIENT KILL addr:port; replies OK or an error.
+        let addr = String::from_utf8_lossy(args.get(2)).into_owned();
+        let target = ctx
+            .shared
+            .clients
+            .all()
+            .into_iter()
+            .find(|c| c.addr.to_string() == addr)
+            .ok_or_else(|| err("ERR No such client"))?;
+        kill(ctx, &target);
+        ctx.out.ok();
+        return Ok(());
+    }
+    if argc < 4 || argc % 2 != 0 {
+        return Err(err(SYNTAX));
+    }
+    let (mut id, mut addr, mut laddr, mut skip_me) = (None, None, None, true);
+    for pair in (2..argc).step_by(2) {
+        let (option, value) = (args.get(pair), args.get(pair + 1));
+        let text = String::from_utf8_lossy(value).into_owned();
+        if is(option, "id") {
+            id = Some(
+                int_arg(value)
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| err("ERR client-id should be greater than 0"))?
+                    as u64,
+            );
+        } else if is(option, "addr") {
+            addr = Some(text);
+        } else if is(option, "laddr") {
+            laddr = Some(text);
+        } else if is(option, "skipme") {
+            skip_me = match text.to_ascii_lowercase().as_str() {
+                "yes" => true,
+                "no" => false,
+                _ => return Err(err(SYNTAX)),
+            };
+        } else if is(option, "type") || is(option, "user") || is(option, "maxage") {
+            // Every client is a normal client of the default user.
+            if is(option, "user") && text != "default" {
+                return Err(err(format!("ERR No such user '{text}'")));
+            }
+        } else {
+            return Err(err(SYNTAX));
+        }
+    }
+    let mut killed = 0;
+    for client in ctx.shared.clients.all() {
+        let me = client.id == ctx.session.info.id;
+        if (skip_me && me)
+            || id.is_some_and(|id| id != client.id)
+            || addr.as_ref().is_some_and(|a| *a != client.addr.to_string())
+            || laddr
+                .as_ref()
+                .is_some_and(|a| *a != client.local_addr.to_string())
+        {
+            continue;
+        }
+        kill(ctx, &client);
+        killed += 1;
+    }
+    ctx.out.int(killed);
+    Ok(())
+}
+
+fn kill(ctx: &mut Ctx, client: &crate::clients::ClientInfo) {
+    if client.id == ctx.session.info.id {
+        // Killing yourself: the reply is sent, then the connection closes.
+        ctx.session.close = true;
+    } else {
+        client.request_kill();
+    }
+}

@@ -1,0 +1,524 @@
+//! Generic key commands: existence, type, enumeration, renaming, expiry.
+
+use super::strings::ExpireArg;
+use super::{
+    err, int_arg, is, lowercase, CmdError, CmdResult, CommandSpec, Ctx, FAST, READONLY, SYNTAX,
+    WHOLE_KEYSPACE, WRITE,
+};
+use crate::glob;
+use crate::keyspace::value::Encoding;
+use crate::resp::Args;
+
+fn spec(
+    name: &'static str,
+    arity: i32,
+    flags: u32,
+    keys: (i32, i32, i32),
+    handler: super::Handler,
+    summary: &'static str,
+) -> CommandSpec {
+    CommandSpec {
+        name,
+        arity,
+        flags,
+        keys,
+        handler,
+        group: "generic",
+        summary,
+    }
+}
+
+pub fn commands() -> Vec<CommandSpec> {
+    let one = (1, 1, 1);
+    let all = (1, -1, 1);
+    let none = (0, 0, 0);
+    vec![
+        spec("del", -2, WRITE, all, del, "Deletes one or more keys."),
+        spec(
+            "unlink",
+            -2,
+            WRITE | FAST,
+            all,
+            del,
+            "Deletes one or more keys.",
+        ),
+        spec(
+            "exists",
+            -2,
+            READONLY | FAST,
+            all,
+            exists,
+            "Counts how many of the given keys exist.",
+        ),
+        spec(
+            "type",
+            2,
+            READONLY | FAST,
+            one,
+            type_of,
+            "Returns the type of the value stored at a key.",
+        ),
+        spec(
+            "keys",
+            2,
+            READONLY | WHOLE_KEYSPACE,
+            none,
+            keys,
+            "Returns all key names that match a pattern.",
+        ),
+        spec(
+            "scan",
+            -2,
+            READONLY | WHOLE_KEYSPACE,
+            none,
+            scan,
+            "Iterates over the key names in the database.",
+        ),
+        spec(
+            "rename",
+            3,
+            WRITE,
+            (1, 2, 1),
+            rename,
+            "Renames a key and overwrites the destination.",
+        ),
+        spec(
+            "renamenx",
+            3,
+            WRITE | FAST,
+            (1, 2, 1),
+            renamenx,
+            "Renames a key only when the target key name doesn't exist.",
+        ),
+        spec(
+            "expire",
+            -3,
+            WRITE | FAST,
+            one,
+            expire,
+            "Sets the expiration time of a key in seconds.",
+        ),
+        spec(
+            "pexpire",
+            -3,
+            WRITE | FAST,
+            one,
+            pexpire,
+            "Sets the expiration time of a key in milliseconds.",
+        ),
+        spec(
+            "expireat",
+            -3,
+            WRITE | FAST,
+            one,
+            expireat,
+            "Sets the expiration time of a key to a Unix timestamp.",
+        ),
+        spec(
+            "pexpireat",
+            -3,
+            WRITE | FAST,
+            one,
+            pexpireat,
+            "Sets the expiration time of a key to a Unix milliseconds timestamp.",
+        ),
+        spec(
+            "ttl",
+            2,
+            READONLY | FAST,
+            one,
+            ttl,
+            "Returns the expiration time in seconds of a key.",
+        ),
+        spec(
+            "pttl",
+            2,
+            READONLY | FAST,
+            one,
+            pttl,
+            "Returns the expiration time in milliseconds of a key.",
+        ),
+        spec(
+            "expiretime",
+            2,
+            READONLY | FAST,
+            one,
+            expiretime,
+            "Returns the expiration time of a key as a Unix timestamp.",
+        ),
+        spec(
+            "pexpiretime",
+            2,
+            READONLY | FAST,
+            one,
+            pexpiretime,
+            "Returns the expiration time of a key as a Unix milliseconds timestamp.",
+        ),
+        spec(
+            "persist",
+            2,
+            WRITE | FAST,
+            one,
+            persist,
+            "Removes the expiration time of a key.",
+        ),
+        spec(
+            "randomkey",
+            1,
+            READONLY | WHOLE_KEYSPACE,
+            none,
+            randomkey,
+            "Returns a random key name from the database.",
+        ),
+        spec(
+            "touch",
+            -2,
+            READONLY | FAST,
+            all,
+            exists,
+            "Returns the number of existing keys out of those specified.",
+        ),
+        spec(
+            "copy",
+            -3,
+            WRITE,
+            (1, 2, 1),
+            copy,
+            "Copies the value of a key to a new key.",
+        ),
+        spec(
+            "object",
+            -2,
+            READONLY,
+            (2, 2, 1),
+            object,
+            "Inspects the internals of a value (ENCODING).",
+        ),
+    ]
+}
+
+fn del(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let keys: Vec<&[u8]> = args.iter().skip(1).collect();
+    let deleted = ctx.write(&keys, keys.len() > 1, |txn, db, now| {
+        let mut deleted = 0;
+        for key in &keys {
+            deleted += txn.delete(db, key, now)? as i64;
+        }
+        Ok(deleted)
+    })?;
+    ctx.out.int(deleted);
+    Ok(())
+}
+
+/// EXISTS and TOUCH: how many of the keys (repeats counted) are live.
+fn exists(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let mut count = 0;
+    for key in args.iter().skip(1) {
+        count += ctx.read(key, |_, _| Ok(()))?.is_some() as i64;
+    }
+    ctx.out.int(count);
+    Ok(())
+}
+
+fn type_of(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let name = ctx.read(args.get(1), |meta, _| Ok(meta.kind().name()))?;
+    ctx.out.simple(name.unwrap_or("none"));
+    Ok(())
+}
+
+fn keys(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let pattern = args.get(1);
+    let mut found = Vec::new();
+    let mut cursor = 0;
+    loop {
+        let (next, batch) = ctx.ks().scan(ctx.db(), cursor, 4096, ctx.now_ms)?;
+        found.extend(
+            batch
+                .into_iter()
+                .map(|(key, _)| key)
+                .filter(|key| glob::matches(pattern, key)),
+        );
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    ctx.out.array(found.len());
+    for key in &found {
+        ctx.out.bulk(key);
+    }
+    Ok(())
+}
+
+fn scan(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let cursor = std::str::from_utf8(args.get(1))
+        .ok()
+        .and_then(|c| c.parse::<u64>().ok())
+        .ok_or_else(|| err("ERR invalid cursor"))?;
+    let mut pattern: Option<&[u8]> = None;
+    let mut count = 10usize;
+    let mut type_filter: Option<String> = None;
+    let mut i = 2;
+    while i < args.len() {
+        if i + 1 >= args.len() {
+            return Err(err(SYNTAX));
+        }
+        let (option, value) = (args.get(i), args.get(i + 1));
+        if is(option, "match") {
+            pattern = Some(value);
+        } else if is(option, "count") {
+            let n = int_arg(value)?;
+            if n < 1 {
+                return Err(err(SYNTAX));
+            }
+            count = n.min(1 << 20) as usize;
+        } else if is(option, "type") {
+            type_filter = Some(lowercase(value));
+        } else {
+            return Err(err(SYNTAX));
+        }
+        i += 2;
+    }
+    let (next, batch) = ctx.ks().scan(ctx.db(), cursor, count, ctx.now_ms)?;
+    let keys: Vec<Vec<u8>> = batch
+        .into_iter()
+        .filter(|(key, meta)| {
+            pattern.is_none_or(|p| glob::matches(p, key))
+                && type_filter
+                    .as_deref()
+                    .is_none_or(|t| meta.kind().name() == t)
+        })
+        .map(|(key, _)| key)
+        .collect();
+    ctx.out.array(2);
+    ctx.out.bulk(next.to_string().as_bytes());
+    ctx.out.array(keys.len());
+    for key in &keys {
+        ctx.out.bulk(key);
+    }
+    Ok(())
+}
+
+/// RENAME and RENAMENX: moves the value (with its TTL) to the new name.
+fn rename_with(ctx: &mut Ctx, args: Args, only_if_absent: bool) -> Result<bool, CmdError> {
+    let (from, to) = (args.get(1), args.get(2));
+    ctx.write(&[from, to], true, |txn, db, now| {
+        let Some(value) = txn.get(db, from, now)? else {
+            return Err(err("ERR no such key"));
+        };
+        if from == to {
+            return Ok(!only_if_absent);
+        }
+        if only_if_absent && txn.get(db, to, now)?.is_some() {
+            return Ok(false);
+        }
+        txn.put(db, to, value.raw())?;
+        txn.delete(db, from, now)?;
+        Ok(true)
+    })
+}
+
+fn rename(ctx: &mut Ctx, args: Args) -> CmdResult {
+    rename_with(ctx, args, false)?;
+    ctx.out.ok();
+    Ok(())
+}
+
+fn renamenx(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let renamed = rename_with(ctx, args, true)?;
+    ctx.out.int(renamed as i64);
+    Ok(())
+}
+
+/// EXPIRE and friends, with Redis 7's NX/XX/GT/LT conditions.
+fn set_expiry(ctx: &mut Ctx, args: Args, kind: ExpireArg, command: &str) -> CmdResult {
+    let key = args.get(1);
+    let at = kind.resolve(args.get(2), ctx.now_ms, command, true)?;
+    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+    for option in args.iter().skip(3) {
+        if is(option, "nx") {
+            nx = true;
+        } else if is(option, "xx") {
+            xx = true;
+        } else if is(option, "gt") {
+            gt = true;
+        } else if is(option, "lt") {
+            lt = true;
+        } else {
+            return Err(err(format!(
+                "ERR Unsupported option {}",
+                String::from_utf8_lossy(option)
+            )));
+        }
+    }
+    if nx && (xx || gt || lt) {
+        return Err(err(
+            "ERR NX and XX, GT or LT options at the same time are not compatible",
+        ));
+    }
+    if gt && lt {
+        return Err(err(
+            "ERR GT and LT options at the same time are not compatible",
+        ));
+    }
+    let done = ctx.write(&[key], false, |txn, db, now| {
+        let Some(old) = txn.get(db, key, now)? else {
+            return Ok(false);
+        };
+        let current = old.meta.expire_at();
+        // No expiry counts as an infinite TTL for GT and LT.
+        let allowed = match current {
+            None => !xx && !gt,
+            Some(current) => !nx && (!gt || at > current) && (!lt || at < current),
+        };
+        if !allowed {
+            return Ok(false);
+        }
+        if at <= now {
+            txn.delete(db, key, now)?;
+        } else {
+            txn.set_meta(db, key, &old, old.meta.with_expire(Some(at)))?;
+        }
+        Ok(true)
+    })?;
+    ctx.out.int(done as i64);
+    Ok(())
+}
+
+fn expire(ctx: &mut Ctx, args: Args) -> CmdResult {
+    set_expiry(ctx, args, ExpireArg::Seconds, "expire")
+}
+
+fn pexpire(ctx: &mut Ctx, args: Args) -> CmdResult {
+    set_expiry(ctx, args, ExpireArg::Millis, "pexpire")
+}
+
+fn expireat(ctx: &mut Ctx, args: Args) -> CmdResult {
+    set_expiry(ctx, args, ExpireArg::AtSeconds, "expireat")
+}
+
+fn pexpireat(ctx: &mut Ctx, args: Args) -> CmdResult {
+    set_expiry(ctx, args, ExpireArg::AtMillis, "pexpireat")
+}
+
+/// -2 for a missing key, -1 for no expiry, else `f(expire_at, now)`.
+fn expiry_reply(ctx: &mut Ctx, args: Args, f: fn(u64, u64) -> i64) -> CmdResult {
+    let now = ctx.now_ms;
+    let reply = ctx.read(args.get(1), |meta, _| {
+        Ok(meta.expire_at().map_or(-1, |at| f(at, now)))
+    })?;
+    ctx.out.int(reply.unwrap_or(-2));
+    Ok(())
+}
+
+fn ttl(ctx: &mut Ctx, args: Args) -> CmdResult {
+    expiry_reply(ctx, args, |at, now| {
+        (at.saturating_sub(now) as i64 + 500) / 1000
+    })
+}
+
+fn pttl(ctx: &mut Ctx, args: Args) -> CmdResult {
+    expiry_reply(ctx, args, |at, now| at.saturating_sub(now) as i64)
+}
+
+fn expiretime(ctx: &mut Ctx, args: Args) -> CmdResult {
+    expiry_reply(ctx, args, |at, _| (at / 1000) as i64)
+}
+
+fn pexpiretime(ctx: &mut Ctx, args: Args) -> CmdResult {
+    expiry_reply(ctx, args, |at, _| at as i64)
+}
+
+fn persist(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let key = args.get(1);
+    let done = ctx.write(&[key], false, |txn, db, now| {
+        match txn.get(db, key, now)? {
+            Some(old) if old.meta.expire_at().is_some() => {
+                txn.set_meta(db, key, &old, old.meta.with_expire(None))?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    })?;
+    ctx.out.int(done as i64);
+    Ok(())
+}
+
+fn randomkey(ctx: &mut Ctx, _args: Args) -> CmdResult {
+    match ctx.ks().random_key(ctx.db(), ctx.now_ms)? {
+        Some(key) => ctx.out.bulk(&key),
+        None => ctx.out.null(),
+    }
+    Ok(())
+}
+
+fn copy(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let (from, to) = (args.get(1), args.get(2));
+    let mut target_db = ctx.db();
+    let mut replace = false;
+    let mut i = 3;
+    while i < args.len() {
+        if is(args.get(i), "replace") {
+            replace = true;
+            i += 1;
+        } else if is(args.get(i), "db") && i + 1 < args.len() {
+            target_db = db_index(args.get(i + 1), ctx.ks().databases())?;
+            i += 2;
+        } else {
+            return Err(err(SYNTAX));
+        }
+    }
+    let db = ctx.db();
+    if from == to && db == target_db {
+        return Err(err("ERR source and destination objects are the same"));
+    }
+    let copied = ctx.write_in([(db, from), (target_db, to)], true, |txn, _, now| {
+        let Some(value) = txn.get(db, from, now)? else {
+            return Ok(false);
+        };
+        if !replace && txn.get(target_db, to, now)?.is_some() {
+            return Ok(false);
+        }
+        txn.put(target_db, to, value.raw())?;
+        Ok(true)
+    })?;
+    ctx.out.int(copied as i64);
+    Ok(())
+}
+
+/// A database number argument (SELECT, COPY ... DB, MOVE).
+pub fn db_index(arg: &[u8], databases: usize) -> Result<usize, CmdError> {
+    let n = int_arg(arg)?;
+    if n < 0 || n as usize >= databases {
+        return Err(err("ERR DB index is out of range"));
+    }
+    Ok(n as usize)
+}
+
+fn object(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let sub = args.get(1);
+    if is(sub, "help") {
+        ctx.out.array(2);
+        ctx.out.simple("OBJECT ENCODING <key>");
+        ctx.out
+            .simple("    Return the kind of internal representation used to store the value.");
+        return Ok(());
+    }
+    if !is(sub, "encoding") {
+        return Err(super::unknown_subcommand("object", sub));
+    }
+    if args.len() != 3 {
+        return Err(super::wrong_sub_arity("object", sub));
+    }
+    let name = ctx.read(args.get(2), |meta, payload| {
+        Ok(match meta.encoding() {
+            Encoding::Int => "int",
+            raw => raw.name(payload.len()),
+        })
+    })?;
+    match name {
+        Some(name) => ctx.out.bulk(name.as_bytes()),
+        None => ctx.out.null(),
+    }
+    Ok(())
+}

@@ -1,0 +1,358 @@
+//! The command table and dispatch: name lookup, arity, authentication,
+//! MULTI queuing, then the handler.
+//!
+//! A handler gets a `Ctx` (shared state, the session, the reply writer)
+//! and the arguments, writes its reply, or returns an error whose text is
+//! the reply. Writes go through `Ctx::write`, which locks the keys' stripes
+//! (or, inside EXEC, uses the transaction that already holds them).
+
+mod connection;
+mod keys;
+mod server;
+mod strings;
+mod transactions;
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::LazyLock;
+
+use crate::keyspace::{self, now_ms, Keyspace, Txn};
+use crate::resp::{Args, ReplyWriter};
+use crate::session::Session;
+use crate::shared::Shared;
+
+pub use transactions::unwatch_all;
+
+/// A command's error reply (its text, starting with the error code).
+#[derive(Debug)]
+pub struct CmdError(pub String);
+
+impl From<keyspace::Error> for CmdError {
+    fn from(e: keyspace::Error) -> CmdError {
+        match e {
+            keyspace::Error::Engine(engine) => CmdError(format!("ERR {engine}")),
+            other => CmdError(other.to_string()),
+        }
+    }
+}
+
+pub type CmdResult = Result<(), CmdError>;
+
+pub fn err(text: impl Into<String>) -> CmdError {
+    CmdError(text.into())
+}
+
+pub const SYNTAX: &str = "ERR syntax error";
+pub const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
+pub const NOT_FLOAT: &str = "ERR value is not a valid float";
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+/// Command flags.
+pub const WRITE: u32 = 1;
+pub const READONLY: u32 = 1 << 1;
+pub const ADMIN: u32 = 1 << 2;
+/// Allowed before AUTH.
+pub const NO_AUTH: u32 = 1 << 3;
+/// Runs at once inside MULTI instead of being queued.
+pub const NOT_QUEUED: u32 = 1 << 4;
+/// Reads or writes the whole keyspace: inside EXEC it needs every stripe.
+pub const WHOLE_KEYSPACE: u32 = 1 << 5;
+pub const FAST: u32 = 1 << 6;
+
+pub type Handler = fn(&mut Ctx, Args) -> CmdResult;
+
+pub struct CommandSpec {
+    pub name: &'static str,
+    /// Redis's convention: N exactly N arguments (with the name), -N at
+    /// least N.
+    pub arity: i32,
+    pub flags: u32,
+    /// Key positions: first, last (negative: from the end), step.
+    pub keys: (i32, i32, i32),
+    pub handler: Handler,
+    pub group: &'static str,
+    pub summary: &'static str,
+}
+
+impl CommandSpec {
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        let argc = argc as i32;
+        if self.arity >= 0 {
+            argc == self.arity
+        } else {
+            argc >= -self.arity
+        }
+    }
+
+    pub fn is(&self, flag: u32) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// The key arguments of a call, by position.
+    pub fn key_args<'a>(&self, args: &Args<'a>) -> Vec<&'a [u8]> {
+        let (first, last, step) = self.keys;
+        if first <= 0 || args.len() <= first as usize {
+            return Vec::new();
+        }
+        let last = if last < 0 {
+            args.len() as i32 + last
+        } else {
+            last.min(args.len() as i32 - 1)
+        };
+        (first..=last)
+            .step_by(step.max(1) as usize)
+            .map(|i| args.get(i as usize))
+            .collect()
+    }
+}
+
+/// Every command, in the order COMMAND lists them.
+pub static TABLE: LazyLock<Vec<CommandSpec>> = LazyLock::new(|| {
+    let mut table = Vec::new();
+    table.extend(connection::commands());
+    table.extend(server::commands());
+    table.extend(keys::commands());
+    table.extend(strings::commands());
+    table.extend(transactions::commands());
+    table
+});
+
+static BY_NAME: LazyLock<HashMap<&'static str, usize>> = LazyLock::new(|| {
+    TABLE
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| (spec.name, i))
+        .collect()
+});
+
+/// The command named `name` (any case) and its index in `TABLE`.
+pub fn lookup(name: &[u8]) -> Option<(usize, &'static CommandSpec)> {
+    let mut lower = [0u8; 32];
+    if name.len() > lower.len() {
+        return None;
+    }
+    for (dst, src) in lower.iter_mut().zip(name) {
+        *dst = src.to_ascii_lowercase();
+    }
+    let name = std::str::from_utf8(&lower[..name.len()]).ok()?;
+    BY_NAME.get(name).map(|&i| (i, &TABLE[i]))
+}
+
+/// Everything a handler works with.
+pub struct Ctx<'s, 'c> {
+    pub shared: &'s Shared,
+    pub session: &'c mut Session,
+    pub out: &'c mut ReplyWriter,
+    /// Inside EXEC: the transaction holding every key of the queue.
+    pub exec: Option<Txn<'s>>,
+    pub now_ms: u64,
+}
+
+impl<'s> Ctx<'s, '_> {
+    pub fn ks(&self) -> &'s Keyspace {
+        &self.shared.keyspace
+    }
+
+    pub fn db(&self) -> usize {
+        self.session.db
+    }
+
+    /// Reads `key` of the current database: `f` sees its meta word and
+    /// payload. Lock-free outside EXEC.
+    pub fn read<R>(
+        &mut self,
+        key: &[u8],
+        f: impl FnOnce(keyspace::value::Meta, &[u8]) -> Result<R, CmdError>,
+    ) -> Result<Option<R>, CmdError> {
+        let db = self.session.db;
+        let now = self.now_ms;
+        if let Some(txn) = &mut self.exec {
+            return match txn.get(db, key, now)? {
+                Some(stored) => f(stored.meta, stored.payload()).map(Some),
+                None => Ok(None),
+            };
+        }
+        self.shared.keyspace.read(db, key, now, f)?.transpose()
+    }
+
+    /// Reads `key` and lets `f` write the reply straight from the value
+    /// (no copy outside EXEC); false if the key is absent.
+    pub fn read_reply(
+        &mut self,
+        key: &[u8],
+        f: impl FnOnce(&mut ReplyWriter, keyspace::value::Meta, &[u8]) -> CmdResult,
+    ) -> Result<bool, CmdError> {
+        let (db, now) = (self.session.db, self.now_ms);
+        let out = &mut *self.out;
+        let found = match &mut self.exec {
+            Some(txn) => txn
+                .get(db, key, now)?
+                .map(|stored| f(out, stored.meta, stored.payload())),
+            None => self
+                .shared
+                .keyspace
+                .read(db, key, now, |meta, payload| f(out, meta, payload))?,
+        };
+        found.transpose().map(|found| found.is_some())
+    }
+
+    /// Runs `f` with the stripes of `keys` (in the current database)
+    /// locked. `atomic`: its writes become visible and durable as one unit.
+    pub fn write<R>(
+        &mut self,
+        keys: &[&[u8]],
+        atomic: bool,
+        f: impl FnOnce(&mut Txn<'s>, usize, u64) -> Result<R, CmdError>,
+    ) -> Result<R, CmdError> {
+        let db = self.session.db;
+        self.write_in(keys.iter().map(|k| (db, *k)), atomic, f)
+    }
+
+    /// `write` for keys of any database.
+    pub fn write_in<'k, R>(
+        &mut self,
+        keys: impl IntoIterator<Item = (usize, &'k [u8])>,
+        atomic: bool,
+        f: impl FnOnce(&mut Txn<'s>, usize, u64) -> Result<R, CmdError>,
+    ) -> Result<R, CmdError> {
+        let db = self.session.db;
+        let now = self.now_ms;
+        if let Some(txn) = &mut self.exec {
+            return f(txn, db, now);
+        }
+        let mut txn = self.shared.keyspace.lock(keys, atomic)?;
+        let result = f(&mut txn, db, now);
+        // A failed command's buffered writes are dropped with the
+        // transaction; direct writes already made stay (as in Redis).
+        match result {
+            Ok(value) => {
+                self.session.wrote |= txn.commit()?;
+                Ok(value)
+            }
+            Err(e) => {
+                self.session.wrote |= txn.wrote();
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Parses an integer argument (Redis's "value is not an integer" error).
+pub fn int_arg(arg: &[u8]) -> Result<i64, CmdError> {
+    crate::resp::parse_int(arg).ok_or_else(|| err(NOT_INTEGER))
+}
+
+/// Whether `arg` is `word`, ignoring ASCII case.
+pub fn is(arg: &[u8], word: &str) -> bool {
+    arg.eq_ignore_ascii_case(word.as_bytes())
+}
+
+pub fn lowercase(arg: &[u8]) -> String {
+    String::from_utf8_lossy(arg).to_ascii_lowercase()
+}
+
+pub fn wrong_arity(name: &str) -> CmdError {
+    err(format!(
+        "ERR wrong number of arguments for '{name}' command"
+    ))
+}
+
+/// Redis's reply to an unknown command, quoting its first arguments.
+fn unknown_command(args: &Args) -> CmdError {
+    let mut text = format!(
+        "ERR unknown command '{}', with args beginning with: ",
+        printable(args.get(0), 128)
+    );
+    for arg in args.iter().skip(1).take(16) {
+        text.push('\'');
+        text.push_str(&printable(arg, 128 - text.len().min(128)));
+        text.push_str("' ");
+    }
+    err(text)
+}
+
+fn printable(bytes: &[u8], max: usize) -> String {
+    String::from_utf8_lossy(&bytes[..bytes.len().min(max)])
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+/// Runs one client command end to end (lookup, checks, MULTI queuing,
+/// handler, error reply).
+pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, args: Args) {
+    shared
+        .stats
+        .commands_processed
+        .fetch_add(1, Ordering::Relaxed);
+    let Some((index, spec)) = lookup(args.get(0)) else {
+        fail_in_multi(session);
+        out.error(&unknown_command(&args).0);
+        return;
+    };
+    session.info.last_command.store(index, Ordering::Relaxed);
+    if !spec.arity_ok(args.len()) {
+        fail_in_multi(session);
+        out.error(&wrong_arity(spec.name).0);
+        return;
+    }
+    if !session.authenticated && !spec.is(NO_AUTH) {
+        fail_in_multi(session);
+        out.error("NOAUTH Authentication required.");
+        return;
+    }
+    if session.in_multi() && !spec.is(NOT_QUEUED) {
+        let queue = session.multi.as_mut().expect("in MULTI");
+        queue.push(args.to_owned());
+        session
+            .info
+            .multi
+            .store(queue.len() as i64, Ordering::Relaxed);
+        out.simple("QUEUED");
+        return;
+    }
+    run(shared, session, out, None, spec, args);
+}
+
+/// Runs a handler; inside EXEC `exec` is the transaction. Returns the
+/// transaction back (EXEC runs the next queued command with it).
+pub fn run<'s>(
+    shared: &'s Shared,
+    session: &mut Session,
+    out: &mut ReplyWriter,
+    exec: Option<Txn<'s>>,
+    spec: &CommandSpec,
+    args: Args,
+) -> Option<Txn<'s>> {
+    let mut ctx = Ctx {
+        shared,
+        session,
+        out,
+        exec,
+        now_ms: now_ms(),
+    };
+    if let Err(e) = (spec.handler)(&mut ctx, args) {
+        ctx.out.error(&e.0);
+    }
+    ctx.exec
+}
+
+fn fail_in_multi(session: &mut Session) {
+    if session.in_multi() {
+        session.multi_failed = true;
+    }
+}
+
+/// `ERR unknown subcommand 'x'. Try CLIENT HELP.`
+pub fn unknown_subcommand(command: &str, sub: &[u8]) -> CmdError {
+    err(format!(
+        "ERR unknown subcommand '{}'. Try {} HELP.",
+        printable(sub, 128),
+        command.to_ascii_uppercase()
+    ))
+}
+
+/// `ERR wrong number of arguments for 'client|setname' command`.
+pub fn wrong_sub_arity(command: &str, sub: &[u8]) -> CmdError {
+    wrong_arity(&format!("{command}|{}", lowercase(sub)))
+}

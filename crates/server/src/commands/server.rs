@@ -1,0 +1,563 @@
+//! Server commands: COMMAND CONFIG INFO DBSIZE FLUSHDB FLUSHALL TIME SAVE
+//! BGSAVE LASTSAVE SHUTDOWN.
+
+use std::sync::atomic::Ordering;
+
+use super::{
+    err, is, lowercase, unknown_subcommand, wrong_sub_arity, CmdError, CmdResult, CommandSpec, Ctx,
+    ADMIN, FAST, NOT_QUEUED, READONLY, SYNTAX, TABLE, WHOLE_KEYSPACE, WRITE,
+};
+use crate::config::{parse_memory, Durability, LogLevel};
+use crate::durability::{sync_now, unix_now};
+use crate::resp::Args;
+use crate::{glob, info};
+
+fn spec(
+    name: &'static str,
+    arity: i32,
+    flags: u32,
+    handler: super::Handler,
+    summary: &'static str,
+) -> CommandSpec {
+    CommandSpec {
+        name,
+        arity,
+        flags,
+        keys: (0, 0, 0),
+        handler,
+        group: "server",
+        summary,
+    }
+}
+
+pub fn commands() -> Vec<CommandSpec> {
+    vec![
+        spec(
+            "command",
+            -1,
+            0,
+            command,
+            "Returns detailed information about commands (COUNT INFO DOCS LIST).",
+        ),
+        spec(
+            "config",
+            -2,
+            ADMIN,
+            config,
+            "Reads and changes the configuration (GET SET RESETSTAT).",
+        ),
+        spec(
+            "info",
+            -1,
+            0,
+            info,
+            "Returns information and statistics about the server.",
+        ),
+        spec(
+            "dbsize",
+            1,
+            READONLY | FAST,
+            dbsize,
+            "Returns the number of keys in the database.",
+        ),
+        spec(
+            "flushdb",
+            -1,
+            WRITE | WHOLE_KEYSPACE,
+            flushdb,
+            "Removes all keys from the current database.",
+        ),
+        spec(
+            "flushall",
+            -1,
+            WRITE | WHOLE_KEYSPACE,
+            flushall,
+            "Removes all keys from all databases.",
+        ),
+        spec("time", 1, FAST, time, "Returns the server time."),
+        spec(
+            "save",
+            1,
+            ADMIN,
+            save,
+            "Makes everything written so far durable against power loss.",
+        ),
+        spec(
+            "bgsave",
+            -1,
+            ADMIN,
+            bgsave,
+            "Makes everything written durable, in the background.",
+        ),
+        spec(
+            "lastsave",
+            1,
+            FAST,
+            lastsave,
+            "Returns the Unix time of the last successful save (msync).",
+        ),
+        spec(
+            "shutdown",
+            -1,
+            ADMIN | NOT_QUEUED,
+            shutdown,
+            "Syncs the data and stops the server.",
+        ),
+    ]
+}
+
+// ---- COMMAND -------------------------------------------------------------
+
+fn flag_names(spec: &CommandSpec) -> Vec<&'static str> {
+    let mut names = Vec::new();
+    for (flag, name) in [
+        (WRITE, "write"),
+        (READONLY, "readonly"),
+        (ADMIN, "admin"),
+        (super::NO_AUTH, "no_auth"),
+        (FAST, "fast"),
+    ] {
+        if spec.is(flag) {
+            names.push(name);
+        }
+    }
+    names
+}
+
+fn command_info(ctx: &mut Ctx, spec: &CommandSpec) {
+    let out = &mut *ctx.out;
+    out.array(10);
+    out.bulk(spec.name.as_bytes());
+    out.int(spec.arity as i64);
+    let flags = flag_names(spec);
+    out.set(flags.len());
+    for flag in flags {
+        out.simple(flag);
+    }
+    out.int(spec.keys.0 as i64);
+    out.int(spec.keys.1 as i64);
+    out.int(spec.keys.2 as i64);
+    out.set(1);
+    out.simple(&format!("@{}", spec.group));
+    out.set(0); // tips
+    out.array(0); // key specifications
+    out.array(0); // subcommands
+}
+
+fn command_docs(ctx: &mut Ctx, spec: &CommandSpec) {
+    let out = &mut *ctx.out;
+    out.bulk(spec.name.as_bytes());
+    out.map(3);
+    out.bulk(b"summary");
+    out.bulk(spec.summary.as_bytes());
+    out.bulk(b"since");
+    out.bulk(b"1.0.0");
+    out.bulk(b"group");
+    out.bulk(spec.group.as_bytes());
+}
+
+fn command(ctx: &mut Ctx, args: Args) -> CmdResult {
+    if args.len() == 1 {
+        ctx.out.array(TABLE.len());
+        for spec in TABLE.iter() {
+            command_info(ctx, spec);
+        }
+        return Ok(());
+    }
+    let sub = args.get(1);
+    match lowercase(sub).as_str() {
+        "count" => {
+            if args.len() != 2 {
+                return Err(wrong_sub_arity("command", sub));
+            }
+            ctx.out.int(TABLE.len() as i64);
+        }
+        "list" => {
+            ctx.out.array(TABLE.len());
+            for spec in TABLE.iter() {
+                ctx.out.bulk(spec.name.as_bytes());
+            }
+        }
+        "info" => {
+            let names: Vec<&[u8]> = args.iter().skip(2).collect();
+            if names.is_empty() {
+                ctx.out.array(TABLE.len());
+                for spec in TABLE.iter() {
+                    command_info(ctx, spec);
+                }
+            } else {
+                ctx.out.array(names.len());
+                for name in names {
+                    match super::lookup(name) {
+                        Some((_, spec)) => command_info(ctx, spec),
+                        None => ctx.out.null_array(),
+                    }
+                }
+            }
+        }
+        "docs" => {
+            let specs: Vec<&CommandSpec> = if args.len() == 2 {
+                TABLE.iter().collect()
+            } else {
+                args.iter()
+                    .skip(2)
+                    .filter_map(|name| super::lookup(name).map(|(_, spec)| spec))
+                    .collect()
+            };
+            ctx.out.map(specs.len());
+            for spec in specs {
+                command_docs(ctx, spec);
+            }
+        }
+        "help" => {
+            let lines = [
+                "COMMAND [<subcommand>]. Subcommands are:",
+                "(no subcommand)",
+                "COUNT",
+                "DOCS [<command-name> ...]",
+                "INFO [<command-name> ...]",
+                "LIST",
+                "HELP",
+            ];
+            ctx.out.array(lines.len());
+            for line in lines {
+                ctx.out.simple(line);
+            }
+        }
+        _ => return Err(unknown_subcommand("command", sub)),
+    }
+    Ok(())
+}
+
+// ---- CONFIG --------------------------------------------------------------
+
+/// Every parameter CONFIG GET knows, with its current value.
+fn parameters(ctx: &Ctx) -> Vec<(&'static str, String)> {
+    let shared = ctx.shared;
+    let config = &shared.config;
+    let runtime = &shared.runtime;
+    let durability = runtime.durability();
+    vec![
+        ("bind", config.bind.clone()),
+        ("port", shared.port.to_string()),
+        ("dir", config.dir.display().to_string()),
+        ("databases", config.databases.to_string()),
+        ("durability", durability.name().into()),
+        ("appendonly", "yes".into()),
+        ("appendfsync", durability.appendfsync_name().into()),
+        ("save", String::new()),
+        (
+            "requirepass",
+            runtime.requirepass.read().clone().unwrap_or_default(),
+        ),
+        (
+            "maxclients",
+            runtime.maxclients.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "timeout",
+            runtime.timeout_secs.load(Ordering::Relaxed).to_string(),
+        ),
+        ("loglevel", runtime.loglevel().name().into()),
+        (
+            "proto-max-bulk-len",
+            runtime
+                .proto_max_bulk_len
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
+            "client-query-buffer-limit",
+            runtime
+                .client_query_buffer_limit
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        ("maxmemory", "0".into()),
+        ("mode", if shared.dax { "dax" } else { "emulated" }.into()),
+    ]
+}
+
+const IMMUTABLE: &[&str] = &[
+    "bind",
+    "port",
+    "dir",
+    "databases",
+    "mode",
+    "appendonly",
+    "maxmemory",
+];
+
+fn config(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let sub = args.get(1);
+    match lowercase(sub).as_str() {
+        "get" => {
+            if args.len() < 3 {
+                return Err(wrong_sub_arity("config", sub));
+            }
+            let all = parameters(ctx);
+            let patterns: Vec<String> = args.iter().skip(2).map(lowercase).collect();
+            let found: Vec<&(&str, String)> = all
+                .iter()
+                .filter(|(name, _)| {
+                    patterns
+                        .iter()
+                        .any(|p| glob::matches(p.as_bytes(), name.as_bytes()))
+                })
+                .collect();
+            ctx.out.map(found.len());
+            for (name, value) in found {
+                ctx.out.bulk(name.as_bytes());
+                ctx.out.bulk(value.as_bytes());
+            }
+        }
+        "set" => {
+            if args.len() < 4 || args.len() % 2 != 0 {
+                return Err(wrong_sub_arity("config", sub));
+            }
+            // Validate everything first so a bad pair changes nothing.
+            let mut changes = Vec::new();
+            for i in (2..args.len()).step_by(2) {
+                let name = lowercase(args.get(i));
+                let value = String::from_utf8_lossy(args.get(i + 1)).into_owned();
+                changes.push(validate_setting(&name, &value)?);
+            }
+            for change in changes {
+                change(ctx);
+            }
+            ctx.out.ok();
+        }
+        "resetstat" => {
+            if args.len() != 2 {
+                return Err(wrong_sub_arity("config", sub));
+            }
+            ctx.shared.stats.reset();
+            let ks = &ctx.shared.keyspace.stats;
+            ks.hits.store(0, Ordering::Relaxed);
+            ks.misses.store(0, Ordering::Relaxed);
+            ks.expired_keys.store(0, Ordering::Relaxed);
+            ctx.out.ok();
+        }
+        "rewrite" => {
+            return Err(err(
+                "ERR CONFIG REWRITE is not supported; edit the configuration file instead",
+            ))
+        }
+        "help" => {
+            let lines = [
+                "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "GET <pattern> [<pattern> ...]",
+                "SET <directive> <value> [<directive> <value> ...]",
+                "RESETSTAT",
+                "HELP",
+            ];
+            ctx.out.array(lines.len());
+            for line in lines {
+                ctx.out.simple(line);
+            }
+        }
+        _ => return Err(unknown_subcommand("config", sub)),
+    }
+    Ok(())
+}
+
+type Change = Box<dyn FnOnce(&mut Ctx)>;
+
+fn validate_setting(name: &str, value: &str) -> Result<Change, CmdError> {
+    let failed = |reason: String| {
+        err(format!(
+            "ERR CONFIG SET failed (possibly related to argument '{name}') - {reason}"
+        ))
+    };
+    if IMMUTABLE.contains(&name) {
+        return Err(failed("can't set immutable config".into()));
+    }
+    let number = || {
+        value
+            .parse::<u64>()
+            .map_err(|_| failed("argument couldn't be parsed into an integer".into()))
+    };
+    Ok(match name {
+        "durability" | "appendfsync" => {
+            let durability: Durability = value.parse().map_err(failed)?;
+            Box::new(move |ctx: &mut Ctx| {
+                ctx.shared.runtime.set_durability(durability);
+                ctx.shared
+                    .keyspace
+                    .set_sync_intents(durability == Durability::Always && !ctx.shared.dax);
+                log::info!("durability set to {}", durability.name());
+            })
+        }
+        "requirepass" => {
+            let password = (!value.is_empty()).then(|| value.to_string());
+            Box::new(move |ctx: &mut Ctx| *ctx.shared.runtime.requirepass.write() = password)
+        }
+        "maxclients" => {
+            let n = number()? as usize;
+            if n == 0 {
+                return Err(failed(
+                    "argument must be between 1 and 4294967295 inclusive".into(),
+                ));
+            }
+            Box::new(move |ctx: &mut Ctx| ctx.shared.runtime.maxclients.store(n, Ordering::Relaxed))
+        }
+        "timeout" => {
+            let n = number()?;
+            Box::new(move |ctx: &mut Ctx| {
+                ctx.shared.runtime.timeout_secs.store(n, Ordering::Relaxed)
+            })
+        }
+        "loglevel" => {
+            let level: LogLevel = value.parse().map_err(failed)?;
+            Box::new(move |ctx: &mut Ctx| ctx.shared.runtime.set_loglevel(level))
+        }
+        "proto-max-bulk-len" => {
+            let n = parse_memory(value).map_err(failed)?;
+            if !(1024..=crate::resp::parse::DEFAULT_MAX_BULK_BYTES).contains(&n) {
+                return Err(failed(
+                    "argument must be a memory value between 1kb and 512mb".into(),
+                ));
+            }
+            Box::new(move |ctx: &mut Ctx| {
+                ctx.shared
+                    .runtime
+                    .proto_max_bulk_len
+                    .store(n, Ordering::Relaxed)
+            })
+        }
+        "client-query-buffer-limit" => {
+            let n = parse_memory(value).map_err(failed)?;
+            if n < 1024 * 1024 {
+                return Err(failed(
+                    "argument must be a memory value of at least 1mb".into(),
+                ));
+            }
+            Box::new(move |ctx: &mut Ctx| {
+                ctx.shared
+                    .runtime
+                    .client_query_buffer_limit
+                    .store(n, Ordering::Relaxed)
+            })
+        }
+        // No snapshots exist to schedule: accept only "no schedule".
+        "save" if value.is_empty() => Box::new(|_: &mut Ctx| {}),
+        _ => {
+            return Err(err(format!(
+                "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
+            )))
+        }
+    })
+}
+
+// ---- INFO and the rest ---------------------------------------------------
+
+fn info(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let sections: Vec<String> = args.iter().skip(1).map(lowercase).collect();
+    let text = info::render(ctx.shared, &sections);
+    ctx.out.verbatim(&text);
+    Ok(())
+}
+
+fn dbsize(ctx: &mut Ctx, _args: Args) -> CmdResult {
+    let n = match &mut ctx.exec {
+        // Inside EXEC the counts already include this transaction's
+        // applied writes only; buffered ones are applied first.
+        Some(txn) => {
+            txn.apply_buffered()?;
+            ctx.shared.keyspace.dbsize(ctx.session.db)
+        }
+        None => ctx.shared.keyspace.dbsize(ctx.session.db),
+    };
+    ctx.out.int(n as i64);
+    Ok(())
+}
+
+fn flush_mode(args: &Args) -> CmdResult {
+    match args.len() {
+        1 => Ok(()),
+        2 if is(args.get(1), "async") || is(args.get(1), "sync") => Ok(()),
+        _ => Err(err(SYNTAX)),
+    }
+}
+
+fn flush(ctx: &mut Ctx, db: Option<usize>) -> CmdResult {
+    match &mut ctx.exec {
+        Some(txn) => {
+            txn.flush(db)?;
+        }
+        None => {
+            let mut txn = ctx.shared.keyspace.lock_all(false);
+            let result = txn.flush(db);
+            ctx.session.wrote |= txn.commit()?;
+            result?;
+        }
+    }
+    ctx.session.wrote = true;
+    ctx.out.ok();
+    Ok(())
+}
+
+fn flushdb(ctx: &mut Ctx, args: Args) -> CmdResult {
+    flush_mode(&args)?;
+    let db = ctx.session.db;
+    flush(ctx, Some(db))
+}
+
+fn flushall(ctx: &mut Ctx, args: Args) -> CmdResult {
+    flush_mode(&args)?;
+    flush(ctx, None)
+}
+
+fn time(ctx: &mut Ctx, _args: Args) -> CmdResult {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    ctx.out.array(2);
+    ctx.out.bulk(now.as_secs().to_string().as_bytes());
+    ctx.out.bulk(now.subsec_micros().to_string().as_bytes());
+    Ok(())
+}
+
+fn save(ctx: &mut Ctx, _args: Args) -> CmdResult {
+    sync_now(&ctx.shared.keyspace, &ctx.shared.durable).map_err(|e| err(format!("ERR {e}")))?;
+    ctx.out.ok();
+    Ok(())
+}
+
+fn bgsave(ctx: &mut Ctx, args: Args) -> CmdResult {
+    if args.len() > 2 || (args.len() == 2 && !is(args.get(1), "schedule")) {
+        return Err(err(SYNTAX));
+    }
+    let keyspace = ctx.shared.keyspace.clone();
+    let durable = ctx.shared.durable.clone();
+    std::thread::Builder::new()
+        .name("engram-bgsave".into())
+        .spawn(move || {
+            let _ = sync_now(&keyspace, &durable);
+        })
+        .map_err(|e| err(format!("ERR cannot start the background save: {e}")))?;
+    ctx.out.simple("Background saving started");
+    Ok(())
+}
+
+fn lastsave(ctx: &mut Ctx, _args: Args) -> CmdResult {
+    let last = ctx.shared.durable.last_sync_unix.load(Ordering::Relaxed);
+    ctx.out.int(last.min(unix_now()) as i64);
+    Ok(())
+}
+
+fn shutdown(ctx: &mut Ctx, args: Args) -> CmdResult {
+    for arg in args.iter().skip(1) {
+        if is(arg, "abort") {
+            return Err(err("ERR No shutdown in progress."));
+        }
+        if !(is(arg, "nosave") || is(arg, "save") || is(arg, "now") || is(arg, "force")) {
+            return Err(err(SYNTAX));
+        }
+    }
+    // Like Redis: no reply; the connection closes as the server stops.
+    log::warn!("SHUTDOWN requested by client id={}", ctx.session.info.id);
+    ctx.session.close = true;
+    ctx.shared.request_shutdown();
+    Ok(())
+}

@@ -1,0 +1,237 @@
+//! MULTI/EXEC/DISCARD and WATCH/UNWATCH.
+//!
+//! EXEC locks the stripes of every key its queue names (every stripe if a
+//! queued command spans the keyspace, like KEYS or FLUSHDB) plus the
+//! WATCHed keys, checks the WATCH flag under those locks, runs the queue
+//! against one atomic transaction, and commits it as one batch: other
+//! clients see all of it or none of it, and so does recovery after a crash.
+
+use std::sync::atomic::Ordering;
+
+use super::keys::db_index;
+use super::{err, is, lookup, run, CmdResult, CommandSpec, Ctx, FAST, NOT_QUEUED, WHOLE_KEYSPACE};
+use crate::keyspace::{ekey, EKey};
+use crate::resp::Args;
+use crate::session::Session;
+use crate::shared::Shared;
+
+fn spec(
+    name: &'static str,
+    arity: i32,
+    flags: u32,
+    keys: (i32, i32, i32),
+    handler: super::Handler,
+    summary: &'static str,
+) -> CommandSpec {
+    CommandSpec {
+        name,
+        arity,
+        flags,
+        keys,
+        handler,
+        group: "transactions",
+        summary,
+    }
+}
+
+pub fn commands() -> Vec<CommandSpec> {
+    let none = (0, 0, 0);
+    vec![
+        spec(
+            "multi",
+            1,
+            NOT_QUEUED | FAST,
+            none,
+            multi,
+            "Starts a transaction.",
+        ),
+        spec(
+            "exec",
+            1,
+            NOT_QUEUED,
+            none,
+            exec,
+            "Executes all commands in a transaction.",
+        ),
+        spec(
+            "discard",
+            1,
+            NOT_QUEUED | FAST,
+            none,
+            discard,
+            "Discards a transaction.",
+        ),
+        spec(
+            "watch",
+            -2,
+            NOT_QUEUED | FAST,
+            (1, -1, 1),
+            watch,
+            "Monitors changes to keys to determine the execution of a transaction.",
+        ),
+        spec(
+            "unwatch",
+            1,
+            FAST,
+            none,
+            unwatch,
+            "Forgets about watched keys of a transaction.",
+        ),
+    ]
+}
+
+/// Drops every WATCH of the session.
+pub fn unwatch_all(shared: &Shared, session: &mut Session) {
+    if !session.watched.is_empty() {
+        shared
+            .keyspace
+            .unwatch(&session.watched, &session.watch_flag);
+        session.watched.clear();
+    }
+    session.watch_flag.store(false, Ordering::Release);
+}
+
+fn multi(ctx: &mut Ctx, _args: Args) -> CmdResult {
+    if ctx.session.in_multi() {
+        return Err(err("ERR MULTI calls can not be nested"));
+    }
+    ctx.session.multi = Some(Vec::new());
+    ctx.session.multi_failed = false;
+    ctx.session.info.multi.store(0, Ordering::Relaxed);
+    ctx.out.ok();
+    Ok(())
+}
+
+fn discard(ctx: &mut Ctx, _args: Args) -> CmdResult {
+    if !ctx.session.in_multi() {
+        return Err(err("ERR DISCARD without MULTI"));
+    }
+    ctx.session.end_multi();
+    unwatch_all(ctx.shared, ctx.session);
+    ctx.out.ok();
+    Ok(())
+}
+
+fn watch(ctx: &mut Ctx, args: Args) -> CmdResult {
+    if ctx.session.in_multi() {
+        return Err(err("ERR WATCH inside MULTI is not allowed"));
+    }
+    for key in args.iter().skip(1) {
+        // Reading first deletes the key if it already expired, so only an
+        // expiry after WATCH counts as a change.
+        ctx.read(key, |_, _| Ok(()))?;
+        let watched = ctx
+            .shared
+            .keyspace
+            .watch(ctx.session.db, key, &ctx.session.watch_flag)?;
+        ctx.session.watched.push(watched);
+    }
+    ctx.out.ok();
+    Ok(())
+}
+
+fn unwatch(ctx: &mut Ctx, _args: Args) -> CmdResult {
+    unwatch_all(ctx.shared, ctx.session);
+    ctx.out.ok();
+    Ok(())
+}
+
+fn exec(ctx: &mut Ctx, _args: Args) -> CmdResult {
+    let Some(queue) = ctx.session.multi.take() else {
+        return Err(err("ERR EXEC without MULTI"));
+    };
+    let failed = ctx.session.multi_failed;
+    ctx.session.end_multi();
+    if failed {
+        unwatch_all(ctx.shared, ctx.session);
+        return Err(err(
+            "EXECABORT Transaction discarded because of previous errors.",
+        ));
+    }
+
+    // Every key the queue may touch, in the database it will be in.
+    let keyspace = &ctx.shared.keyspace;
+    let mut whole = false;
+    let mut keys: Vec<EKey> = ctx.session.watched.clone();
+    let mut db = ctx.session.db;
+    for queued in &queue {
+        let args = queued.args();
+        let (_, spec) = lookup(args.get(0)).expect("queued commands were looked up");
+        whole |= spec.is(WHOLE_KEYSPACE);
+        if spec.name == "select" {
+            if let Ok(selected) = db_index(args.get(1), keyspace.databases()) {
+                db = selected;
+            }
+        }
+        for (key_db, key) in keys_of(spec, &args, db, keyspace.databases()) {
+            keys.push(ekey(key_db, key)?);
+        }
+    }
+    let mut txn = if whole {
+        keyspace.lock_all(true)
+    } else {
+        keyspace.lock_ekeys(keys.iter().map(|k| k.as_slice()), true)
+    };
+
+    // Under the locks: a watched key that expired since WATCH is deleted
+    // here, which raises the flag like any other change.
+    let now = ctx.now_ms;
+    for watched in &ctx.session.watched {
+        txn.get_ekey(watched, now)?;
+    }
+    let aborted = ctx.session.watch_flag.load(Ordering::Acquire);
+    unwatch_all(ctx.shared, ctx.session);
+    if aborted {
+        ctx.session.wrote |= txn.commit()?;
+        ctx.out.null_array();
+        return Ok(());
+    }
+
+    let reply_start = ctx.out.len();
+    ctx.out.array(queue.len());
+    let mut txn = Some(txn);
+    for queued in &queue {
+        let args = queued.args();
+        let (_, spec) = lookup(args.get(0)).expect("queued commands were looked up");
+        txn = run(ctx.shared, ctx.session, ctx.out, txn, spec, args);
+    }
+    let txn = txn.expect("queued commands hand the transaction back");
+    match txn.commit() {
+        Ok(wrote) => {
+            ctx.session.wrote |= wrote;
+            Ok(())
+        }
+        Err(e) => {
+            // Nothing the replies claim was applied: replace them.
+            ctx.out.buf.truncate(reply_start);
+            ctx.session.wrote = true;
+            Err(err(format!(
+                "EXECABORT Transaction failed while committing: {}",
+                super::CmdError::from(e).0
+            )))
+        }
+    }
+}
+
+/// The (database, key) pairs a queued command may touch, for locking.
+fn keys_of<'a>(
+    spec: &CommandSpec,
+    args: &Args<'a>,
+    db: usize,
+    databases: usize,
+) -> Vec<(usize, &'a [u8])> {
+    let mut keys: Vec<(usize, &[u8])> = spec.key_args(args).into_iter().map(|k| (db, k)).collect();
+    // COPY ... DB n writes its destination into another database.
+    if spec.name == "copy" && keys.len() == 2 {
+        let mut i = 3;
+        while i + 1 < args.len() {
+            if is(args.get(i), "db") {
+                if let Ok(target) = db_index(args.get(i + 1), databases) {
+                    keys[1].0 = target;
+                }
+            }
+            i += 1;
+        }
+    }
+    keys
+}

@@ -1,0 +1,401 @@
+//! Server configuration: defaults, the configuration file, command-line
+//! overrides, and the parameters `CONFIG GET/SET` can see and change.
+//!
+//! The file format is Redis's: one `name value...` per line, `#` comments,
+//! quoting as in inline commands. Names Redis users know keep their meaning
+//! (`appendfsync` is another spelling of `durability`).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+use engram_engine::ModeChoice;
+use parking_lot::RwLock;
+
+use crate::resp::parse::{split_words, DEFAULT_MAX_BULK_BYTES};
+
+/// When a write is acknowledged, in Redis's terms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Survives a process crash as soon as it is applied (Redis's
+    /// `appendfsync no`); the kernel writes pages back in its own time.
+    #[default]
+    Process,
+    /// Power-fail durable within about a second (`appendfsync everysec`).
+    Everysec,
+    /// Power-fail durable before the reply (`appendfsync always`), with
+    /// group commit: one `msync` covers every client waiting at the time.
+    Always,
+}
+
+impl Durability {
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::Process => "process",
+            Durability::Everysec => "everysec",
+            Durability::Always => "always",
+        }
+    }
+
+    /// The `appendfsync` value a Redis user would expect.
+    pub fn appendfsync_name(self) -> &'static str {
+        match self {
+            Durability::Process => "no",
+            Durability::Everysec => "everysec",
+            Durability::Always => "always",
+        }
+    }
+
+    fn from_u8(v: u8) -> Durability {
+        match v {
+            1 => Durability::Everysec,
+            2 => Durability::Always,
+            _ => Durability::Process,
+        }
+    }
+}
+
+impl std::str::FromStr for Durability {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "process" | "no" => Ok(Durability::Process),
+            "everysec" => Ok(Durability::Everysec),
+            "always" => Ok(Durability::Always),
+            _ => Err(format!(
+                "invalid durability '{s}' (expected process, everysec or always; \
+                 appendfsync's no, everysec, always also work)"
+            )),
+        }
+    }
+}
+
+/// Redis's log levels, mapped onto the `log` crate's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LogLevel {
+    Debug,
+    Verbose,
+    #[default]
+    Notice,
+    Warning,
+    Nothing,
+}
+
+impl LogLevel {
+    pub fn name(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Verbose => "verbose",
+            LogLevel::Notice => "notice",
+            LogLevel::Warning => "warning",
+            LogLevel::Nothing => "nothing",
+        }
+    }
+
+    pub fn filter(self) -> log::LevelFilter {
+        match self {
+            LogLevel::Debug => log::LevelFilter::Trace,
+            LogLevel::Verbose => log::LevelFilter::Debug,
+            LogLevel::Notice => log::LevelFilter::Info,
+            LogLevel::Warning => log::LevelFilter::Warn,
+            LogLevel::Nothing => log::LevelFilter::Off,
+        }
+    }
+
+    fn from_u8(v: u8) -> LogLevel {
+        [
+            LogLevel::Debug,
+            LogLevel::Verbose,
+            LogLevel::Notice,
+            LogLevel::Warning,
+            LogLevel::Nothing,
+        ][v as usize % 5]
+    }
+}
+
+impl std::str::FromStr for LogLevel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "debug" => Ok(LogLevel::Debug),
+            "verbose" => Ok(LogLevel::Verbose),
+            "notice" => Ok(LogLevel::Notice),
+            "warning" => Ok(LogLevel::Warning),
+            "nothing" => Ok(LogLevel::Nothing),
+            _ => Err(format!(
+                "invalid log level '{s}' (expected debug, verbose, notice, warning or nothing)"
+            )),
+        }
+    }
+}
+
+/// Everything `engram serve` can be told.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub bind: String,
+    pub port: u16,
+    pub dir: PathBuf,
+    pub durability: Durability,
+    /// DAX, emulated, or detect (`auto`).
+    pub mode: ModeChoice,
+    pub requirepass: Option<String>,
+    pub maxclients: usize,
+    /// Close clients idle this long, in seconds (0: never).
+    pub timeout_secs: u64,
+    pub loglevel: LogLevel,
+    pub databases: usize,
+    pub proto_max_bulk_len: usize,
+    /// The most a client may have buffered of unparsed requests.
+    pub client_query_buffer_limit: usize,
+    /// Replies buffered beyond this are sent before more commands run, so a
+    /// client that pipelines without reading holds at most this much.
+    pub client_output_buffer_limit: usize,
+    /// Worker threads for connections; 0 means one per core.
+    pub threads: usize,
+    /// The file this configuration came from, if any (`INFO server`).
+    pub config_file: Option<PathBuf>,
+    /// Shut down cleanly on SIGTERM and SIGINT (the binary; not embedders).
+    pub handle_signals: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            bind: "127.0.0.1".into(),
+            port: 6379,
+            dir: PathBuf::from("engram-data"),
+            durability: Durability::Process,
+            mode: ModeChoice::Auto,
+            requirepass: None,
+            maxclients: 10_000,
+            timeout_secs: 0,
+            loglevel: LogLevel::Notice,
+            databases: 16,
+            proto_max_bulk_len: DEFAULT_MAX_BULK_BYTES,
+            client_query_buffer_limit: 1 << 30,
+            client_output_buffer_limit: 64 << 20,
+            threads: 0,
+            config_file: None,
+            handle_signals: false,
+        }
+    }
+}
+
+impl Config {
+    /// Reads a configuration file over the defaults.
+    pub fn from_file(path: &Path) -> Result<Config, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+        let mut config = Config {
+            config_file: Some(path.to_path_buf()),
+            ..Config::default()
+        };
+        for (number, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let words = split_words(line.as_bytes())
+                .map_err(|e| format!("{}:{}: {e}", path.display(), number + 1))?;
+            let words: Vec<String> = words
+                .into_iter()
+                .map(|w| String::from_utf8_lossy(&w).into_owned())
+                .collect();
+            let (name, values) = words.split_first().expect("a non-empty line has a word");
+            config
+                .set(name, values)
+                .map_err(|e| format!("{}:{}: {e}", path.display(), number + 1))?;
+        }
+        Ok(config)
+    }
+
+    /// Sets one parameter by its configuration-file name.
+    pub fn set(&mut self, name: &str, values: &[String]) -> Result<(), String> {
+        let name = name.to_ascii_lowercase();
+        let one = || -> Result<&str, String> {
+            match values {
+                [value] => Ok(value.as_str()),
+                _ => Err(format!("'{name}' takes exactly one value")),
+            }
+        };
+        match name.as_str() {
+            // Redis accepts several addresses; Engram listens on the first.
+            "bind" => {
+                self.bind = values
+                    .first()
+                    .ok_or_else(|| "'bind' needs an address".to_string())?
+                    .clone()
+            }
+            "port" => self.port = parse_number(&name, one()?)?,
+            "dir" => self.dir = PathBuf::from(one()?),
+            "durability" | "appendfsync" => self.durability = one()?.parse()?,
+            "mode" => {
+                self.mode = match one()? {
+                    "auto" => ModeChoice::Auto,
+                    "dax" => ModeChoice::Dax,
+                    "emulated" => ModeChoice::Emulated,
+                    other => return Err(format!("invalid mode '{other}' (auto, dax or emulated)")),
+                }
+            }
+            "requirepass" => {
+                let value = one()?;
+                self.requirepass = (!value.is_empty()).then(|| value.to_string());
+            }
+            "maxclients" => self.maxclients = parse_number(&name, one()?)?,
+            "timeout" => self.timeout_secs = parse_number(&name, one()?)?,
+            "loglevel" => self.loglevel = one()?.parse()?,
+            "databases" => {
+                let n: usize = parse_number(&name, one()?)?;
+                if !(1..=256).contains(&n) {
+                    return Err(format!("databases must be 1 to 256, got {n}"));
+                }
+                self.databases = n;
+            }
+            "proto-max-bulk-len" => {
+                let n: usize = parse_memory(one()?)?;
+                if !(1024..=DEFAULT_MAX_BULK_BYTES).contains(&n) {
+                    return Err(format!(
+                        "proto-max-bulk-len must be 1kb to 512mb (the engine's value limit), got {n}"
+                    ));
+                }
+                self.proto_max_bulk_len = n;
+            }
+            "client-query-buffer-limit" => self.client_query_buffer_limit = parse_memory(one()?)?,
+            "threads" | "io-threads" => self.threads = parse_number(&name, one()?)?,
+            // Accepted for redis.conf compatibility; they have no meaning
+            // here (every write is persisted; there is no RDB/AOF).
+            "appendonly" | "save" | "daemonize" | "protected-mode" => {}
+            _ => return Err(format!("unknown configuration parameter '{name}'")),
+        }
+        Ok(())
+    }
+}
+
+fn parse_number<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, String> {
+    value
+        .parse()
+        .map_err(|_| format!("'{name}' needs a non-negative integer, got '{value}'"))
+}
+
+/// A size like Redis writes them: `1024`, `64kb`, `512mb`, `1gb`.
+pub fn parse_memory(value: &str) -> Result<usize, String> {
+    let lower = value.to_ascii_lowercase();
+    let (digits, unit) = match lower.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => lower.split_at(at),
+        None => (lower.as_str(), ""),
+    };
+    let multiplier: usize = match unit {
+        "" | "b" => 1,
+        "k" => 1000,
+        "kb" => 1024,
+        "m" => 1000 * 1000,
+        "mb" => 1024 * 1024,
+        "g" => 1000 * 1000 * 1000,
+        "gb" => 1024 * 1024 * 1024,
+        _ => return Err(format!("invalid size '{value}'")),
+    };
+    digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(multiplier))
+        .ok_or_else(|| format!("invalid size '{value}'"))
+}
+
+/// The parameters that can change while the server runs (`CONFIG SET`),
+/// read on the request path without locks.
+pub struct Runtime {
+    durability: AtomicU8,
+    loglevel: AtomicU8,
+    pub maxclients: AtomicUsize,
+    pub timeout_secs: AtomicU64,
+    pub proto_max_bulk_len: AtomicUsize,
+    pub client_query_buffer_limit: AtomicUsize,
+    pub requirepass: RwLock<Option<String>>,
+}
+
+impl Runtime {
+    pub fn new(config: &Config) -> Runtime {
+        Runtime {
+            durability: AtomicU8::new(config.durability as u8),
+            loglevel: AtomicU8::new(config.loglevel as u8),
+            maxclients: AtomicUsize::new(config.maxclients),
+            timeout_secs: AtomicU64::new(config.timeout_secs),
+            proto_max_bulk_len: AtomicUsize::new(config.proto_max_bulk_len),
+            client_query_buffer_limit: AtomicUsize::new(config.client_query_buffer_limit),
+            requirepass: RwLock::new(config.requirepass.clone()),
+        }
+    }
+
+    pub fn durability(&self) -> Durability {
+        Durability::from_u8(self.durability.load(Ordering::Relaxed))
+    }
+
+    pub fn set_durability(&self, durability: Durability) {
+        self.durability.store(durability as u8, Ordering::Relaxed);
+    }
+
+    pub fn loglevel(&self) -> LogLevel {
+        LogLevel::from_u8(self.loglevel.load(Ordering::Relaxed))
+    }
+
+    pub fn set_loglevel(&self, level: LogLevel) {
+        self.loglevel.store(level as u8, Ordering::Relaxed);
+        log::set_max_level(level.filter());
+    }
+
+    pub fn auth_required(&self) -> bool {
+        self.requirepass.read().is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_overrides_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("engram.conf");
+        std::fs::write(
+            &path,
+            "# a comment\nport 7000\nappendfsync always\nrequirepass \"s3 cret\"\n\nloglevel warning\n",
+        )
+        .unwrap();
+        let config = Config::from_file(&path).unwrap();
+        assert_eq!(config.port, 7000);
+        assert_eq!(config.durability, Durability::Always);
+        assert_eq!(config.requirepass.as_deref(), Some("s3 cret"));
+        assert_eq!(config.loglevel, LogLevel::Warning);
+        assert_eq!(config.bind, "127.0.0.1");
+    }
+
+    #[test]
+    fn bad_lines_name_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.conf");
+        std::fs::write(&path, "port 7000\nport seventy\n").unwrap();
+        let err = Config::from_file(&path).unwrap_err();
+        assert!(
+            err.contains("bad.conf:2") && err.contains("seventy"),
+            "{err}"
+        );
+        std::fs::write(&path, "frobnicate yes\n").unwrap();
+        let err = Config::from_file(&path).unwrap_err();
+        assert!(
+            err.contains("unknown configuration parameter 'frobnicate'"),
+            "{err}"
+        );
+        std::fs::write(&path, "durability sometimes\n").unwrap();
+        assert!(Config::from_file(&path)
+            .unwrap_err()
+            .contains("invalid durability"));
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_memory("512mb").unwrap(), 512 << 20);
+        assert_eq!(parse_memory("1gb").unwrap(), 1 << 30);
+        assert_eq!(parse_memory("100").unwrap(), 100);
+        assert!(parse_memory("12xb").is_err());
+        assert!(parse_memory("99999999999999999999gb").is_err());
+    }
+}

@@ -1,0 +1,263 @@
+//! The INFO text: Redis's sections and field names where they have a
+//! meaning here, plus an `engram` section for the engine.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+use crate::shared::Shared;
+
+const SECTIONS: &[&str] = &[
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "keyspace",
+    "engram",
+];
+
+/// Renders the requested sections (all of them for none, `default`, `all`
+/// or `everything`); unknown section names are ignored, as in Redis.
+pub fn render(shared: &Shared, requested: &[String]) -> String {
+    let everything = requested.is_empty()
+        || requested
+            .iter()
+            .any(|s| s == "default" || s == "all" || s == "everything");
+    let mut text = String::new();
+    for section in SECTIONS {
+        if !everything && !requested.iter().any(|s| s == section) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str("\r\n");
+        }
+        let _ = match *section {
+            "server" => server(shared, &mut text),
+            "clients" => clients(shared, &mut text),
+            "memory" => memory(&mut text),
+            "persistence" => persistence(shared, &mut text),
+            "stats" => stats(shared, &mut text),
+            "replication" => replication(&mut text),
+            "keyspace" => keyspace(shared, &mut text),
+            "engram" => engram(shared, &mut text),
+            _ => Ok(()),
+        };
+    }
+    text
+}
+
+fn server(shared: &Shared, out: &mut String) -> std::fmt::Result {
+    let uptime = shared.started.elapsed().as_secs();
+    write!(
+        out,
+        "# Server\r\n\
+         redis_version:{}\r\n\
+         engram_version:{}\r\n\
+         redis_mode:standalone\r\n\
+         os:{} {}\r\n\
+         arch_bits:64\r\n\
+         multiplexing_api:epoll\r\n\
+         process_id:{}\r\n\
+         tcp_port:{}\r\n\
+         uptime_in_seconds:{}\r\n\
+         uptime_in_days:{}\r\n\
+         executable:{}\r\n\
+         config_file:{}\r\n",
+        crate::REDIS_VERSION,
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::OS,
+        std::env::consts::ARCH,
+        std::process::id(),
+        shared.port,
+        uptime,
+        uptime / 86_400,
+        std::env::current_exe()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        shared
+            .config
+            .config_file
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+    )
+}
+
+fn clients(shared: &Shared, out: &mut String) -> std::fmt::Result {
+    write!(
+        out,
+        "# Clients\r\n\
+         connected_clients:{}\r\n\
+         maxclients:{}\r\n\
+         blocked_clients:0\r\n",
+        shared.clients.len(),
+        shared.runtime.maxclients.load(Ordering::Relaxed),
+    )
+}
+
+/// Resident memory from /proc (the values live in the mapped file, so
+/// this counts the DRAM index and buffers plus resident file pages).
+fn memory(out: &mut String) -> std::fmt::Result {
+    let rss = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
+        .map_or(0, |pages| pages * 4096);
+    write!(
+        out,
+        "# Memory\r\n\
+         used_memory:{rss}\r\n\
+         used_memory_human:{:.2}M\r\n\
+         used_memory_rss:{rss}\r\n\
+         maxmemory:0\r\n\
+         maxmemory_policy:noeviction\r\n",
+        rss as f64 / (1 << 20) as f64,
+    )
+}
+
+fn persistence(shared: &Shared, out: &mut String) -> std::fmt::Result {
+    let durable = &shared.durable;
+    let durability = shared.runtime.durability();
+    write!(
+        out,
+        "# Persistence\r\n\
+         loading:0\r\n\
+         rdb_changes_since_last_save:{}\r\n\
+         rdb_bgsave_in_progress:0\r\n\
+         rdb_last_save_time:{}\r\n\
+         rdb_last_bgsave_status:{}\r\n\
+         aof_enabled:1\r\n\
+         aof_rewrite_in_progress:0\r\n\
+         aof_last_write_status:{}\r\n\
+         durability:{}\r\n\
+         appendfsync:{}\r\n\
+         syncs:{}\r\n\
+         sync_failures:{}\r\n",
+        durable.changes_since_sync.load(Ordering::Relaxed),
+        durable.last_sync_unix.load(Ordering::Relaxed),
+        if durable.sync_failures.load(Ordering::Relaxed) == 0 {
+            "ok"
+        } else {
+            "err"
+        },
+        if durable.sync_failures.load(Ordering::Relaxed) == 0 {
+            "ok"
+        } else {
+            "err"
+        },
+        durability.name(),
+        durability.appendfsync_name(),
+        durable.syncs.load(Ordering::Relaxed),
+        durable.sync_failures.load(Ordering::Relaxed),
+    )
+}
+
+fn stats(shared: &Shared, out: &mut String) -> std::fmt::Result {
+    let s = &shared.stats;
+    let ks = &shared.keyspace.stats;
+    write!(
+        out,
+        "# Stats\r\n\
+         total_connections_received:{}\r\n\
+         total_commands_processed:{}\r\n\
+         total_net_input_bytes:{}\r\n\
+         total_net_output_bytes:{}\r\n\
+         rejected_connections:{}\r\n\
+         expired_keys:{}\r\n\
+         evicted_keys:0\r\n\
+         keyspace_hits:{}\r\n\
+         keyspace_misses:{}\r\n\
+         total_error_replies:0\r\n\
+         protocol_errors:{}\r\n",
+        s.connections_received.load(Ordering::Relaxed),
+        s.commands_processed.load(Ordering::Relaxed),
+        s.net_input_bytes.load(Ordering::Relaxed),
+        s.net_output_bytes.load(Ordering::Relaxed),
+        s.rejected_connections.load(Ordering::Relaxed),
+        ks.expired_keys.load(Ordering::Relaxed),
+        ks.hits.load(Ordering::Relaxed),
+        ks.misses.load(Ordering::Relaxed),
+        s.protocol_errors.load(Ordering::Relaxed),
+    )
+}
+
+fn replication(out: &mut String) -> std::fmt::Result {
+    write!(
+        out,
+        "# Replication\r\n\
+         role:master\r\n\
+         connected_slaves:0\r\n\
+         master_repl_offset:0\r\n"
+    )
+}
+
+fn keyspace(shared: &Shared, out: &mut String) -> std::fmt::Result {
+    out.push_str("# Keyspace\r\n");
+    let ks = &shared.keyspace;
+    for db in 0..ks.databases() {
+        let keys = ks.dbsize(db);
+        if keys > 0 {
+            writeln!(
+                out,
+                "db{db}:keys={keys},expires={},avg_ttl=0\r",
+                ks.expiring(db)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn engram(shared: &Shared, out: &mut String) -> std::fmt::Result {
+    let stats = shared.keyspace.store().stats();
+    let recovery = shared.keyspace.store().recovery_report();
+    write!(
+        out,
+        "# Engram\r\n\
+         mode:{}\r\n\
+         flush_instruction:{}\r\n\
+         durability:{}\r\n\
+         data_dir:{}\r\n\
+         file_bytes:{}\r\n\
+         live_bytes:{}\r\n\
+         engine_keys:{}\r\n\
+         blocks_total:{}\r\n\
+         blocks_free:{}\r\n\
+         compactions:{}\r\n\
+         records_moved:{}\r\n\
+         recovery_ms:{}\r\n\
+         recovery_records:{}\r\n\
+         recovery_threads:{}\r\n\
+         keyspace_scan_ms:{}\r\n\
+         batches_replayed:{}\r\n\
+         keys_in_hidden_dbs:{}\r\n",
+        stats.mode,
+        stats.flush,
+        shared.runtime.durability().name(),
+        shared.config.dir.display(),
+        stats.file_bytes,
+        stats.live_bytes,
+        stats.keys,
+        stats.blocks_total,
+        stats.blocks_free,
+        stats.compactions,
+        stats.records_moved,
+        shared.recovery.as_millis(),
+        recovery.records,
+        recovery.threads,
+        shared.keyspace_scan.as_millis(),
+        shared
+            .keyspace
+            .stats
+            .batches_replayed
+            .load(Ordering::Relaxed),
+        shared
+            .keyspace
+            .stats
+            .keys_in_hidden_dbs
+            .load(Ordering::Relaxed),
+    )
+}

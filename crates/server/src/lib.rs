@@ -1,0 +1,29 @@
+//! `engram serve`: a Redis-compatible server over the Engram engine.
+//!
+//! Layers, outside in: `connection` (a tokio task per client: read, parse,
+//! run, reply) → `resp` (the protocol) → `commands` (the command table and
+//! handlers) → `keyspace` (databases, types, expiry, locks, atomic batches
+//! over the engine) → the engine. `durability` decides when a reply may
+//! leave; `serve` starts and stops it all.
+
+#![forbid(unsafe_code)]
+
+mod clients;
+mod commands;
+pub mod config;
+mod connection;
+mod durability;
+pub mod glob;
+mod info;
+pub mod keyspace;
+pub mod resp;
+mod serve;
+mod session;
+mod shared;
+
+pub use config::{Config, Durability, LogLevel};
+pub use serve::{Server, StartError};
+
+/// The Redis version Engram reports (HELLO, INFO): the command set and
+/// replies follow Redis 7.2, and clients choose features by this number.
+pub const REDIS_VERSION: &str = "7.2.0";

@@ -1,0 +1,320 @@
+//! Starting and stopping the server: open the store, rebuild the keyspace,
+//! bind, accept connections on a multi-threaded runtime, and on shutdown
+//! drain clients, sync and close the store.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use engram_engine::{Options, Store, SyncPolicy};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+
+use crate::config::{Config, Durability, Runtime};
+use crate::durability::{spawn_sync_thread, Durable};
+use crate::keyspace::{now_ms, Keyspace};
+use crate::shared::Shared;
+
+/// How often the active expiry cycle runs, and its time budget per run
+/// (Redis: 10 Hz, 25% of a core at most).
+const EXPIRE_PERIOD: Duration = Duration::from_millis(100);
+const EXPIRE_BUDGET: Duration = Duration::from_millis(25);
+/// How long shutdown waits for connections to finish their last batch.
+const DRAIN_PATIENCE: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot open the data directory {dir}: {source}")]
+    Store {
+        dir: String,
+        source: engram_engine::Error,
+    },
+    #[error("cannot rebuild the keyspace: {0}")]
+    Keyspace(crate::keyspace::Error),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("cannot start the network runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// A running server. Dropping it does not stop it; call `shutdown` (or
+/// send SHUTDOWN / a signal and call `wait`).
+pub struct Server {
+    pub addr: SocketAddr,
+    /// Held until `join`: the store closes only once every handle is gone.
+    shared: Option<Arc<Shared>>,
+    main: Option<JoinHandle<Result<(), String>>>,
+}
+
+impl Server {
+    /// Opens the store, recovers, binds, and starts serving in background
+    /// threads. Returns once the port accepts connections.
+    pub fn start(config: Config) -> Result<Server, StartError> {
+        if !(1..=255).contains(&config.databases) {
+            return Err(StartError::Config(format!(
+                "databases must be 1 to 255, got {}",
+                config.databases
+            )));
+        }
+        raise_fd_limit(config.maxclients);
+        let started = Instant::now();
+        let options = Options {
+            mode: config.mode,
+            // The server decides when to msync (see `durability`).
+            sync: SyncPolicy::Never,
+            ..Options::default()
+        };
+        let store = Store::open(&config.dir, options).map_err(|source| StartError::Store {
+            dir: config.dir.display().to_string(),
+            source,
+        })?;
+        let recovery = started.elapsed();
+        let dax = store.stats().mode == "dax";
+        let scan_started = Instant::now();
+        let keyspace =
+            Arc::new(Keyspace::open(store, config.databases).map_err(StartError::Keyspace)?);
+        let keyspace_scan = scan_started.elapsed();
+        keyspace.set_sync_intents(config.durability == Durability::Always && !dax);
+
+        let threads = if config.threads > 0 {
+            config.threads
+        } else {
+            std::thread::available_parallelism().map_or(2, |n| n.get())
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("engram-net")
+            .enable_all()
+            .build()
+            .map_err(StartError::Runtime)?;
+        let addr = format!("{}:{}", config.bind, config.port);
+        let listener = runtime
+            .block_on(TcpListener::bind(&addr))
+            .map_err(|source| StartError::Bind {
+                addr: addr.clone(),
+                source,
+            })?;
+        let local = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: addr.clone(),
+            source,
+        })?;
+
+        let runtime_config = Arc::new(Runtime::new(&config));
+        runtime_config.set_loglevel(config.loglevel);
+        let durable = Arc::new(Durable::new());
+        let stop_background = Arc::new(AtomicBool::new(false));
+        let sync_thread = spawn_sync_thread(
+            keyspace.clone(),
+            durable.clone(),
+            runtime_config.clone(),
+            stop_background.clone(),
+        );
+        let expiry_thread = spawn_expiry_thread(keyspace.clone(), stop_background.clone());
+        let shared = Arc::new(Shared::new(
+            keyspace.clone(),
+            config.clone(),
+            runtime_config,
+            durable.clone(),
+            dax,
+            recovery,
+            keyspace_scan,
+            local.port(),
+        ));
+
+        let stats = keyspace.store().stats();
+        log::info!(
+            "Engram {} ready on {local}: mode {} (flush {}), durability {}, data in {}",
+            env!("CARGO_PKG_VERSION"),
+            stats.mode,
+            stats.flush,
+            config.durability.name(),
+            config.dir.display(),
+        );
+        log::info!(
+            "recovered {} keys in {:.3} s (engine {:.3} s with {} threads, keyspace scan {:.3} s){}",
+            stats.keys,
+            (recovery + keyspace_scan).as_secs_f64(),
+            recovery.as_secs_f64(),
+            keyspace.store().recovery_report().threads,
+            keyspace_scan.as_secs_f64(),
+            match keyspace.stats.batches_replayed.load(Ordering::Relaxed) {
+                0 => String::new(),
+                n => format!("; re-applied {n} interrupted multi-key writes"),
+            }
+        );
+
+        if config.handle_signals {
+            runtime.spawn(shutdown_on_signal(shared.clone()));
+        }
+        let main_shared = shared.clone();
+        let main = std::thread::Builder::new()
+            .name("engram-main".into())
+            .spawn(move || {
+                runtime.block_on(accept_loop(main_shared.clone(), listener));
+                // Let connections finish their batch and leave.
+                let deadline = Instant::now() + DRAIN_PATIENCE;
+                while !main_shared.clients.is_empty() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                runtime.shutdown_timeout(Duration::from_secs(1));
+                stop_background.store(true, Ordering::Release);
+                durable.nudge();
+                let _ = sync_thread.join();
+                let _ = expiry_thread.join();
+                drop(main_shared);
+                close_store(keyspace)
+            })
+            .map_err(StartError::Runtime)?;
+        Ok(Server {
+            addr: local,
+            shared: Some(shared),
+            main: Some(main),
+        })
+    }
+
+    /// Asks the server to stop and waits until the store is closed.
+    pub fn shutdown(mut self) -> Result<(), String> {
+        self.request_shutdown();
+        self.join()
+    }
+
+    /// Waits for a shutdown requested elsewhere (SHUTDOWN, a signal).
+    pub fn wait(mut self) -> Result<(), String> {
+        self.join()
+    }
+
+    /// Starts a shutdown without waiting (signal handlers).
+    pub fn request_shutdown(&self) {
+        if let Some(shared) = &self.shared {
+            shared.request_shutdown();
+        }
+    }
+
+    fn join(&mut self) -> Result<(), String> {
+        self.shared = None;
+        let main = self.main.take().expect("joined once");
+        main.join()
+            .unwrap_or_else(|_| Err("the server's main thread panicked".into()))
+    }
+}
+
+async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shared.shutdown.notified() => break,
+        };
+        if shared.is_shutting_down() {
+            break;
+        }
+        let (mut stream, addr) = match accepted {
+            Ok(pair) => pair,
+            Err(e) => {
+                // Out of file descriptors and the like: back off briefly
+                // rather than spin.
+                log::warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        shared
+            .stats
+            .connections_received
+            .fetch_add(1, Ordering::Relaxed);
+        let local = stream.local_addr().unwrap_or(addr);
+        let maxclients = shared.runtime.maxclients.load(Ordering::Relaxed);
+        match shared.clients.register(addr, local, maxclients) {
+            Some(info) => {
+                tokio::spawn(crate::connection::serve(shared.clone(), stream, info));
+            }
+            None => {
+                shared
+                    .stats
+                    .rejected_connections
+                    .fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(async move {
+                    let _ = stream
+                        .write_all(b"-ERR max number of clients reached\r\n")
+                        .await;
+                });
+            }
+        }
+    }
+    log::info!("no longer accepting connections");
+}
+
+/// SIGTERM and SIGINT start a clean shutdown, as in Redis.
+async fn shutdown_on_signal(shared: Arc<Shared>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        log::warn!("cannot install signal handlers; use SHUTDOWN to stop the server");
+        return;
+    };
+    let name = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    log::warn!("received {name}: shutting down");
+    shared.request_shutdown();
+}
+
+fn spawn_expiry_thread(keyspace: Arc<Keyspace>, stop: Arc<AtomicBool>) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name("engram-expire".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                std::thread::sleep(EXPIRE_PERIOD);
+                let deadline = Instant::now() + EXPIRE_BUDGET;
+                if let Err(e) = keyspace.expire_cycle(now_ms(), deadline) {
+                    log::error!("active expiry failed: {e}");
+                }
+            }
+        })
+        .expect("spawning the expiry thread")
+}
+
+fn close_store(keyspace: Arc<Keyspace>) -> Result<(), String> {
+    match Arc::try_unwrap(keyspace) {
+        Ok(keyspace) => {
+            keyspace
+                .into_store()
+                .close()
+                .map_err(|e| format!("closing the store: {e}"))?;
+            log::info!("data synced and store closed; bye");
+            Ok(())
+        }
+        Err(keyspace) => {
+            // A connection outlived the drain: sync what is there; the
+            // directory lock goes with the process.
+            keyspace
+                .store()
+                .sync()
+                .map_err(|e| format!("syncing the store: {e}"))?;
+            log::warn!("store synced but left open: a connection did not finish in time");
+            Ok(())
+        }
+    }
+}
+
+/// Lets the process hold a descriptor per client (Redis does the same).
+fn raise_fd_limit(maxclients: usize) {
+    let wanted = maxclients as u64 + 64;
+    match rlimit::increase_nofile_limit(wanted) {
+        Ok(got) if got < wanted => log::warn!(
+            "open-file limit is {got}, below maxclients + 64 = {wanted}; \
+             connections beyond it will be refused by the kernel"
+        ),
+        Ok(_) => {}
+        Err(e) => log::warn!("cannot raise the open-file limit: {e}"),
+    }
+}

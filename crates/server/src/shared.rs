@@ -1,0 +1,101 @@
+//! What every connection shares: the keyspace, configuration, durability,
+//! the client registry and the counters INFO reports.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+use tokio::sync::Notify;
+
+use crate::clients::Registry;
+use crate::config::{Config, Runtime};
+use crate::durability::Durable;
+use crate::keyspace::Keyspace;
+
+pub struct Shared {
+    pub keyspace: Arc<Keyspace>,
+    pub config: Config,
+    pub runtime: Arc<Runtime>,
+    pub durable: Arc<Durable>,
+    pub clients: Registry,
+    pub stats: ServerStats,
+    /// Real persistent memory (MAP_SYNC): writes are durable on return.
+    pub dax: bool,
+    pub started: Instant,
+    /// How long opening the store (recovery) and the keyspace scan took.
+    pub recovery: Duration,
+    pub keyspace_scan: Duration,
+    /// The port actually bound (the configured one, or the one the OS
+    /// chose for port 0).
+    pub port: u16,
+    shutting_down: AtomicBool,
+    pub shutdown: Notify,
+}
+
+#[derive(Default)]
+pub struct ServerStats {
+    pub connections_received: AtomicU64,
+    pub rejected_connections: AtomicU64,
+    pub commands_processed: CachePadded<AtomicU64>,
+    pub net_input_bytes: CachePadded<AtomicU64>,
+    pub net_output_bytes: CachePadded<AtomicU64>,
+    pub protocol_errors: AtomicU64,
+}
+
+impl ServerStats {
+    pub fn reset(&self) {
+        for counter in [
+            &self.connections_received,
+            &self.rejected_connections,
+            &*self.commands_processed,
+            &*self.net_input_bytes,
+            &*self.net_output_bytes,
+            &self.protocol_errors,
+        ] {
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Shared {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        keyspace: Arc<Keyspace>,
+        config: Config,
+        runtime: Arc<Runtime>,
+        durable: Arc<Durable>,
+        dax: bool,
+        recovery: Duration,
+        keyspace_scan: Duration,
+        port: u16,
+    ) -> Shared {
+        Shared {
+            keyspace,
+            config,
+            runtime,
+            durable,
+            clients: Registry::default(),
+            stats: ServerStats::default(),
+            dax,
+            started: Instant::now(),
+            recovery,
+            keyspace_scan,
+            port,
+            shutting_down: AtomicBool::new(false),
+            shutdown: Notify::new(),
+        }
+    }
+
+    /// Starts a clean shutdown (SIGTERM, SIGINT, SHUTDOWN).
+    pub fn request_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+        self.shutdown.notify_waiters();
+        self.shutdown.notify_one();
+        self.clients.kill_all();
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Acquire)
+    }
+}

@@ -23,6 +23,7 @@ mod error;
 mod machine;
 pub mod report;
 pub mod runner;
+pub mod server;
 pub mod systems;
 pub mod workload;
 

@@ -47,6 +47,10 @@ enum Bench {
     /// against RocksDB and LMDB (built with --features peers) and a volatile
     /// baseline.
     Engine(EngineArgs),
+    /// redis-benchmark against `engram serve` and redis-server in the same
+    /// run, at matching durability (process, everysec, always against Redis
+    /// AOF with appendfsync no, everysec, always).
+    Server(engram_bench::server::ServerBenchArgs),
 }
 
 #[derive(Args)]
@@ -98,6 +102,7 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Serve(args) => serve(args),
         Command::Bench(Bench::Engine(args)) => bench_engine(args),
+        Command::Bench(Bench::Server(args)) => Ok(engram_bench::server::cli(args, command_line())?),
     }
 }
 

@@ -1,0 +1,509 @@
+//! The two servers as child processes: finding (or installing) Redis's
+//! tools, picking ports, starting `engram serve` and `redis-server` at a
+//! given durability, waiting until they answer PING, and stopping them.
+//!
+//! Each server writes its stdout and stderr to its own log file and its data
+//! to its own fresh directory, so nothing carries over from one run to the
+//! next and a failure can be diagnosed from the log afterwards.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use super::error::{Result, ServerBenchError};
+use super::Durability;
+
+/// Both servers listen here only: the benchmark is local, and nothing else
+/// on the machine should be able to reach a server started without a
+/// password.
+pub const HOST: &str = "127.0.0.1";
+/// Redis's default port, which a packaged redis-server (Debian starts one on
+/// install) may be listening on: never measure that one by mistake.
+const REDIS_DEFAULT_PORT: u16 = 6379;
+/// How long a server has to answer PING after it is started.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a server has to exit after SIGTERM before it is killed. Both
+/// flush on the way out (Redis its AOF, Engram its mapping), which with a
+/// gigabyte of dirty pages on a slow disk takes a while.
+const STOP_TIMEOUT: Duration = Duration::from_secs(60);
+/// Lines of a server's log quoted in an error.
+const LOG_TAIL_LINES: usize = 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum System {
+    Engram,
+    Redis,
+}
+
+impl System {
+    pub const BOTH: [System; 2] = [System::Engram, System::Redis];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            System::Engram => "engram",
+            System::Redis => "redis",
+        }
+    }
+}
+
+/// The arguments `engram serve` gets (after the program name).
+pub fn engram_args(port: u16, dir: &Path, durability: Durability) -> Vec<String> {
+    vec![
+        "serve".into(),
+        "--bind".into(),
+        HOST.into(),
+        "--port".into(),
+        port.to_string(),
+        "--dir".into(),
+        dir.display().to_string(),
+        "--durability".into(),
+        durability.name().into(),
+    ]
+}
+
+/// The arguments redis-server gets: AOF on with the matching `appendfsync`,
+/// RDB snapshots off (`save ""`: with AOF they would only add forks), and
+/// everything else at Redis's defaults, as Redis's persistence documentation
+/// configures AOF durability. `aof-use-rdb-preamble yes` and the automatic
+/// AOF rewrite are defaults too; they are spelled out or left alone so that
+/// Redis runs as its users run it.
+pub fn redis_args(port: u16, dir: &Path, durability: Durability) -> Vec<String> {
+    [
+        "--port",
+        &port.to_string(),
+        "--bind",
+        HOST,
+        "--dir",
+        &dir.display().to_string(),
+        "--save",
+        "",
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        durability.appendfsync(),
+        "--aof-use-rdb-preamble",
+        "yes",
+        "--daemonize",
+        "no",
+        "--protected-mode",
+        "no",
+    ]
+    .iter()
+    .map(|word| word.to_string())
+    .collect()
+}
+
+/// A running server, stopped (and its data removed unless kept) when dropped.
+pub struct Peer {
+    pub system: System,
+    pub port: u16,
+    child: Child,
+    log: PathBuf,
+    data: PathBuf,
+    keep_data: bool,
+    stopped: bool,
+}
+
+impl Peer {
+    /// Starts `program args` with its output in `log` and waits until it
+    /// answers PING. `data` is created first and removed when the peer is
+    /// dropped, unless `keep_data`.
+    pub fn start(
+        system: System,
+        program: &Path,
+        args: &[String],
+        port: u16,
+        data: PathBuf,
+        log: PathBuf,
+        keep_data: bool,
+    ) -> Result<Peer> {
+        std::fs::create_dir_all(&data)
+            .map_err(|e| ServerBenchError::io("creating the data directory", &data, e))?;
+        let out = File::create(&log)
+            .map_err(|e| ServerBenchError::io("creating the server log", &log, e))?;
+        let err = out
+            .try_clone()
+            .map_err(|e| ServerBenchError::io("opening the server log", &log, e))?;
+        let child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|source| ServerBenchError::Spawn {
+                program: program.display().to_string(),
+                source,
+            })?;
+        let mut peer = Peer {
+            system,
+            port,
+            child,
+            log,
+            data,
+            keep_data,
+            stopped: false,
+        };
+        peer.wait_ready(READY_TIMEOUT)?;
+        Ok(peer)
+    }
+
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+
+    /// Fails if the server has exited; `when` says at what point, for the
+    /// error ("before redis-benchmark").
+    pub fn check_alive(&mut self, when: &'static str) -> Result<()> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => Err(self.exited(status, when)),
+            Ok(None) => Ok(()),
+            Err(e) => Err(ServerBenchError::io(
+                "waiting for the server logging to",
+                &self.log,
+                e,
+            )),
+        }
+    }
+
+    /// The number of keys in database 0 (`DBSIZE`), a sanity check that the
+    /// writes landed; `None` if the server does not answer it.
+    pub fn key_count(&self) -> Option<u64> {
+        let reply = request(self.port, &["DBSIZE"], Duration::from_secs(10)).ok()?;
+        reply.strip_prefix(':')?.parse().ok()
+    }
+
+    /// SIGTERM, as an init system would stop it; then a kill if it has not
+    /// exited in `STOP_TIMEOUT`. A server that exits with an error status
+    /// after the measurements is reported on standard error, not failed:
+    /// the numbers were already taken.
+    pub fn stop(mut self) -> Result<()> {
+        self.stopped = true;
+        let pid = self.child.id().to_string();
+        let signalled = Command::new("kill")
+            .args(["-TERM", &pid])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while signalled && Instant::now() < deadline {
+            match self.child.try_wait() {
+                Ok(Some(status)) => {
+                    if !status.success() {
+                        eprintln!(
+                            "warning: {} exited with {status} on SIGTERM; see {}",
+                            self.system.name(),
+                            self.log.display()
+                        );
+                    }
+                    return Ok(());
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => {
+                    return Err(ServerBenchError::io(
+                        "waiting for the server logging to",
+                        &self.log,
+                        e,
+                    ))
+                }
+            }
+        }
+        eprintln!(
+            "warning: {} did not exit within {} s of SIGTERM; killing it",
+            self.system.name(),
+            STOP_TIMEOUT.as_secs()
+        );
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        Ok(())
+    }
+
+    fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            self.check_alive("before answering PING")?;
+            let last = match request(self.port, &["PING"], Duration::from_secs(1)) {
+                Ok(reply) if reply == "+PONG" => {
+                    // Another process on this port could have answered (the
+                    // port was free a moment ago, not reserved): make sure
+                    // ours is still up, which it would not be had it failed
+                    // to bind.
+                    std::thread::sleep(Duration::from_millis(50));
+                    return self.check_alive("just after answering PING");
+                }
+                // Redis answers -LOADING while it reads its AOF.
+                Ok(reply) => format!("reply {reply:?}"),
+                Err(e) => e.to_string(),
+            };
+            if start.elapsed() >= timeout {
+                return Err(ServerBenchError::NotReady {
+                    system: self.system.name(),
+                    port: self.port,
+                    seconds: timeout.as_secs(),
+                    last,
+                    log: self.log.clone(),
+                    tail: log_tail(&self.log),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn exited(&self, status: ExitStatus, when: &'static str) -> ServerBenchError {
+        ServerBenchError::Exited {
+            system: self.system.name(),
+            status: status.to_string(),
+            when,
+            log: self.log.clone(),
+            tail: log_tail(&self.log),
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if !self.stopped {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if !self.keep_data {
+            let _ = std::fs::remove_dir_all(&self.data);
+        }
+    }
+}
+
+/// Sends one command as a RESP array and returns the first line of the
+/// reply without its CRLF ("+PONG", ":42", "-LOADING ...").
+pub fn request(port: u16, words: &[&str], timeout: Duration) -> std::io::Result<String> {
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&address, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.write_all(&encode_command(words))?;
+    let mut line = String::new();
+    BufReader::new(stream)
+        .take(64 * 1024)
+        .read_line(&mut line)?;
+    if !line.ends_with("\r\n") {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("incomplete reply {line:?}"),
+        ));
+    }
+    line.truncate(line.len() - 2);
+    Ok(line)
+}
+
+/// `["PING"]` -> `*1\r\n$4\r\nPING\r\n`.
+pub fn encode_command(words: &[&str]) -> Vec<u8> {
+    let mut bytes = format!("*{}\r\n", words.len()).into_bytes();
+    for word in words {
+        bytes.extend_from_slice(format!("${}\r\n{word}\r\n", word.len()).as_bytes());
+    }
+    bytes
+}
+
+/// A port nothing listens on now: the kernel's pick for port 0, released
+/// again for the server to take. Never Redis's default port.
+pub fn free_port() -> Result<u16> {
+    loop {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .map_err(|e| ServerBenchError::io("finding a free port on", HOST, e))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| ServerBenchError::io("finding a free port on", HOST, e))?
+            .port();
+        if port != REDIS_DEFAULT_PORT {
+            return Ok(port);
+        }
+    }
+}
+
+/// The last lines of a log, for an error message.
+pub fn log_tail(log: &Path) -> String {
+    match std::fs::read(log) {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
+            if tail.trim().is_empty() {
+                "(empty)".into()
+            } else {
+                tail
+            }
+        }
+        Err(e) => format!("(unreadable: {e})"),
+    }
+}
+
+/// Where `program` would be run from: itself if it names a path, else the
+/// first match on PATH.
+pub fn find_program(program: &Path) -> Option<PathBuf> {
+    if program.components().count() > 1 {
+        return program.is_file().then(|| program.to_path_buf());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Makes sure redis-server and redis-benchmark can be run. When they are
+/// the default names and missing from PATH, installs Debian's packages
+/// (`redis-server`, `redis-tools`) with apt-get, as root or through
+/// `sudo -n`; anything else that is missing is an error saying what to do.
+pub fn ensure_redis_tools(redis_server: &Path, redis_benchmark: &Path) -> Result<()> {
+    let missing = |program: &Path| find_program(program).is_none();
+    if !missing(redis_server) && !missing(redis_benchmark) {
+        return Ok(());
+    }
+    for (program, flag) in [
+        (redis_server, "redis-server"),
+        (redis_benchmark, "redis-benchmark"),
+    ] {
+        if missing(program) && program != Path::new(flag) {
+            return Err(ServerBenchError::flag(
+                flag,
+                format!("{} does not exist", program.display()),
+            ));
+        }
+    }
+    let manual = "install Redis 6.2 or later (Debian/Ubuntu: apt-get install redis-server \
+                  redis-tools) or pass --redis-server and --redis-benchmark";
+    if find_program(Path::new("apt-get")).is_none() {
+        return Err(ServerBenchError::Install(format!(
+            "redis-server or redis-benchmark is not on PATH and there is no apt-get: {manual}"
+        )));
+    }
+    let sudo = if is_root() {
+        None
+    } else if find_program(Path::new("sudo")).is_some() {
+        Some("sudo")
+    } else {
+        return Err(ServerBenchError::Install(format!(
+            "redis-server or redis-benchmark is not on PATH, and installing it needs root \
+             (no sudo found): {manual}"
+        )));
+    };
+    let steps: [&[&str]; 2] = [
+        &["apt-get", "update"],
+        &["apt-get", "install", "-y", "redis-server", "redis-tools"],
+    ];
+    for step in steps {
+        let mut words: Vec<&str> = match sudo {
+            Some(sudo) => vec![sudo, "-n"],
+            None => Vec::new(),
+        };
+        words.extend_from_slice(step);
+        eprintln!(
+            "redis-server or redis-benchmark is not on PATH; running: {}",
+            words.join(" ")
+        );
+        // apt's chatter goes to standard error: standard output may be
+        // carrying the JSON report.
+        let status = Command::new(words[0])
+            .args(&words[1..])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(std::io::stderr()))
+            .status()
+            .map_err(|source| ServerBenchError::Spawn {
+                program: words[0].into(),
+                source,
+            })?;
+        if !status.success() {
+            return Err(ServerBenchError::Install(format!(
+                "`{}` failed ({status}): {manual}",
+                words.join(" ")
+            )));
+        }
+    }
+    if missing(redis_server) || missing(redis_benchmark) {
+        return Err(ServerBenchError::Install(format!(
+            "installed redis-server and redis-tools, but redis-server or redis-benchmark is \
+             still not on PATH: {manual}"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether this process runs as root, from /proc (no libc call needed).
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("Uid:"))
+                .and_then(|ids| ids.split_whitespace().nth(1).map(|euid| euid == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// The first line `program --version` prints, or why there is none.
+pub fn version(program: &Path) -> String {
+    match Command::new(program)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(output) if output.status.success() => String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string(),
+        Ok(output) => format!(
+            "unknown ({} --version: {})",
+            program.display(),
+            output.status
+        ),
+        Err(e) => format!("unknown ({} --version: {e})", program.display()),
+    }
+}
+
+/// Writes dirty pages back before a measurement, so that neither server
+/// pays for the write-back of the one measured before it. Best effort.
+pub fn sync_file_systems() {
+    let _ = Command::new("sync")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_resp_arrays() {
+        assert_eq!(encode_command(&["PING"]), b"*1\r\n$4\r\nPING\r\n");
+        assert_eq!(
+            encode_command(&["SET", "k", "vv"]),
+            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nvv\r\n"
+        );
+    }
+
+    #[test]
+    fn redis_gets_aof_at_the_matching_fsync_policy() {
+        let args = redis_args(7000, Path::new("/d"), Durability::Process).join(" ");
+        assert!(args.contains("--appendonly yes --appendfsync no"), "{args}");
+        assert!(args.contains("--save  "), "{args}");
+        assert!(args.contains("--bind 127.0.0.1"), "{args}");
+        let args = redis_args(7000, Path::new("/d"), Durability::Always).join(" ");
+        assert!(args.contains("--appendfsync always"), "{args}");
+        let args = engram_args(7000, Path::new("/d"), Durability::Everysec).join(" ");
+        assert_eq!(
+            args,
+            "serve --bind 127.0.0.1 --port 7000 --dir /d --durability everysec"
+        );
+    }
+
+    #[test]
+    fn free_ports_are_not_redis_default() {
+        assert_ne!(free_port().unwrap(), REDIS_DEFAULT_PORT);
+    }
+}

@@ -1,0 +1,235 @@
+//! `engram serve` killed with SIGKILL while several clients write: after a
+//! restart every acknowledged write is there, and multi-key writes are
+//! all-or-nothing.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const CLIENTS: usize = 4;
+const KILL_CYCLES: usize = 3;
+
+/// A running `engram serve`, the port it listens on, and its log lines
+/// (for failure messages).
+struct Served {
+    child: Child,
+    port: u16,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Served {
+    fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+}
+
+fn serve(dir: &Path, extra: &[&str]) -> Served {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_engram"))
+        .args(["serve", "--port", "0", "--dir"])
+        .arg(dir)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting engram serve");
+    let stderr = child.stderr.take().unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let (port_tx, port_rx) = mpsc::channel();
+    let lines = log.clone();
+    thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.split(" ready on ").nth(1) {
+                let port = rest
+                    .split(':')
+                    .nth(1)
+                    .and_then(|p| p.split(|c: char| !c.is_ascii_digit()).next())
+                    .and_then(|p| p.parse::<u16>().ok());
+                let _ = port_tx.send(port);
+            }
+            lines.lock().unwrap().push(line);
+        }
+    });
+    let port = port_rx
+        .recv_timeout(Duration::from_secs(60))
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| {
+            panic!(
+                "engram serve did not start:\n{}",
+                log.lock().unwrap().join("\n")
+            )
+        });
+    Served { child, port, log }
+}
+
+fn connect(port: u16) -> redis::Connection {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+    client
+        .get_connection_with_timeout(Duration::from_secs(10))
+        .expect("connecting to engram serve")
+}
+
+/// What one client had acknowledged when the server died.
+#[derive(Default)]
+struct Acked {
+    /// Keys `c{client}:{i}` set with value `v{i}` for i < sets.
+    sets: u64,
+    /// INCRs acknowledged on `c{client}:counter`, and sent.
+    incrs_acked: u64,
+    incrs_sent: u64,
+    /// MSETs of `c{client}:m{i}:a` and `:b`, both `{i}`, sent so far,
+    /// and those whose reply never came (each may be applied or not).
+    msets_sent: u64,
+    msets_unacked: Vec<u64>,
+}
+
+/// Writes until the connection fails (the server was killed).
+fn writer(port: u16, client: usize, start: &Acked, stop: &AtomicBool) -> Acked {
+    let mut con = connect(port);
+    let mut acked = Acked {
+        sets: start.sets,
+        incrs_acked: start.incrs_acked,
+        incrs_sent: start.incrs_sent,
+        msets_sent: start.msets_sent,
+        msets_unacked: start.msets_unacked.clone(),
+    };
+    let counter = format!("c{client}:counter");
+    while !stop.load(Ordering::Relaxed) {
+        let i = acked.sets;
+        let set: redis::RedisResult<()> = redis::cmd("SET")
+            .arg(format!("c{client}:{i}"))
+            .arg(format!("v{i}"))
+            .query(&mut con);
+        if set.is_err() {
+            break;
+        }
+        acked.sets += 1;
+        if i % 3 == 0 {
+            acked.incrs_sent += 1;
+            if redis::cmd("INCR")
+                .arg(&counter)
+                .query::<i64>(&mut con)
+                .is_err()
+            {
+                break;
+            }
+            acked.incrs_acked += 1;
+        }
+        if i % 5 == 0 {
+            let m = acked.msets_sent;
+            acked.msets_sent += 1;
+            let mset: redis::RedisResult<()> = redis::cmd("MSET")
+                .arg(format!("c{client}:m{m}:a"))
+                .arg(m)
+                .arg(format!("c{client}:m{m}:b"))
+                .arg(m)
+                .query(&mut con);
+            if mset.is_err() {
+                acked.msets_unacked.push(m);
+                break;
+            }
+        }
+    }
+    acked
+}
+
+/// Checks what survived, then settles the counter (INCRs in flight at the
+/// kill may or may not have been applied), so the next cycle counts from
+/// what is really there.
+fn check(port: u16, client: usize, acked: &mut Acked) {
+    let mut con = connect(port);
+    for i in 0..acked.sets {
+        let value: Option<String> = redis::cmd("GET")
+            .arg(format!("c{client}:{i}"))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(
+            value.as_deref(),
+            Some(format!("v{i}").as_str()),
+            "client {client} key {i}"
+        );
+    }
+    let counter: Option<u64> = redis::cmd("GET")
+        .arg(format!("c{client}:counter"))
+        .query(&mut con)
+        .unwrap();
+    let counter = counter.unwrap_or(0);
+    assert!(
+        (acked.incrs_acked..=acked.incrs_sent).contains(&counter),
+        "client {client}: counter {counter}, acknowledged {}, sent {}",
+        acked.incrs_acked,
+        acked.incrs_sent
+    );
+    for m in 0..acked.msets_sent {
+        let pair: (Option<u64>, Option<u64>) = redis::cmd("MGET")
+            .arg(format!("c{client}:m{m}:a"))
+            .arg(format!("c{client}:m{m}:b"))
+            .query(&mut con)
+            .unwrap();
+        match pair {
+            (Some(a), Some(b)) => assert!(a == m && b == m, "client {client} mset {m}: {pair:?}"),
+            (None, None) => assert!(
+                acked.msets_unacked.contains(&m),
+                "client {client}: acknowledged MSET {m} lost"
+            ),
+            torn => panic!("client {client}: MSET {m} half applied: {torn:?}"),
+        }
+    }
+    acked.incrs_acked = counter;
+    acked.incrs_sent = counter;
+}
+
+#[test]
+fn sigkill_during_writes_loses_no_acknowledged_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut acked: Vec<Acked> = (0..CLIENTS).map(|_| Acked::default()).collect();
+    for cycle in 0..KILL_CYCLES {
+        let mut served = serve(&data, &[]);
+        // What survived the last kill is there before new writes start.
+        for (client, a) in acked.iter_mut().enumerate() {
+            check(served.port, client, a);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let port = served.port;
+        let handles: Vec<_> = acked
+            .into_iter()
+            .enumerate()
+            .map(|(client, start)| {
+                let stop = stop.clone();
+                thread::spawn(move || writer(port, client, &start, &stop))
+            })
+            .collect();
+        // Let the writers get going, then kill the server mid-stream.
+        let deadline = Instant::now() + Duration::from_millis(700 + 300 * cycle as u64);
+        while Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(20));
+        }
+        served.child.kill().expect("SIGKILL");
+        served.child.wait().unwrap();
+
+        stop.store(true, Ordering::Relaxed);
+        acked = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert!(
+            acked.iter().all(|a| a.sets > 0),
+            "every client wrote something in cycle {cycle}:\n{}",
+            served.log_text()
+        );
+    }
+    let mut served = serve(&data, &[]);
+    for (client, a) in acked.iter_mut().enumerate() {
+        check(served.port, client, a);
+    }
+    let mut con = connect(served.port);
+    let _: () = redis::cmd("SHUTDOWN").query(&mut con).unwrap_or(());
+    let status = served.child.wait().unwrap();
+    assert!(
+        status.success(),
+        "clean shutdown after the checks:\n{}",
+        served.log_text()
+    );
+}

@@ -84,6 +84,11 @@ pub struct Options {
     pub file_limit_bytes: Option<u64>,
     /// Pre-fault new parts of the mapping for writing.
     pub populate: bool,
+    /// Emulated memory: keep the page cache in single pages so each sync
+    /// writes back only what was written (see
+    /// `engram_pmem::RegionOptions::fine_writeback`). Implied by
+    /// `SyncPolicy::Always`; servers that group-commit set it themselves.
+    pub fine_writeback: bool,
     /// Sees every store, flush and fence made to the data file: the hook of
     /// the crash simulator (`engram_pmem::CrashSim`). `None` in normal use.
     pub observer: Option<Observer>,
@@ -125,6 +130,7 @@ impl Default for Options {
             compaction: CompactionOptions::default(),
             file_limit_bytes: None,
             populate: true,
+            fine_writeback: false,
             observer: None,
             faults: FaultInjection::default(),
         }

@@ -394,6 +394,7 @@ fn region_options(options: &Options) -> RegionOptions {
         populate: options.populate,
         file_limit_bytes: options.file_limit_bytes,
         observer: options.observer.as_ref().map(|observer| observer.0.clone()),
+        fine_writeback: options.fine_writeback || options.sync == SyncPolicy::Always,
     }
 }
 

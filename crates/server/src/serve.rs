@@ -67,8 +67,10 @@ impl Server {
         let started = Instant::now();
         let options = Options {
             mode: config.mode,
-            // The server decides when to msync (see `durability`).
+            // The server decides when to msync (see `durability`), and any
+            // client may switch to `always` at run time.
             sync: SyncPolicy::Never,
+            fine_writeback: true,
             ..Options::default()
         };
         let store = Store::open(&config.dir, options).map_err(|source| StartError::Store {

@@ -409,7 +409,17 @@ impl Keyspace {
         }
         self.store.put(&key, &bytes).map_err(Error::Engine)?;
         if self.sync_intents.load(Ordering::Relaxed) {
-            self.store.sync().map_err(Error::Engine)?;
+            let sync = || self.store.sync().map_err(Error::Engine);
+            // On a network worker, let the runtime move its other tasks
+            // elsewhere while this thread waits for the disk.
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle)
+                    if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread =>
+                {
+                    tokio::task::block_in_place(sync)?
+                }
+                _ => sync()?,
+            }
         }
         Ok(key)
     }

@@ -131,7 +131,11 @@ fn watch(ctx: &mut Ctx, args: Args) -> CmdResult {
 }
 
 fn unwatch(ctx: &mut Ctx, _args: Args) -> CmdResult {
-    unwatch_all(ctx.shared, ctx.session);
+    // Inside EXEC the transaction holds the watched keys' stripes, and EXEC
+    // unwatches everything when it ends anyway.
+    if ctx.exec.is_none() {
+        unwatch_all(ctx.shared, ctx.session);
+    }
     ctx.out.ok();
     Ok(())
 }
@@ -179,10 +183,10 @@ fn exec(ctx: &mut Ctx, _args: Args) -> CmdResult {
     for watched in &ctx.session.watched {
         txn.get_ekey(watched, now)?;
     }
-    let aborted = ctx.session.watch_flag.load(Ordering::Acquire);
-    unwatch_all(ctx.shared, ctx.session);
-    if aborted {
+    if ctx.session.watch_flag.load(Ordering::Acquire) {
         ctx.session.wrote |= txn.commit()?;
+        // After the commit: unwatching locks the watched keys' stripes.
+        unwatch_all(ctx.shared, ctx.session);
         ctx.out.null_array();
         return Ok(());
     }
@@ -196,7 +200,9 @@ fn exec(ctx: &mut Ctx, _args: Args) -> CmdResult {
         txn = run(ctx.shared, ctx.session, ctx.out, txn, spec, args);
     }
     let txn = txn.expect("queued commands hand the transaction back");
-    match txn.commit() {
+    let committed = txn.commit();
+    unwatch_all(ctx.shared, ctx.session);
+    match committed {
         Ok(wrote) => {
             ctx.session.wrote |= wrote;
             Ok(())

@@ -65,13 +65,37 @@ impl Durable {
             self.dirty.store(true, Ordering::Relaxed);
             return None;
         }
-        // SeqCst: the ticket is ordered after this connection's writes, so
-        // a sync that reads `issued` at or above it also covers them.
+        Some(self.ticket())
+    }
+
+    /// A ticket for everything written so far; wakes the sync thread.
+    pub fn ticket(&self) -> u64 {
+        // SeqCst: the ticket is ordered after the caller's writes, so a
+        // sync that reads `issued` at or above it also covers them.
         let ticket = self.issued.fetch_add(1, Ordering::SeqCst) + 1;
         let mut pending = self.wake.0.lock();
         *pending = true;
         self.wake.1.notify_one();
-        Some(ticket)
+        ticket
+    }
+
+    /// Blocks the calling network worker until everything written so far
+    /// is synced, sharing the `msync` with every other waiter (the
+    /// ordering barrier of multi-key batches under `always`). The runtime
+    /// moves the worker's other tasks elsewhere meanwhile.
+    pub fn barrier(&self) {
+        let ticket = self.ticket();
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| handle.block_on(self.wait(ticket)))
+            }
+            _ => {
+                let mut synced = self.synced.subscribe();
+                while *synced.borrow_and_update() < ticket {
+                    std::thread::sleep(std::time::Duration::from_micros(100));
+                }
+            }
+        }
     }
 
     /// Resolves once a sync covering `ticket` has finished.

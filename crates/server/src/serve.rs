@@ -114,6 +114,8 @@ impl Server {
         let runtime_config = Arc::new(Runtime::new(&config));
         runtime_config.set_loglevel(config.loglevel);
         let durable = Arc::new(Durable::new());
+        let barrier_durable = durable.clone();
+        keyspace.set_intent_barrier(Box::new(move || barrier_durable.barrier()));
         let stop_background = Arc::new(AtomicBool::new(false));
         let sync_thread = spawn_sync_thread(
             keyspace.clone(),

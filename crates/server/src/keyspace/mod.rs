@@ -13,7 +13,7 @@ mod txn;
 pub mod value;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_utils::CachePadded;
@@ -24,6 +24,10 @@ pub use stripe::STRIPES;
 use stripe::{apply_delete, StripeSlot, Watcher};
 pub use txn::{Stored, Txn};
 use value::{decode, Malformed, Meta};
+
+/// Waits until everything written so far is durable (see
+/// `Keyspace::set_intent_barrier`).
+pub type IntentBarrier = Box<dyn Fn() + Send + Sync>;
 
 /// An engine key: the database byte, then the client's key.
 pub type EKey = SmallVec<[u8; 64]>;
@@ -67,6 +71,9 @@ pub struct Keyspace {
     /// Persist a batch's intent before applying it (emulated memory with
     /// `always` durability: page write-back order is otherwise undefined).
     sync_intents: AtomicBool,
+    /// How to persist it: the server's group commit, shared with other
+    /// writers (`None`: an `msync` of our own).
+    intent_barrier: OnceLock<IntentBarrier>,
     expire_cursor: AtomicUsize,
     pub stats: KeyspaceStats,
 }
@@ -84,6 +91,7 @@ impl Keyspace {
             databases,
             journal_seq: AtomicU64::new(0),
             sync_intents: AtomicBool::new(false),
+            intent_barrier: OnceLock::new(),
             expire_cursor: AtomicUsize::new(0),
             stats: KeyspaceStats::default(),
         };
@@ -107,6 +115,12 @@ impl Keyspace {
 
     pub fn set_sync_intents(&self, on: bool) {
         self.sync_intents.store(on, Ordering::Relaxed);
+    }
+
+    /// Lets intents be persisted by a shared group commit instead of an
+    /// `msync` each (set once, by the server).
+    pub fn set_intent_barrier(&self, barrier: IntentBarrier) {
+        let _ = self.intent_barrier.set(barrier);
     }
 
     fn rebuild(&self) -> Result<Vec<Vec<u8>>> {
@@ -409,16 +423,9 @@ impl Keyspace {
         }
         self.store.put(&key, &bytes).map_err(Error::Engine)?;
         if self.sync_intents.load(Ordering::Relaxed) {
-            let sync = || self.store.sync().map_err(Error::Engine);
-            // On a network worker, let the runtime move its other tasks
-            // elsewhere while this thread waits for the disk.
-            match tokio::runtime::Handle::try_current() {
-                Ok(handle)
-                    if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread =>
-                {
-                    tokio::task::block_in_place(sync)?
-                }
-                _ => sync()?,
+            match self.intent_barrier.get() {
+                Some(barrier) => barrier(),
+                None => self.store.sync().map_err(Error::Engine)?,
             }
         }
         Ok(key)

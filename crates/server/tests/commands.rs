@@ -452,6 +452,9 @@ fn server_commands_and_config() {
         ("CONFIG SET appendfsync always", "OK"),
         ("CONFIG GET durability", "[\"durability\", \"always\"]"),
         ("SET k v", "OK"),
+        // A multi-key write under `always` waits for its intent's sync.
+        ("MSET m1 1 m2 2", "OK"),
+        ("DEL m1 m2", "(integer) 2"),
         ("CONFIG SET durability everysec", "OK"),
         ("CONFIG GET appendfsync", "[\"appendfsync\", \"everysec\"]"),
         ("CONFIG SET appendfsync sometimes", "(error) ERR CONFIG SET failed (possibly related to argument 'appendfsync') - invalid durability 'sometimes' (expected process, everysec or always; appendfsync's no, everysec, always also work)"),

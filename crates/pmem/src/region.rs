@@ -360,7 +360,16 @@ impl Region {
                 },
             );
         }
-        if let Err(error) = self.map_file_range(old_len, new_len, MADV_POPULATE_WRITE) {
+        // Pre-faulting for writing marks every new page dirty, so some sync
+        // writes the whole growth back as zeros. With fine-grained
+        // writeback (frequent syncs) pre-fault for reading instead: the
+        // first store to each page then takes a small write fault.
+        let advice = if self.fine_writeback {
+            MADV_POPULATE_READ
+        } else {
+            MADV_POPULATE_WRITE
+        };
+        if let Err(error) = self.map_file_range(old_len, new_len, advice) {
             let _ = self.file.set_len(old_len);
             return Err(error);
         }

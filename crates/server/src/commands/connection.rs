@@ -6,68 +6,51 @@ use super::keys::db_index;
 use super::transactions::unwatch_all;
 use super::{
     err, int_arg, is, lowercase, unknown_subcommand, wrong_sub_arity, CmdError, CmdResult,
-    CommandSpec, Ctx, FAST, NOT_QUEUED, NO_AUTH, SYNTAX, TABLE,
+    CommandSpec, Ctx, Group, FAST, NOT_QUEUED, NO_AUTH, SYNTAX, TABLE,
 };
 use crate::resp::Args;
 
-fn spec(
-    name: &'static str,
-    arity: i32,
-    flags: u32,
-    handler: super::Handler,
-    summary: &'static str,
-) -> CommandSpec {
-    CommandSpec {
-        name,
-        arity,
-        flags,
-        keys: (0, 0, 0),
-        handler,
-        group: "connection",
-        summary,
-    }
-}
-
 pub fn commands() -> Vec<CommandSpec> {
+    let g = Group("connection");
     vec![
-        spec(
+        g.keyless(
             "ping",
             -1,
             FAST,
             ping,
             "Returns the server's liveliness response.",
         ),
-        spec("echo", 2, FAST, echo, "Returns the given string."),
-        spec(
+        g.keyless("echo", 2, FAST, echo, "Returns the given string."),
+        g.keyless(
             "hello",
             -1,
             NO_AUTH | FAST,
             hello,
             "Handshakes with the server, choosing the protocol.",
         ),
-        spec(
+        g.keyless(
             "auth",
             -2,
             NO_AUTH | FAST,
             auth,
             "Authenticates the connection.",
         ),
-        spec("select", 2, FAST, select, "Changes the selected database."),
-        spec(
+        g.keyless("select", 2, FAST, select, "Changes the selected database."),
+        g.keyless(
             "quit",
             -1,
             NO_AUTH | NOT_QUEUED | FAST,
             quit,
             "Closes the connection.",
         ),
-        spec(
+        g.keyless(
             "reset",
             1,
             NO_AUTH | NOT_QUEUED | FAST,
             reset,
             "Resets the connection.",
         ),
-        spec(
+        g.keyless(
             "client",
             -2,
             0,

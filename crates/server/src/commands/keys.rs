@@ -2,39 +2,21 @@
 
 use super::strings::ExpireArg;
 use super::{
-    err, int_arg, is, lowercase, CmdError, CmdResult, CommandSpec, Ctx, FAST, READONLY, SYNTAX,
-    WHOLE_KEYSPACE, WRITE,
+    err, int_arg, is, lowercase, CmdError, CmdResult, CommandSpec, Ctx, Group, FAST, READONLY,
+    SYNTAX, WHOLE_KEYSPACE, WRITE,
 };
 use crate::glob;
 use crate::keyspace::value::Encoding;
 use crate::resp::Args;
 
-fn spec(
-    name: &'static str,
-    arity: i32,
-    flags: u32,
-    keys: (i32, i32, i32),
-    handler: super::Handler,
-    summary: &'static str,
-) -> CommandSpec {
-    CommandSpec {
-        name,
-        arity,
-        flags,
-        keys,
-        handler,
-        group: "generic",
-        summary,
-    }
-}
-
 pub fn commands() -> Vec<CommandSpec> {
+    let g = Group("generic");
     let one = (1, 1, 1);
     let all = (1, -1, 1);
     let none = (0, 0, 0);
     vec![
-        spec("del", -2, WRITE, all, del, "Deletes one or more keys."),
-        spec(
+        g.command("del", -2, WRITE, all, del, "Deletes one or more keys."),
+        g.command(
             "unlink",
             -2,
             WRITE | FAST,
@@ -42,7 +24,7 @@ pub fn commands() -> Vec<CommandSpec> {
             del,
             "Deletes one or more keys.",
         ),
-        spec(
+        g.command(
             "exists",
             -2,
             READONLY | FAST,
@@ -50,7 +32,7 @@ pub fn commands() -> Vec<CommandSpec> {
             exists,
             "Counts how many of the given keys exist.",
         ),
-        spec(
+        g.command(
             "type",
             2,
             READONLY | FAST,
@@ -58,7 +40,7 @@ pub fn commands() -> Vec<CommandSpec> {
             type_of,
             "Returns the type of the value stored at a key.",
         ),
-        spec(
+        g.command(
             "keys",
             2,
             READONLY | WHOLE_KEYSPACE,
@@ -66,7 +48,7 @@ pub fn commands() -> Vec<CommandSpec> {
             keys,
             "Returns all key names that match a pattern.",
         ),
-        spec(
+        g.command(
             "scan",
             -2,
             READONLY | WHOLE_KEYSPACE,
@@ -74,7 +56,7 @@ pub fn commands() -> Vec<CommandSpec> {
             scan,
             "Iterates over the key names in the database.",
         ),
-        spec(
+        g.command(
             "rename",
             3,
             WRITE,
@@ -82,7 +64,7 @@ pub fn commands() -> Vec<CommandSpec> {
             rename,
             "Renames a key and overwrites the destination.",
         ),
-        spec(
+        g.command(
             "renamenx",
             3,
             WRITE | FAST,
@@ -90,7 +72,7 @@ pub fn commands() -> Vec<CommandSpec> {
             renamenx,
             "Renames a key only when the target key name doesn't exist.",
         ),
-        spec(
+        g.command(
             "expire",
             -3,
             WRITE | FAST,
@@ -98,7 +80,7 @@ pub fn commands() -> Vec<CommandSpec> {
             expire,
             "Sets the expiration time of a key in seconds.",
         ),
-        spec(
+        g.command(
             "pexpire",
             -3,
             WRITE | FAST,
@@ -106,7 +88,7 @@ pub fn commands() -> Vec<CommandSpec> {
             pexpire,
             "Sets the expiration time of a key in milliseconds.",
         ),
-        spec(
+        g.command(
             "expireat",
             -3,
             WRITE | FAST,
@@ -114,7 +96,7 @@ pub fn commands() -> Vec<CommandSpec> {
             expireat,
             "Sets the expiration time of a key to a Unix timestamp.",
         ),
-        spec(
+        g.command(
             "pexpireat",
             -3,
             WRITE | FAST,
@@ -122,7 +104,7 @@ pub fn commands() -> Vec<CommandSpec> {
             pexpireat,
             "Sets the expiration time of a key to a Unix milliseconds timestamp.",
         ),
-        spec(
+        g.command(
             "ttl",
             2,
             READONLY | FAST,
@@ -130,7 +112,7 @@ pub fn commands() -> Vec<CommandSpec> {
             ttl,
             "Returns the expiration time in seconds of a key.",
         ),
-        spec(
+        g.command(
             "pttl",
             2,
             READONLY | FAST,
@@ -138,7 +120,7 @@ pub fn commands() -> Vec<CommandSpec> {
             pttl,
             "Returns the expiration time in milliseconds of a key.",
         ),
-        spec(
+        g.command(
             "expiretime",
             2,
             READONLY | FAST,
@@ -146,7 +128,7 @@ pub fn commands() -> Vec<CommandSpec> {
             expiretime,
             "Returns the expiration time of a key as a Unix timestamp.",
         ),
-        spec(
+        g.command(
             "pexpiretime",
             2,
             READONLY | FAST,
@@ -154,7 +136,7 @@ pub fn commands() -> Vec<CommandSpec> {
             pexpiretime,
             "Returns the expiration time of a key as a Unix milliseconds timestamp.",
         ),
-        spec(
+        g.command(
             "persist",
             2,
             WRITE | FAST,
@@ -162,7 +144,7 @@ pub fn commands() -> Vec<CommandSpec> {
             persist,
             "Removes the expiration time of a key.",
         ),
-        spec(
+        g.command(
             "randomkey",
             1,
             READONLY | WHOLE_KEYSPACE,
@@ -170,7 +152,7 @@ pub fn commands() -> Vec<CommandSpec> {
             randomkey,
             "Returns a random key name from the database.",
         ),
-        spec(
+        g.command(
             "touch",
             -2,
             READONLY | FAST,
@@ -178,7 +160,7 @@ pub fn commands() -> Vec<CommandSpec> {
             exists,
             "Returns the number of existing keys out of those specified.",
         ),
-        spec(
+        g.command(
             "copy",
             -3,
             WRITE,
@@ -186,7 +168,7 @@ pub fn commands() -> Vec<CommandSpec> {
             copy,
             "Copies the value of a key to a new key.",
         ),
-        spec(
+        g.command(
             "object",
             -2,
             READONLY,

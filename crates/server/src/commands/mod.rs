@@ -74,6 +74,44 @@ pub struct CommandSpec {
     pub summary: &'static str,
 }
 
+/// The commands of one group (`@string`, `@generic`, ...), for building
+/// the table.
+pub struct Group(pub &'static str);
+
+impl Group {
+    pub fn command(
+        &self,
+        name: &'static str,
+        arity: i32,
+        flags: u32,
+        keys: (i32, i32, i32),
+        handler: Handler,
+        summary: &'static str,
+    ) -> CommandSpec {
+        CommandSpec {
+            name,
+            arity,
+            flags,
+            keys,
+            handler,
+            group: self.0,
+            summary,
+        }
+    }
+
+    /// A command that names no keys.
+    pub fn keyless(
+        &self,
+        name: &'static str,
+        arity: i32,
+        flags: u32,
+        handler: Handler,
+        summary: &'static str,
+    ) -> CommandSpec {
+        self.command(name, arity, flags, (0, 0, 0), handler, summary)
+    }
+}
+
 impl CommandSpec {
     pub fn arity_ok(&self, argc: usize) -> bool {
         let argc = argc as i32;

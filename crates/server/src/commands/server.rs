@@ -5,98 +5,81 @@ use std::sync::atomic::Ordering;
 
 use super::{
     err, is, lowercase, unknown_subcommand, wrong_sub_arity, CmdError, CmdResult, CommandSpec, Ctx,
-    ADMIN, FAST, NOT_QUEUED, READONLY, SYNTAX, TABLE, WHOLE_KEYSPACE, WRITE,
+    Group, ADMIN, FAST, NOT_QUEUED, READONLY, SYNTAX, TABLE, WHOLE_KEYSPACE, WRITE,
 };
 use crate::config::{parse_memory, Durability, LogLevel};
 use crate::durability::{sync_now, unix_now};
 use crate::resp::Args;
 use crate::{glob, info};
 
-fn spec(
-    name: &'static str,
-    arity: i32,
-    flags: u32,
-    handler: super::Handler,
-    summary: &'static str,
-) -> CommandSpec {
-    CommandSpec {
-        name,
-        arity,
-        flags,
-        keys: (0, 0, 0),
-        handler,
-        group: "server",
-        summary,
-    }
-}
-
 pub fn commands() -> Vec<CommandSpec> {
+    let g = Group("server");
     vec![
-        spec(
+        g.keyless(
             "command",
             -1,
             0,
             command,
             "Returns detailed information about commands (COUNT INFO DOCS LIST).",
         ),
-        spec(
+        g.keyless(
             "config",
             -2,
             ADMIN,
             config,
             "Reads and changes the configuration (GET SET RESETSTAT).",
         ),
-        spec(
+        g.keyless(
             "info",
             -1,
             0,
             info,
             "Returns information and statistics about the server.",
         ),
-        spec(
+        g.keyless(
             "dbsize",
             1,
             READONLY | FAST,
             dbsize,
             "Returns the number of keys in the database.",
         ),
-        spec(
+        g.keyless(
             "flushdb",
             -1,
             WRITE | WHOLE_KEYSPACE,
             flushdb,
             "Removes all keys from the current database.",
         ),
-        spec(
+        g.keyless(
             "flushall",
             -1,
             WRITE | WHOLE_KEYSPACE,
             flushall,
             "Removes all keys from all databases.",
         ),
-        spec("time", 1, FAST, time, "Returns the server time."),
-        spec(
+        g.keyless("time", 1, FAST, time, "Returns the server time."),
+        g.keyless(
             "save",
             1,
             ADMIN,
             save,
             "Makes everything written so far durable against power loss.",
         ),
-        spec(
+        g.keyless(
             "bgsave",
             -1,
             ADMIN,
             bgsave,
             "Makes everything written durable, in the background.",
         ),
-        spec(
+        g.keyless(
             "lastsave",
             1,
             FAST,
             lastsave,
             "Returns the Unix time of the last successful save (msync).",
         ),
-        spec(
+        g.keyless(
             "shutdown",
             -1,
             ADMIN | NOT_QUEUED,

@@ -2,7 +2,7 @@
 //! so INCR on an integer is an in-place 8-byte update.
 
 use super::{
-    err, int_arg, is, CmdError, CmdResult, CommandSpec, Ctx, FAST, NOT_FLOAT, NOT_INTEGER,
+    err, int_arg, is, CmdError, CmdResult, CommandSpec, Ctx, Group, FAST, NOT_FLOAT, NOT_INTEGER,
     READONLY, SYNTAX, WRITE, WRONGTYPE,
 };
 use crate::keyspace::value::{encode_int, Kind, Meta, StringValue, MAX_EXPIRE_MS, META_BYTES};
@@ -13,29 +13,11 @@ use crate::resp::{format_double, Args, ReplyWriter};
 /// value always fits the engine.
 const MAX_STRING: usize = engram_engine::MAX_VALUE_BYTES - META_BYTES;
 
-fn spec(
-    name: &'static str,
-    arity: i32,
-    flags: u32,
-    keys: (i32, i32, i32),
-    handler: super::Handler,
-    summary: &'static str,
-) -> CommandSpec {
-    CommandSpec {
-        name,
-        arity,
-        flags,
-        keys,
-        handler,
-        group: "string",
-        summary,
-    }
-}
-
 pub fn commands() -> Vec<CommandSpec> {
+    let g = Group("string");
     let one = (1, 1, 1);
     vec![
-        spec(
+        g.command(
             "get",
             2,
             READONLY | FAST,
@@ -43,7 +25,7 @@ pub fn commands() -> Vec<CommandSpec> {
             get,
             "Returns the string value of a key.",
         ),
-        spec(
+        g.command(
             "set",
             -3,
             WRITE,
@@ -51,7 +33,7 @@ pub fn commands() -> Vec<CommandSpec> {
             set,
             "Sets the string value of a key, ignoring its type.",
         ),
-        spec(
+        g.command(
             "setnx",
             3,
             WRITE | FAST,
@@ -59,7 +41,7 @@ pub fn commands() -> Vec<CommandSpec> {
             setnx,
             "Sets the value of a key only when it does not exist.",
         ),
-        spec(
+        g.command(
             "setex",
             4,
             WRITE,
@@ -67,7 +49,7 @@ pub fn commands() -> Vec<CommandSpec> {
             setex,
             "Sets a value and its expiry in seconds.",
         ),
-        spec(
+        g.command(
             "psetex",
             4,
             WRITE,
@@ -75,7 +57,7 @@ pub fn commands() -> Vec<CommandSpec> {
             psetex,
             "Sets a value and its expiry in milliseconds.",
         ),
-        spec(
+        g.command(
             "mget",
             -2,
             READONLY | FAST,
@@ -83,7 +65,7 @@ pub fn commands() -> Vec<CommandSpec> {
             mget,
             "Returns the values of one or more keys.",
         ),
-        spec(
+        g.command(
             "mset",
             -3,
             WRITE,
@@ -91,7 +73,7 @@ pub fn commands() -> Vec<CommandSpec> {
             mset,
             "Atomically sets the values of one or more keys.",
         ),
-        spec(
+        g.command(
             "msetnx",
             -3,
             WRITE,
@@ -99,7 +81,7 @@ pub fn commands() -> Vec<CommandSpec> {
             msetnx,
             "Atomically sets several keys only when none exists.",
         ),
-        spec(
+        g.command(
             "incr",
             2,
             WRITE | FAST,
@@ -107,7 +89,7 @@ pub fn commands() -> Vec<CommandSpec> {
             incr,
             "Increments the integer value of a key by one.",
         ),
-        spec(
+        g.command(
             "decr",
             2,
             WRITE | FAST,
@@ -115,7 +97,7 @@ pub fn commands() -> Vec<CommandSpec> {
             decr,
             "Decrements the integer value of a key by one.",
         ),
-        spec(
+        g.command(
             "incrby",
             3,
             WRITE | FAST,
@@ -123,7 +105,7 @@ pub fn commands() -> Vec<CommandSpec> {
             incrby,
             "Increments the integer value of a key by a number.",
         ),
-        spec(
+        g.command(
             "decrby",
             3,
             WRITE | FAST,
@@ -131,7 +113,7 @@ pub fn commands() -> Vec<CommandSpec> {
             decrby,
             "Decrements the integer value of a key by a number.",
         ),
-        spec(
+        g.command(
             "incrbyfloat",
             3,
             WRITE | FAST,
@@ -139,7 +121,7 @@ pub fn commands() -> Vec<CommandSpec> {
             incrbyfloat,
             "Increments the value of a key by a floating point number.",
         ),
-        spec(
+        g.command(
             "append",
             3,
             WRITE | FAST,
@@ -147,7 +129,7 @@ pub fn commands() -> Vec<CommandSpec> {
             append,
             "Appends a string to the value of a key.",
         ),
-        spec(
+        g.command(
             "strlen",
             2,
             READONLY | FAST,
@@ -155,7 +137,7 @@ pub fn commands() -> Vec<CommandSpec> {
             strlen,
             "Returns the length of a string value.",
         ),
-        spec(
+        g.command(
             "getrange",
             4,
             READONLY,
@@ -163,7 +145,7 @@ pub fn commands() -> Vec<CommandSpec> {
             getrange,
             "Returns a substring of a string value.",
         ),
-        spec(
+        g.command(
             "substr",
             4,
             READONLY,
@@ -171,7 +153,7 @@ pub fn commands() -> Vec<CommandSpec> {
             getrange,
             "Returns a substring of a string value.",
         ),
-        spec(
+        g.command(
             "setrange",
             4,
             WRITE,
@@ -179,7 +161,7 @@ pub fn commands() -> Vec<CommandSpec> {
             setrange,
             "Overwrites part of a string value from an offset.",
         ),
-        spec(
+        g.command(
             "getset",
             3,
             WRITE | FAST,
@@ -187,7 +169,7 @@ pub fn commands() -> Vec<CommandSpec> {
             getset,
             "Returns the old value of a key after setting a new one.",
         ),
-        spec(
+        g.command(
             "getdel",
             2,
             WRITE | FAST,
@@ -195,7 +177,7 @@ pub fn commands() -> Vec<CommandSpec> {
             getdel,
             "Returns the value of a key after deleting it.",
         ),
-        spec(
+        g.command(
             "getex",
             -2,
             WRITE | FAST,

@@ -9,35 +9,19 @@
 use std::sync::atomic::Ordering;
 
 use super::keys::db_index;
-use super::{err, is, lookup, run, CmdResult, CommandSpec, Ctx, FAST, NOT_QUEUED, WHOLE_KEYSPACE};
+use super::{
+    err, is, lookup, run, CmdResult, CommandSpec, Ctx, Group, FAST, NOT_QUEUED, WHOLE_KEYSPACE,
+};
 use crate::keyspace::{ekey, EKey};
 use crate::resp::Args;
 use crate::session::Session;
 use crate::shared::Shared;
 
-fn spec(
-    name: &'static str,
-    arity: i32,
-    flags: u32,
-    keys: (i32, i32, i32),
-    handler: super::Handler,
-    summary: &'static str,
-) -> CommandSpec {
-    CommandSpec {
-        name,
-        arity,
-        flags,
-        keys,
-        handler,
-        group: "transactions",
-        summary,
-    }
-}
-
 pub fn commands() -> Vec<CommandSpec> {
+    let g = Group("transactions");
     let none = (0, 0, 0);
     vec![
-        spec(
+        g.command(
             "multi",
             1,
             NOT_QUEUED | FAST,
@@ -45,7 +29,7 @@ pub fn commands() -> Vec<CommandSpec> {
             multi,
             "Starts a transaction.",
         ),
-        spec(
+        g.command(
             "exec",
             1,
             NOT_QUEUED,
@@ -53,7 +37,7 @@ pub fn commands() -> Vec<CommandSpec> {
             exec,
             "Executes all commands in a transaction.",
         ),
-        spec(
+        g.command(
             "discard",
             1,
             NOT_QUEUED | FAST,
@@ -61,7 +45,7 @@ pub fn commands() -> Vec<CommandSpec> {
             discard,
             "Discards a transaction.",
         ),
-        spec(
+        g.command(
             "watch",
             -2,
             NOT_QUEUED | FAST,
@@ -69,7 +53,7 @@ pub fn commands() -> Vec<CommandSpec> {
             watch,
             "Monitors changes to keys to determine the execution of a transaction.",
         ),
-        spec(
+        g.command(
             "unwatch",
             1,
             FAST,

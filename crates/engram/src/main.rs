@@ -1,5 +1,5 @@
-//! The `engram` command line: `engram bench engine` today; `engram serve`
-//! (the Redis-protocol server) joins `Command` when it exists.
+//! The `engram` command line: `engram serve` (the Redis-compatible server),
+//! `engram bench engine` and `engram bench server`.
 
 #![forbid(unsafe_code)]
 

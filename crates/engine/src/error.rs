@@ -43,6 +43,13 @@ pub enum Error {
     KeyNotFound,
     #[error("field at byte {field_offset} does not fit an aligned 8-byte word in a value of {value_len} bytes")]
     FieldOutOfRange { field_offset: u64, value_len: u64 },
+    #[error(transparent)]
+    Integrity(#[from] engram_integrity::Error),
+    #[error(
+        "record at offset {offset:#x} lies on a page that is corrupt and could not be rebuilt \
+         from parity"
+    )]
+    Unrepairable { offset: u64 },
     #[error("invalid option: {0}")]
     InvalidOption(String),
 }

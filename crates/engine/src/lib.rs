@@ -37,4 +37,7 @@ pub use engram_pmem::{CrashPoint, CrashSim, FlushInstruction, Mode, ModeChoice, 
 pub use error::{Error, Result};
 pub use options::{CompactionOptions, FaultInjection, Observer, Options, SyncPolicy};
 pub use record::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
-pub use store::{RecoveryReport, Stats, Store, ValueRef};
+pub use engram_integrity::{
+    IntegrityMode, IntegrityOptions, IntegrityStats, OpenReport as IntegrityOpenReport,
+};
+pub use store::{AffectedKey, RecoveryReport, ScrubReport, Stats, Store, ValueRef};

@@ -1,6 +1,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use engram_integrity::IntegrityOptions;
 use engram_pmem::{FlushInstruction, ModeChoice, PersistObserver};
 
 use crate::{Error, Result};
@@ -80,6 +81,8 @@ pub struct Options {
     /// Independent write locations; 0 means two per available core.
     pub write_lanes: usize,
     pub compaction: CompactionOptions,
+    /// Page checksums, parity, scrubbing (lazy by default).
+    pub integrity: IntegrityOptions,
     /// A quota on the data file, to test the out-of-space path.
     pub file_limit_bytes: Option<u64>,
     /// Pre-fault new parts of the mapping for writing.
@@ -128,6 +131,7 @@ impl Default for Options {
             recovery_threads: 0,
             write_lanes: 0,
             compaction: CompactionOptions::default(),
+            integrity: IntegrityOptions::default(),
             file_limit_bytes: None,
             populate: true,
             fine_writeback: false,
@@ -157,6 +161,7 @@ impl Options {
                 self.compaction.max_space_amplification
             )));
         }
+        self.integrity.validate()?;
         if let SyncPolicy::Periodic(period) = self.sync {
             if period.is_zero() {
                 return Err(Error::InvalidOption(

@@ -188,6 +188,13 @@ pub fn parse(
     Ok(header)
 }
 
+/// Whether the header (and key) of an in-bounds record still match their
+/// checksum, i.e. its key can be trusted.
+pub fn header_intact(region: &Region, at: PmemOffset, header: &Header) -> bool {
+    let fixed = region.read(at.add(12), HEADER_BYTES - 12);
+    header_crc(header.generation(), fixed, key(region, at, header)) == header.crc_header
+}
+
 fn header_crc(generation: u32, fixed: &[u8], key: &[u8]) -> u32 {
     let crc = crc32c::crc32c(&generation.to_le_bytes());
     crc32c::crc32c_append(crc32c::crc32c_append(crc, fixed), key)

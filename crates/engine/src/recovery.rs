@@ -155,6 +155,7 @@ pub fn recover(space: &Arc<Space>, index: &Index, threads: usize) -> Result<Reco
             superseded,
             torn_tails: results.iter().map(|r| r.torn_tails).sum(),
             damaged_headers,
+            integrity: None,
         },
         next_seq: max_seq + 1,
         keys,

@@ -33,7 +33,8 @@ use crate::{Error, Result};
 const SETTLE_BEFORE_NO_SPACE: Duration = Duration::from_millis(100);
 
 pub struct Space {
-    pub region: Region,
+    /// Shared with the integrity layer, which reads pages to checksum them.
+    pub region: Arc<Region>,
     pub block_bytes: u64,
     pub metas: BlockTable,
     free: Mutex<FreeBlocks>,
@@ -61,7 +62,7 @@ struct FreeBlocks {
 }
 
 impl Space {
-    pub fn new(region: Region, superblock: Superblock, grow_bytes: u64) -> Space {
+    pub fn new(region: Arc<Region>, superblock: Superblock, grow_bytes: u64) -> Space {
         let block_bytes = superblock.block_bytes;
         let max_blocks = region.reserve_bytes() / block_bytes;
         Space {

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use engram_integrity::{Integrity, IntegrityMode, IntegrityStats};
 use engram_pmem::{PmemOffset, Region, RegionOptions};
 use parking_lot::{Condvar, Mutex};
 
@@ -61,6 +62,8 @@ pub(crate) struct Inner {
     pub report: RecoveryReport,
     pub compactions: AtomicU64,
     pub records_moved: AtomicU64,
+    /// Checksums and parity over the data file (`None` when off).
+    pub integrity: Option<Integrity>,
     pub shutdown: AtomicBool,
     /// Wakes background threads early (shutdown, or work to do).
     pub wake: (Mutex<()>, Condvar),
@@ -92,8 +95,35 @@ pub struct RecoveryReport {
     pub superseded: u64,
     /// Blocks whose log ended at a torn or damaged record.
     pub torn_tails: u64,
+    /// What the integrity layer found at open (`None` when it is off).
+    pub integrity: Option<engram_integrity::OpenReport>,
     /// Block headers that were neither valid nor blank (torn claims).
     pub damaged_headers: u64,
+}
+
+/// What [`Store::scrub_now`] found.
+#[derive(Clone, Debug, Default)]
+pub struct ScrubReport {
+    pub pages_checked: u64,
+    /// Pages skipped because they were written during the scrub.
+    pub pages_stale: u64,
+    pub corrupt_pages: u64,
+    /// Data-file offsets of pages rebuilt from parity.
+    pub repaired_pages: Vec<u64>,
+    /// Data-file offsets of pages that could not be rebuilt.
+    pub unrepairable_pages: Vec<u64>,
+    pub parity_rewritten: u64,
+    pub metadata_rebuilt: u64,
+    /// Keys with a record on an unrepairable page. A record whose header
+    /// is itself damaged is named by its offset (`AffectedKey::key` None).
+    pub affected_keys: Vec<AffectedKey>,
+    pub duration: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AffectedKey {
+    pub offset: u64,
+    pub key: Option<Vec<u8>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -122,15 +152,38 @@ impl Store {
         std::fs::create_dir_all(dir).map_err(|e| Error::io("creating data directory", dir, e))?;
         let lock = DirectoryLock::acquire(dir)?;
         let path = dir.join(DATA_FILE);
+        let integrity_path = dir.join(engram_integrity::FILE_NAME);
         if !path.exists() {
             create_data_file(dir, &path, &options)?;
+            // Redundancy left by an earlier store here protects nothing now.
+            remove_if_present(&integrity_path)?;
         }
-        let region = Region::open(&path, region_options(&options))?;
+        let region = Arc::new(Region::open(&path, region_options(&options))?);
         let superblock = Superblock::read(&region)?;
+        // The tracker goes on before recovery, whose writes it must see.
+        let (integrity, integrity_report) = match options.integrity.mode {
+            IntegrityMode::Off => {
+                // Writes from now on are untracked: old redundancy would
+                // call them corruption at the next open with it on.
+                remove_if_present(&integrity_path)?;
+                (None, None)
+            }
+            _ => {
+                let (integrity, report) = Integrity::open(
+                    dir,
+                    Arc::clone(&region),
+                    superblock.store_id,
+                    options.integrity.clone(),
+                    None,
+                )?;
+                (Some(integrity), Some(report))
+            }
+        };
         let space = Arc::new(Space::new(region, superblock, options.grow_bytes));
         let index = Index::new();
         let threads = Options::threads_or_cores(options.recovery_threads, 1);
-        let recovered = recovery::recover(&space, &index, threads)?;
+        let mut recovered = recovery::recover(&space, &index, threads)?;
+        recovered.report.integrity = integrity_report;
         let inner = Arc::new(Inner {
             syncer: Syncer::new(options.sync, space.region.mode()),
             lanes: Lanes::new(Options::threads_or_cores(options.write_lanes, 2)),
@@ -144,6 +197,7 @@ impl Store {
             report: recovered.report,
             compactions: AtomicU64::new(0),
             records_moved: AtomicU64::new(0),
+            integrity,
             shutdown: AtomicBool::new(false),
             wake: (Mutex::new(()), Condvar::new()),
             options,
@@ -180,7 +234,7 @@ impl Store {
             return Ok(None);
         };
         let region = &self.inner.space.region;
-        let header = record::read_header(region, at);
+        let header = self.inner.checked_header(at)?;
         let value = record::value(region, at, &header).to_vec();
         if header.is_in_place() || crc32c::crc32c(&value) == header.crc_value {
             return Ok(Some(value));
@@ -195,7 +249,7 @@ impl Store {
             return Ok(None);
         };
         let region = &self.inner.space.region;
-        let header = record::read_header(region, at);
+        let header = self.inner.checked_header(at)?;
         let bytes = record::value(region, at, &header);
         if !record::value_checksum_ok(region, at, &header) {
             self.inner.checked_after_mismatch(at)?;
@@ -283,6 +337,44 @@ impl Store {
         }
     }
 
+    /// The integrity layer's counters (`None` when it is off).
+    pub fn integrity_stats(&self) -> Option<IntegrityStats> {
+        self.inner.integrity.as_ref().map(Integrity::stats)
+    }
+
+    /// Refreshes the checksums and parity of every stale page now; returns
+    /// how many (0 when integrity is off).
+    pub fn refresh_redundancy_now(&self) -> u64 {
+        self.inner.integrity.as_ref().map_or(0, Integrity::refresh_now)
+    }
+
+    /// Brings redundancy up to date, verifies every page and stripe,
+    /// rebuilds what parity can rebuild, and names the keys whose records
+    /// lie on pages that could not be rebuilt (reads of those keys fail
+    /// with [`Error::Unrepairable`]; everything else stays readable).
+    pub fn scrub_now(&self) -> Result<ScrubReport> {
+        let Some(integrity) = &self.inner.integrity else {
+            return Err(Error::InvalidOption(
+                "scrubbing needs integrity lazy or inline (it is off)".into(),
+            ));
+        };
+        let started = Instant::now();
+        let outcome = integrity.scrub_now();
+        let bad = integrity.unrepairable_offsets();
+        let affected = self.inner.records_on_pages(&bad);
+        Ok(ScrubReport {
+            pages_checked: outcome.pages_checked,
+            pages_stale: outcome.pages_stale,
+            corrupt_pages: outcome.corrupt.len() as u64,
+            repaired_pages: outcome.repaired.iter().map(|p| p * engram_integrity::layout::PAGE_BYTES).collect(),
+            unrepairable_pages: bad,
+            parity_rewritten: outcome.parity_rewritten,
+            metadata_rebuilt: outcome.metadata_rebuilt,
+            affected_keys: affected,
+            duration: started.elapsed(),
+        })
+    }
+
     pub fn recovery_report(&self) -> RecoveryReport {
         self.inner.report.clone()
     }
@@ -315,9 +407,10 @@ impl Store {
     /// Clean shutdown: stops background work and syncs everything.
     pub fn close(mut self) -> Result<()> {
         self.stop_background();
+        let integrity = self.inner.integrity.as_ref().map_or(Ok(()), Integrity::close);
         let result = self.sync();
         self.finish();
-        result
+        result.and(integrity.map_err(Error::from))
     }
 
     /// Abandons the store as a process crash would: background threads are
@@ -325,6 +418,9 @@ impl Store {
     #[doc(hidden)]
     pub fn crash(mut self) {
         self.stop_background();
+        if let Some(integrity) = &self.inner.integrity {
+            integrity.abandon();
+        }
         self.finish();
     }
 
@@ -351,10 +447,22 @@ impl Drop for Store {
             return;
         }
         self.stop_background();
+        if let Some(integrity) = &self.inner.integrity {
+            let _ = integrity.close();
+        }
         if self.inner.syncer.policy() != SyncPolicy::Never {
             let _ = self.sync();
         }
         self.finish();
+    }
+}
+
+fn remove_if_present(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(Error::io("removing stale integrity file", path, e))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -79,6 +79,68 @@ impl Inner {
             .map(PmemOffset)
     }
 
+    /// The header of the indexed record at `at`, refused when the record
+    /// lies on a page the integrity layer could not rebuild, or when its
+    /// lengths run past the file (a damaged header: never read garbage).
+    pub fn checked_header(&self, at: PmemOffset) -> Result<record::Header> {
+        let integrity = self.integrity.as_ref();
+        if integrity.is_some_and(|i| i.overlaps_unrepairable(at.0, record::HEADER_BYTES)) {
+            return Err(Error::Unrepairable { offset: at.0 });
+        }
+        let header = record::read_header(self.region(), at);
+        if !self.region().contains(at, header.encoded_bytes()) {
+            return Err(Error::CorruptRecord {
+                offset: at.0,
+                what: "record lengths run past the end of the file",
+            });
+        }
+        if integrity.is_some_and(|i| i.overlaps_unrepairable(at.0, header.encoded_bytes())) {
+            return Err(Error::Unrepairable { offset: at.0 });
+        }
+        Ok(header)
+    }
+
+    /// Records (by offset, with their keys where the header is intact)
+    /// that overlap any of the pages at `page_offsets`.
+    pub fn records_on_pages(&self, page_offsets: &[u64]) -> Vec<crate::AffectedKey> {
+        const PAGE: u64 = engram_integrity::layout::PAGE_BYTES;
+        if page_offsets.is_empty() {
+            return Vec::new();
+        }
+        let region = self.region();
+        let on_bad_page = |start: u64, len: u64| {
+            let first = start / PAGE * PAGE;
+            let last = (start + len.max(1) - 1) / PAGE * PAGE;
+            page_offsets.iter().any(|&page| (first..=last).contains(&page))
+        };
+        let _guard = crossbeam_epoch::pin();
+        let mut affected = Vec::new();
+        let mut cursor = 0;
+        loop {
+            let (next, offsets) = self.index.scan(cursor, 4096);
+            for offset in offsets {
+                let at = PmemOffset(offset);
+                let header = record::read_header(region, at);
+                let len = if region.contains(at, header.encoded_bytes()) {
+                    header.encoded_bytes()
+                } else {
+                    record::HEADER_BYTES
+                };
+                if on_bad_page(offset, len) {
+                    let key = (len > record::HEADER_BYTES
+                        && record::header_intact(region, at, &header))
+                    .then(|| record::key(region, at, &header).to_vec());
+                    affected.push(crate::AffectedKey { offset, key });
+                }
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        affected
+    }
+
     /// A value failed its checksum: fine if an in-place update raced with the
     /// read (the flag is set before the first such update), else corruption.
     pub fn checked_after_mismatch(&self, at: PmemOffset) -> Result<()> {

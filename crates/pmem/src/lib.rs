@@ -3,7 +3,8 @@
 //! The only crate in Engram that maps files and issues flush and fence
 //! instructions. Everything persistent is reached through a [`Region`]'s
 //! helpers, so that a crash-simulation observer ([`PersistObserver`]) can see
-//! every store, flush and fence.
+//! every store, flush and fence, and the integrity layer's [`StoreTracker`]
+//! can mark a page stale before any store changes it.
 //!
 //! ## What we assume of the media
 //!
@@ -42,6 +43,7 @@ mod mode;
 mod observer;
 mod offset;
 mod region;
+mod tracker;
 
 pub use crashsim::{CrashPoint, CrashSim};
 pub use error::{Error, Result};
@@ -49,6 +51,7 @@ pub use flush::{cpu_supports, FlushInstruction};
 pub use mode::{Mode, ModeChoice};
 pub use observer::PersistObserver;
 pub use offset::PmemOffset;
+pub use tracker::{zeroed_atomic_words, StoreTicket, StoreTracker};
 pub use region::{
     sync_directory, Region, RegionOptions, CACHE_LINE_BYTES, DEFAULT_RESERVE_BYTES, OS_PAGE_BYTES,
 };

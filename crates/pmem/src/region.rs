@@ -15,12 +15,12 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
 use crate::flush::{cpu_supports, flush_range, store_fence, FlushInstruction};
-use crate::{Error, Mode, ModeChoice, PersistObserver, PmemOffset, Result};
+use crate::{Error, Mode, ModeChoice, PersistObserver, PmemOffset, Result, StoreTracker};
 
 pub const CACHE_LINE_BYTES: u64 = 64;
 pub const OS_PAGE_BYTES: u64 = 4096;
@@ -107,6 +107,9 @@ pub struct Region {
     /// `u64::MAX` when there is no quota.
     file_limit_bytes: AtomicU64,
     observer: Option<Arc<dyn PersistObserver>>,
+    /// Sees every store before it happens (the integrity layer). Set once,
+    /// before the first store; see [`Region::set_tracker`].
+    tracker: OnceLock<Arc<dyn StoreTracker>>,
 }
 
 impl std::fmt::Debug for Region {
@@ -224,6 +227,7 @@ impl Region {
             populate: options.populate,
             file_limit_bytes: AtomicU64::new(options.file_limit_bytes.unwrap_or(u64::MAX)),
             observer: options.observer,
+            tracker: OnceLock::new(),
             fine_writeback: options.fine_writeback && mode == Mode::Emulated,
         };
         if len > 0 && region.fine_writeback {
@@ -334,6 +338,9 @@ impl Region {
                 needed_bytes: new_len,
                 have_bytes: old_len,
             });
+        }
+        if let Some(tracker) = self.tracker.get() {
+            tracker.before_grow(new_len)?;
         }
         // SAFETY: plain system call on our own descriptor.
         let rc = unsafe {
@@ -446,13 +453,78 @@ impl Region {
     #[inline]
     pub fn write(&self, offset: PmemOffset, bytes: &[u8]) {
         let pointer = self.pointer(offset, bytes.len() as u64);
-        // SAFETY: in bounds; the caller owns this range (crate contract), and
-        // `bytes` cannot overlap it unless it was read from the same range,
-        // which the engine never does for a range it writes.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), pointer, bytes.len()) };
+        self.tracked(offset, bytes.len() as u64, || {
+            // SAFETY: in bounds; the caller owns this range (crate contract),
+            // and `bytes` cannot overlap it unless it was read from the same
+            // range, which the engine never does for a range it writes.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), pointer, bytes.len()) };
+        });
         if let Some(observer) = &self.observer {
             observer.on_store(offset.0, bytes);
         }
+    }
+
+    /// Runs `store` inside the tracker's bracket (see [`StoreTracker`]).
+    #[inline]
+    fn tracked<R>(&self, offset: PmemOffset, len: u64, store: impl FnOnce() -> R) -> R {
+        match self.tracker.get() {
+            None => store(),
+            Some(tracker) => {
+                let ticket = tracker.before_store(offset.0, len);
+                let result = store();
+                tracker.after_store(self, ticket, offset.0, len);
+                result
+            }
+        }
+    }
+
+    /// Installs the store tracker. Call it before the first store; a region
+    /// takes one tracker for its whole life (`Err` returns the one offered
+    /// when a tracker is already set).
+    pub fn set_tracker(
+        &self,
+        tracker: Arc<dyn StoreTracker>,
+    ) -> std::result::Result<(), Arc<dyn StoreTracker>> {
+        self.tracker.set(tracker)
+    }
+
+    /// Copies `[offset, offset + buffer.len())` into `buffer` although other
+    /// threads may be storing to it meanwhile. The copy may then mix old and
+    /// new bytes; the caller must learn by other means whether the range
+    /// changed (the integrity layer: the page's dirty mark, set before any
+    /// store). Used to checksum pages that writers may touch at any time.
+    pub fn copy_racy(&self, offset: PmemOffset, buffer: &mut [u8]) {
+        let len = buffer.len();
+        let pointer = self.pointer(offset, len as u64);
+        assert!(
+            offset.0 % 8 == 0 && len % 8 == 0,
+            "racy copies are of whole aligned words"
+        );
+        for (index, chunk) in buffer.chunks_exact_mut(8).enumerate() {
+            // SAFETY: in bounds and 8-byte aligned (checked above, the base
+            // is page aligned). A volatile word read cannot be elided or torn
+            // into bytes, and concurrent writers only ever change the bytes,
+            // never the mapping, so the read is of valid memory; a stale or
+            // mixed value is expected and handled by the caller.
+            let word = unsafe { std::ptr::read_volatile((pointer as *const u64).add(index)) };
+            chunk.copy_from_slice(&word.to_ne_bytes());
+        }
+    }
+
+    /// Replaces the aligned word at `offset` if it still holds `expected`,
+    /// without telling the tracker: for the integrity layer putting back the
+    /// bytes a page's checksum already describes (a repair), which must not
+    /// make the page stale. A word a writer changed meanwhile is left alone,
+    /// so a repair never undoes a store. The observer still sees it.
+    pub fn repair_u64(&self, offset: PmemOffset, expected: u64, new: u64) -> bool {
+        let swapped = self
+            .atomic(offset)
+            .compare_exchange(expected, new, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if swapped {
+            self.observed_store(offset, new);
+        }
+        swapped
     }
 
     #[inline]
@@ -477,22 +549,36 @@ impl Region {
     /// Atomic 8-byte store.
     #[inline]
     pub fn store_u64(&self, offset: PmemOffset, value: u64) {
-        self.atomic(offset).store(value, Ordering::Release);
+        self.tracked(offset, 8, || self.atomic(offset).store(value, Ordering::Release));
         self.observed_store(offset, value);
     }
 
     /// Atomic OR, returning the previous word.
     #[inline]
     pub fn fetch_or_u64(&self, offset: PmemOffset, bits: u64) -> u64 {
-        let previous = self.atomic(offset).fetch_or(bits, Ordering::AcqRel);
+        let previous = self.tracked(offset, 8, || {
+            self.atomic(offset).fetch_or(bits, Ordering::AcqRel)
+        });
         self.observed_store(offset, previous | bits);
+        previous
+    }
+
+    /// Atomic AND, returning the previous word.
+    #[inline]
+    pub fn fetch_and_u64(&self, offset: PmemOffset, bits: u64) -> u64 {
+        let previous = self.tracked(offset, 8, || {
+            self.atomic(offset).fetch_and(bits, Ordering::AcqRel)
+        });
+        self.observed_store(offset, previous & bits);
         previous
     }
 
     /// Atomic wrapping add, returning the previous word.
     #[inline]
     pub fn fetch_add_u64(&self, offset: PmemOffset, delta: u64) -> u64 {
-        let previous = self.atomic(offset).fetch_add(delta, Ordering::AcqRel);
+        let previous = self.tracked(offset, 8, || {
+            self.atomic(offset).fetch_add(delta, Ordering::AcqRel)
+        });
         self.observed_store(offset, previous.wrapping_add(delta));
         previous
     }
@@ -505,9 +591,10 @@ impl Region {
         current: u64,
         new: u64,
     ) -> std::result::Result<u64, u64> {
-        let result =
+        let result = self.tracked(offset, 8, || {
             self.atomic(offset)
-                .compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire);
+                .compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+        });
         if result.is_ok() {
             self.observed_store(offset, new);
         }

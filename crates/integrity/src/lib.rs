@@ -1,0 +1,500 @@
+//! # engram-integrity: lazy redundancy over a persistent region
+//!
+//! Per-page CRC32C checksums and per-stripe XOR parity for a data region,
+//! kept up to date lazily by a background pass (Kateja, Pavlo, Ganger, "Lazy
+//! Redundancy for NVM Storage", CMU-PDL-19-101, sections 3 and 4), plus a
+//! scrubber that verifies clean pages and rebuilds a single bad page per
+//! stripe from parity.
+//!
+//! How it differs from the paper: stale pages are found by software marks
+//! set in the store path (every store to the data region goes through
+//! `engram_pmem::Region`, which calls our [`StoreTracker`] first), not by
+//! repurposed page-table dirty bits, which need a kernel module and
+//! battery-backed caches. A mark is persisted before the first store to a
+//! page in an epoch, so marks survive power failure on real persistent
+//! memory; later stores to the page cost a bit test. The refresh follows
+//! Algorithm 1 with its shadow copy of the marks; a writer gate (`gate.rs`)
+//! replaces the hardware's atomic dirty-bit clear.
+//!
+//! Start at [`Integrity::open`]. The file format is in [`layout`].
+//!
+//! [`StoreTracker`]: engram_pmem::StoreTracker
+
+#![forbid(unsafe_code)]
+
+mod error;
+mod gate;
+pub mod layout;
+mod options;
+mod redundancy;
+mod scrub;
+mod stats;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use engram_pmem::{Mode, ModeChoice, PersistObserver, PmemOffset, Region, RegionOptions};
+use parking_lot::{Condvar, Mutex};
+
+pub use error::{Error, Result};
+pub use options::{
+    IntegrityFaults, IntegrityMode, IntegrityOptions, DEFAULT_PERIOD,
+    DEFAULT_SCRUB_BYTES_PER_SEC, DEFAULT_STRIPE_PAGES, MAX_PERIOD,
+};
+pub use scrub::ScrubOutcome;
+pub use stats::IntegrityStats;
+
+use layout::{Geometry, PAGE_BYTES, SESSION_OFFSET, SHADOW_GROUP_OFFSET, SHADOW_MARKS_OFFSET};
+use redundancy::Redundancy;
+
+/// The integrity file inside a store's directory.
+pub const FILE_NAME: &str = "integrity.pmem";
+/// How often the background scrubber wakes to spend its byte budget.
+const SCRUB_TICK: Duration = Duration::from_millis(100);
+/// Stripes scrubbed per hold of the work lock, so a refresh or an inline
+/// writer never waits long behind the scrubber.
+const SCRUB_STRIPES_PER_STEP: u64 = 16;
+
+/// What opening found.
+#[derive(Clone, Debug, Default)]
+pub struct OpenReport {
+    /// The file did not exist: every page starts stale.
+    pub created: bool,
+    /// The last session did not close cleanly.
+    pub unclean: bool,
+    /// A crash cut a refresh short; its shadow marks were restored.
+    pub shadow_restored: bool,
+    /// Emulated memory after a power failure or OS crash: the kernel may
+    /// have written data pages back before their marks, so every page was
+    /// treated as stale (refreshed, not verified).
+    pub marks_distrusted: bool,
+    pub stale_pages: u64,
+}
+
+/// Redundancy for one data region: the tracker installed on it, the
+/// background pass and scrubber, and the on-demand operations.
+pub struct Integrity {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    closed: AtomicBool,
+}
+
+struct Shared {
+    data: Arc<Region>,
+    redundancy: Arc<Redundancy>,
+    options: IntegrityOptions,
+    shutdown: AtomicBool,
+    wake: (Mutex<()>, Condvar),
+    /// Where the background scrubber goes on: (group, stripe).
+    scrub_cursor: Mutex<(u64, u64)>,
+}
+
+impl Integrity {
+    /// Opens (or creates) `dir/integrity.pmem` for `data`, recovers from
+    /// whatever the last session left, installs the tracker on `data` and
+    /// starts the background thread. Call before the first store to `data`.
+    /// `data_id` ties the file to its data file. `observer` watches the
+    /// integrity file (the crash simulator).
+    pub fn open(
+        dir: &Path,
+        data: Arc<Region>,
+        data_id: u64,
+        options: IntegrityOptions,
+        observer: Option<Arc<dyn PersistObserver>>,
+    ) -> Result<(Integrity, OpenReport)> {
+        options.validate()?;
+        if options.mode == IntegrityMode::Off {
+            return Err(Error::InvalidOption(
+                "Integrity::open needs mode lazy or inline".into(),
+            ));
+        }
+        let path = dir.join(FILE_NAME);
+        let mut report = OpenReport::default();
+        let region_options = RegionOptions {
+            mode: match data.mode() {
+                Mode::Dax => ModeChoice::Dax,
+                Mode::Emulated => ModeChoice::Emulated,
+            },
+            flush: Some(data.flush_instruction()),
+            // Metadata is a quarter of the data (parity) plus a little.
+            reserve_bytes: (data.reserve_bytes() / 2).max(16 << 20),
+            populate: false,
+            file_limit_bytes: None,
+            observer,
+            fine_writeback: false,
+        };
+        if !path.exists() {
+            create_file(dir, &path, Geometry::new(options.stripe_pages), data_id)?;
+            report.created = true;
+        }
+        let meta = Region::open(&path, region_options)?;
+        if meta.len() < PAGE_BYTES {
+            return Err(Error::CorruptHeader {
+                path,
+                what: "file shorter than its header",
+            });
+        }
+        let (geometry, found_id) = layout::decode_header(meta.read(PmemOffset(0), 64))
+            .map_err(|problem| header_error(&path, problem))?;
+        if found_id != data_id {
+            return Err(Error::ForeignFile {
+                path,
+                expected_id: data_id,
+                found_id,
+            });
+        }
+        let data_pages = data.len() / PAGE_BYTES;
+        let whole_groups = (meta.len() - PAGE_BYTES) / geometry.group_bytes();
+        let redundancy = Arc::new(Redundancy::new(
+            meta,
+            geometry,
+            options.mode,
+            options.faults,
+            data.reserve_bytes().max(data.len()),
+        ));
+        redundancy
+            .covered_pages
+            .store(whole_groups * geometry.group_pages, Ordering::Release);
+        let pages_with_groups = whole_groups * geometry.group_pages;
+        redundancy.cover(data_pages)?;
+        report.shadow_restored = restore_shadow(&redundancy);
+        let session = redundancy.meta.load_u64(SESSION_OFFSET);
+        let this_boot = boot_tag();
+        report.unclean = session != 0;
+        redundancy.load_marks();
+        if report.created {
+            redundancy.mark_all(data_pages);
+        } else if report.unclean && session != this_boot && data.mode() == Mode::Emulated {
+            report.marks_distrusted = true;
+            redundancy.mark_all(data_pages);
+        } else if pages_with_groups < data_pages {
+            // Groups missing from the file (it was cut short): nothing is
+            // known of those pages.
+            redundancy.mark_range(pages_with_groups, data_pages);
+        }
+        redundancy.meta.store_u64(SESSION_OFFSET, this_boot);
+        redundancy.meta.persist(SESSION_OFFSET, 8);
+        report.stale_pages = redundancy.stale_pages.load(Ordering::Relaxed);
+        if data.set_tracker(redundancy.clone()).is_err() {
+            return Err(Error::InvalidOption(
+                "the data region already has a store tracker".into(),
+            ));
+        }
+        let shared = Arc::new(Shared {
+            data,
+            redundancy,
+            options,
+            shutdown: AtomicBool::new(false),
+            wake: (Mutex::new(()), Condvar::new()),
+            scrub_cursor: Mutex::new((0, 0)),
+        });
+        let needs_thread = shared.options.mode == IntegrityMode::Lazy
+            || shared.options.scrub_bytes_per_sec > 0;
+        let thread = needs_thread.then(|| {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("engram-integrity".into())
+                .spawn(move || background(&shared))
+                .expect("spawning the integrity thread")
+        });
+        Ok((
+            Integrity {
+                shared,
+                thread: Mutex::new(thread),
+                closed: AtomicBool::new(false),
+            },
+            report,
+        ))
+    }
+
+    /// Refreshes the redundancy of every stale page now; returns how many.
+    pub fn refresh_now(&self) -> u64 {
+        self.shared.redundancy.refresh_all(&self.shared.data)
+    }
+
+    /// Brings redundancy up to date, then verifies every page against its
+    /// checksum and every stripe against its parity, repairing what can be
+    /// repaired. Pages written meanwhile are skipped (counted as stale).
+    pub fn scrub_now(&self) -> ScrubOutcome {
+        self.refresh_now();
+        let shared = &self.shared;
+        let started = Instant::now();
+        let mut outcome = ScrubOutcome::default();
+        for group in 0..shared.redundancy.groups() {
+            outcome.merge(shared.redundancy.scrub_group(&shared.data, group, 0, u64::MAX));
+        }
+        let counters = &shared.redundancy.counters;
+        counters.scrub_sweeps.fetch_add(1, Ordering::Relaxed);
+        counters
+            .scrub_busy_us
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        outcome
+    }
+
+    /// Whether any page of `[offset, offset + len)` of the data region is
+    /// known corrupt beyond repair. One atomic load when none is.
+    #[inline]
+    pub fn overlaps_unrepairable(&self, offset: u64, len: u64) -> bool {
+        self.shared.redundancy.overlaps_bad(offset, len)
+    }
+
+    /// Data offsets of the pages known corrupt beyond repair.
+    pub fn unrepairable_offsets(&self) -> Vec<u64> {
+        self.shared
+            .redundancy
+            .bad_pages()
+            .into_iter()
+            .map(|page| page * PAGE_BYTES)
+            .collect()
+    }
+
+    /// Whether the page holding `offset` has stale redundancy right now.
+    pub fn is_stale(&self, offset: u64) -> bool {
+        self.shared.redundancy.is_stale(offset / PAGE_BYTES)
+    }
+
+    pub fn stats(&self) -> IntegrityStats {
+        let r = &self.shared.redundancy;
+        let c = &r.counters;
+        let scrubbed = c.pages_scrubbed.load(Ordering::Relaxed);
+        let busy_us = c.scrub_busy_us.load(Ordering::Relaxed);
+        IntegrityStats {
+            mode: self.shared.options.mode,
+            period: self.shared.options.period,
+            stripe_pages: r.geometry.stripe_pages as u32,
+            pages_covered: self.shared.data.len() / PAGE_BYTES,
+            pages_stale: r.stale_pages.load(Ordering::Relaxed),
+            oldest_stale_age: Duration::from_millis(r.oldest_stale_ms()),
+            passes: c.passes.load(Ordering::Relaxed),
+            last_pass_duration: Duration::from_micros(c.last_pass_us.load(Ordering::Relaxed)),
+            pages_refreshed: c.pages_refreshed.load(Ordering::Relaxed),
+            scrub_sweeps: c.scrub_sweeps.load(Ordering::Relaxed),
+            pages_scrubbed: scrubbed,
+            scrub_bytes_per_sec_measured: if busy_us == 0 {
+                0
+            } else {
+                scrubbed * PAGE_BYTES * 1_000_000 / busy_us
+            },
+            scrub_bytes_per_sec_limit: self.shared.options.scrub_bytes_per_sec,
+            corruptions_found: c.corruptions_found.load(Ordering::Relaxed),
+            repaired: c.repaired.load(Ordering::Relaxed),
+            unrepairable: r.bad_pages().len() as u64,
+            metadata_rebuilt: c.metadata_rebuilt.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Clean shutdown: stops the background thread, brings every page's
+    /// redundancy up to date, records the clean close and syncs the file.
+    /// Call after the last store to the data region; later calls do nothing.
+    pub fn close(&self) -> Result<()> {
+        self.stop();
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let redundancy = &self.shared.redundancy;
+        redundancy.refresh_all(&self.shared.data);
+        redundancy.meta.store_u64(SESSION_OFFSET, 0);
+        redundancy.meta.persist(SESSION_OFFSET, 8);
+        redundancy.meta.sync_all()?;
+        Ok(())
+    }
+
+    /// Stops the background thread and leaves the file as a crash would
+    /// (for tests and benchmarks that simulate one).
+    pub fn abandon(&self) {
+        self.stop();
+        self.closed.store(true, Ordering::Release);
+    }
+
+    /// Syncs the integrity file (emulated memory: `msync`), for callers that
+    /// sync the data region on a schedule.
+    pub fn sync(&self) -> Result<()> {
+        Ok(self.shared.redundancy.meta.sync_all()?)
+    }
+
+    fn stop(&self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        {
+            let _guard = self.shared.wake.0.lock();
+            self.shared.wake.1.notify_all();
+        }
+        if let Some(thread) = self.thread.lock().take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Integrity {
+    /// Without `close` this is a crash as far as the file is concerned:
+    /// nothing is refreshed and the session stays open.
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Puts a cut-short refresh's shadow marks back into the marks. Idempotent:
+/// a crash in here leaves the shadow in place for the next open.
+fn restore_shadow(redundancy: &Redundancy) -> bool {
+    let shadow = redundancy.meta.load_u64(SHADOW_GROUP_OFFSET);
+    if shadow == 0 {
+        return false;
+    }
+    let group = shadow - 1;
+    let g = redundancy.geometry;
+    if group < g.groups_for_pages(redundancy.covered_pages.load(Ordering::Acquire)) {
+        let marks = g.marks_offset(group);
+        for word in 0..g.mark_words() {
+            let bits = redundancy
+                .meta
+                .load_u64(PmemOffset(SHADOW_MARKS_OFFSET.0 + word * 8));
+            if bits != 0 {
+                let at = PmemOffset(marks.0 + word * 8);
+                redundancy.meta.fetch_or_u64(at, bits);
+                redundancy.meta.flush(at, 8);
+            }
+        }
+        redundancy.meta.fence();
+    }
+    redundancy.meta.store_u64(SHADOW_GROUP_OFFSET, 0);
+    redundancy.meta.persist(SHADOW_GROUP_OFFSET, 8);
+    true
+}
+
+fn background(shared: &Shared) {
+    let lazy = shared.options.mode == IntegrityMode::Lazy;
+    let scrub_rate = shared.options.scrub_bytes_per_sec;
+    let mut next_pass = Instant::now() + shared.options.period;
+    let mut last_scrub = Instant::now();
+    loop {
+        let now = Instant::now();
+        let mut wake_at = if lazy { next_pass } else { now + Duration::from_secs(3600) };
+        if scrub_rate > 0 {
+            wake_at = wake_at.min(last_scrub + SCRUB_TICK);
+        }
+        {
+            let mut guard = shared.wake.0.lock();
+            if shared.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            if wake_at > now {
+                shared.wake.1.wait_until(&mut guard, wake_at);
+            }
+        }
+        if shared.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        let now = Instant::now();
+        if lazy && now >= next_pass {
+            shared.redundancy.refresh_all(&shared.data);
+            // Start to start; a pass longer than the period is followed at once.
+            next_pass = (next_pass + shared.options.period).max(Instant::now());
+        }
+        if scrub_rate > 0 && now >= last_scrub + SCRUB_TICK {
+            let elapsed = now - last_scrub;
+            last_scrub = now;
+            let budget = (scrub_rate as f64 * elapsed.as_secs_f64().min(1.0)) as u64;
+            scrub_some(shared, budget);
+        }
+    }
+}
+
+/// Background scrubbing: about `budget_bytes` of stripes from the cursor.
+fn scrub_some(shared: &Shared, budget_bytes: u64) {
+    let redundancy = &shared.redundancy;
+    let g = redundancy.geometry;
+    let stripes_per_group = g.group_pages / g.stripe_pages;
+    let stripe_bytes = g.stripe_pages * PAGE_BYTES;
+    let mut stripes_left = budget_bytes.div_ceil(stripe_bytes);
+    let started = Instant::now();
+    let mut cursor = shared.scrub_cursor.lock();
+    while stripes_left > 0 && !shared.shutdown.load(Ordering::Acquire) {
+        let groups = redundancy.groups();
+        if cursor.0 >= groups || cursor.0 * g.group_pages >= shared.data.len() / PAGE_BYTES {
+            *cursor = (0, 0);
+            redundancy.counters.scrub_sweeps.fetch_add(1, Ordering::Relaxed);
+            break;
+        }
+        let step = SCRUB_STRIPES_PER_STEP.min(stripes_left);
+        let end = (cursor.1 + step).min(stripes_per_group);
+        redundancy.scrub_group(&shared.data, cursor.0, cursor.1, end);
+        stripes_left -= end - cursor.1;
+        *cursor = if end == stripes_per_group {
+            (cursor.0 + 1, 0)
+        } else {
+            (cursor.0, end)
+        };
+    }
+    redundancy
+        .counters
+        .scrub_busy_us
+        .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+}
+
+/// Creates the file under a temporary name, header written and synced,
+/// then renames it into place: a crash never leaves a half-made file.
+fn create_file(dir: &Path, path: &Path, geometry: Geometry, data_id: u64) -> Result<()> {
+    let temporary: PathBuf = dir.join(format!("{FILE_NAME}.tmp"));
+    let _ = std::fs::remove_file(&temporary);
+    {
+        let region = Region::create(
+            &temporary,
+            PAGE_BYTES,
+            RegionOptions {
+                mode: ModeChoice::Emulated,
+                populate: false,
+                reserve_bytes: PAGE_BYTES,
+                ..RegionOptions::default()
+            },
+        )?;
+        region.write(PmemOffset(0), &layout::encode_header(geometry, data_id));
+        region.sync_all()?;
+    }
+    std::fs::rename(&temporary, path).map_err(|source| {
+        Error::Region(engram_pmem::Error::Io {
+            context: "renaming new integrity file to",
+            path: path.to_path_buf(),
+            source,
+        })
+    })?;
+    engram_pmem::sync_directory(dir).map_err(|source| {
+        Error::Region(engram_pmem::Error::Io {
+            context: "syncing directory",
+            path: dir.to_path_buf(),
+            source,
+        })
+    })?;
+    Ok(())
+}
+
+fn header_error(path: &Path, problem: layout::HeaderProblem) -> Error {
+    let path = path.to_path_buf();
+    match problem {
+        layout::HeaderProblem::Magic => Error::NotAnIntegrityFile { path },
+        layout::HeaderProblem::Version(found) => Error::UnsupportedVersion {
+            path,
+            found,
+            supported: layout::VERSION,
+        },
+        layout::HeaderProblem::Checksum => Error::CorruptHeader {
+            path,
+            what: "header checksum mismatch",
+        },
+        layout::HeaderProblem::Geometry => Error::CorruptHeader {
+            path,
+            what: "impossible page or stripe size",
+        },
+    }
+}
+
+/// This boot's identity as a session word (never 0): the kernel's boot id
+/// hashed, with the low bit set. A different tag at open means the machine
+/// restarted since the file was last open.
+fn boot_tag() -> u64 {
+    let id = std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let crc = crc32c::crc32c(&id) as u64;
+    let crc2 = crc32c::crc32c_append(0x9e37_79b9, &id) as u64;
+    (crc << 32 | crc2) | 1
+}

@@ -1,0 +1,453 @@
+//! Marking stale pages and refreshing their redundancy (the paper's
+//! Algorithm 1, with software marks in place of page-table dirty bits).
+//!
+//! ## Who touches what
+//!
+//! - Writer threads (any thread storing to the data region) run
+//!   [`StoreTracker::before_store`]: inside the writer gate, a page whose
+//!   DRAM mark is clear is marked, persistent mark first. A page's first
+//!   store in an epoch pays one persist of one word; later ones a bit test.
+//! - One refresh or scrub step at a time holds `work` (they share the
+//!   shadow slot and are the only writers of checksums and parity).
+//! - `mark_locks` (striped by group) order a writer's marking against the
+//!   refresh clearing marks of the same group.
+//!
+//! Lock order: `work` -> a mark lock. Writers take only a mark lock.
+//!
+//! ## Refreshing a group (one batch of Algorithm 1)
+//!
+//! 1. Take the group's DRAM marks `D` (the pages to refresh).
+//! 2. Persist `D` as the shadow, then the shadow's commit word.
+//! 3. Clear `D` from the persistent marks (persisted), then from DRAM.
+//! 4. Drain the writer gate: every store that saw a mark of `D` still set
+//!    (and so did not mark again) has finished.
+//! 5. Checksum each page of `D`, recompute the parity of each stripe with a
+//!    page in `D`, persist both, and the group's meta checksum.
+//! 6. Clear the shadow's commit word (persisted).
+//!
+//! A crash before 6 leaves `D` in the shadow (restored to the marks at the
+//! next open); after 6 the redundancy describes every page of `D` as it was
+//! at 4 or later, and any later store marked its page again.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use engram_pmem::{PmemOffset, Region, StoreTicket, StoreTracker};
+use parking_lot::Mutex;
+
+use crate::gate::Gate;
+use crate::layout::{self, Geometry, PAGE_BYTES, SHADOW_GROUP_OFFSET, SHADOW_MARKS_OFFSET};
+use crate::stats::Counters;
+use crate::{IntegrityFaults, IntegrityMode};
+
+const MARK_LOCKS: usize = 256;
+
+pub(crate) struct Redundancy {
+    pub meta: Region,
+    pub geometry: Geometry,
+    pub mode: IntegrityMode,
+    pub faults: IntegrityFaults,
+    pub gate: Gate,
+    /// DRAM mirror of the persistent marks, laid out like them (group
+    /// after group, `mark_words` words each), sized for the data region's
+    /// whole reservation and backed lazily.
+    dirty: Box<[AtomicU64]>,
+    /// Per group: when (ms on `clock`, never 0) its oldest stale page was
+    /// marked, or 0 when it has none. Updated under the group's mark lock.
+    oldest_mark_ms: Box<[AtomicU64]>,
+    mark_locks: Box<[Mutex<()>]>,
+    pub work: Mutex<()>,
+    /// Data pages the file has groups for.
+    pub covered_pages: AtomicU64,
+    pub stale_pages: AtomicU64,
+    clock: Instant,
+    pub counters: Counters,
+    /// Pages found corrupt that could not be rebuilt, by page number.
+    bad_pages: Mutex<BTreeSet<u64>>,
+    any_bad: AtomicBool,
+}
+
+impl Redundancy {
+    pub fn new(
+        meta: Region,
+        geometry: Geometry,
+        mode: IntegrityMode,
+        faults: IntegrityFaults,
+        max_data_bytes: u64,
+    ) -> Redundancy {
+        let max_groups = geometry.groups_for_pages(max_data_bytes.div_ceil(PAGE_BYTES)) as usize;
+        Redundancy {
+            meta,
+            geometry,
+            mode,
+            faults,
+            gate: Gate::default(),
+            dirty: engram_pmem::zeroed_atomic_words(max_groups * geometry.mark_words() as usize),
+            oldest_mark_ms: engram_pmem::zeroed_atomic_words(max_groups),
+            mark_locks: (0..MARK_LOCKS).map(|_| Mutex::new(())).collect(),
+            work: Mutex::new(()),
+            covered_pages: AtomicU64::new(0),
+            stale_pages: AtomicU64::new(0),
+            clock: Instant::now(),
+            counters: Counters::default(),
+            bad_pages: Mutex::new(BTreeSet::new()),
+            any_bad: AtomicBool::new(false),
+        }
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.clock.elapsed().as_millis() as u64 + 1
+    }
+
+    fn dirty_index(&self, page: u64) -> (usize, u64) {
+        let g = &self.geometry;
+        let group = page / g.group_pages;
+        let index = page % g.group_pages;
+        (
+            (group * g.mark_words() + index / 64) as usize,
+            1u64 << (index % 64),
+        )
+    }
+
+    #[inline]
+    pub fn is_stale(&self, page: u64) -> bool {
+        let (word, bit) = self.dirty_index(page);
+        self.dirty[word].load(Ordering::SeqCst) & bit != 0
+    }
+
+    pub fn groups(&self) -> u64 {
+        self.geometry
+            .groups_for_pages(self.covered_pages.load(Ordering::Acquire))
+    }
+
+    /// Marks `page` stale: persistent mark first, then the DRAM mirror.
+    fn mark(&self, page: u64) {
+        let group = page / self.geometry.group_pages;
+        let _lock = self.mark_locks[group as usize % MARK_LOCKS].lock();
+        if self.is_stale(page) {
+            return;
+        }
+        let (word, bit) = self.geometry.mark_word(page);
+        self.meta.fetch_or_u64(word, bit);
+        self.meta.persist(word, 8);
+        let (dirty_word, dirty_bit) = self.dirty_index(page);
+        self.dirty[dirty_word].fetch_or(dirty_bit, Ordering::SeqCst);
+        self.stale_pages.fetch_add(1, Ordering::Relaxed);
+        let _ = self.oldest_mark_ms[group as usize].compare_exchange(
+            0,
+            self.now_ms(),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Marks every page below `pages` stale (a new integrity file, or marks
+    /// that cannot be trusted after a power failure on emulated memory).
+    pub fn mark_all(&self, pages: u64) {
+        self.mark_range(0, pages);
+    }
+
+    pub fn mark_range(&self, first: u64, end: u64) {
+        for page in first..end {
+            self.mark(page);
+        }
+    }
+
+    /// Loads the persistent marks of every covered group into DRAM.
+    pub fn load_marks(&self) {
+        let now = self.now_ms();
+        for group in 0..self.groups() {
+            let marks = self.geometry.marks_offset(group);
+            let mut stale = 0;
+            for word in 0..self.geometry.mark_words() {
+                let bits = self.meta.load_u64(PmemOffset(marks.0 + word * 8));
+                let index = (group * self.geometry.mark_words() + word) as usize;
+                self.dirty[index].store(bits, Ordering::SeqCst);
+                stale += bits.count_ones() as u64;
+            }
+            if stale > 0 {
+                self.oldest_mark_ms[group as usize].store(now, Ordering::Relaxed);
+                self.stale_pages.fetch_add(stale, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Grows the file so that groups cover `data_pages` pages. The new
+    /// groups are zeros: correct for the zero pages they describe.
+    pub fn cover(&self, data_pages: u64) -> engram_pmem::Result<()> {
+        let groups = self.geometry.groups_for_pages(data_pages);
+        self.meta.grow_to(self.geometry.file_bytes(groups))?;
+        self.covered_pages
+            .fetch_max(groups * self.geometry.group_pages, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// The age of the oldest stale page.
+    pub fn oldest_stale_ms(&self) -> u64 {
+        let now = self.now_ms();
+        (0..self.groups() as usize)
+            .map(|group| self.oldest_mark_ms[group].load(Ordering::Relaxed))
+            .filter(|&ms| ms != 0)
+            .min()
+            .map_or(0, |oldest| now.saturating_sub(oldest))
+    }
+
+    /// Refreshes every group with stale pages; returns pages refreshed.
+    pub fn refresh_all(&self, data: &Region) -> u64 {
+        let started = Instant::now();
+        let mut pages = 0;
+        for group in 0..self.groups() {
+            let _work = self.work.lock();
+            pages += self.refresh_group(data, group, None);
+        }
+        self.counters.record_pass(started.elapsed(), pages);
+        pages
+    }
+
+    /// Inline mode: refreshes the pages of one store.
+    fn refresh_range(&self, data: &Region, offset: u64, len: u64) {
+        let g = self.geometry;
+        let first = offset / PAGE_BYTES;
+        let last = (offset + len.max(1) - 1) / PAGE_BYTES;
+        let _work = self.work.lock();
+        let mut page = first;
+        while page <= last {
+            let group = page / g.group_pages;
+            let group_end = ((group + 1) * g.group_pages - 1).min(last);
+            let mut mask = vec![0u64; g.mark_words() as usize];
+            for p in page..=group_end {
+                let index = p % g.group_pages;
+                mask[(index / 64) as usize] |= 1 << (index % 64);
+            }
+            self.refresh_group(data, group, Some(&mask));
+            page = group_end + 1;
+        }
+    }
+
+    /// One batch of Algorithm 1 over `group` (module docs). Call with
+    /// `work` held. Returns the pages refreshed.
+    pub fn refresh_group(&self, data: &Region, group: u64, mask: Option<&[u64]>) -> u64 {
+        let g = self.geometry;
+        let base = (group * g.mark_words()) as usize;
+        let snapshot_ms = self.now_ms();
+        let marks: Vec<u64> = (0..g.mark_words() as usize)
+            .map(|word| {
+                self.dirty[base + word].load(Ordering::SeqCst) & mask.map_or(u64::MAX, |m| m[word])
+            })
+            .collect();
+        let count: u64 = marks.iter().map(|w| w.count_ones() as u64).sum();
+        if count == 0 {
+            return 0;
+        }
+        let figure_4a = self.faults.clear_marks_after_refresh;
+        let use_shadow = !self.faults.skip_shadow && !figure_4a;
+        if use_shadow {
+            let bytes: Vec<u8> = marks.iter().flat_map(|w| w.to_le_bytes()).collect();
+            self.meta.write(SHADOW_MARKS_OFFSET, &bytes);
+            self.meta.persist(SHADOW_MARKS_OFFSET, bytes.len() as u64);
+            self.meta.store_u64(SHADOW_GROUP_OFFSET, group + 1);
+            self.meta.persist(SHADOW_GROUP_OFFSET, 8);
+        }
+        if !figure_4a {
+            self.clear_marks(group, &marks, snapshot_ms, mask.is_none());
+            self.gate.drain();
+        }
+        self.recompute(data, group, &marks);
+        if figure_4a {
+            self.clear_marks(group, &marks, snapshot_ms, mask.is_none());
+        }
+        if use_shadow {
+            self.meta.store_u64(SHADOW_GROUP_OFFSET, 0);
+            self.meta.persist(SHADOW_GROUP_OFFSET, 8);
+        }
+        count
+    }
+
+    /// Clears `marks` of `group`, persistent marks first (the shadow holds
+    /// them meanwhile), then DRAM.
+    fn clear_marks(&self, group: u64, marks: &[u64], snapshot_ms: u64, full_pass: bool) {
+        let g = self.geometry;
+        let _lock = self.mark_locks[group as usize % MARK_LOCKS].lock();
+        let marks_at = g.marks_offset(group);
+        for (word, &bits) in marks.iter().enumerate() {
+            if bits != 0 {
+                let at = PmemOffset(marks_at.0 + word as u64 * 8);
+                self.meta.fetch_and_u64(at, !bits);
+                self.meta.flush(at, 8);
+            }
+        }
+        self.meta.fence();
+        let base = (group * g.mark_words()) as usize;
+        let mut still_stale = false;
+        for (word, &bits) in marks.iter().enumerate() {
+            let left = self.dirty[base + word].fetch_and(!bits, Ordering::SeqCst) & !bits;
+            still_stale |= left != 0;
+        }
+        let cleared: u64 = marks.iter().map(|w| w.count_ones() as u64).sum();
+        self.stale_pages.fetch_sub(cleared, Ordering::Relaxed);
+        // In a full pass, pages still stale were marked after the snapshot,
+        // so `snapshot_ms` bounds their age from above. An inline refresh
+        // leaves other pages as they were.
+        let oldest = &self.oldest_mark_ms[group as usize];
+        if !still_stale {
+            oldest.store(0, Ordering::Relaxed);
+        } else if full_pass || oldest.load(Ordering::Relaxed) == 0 {
+            oldest.store(snapshot_ms, Ordering::Relaxed);
+        }
+    }
+
+    /// Step 5: checksums of the marked pages, parity of their stripes, the
+    /// group's meta checksum; persisted with one fence.
+    fn recompute(&self, data: &Region, group: u64, marks: &[u64]) {
+        let g = self.geometry;
+        let width = g.stripe_pages as usize;
+        let page_bytes = PAGE_BYTES as usize;
+        let data_pages = data.len() / PAGE_BYTES;
+        let first_page = group * g.group_pages;
+        let marked = |index: u64| marks[(index / 64) as usize] & (1 << (index % 64)) != 0;
+        let mut pages = vec![0u8; width * page_bytes];
+        let mut parity = vec![0u8; page_bytes];
+        for stripe in 0..g.group_pages / g.stripe_pages {
+            let first_index = stripe * g.stripe_pages;
+            if !(first_index..first_index + g.stripe_pages).any(marked) {
+                continue;
+            }
+            for (k, buffer) in pages.chunks_exact_mut(page_bytes).enumerate() {
+                let page = first_page + first_index + k as u64;
+                if page < data_pages {
+                    data.copy_racy(PmemOffset(page * PAGE_BYTES), buffer);
+                } else {
+                    buffer.fill(0);
+                }
+            }
+            for (k, buffer) in pages.chunks_exact(page_bytes).enumerate() {
+                let index = first_index + k as u64;
+                let page = first_page + index;
+                let at = g.checksum_offset(page);
+                let computed = layout::stored_checksum(buffer);
+                if marked(index) {
+                    self.meta.write(at, &computed.to_le_bytes());
+                    self.forget_bad(page);
+                } else if self.read_checksum(page) != computed && !self.is_stale(page) {
+                    // A clean page of a stripe being refreshed is corrupt:
+                    // the parity no longer holds its old neighbour, so it
+                    // cannot be rebuilt (the window lazy redundancy leaves).
+                    self.counters.corruptions_found.fetch_add(1, Ordering::Relaxed);
+                    self.report_bad(page, "clean page of a stripe under refresh");
+                }
+            }
+            xor_pages(&pages, &mut parity);
+            let parity_at = g.parity_offset(first_page + first_index);
+            self.meta.write(parity_at, &parity);
+            self.meta.flush(parity_at, PAGE_BYTES);
+        }
+        self.meta
+            .flush(g.checksums_offset(group), g.group_pages * 4);
+        self.write_meta_checksum(group);
+        self.meta.fence();
+    }
+
+    pub fn read_checksum(&self, page: u64) -> u32 {
+        let at = self.geometry.checksum_offset(page);
+        // Checksums change only under `work`, which every reader holds.
+        u32::from_le_bytes(self.meta.read(at, 4).try_into().unwrap())
+    }
+
+    /// The meta checksum the group's checksums page should have.
+    pub fn expected_meta(&self, group: u64) -> u32 {
+        let page = self.meta.read(self.geometry.checksums_offset(group), PAGE_BYTES);
+        layout::stored_checksum(page)
+    }
+
+    pub fn stored_meta(&self, group: u64) -> u32 {
+        u32::from_le_bytes(
+            self.meta
+                .read(self.geometry.meta_offset(group), 4)
+                .try_into()
+                .unwrap(),
+        )
+    }
+
+    /// Writes and flushes (no fence) the group's meta checksum.
+    pub fn write_meta_checksum(&self, group: u64) {
+        let at = self.geometry.meta_offset(group);
+        self.meta.write(at, &self.expected_meta(group).to_le_bytes());
+        self.meta.flush(at, 4);
+    }
+
+    pub fn report_bad(&self, page: u64, why: &str) {
+        let mut bad = self.bad_pages.lock();
+        if bad.insert(page) {
+            log::error!(
+                "integrity: data page {page} (offset {:#x}) is corrupt and cannot be rebuilt ({why})",
+                page * PAGE_BYTES
+            );
+        }
+        self.any_bad.store(true, Ordering::Release);
+    }
+
+    fn forget_bad(&self, page: u64) {
+        if self.any_bad.load(Ordering::Acquire) {
+            let mut bad = self.bad_pages.lock();
+            bad.remove(&page);
+            self.any_bad.store(!bad.is_empty(), Ordering::Release);
+        }
+    }
+
+    pub fn bad_pages(&self) -> Vec<u64> {
+        self.bad_pages.lock().iter().copied().collect()
+    }
+
+    /// Whether any page of `[offset, offset + len)` is known unrepairable.
+    #[inline]
+    pub fn overlaps_bad(&self, offset: u64, len: u64) -> bool {
+        if !self.any_bad.load(Ordering::Acquire) {
+            return false;
+        }
+        let first = offset / PAGE_BYTES;
+        let last = (offset + len.max(1) - 1) / PAGE_BYTES;
+        self.bad_pages.lock().range(first..=last).next().is_some()
+    }
+}
+
+/// XOR of the `pages.len() / PAGE_BYTES` pages into `parity`. Word-wise so
+/// the compiler vectorises it.
+pub fn xor_pages(pages: &[u8], parity: &mut [u8]) {
+    let page_bytes = PAGE_BYTES as usize;
+    parity.fill(0);
+    for page in pages.chunks_exact(page_bytes) {
+        for (out, chunk) in parity.chunks_exact_mut(8).zip(page.chunks_exact(8)) {
+            let word = u64::from_ne_bytes(out.try_into().unwrap())
+                ^ u64::from_ne_bytes(chunk.try_into().unwrap());
+            out.copy_from_slice(&word.to_ne_bytes());
+        }
+    }
+}
+
+impl StoreTracker for Redundancy {
+    #[inline]
+    fn before_store(&self, offset: u64, len: u64) -> StoreTicket {
+        let ticket = self.gate.enter();
+        let first = offset / PAGE_BYTES;
+        let last = (offset + len.max(1) - 1) / PAGE_BYTES;
+        for page in first..=last {
+            if !self.is_stale(page) {
+                self.mark(page);
+            }
+        }
+        StoreTicket(ticket)
+    }
+
+    #[inline]
+    fn after_store(&self, region: &Region, ticket: StoreTicket, offset: u64, len: u64) {
+        self.gate.exit(ticket.0);
+        if self.mode == IntegrityMode::Inline {
+            self.refresh_range(region, offset, len);
+        }
+    }
+
+    fn before_grow(&self, new_len: u64) -> engram_pmem::Result<()> {
+        self.cover(new_len.div_ceil(PAGE_BYTES))
+    }
+}

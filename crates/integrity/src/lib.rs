@@ -220,6 +220,12 @@ impl Integrity {
     /// repaired. Pages written meanwhile are skipped (counted as stale).
     pub fn scrub_now(&self) -> ScrubOutcome {
         self.refresh_now();
+        self.scrub_without_refresh()
+    }
+
+    /// Verifies every page whose redundancy is current, without refreshing
+    /// stale pages first (they are skipped and counted as stale).
+    pub fn scrub_without_refresh(&self) -> ScrubOutcome {
         let shared = &self.shared;
         let started = Instant::now();
         let mut outcome = ScrubOutcome::default();

@@ -316,7 +316,15 @@ impl Redundancy {
             for (k, buffer) in pages.chunks_exact_mut(page_bytes).enumerate() {
                 let page = first_page + first_index + k as u64;
                 if page < data_pages {
-                    data.copy_racy(PmemOffset(page * PAGE_BYTES), buffer);
+                    let at = PmemOffset(page * PAGE_BYTES);
+                    data.copy_racy(at, buffer);
+                    if marked(first_index + k as u64) {
+                        // The checksum must describe what the media holds:
+                        // stores still in the CPU cache are written back
+                        // before the fence that retires the shadow. (The
+                        // paper assumes battery-backed caches; we do not.)
+                        data.flush(at, PAGE_BYTES);
+                    }
                 } else {
                     buffer.fill(0);
                 }

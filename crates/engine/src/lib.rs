@@ -38,6 +38,7 @@ pub use error::{Error, Result};
 pub use options::{CompactionOptions, FaultInjection, Observer, Options, SyncPolicy};
 pub use record::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use engram_integrity::{
+    RangeHealth,
     IntegrityMode, IntegrityOptions, IntegrityStats, OpenReport as IntegrityOpenReport,
 };
 pub use store::{AffectedKey, RecoveryReport, ScrubReport, Stats, Store, ValueRef};

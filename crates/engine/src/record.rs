@@ -195,6 +195,34 @@ pub fn header_intact(region: &Region, at: PmemOffset, header: &Header) -> bool {
     header_crc(header.generation(), fixed, key(region, at, header)) == header.crc_header
 }
 
+/// Like [`parse`], but does not check the value: for recovery, which must
+/// still index a record whose value lies on a page damaged beyond repair
+/// (so that reads of its key fail loudly instead of finding nothing).
+pub fn parse_header(
+    region: &Region,
+    at: PmemOffset,
+    end: u64,
+    generation: u32,
+) -> Result<Header, Invalid> {
+    if at.0 + HEADER_BYTES > end {
+        return Err(Invalid::NoRoom);
+    }
+    let header = read_header(region, at);
+    if header.generation() != generation || header.state & !FLAG_MASK & 0xffff_ffff != 0 {
+        return Err(Invalid::Unwritten);
+    }
+    if header.key_len as usize > MAX_KEY_BYTES
+        || header.value_len as usize > MAX_VALUE_BYTES
+        || at.0 + header.encoded_bytes() > end
+    {
+        return Err(Invalid::BadLength);
+    }
+    if !header_intact(region, at, &header) {
+        return Err(Invalid::BadChecksum);
+    }
+    Ok(header)
+}
+
 fn header_crc(generation: u32, fixed: &[u8], key: &[u8]) -> u32 {
     let crc = crc32c::crc32c(&generation.to_le_bytes());
     crc32c::crc32c_append(crc32c::crc32c_append(crc, fixed), key)

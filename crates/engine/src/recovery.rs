@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use engram_integrity::{Integrity, RangeHealth};
 use engram_pmem::PmemOffset;
 
 use crate::block::{state, BlockHeader, BlockKind, BLOCK_HEADER_BYTES};
@@ -67,12 +68,18 @@ struct ScanResult {
     max_seq: u64,
     records: u64,
     torn_tails: u64,
+    damaged_records: u64,
 }
 
-pub fn recover(space: &Arc<Space>, index: &Index, threads: usize) -> Result<Recovered> {
+pub fn recover(
+    space: &Arc<Space>,
+    index: &Index,
+    threads: usize,
+    integrity: Option<&Integrity>,
+) -> Result<Recovered> {
     let started = Instant::now();
     let threads = threads.max(1);
-    let (tasks, mut free, max_generation, damaged_headers) = walk_headers(space);
+    let (tasks, mut free, max_generation, damaged_headers) = walk_headers(space, integrity);
 
     // Phase 2: scan blocks in parallel.
     let next_task = AtomicUsize::new(0);
@@ -87,7 +94,7 @@ pub fn recover(space: &Arc<Space>, index: &Index, threads: usize) -> Result<Reco
                     loop {
                         let i = next_task.fetch_add(1, Ordering::Relaxed);
                         let Some(task) = tasks.get(i) else { break };
-                        scan_task(space, task, &mut result);
+                        scan_task(space, task, integrity, &mut result);
                     }
                     result
                 })
@@ -154,6 +161,7 @@ pub fn recover(space: &Arc<Space>, index: &Index, threads: usize) -> Result<Reco
             duration: started.elapsed(),
             superseded,
             torn_tails: results.iter().map(|r| r.torn_tails).sum(),
+            damaged_records: results.iter().map(|r| r.damaged_records).sum(),
             damaged_headers,
             integrity: None,
         },
@@ -164,7 +172,7 @@ pub fn recover(space: &Arc<Space>, index: &Index, threads: usize) -> Result<Reco
 
 /// Phase 1. Returns the scan tasks, the free blocks, the largest generation
 /// seen, and how many headers were damaged (neither valid nor blank).
-fn walk_headers(space: &Space) -> (Vec<Task>, Vec<u32>, u32, u64) {
+fn walk_headers(space: &Space, integrity: Option<&Integrity>) -> (Vec<Task>, Vec<u32>, u32, u64) {
     let region = &space.region;
     let count = space.block_count();
     let (mut tasks, mut free) = (Vec::new(), Vec::new());
@@ -173,7 +181,15 @@ fn walk_headers(space: &Space) -> (Vec<Task>, Vec<u32>, u32, u64) {
     while id < count {
         let block = id as u32;
         let offset = space.block_offset(block);
-        let Some(header) = BlockHeader::read(region, offset) else {
+        let mut header = BlockHeader::read(region, offset);
+        // A damaged header would free the whole block: try parity first.
+        if header.is_none()
+            && region.read(offset, BLOCK_HEADER_BYTES).iter().any(|b| *b != 0)
+            && integrity.is_some_and(|i| i.check_range(offset.0, BLOCK_HEADER_BYTES) == RangeHealth::Repaired)
+        {
+            header = BlockHeader::read(region, offset);
+        }
+        let Some(header) = header else {
             if region
                 .read(offset, BLOCK_HEADER_BYTES)
                 .iter()
@@ -224,7 +240,7 @@ fn walk_headers(space: &Space) -> (Vec<Task>, Vec<u32>, u32, u64) {
 }
 
 /// Phase 2 for one task.
-fn scan_task(space: &Space, task: &Task, result: &mut ScanResult) {
+fn scan_task(space: &Space, task: &Task, integrity: Option<&Integrity>, result: &mut ScanResult) {
     let region = &space.region;
     match *task {
         Task::Log { id, generation } => {
@@ -232,6 +248,7 @@ fn scan_task(space: &Space, task: &Task, result: &mut ScanResult) {
             let end = start + space.block_bytes;
             let mut at = start + BLOCK_HEADER_BYTES;
             let mut live_bytes = 0;
+            let mut repaired_at = None;
             loop {
                 match record::parse(region, PmemOffset(at), end, generation) {
                     Ok(header) => {
@@ -243,8 +260,30 @@ fn scan_task(space: &Space, task: &Task, result: &mut ScanResult) {
                     }
                     Err(Invalid::NoRoom | Invalid::Unwritten) => break,
                     Err(Invalid::BadLength | Invalid::BadChecksum) => {
-                        result.torn_tails += 1;
-                        break;
+                        match classify(region, integrity, at, end, generation) {
+                            Damage::Torn => {
+                                result.torn_tails += 1;
+                                break;
+                            }
+                            // At most once per record: repaired bytes parse.
+                            Damage::Repaired if repaired_at != Some(at) => {
+                                repaired_at = Some(at);
+                            }
+                            Damage::Repaired | Damage::Lost => {
+                                result.damaged_records += 1;
+                                if let Ok(header) = record::parse_header(region, PmemOffset(at), end, generation) {
+                                    if !header.is_deleted() {
+                                        collect(result, region, at, &header);
+                                        live_bytes += header.encoded_bytes();
+                                    }
+                                    at += header.encoded_bytes();
+                                } else if let Some(next) = resync(region, at + 8, end, generation) {
+                                    at = next;
+                                } else {
+                                    break;
+                                }
+                            }
+                        }
                     }
                 }
             }
@@ -259,7 +298,18 @@ fn scan_task(space: &Space, task: &Task, result: &mut ScanResult) {
             let start = space.block_offset(head).0;
             let end = start + blocks as u64 * space.block_bytes;
             let at = start + BLOCK_HEADER_BYTES;
-            match record::parse(region, PmemOffset(at), end, generation) {
+            let mut parsed = record::parse(region, PmemOffset(at), end, generation);
+            if matches!(parsed, Err(Invalid::BadLength | Invalid::BadChecksum)) {
+                match classify(region, integrity, at, end, generation) {
+                    Damage::Repaired => parsed = record::parse(region, PmemOffset(at), end, generation),
+                    Damage::Lost => {
+                        result.damaged_records += 1;
+                        parsed = record::parse_header(region, PmemOffset(at), end, generation);
+                    }
+                    Damage::Torn => {}
+                }
+            }
+            match parsed {
                 Ok(header) if !header.is_deleted() => {
                     collect(result, region, at, &header);
                     space.mark_extent(head, blocks, generation);
@@ -274,6 +324,58 @@ fn scan_task(space: &Space, task: &Task, result: &mut ScanResult) {
             }
         }
     }
+}
+
+/// What unparsable bytes at a record position mean.
+enum Damage {
+    /// A write cut short by a crash: the normal end of a block's log.
+    Torn,
+    /// Media corruption, rebuilt from parity: parse again.
+    Repaired,
+    /// Media corruption parity could not rebuild.
+    Lost,
+}
+
+/// Tells a torn write from corruption with the integrity layer: a page
+/// written since its last refresh is stale (a torn write is there); a clean
+/// page that fails its checksum is damage. Without integrity, all is torn.
+fn classify(
+    region: &engram_pmem::Region,
+    integrity: Option<&Integrity>,
+    at: u64,
+    end: u64,
+    generation: u32,
+) -> Damage {
+    let Some(integrity) = integrity else {
+        return Damage::Torn;
+    };
+    let header = record::read_header(region, PmemOffset(at));
+    let key_len = (header.key_len as u64).min(record::MAX_KEY_BYTES as u64);
+    let head_len = (record::HEADER_BYTES + key_len).min(end - at);
+    match integrity.check_range(at, head_len) {
+        RangeHealth::Stale => Damage::Torn,
+        RangeHealth::Repaired => Damage::Repaired,
+        RangeHealth::Unrepairable => Damage::Lost,
+        // The header is as it was written: torn before the last refresh,
+        // unless its value is what broke.
+        RangeHealth::Clean => match record::parse_header(region, PmemOffset(at), end, generation) {
+            Err(_) => Damage::Torn,
+            Ok(header) => match integrity.check_range(at, header.encoded_bytes()) {
+                RangeHealth::Repaired => Damage::Repaired,
+                RangeHealth::Unrepairable => Damage::Lost,
+                RangeHealth::Stale | RangeHealth::Clean => Damage::Torn,
+            },
+        },
+    }
+}
+
+/// The next position after `from` holding a valid record of this block's
+/// generation: where the log goes on after a record destroyed beyond
+/// repair. Checksums over the generation make a false match negligible.
+fn resync(region: &engram_pmem::Region, from: u64, end: u64, generation: u32) -> Option<u64> {
+    (from..end)
+        .step_by(8)
+        .find(|&at| record::parse(region, PmemOffset(at), end, generation).is_ok())
 }
 
 fn collect(

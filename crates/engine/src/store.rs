@@ -95,6 +95,10 @@ pub struct RecoveryReport {
     pub superseded: u64,
     /// Blocks whose log ended at a torn or damaged record.
     pub torn_tails: u64,
+    /// Records on pages damaged beyond repair: indexed when their header
+    /// survived (reads of them fail with `Error::Unrepairable`), skipped
+    /// when it did not (their keys cannot be known).
+    pub damaged_records: u64,
     /// What the integrity layer found at open (`None` when it is off).
     pub integrity: Option<engram_integrity::OpenReport>,
     /// Block headers that were neither valid nor blank (torn claims).
@@ -182,7 +186,7 @@ impl Store {
         let space = Arc::new(Space::new(region, superblock, options.grow_bytes));
         let index = Index::new();
         let threads = Options::threads_or_cores(options.recovery_threads, 1);
-        let mut recovered = recovery::recover(&space, &index, threads)?;
+        let mut recovered = recovery::recover(&space, &index, threads, integrity.as_ref())?;
         recovered.report.integrity = integrity_report;
         let inner = Arc::new(Inner {
             syncer: Syncer::new(options.sync, space.region.mode()),

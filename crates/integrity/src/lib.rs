@@ -45,6 +45,7 @@ pub use options::{
     DEFAULT_SCRUB_BYTES_PER_SEC, DEFAULT_STRIPE_PAGES, MAX_PERIOD,
 };
 pub use scrub::ScrubOutcome;
+
 pub use stats::IntegrityStats;
 
 use layout::{Geometry, PAGE_BYTES, SESSION_OFFSET, SHADOW_GROUP_OFFSET, SHADOW_MARKS_OFFSET};
@@ -57,6 +58,21 @@ const SCRUB_TICK: Duration = Duration::from_millis(100);
 /// Stripes scrubbed per hold of the work lock, so a refresh or an inline
 /// writer never waits long behind the scrubber.
 const SCRUB_STRIPES_PER_STEP: u64 = 16;
+
+/// What [`Integrity::check_range`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RangeHealth {
+    /// Every page matches its checksum: unparsable bytes there were
+    /// written that way (or torn before the last refresh).
+    Clean,
+    /// Corruption was found and rebuilt from parity: read again.
+    Repaired,
+    /// A page of the range was written since its last refresh: nothing to
+    /// verify against (a torn write looks like this).
+    Stale,
+    /// Corrupt, and parity could not rebuild it.
+    Unrepairable,
+}
 
 /// What opening found.
 #[derive(Clone, Debug, Default)]
@@ -177,6 +193,10 @@ impl Integrity {
         }
         redundancy.meta.store_u64(SESSION_OFFSET, this_boot);
         redundancy.meta.persist(SESSION_OFFSET, 8);
+        if options.mode == IntegrityMode::Inline {
+            // No background pass in inline mode: cover what opening marked.
+            redundancy.refresh_all(&data);
+        }
         report.stale_pages = redundancy.stale_pages.load(Ordering::Relaxed);
         if data.set_tracker(redundancy.clone()).is_err() {
             return Err(Error::InvalidOption(
@@ -238,6 +258,36 @@ impl Integrity {
             .scrub_busy_us
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         outcome
+    }
+
+    /// Verifies the pages of `[offset, offset + len)` of the data region
+    /// and rebuilds what parity can: for a reader (recovery) that found
+    /// bytes it cannot parse and must tell damage from a torn write.
+    pub fn check_range(&self, offset: u64, len: u64) -> RangeHealth {
+        let shared = &self.shared;
+        let r = &shared.redundancy;
+        let g = r.geometry;
+        let first = offset / PAGE_BYTES;
+        let last = (offset + len.max(1) - 1) / PAGE_BYTES;
+        if (first..=last).any(|page| r.is_stale(page)) {
+            return RangeHealth::Stale;
+        }
+        let mut repaired = false;
+        let mut page = first / g.stripe_pages * g.stripe_pages;
+        while page <= last {
+            let group = page / g.group_pages;
+            let stripe = (page % g.group_pages) / g.stripe_pages;
+            let outcome = r.scrub_group(&shared.data, group, stripe, stripe + 1);
+            repaired |= !outcome.repaired.is_empty() || outcome.metadata_rebuilt > 0;
+            page += g.stripe_pages;
+        }
+        if r.overlaps_bad(offset, len) {
+            RangeHealth::Unrepairable
+        } else if repaired {
+            RangeHealth::Repaired
+        } else {
+            RangeHealth::Clean
+        }
     }
 
     /// Whether any page of `[offset, offset + len)` of the data region is

@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use engram_engine::{
+    IntegrityOptions,
     CompactionOptions, CrashPoint, CrashSim, FaultInjection, ModeChoice, Observer, Options, Store,
 };
 use rand::rngs::StdRng;
@@ -63,6 +64,10 @@ fn options(observer: Option<Arc<CrashSim>>, faults: FaultInjection) -> Options {
         },
         observer: observer.map(|sim| Observer(sim as Arc<dyn engram_engine::PersistObserver>)),
         faults,
+        // The simulator sees the data file only; the integrity file's crash
+        // behaviour is explored with both files in one simulator by
+        // crates/integrity/tests/crash_orderings.rs.
+        integrity: IntegrityOptions::off(),
         ..Options::default()
     }
 }

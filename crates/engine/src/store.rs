@@ -411,8 +411,9 @@ impl Store {
     /// Clean shutdown: stops background work and syncs everything.
     pub fn close(mut self) -> Result<()> {
         self.stop_background();
-        let integrity = self.inner.integrity.as_ref().map_or(Ok(()), Integrity::close);
+        // Data first: the integrity file's clean close vouches for it.
         let result = self.sync();
+        let integrity = self.inner.integrity.as_ref().map_or(Ok(()), Integrity::close);
         self.finish();
         result.and(integrity.map_err(Error::from))
     }
@@ -451,11 +452,17 @@ impl Drop for Store {
             return;
         }
         self.stop_background();
-        if let Some(integrity) = &self.inner.integrity {
-            let _ = integrity.close();
-        }
         if self.inner.syncer.policy() != SyncPolicy::Never {
             let _ = self.sync();
+        }
+        if let Some(integrity) = &self.inner.integrity {
+            // Without a data sync (policy never) the session stays open, as
+            // after a crash: the marks, not a clean close, are then trusted.
+            if self.inner.syncer.policy() != SyncPolicy::Never {
+                let _ = integrity.close();
+            } else {
+                integrity.abandon();
+            }
         }
         self.finish();
     }

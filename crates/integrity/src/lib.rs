@@ -193,6 +193,10 @@ impl Integrity {
         }
         redundancy.meta.store_u64(SESSION_OFFSET, this_boot);
         redundancy.meta.persist(SESSION_OFFSET, 8);
+        // On emulated memory the open session must be on disk before any
+        // data page can be written back: else a power failure could leave
+        // "closed cleanly" beside pages whose marks never reached disk.
+        redundancy.meta.sync(SESSION_OFFSET, 8)?;
         if options.mode == IntegrityMode::Inline {
             // No background pass in inline mode: cover what opening marked.
             redundancy.refresh_all(&data);
@@ -343,8 +347,10 @@ impl Integrity {
     }
 
     /// Clean shutdown: stops the background thread, brings every page's
-    /// redundancy up to date, records the clean close and syncs the file.
-    /// Call after the last store to the data region; later calls do nothing.
+    /// redundancy up to date, syncs the file, then records the clean close.
+    /// Call after the last store to the data region, once the data region
+    /// is synced (the clean close vouches for checksums of synced data);
+    /// later calls do nothing.
     pub fn close(&self) -> Result<()> {
         self.stop();
         if self.closed.swap(true, Ordering::AcqRel) {
@@ -352,9 +358,11 @@ impl Integrity {
         }
         let redundancy = &self.shared.redundancy;
         redundancy.refresh_all(&self.shared.data);
+        // Everything the clean-close word vouches for is durable first.
+        redundancy.meta.sync_all()?;
         redundancy.meta.store_u64(SESSION_OFFSET, 0);
         redundancy.meta.persist(SESSION_OFFSET, 8);
-        redundancy.meta.sync_all()?;
+        redundancy.meta.sync(SESSION_OFFSET, 8)?;
         Ok(())
     }
 

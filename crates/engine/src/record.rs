@@ -165,23 +165,7 @@ pub fn parse(
     end: u64,
     generation: u32,
 ) -> Result<Header, Invalid> {
-    if at.0 + HEADER_BYTES > end {
-        return Err(Invalid::NoRoom);
-    }
-    let header = read_header(region, at);
-    if header.generation() != generation || header.state & !FLAG_MASK & 0xffff_ffff != 0 {
-        return Err(Invalid::Unwritten);
-    }
-    if header.key_len as usize > MAX_KEY_BYTES || header.value_len as usize > MAX_VALUE_BYTES {
-        return Err(Invalid::BadLength);
-    }
-    if at.0 + header.encoded_bytes() > end {
-        return Err(Invalid::BadLength);
-    }
-    let fixed = region.read(at.add(12), HEADER_BYTES - 12);
-    if header_crc(generation, fixed, key(region, at, &header)) != header.crc_header {
-        return Err(Invalid::BadChecksum);
-    }
+    let header = parse_header(region, at, end, generation)?;
     if !header.is_deleted() && !value_checksum_ok(region, at, &header) {
         return Err(Invalid::BadChecksum);
     }

@@ -124,7 +124,13 @@ fn compact_block(inner: &Inner, id: u32) -> bool {
             let Ok(header) = record::parse(&space.region, PmemOffset(at), end, generation) else {
                 break;
             };
-            if !header.is_deleted() && !move_record(inner, at, &header) {
+            // A record on a page damaged beyond repair stays where reads
+            // of it fail; copying would give its bytes a fresh checksum.
+            let damaged = space
+                .integrity
+                .as_ref()
+                .is_some_and(|i| i.overlaps_unrepairable(at, header.encoded_bytes()));
+            if damaged || (!header.is_deleted() && !move_record(inner, at, &header)) {
                 break;
             }
             at += header.encoded_bytes();

@@ -229,7 +229,9 @@ pub fn value<'r>(region: &'r Region, at: PmemOffset, header: &Header) -> &'r [u8
 /// Whether the record at `at` holds `key` (reads only what it must).
 pub fn has_key(region: &Region, at: PmemOffset, key: &[u8]) -> bool {
     let len = u32::from_le_bytes(region.read(at.add(24), 4).try_into().unwrap());
-    len as usize == key.len() && region.read(at.add(HEADER_BYTES), len as u64) == key
+    len as usize == key.len()
+        && region.contains(at.add(HEADER_BYTES), len as u64)
+        && region.read(at.add(HEADER_BYTES), len as u64) == key
 }
 
 /// Sets flag bits in the state word and persists it; returns the previous word.

@@ -163,6 +163,7 @@ pub fn recover(
             torn_tails: results.iter().map(|r| r.torn_tails).sum(),
             damaged_records: results.iter().map(|r| r.damaged_records).sum(),
             damaged_headers,
+            repaired_pages: Vec::new(),
             integrity: None,
         },
         next_seq: max_seq + 1,

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::SegQueue;
+use engram_integrity::Integrity;
 use engram_pmem::{PmemOffset, Region};
 use parking_lot::{Mutex, RwLock};
 
@@ -35,6 +36,8 @@ const SETTLE_BEFORE_NO_SPACE: Duration = Duration::from_millis(100);
 pub struct Space {
     /// Shared with the integrity layer, which reads pages to checksum them.
     pub region: Arc<Region>,
+    /// Checksums and parity over the region (`None` when off).
+    pub integrity: Option<Arc<Integrity>>,
     pub block_bytes: u64,
     pub metas: BlockTable,
     free: Mutex<FreeBlocks>,
@@ -62,7 +65,12 @@ struct FreeBlocks {
 }
 
 impl Space {
-    pub fn new(region: Arc<Region>, superblock: Superblock, grow_bytes: u64) -> Space {
+    pub fn new(
+        region: Arc<Region>,
+        superblock: Superblock,
+        grow_bytes: u64,
+        integrity: Option<Arc<Integrity>>,
+    ) -> Space {
         let block_bytes = superblock.block_bytes;
         let max_blocks = region.reserve_bytes() / block_bytes;
         Space {
@@ -82,6 +90,7 @@ impl Space {
             pending_frees: AtomicU64::new(0),
             block_bytes,
             region,
+            integrity,
         }
     }
 
@@ -240,9 +249,18 @@ impl Space {
         Ok(())
     }
 
+    /// Blocks being reused hold nothing anyone will read again: pages of
+    /// them the integrity layer found corrupt beyond repair stop being so.
+    fn forget_damage(&self, first: u32, blocks: u32) {
+        if let Some(integrity) = &self.integrity {
+            integrity.forget_unrepairable(self.block_offset(first).0, blocks as u64 * self.block_bytes);
+        }
+    }
+
     /// Claims block `id` as a log block: new generation, header persisted
     /// before any record goes in. Returns the generation.
     pub fn start_log_block(&self, id: u32) -> u32 {
+        self.forget_damage(id, 1);
         let generation = self.new_generation();
         BlockHeader {
             kind: BlockKind::Log,
@@ -260,6 +278,7 @@ impl Space {
 
     /// Claims `n` blocks starting at `head` as an extent. Returns the generation.
     pub fn start_extent(&self, head: u32, n: u32) -> u32 {
+        self.forget_damage(head, n);
         let generation = self.new_generation();
         BlockHeader {
             kind: BlockKind::Extent,

@@ -62,8 +62,6 @@ pub(crate) struct Inner {
     pub report: RecoveryReport,
     pub compactions: AtomicU64,
     pub records_moved: AtomicU64,
-    /// Checksums and parity over the data file (`None` when off).
-    pub integrity: Option<Integrity>,
     pub shutdown: AtomicBool,
     /// Wakes background threads early (shutdown, or work to do).
     pub wake: (Mutex<()>, Condvar),
@@ -99,6 +97,9 @@ pub struct RecoveryReport {
     /// survived (reads of them fail with `Error::Unrepairable`), skipped
     /// when it did not (their keys cannot be known).
     pub damaged_records: u64,
+    /// Data-file offsets of pages the integrity layer rebuilt from parity
+    /// while recovery read them.
+    pub repaired_pages: Vec<u64>,
     /// What the integrity layer found at open (`None` when it is off).
     pub integrity: Option<engram_integrity::OpenReport>,
     /// Block headers that were neither valid nor blank (torn claims).
@@ -180,14 +181,15 @@ impl Store {
                     options.integrity.clone(),
                     None,
                 )?;
-                (Some(integrity), Some(report))
+                (Some(Arc::new(integrity)), Some(report))
             }
         };
-        let space = Arc::new(Space::new(region, superblock, options.grow_bytes));
+        let space = Arc::new(Space::new(region, superblock, options.grow_bytes, integrity.clone()));
         let index = Index::new();
         let threads = Options::threads_or_cores(options.recovery_threads, 1);
-        let mut recovered = recovery::recover(&space, &index, threads, integrity.as_ref())?;
+        let mut recovered = recovery::recover(&space, &index, threads, integrity.as_deref())?;
         recovered.report.integrity = integrity_report;
+        recovered.report.repaired_pages = integrity.as_ref().map_or_else(Vec::new, |i| i.repaired_offsets());
         let inner = Arc::new(Inner {
             syncer: Syncer::new(options.sync, space.region.mode()),
             lanes: Lanes::new(Options::threads_or_cores(options.write_lanes, 2)),
@@ -201,7 +203,6 @@ impl Store {
             report: recovered.report,
             compactions: AtomicU64::new(0),
             records_moved: AtomicU64::new(0),
-            integrity,
             shutdown: AtomicBool::new(false),
             wake: (Mutex::new(()), Condvar::new()),
             options,
@@ -310,11 +311,17 @@ impl Store {
         let _guard = crossbeam_epoch::pin();
         let (next, offsets) = self.inner.index.scan(cursor, count);
         let region = &self.inner.space.region;
+        // A record whose header no longer matches its checksum (damaged
+        // media) cannot name its key: it is left out rather than returned
+        // as garbage or read past the file.
         let keys = offsets
             .into_iter()
-            .map(|offset| {
+            .filter_map(|offset| {
                 let at = PmemOffset(offset);
-                record::key(region, at, &record::read_header(region, at)).to_vec()
+                let header = record::read_header(region, at);
+                (region.contains(at, header.encoded_bytes())
+                    && record::header_intact(region, at, &header))
+                .then(|| record::key(region, at, &header).to_vec())
             })
             .collect();
         (next, keys)
@@ -343,13 +350,13 @@ impl Store {
 
     /// The integrity layer's counters (`None` when it is off).
     pub fn integrity_stats(&self) -> Option<IntegrityStats> {
-        self.inner.integrity.as_ref().map(Integrity::stats)
+        self.inner.space.integrity.as_ref().map(|i| i.stats())
     }
 
     /// Refreshes the checksums and parity of every stale page now; returns
     /// how many (0 when integrity is off).
     pub fn refresh_redundancy_now(&self) -> u64 {
-        self.inner.integrity.as_ref().map_or(0, Integrity::refresh_now)
+        self.inner.space.integrity.as_ref().map_or(0, |i| i.refresh_now())
     }
 
     /// Brings redundancy up to date, verifies every page and stripe,
@@ -357,7 +364,7 @@ impl Store {
     /// lie on pages that could not be rebuilt (reads of those keys fail
     /// with [`Error::Unrepairable`]; everything else stays readable).
     pub fn scrub_now(&self) -> Result<ScrubReport> {
-        let Some(integrity) = &self.inner.integrity else {
+        let Some(integrity) = &self.inner.space.integrity else {
             return Err(Error::InvalidOption(
                 "scrubbing needs integrity lazy or inline (it is off)".into(),
             ));
@@ -413,7 +420,7 @@ impl Store {
         self.stop_background();
         // Data first: the integrity file's clean close vouches for it.
         let result = self.sync();
-        let integrity = self.inner.integrity.as_ref().map_or(Ok(()), Integrity::close);
+        let integrity = self.inner.space.integrity.as_ref().map_or(Ok(()), |i| i.close());
         self.finish();
         result.and(integrity.map_err(Error::from))
     }
@@ -423,7 +430,7 @@ impl Store {
     #[doc(hidden)]
     pub fn crash(mut self) {
         self.stop_background();
-        if let Some(integrity) = &self.inner.integrity {
+        if let Some(integrity) = &self.inner.space.integrity {
             integrity.abandon();
         }
         self.finish();
@@ -455,7 +462,7 @@ impl Drop for Store {
         if self.inner.syncer.policy() != SyncPolicy::Never {
             let _ = self.sync();
         }
-        if let Some(integrity) = &self.inner.integrity {
+        if let Some(integrity) = &self.inner.space.integrity {
             // Without a data sync (policy never) the session stays open, as
             // after a crash: the marks, not a clean close, are then trusted.
             if self.inner.syncer.policy() != SyncPolicy::Never {

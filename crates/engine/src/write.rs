@@ -83,7 +83,7 @@ impl Inner {
     /// lies on a page the integrity layer could not rebuild, or when its
     /// lengths run past the file (a damaged header: never read garbage).
     pub fn checked_header(&self, at: PmemOffset) -> Result<record::Header> {
-        let integrity = self.integrity.as_ref();
+        let integrity = self.space.integrity.as_ref();
         if integrity.is_some_and(|i| i.overlaps_unrepairable(at.0, record::HEADER_BYTES)) {
             return Err(Error::Unrepairable { offset: at.0 });
         }

@@ -308,3 +308,63 @@ fn inline_integrity_keeps_every_page_covered() {
     assert_eq!(report.corrupt_pages, 0);
     store.close().unwrap();
 }
+
+#[test]
+fn scans_skip_a_record_whose_header_is_damaged_instead_of_panicking() {
+    let dir = tempfile::tempdir().unwrap();
+    let no_integrity = Options {
+        integrity: IntegrityOptions::off(),
+        ..options()
+    };
+    let store = Store::open(dir.path(), no_integrity).unwrap();
+    for i in 0..50 {
+        store.put(&key(i), &value(i)).unwrap();
+    }
+    let file = std::fs::read(dir.path().join("values.pmem")).unwrap();
+    let record = record_offsets_of(&file, &key(7));
+    // key_len (bytes 24..28) now runs past the end of the file.
+    flip(dir.path(), record + 27, 0x7f);
+    let mut keys = Vec::new();
+    let mut cursor = 0;
+    loop {
+        let (next, batch) = store.scan(cursor, 16);
+        keys.extend(batch);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    assert_eq!(keys.len(), 49);
+    assert!(!keys.contains(&key(7)));
+    assert!(store.get(&key(7)).unwrap().is_none() || store.get(&key(7)).is_err());
+    assert_eq!(store.get(&key(8)).unwrap(), Some(value(8)));
+    store.close().unwrap();
+}
+
+fn record_offsets_of(file: &[u8], key: &[u8]) -> u64 {
+    find(file, key) - 32
+}
+
+#[test]
+fn a_page_damaged_beyond_repair_stays_refused_when_written_again_until_its_block_is_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = filled(dir.path());
+    store.refresh_redundancy_now();
+    let file = std::fs::read(dir.path().join("values.pmem")).unwrap();
+    let (a, b) = two_values_in_one_stripe(&file);
+    flip(dir.path(), a, 0x01);
+    flip(dir.path(), b, 0x01);
+    let report = store.scrub_now().unwrap();
+    assert_eq!(report.unrepairable_pages.len(), 2);
+    let victim = report.affected_keys[0].key.clone().unwrap();
+    // Deleting a neighbour on the bad page writes its delete bit there:
+    // the page is stale now, and the refresh must not bless its bytes.
+    let neighbour = report.affected_keys[1].key.clone().unwrap();
+    store.delete(&neighbour).unwrap();
+    store.refresh_redundancy_now();
+    assert!(matches!(store.get(&victim), Err(Error::Unrepairable { .. })));
+    let again = store.scrub_now().unwrap();
+    assert_eq!(again.unrepairable_pages, report.unrepairable_pages);
+    assert_eq!(store.integrity_stats().unwrap().corruptions_found, 2, "counted per page");
+    store.close().unwrap();
+}

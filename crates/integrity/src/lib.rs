@@ -301,6 +301,24 @@ impl Integrity {
         self.shared.redundancy.overlaps_bad(offset, len)
     }
 
+    /// Forgets that pages of `[offset, offset + len)` were corrupt beyond
+    /// repair: for the engine reclaiming the block they are in, before its
+    /// first store there. Until then they stay bad through any refresh.
+    pub fn forget_unrepairable(&self, offset: u64, len: u64) {
+        self.shared.redundancy.forget_bad(offset, len);
+    }
+
+    /// Data offsets of pages rebuilt from parity since open (the first
+    /// 4096 of them), the ones recovery repaired included.
+    pub fn repaired_offsets(&self) -> Vec<u64> {
+        self.shared
+            .redundancy
+            .repaired_pages()
+            .into_iter()
+            .map(|page| page * PAGE_BYTES)
+            .collect()
+    }
+
     /// Data offsets of the pages known corrupt beyond repair.
     pub fn unrepairable_offsets(&self) -> Vec<u64> {
         self.shared

@@ -66,7 +66,12 @@ pub(crate) struct Redundancy {
     /// Pages found corrupt that could not be rebuilt, by page number.
     bad_pages: Mutex<BTreeSet<u64>>,
     any_bad: AtomicBool,
+    /// Pages rebuilt from parity since open (at most `REPAIRED_LOG_LIMIT`).
+    repaired_log: Mutex<Vec<u64>>,
 }
+
+/// How many repaired pages the log keeps (the counter counts them all).
+const REPAIRED_LOG_LIMIT: usize = 4096;
 
 impl Redundancy {
     pub fn new(
@@ -93,6 +98,7 @@ impl Redundancy {
             counters: Counters::default(),
             bad_pages: Mutex::new(BTreeSet::new()),
             any_bad: AtomicBool::new(false),
+            repaired_log: Mutex::new(Vec::new()),
         }
     }
 
@@ -335,14 +341,21 @@ impl Redundancy {
                 let at = g.checksum_offset(page);
                 let computed = layout::stored_checksum(buffer);
                 if marked(index) {
-                    self.meta.write(at, &computed.to_le_bytes());
-                    self.forget_bad(page);
-                } else if self.read_checksum(page) != computed && !self.is_stale(page) {
+                    // A page known bad keeps the checksum of its good
+                    // content, so a store to it (a delete bit, an in-place
+                    // counter) never turns its corrupt bytes into data. It
+                    // is forgotten when its block is reclaimed.
+                    if !self.is_bad(page) {
+                        self.meta.write(at, &computed.to_le_bytes());
+                    }
+                } else if self.read_checksum(page) != computed
+                    && !self.is_stale(page)
+                    && self.report_bad(page, "clean page of a stripe under refresh")
+                {
                     // A clean page of a stripe being refreshed is corrupt:
                     // the parity no longer holds its old neighbour, so it
                     // cannot be rebuilt (the window lazy redundancy leaves).
                     self.counters.corruptions_found.fetch_add(1, Ordering::Relaxed);
-                    self.report_bad(page, "clean page of a stripe under refresh");
                 }
             }
             xor_pages(&pages, &mut parity);
@@ -384,23 +397,54 @@ impl Redundancy {
         self.meta.flush(at, 4);
     }
 
-    pub fn report_bad(&self, page: u64, why: &str) {
+    /// Records `page` as corrupt beyond repair; true when it was not known.
+    pub fn report_bad(&self, page: u64, why: &str) -> bool {
         let mut bad = self.bad_pages.lock();
-        if bad.insert(page) {
+        let new = bad.insert(page);
+        if new {
             log::error!(
                 "integrity: data page {page} (offset {:#x}) is corrupt and cannot be rebuilt ({why})",
                 page * PAGE_BYTES
             );
         }
         self.any_bad.store(true, Ordering::Release);
+        new
     }
 
-    fn forget_bad(&self, page: u64) {
+    fn is_bad(&self, page: u64) -> bool {
+        self.any_bad.load(Ordering::Acquire) && self.bad_pages.lock().contains(&page)
+    }
+
+    /// The pages of `[offset, offset + len)` hold nothing anyone will read
+    /// again (their block is being reused): they stop being bad, and their
+    /// next refresh describes whatever is written there next. Call before
+    /// the first store of the new use.
+    pub fn forget_bad(&self, offset: u64, len: u64) {
         if self.any_bad.load(Ordering::Acquire) {
+            let first = offset / PAGE_BYTES;
+            let last = (offset + len.max(1) - 1) / PAGE_BYTES;
             let mut bad = self.bad_pages.lock();
-            bad.remove(&page);
+            let forgotten: Vec<u64> = bad.range(first..=last).copied().collect();
+            for page in forgotten {
+                bad.remove(&page);
+                // Its stored checksum is stale for the new content: make
+                // sure the next refresh recomputes it.
+                self.mark(page);
+            }
             self.any_bad.store(!bad.is_empty(), Ordering::Release);
         }
+    }
+
+    /// Notes a page rebuilt from parity (a bounded log, for reports).
+    pub fn note_repaired(&self, page: u64) {
+        let mut log = self.repaired_log.lock();
+        if log.len() < REPAIRED_LOG_LIMIT {
+            log.push(page);
+        }
+    }
+
+    pub fn repaired_pages(&self) -> Vec<u64> {
+        self.repaired_log.lock().clone()
     }
 
     pub fn bad_pages(&self) -> Vec<u64> {

@@ -119,13 +119,16 @@ impl Redundancy {
                 &[k] => {
                     let page = stripe_first + k as u64;
                     out.corrupt.push(page);
-                    self.counters.corruptions_found.fetch_add(1, Ordering::Relaxed);
                     if self.rebuild_page(data, stripe_first, k, &mut pages, &mut parity) {
                         out.repaired.push(page);
+                        self.note_repaired(page);
+                        self.counters.corruptions_found.fetch_add(1, Ordering::Relaxed);
                         self.counters.repaired.fetch_add(1, Ordering::Relaxed);
                     } else if !members.clone().any(|p| self.is_stale(p)) {
-                        self.report_bad(page, "its stripe's parity does not rebuild it");
                         out.unrepairable.push(page);
+                        if self.report_bad(page, "its stripe's parity does not rebuild it") {
+                            self.counters.corruptions_found.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                 }
                 several => {
@@ -133,8 +136,9 @@ impl Redundancy {
                         let page = stripe_first + k as u64;
                         out.corrupt.push(page);
                         out.unrepairable.push(page);
-                        self.counters.corruptions_found.fetch_add(1, Ordering::Relaxed);
-                        self.report_bad(page, "another page of its stripe is corrupt too");
+                        if self.report_bad(page, "another page of its stripe is corrupt too") {
+                            self.counters.corruptions_found.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                 }
             }

@@ -123,7 +123,15 @@ fn two_bad_pages_in_a_stripe_are_reported_and_refused_page_by_page() {
     assert!(!integrity.overlaps_unrepairable(7 * PAGE, PAGE));
     assert!(!integrity.overlaps_unrepairable(10 * PAGE, 2 * PAGE));
     assert_eq!(integrity.stats().unrepairable, 2);
-    // Rewriting a bad page makes it data again: refreshed, no longer bad.
+    // A store to a bad page does not make its bytes data again: the page
+    // keeps the checksum of its good content and stays refused...
+    data.write(PmemOffset(9 * PAGE + 16), b"new bits");
+    integrity.refresh_now();
+    assert_eq!(integrity.unrepairable_offsets(), vec![8 * PAGE, 9 * PAGE]);
+    assert_eq!(integrity.scrub_now().unrepairable, vec![8, 9]);
+    assert_eq!(integrity.stats().corruptions_found, 2, "counted per page, not per sighting");
+    // ...until its owner reuses it: then its next refresh describes it.
+    integrity.forget_unrepairable(9 * PAGE, PAGE);
     data.write(PmemOffset(9 * PAGE), &vec![7u8; PAGE as usize]);
     integrity.refresh_now();
     assert_eq!(integrity.unrepairable_offsets(), vec![8 * PAGE]);

@@ -8,77 +8,118 @@
 //! with hardware dirty bits; we bracket each store in the gate instead and,
 //! after clearing marks, wait for every bracket opened before the clear.
 //!
-//! It is the two-phase counter scheme of SRCU (sleepable RCU): writers count
-//! themselves in the current phase's counter (one cache line per thread
-//! slot, so writers on different threads share nothing); `drain` flips the
-//! phase and waits for the old phase's counters to reach zero. Writers that
-//! enter after the flip count in the new phase and are not waited for; they
-//! see the cleared mark (the flip follows the clear in the SeqCst order) and
-//! mark the page again.
+//! Each thread owns a slot whose sequence number is odd while the thread
+//! is inside a bracket. Entering is a plain store and a light fence
+//! (`engram_pmem::barrier`): no locked instruction on the store path.
+//! `drain` issues the heavy fence (membarrier), then waits for every slot
+//! that was odd to move on. Asymmetric Dekker: for each store, either its
+//! mark check sees the cleared mark (so it marks the page again), or the
+//! drain sees its slot odd and waits for it. (An earlier version counted
+//! brackets with two locked RMWs per store; `engram bench tracker` showed
+//! them as most of the tracker's cost.)
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
+use engram_pmem::barrier::{heavy_fence, init_asymmetric_fences, light_fence};
 use parking_lot::Mutex;
 
-/// Thread slots; threads beyond this share slots (correct, just contended).
-const SLOTS: usize = 64;
+struct Slot {
+    /// Odd while the owner is inside a bracket. Written only by the owner.
+    seq: AtomicU64,
+    in_use: AtomicBool,
+}
 
+/// Every slot ever handed out (they are reused, never freed): shared by all
+/// gates in the process, since a thread may store to several regions.
+static SLOTS: Mutex<Vec<&'static CachePadded<Slot>>> = Mutex::new(Vec::new());
+
+/// A thread's claim on its slot; gives it back when the thread exits.
+struct Claim(&'static CachePadded<Slot>);
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.0.in_use.store(false, Ordering::Release);
+    }
+}
+
+thread_local! {
+    static MINE: Claim = Claim(claim_slot());
+}
+
+fn claim_slot() -> &'static CachePadded<Slot> {
+    let mut slots = SLOTS.lock();
+    if let Some(free) = slots.iter().find(|slot| {
+        slot.in_use
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    }) {
+        return free;
+    }
+    let slot: &'static CachePadded<Slot> = Box::leak(Box::new(CachePadded::new(Slot {
+        seq: AtomicU64::new(0),
+        in_use: AtomicBool::new(true),
+    })));
+    slots.push(slot);
+    slot
+}
+
+#[derive(Default)]
 pub struct Gate {
-    phase: AtomicU64,
-    counters: [Box<[CachePadded<AtomicU64>]>; 2],
-    /// One drain at a time: a drain must finish before the phase flips again.
+    /// One drain at a time (the pass and inline writers may both drain).
     draining: Mutex<()>,
 }
 
-impl Default for Gate {
-    fn default() -> Self {
-        let counters = || (0..SLOTS).map(|_| CachePadded::new(AtomicU64::new(0))).collect();
-        Gate {
-            phase: AtomicU64::new(0),
-            counters: [counters(), counters()],
-            draining: Mutex::new(()),
-        }
-    }
-}
-
-fn slot() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SLOTS;
-    }
-    SLOT.with(|slot| *slot)
-}
-
 impl Gate {
-    /// Opens a bracket; the returned ticket closes it. SeqCst pairs with the
-    /// flip and the counter reads in `drain`: a writer whose increment is
-    /// not seen by the drain makes all its later loads (the mark check)
-    /// after the flip, hence after the clear.
+    pub fn new() -> Gate {
+        init_asymmetric_fences();
+        Gate::default()
+    }
+
+    /// Opens a bracket. The light fence orders the announcement before the
+    /// caller's mark check, against the drain's heavy fence.
     #[inline]
     pub fn enter(&self) -> u64 {
-        let phase = self.phase.load(Ordering::SeqCst) & 1;
-        let slot = slot();
-        self.counters[phase as usize][slot].fetch_add(1, Ordering::SeqCst);
-        phase << 32 | slot as u64
+        MINE.with(|claim| {
+            let seq = claim.0.seq.load(Ordering::Relaxed);
+            debug_assert!(seq % 2 == 0, "writer-gate brackets do not nest");
+            claim.0.seq.store(seq + 1, Ordering::Relaxed);
+        });
+        light_fence();
+        0
     }
 
     /// Closes the bracket. Release: the store it covered happens before a
-    /// drain that sees the counter drop.
+    /// drain that sees the slot move on.
     #[inline]
-    pub fn exit(&self, ticket: u64) {
-        let phase = (ticket >> 32) as usize;
-        let slot = (ticket & 0xffff_ffff) as usize;
-        self.counters[phase][slot].fetch_sub(1, Ordering::Release);
+    pub fn exit(&self, _ticket: u64) {
+        MINE.with(|claim| {
+            let seq = claim.0.seq.load(Ordering::Relaxed);
+            claim.0.seq.store(seq + 1, Ordering::Release);
+        });
     }
 
-    /// Waits until every bracket opened before this call has closed.
+    /// Waits until every bracket opened before this call has closed, on
+    /// every thread but the caller's. A thread never drains inside its own
+    /// bracket in normal operation (the pass, scrubber and recovery store
+    /// nothing tracked; an inline writer closes its bracket first); the
+    /// crash simulator's hook does, when it recovers another store inside
+    /// a fence of a marking store, and must not wait for itself.
     pub fn drain(&self) {
         let _one_at_a_time = self.draining.lock();
-        let old = (self.phase.fetch_add(1, Ordering::SeqCst) & 1) as usize;
-        let mut spins = 0u32;
-        for counter in self.counters[old].iter() {
-            while counter.load(Ordering::SeqCst) != 0 {
+        heavy_fence();
+        let own: *const CachePadded<Slot> = MINE.with(|claim| claim.0);
+        let slots: Vec<&'static CachePadded<Slot>> = SLOTS.lock().clone();
+        for slot in slots {
+            if std::ptr::eq(slot, own) {
+                continue;
+            }
+            let seq = slot.seq.load(Ordering::Acquire);
+            if seq % 2 == 0 {
+                continue;
+            }
+            let mut spins = 0u32;
+            while slot.seq.load(Ordering::Acquire) == seq {
                 spins += 1;
                 if spins < 64 {
                     std::hint::spin_loop();
@@ -93,14 +134,24 @@ impl Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
     use std::time::Duration;
 
     #[test]
     fn drain_waits_for_open_brackets_only() {
-        let gate = Arc::new(Gate::default());
-        let ticket = gate.enter();
+        let gate = Arc::new(Gate::new());
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let writer = {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                let ticket = gate.enter();
+                entered_tx.send(()).unwrap();
+                release_rx.recv().unwrap();
+                gate.exit(ticket);
+            })
+        };
+        entered_rx.recv().unwrap();
         let finished = Arc::new(AtomicBool::new(false));
         let drainer = {
             let (gate, finished) = (gate.clone(), finished.clone());
@@ -111,12 +162,13 @@ mod tests {
         };
         std::thread::sleep(Duration::from_millis(50));
         assert!(!finished.load(Ordering::SeqCst), "drain ignored an open bracket");
-        // A bracket opened after the drain began is not waited for.
-        let later = gate.enter();
-        gate.exit(ticket);
+        release_tx.send(()).unwrap();
         drainer.join().unwrap();
+        writer.join().unwrap();
         assert!(finished.load(Ordering::SeqCst));
-        gate.exit(later);
+        // A thread inside no bracket is not waited for.
+        let _idle = gate.enter();
+        gate.exit(0);
         gate.drain();
     }
 }

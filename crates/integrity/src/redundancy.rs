@@ -49,9 +49,9 @@ pub(crate) struct Redundancy {
     pub mode: IntegrityMode,
     pub faults: IntegrityFaults,
     pub gate: Gate,
-    /// DRAM mirror of the persistent marks, laid out like them (group
-    /// after group, `mark_words` words each), sized for the data region's
-    /// whole reservation and backed lazily.
+    /// DRAM mirror of the persistent marks, one bit per data page (page
+    /// p is bit p % 64 of word p / 64: shifts only on the store path),
+    /// sized for the data region's whole reservation and backed lazily.
     dirty: Box<[AtomicU64]>,
     /// Per group: when (ms on `clock`, never 0) its oldest stale page was
     /// marked, or 0 when it has none. Updated under the group's mark lock.
@@ -82,13 +82,14 @@ impl Redundancy {
         max_data_bytes: u64,
     ) -> Redundancy {
         let max_groups = geometry.groups_for_pages(max_data_bytes.div_ceil(PAGE_BYTES)) as usize;
+        let max_pages = max_groups as u64 * geometry.group_pages;
         Redundancy {
             meta,
             geometry,
             mode,
             faults,
-            gate: Gate::default(),
-            dirty: engram_pmem::zeroed_atomic_words(max_groups * geometry.mark_words() as usize),
+            gate: Gate::new(),
+            dirty: engram_pmem::zeroed_atomic_words(max_pages.div_ceil(64) as usize),
             oldest_mark_ms: engram_pmem::zeroed_atomic_words(max_groups),
             mark_locks: (0..MARK_LOCKS).map(|_| Mutex::new(())).collect(),
             work: Mutex::new(()),
@@ -106,14 +107,54 @@ impl Redundancy {
         self.clock.elapsed().as_millis() as u64 + 1
     }
 
+    #[inline]
     fn dirty_index(&self, page: u64) -> (usize, u64) {
-        let g = &self.geometry;
-        let group = page / g.group_pages;
-        let index = page % g.group_pages;
-        (
-            (group * g.mark_words() + index / 64) as usize,
-            1u64 << (index % 64),
-        )
+        ((page / 64) as usize, 1u64 << (page % 64))
+    }
+
+    /// The DRAM marks of `group`, laid out as its persistent marks are
+    /// (bit i of the result: page group * B + i).
+    fn group_dirty(&self, group: u64) -> Vec<u64> {
+        let g = self.geometry;
+        let first = group * g.group_pages;
+        if g.group_pages % 64 == 0 {
+            let base = (first / 64) as usize;
+            return (0..g.mark_words() as usize)
+                .map(|word| self.dirty[base + word].load(Ordering::SeqCst))
+                .collect();
+        }
+        let mut words = vec![0u64; g.mark_words() as usize];
+        for index in 0..g.group_pages {
+            if self.is_stale(first + index) {
+                words[(index / 64) as usize] |= 1 << (index % 64);
+            }
+        }
+        words
+    }
+
+    /// Clears (DRAM) the pages of `group` set in `marks`; returns whether
+    /// any page of the group is still stale.
+    fn clear_group_dirty(&self, group: u64, marks: &[u64]) -> bool {
+        let g = self.geometry;
+        let first = group * g.group_pages;
+        if g.group_pages % 64 == 0 {
+            let base = (first / 64) as usize;
+            let mut left = 0;
+            for (word, &bits) in marks.iter().enumerate() {
+                left |= self.dirty[base + word].fetch_and(!bits, Ordering::SeqCst) & !bits;
+            }
+            return left != 0;
+        }
+        for (word, &bits) in marks.iter().enumerate() {
+            let mut bits = bits;
+            while bits != 0 {
+                let index = word as u64 * 64 + bits.trailing_zeros() as u64;
+                let (at, bit) = self.dirty_index(first + index);
+                self.dirty[at].fetch_and(!bit, Ordering::SeqCst);
+                bits &= bits - 1;
+            }
+        }
+        self.group_dirty(group).iter().any(|&w| w != 0)
     }
 
     #[inline]
@@ -165,12 +206,17 @@ impl Redundancy {
         let now = self.now_ms();
         for group in 0..self.groups() {
             let marks = self.geometry.marks_offset(group);
+            let first = group * self.geometry.group_pages;
             let mut stale = 0;
             for word in 0..self.geometry.mark_words() {
-                let bits = self.meta.load_u64(PmemOffset(marks.0 + word * 8));
-                let index = (group * self.geometry.mark_words() + word) as usize;
-                self.dirty[index].store(bits, Ordering::SeqCst);
+                let mut bits = self.meta.load_u64(PmemOffset(marks.0 + word * 8));
                 stale += bits.count_ones() as u64;
+                while bits != 0 {
+                    let page = first + word * 64 + bits.trailing_zeros() as u64;
+                    let (at, bit) = self.dirty_index(page);
+                    self.dirty[at].fetch_or(bit, Ordering::SeqCst);
+                    bits &= bits - 1;
+                }
             }
             if stale > 0 {
                 self.oldest_mark_ms[group as usize].store(now, Ordering::Relaxed);
@@ -234,13 +280,12 @@ impl Redundancy {
     /// One batch of Algorithm 1 over `group` (module docs). Call with
     /// `work` held. Returns the pages refreshed.
     pub fn refresh_group(&self, data: &Region, group: u64, mask: Option<&[u64]>) -> u64 {
-        let g = self.geometry;
-        let base = (group * g.mark_words()) as usize;
         let snapshot_ms = self.now_ms();
-        let marks: Vec<u64> = (0..g.mark_words() as usize)
-            .map(|word| {
-                self.dirty[base + word].load(Ordering::SeqCst) & mask.map_or(u64::MAX, |m| m[word])
-            })
+        let marks: Vec<u64> = self
+            .group_dirty(group)
+            .into_iter()
+            .enumerate()
+            .map(|(word, bits)| bits & mask.map_or(u64::MAX, |m| m[word]))
             .collect();
         let count: u64 = marks.iter().map(|w| w.count_ones() as u64).sum();
         if count == 0 {
@@ -284,12 +329,7 @@ impl Redundancy {
             }
         }
         self.meta.fence();
-        let base = (group * g.mark_words()) as usize;
-        let mut still_stale = false;
-        for (word, &bits) in marks.iter().enumerate() {
-            let left = self.dirty[base + word].fetch_and(!bits, Ordering::SeqCst) & !bits;
-            still_stale |= left != 0;
-        }
+        let still_stale = self.clear_group_dirty(group, marks);
         let cleared: u64 = marks.iter().map(|w| w.count_ones() as u64).sum();
         self.stale_pages.fetch_sub(cleared, Ordering::Relaxed);
         // In a full pass, pages still stale were marked after the snapshot,

@@ -18,54 +18,34 @@
 //! brackets with two locked RMWs per store; `engram bench tracker` showed
 //! them as most of the tracker's cost.)
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::ThreadId;
 
 use crossbeam_utils::CachePadded;
 use engram_pmem::barrier::{heavy_fence, init_asymmetric_fences, light_fence};
 use parking_lot::Mutex;
 
-struct Slot {
-    /// Odd while the owner is inside a bracket. Written only by the owner.
-    seq: AtomicU64,
-    in_use: AtomicBool,
-}
+/// A thread's announcement for one gate: odd while it is inside a bracket.
+/// Written only by its thread.
+type Slot = CachePadded<AtomicU64>;
 
-/// Every slot ever handed out (they are reused, never freed): shared by all
-/// gates in the process, since a thread may store to several regions.
-static SLOTS: Mutex<Vec<&'static CachePadded<Slot>>> = Mutex::new(Vec::new());
-
-/// A thread's claim on its slot; gives it back when the thread exits.
-struct Claim(&'static CachePadded<Slot>);
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        self.0.in_use.store(false, Ordering::Release);
-    }
-}
+static NEXT_GATE_ID: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
-    static MINE: Claim = Claim(claim_slot());
+    /// The slot of the gate this thread used last: one comparison on the
+    /// store path; other gates take the slow path once per switch.
+    static LAST: RefCell<Option<(u64, Arc<Slot>)>> = const { RefCell::new(None) };
 }
 
-fn claim_slot() -> &'static CachePadded<Slot> {
-    let mut slots = SLOTS.lock();
-    if let Some(free) = slots.iter().find(|slot| {
-        slot.in_use
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
-    }) {
-        return free;
-    }
-    let slot: &'static CachePadded<Slot> = Box::leak(Box::new(CachePadded::new(Slot {
-        seq: AtomicU64::new(0),
-        in_use: AtomicBool::new(true),
-    })));
-    slots.push(slot);
-    slot
-}
-
-#[derive(Default)]
+/// Each gate has its own slots, so draining one store's gate never waits
+/// for writers of another (tests run many stores on parallel threads, and
+/// the crash simulator recovers a second store inside a fence of the
+/// first).
 pub struct Gate {
+    id: u64,
+    slots: Mutex<Vec<(ThreadId, Arc<Slot>)>>,
     /// One drain at a time (the pass and inline writers may both drain).
     draining: Mutex<()>,
 }
@@ -73,17 +53,48 @@ pub struct Gate {
 impl Gate {
     pub fn new() -> Gate {
         init_asymmetric_fences();
-        Gate::default()
+        Gate {
+            id: NEXT_GATE_ID.fetch_add(1, Ordering::Relaxed),
+            slots: Mutex::new(Vec::new()),
+            draining: Mutex::new(()),
+        }
+    }
+
+    #[inline]
+    fn with_slot<R>(&self, f: impl FnOnce(&Slot) -> R) -> R {
+        LAST.with(|last| {
+            let mut last = last.borrow_mut();
+            match &*last {
+                Some((id, slot)) if *id == self.id => f(slot),
+                _ => {
+                    let slot = self.slot_of_this_thread();
+                    let result = f(&slot);
+                    *last = Some((self.id, slot));
+                    result
+                }
+            }
+        })
+    }
+
+    fn slot_of_this_thread(&self) -> Arc<Slot> {
+        let me = std::thread::current().id();
+        let mut slots = self.slots.lock();
+        if let Some((_, slot)) = slots.iter().find(|(owner, _)| *owner == me) {
+            return Arc::clone(slot);
+        }
+        let slot = Arc::new(CachePadded::new(AtomicU64::new(0)));
+        slots.push((me, Arc::clone(&slot)));
+        slot
     }
 
     /// Opens a bracket. The light fence orders the announcement before the
     /// caller's mark check, against the drain's heavy fence.
     #[inline]
     pub fn enter(&self) -> u64 {
-        MINE.with(|claim| {
-            let seq = claim.0.seq.load(Ordering::Relaxed);
+        self.with_slot(|slot| {
+            let seq = slot.load(Ordering::Relaxed);
             debug_assert!(seq % 2 == 0, "writer-gate brackets do not nest");
-            claim.0.seq.store(seq + 1, Ordering::Relaxed);
+            slot.store(seq + 1, Ordering::Relaxed);
         });
         light_fence();
         0
@@ -93,33 +104,27 @@ impl Gate {
     /// drain that sees the slot move on.
     #[inline]
     pub fn exit(&self, _ticket: u64) {
-        MINE.with(|claim| {
-            let seq = claim.0.seq.load(Ordering::Relaxed);
-            claim.0.seq.store(seq + 1, Ordering::Release);
+        self.with_slot(|slot| {
+            let seq = slot.load(Ordering::Relaxed);
+            slot.store(seq + 1, Ordering::Release);
         });
     }
 
-    /// Waits until every bracket opened before this call has closed, on
-    /// every thread but the caller's. A thread never drains inside its own
-    /// bracket in normal operation (the pass, scrubber and recovery store
-    /// nothing tracked; an inline writer closes its bracket first); the
-    /// crash simulator's hook does, when it recovers another store inside
-    /// a fence of a marking store, and must not wait for itself.
+    /// Waits until every bracket of this gate opened before this call has
+    /// closed. Never called inside a bracket of the same gate: the pass,
+    /// scrubber and recovery store nothing tracked, and an inline writer
+    /// closes its bracket first.
     pub fn drain(&self) {
         let _one_at_a_time = self.draining.lock();
         heavy_fence();
-        let own: *const CachePadded<Slot> = MINE.with(|claim| claim.0);
-        let slots: Vec<&'static CachePadded<Slot>> = SLOTS.lock().clone();
+        let slots: Vec<Arc<Slot>> = self.slots.lock().iter().map(|(_, s)| Arc::clone(s)).collect();
         for slot in slots {
-            if std::ptr::eq(slot, own) {
-                continue;
-            }
-            let seq = slot.seq.load(Ordering::Acquire);
+            let seq = slot.load(Ordering::Acquire);
             if seq % 2 == 0 {
                 continue;
             }
             let mut spins = 0u32;
-            while slot.seq.load(Ordering::Acquire) == seq {
+            while slot.load(Ordering::Acquire) == seq {
                 spins += 1;
                 if spins < 64 {
                     std::hint::spin_loop();
@@ -152,7 +157,7 @@ mod tests {
             })
         };
         entered_rx.recv().unwrap();
-        let finished = Arc::new(AtomicBool::new(false));
+        let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let drainer = {
             let (gate, finished) = (gate.clone(), finished.clone());
             std::thread::spawn(move || {

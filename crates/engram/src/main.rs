@@ -1,5 +1,7 @@
 //! The `engram` command line: `engram serve` (the Redis-compatible server),
-//! `engram bench engine` and `engram bench server`.
+//! `engram scrub` (the integrity check of a stopped store), `engram bench
+//! engine`, `engram bench server`, `engram bench integrity` and `engram bench
+//! tracker`.
 
 #![forbid(unsafe_code)]
 
@@ -39,6 +41,20 @@ enum Command {
     /// Benchmarks, each measured against its peers in the same run.
     #[command(subcommand)]
     Bench(Bench),
+    /// Verifies a stopped store against its page checksums and parity,
+    /// rebuilds what parity can, and names the keys on pages it cannot.
+    /// Exit status 0: nothing unrepairable; 1: some pages unrepairable; 2:
+    /// the scrub could not run (no store, directory locked by a server).
+    Scrub(ScrubArgs),
+}
+
+#[derive(Args)]
+struct ScrubArgs {
+    /// The store's data directory (what `engram serve --dir` was given).
+    dir: PathBuf,
+    /// Print the report as JSON on standard output.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -51,6 +67,13 @@ enum Bench {
     /// run, at matching durability (process, everysec, always against Redis
     /// AOF with appendfsync no, everysec, always).
     Server(engram_bench::server::ServerBenchArgs),
+    /// What lazy redundancy costs: YCSB A, B and write-only with integrity
+    /// off, lazy (1 s, 30 s) and inline, time to coverage, scrub speed.
+    Integrity(engram_bench::integrity::IntegrityBenchArgs),
+    /// Dirty-page tracking: Engram's software marks against uffd-wp async
+    /// + PAGEMAP_SCAN, per workload and memory type, and the cost of each
+    /// after a crash.
+    Tracker(engram_bench::tracker::TrackerBenchArgs),
 }
 
 #[derive(Args)]
@@ -101,8 +124,15 @@ struct EngineArgs {
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Serve(args) => serve(args),
+        Command::Scrub(args) => std::process::exit(engram_server::offline_scrub::run(
+            &args.dir, args.json,
+        )),
         Command::Bench(Bench::Engine(args)) => bench_engine(args),
         Command::Bench(Bench::Server(args)) => Ok(engram_bench::server::cli(args, command_line())?),
+        Command::Bench(Bench::Integrity(args)) => {
+            Ok(engram_bench::integrity::cli(args, command_line())?)
+        }
+        Command::Bench(Bench::Tracker(args)) => Ok(engram_bench::tracker::cli(args, command_line())?),
     }
 }
 
@@ -146,6 +176,22 @@ struct ServeArgs {
     /// Network worker threads [default: one per core].
     #[arg(long)]
     threads: Option<usize>,
+    /// Page checksums and stripe parity over the data file: off, lazy
+    /// (refreshed by a background pass) or inline (before each write
+    /// returns) [default: lazy].
+    #[arg(long)]
+    integrity: Option<String>,
+    /// Lazy integrity: how often stale pages are refreshed [default: 1000].
+    #[arg(long)]
+    integrity_period_ms: Option<u64>,
+    /// Data pages per parity page, 2 to 64; fixed when the integrity file is
+    /// created [default: 4].
+    #[arg(long)]
+    integrity_stripe_pages: Option<u32>,
+    /// Background scrub speed in MiB/s; 0 turns background scrubbing off
+    /// (ENGRAM.SCRUB still works) [default: 64].
+    #[arg(long)]
+    integrity_scrub_rate_mb: Option<u64>,
 }
 
 fn serve(args: ServeArgs) -> Result<()> {
@@ -153,7 +199,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         Some(path) => engram_server::Config::from_file(path).map_err(anyhow::Error::msg)?,
         None => engram_server::Config::default(),
     };
-    let overrides: [(&str, Option<String>); 11] = [
+    let overrides: [(&str, Option<String>); 15] = [
         ("bind", args.bind),
         ("port", args.port.map(|p| p.to_string())),
         ("dir", args.dir.map(|d| d.display().to_string())),
@@ -165,6 +211,10 @@ fn serve(args: ServeArgs) -> Result<()> {
         ("loglevel", args.loglevel),
         ("databases", args.databases.map(|n| n.to_string())),
         ("threads", args.threads.map(|n| n.to_string())),
+        ("integrity", args.integrity),
+        ("integrity-period-ms", args.integrity_period_ms.map(|n| n.to_string())),
+        ("integrity-stripe-pages", args.integrity_stripe_pages.map(|n| n.to_string())),
+        ("integrity-scrub-rate-mb", args.integrity_scrub_rate_mb.map(|n| n.to_string())),
     ];
     for (name, value) in overrides {
         if let Some(value) = value {

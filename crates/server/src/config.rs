@@ -4,11 +4,17 @@
 //! The file format is Redis's: one `name value...` per line, `#` comments,
 //! quoting as in inline commands. Names Redis users know keep their meaning
 //! (`appendfsync` is another spelling of `durability`).
+//!
+//! The integrity layer's settings (`integrity`, `integrity-period-ms`,
+//! `integrity-stripe-pages`, `integrity-scrub-rate-mb`) go to the engine when
+//! the store opens and are fixed for the server's life: `CONFIG GET` shows
+//! them, `CONFIG SET` refuses them.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::time::Duration;
 
-use engram_engine::ModeChoice;
+use engram_engine::{IntegrityOptions, ModeChoice};
 use parking_lot::RwLock;
 
 use crate::resp::parse::{split_words, DEFAULT_MAX_BULK_BYTES};
@@ -155,6 +161,10 @@ pub struct Config {
     pub config_file: Option<PathBuf>,
     /// Shut down cleanly on SIGTERM and SIGINT (the binary; not embedders).
     pub handle_signals: bool,
+    /// Page checksums, stripe parity and scrubbing over the data file
+    /// (default: lazy, 1 s period, 4-page stripes, 64 MiB/s background
+    /// scrub). Checked by [`check_integrity`] at start.
+    pub integrity: IntegrityOptions,
 }
 
 impl Default for Config {
@@ -176,6 +186,7 @@ impl Default for Config {
             threads: 0,
             config_file: None,
             handle_signals: false,
+            integrity: IntegrityOptions::default(),
         }
     }
 }
@@ -261,6 +272,33 @@ impl Config {
             }
             "client-query-buffer-limit" => self.client_query_buffer_limit = parse_memory(one()?)?,
             "threads" | "io-threads" => self.threads = parse_number(&name, one()?)?,
+            "integrity" => {
+                self.integrity.mode = one()?.parse().map_err(|_| {
+                    format!(
+                        "invalid integrity mode '{}' (expected off, lazy or inline)",
+                        values[0]
+                    )
+                })?
+            }
+            "integrity-period-ms" => {
+                let ms: u64 = parse_number(&name, one()?)?;
+                self.integrity.period = Duration::from_millis(ms);
+                check_integrity(&self.integrity)?;
+            }
+            "integrity-stripe-pages" => {
+                self.integrity.stripe_pages = parse_number(&name, one()?)?;
+                check_integrity(&self.integrity)?;
+            }
+            "integrity-scrub-rate-mb" => {
+                let mib: u64 = parse_number(&name, one()?)?;
+                if mib > MAX_SCRUB_RATE_MIB {
+                    return Err(format!(
+                        "integrity-scrub-rate-mb must be 0 (no background scrub) to \
+                         {MAX_SCRUB_RATE_MIB} (MiB/s), got {mib}"
+                    ));
+                }
+                self.integrity.scrub_bytes_per_sec = mib << 20;
+            }
             // Accepted for redis.conf compatibility; they have no meaning
             // here (every write is persisted; there is no RDB/AOF).
             "appendonly" | "save" | "daemonize" | "protected-mode" => {}
@@ -268,6 +306,40 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The fastest background scrub `integrity-scrub-rate-mb` accepts (1 TiB/s:
+/// far beyond any memory, and small enough that bytes fit a u64).
+pub const MAX_SCRUB_RATE_MIB: u64 = 1 << 20;
+
+/// Checks the integrity settings, naming the configuration parameter at
+/// fault (the engine would name its own field instead).
+pub fn check_integrity(options: &IntegrityOptions) -> Result<(), String> {
+    let (min, max) = (
+        engram_integrity::layout::MIN_STRIPE_PAGES,
+        engram_integrity::layout::MAX_STRIPE_PAGES,
+    );
+    if !(min..=max).contains(&options.stripe_pages) {
+        return Err(format!(
+            "integrity-stripe-pages must be {min} to {max}, got {}",
+            options.stripe_pages
+        ));
+    }
+    let max_period = engram_integrity::MAX_PERIOD;
+    if options.period.is_zero() || options.period > max_period {
+        return Err(format!(
+            "integrity-period-ms must be 1 to {} (24 hours), got {}",
+            max_period.as_millis(),
+            options.period.as_millis()
+        ));
+    }
+    if options.scrub_bytes_per_sec > MAX_SCRUB_RATE_MIB << 20 {
+        return Err(format!(
+            "integrity-scrub-rate-mb must be at most {MAX_SCRUB_RATE_MIB}, got {} bytes/s",
+            options.scrub_bytes_per_sec
+        ));
+    }
+    Ok(())
 }
 
 fn parse_number<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, String> {
@@ -388,6 +460,50 @@ mod tests {
         assert!(Config::from_file(&path)
             .unwrap_err()
             .contains("invalid durability"));
+    }
+
+    #[test]
+    fn integrity_settings() {
+        let config = Config::default();
+        assert_eq!(config.integrity.mode, engram_engine::IntegrityMode::Lazy);
+        assert_eq!(config.integrity.period, Duration::from_millis(1000));
+        assert_eq!(config.integrity.stripe_pages, 4);
+        assert_eq!(config.integrity.scrub_bytes_per_sec, 64 << 20);
+        assert_eq!(check_integrity(&config.integrity), Ok(()));
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("engram.conf");
+        std::fs::write(
+            &path,
+            "integrity inline\nintegrity-period-ms 250\nintegrity-stripe-pages 8\n\
+             integrity-scrub-rate-mb 0\n",
+        )
+        .unwrap();
+        let config = Config::from_file(&path).unwrap();
+        assert_eq!(config.integrity.mode, engram_engine::IntegrityMode::Inline);
+        assert_eq!(config.integrity.period, Duration::from_millis(250));
+        assert_eq!(config.integrity.stripe_pages, 8);
+        assert_eq!(config.integrity.scrub_bytes_per_sec, 0);
+
+        let mut config = Config::default();
+        config.set("integrity", &["OFF".into()]).unwrap();
+        assert_eq!(config.integrity.mode, engram_engine::IntegrityMode::Off);
+        for (name, value, expected) in [
+            ("integrity", "sometimes", "invalid integrity mode 'sometimes'"),
+            ("integrity-period-ms", "0", "integrity-period-ms must be 1 to 86400000"),
+            ("integrity-period-ms", "86400001", "integrity-period-ms must be 1 to 86400000"),
+            ("integrity-period-ms", "soon", "'integrity-period-ms' needs a non-negative integer"),
+            ("integrity-stripe-pages", "1", "integrity-stripe-pages must be 2 to 64, got 1"),
+            ("integrity-stripe-pages", "65", "integrity-stripe-pages must be 2 to 64, got 65"),
+            ("integrity-scrub-rate-mb", "-1", "'integrity-scrub-rate-mb' needs a non-negative"),
+            ("integrity-scrub-rate-mb", "99999999999", "integrity-scrub-rate-mb must be 0"),
+        ] {
+            let err = Config::default().set(name, &[value.into()]).unwrap_err();
+            assert!(err.contains(expected), "{name} {value}: {err}");
+        }
+        std::fs::write(&path, "port 7000\nintegrity-stripe-pages 100\n").unwrap();
+        let err = Config::from_file(&path).unwrap_err();
+        assert!(err.contains("engram.conf:2") && err.contains("integrity-stripe-pages"), "{err}");
     }
 
     #[test]

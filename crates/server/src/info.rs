@@ -1,5 +1,27 @@
 //! The INFO text: Redis's sections and field names where they have a
-//! meaning here, plus an `engram` section for the engine.
+//! meaning here, plus an `engram` section for the engine and an
+//! `integrity` section for the integrity layer (page checksums, stripe
+//! parity, scrubbing):
+//!
+//! | field | meaning |
+//! |---|---|
+//! | `integrity_mode` | `off`, `lazy` or `inline` (with `off`, the only field) |
+//! | `integrity_period_ms` | lazy mode: how often the background pass refreshes stale pages |
+//! | `integrity_stripe_pages` | data pages per parity page (fixed when the integrity file was created) |
+//! | `integrity_pages_covered` | 4 KiB data pages under protection (the whole data file) |
+//! | `integrity_pages_stale` | pages written since their checksum and parity were last refreshed |
+//! | `integrity_oldest_stale_age_ms` | how long the oldest stale page has waited (0: none) |
+//! | `integrity_passes` | background (or on-demand) refresh passes run |
+//! | `integrity_last_pass_duration_ms` | the last pass's duration (fractional) |
+//! | `integrity_pages_refreshed` | pages whose redundancy was recomputed, in total |
+//! | `integrity_scrub_sweeps` | complete verifications of every page (background or `ENGRAM.SCRUB`) |
+//! | `integrity_pages_scrubbed` | pages verified, in total |
+//! | `integrity_scrub_bytes_per_sec` | measured scrub speed while scrubbing |
+//! | `integrity_scrub_bytes_per_sec_limit` | background scrub budget (0: background scrub off) |
+//! | `integrity_corruptions_found` | times a page was found not matching its checksum (a page parity cannot rebuild is counted again at each check) |
+//! | `integrity_repaired` | corrupt pages rebuilt from parity, in total |
+//! | `integrity_unrepairable` | pages known corrupt now that parity could not rebuild |
+//! | `integrity_metadata_rebuilt` | checksum pages found damaged and rebuilt from the data |
 
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
@@ -15,6 +37,7 @@ const SECTIONS: &[&str] = &[
     "replication",
     "keyspace",
     "engram",
+    "integrity",
 ];
 
 /// Renders the requested sections (all of them for none, `default`, `all`
@@ -41,6 +64,7 @@ pub fn render(shared: &Shared, requested: &[String]) -> String {
             "replication" => replication(&mut text),
             "keyspace" => keyspace(shared, &mut text),
             "engram" => engram(shared, &mut text),
+            "integrity" => integrity(shared, &mut text),
             _ => Ok(()),
         };
     }
@@ -259,5 +283,49 @@ fn engram(shared: &Shared, out: &mut String) -> std::fmt::Result {
             .stats
             .keys_in_hidden_dbs
             .load(Ordering::Relaxed),
+    )
+}
+
+fn integrity(shared: &Shared, out: &mut String) -> std::fmt::Result {
+    let Some(stats) = shared.keyspace.store().integrity_stats() else {
+        return write!(out, "# Integrity\r\nintegrity_mode:off\r\n");
+    };
+    write!(
+        out,
+        "# Integrity\r\n\
+         integrity_mode:{}\r\n\
+         integrity_period_ms:{}\r\n\
+         integrity_stripe_pages:{}\r\n\
+         integrity_pages_covered:{}\r\n\
+         integrity_pages_stale:{}\r\n\
+         integrity_oldest_stale_age_ms:{}\r\n\
+         integrity_passes:{}\r\n\
+         integrity_last_pass_duration_ms:{:.3}\r\n\
+         integrity_pages_refreshed:{}\r\n\
+         integrity_scrub_sweeps:{}\r\n\
+         integrity_pages_scrubbed:{}\r\n\
+         integrity_scrub_bytes_per_sec:{}\r\n\
+         integrity_scrub_bytes_per_sec_limit:{}\r\n\
+         integrity_corruptions_found:{}\r\n\
+         integrity_repaired:{}\r\n\
+         integrity_unrepairable:{}\r\n\
+         integrity_metadata_rebuilt:{}\r\n",
+        stats.mode.name(),
+        stats.period.as_millis(),
+        stats.stripe_pages,
+        stats.pages_covered,
+        stats.pages_stale,
+        stats.oldest_stale_age.as_millis(),
+        stats.passes,
+        stats.last_pass_duration.as_secs_f64() * 1000.0,
+        stats.pages_refreshed,
+        stats.scrub_sweeps,
+        stats.pages_scrubbed,
+        stats.scrub_bytes_per_sec_measured,
+        stats.scrub_bytes_per_sec_limit,
+        stats.corruptions_found,
+        stats.repaired,
+        stats.unrepairable,
+        stats.metadata_rebuilt,
     )
 }

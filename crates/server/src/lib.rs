@@ -4,7 +4,8 @@
 //! run, reply) → `resp` (the protocol) → `commands` (the command table and
 //! handlers) → `keyspace` (databases, types, expiry, locks, atomic batches
 //! over the engine) → the engine. `durability` decides when a reply may
-//! leave; `serve` starts and stops it all.
+//! leave; `serve` starts and stops it all. `offline_scrub` is `engram scrub`,
+//! the integrity check of a stopped store.
 
 #![forbid(unsafe_code)]
 
@@ -16,6 +17,7 @@ mod durability;
 pub mod glob;
 mod info;
 pub mod keyspace;
+pub mod offline_scrub;
 pub mod resp;
 mod serve;
 mod session;

@@ -63,6 +63,7 @@ impl Server {
                 config.databases
             )));
         }
+        crate::config::check_integrity(&config.integrity).map_err(StartError::Config)?;
         raise_fd_limit(config.maxclients);
         let started = Instant::now();
         let options = Options {
@@ -74,6 +75,7 @@ impl Server {
             // Switching to `always` at run time works, with more bytes
             // written per sync until the next start.
             fine_writeback: config.durability == Durability::Always,
+            integrity: config.integrity.clone(),
             ..Options::default()
         };
         let store = Store::open(&config.dir, options).map_err(|source| StartError::Store {
@@ -156,6 +158,7 @@ impl Server {
                 n => format!("; re-applied {n} interrupted multi-key writes"),
             }
         );
+        log_integrity(&config, keyspace.store());
 
         if config.handle_signals {
             runtime.spawn(shutdown_on_signal(shared.clone()));
@@ -288,6 +291,98 @@ fn spawn_expiry_thread(keyspace: Arc<Keyspace>, stop: Arc<AtomicBool>) -> JoinHa
             }
         })
         .expect("spawning the expiry thread")
+}
+
+/// The startup line about the integrity layer: its settings in force, and
+/// what opening its file found.
+fn log_integrity(config: &Config, store: &Store) {
+    let recovery = store.recovery_report();
+    if recovery.torn_tails > 0 {
+        // With integrity on, recovery has told tears from damage (below);
+        // without it, a damaged record looks torn too.
+        log::info!(
+            "recovery ended {} block logs at a record torn by a crash{}",
+            recovery.torn_tails,
+            if recovery.integrity.is_none() {
+                " (or damaged: with integrity off the two cannot be told apart)"
+            } else {
+                ""
+            }
+        );
+    }
+    let (Some(stats), Some(found)) = (store.integrity_stats(), recovery.integrity) else {
+        log::info!(
+            "integrity off: no page checksums, no parity, no scrubbing \
+             (start with --integrity lazy or inline to protect the data file)"
+        );
+        return;
+    };
+    let scrub = match stats.scrub_bytes_per_sec_limit {
+        0 => "background scrub off".to_string(),
+        rate => format!("background scrub {} MiB/s", rate >> 20),
+    };
+    let mut opened = Vec::new();
+    if found.created {
+        opened.push(format!(
+            "{} created: redundancy is being built for all {} pages, so nothing \
+             written before now can be verified",
+            engram_integrity::FILE_NAME,
+            found.stale_pages
+        ));
+    } else if found.unclean {
+        opened.push("the last session did not close cleanly".to_string());
+    } else {
+        opened.push("the last session closed cleanly".to_string());
+    }
+    if found.shadow_restored {
+        opened.push("shadow marks restored (a refresh was cut short)".into());
+    }
+    if found.marks_distrusted {
+        opened.push(
+            "marks distrusted (power failure or OS crash on emulated memory: \
+             every page is refreshed, not verified)"
+                .into(),
+        );
+    }
+    if !found.created {
+        opened.push(format!("{} stale pages", found.stale_pages));
+    }
+    let line = format!(
+        "integrity {}: period {} ms, stripes of {} data pages + 1 parity, {scrub}; {}",
+        stats.mode.name(),
+        stats.period.as_millis(),
+        stats.stripe_pages,
+        opened.join(", "),
+    );
+    if found.marks_distrusted || found.shadow_restored {
+        log::warn!("{line}");
+    } else {
+        log::info!("{line}");
+    }
+    if stats.repaired > 0 {
+        log::warn!(
+            "recovery met {} corrupt data pages under records and rebuilt them from parity",
+            stats.repaired
+        );
+    }
+    if recovery.damaged_records > 0 || stats.unrepairable > 0 {
+        log::error!(
+            "{} records lie on {} data pages that parity could not rebuild: reads of their \
+             keys fail until they are rewritten or deleted (ENGRAM.SCRUB names them); records \
+             whose header was destroyed are lost",
+            recovery.damaged_records,
+            stats.unrepairable
+        );
+    }
+    if stats.stripe_pages != config.integrity.stripe_pages {
+        log::warn!(
+            "integrity-stripe-pages {} ignored: {} was created with stripes of {} pages, \
+             which it keeps",
+            config.integrity.stripe_pages,
+            engram_integrity::FILE_NAME,
+            stats.stripe_pages
+        );
+    }
 }
 
 fn close_store(keyspace: Arc<Keyspace>) -> Result<(), String> {

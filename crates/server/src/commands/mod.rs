@@ -7,6 +7,7 @@
 //! (or, inside EXEC, uses the transaction that already holds them).
 
 mod connection;
+mod engram;
 mod keys;
 mod server;
 mod strings;
@@ -29,7 +30,19 @@ pub struct CmdError(pub String);
 
 impl From<keyspace::Error> for CmdError {
     fn from(e: keyspace::Error) -> CmdError {
+        use engram_engine::Error as Engine;
         match e {
+            // Damaged data: say so plainly; the offset is for the operator
+            // (ENGRAM.SCRUB names the same records).
+            keyspace::Error::Engine(Engine::Unrepairable { offset }) => CmdError(format!(
+                "ERR data for this key is corrupt and could not be repaired from parity \
+                 (record at offset {offset:#x})"
+            )),
+            keyspace::Error::Engine(Engine::CorruptRecord { offset, what }) => CmdError(format!(
+                "ERR data for this key is corrupt ({what} in the record at offset {offset:#x}); \
+                 with integrity on, ENGRAM.SCRUB rebuilds it from parity if only one page of \
+                 its stripe is damaged"
+            )),
             keyspace::Error::Engine(engine) => CmdError(format!("ERR {engine}")),
             other => CmdError(other.to_string()),
         }
@@ -152,6 +165,7 @@ pub static TABLE: LazyLock<Vec<CommandSpec>> = LazyLock::new(|| {
     table.extend(keys::commands());
     table.extend(strings::commands());
     table.extend(transactions::commands());
+    table.extend(engram::commands());
     table
 });
 
@@ -272,6 +286,19 @@ impl<'s> Ctx<'s, '_> {
                 Err(e)
             }
         }
+    }
+}
+
+/// Runs blocking work (seconds of it: a scrub) from a handler without
+/// stalling the other connections of this network worker: on the server's
+/// multi-threaded runtime the worker hands its other tasks to a fresh
+/// thread meanwhile (`block_in_place`); elsewhere it just runs.
+pub fn run_blocking<R>(work: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => work(),
     }
 }
 

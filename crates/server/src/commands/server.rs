@@ -220,6 +220,8 @@ fn parameters(ctx: &Ctx) -> Vec<(&'static str, String)> {
     let config = &shared.config;
     let runtime = &shared.runtime;
     let durability = runtime.durability();
+    let integrity = &config.integrity;
+    let stats = shared.keyspace.store().integrity_stats();
     vec![
         ("bind", config.bind.clone()),
         ("port", shared.port.to_string()),
@@ -258,6 +260,20 @@ fn parameters(ctx: &Ctx) -> Vec<(&'static str, String)> {
         ),
         ("maxmemory", "0".into()),
         ("mode", if shared.dax { "dax" } else { "emulated" }.into()),
+        ("integrity", integrity.mode.name().into()),
+        ("integrity-period-ms", integrity.period.as_millis().to_string()),
+        // The stripe width in force: an existing integrity file keeps the
+        // one it was created with, whatever the configuration says.
+        (
+            "integrity-stripe-pages",
+            stats
+                .map_or(integrity.stripe_pages, |s| s.stripe_pages)
+                .to_string(),
+        ),
+        (
+            "integrity-scrub-rate-mb",
+            (integrity.scrub_bytes_per_sec >> 20).to_string(),
+        ),
     ]
 }
 
@@ -269,6 +285,14 @@ const IMMUTABLE: &[&str] = &[
     "mode",
     "appendonly",
     "maxmemory",
+];
+
+/// Settings the engine takes when the store opens (see `config`).
+const FIXED_AT_STARTUP: &[&str] = &[
+    "integrity",
+    "integrity-period-ms",
+    "integrity-stripe-pages",
+    "integrity-scrub-rate-mb",
 ];
 
 fn config(ctx: &mut Ctx, args: Args) -> CmdResult {
@@ -354,6 +378,13 @@ fn validate_setting(name: &str, value: &str) -> Result<Change, CmdError> {
     };
     if IMMUTABLE.contains(&name) {
         return Err(failed("can't set immutable config".into()));
+    }
+    if FIXED_AT_STARTUP.contains(&name) {
+        return Err(failed(
+            "can't set immutable config: the integrity settings are fixed at startup \
+             (set them in the configuration file or with engram serve --integrity...)"
+                .into(),
+        ));
     }
     let number = || {
         value

@@ -32,6 +32,9 @@ pub type IntentBarrier = Box<dyn Fn() + Send + Sync>;
 /// An engine key: the database byte, then the client's key.
 pub type EKey = SmallVec<[u8; 64]>;
 
+/// Damaged keys named one by one in the startup log; the rest are counted.
+const DAMAGED_KEYS_LOGGED: u64 = 20;
+
 /// The longest key a client may use (the engine's limit less the db byte).
 pub const MAX_KEY_LEN: usize = MAX_KEY_BYTES - 1;
 
@@ -50,6 +53,22 @@ pub enum Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// The key's stored bytes are damaged (a failed checksum, a page the
+    /// integrity layer could not rebuild, a meta word that does not
+    /// decode): an error for reads of that key only. Deleting or
+    /// overwriting the key still works, and key enumeration lists it.
+    pub fn is_damage(&self) -> bool {
+        matches!(
+            self,
+            Error::Engine(
+                engram_engine::Error::Unrepairable { .. }
+                    | engram_engine::Error::CorruptRecord { .. }
+            ) | Error::Malformed(_)
+        )
+    }
+}
 
 /// Counters for INFO stats.
 #[derive(Default)]
@@ -125,6 +144,7 @@ impl Keyspace {
 
     fn rebuild(&self) -> Result<Vec<Vec<u8>>> {
         let mut intents = Vec::new();
+        let mut damaged = 0u64;
         let mut cursor = 0;
         loop {
             let (next, keys) = self.store.scan(cursor, 4096);
@@ -139,8 +159,22 @@ impl Keyspace {
                         .fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
-                let Some(meta) = self.raw_meta(&key)? else {
-                    continue;
+                let meta = match self.raw_meta(&key) {
+                    Ok(Some(meta)) => meta,
+                    Ok(None) => continue,
+                    Err(e) if e.is_damage() => {
+                        // Counted without an expiry; reads of it fail
+                        // until it is rewritten or deleted.
+                        damaged += 1;
+                        if damaged <= DAMAGED_KEYS_LOGGED {
+                            log::warn!(
+                                "key {} is damaged: {e}",
+                                String::from_utf8_lossy(&client_key_name(&key))
+                            );
+                        }
+                        Meta::new(value::Kind::String, value::Encoding::Raw, None)
+                    }
+                    Err(e) => return Err(e),
                 };
                 let slot = self.slot(&key);
                 slot.counts[stripe::db_of(&key)].fetch_add(1, Ordering::Relaxed);
@@ -154,13 +188,33 @@ impl Keyspace {
             }
             cursor = next;
         }
+        if damaged > DAMAGED_KEYS_LOGGED {
+            log::warn!(
+                "{} damaged keys in all ({} named above)",
+                damaged,
+                DAMAGED_KEYS_LOGGED
+            );
+        }
         Ok(intents)
     }
 
     fn replay(&self, intents: Vec<Vec<u8>>) -> Result<()> {
         for intent in intents {
-            let Some(bytes) = self.store.get(&intent).map_err(Error::Engine)? else {
-                continue;
+            let bytes = match self.store.get(&intent).map_err(Error::Engine) {
+                Ok(Some(bytes)) => bytes,
+                Ok(None) => continue,
+                Err(e) if e.is_damage() => {
+                    // Its batch cannot be known, so it cannot be finished;
+                    // kept, it could only fail again at every start.
+                    log::error!(
+                        "an interrupted multi-key write cannot be re-applied: its intent \
+                         record is damaged ({e}); its keys keep whatever part of it was \
+                         applied before the crash"
+                    );
+                    self.store.delete(&intent).map_err(Error::Engine)?;
+                    continue;
+                }
+                Err(e) => return Err(e),
             };
             let ops = journal::decode(&bytes)?;
             let mut txn = self.lock_ekeys(ops.iter().map(|(k, _)| k.as_slice()), false);
@@ -319,9 +373,18 @@ impl Keyspace {
             if ekey.first() != Some(&(db as u8)) || journal::is_intent_key(&ekey) {
                 continue;
             }
-            match self.raw_meta(&ekey)? {
-                Some(meta) if !meta.is_expired(now_ms) => found.push((ekey[1..].to_vec(), meta)),
-                _ => {}
+            match self.raw_meta(&ekey) {
+                Ok(Some(meta)) if !meta.is_expired(now_ms) => {
+                    found.push((ekey[1..].to_vec(), meta))
+                }
+                Ok(_) => {}
+                // Listed, so a client can find it and delete or rewrite it;
+                // its reads fail with the damage.
+                Err(e) if e.is_damage() => found.push((
+                    ekey[1..].to_vec(),
+                    Meta::new(value::Kind::String, value::Encoding::Raw, None),
+                )),
+                Err(e) => return Err(e),
             }
         }
         Ok((next, found))
@@ -448,9 +511,46 @@ pub fn ekey(db: usize, key: &[u8]) -> Result<EKey> {
     Ok(ekey)
 }
 
+/// How a client would name an engine key: the key itself in database 0,
+/// `db<N>:<key>` in database N > 0 (hidden databases included), and
+/// `(multi-key write intent <seq>)` for the journal's intent records.
+/// For reports (ENGRAM.SCRUB, `engram scrub`), not for parsing back.
+pub fn client_key_name(ekey: &[u8]) -> Vec<u8> {
+    if journal::is_intent_key(ekey) {
+        let seq = u64::from_be_bytes(ekey[2..].try_into().expect("8 bytes"));
+        return format!("(multi-key write intent {seq})").into_bytes();
+    }
+    match ekey.split_first() {
+        None => b"(empty engine key)".to_vec(),
+        Some((0, key)) => key.to_vec(),
+        Some((db, key)) => {
+            let mut name = format!("db{db}:").into_bytes();
+            name.extend_from_slice(key);
+            name
+        }
+    }
+}
+
 /// The wall clock in Unix milliseconds, as expiry times are kept.
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_keys_are_named_as_clients_see_them() {
+        assert_eq!(client_key_name(b"\0user:1"), b"user:1");
+        assert_eq!(client_key_name(b"\x03k"), b"db3:k");
+        assert_eq!(client_key_name(&ekey(200, b"x").unwrap()), b"db200:x");
+        assert_eq!(
+            client_key_name(&journal::intent_key(7)),
+            b"(multi-key write intent 7)"
+        );
+        assert_eq!(client_key_name(b""), b"(empty engine key)");
+    }
 }

@@ -124,11 +124,18 @@ impl<'a> Txn<'a> {
         result
     }
 
-    /// Deletes `key`; true if it was live.
+    /// Deletes `key`; true if it was live. A key whose value is damaged
+    /// (unreadable) counts as live and is deleted: that is how a client
+    /// gets rid of it.
     pub fn delete(&mut self, db: usize, key: &[u8], now_ms: u64) -> Result<bool> {
         let ekey = ekey(db, key)?;
-        if self.get_ekey(&ekey, now_ms)?.is_none() {
-            return Ok(false);
+        match self.get_ekey(&ekey, now_ms) {
+            Ok(Some(_)) => {}
+            Ok(None) => return Ok(false),
+            Err(e) if e.is_damage() => {
+                log::warn!("deleting damaged key {}: {e}", String::from_utf8_lossy(key));
+            }
+            Err(e) => return Err(e),
         }
         self.apply_raw(&ekey, None)?;
         Ok(true)

@@ -1,0 +1,44 @@
+//! What can go wrong in `engram bench tracker`: a bad flag, the file system,
+//! or Engram's region or integrity layer. A kernel interface that refuses
+//! is not an error: it is a result, recorded in the report.
+
+use std::path::PathBuf;
+
+pub type Result<T, E = TrackerBenchError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrackerBenchError {
+    #[error("--{flag}: {reason}")]
+    Flag { flag: &'static str, reason: String },
+
+    #[error("{action} {}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("engram region")]
+    Region(#[from] engram_pmem::Error),
+
+    #[error("engram integrity")]
+    Integrity(#[from] engram_integrity::Error),
+}
+
+impl TrackerBenchError {
+    pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        TrackerBenchError::Io {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn flag(flag: &'static str, reason: impl Into<String>) -> Self {
+        TrackerBenchError::Flag {
+            flag,
+            reason: reason.into(),
+        }
+    }
+}

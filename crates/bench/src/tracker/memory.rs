@@ -285,17 +285,6 @@ impl Mapping {
         }
     }
 
-    /// A 4-byte little-endian word (checksums), read like [`copy_racy`].
-    ///
-    /// [`copy_racy`]: Mapping::copy_racy
-    pub fn read_u32(&self, offset: u64) -> u32 {
-        self.check(offset, 4);
-        assert!(offset % 4 == 0, "unaligned 4-byte load at {offset}");
-        // SAFETY: in bounds and aligned (checked).
-        let word = unsafe { std::ptr::read_volatile(self.base.add(offset as usize) as *const u32) };
-        u32::from_le(word)
-    }
-
     pub fn advise(&self, offset: u64, len: u64, advice: libc::c_int) -> io::Result<()> {
         self.check(offset, len);
         // SAFETY: advice on a page-aligned range of our own mapping; none

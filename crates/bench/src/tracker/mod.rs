@@ -910,7 +910,7 @@ fn collect_kernel<D: PageSource + Sync + ?Sized>(
             }
         };
         let scanned = began.elapsed();
-        let refreshed = redundancy.refresh(mapping, &written);
+        redundancy.refresh(mapping, &written);
         let took = began.elapsed();
         passes.push(PassRecord {
             at_ms: (began - start).as_secs_f64() * 1e3,
@@ -918,7 +918,6 @@ fn collect_kernel<D: PageSource + Sync + ?Sized>(
             pass_ms: took.as_secs_f64() * 1e3,
             scan_ms: Some(scanned.as_secs_f64() * 1e3),
             scan_calls: Some(collected.ioctl_calls),
-            clean_mismatches: Some(refreshed.clean_mismatches),
         });
         // Start to start; a pass longer than the period is followed at once
         // (as Engram's integrity thread does).
@@ -943,7 +942,6 @@ fn monitor_software(integrity: &Integrity, start: Instant, stop: &AtomicBool) ->
                 pass_ms: duration.as_secs_f64() * 1e3,
                 scan_ms: None,
                 scan_calls: None,
-                clean_mismatches: None,
             });
             last = now;
         }
@@ -994,7 +992,6 @@ fn summarise(
         scan_ns_per_region_page: scan_ms_total
             .filter(|_| count > 0)
             .map(|total| total * 1e6 / (count * config.pages()) as f64),
-        clean_mismatches: passes.iter().map(|p| p.clean_mismatches).sum(),
         written_back_pages: timed.written_back_pages,
         other_cores: timed.other_cores,
         runs_ops_per_sec: vec![timed.ops as f64 / seconds],

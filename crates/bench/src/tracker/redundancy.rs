@@ -5,17 +5,13 @@
 //! `stripe_pages` pages an XOR parity page, per group a checksum of its
 //! checksums.
 //!
-//! Like for like with `Redundancy::recompute`: every page of a stripe with a
-//! written page is copied (racy copy) and checksummed; written pages get
-//! their new checksum, the others are compared with their stored one; the
-//! stripe's parity is recomputed and written; then each touched group's
-//! meta checksum. What it leaves out is what the kernel does instead: the
-//! marks, their shadow copy and the writer gate.
-//!
-//! A clean page that does not match its checksum is counted, not reported:
-//! with no mark to consult, a page stored to after the scan looks exactly
-//! like that (a real implementation would re-scan the page, without
-//! re-protecting it, before calling it corrupt).
+//! Like for like with `Redundancy::recompute`: every page of a stripe with
+//! a written page is copied (racy copy); the written pages get new
+//! checksums (clean neighbours are not verified, as the integrity crate no
+//! longer does: the scrubber does that); the stripe's parity is recomputed
+//! and written; then each touched group's meta checksum. What it leaves
+//! out is what the kernel does instead: the marks, their shadow copy and
+//! the writer gate.
 
 use std::io;
 use std::ops::Range;
@@ -58,8 +54,6 @@ pub struct Refreshed {
     pub pages: u64,
     /// Stripes whose parity was rewritten.
     pub stripes: u64,
-    /// Clean pages of those stripes that did not match their checksum.
-    pub clean_mismatches: u64,
 }
 
 pub struct PageRedundancy {
@@ -134,15 +128,12 @@ impl PageRedundancy {
                 }
                 for (k, buffer) in self.stripe.chunks_exact(page_bytes).enumerate() {
                     let page = first_page + k as u64;
-                    let at = g.checksum_offset(page).0;
-                    let computed = layout::stored_checksum(buffer);
                     let is_written = page < self.data_pages
                         && self.written[(page / 64) as usize] & (1 << (page % 64)) != 0;
                     if is_written {
-                        self.meta.write(at, &computed.to_le_bytes());
+                        let computed = layout::stored_checksum(buffer);
+                        self.meta.write(g.checksum_offset(page).0, &computed.to_le_bytes());
                         done.pages += 1;
-                    } else if self.meta.read_u32(at) != computed {
-                        done.clean_mismatches += 1;
                     }
                 }
                 xor_pages(&self.stripe, &mut self.parity);

@@ -21,10 +21,10 @@
 //!                  passes, pages_per_pass,
 //!                  pass_ms_mean, pass_ms_max, pass_busy_fraction,
 //!                  scan_ms_mean, scan_ns_per_written_page,
-//!                  scan_ns_per_region_page, clean_mismatches,
+//!                  scan_ns_per_region_page,
 //!                  written_back_pages, other_cores, runs_ops_per_sec,
 //!                  pass_list: [ { at_ms, pages, pass_ms, scan_ms,
-//!                                 scan_calls, clean_mismatches } ] }, ... ],
+//!                                 scan_calls } ] }, ... ],
 //!   "crash_gap": { ... } | null }
 //! ```
 //!
@@ -145,9 +145,6 @@ pub struct PassRecord {
     /// Kernel tracker: the `PAGEMAP_SCAN` part of the pass.
     pub scan_ms: Option<f64>,
     pub scan_calls: Option<u64>,
-    /// Kernel tracker: clean pages of refreshed stripes that did not match
-    /// their checksum (pages stored to after the scan; see `redundancy`).
-    pub clean_mismatches: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -171,7 +168,6 @@ pub struct RunResult {
     pub scan_ms_mean: Option<f64>,
     pub scan_ns_per_written_page: Option<f64>,
     pub scan_ns_per_region_page: Option<f64>,
-    pub clean_mismatches: Option<u64>,
     /// Pages the kernel wrote back, system-wide, during the run
     /// (`/proc/vmstat nr_written`): writeback write-protects file pages, so
     /// a nonzero count means the run also paid page-fault work.
@@ -204,7 +200,6 @@ impl RunResult {
             scan_ms_mean: None,
             scan_ns_per_written_page: None,
             scan_ns_per_region_page: None,
-            clean_mismatches: None,
             written_back_pages: None,
             other_cores: None,
             runs_ops_per_sec: Vec::new(),

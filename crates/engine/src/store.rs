@@ -299,6 +299,24 @@ impl Store {
         self.inner.keys.sum().max(0) as u64
     }
 
+    /// Takes a store-wide sequence number, for a layer that keeps records
+    /// of its own (the collections' operation log) in one order with this
+    /// store's writes.
+    pub fn next_seq(&self) -> u64 {
+        self.inner.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The sequence number the next write will take.
+    pub fn peek_seq(&self) -> u64 {
+        self.inner.seq.load(Ordering::Relaxed)
+    }
+
+    /// Makes every later sequence number at least `at_least` (after a layer
+    /// above recovered records numbered from this store's sequence).
+    pub fn advance_seq(&self, at_least: u64) {
+        self.inner.seq.fetch_max(at_least, Ordering::Relaxed);
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -1,0 +1,225 @@
+//! Applying an operation: the one function the frontend, the checkpointer
+//! and recovery all use, so the three reach the same state (DIPPER's
+//! determinism: the shadow goes through the states the frontend went
+//! through).
+//!
+//! Operations are total: one that does not fit the state it meets (a hash
+//! operation on a set, a pop from nothing) changes nothing. The layer above
+//! checks types before it logs, so on the frontend this never happens; on
+//! replay the state is the same, so it does not happen there either, and if
+//! a bug ever made it happen, replay would still agree with the frontend.
+
+use crate::op::{Bytes, Op};
+use crate::state::{Entry, Keys};
+use crate::types::{InsertPosition, Kind, List, Object, Score};
+
+pub fn apply(keys: &mut impl Keys, op: Op) {
+    match op {
+        Op::Delete { key } => {
+            keys.take(&key);
+        }
+        Op::Expire { key, at_ms } => {
+            if let Some(entry) = keys.get_mut(&key) {
+                entry.expire_at_ms = at_ms;
+            }
+        }
+        Op::Rename { from, to } => {
+            if from != to {
+                if let Some(entry) = keys.take(&from) {
+                    keys.put(&to, entry);
+                }
+            }
+        }
+        Op::Copy { from, to } => {
+            if from != to {
+                if let Some(entry) = keys.get(&from).cloned() {
+                    keys.put(&to, entry);
+                }
+            }
+        }
+        Op::Replace { key, object } => {
+            if object.is_empty() {
+                keys.take(&key);
+            } else {
+                keys.put(
+                    &key,
+                    Entry {
+                        object,
+                        expire_at_ms: 0,
+                    },
+                );
+            }
+        }
+        Op::HashSet { key, pairs } => update(keys, &key, Kind::Hash, |object| {
+            if let Object::Hash(hash) = object {
+                for (field, value) in pairs {
+                    hash.insert(field, value);
+                }
+            }
+        }),
+        Op::HashDelete { key, fields } => update(keys, &key, Kind::Hash, |object| {
+            if let Object::Hash(hash) = object {
+                for field in fields {
+                    hash.remove(&field);
+                }
+            }
+        }),
+        Op::SetAdd { key, members } => update(keys, &key, Kind::Set, |object| {
+            if let Object::Set(set) = object {
+                for member in members {
+                    set.insert(member);
+                }
+            }
+        }),
+        Op::SetRemove { key, members } => update(keys, &key, Kind::Set, |object| {
+            if let Object::Set(set) = object {
+                for member in members {
+                    set.remove(&member);
+                }
+            }
+        }),
+        Op::SortedSetAdd { key, pairs } => update(keys, &key, Kind::SortedSet, |object| {
+            if let Object::SortedSet(zset) = object {
+                for (score, member) in pairs {
+                    if let Some(score) = Score::new(score) {
+                        zset.insert(&member, score);
+                    }
+                }
+            }
+        }),
+        Op::SortedSetRemove { key, members } => update(keys, &key, Kind::SortedSet, |object| {
+            if let Object::SortedSet(zset) = object {
+                for member in members {
+                    zset.remove(&member);
+                }
+            }
+        }),
+        Op::ListPush { key, front, values } => update(keys, &key, Kind::List, |object| {
+            if let Object::List(list) = object {
+                if front {
+                    list.push_front(values);
+                } else {
+                    list.push_back(values);
+                }
+            }
+        }),
+        Op::ListPop { key, front, count } => update_existing(keys, &key, |object| {
+            if let Object::List(list) = object {
+                let count = usize::try_from(count).unwrap_or(usize::MAX);
+                if front {
+                    list.pop_front(count);
+                } else {
+                    list.pop_back(count);
+                }
+            }
+        }),
+        Op::ListSet { key, index, value } => update_existing(keys, &key, |object| {
+            if let (Object::List(list), Ok(index)) = (object, i64::try_from(index)) {
+                let _ = list.set(index, value);
+            }
+        }),
+        Op::ListInsert {
+            key,
+            before,
+            pivot,
+            value,
+        } => update_existing(keys, &key, |object| {
+            if let Object::List(list) = object {
+                let position = if before {
+                    InsertPosition::Before
+                } else {
+                    InsertPosition::After
+                };
+                list.insert(position, &pivot, value);
+            }
+        }),
+        Op::ListRemove { key, count, value } => update_existing(keys, &key, |object| {
+            if let Object::List(list) = object {
+                list.remove(count, &value);
+            }
+        }),
+        Op::ListTrim { key, start, stop } => update_existing(keys, &key, |object| {
+            if let Object::List(list) = object {
+                list.trim(start, stop);
+            }
+        }),
+        Op::ListMove {
+            from,
+            to,
+            from_front,
+            to_front,
+        } => {
+            let destination_ok = match keys.get(&to) {
+                None => true,
+                Some(entry) => entry.object.kind() == Kind::List,
+            };
+            if !destination_ok {
+                return;
+            }
+            let mut moved = None;
+            update_existing(keys, &from, |object| {
+                if let Object::List(list) = object {
+                    moved = pop(list, from_front);
+                }
+            });
+            if let Some(value) = moved {
+                update(keys, &to, Kind::List, |object| {
+                    if let Object::List(list) = object {
+                        push(list, to_front, value);
+                    }
+                });
+            }
+        }
+    }
+}
+
+fn push(list: &mut List, front: bool, value: Bytes) {
+    if front {
+        list.push_front([value]);
+    } else {
+        list.push_back([value]);
+    }
+}
+
+fn pop(list: &mut List, front: bool) -> Option<Bytes> {
+    let mut popped = if front { list.pop_front(1) } else { list.pop_back(1) };
+    popped.pop()
+}
+
+/// Runs `change` on the key's object, creating an empty one of `kind` if the
+/// key is absent; skips a key of another type; removes the key if the
+/// object ends up empty.
+fn update(keys: &mut impl Keys, key: &[u8], kind: Kind, change: impl FnOnce(&mut Object)) {
+    match keys.get_mut(key) {
+        Some(entry) if entry.object.kind() != kind => {}
+        Some(entry) => {
+            change(&mut entry.object);
+            if entry.object.is_empty() {
+                keys.take(key);
+            }
+        }
+        None => {
+            let mut object = Object::new(kind);
+            change(&mut object);
+            if !object.is_empty() {
+                keys.put(
+                    key,
+                    Entry {
+                        object,
+                        expire_at_ms: 0,
+                    },
+                );
+            }
+        }
+    }
+}
+
+/// Like [`update`] for operations that never create a key.
+fn update_existing(keys: &mut impl Keys, key: &[u8], change: impl FnOnce(&mut Object)) {
+    if let Some(entry) = keys.get_mut(key) {
+        change(&mut entry.object);
+        if entry.object.is_empty() {
+            keys.take(key);
+        }
+    }
+}

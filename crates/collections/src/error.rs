@@ -1,0 +1,33 @@
+use std::path::PathBuf;
+
+/// Errors at the collections layer's boundary, each naming what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Region(#[from] engram_pmem::Error),
+    #[error(transparent)]
+    Engine(#[from] engram_engine::Error),
+    #[error("{context} {path}: {source}")]
+    Io {
+        context: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {what}")]
+    CorruptLog { path: PathBuf, what: String },
+    #[error("operation of {bytes} bytes is larger than the operation log's limit of {max} bytes per operation")]
+    OperationTooLarge { bytes: usize, max: usize },
+    #[error("no space left for the operation log: {0}")]
+    NoSpace(#[source] engram_pmem::Error),
+    #[error("checkpoint image of key {key:?} is corrupt: {what}")]
+    CorruptImage { key: String, what: String },
+    #[error("operation record {seq} is corrupt: {what}")]
+    CorruptOperation { seq: u64, what: String },
+    #[error("injected crash point reached: {0}")]
+    InjectedCrash(&'static str),
+    #[error("invalid option: {0}")]
+    InvalidOption(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

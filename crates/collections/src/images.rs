@@ -1,0 +1,206 @@
+//! Checkpoint images: each collection's state as of a checkpoint, stored as
+//! one value in an engine store of its own (`DIR/images/`), so images get
+//! the engine's crash safety, checksums, integrity coverage and compaction.
+//!
+//! A checkpoint writes images only of the keys its log touched, each under
+//! a key naming the checkpoint (`version` = the last sequence number it
+//! covers), then durably replaces the root. The root is the commit point:
+//! for every key the image that counts is the one with the largest version
+//! not above the root's; images of later versions belong to a checkpoint
+//! that never committed and are discarded, older ones are superseded
+//! garbage. A key deleted since its last image gets a tombstone image, so
+//! an older image cannot come back. So a checkpoint is atomic however many
+//! keys it writes, and costs what changed, not what exists.
+//!
+//! ```text
+//! engine key                      engine value
+//! "root"                          version (8 bytes LE)
+//! 'i' ++ version (8 BE) ++ key    format (1 byte, 1) ++ flags (1 byte: 1 = tombstone)
+//!                                 ++ expire_at_ms (8 bytes LE) ++ object image (codec)
+//! ```
+
+use std::sync::Mutex;
+
+use engram_engine::Store;
+use hashbrown::HashMap;
+
+use crate::error::{Error, Result};
+use crate::op::Bytes;
+use crate::state::Entry;
+use crate::types::Object;
+
+pub const ROOT_KEY: &[u8] = b"root";
+const IMAGE_TAG: u8 = b'i';
+const FORMAT: u8 = 1;
+const TOMBSTONE: u8 = 1;
+const VALUE_HEADER_BYTES: usize = 10;
+
+pub fn image_key(version: u64, key: &[u8]) -> Vec<u8> {
+    let mut image_key = Vec::with_capacity(9 + key.len());
+    image_key.push(IMAGE_TAG);
+    image_key.extend_from_slice(&version.to_be_bytes());
+    image_key.extend_from_slice(key);
+    image_key
+}
+
+/// (version, user key) of an image key.
+fn parse_image_key(image_key: &[u8]) -> Option<(u64, &[u8])> {
+    if image_key.len() < 9 || image_key[0] != IMAGE_TAG {
+        return None;
+    }
+    let version = u64::from_be_bytes(image_key[1..9].try_into().expect("8 bytes"));
+    Some((version, &image_key[9..]))
+}
+
+pub fn encode_image(entry: Option<&Entry>) -> Vec<u8> {
+    let mut value = Vec::with_capacity(64);
+    value.push(FORMAT);
+    match entry {
+        None => {
+            value.push(TOMBSTONE);
+            value.extend_from_slice(&0u64.to_le_bytes());
+        }
+        Some(entry) => {
+            value.push(0);
+            value.extend_from_slice(&entry.expire_at_ms.to_le_bytes());
+            entry.object.encode(&mut value);
+        }
+    }
+    value
+}
+
+/// The entry an image holds (`None`: a tombstone).
+pub fn decode_image(key: &[u8], value: &[u8]) -> Result<Option<Entry>> {
+    let bad = |what: String| Error::CorruptImage {
+        key: String::from_utf8_lossy(key).into_owned(),
+        what,
+    };
+    if value.len() < VALUE_HEADER_BYTES {
+        return Err(bad(format!("{} bytes is too short", value.len())));
+    }
+    if value[0] != FORMAT {
+        return Err(bad(format!("unknown image format {}", value[0])));
+    }
+    if value[1] & TOMBSTONE != 0 {
+        return Ok(None);
+    }
+    let expire_at_ms = u64::from_le_bytes(value[2..10].try_into().expect("8 bytes"));
+    let object = Object::decode(&value[VALUE_HEADER_BYTES..]).map_err(|e| bad(e.to_string()))?;
+    Ok(Some(Entry {
+        object,
+        expire_at_ms,
+    }))
+}
+
+pub fn read_root(images: &Store) -> Result<u64> {
+    match images.get(ROOT_KEY)? {
+        None => Ok(0),
+        Some(value) if value.len() == 8 => Ok(u64::from_le_bytes(value[..].try_into().expect("8 bytes"))),
+        Some(value) => Err(Error::CorruptImage {
+            key: "root".into(),
+            what: format!("root of {} bytes, expected 8", value.len()),
+        }),
+    }
+}
+
+pub fn write_root(images: &Store, version: u64) -> Result<()> {
+    images.put(ROOT_KEY, &version.to_le_bytes())?;
+    Ok(())
+}
+
+/// Everything the images store holds, sorted out.
+pub struct Loaded {
+    /// The committed checkpoint's version (0: none yet).
+    pub root: u64,
+    /// The live collections as of `root`.
+    pub entries: Vec<(Bytes, Entry)>,
+    /// For each live key, the version of its current image.
+    pub versions: HashMap<Bytes, u64>,
+    /// Image keys that are garbage (uncommitted or superseded).
+    pub garbage: Vec<Vec<u8>>,
+    /// Committed tombstones: garbage too, but to be deleted only after the
+    /// older images they hide are durably gone.
+    pub tombstones: Vec<Vec<u8>>,
+}
+
+/// Reads the root and every image, decoding on `threads` threads.
+pub fn load(images: &Store, threads: usize) -> Result<Loaded> {
+    let root = read_root(images)?;
+    // version of the winning image per key, and every image key seen.
+    let mut winners: HashMap<Bytes, u64> = HashMap::new();
+    let mut garbage = Vec::new();
+    let mut cursor = 0;
+    loop {
+        let (next, keys) = images.scan(cursor, 4096);
+        for image_key in keys {
+            let Some((version, key)) = parse_image_key(&image_key) else {
+                continue;
+            };
+            if version > root {
+                garbage.push(image_key);
+                continue;
+            }
+            match winners.get_mut(key) {
+                Some(best) if *best >= version => garbage.push(image_key),
+                Some(best) => {
+                    garbage.push(self::image_key(*best, key));
+                    *best = version;
+                }
+                None => {
+                    winners.insert(key.into(), version);
+                }
+            }
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    let winners: Vec<(Bytes, u64)> = winners.into_iter().collect();
+    let threads = threads.clamp(1, 64);
+    let chunk = winners.len().div_ceil(threads).max(1);
+    type Decoded = Vec<(Bytes, u64, Option<Entry>)>;
+    let results: Mutex<Vec<Result<Decoded>>> = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for part in winners.chunks(chunk) {
+            let results = &results;
+            scope.spawn(move || {
+                let decoded = part
+                    .iter()
+                    .map(|(key, version)| {
+                        let value = images.get(&image_key(*version, key))?.ok_or_else(|| {
+                            Error::CorruptImage {
+                                key: String::from_utf8_lossy(key).into_owned(),
+                                what: "image vanished while loading".into(),
+                            }
+                        })?;
+                        Ok((key.clone(), *version, decode_image(key, &value)?))
+                    })
+                    .collect::<Result<Vec<_>>>();
+                results.lock().expect("not poisoned").push(decoded);
+            });
+        }
+    });
+    let mut entries = Vec::with_capacity(winners.len());
+    let mut versions = HashMap::with_capacity(winners.len());
+    let mut tombstones = Vec::new();
+    for part in results.into_inner().expect("not poisoned") {
+        for (key, version, entry) in part? {
+            match entry {
+                Some(entry) => {
+                    versions.insert(key.clone(), version);
+                    entries.push((key, entry));
+                }
+                // A tombstone at the root: older images went with it.
+                None => tombstones.push(image_key(version, &key)),
+            }
+        }
+    }
+    Ok(Loaded {
+        root,
+        entries,
+        versions,
+        garbage,
+        tombstones,
+    })
+}

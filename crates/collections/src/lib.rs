@@ -1,0 +1,494 @@
+//! # engram-collections: durable collections (DIPPER)
+//!
+//! Hashes, sets, sorted sets and lists live in DRAM ([`types`], held in
+//! [`state`]). Every change is first a small logical record in a persistent
+//! operation log ([`oplog`]), committed by persisting its sequence number
+//! last; then it is applied to DRAM ([`apply`]). Readers and writers touch
+//! only DRAM and the log.
+//!
+//! Checkpoints ([`checkpoint`]) run in the background without pausing
+//! anyone: they swap the active and archived logs, replay the archived log
+//! onto the previous checkpoint's images of the keys it touched, write the
+//! new images to an engine store ([`images`]), and commit them all at once
+//! by replacing a root; then the archived log is reused. Recovery loads the
+//! images and replays the log written since (redo only, idempotent: it
+//! writes nothing that a second recovery would disagree with).
+//!
+//! This follows DIPPER (Chen et al., sections 3 and 4) with one change: the
+//! persistent shadow is not a copy of the DRAM structures updated in place,
+//! but per-key images written only for keys that changed, so a checkpoint
+//! costs what changed and the images sit in an ordinary engine store.
+//!
+//! ```
+//! use engram_collections::{Collections, CollectionsOptions, Op, types::Object};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let c = Collections::open(dir.path(), CollectionsOptions::default())?;
+//! c.write(vec![Op::SetAdd { key: b"tags".as_slice().into(), members: vec![b"a".as_slice().into()] }])?;
+//! // Read-modify-write, atomic per key: read under the key's lock, decide ops.
+//! let added = c.update(&[b"tags"], |keys| {
+//!     let present = keys.get(b"tags").is_some_and(|e| matches!(&e.object, Object::Set(s) if s.contains(b"b")));
+//!     let ops = if present { vec![] } else { vec![Op::SetAdd { key: b"tags".as_slice().into(), members: vec![b"b".as_slice().into()] }] };
+//!     Ok((ops, !present))
+//! })?;
+//! assert!(added);
+//! c.read(b"tags", |entry| assert_eq!(entry.map(|e| e.object.len()), Some(2)));
+//! c.checkpoint_now()?;
+//! c.close()?;
+//! # Ok::<(), engram_collections::Error>(())
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod apply;
+pub mod checkpoint;
+mod error;
+pub mod images;
+pub mod op;
+pub mod oplog;
+pub mod state;
+pub mod types;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, RwLock};
+
+pub use checkpoint::{CheckpointMode, CheckpointReport};
+pub use error::{Error, Result};
+pub use op::Op;
+pub use oplog::{OpLogOptions, Sequencer};
+pub use state::{Entry, Keys};
+
+use oplog::OpLog;
+use state::ShardedMap;
+
+/// The engine store holding checkpoint images, inside the store's directory.
+pub const IMAGES_DIR: &str = "images";
+
+#[derive(Clone, Debug)]
+pub struct CollectionsOptions {
+    pub oplog: OpLogOptions,
+    /// Options of the engine store that holds the images.
+    pub images: engram_engine::Options,
+    /// A checkpoint starts when the log written since the last one reaches
+    /// this many bytes.
+    pub checkpoint_log_bytes: u64,
+    pub checkpoints: CheckpointMode,
+    /// Writers are slowed, gradually, when the log not yet checkpointed
+    /// passes this multiple of `checkpoint_log_bytes` (checkpoints are not
+    /// keeping up); never stopped.
+    pub backpressure_factor: u64,
+    /// Threads decoding images at recovery (0: one per core).
+    pub recovery_threads: usize,
+    /// Testing: stop at chosen points as a crash would.
+    #[doc(hidden)]
+    pub faults: Faults,
+}
+
+/// Crash points for tests: the operation returns [`Error::InjectedCrash`]
+/// at the chosen point, having done exactly what precedes it; the test then
+/// abandons the store ([`Collections::crash`]) and recovers.
+#[doc(hidden)]
+#[derive(Clone, Debug, Default)]
+pub struct Faults {
+    pub checkpoint_crash_at: Option<checkpoint::Step>,
+    /// Recovery stops after deleting this many garbage images.
+    pub recovery_crash_after_deletes: Option<usize>,
+}
+
+impl Default for CollectionsOptions {
+    fn default() -> Self {
+        CollectionsOptions {
+            oplog: OpLogOptions::default(),
+            images: engram_engine::Options::default(),
+            checkpoint_log_bytes: 64 << 20,
+            checkpoints: CheckpointMode::Background,
+            backpressure_factor: 4,
+            recovery_threads: 0,
+            faults: Faults::default(),
+        }
+    }
+}
+
+/// A sequencer of its own, for a collections store not sharing one with
+/// an engine store.
+pub struct OwnSequencer(AtomicU64);
+
+impl Sequencer for OwnSequencer {
+    fn next_seq(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::Relaxed)
+    }
+    fn peek_seq(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// What recovery did.
+#[derive(Clone, Debug, Default)]
+pub struct RecoveryReport {
+    pub root: u64,
+    pub images_loaded: u64,
+    pub records_replayed: u64,
+    pub garbage_images_removed: u64,
+    pub load_images: Duration,
+    pub replay: Duration,
+    pub total: Duration,
+}
+
+/// A shared sequencer and how to advance it past recovered numbers.
+pub type SharedSequencer<'a> = (Arc<dyn Sequencer>, &'a dyn Fn(u64));
+
+/// Counters for INFO.
+#[derive(Clone, Debug, Default)]
+pub struct CollectionsStats {
+    pub keys: u64,
+    pub log: oplog::OpLogStats,
+    pub log_bytes_since_checkpoint: u64,
+    pub checkpoints: u64,
+    pub checkpoint_running: bool,
+    pub last_checkpoint: Option<CheckpointReport>,
+    pub checkpointed_through: u64,
+    pub backpressure_waits: u64,
+    pub backpressure_wait_time: Duration,
+}
+
+pub(crate) struct Inner {
+    dir: PathBuf,
+    log: OpLog,
+    images: engram_engine::Store,
+    map: ShardedMap,
+    sequencer: Arc<dyn Sequencer>,
+    options: CollectionsOptions,
+    /// Stop-the-world mode only: writers hold it shared, a checkpoint
+    /// exclusively.
+    world: RwLock<()>,
+    checkpoint: Mutex<checkpoint::State>,
+    log_bytes_since_cut: AtomicU64,
+    checkpoints: AtomicU64,
+    checkpoint_running: AtomicBool,
+    /// A checkpoint was asked for (BGSAVE).
+    requested: AtomicBool,
+    last_checkpoint: Mutex<Option<CheckpointReport>>,
+    backpressure_waits: AtomicU64,
+    backpressure_nanos: AtomicU64,
+    wake: (Mutex<bool>, Condvar),
+}
+
+/// Durable collections in one directory. See the crate docs.
+pub struct Collections {
+    inner: Arc<Inner>,
+    checkpointer: Option<JoinHandle<()>>,
+    report: RecoveryReport,
+}
+
+impl Collections {
+    /// Opens (creating if need be) the collections in `dir` with a sequencer
+    /// of their own.
+    pub fn open(dir: impl AsRef<Path>, options: CollectionsOptions) -> Result<Collections> {
+        Collections::open_with(dir, options, None)
+    }
+
+    /// Opens with `sequencer` (shared with an engine store so strings and
+    /// collections share one order), which recovery advances past every
+    /// number it finds via `advance`.
+    pub fn open_with(
+        dir: impl AsRef<Path>,
+        options: CollectionsOptions,
+        sequencer: Option<SharedSequencer<'_>>,
+    ) -> Result<Collections> {
+        let began = Instant::now();
+        let dir = dir.as_ref().to_path_buf();
+        if options.checkpoint_log_bytes == 0 {
+            return Err(Error::InvalidOption("checkpoint_log_bytes must be positive".into()));
+        }
+        std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
+            context: "creating directory",
+            path: dir.clone(),
+            source,
+        })?;
+        let threads = if options.recovery_threads == 0 {
+            std::thread::available_parallelism().map_or(2, |n| n.get())
+        } else {
+            options.recovery_threads
+        };
+        let images = engram_engine::Store::open(dir.join(IMAGES_DIR), options.images.clone())?;
+        let loaded = images::load(&images, threads)?;
+        let mut report = RecoveryReport {
+            root: loaded.root,
+            images_loaded: loaded.entries.len() as u64,
+            garbage_images_removed: (loaded.garbage.len() + loaded.tombstones.len()) as u64,
+            ..RecoveryReport::default()
+        };
+        // Garbage goes before anything new is written: a later checkpoint
+        // may reuse an uncommitted checkpoint's version. Tombstones go last,
+        // after the images they hide are durably gone.
+        let mut deletes = 0;
+        let mut delete = |key: &[u8]| -> Result<()> {
+            if options.faults.recovery_crash_after_deletes == Some(deletes) {
+                return Err(Error::InjectedCrash("recovery, deleting garbage images"));
+            }
+            deletes += 1;
+            images.delete(key)?;
+            Ok(())
+        };
+        for key in &loaded.garbage {
+            delete(key)?;
+        }
+        images.sync()?;
+        for key in &loaded.tombstones {
+            delete(key)?;
+        }
+        images.sync()?;
+        let map = ShardedMap::default();
+        for (key, entry) in loaded.entries {
+            map.insert_unlogged(key, entry);
+        }
+        report.load_images = began.elapsed();
+
+        let replay_began = Instant::now();
+        let recovered = OpLog::open(&dir, options.oplog.clone(), loaded.root)?;
+        let max_seq = recovered.records.last().map_or(loaded.root, |r| r.seq.max(loaded.root));
+        let sequencer: Arc<dyn Sequencer> = match sequencer {
+            Some((sequencer, advance)) => {
+                advance(max_seq + 1);
+                sequencer
+            }
+            None => Arc::new(OwnSequencer(AtomicU64::new(max_seq + 1))),
+        };
+        let mut log_bytes = 0;
+        for record in recovered.records {
+            let ops = op::decode_batch(&record.payload).map_err(|e| Error::CorruptOperation {
+                seq: record.seq,
+                what: e.0,
+            })?;
+            log_bytes += oplog::format::record_bytes(record.payload.len());
+            for op in ops {
+                let keys: Vec<&[u8]> = op.keys().into_iter().flatten().collect();
+                let mut locked = map.lock(&keys);
+                drop(keys);
+                apply::apply(&mut locked, op);
+            }
+            report.records_replayed += 1;
+        }
+        report.replay = replay_began.elapsed();
+        report.total = began.elapsed();
+
+        let inner = Arc::new(Inner {
+            dir,
+            log: recovered.log,
+            images,
+            map,
+            sequencer,
+            world: RwLock::new(()),
+            checkpoint: Mutex::new(checkpoint::State {
+                root: loaded.root,
+                versions: loaded.versions,
+            }),
+            log_bytes_since_cut: AtomicU64::new(log_bytes),
+            checkpoints: AtomicU64::new(0),
+            checkpoint_running: AtomicBool::new(false),
+            requested: AtomicBool::new(false),
+            last_checkpoint: Mutex::new(None),
+            backpressure_waits: AtomicU64::new(0),
+            backpressure_nanos: AtomicU64::new(0),
+            wake: (Mutex::new(false), Condvar::new()),
+            options,
+        });
+        let checkpointer = match inner.options.checkpoints {
+            CheckpointMode::Manual => None,
+            CheckpointMode::Background | CheckpointMode::StopTheWorld => {
+                let inner = Arc::clone(&inner);
+                Some(
+                    std::thread::Builder::new()
+                        .name("engram-checkpoint".into())
+                        .spawn(move || checkpoint::run(&inner))
+                        .map_err(|source| Error::Io {
+                            context: "starting the checkpoint thread in",
+                            path: PathBuf::new(),
+                            source,
+                        })?,
+                )
+            }
+        };
+        Ok(Collections {
+            inner,
+            checkpointer,
+            report,
+        })
+    }
+
+    /// Reads `key`'s entry (or its absence) under its shard's read lock.
+    pub fn read<R>(&self, key: &[u8], f: impl FnOnce(Option<&Entry>) -> R) -> R {
+        let shard = self.inner.map.read(key);
+        f(shard.get(key))
+    }
+
+    /// The atomic read-modify-write: locks the shards of `keys`, lets `f`
+    /// read them and decide the operations (which may touch only `keys`),
+    /// logs them as one record, applies them, and returns `f`'s result.
+    /// When `f` returns no operations nothing is logged. On an error from
+    /// the log (a full disk) nothing is applied.
+    pub fn update<R>(
+        &self,
+        keys: &[&[u8]],
+        f: impl FnOnce(&dyn Keys) -> Result<(Vec<Op>, R)>,
+    ) -> Result<R> {
+        self.inner.backpressure();
+        let _world = self.inner.world.read();
+        let mut locked = self.inner.map.lock(keys);
+        let (ops, result) = f(&locked)?;
+        if ops.is_empty() {
+            return Ok(result);
+        }
+        for op in &ops {
+            for key in op.keys().into_iter().flatten() {
+                if !keys.contains(&key) {
+                    return Err(Error::InvalidOption(format!(
+                        "operation touches key {:?} outside the update's keys",
+                        String::from_utf8_lossy(key)
+                    )));
+                }
+            }
+        }
+        let payload = op::encode_batch(&ops);
+        self.inner
+            .log
+            .append(&*self.inner.sequencer, oplog::Position::default(), &payload)?;
+        for op in ops {
+            apply::apply(&mut locked, op);
+        }
+        drop(locked);
+        self.inner.logged(oplog::format::record_bytes(payload.len()));
+        Ok(result)
+    }
+
+    /// Logs and applies `ops` (keys taken from the operations).
+    pub fn write(&self, ops: Vec<Op>) -> Result<()> {
+        let keys: Vec<Vec<u8>> = ops
+            .iter()
+            .flat_map(|op| op.keys().into_iter().flatten().map(|k| k.to_vec()))
+            .collect();
+        let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+        self.update(&keys, |_| Ok((ops, ())))
+    }
+
+    /// Runs a checkpoint now (waiting for one in progress first).
+    pub fn checkpoint_now(&self) -> Result<CheckpointReport> {
+        checkpoint::checkpoint(&self.inner)
+    }
+
+    /// Asks the background checkpointer for a checkpoint (BGSAVE).
+    pub fn request_checkpoint(&self) {
+        self.inner.requested.store(true, Ordering::Relaxed);
+        self.inner.wake_checkpointer();
+    }
+
+    /// Makes every logged operation durable against power loss (on
+    /// emulated memory, an msync of the log; nothing on DAX).
+    pub fn sync(&self) -> Result<()> {
+        self.inner.log.sync()
+    }
+
+    pub fn len(&self) -> u64 {
+        self.inner.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Calls `f` for each key of shard `shard` (0..[`state::SHARDS`]) under
+    /// its read lock: for SCAN-like walks that resume by shard.
+    pub fn for_each_in_shard(&self, shard: usize, mut f: impl FnMut(&[u8], &Entry)) {
+        for (key, entry) in self.inner.map.shard(shard).read().iter() {
+            f(key, entry);
+        }
+    }
+
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.report
+    }
+
+    pub fn stats(&self) -> CollectionsStats {
+        let inner = &self.inner;
+        CollectionsStats {
+            keys: inner.map.len(),
+            log: inner.log.stats(),
+            log_bytes_since_checkpoint: inner.log_bytes_since_cut.load(Ordering::Relaxed),
+            checkpoints: inner.checkpoints.load(Ordering::Relaxed),
+            checkpoint_running: inner.checkpoint_running.load(Ordering::Relaxed),
+            last_checkpoint: inner.last_checkpoint.lock().clone(),
+            checkpointed_through: inner.checkpoint.lock().root,
+            backpressure_waits: inner.backpressure_waits.load(Ordering::Relaxed),
+            backpressure_wait_time: Duration::from_nanos(inner.backpressure_nanos.load(Ordering::Relaxed)),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Stops the checkpointer, makes the log durable and closes the images.
+    pub fn close(mut self) -> Result<()> {
+        self.stop_checkpointer();
+        self.inner.log.sync()?;
+        self.inner.images.sync()?;
+        Ok(())
+    }
+
+    /// Testing: stops like a killed process would (no sync, no checkpoint).
+    #[doc(hidden)]
+    pub fn crash(mut self) {
+        self.stop_checkpointer();
+    }
+
+    fn stop_checkpointer(&mut self) {
+        if let Some(handle) = self.checkpointer.take() {
+            *self.inner.wake.0.lock() = true;
+            self.inner.wake.1.notify_all();
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for Collections {
+    fn drop(&mut self) {
+        self.stop_checkpointer();
+    }
+}
+
+impl Inner {
+    fn logged(&self, bytes: u64) {
+        let total = self.log_bytes_since_cut.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if total >= self.options.checkpoint_log_bytes
+            && !self.checkpoint_running.load(Ordering::Relaxed)
+        {
+            self.wake_checkpointer();
+        }
+    }
+
+    fn wake_checkpointer(&self) {
+        self.wake.1.notify_all();
+    }
+
+    /// Gradual backpressure: past `backpressure_factor` checkpoints' worth
+    /// of unfolded log, a writer sleeps a little, longer the further behind
+    /// the checkpoints are (up to 1 ms); it never blocks outright.
+    fn backpressure(&self) {
+        let limit = self.options.checkpoint_log_bytes * self.options.backpressure_factor;
+        let pending = self.log_bytes_since_cut.load(Ordering::Relaxed);
+        if pending <= limit {
+            return;
+        }
+        let over = (pending - limit) as f64 / self.options.checkpoint_log_bytes as f64;
+        let pause = Duration::from_micros((50.0 * (1.0 + over)).min(1000.0) as u64);
+        std::thread::sleep(pause);
+        self.backpressure_waits.fetch_add(1, Ordering::Relaxed);
+        self.backpressure_nanos
+            .fetch_add(pause.as_nanos() as u64, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,512 @@
+//! Logical operations: what one log record says (DIPPER's "operation and
+//! its parameters", never whole structures when avoidable).
+//!
+//! Operations are effects, resolved by the caller before logging: whatever
+//! depended on randomness, the clock or a read (SPOP's choice, HINCRBY's
+//! sum, ZADD GT's comparison, LINSERT's pivot) is already decided, so
+//! applying a record is deterministic and replay reaches the same state.
+//! One record carries a batch: the operations of one command, or of one
+//! MULTI/EXEC, applied together.
+//!
+//! ## Encoding (a record's payload)
+//!
+//! ```text
+//! batch   = varint count, then count operations
+//! op      = tag (1 byte), then its fields in declaration order:
+//!           bytes  = varint length ++ the bytes
+//!           list   = varint count ++ elements
+//!           u64/i64 = varint (i64 zigzag), f64 = 8 bytes little-endian,
+//!           bool   = 1 byte (0 or 1), object = bytes holding its image
+//! ```
+
+use crate::types::Object;
+
+pub type Bytes = Box<[u8]>;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// Removes a key of any type (absent: nothing).
+    Delete { key: Bytes },
+    /// Sets (or with 0 clears) the expiry time of an existing key.
+    Expire { key: Bytes, at_ms: u64 },
+    /// Moves `from` (object and expiry) to `to`, replacing what `to` held.
+    Rename { from: Bytes, to: Bytes },
+    /// Copies `from` to `to`, replacing what `to` held.
+    Copy { from: Bytes, to: Bytes },
+    /// Makes `key` hold `object` (no expiry), replacing what it held. For
+    /// results computed from several keys (SUNIONSTORE, ZINTERSTORE...).
+    Replace { key: Bytes, object: Object },
+    /// Sets fields (creates the hash).
+    HashSet { key: Bytes, pairs: Vec<(Bytes, Bytes)> },
+    /// Removes fields (removes the hash when it empties).
+    HashDelete { key: Bytes, fields: Vec<Bytes> },
+    SetAdd { key: Bytes, members: Vec<Bytes> },
+    SetRemove { key: Bytes, members: Vec<Bytes> },
+    /// Sets members' scores (creates the sorted set).
+    SortedSetAdd { key: Bytes, pairs: Vec<(f64, Bytes)> },
+    SortedSetRemove { key: Bytes, members: Vec<Bytes> },
+    /// Pushes values one by one at the head (`front`) or tail.
+    ListPush { key: Bytes, front: bool, values: Vec<Bytes> },
+    /// Pops up to `count` values from the head or tail.
+    ListPop { key: Bytes, front: bool, count: u64 },
+    /// Replaces the value at a resolved (non-negative, in range) index.
+    ListSet { key: Bytes, index: u64, value: Bytes },
+    /// LINSERT: inserts `value` before (or after) the first `pivot` from
+    /// the head; nothing when there is none.
+    ListInsert { key: Bytes, before: bool, pivot: Bytes, value: Bytes },
+    /// LREM: removes `count` occurrences from the head (>0), tail (<0), or all (0).
+    ListRemove { key: Bytes, count: i64, value: Bytes },
+    /// LTRIM, Redis semantics: keeps `start..=stop` (negative: from the tail).
+    ListTrim { key: Bytes, start: i64, stop: i64 },
+    /// LMOVE: pops one value from `from` and pushes it onto `to`.
+    ListMove { from: Bytes, to: Bytes, from_front: bool, to_front: bool },
+}
+
+impl Op {
+    /// The keys the operation touches (the checkpointer loads their images).
+    pub fn keys(&self) -> [Option<&[u8]>; 2] {
+        use Op::*;
+        match self {
+            Rename { from, to } | Copy { from, to } | ListMove { from, to, .. } => {
+                [Some(from), Some(to)]
+            }
+            Delete { key }
+            | Expire { key, .. }
+            | Replace { key, .. }
+            | HashSet { key, .. }
+            | HashDelete { key, .. }
+            | SetAdd { key, .. }
+            | SetRemove { key, .. }
+            | SortedSetAdd { key, .. }
+            | SortedSetRemove { key, .. }
+            | ListPush { key, .. }
+            | ListPop { key, .. }
+            | ListSet { key, .. }
+            | ListInsert { key, .. }
+            | ListRemove { key, .. }
+            | ListTrim { key, .. } => [Some(key), None],
+        }
+    }
+}
+
+/// Why a payload is not a batch of operations.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct DecodeError(pub String);
+
+pub fn encode_batch(ops: &[Op]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    put_varint(&mut out, ops.len() as u64);
+    for op in ops {
+        encode_op(op, &mut out);
+    }
+    out
+}
+
+pub fn decode_batch(bytes: &[u8]) -> Result<Vec<Op>, DecodeError> {
+    let mut reader = Reader { bytes, at: 0 };
+    let count = reader.varint()?;
+    // Every operation takes at least two bytes: a bound before allocating.
+    if count > bytes.len() as u64 {
+        return Err(DecodeError(format!("batch claims {count} operations in {} bytes", bytes.len())));
+    }
+    let mut ops = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        ops.push(reader.op()?);
+    }
+    if reader.at != bytes.len() {
+        return Err(DecodeError(format!("{} trailing bytes", bytes.len() - reader.at)));
+    }
+    Ok(ops)
+}
+
+const DELETE: u8 = 1;
+const EXPIRE: u8 = 2;
+const RENAME: u8 = 3;
+const COPY: u8 = 4;
+const REPLACE: u8 = 5;
+const HASH_SET: u8 = 10;
+const HASH_DELETE: u8 = 11;
+const SET_ADD: u8 = 20;
+const SET_REMOVE: u8 = 21;
+const ZSET_ADD: u8 = 30;
+const ZSET_REMOVE: u8 = 31;
+const LIST_PUSH: u8 = 40;
+const LIST_POP: u8 = 41;
+const LIST_SET: u8 = 42;
+const LIST_INSERT: u8 = 43;
+const LIST_REMOVE: u8 = 44;
+const LIST_TRIM: u8 = 45;
+const LIST_MOVE: u8 = 46;
+
+fn encode_op(op: &Op, out: &mut Vec<u8>) {
+    use Op::*;
+    match op {
+        Delete { key } => {
+            out.push(DELETE);
+            put_bytes(out, key);
+        }
+        Expire { key, at_ms } => {
+            out.push(EXPIRE);
+            put_bytes(out, key);
+            put_varint(out, *at_ms);
+        }
+        Rename { from, to } => {
+            out.push(RENAME);
+            put_bytes(out, from);
+            put_bytes(out, to);
+        }
+        Copy { from, to } => {
+            out.push(COPY);
+            put_bytes(out, from);
+            put_bytes(out, to);
+        }
+        Replace { key, object } => {
+            out.push(REPLACE);
+            put_bytes(out, key);
+            let mut image = Vec::new();
+            object.encode(&mut image);
+            put_bytes(out, &image);
+        }
+        HashSet { key, pairs } => {
+            out.push(HASH_SET);
+            put_bytes(out, key);
+            put_varint(out, pairs.len() as u64);
+            for (field, value) in pairs {
+                put_bytes(out, field);
+                put_bytes(out, value);
+            }
+        }
+        HashDelete { key, fields } => {
+            out.push(HASH_DELETE);
+            put_bytes(out, key);
+            put_list(out, fields);
+        }
+        SetAdd { key, members } => {
+            out.push(SET_ADD);
+            put_bytes(out, key);
+            put_list(out, members);
+        }
+        SetRemove { key, members } => {
+            out.push(SET_REMOVE);
+            put_bytes(out, key);
+            put_list(out, members);
+        }
+        SortedSetAdd { key, pairs } => {
+            out.push(ZSET_ADD);
+            put_bytes(out, key);
+            put_varint(out, pairs.len() as u64);
+            for (score, member) in pairs {
+                out.extend_from_slice(&score.to_le_bytes());
+                put_bytes(out, member);
+            }
+        }
+        SortedSetRemove { key, members } => {
+            out.push(ZSET_REMOVE);
+            put_bytes(out, key);
+            put_list(out, members);
+        }
+        ListPush { key, front, values } => {
+            out.push(LIST_PUSH);
+            put_bytes(out, key);
+            out.push(*front as u8);
+            put_list(out, values);
+        }
+        ListPop { key, front, count } => {
+            out.push(LIST_POP);
+            put_bytes(out, key);
+            out.push(*front as u8);
+            put_varint(out, *count);
+        }
+        ListSet { key, index, value } => {
+            out.push(LIST_SET);
+            put_bytes(out, key);
+            put_varint(out, *index);
+            put_bytes(out, value);
+        }
+        ListInsert {
+            key,
+            before,
+            pivot,
+            value,
+        } => {
+            out.push(LIST_INSERT);
+            put_bytes(out, key);
+            out.push(*before as u8);
+            put_bytes(out, pivot);
+            put_bytes(out, value);
+        }
+        ListRemove { key, count, value } => {
+            out.push(LIST_REMOVE);
+            put_bytes(out, key);
+            put_varint(out, zigzag(*count));
+            put_bytes(out, value);
+        }
+        ListTrim { key, start, stop } => {
+            out.push(LIST_TRIM);
+            put_bytes(out, key);
+            put_varint(out, zigzag(*start));
+            put_varint(out, zigzag(*stop));
+        }
+        ListMove {
+            from,
+            to,
+            from_front,
+            to_front,
+        } => {
+            out.push(LIST_MOVE);
+            put_bytes(out, from);
+            put_bytes(out, to);
+            out.push(*from_front as u8);
+            out.push(*to_front as u8);
+        }
+    }
+}
+
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    put_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+fn put_list(out: &mut Vec<u8>, items: &[Bytes]) {
+    put_varint(out, items.len() as u64);
+    for item in items {
+        put_bytes(out, item);
+    }
+}
+
+fn zigzag(value: i64) -> u64 {
+    ((value << 1) ^ (value >> 63)) as u64
+}
+
+fn unzigzag(value: u64) -> i64 {
+    (value >> 1) as i64 ^ -((value & 1) as i64)
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn byte(&mut self) -> Result<u8, DecodeError> {
+        let byte = *self
+            .bytes
+            .get(self.at)
+            .ok_or_else(|| DecodeError("truncated".into()))?;
+        self.at += 1;
+        Ok(byte)
+    }
+
+    fn bool(&mut self) -> Result<bool, DecodeError> {
+        match self.byte()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(DecodeError(format!("bad boolean {other}"))),
+        }
+    }
+
+    fn varint(&mut self) -> Result<u64, DecodeError> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = self.byte()?;
+            value |= ((byte & 0x7f) as u64) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(DecodeError("varint longer than 10 bytes".into()))
+    }
+
+    fn take(&mut self, len: u64) -> Result<&'a [u8], DecodeError> {
+        let end = self
+            .at
+            .checked_add(usize::try_from(len).map_err(|_| DecodeError("length overflows".into()))?)
+            .filter(|&end| end <= self.bytes.len())
+            .ok_or_else(|| DecodeError(format!("length {len} runs past the end")))?;
+        let bytes = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(bytes)
+    }
+
+    fn bytes(&mut self) -> Result<Bytes, DecodeError> {
+        let len = self.varint()?;
+        Ok(self.take(len)?.into())
+    }
+
+    fn f64(&mut self) -> Result<f64, DecodeError> {
+        let value = f64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes"));
+        if value.is_nan() {
+            return Err(DecodeError("NaN score".into()));
+        }
+        Ok(value)
+    }
+
+    /// A count of elements, each at least `min_bytes` long: bounded by what
+    /// is left, so a corrupt count cannot make us allocate wildly.
+    fn count(&mut self, min_bytes: usize) -> Result<usize, DecodeError> {
+        let count = self.varint()?;
+        let left = (self.bytes.len() - self.at) as u64;
+        if count.saturating_mul(min_bytes as u64) > left {
+            return Err(DecodeError(format!("count {count} exceeds the {left} bytes left")));
+        }
+        Ok(count as usize)
+    }
+
+    fn list(&mut self) -> Result<Vec<Bytes>, DecodeError> {
+        let count = self.count(1)?;
+        (0..count).map(|_| self.bytes()).collect()
+    }
+
+    fn op(&mut self) -> Result<Op, DecodeError> {
+        use Op::*;
+        Ok(match self.byte()? {
+            DELETE => Delete { key: self.bytes()? },
+            EXPIRE => Expire {
+                key: self.bytes()?,
+                at_ms: self.varint()?,
+            },
+            RENAME => Rename {
+                from: self.bytes()?,
+                to: self.bytes()?,
+            },
+            COPY => Copy {
+                from: self.bytes()?,
+                to: self.bytes()?,
+            },
+            REPLACE => {
+                let key = self.bytes()?;
+                let image = self.bytes()?;
+                let object = Object::decode(&image).map_err(|e| DecodeError(format!("object: {e}")))?;
+                Replace { key, object }
+            }
+            HASH_SET => {
+                let key = self.bytes()?;
+                let count = self.count(2)?;
+                let pairs = (0..count)
+                    .map(|_| Ok((self.bytes()?, self.bytes()?)))
+                    .collect::<Result<_, DecodeError>>()?;
+                HashSet { key, pairs }
+            }
+            HASH_DELETE => HashDelete {
+                key: self.bytes()?,
+                fields: self.list()?,
+            },
+            SET_ADD => SetAdd {
+                key: self.bytes()?,
+                members: self.list()?,
+            },
+            SET_REMOVE => SetRemove {
+                key: self.bytes()?,
+                members: self.list()?,
+            },
+            ZSET_ADD => {
+                let key = self.bytes()?;
+                let count = self.count(9)?;
+                let pairs = (0..count)
+                    .map(|_| Ok((self.f64()?, self.bytes()?)))
+                    .collect::<Result<_, DecodeError>>()?;
+                SortedSetAdd { key, pairs }
+            }
+            ZSET_REMOVE => SortedSetRemove {
+                key: self.bytes()?,
+                members: self.list()?,
+            },
+            LIST_PUSH => ListPush {
+                key: self.bytes()?,
+                front: self.bool()?,
+                values: self.list()?,
+            },
+            LIST_POP => ListPop {
+                key: self.bytes()?,
+                front: self.bool()?,
+                count: self.varint()?,
+            },
+            LIST_SET => ListSet {
+                key: self.bytes()?,
+                index: self.varint()?,
+                value: self.bytes()?,
+            },
+            LIST_INSERT => ListInsert {
+                key: self.bytes()?,
+                before: self.bool()?,
+                pivot: self.bytes()?,
+                value: self.bytes()?,
+            },
+            LIST_REMOVE => ListRemove {
+                key: self.bytes()?,
+                count: unzigzag(self.varint()?),
+                value: self.bytes()?,
+            },
+            LIST_TRIM => ListTrim {
+                key: self.bytes()?,
+                start: unzigzag(self.varint()?),
+                stop: unzigzag(self.varint()?),
+            },
+            LIST_MOVE => ListMove {
+                from: self.bytes()?,
+                to: self.bytes()?,
+                from_front: self.bool()?,
+                to_front: self.bool()?,
+            },
+            tag => return Err(DecodeError(format!("unknown operation tag {tag}"))),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(s: &str) -> Bytes {
+        s.as_bytes().into()
+    }
+
+    #[test]
+    fn every_operation_round_trips() {
+        let ops = vec![
+            Op::Delete { key: b("k") },
+            Op::Expire { key: b("k"), at_ms: 1 << 40 },
+            Op::Rename { from: b("a"), to: b("b") },
+            Op::Copy { from: b("a"), to: b("b") },
+            Op::HashSet { key: b("h"), pairs: vec![(b("f"), b("v")), (b(""), b(""))] },
+            Op::HashDelete { key: b("h"), fields: vec![b("f")] },
+            Op::SetAdd { key: b("s"), members: vec![b("m1"), b("m2")] },
+            Op::SetRemove { key: b("s"), members: vec![b("m1")] },
+            Op::SortedSetAdd { key: b("z"), pairs: vec![(1.5, b("a")), (f64::NEG_INFINITY, b("b"))] },
+            Op::SortedSetRemove { key: b("z"), members: vec![b("a")] },
+            Op::ListPush { key: b("l"), front: true, values: vec![b("x"), b("y")] },
+            Op::ListPop { key: b("l"), front: false, count: 3 },
+            Op::ListSet { key: b("l"), index: 2, value: b("v") },
+            Op::ListInsert { key: b("l"), before: false, pivot: b("p"), value: b("v") },
+            Op::ListRemove { key: b("l"), count: -2, value: b("v") },
+            Op::ListTrim { key: b("l"), start: 1, stop: -5 },
+            Op::ListMove { from: b("l"), to: b("m"), from_front: false, to_front: true },
+        ];
+        let bytes = encode_batch(&ops);
+        assert_eq!(decode_batch(&bytes).unwrap(), ops);
+        for cut in 0..bytes.len() {
+            assert!(decode_batch(&bytes[..cut]).is_err(), "prefix of {cut} bytes decoded");
+        }
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        assert!(decode_batch(&[1, 99]).unwrap_err().0.contains("unknown operation"));
+        assert!(decode_batch(&[0xff; 12]).is_err());
+        assert!(decode_batch(&[1, ZSET_ADD, 1, b'k', 0xff, 0xff, 0xff, 0xff, 0x0f]).is_err());
+        let mut nan = vec![1, ZSET_ADD, 1, b'k', 1];
+        nan.extend_from_slice(&f64::NAN.to_le_bytes());
+        nan.extend_from_slice(&[1, b'm']);
+        assert!(decode_batch(&nan).unwrap_err().0.contains("NaN"));
+        assert_eq!(decode_batch(&[0, 0]).unwrap_err().0, "1 trailing bytes");
+    }
+}

@@ -1,0 +1,211 @@
+//! The operation log's file format (`DIR/oplog.pmem`). Little-endian.
+//!
+//! ```text
+//! file     = superblock (4096 bytes), then segments of `segment_bytes` each
+//!
+//! superblock
+//!   offset size field
+//!        0    8 magic "ENGROPLG"
+//!        8    4 version (1)
+//!       12    4 segment_bytes (a power of two, 64 KiB ..= 1 GiB)
+//!       16    4 crc32c of bytes 0..16
+//!
+//! segment  = header (64 bytes), then records packed back to back
+//!   offset size field
+//!        0    8 header word: SEGMENT_TAG << 32 | generation (u32, nonzero)
+//!
+//! record   (8-byte aligned; 48-byte header, then the payload, padded to 8)
+//!   offset size field
+//!        0    8 commit       = seq; stored and persisted after everything else
+//!        8    4 crc          crc32c of generation (4 bytes) ++ bytes 12..48+len
+//!       12    4 len          payload bytes
+//!       16    8 seq          store-wide sequence number (conflict order)
+//!       24    8 term         replication term (0 on a standalone store)
+//!       32    8 index        replication log index (0 on a standalone store)
+//!       40    1 kind         KIND_OPERATION | KIND_TRUNCATE
+//!       41    7 zero
+//!       48  len payload      the operation (see `crate::op`), or for
+//!                            KIND_TRUNCATE the 8-byte index after which
+//!                            earlier-written records are void
+//! ```
+//!
+//! ## Commit rule (DIPPER 3.4)
+//!
+//! A record is written whole, persisted, and only then is its `commit` word
+//! stored and persisted. It is valid when `commit == seq`, the crc matches,
+//! and the crc's generation is the segment's. So:
+//!
+//! - a record whose commit word never reached the media is not replayed,
+//!   whatever else did (its commit word is zero on a fresh segment, or a
+//!   smaller seq from the segment's previous life);
+//! - a record left from the segment's previous life fails the crc, which
+//!   covers the generation, even when its own bytes are intact;
+//! - one writer appends to a segment at a time and commits each record
+//!   before it starts the next, so the first invalid record ends the
+//!   segment: nothing valid can follow it.
+//!
+//! A segment is claimed by persisting a new header word (with a generation
+//! larger than any in the file) before its first record is written. Nothing
+//! marks a segment free on the media: a segment whose records are all
+//! covered by a checkpoint is free, and the checkpoint is what says so.
+
+use engram_pmem::{PmemOffset, Region};
+
+pub const MAGIC: &[u8; 8] = b"ENGROPLG";
+pub const VERSION: u32 = 1;
+pub const SUPERBLOCK_BYTES: u64 = 4096;
+pub const SEGMENT_HEADER_BYTES: u64 = 64;
+pub const RECORD_HEADER_BYTES: u64 = 48;
+pub const SEGMENT_TAG: u64 = 0x5345_474d; // "SEGM"
+pub const MIN_SEGMENT_BYTES: u64 = 64 << 10;
+pub const MAX_SEGMENT_BYTES: u64 = 1 << 30;
+
+pub const KIND_OPERATION: u8 = 0;
+pub const KIND_TRUNCATE: u8 = 1;
+
+const _: () = assert!(RECORD_HEADER_BYTES % 8 == 0 && SEGMENT_HEADER_BYTES % 8 == 0);
+
+pub fn encode_superblock(segment_bytes: u64) -> [u8; 20] {
+    let mut bytes = [0u8; 20];
+    bytes[0..8].copy_from_slice(MAGIC);
+    bytes[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    bytes[12..16].copy_from_slice(&(segment_bytes as u32).to_le_bytes());
+    let crc = crc32c::crc32c(&bytes[0..16]);
+    bytes[16..20].copy_from_slice(&crc.to_le_bytes());
+    bytes
+}
+
+/// What is wrong with a superblock, or the segment size it records.
+pub fn parse_superblock(bytes: &[u8]) -> Result<u64, String> {
+    if bytes.len() < 20 || &bytes[0..8] != MAGIC {
+        return Err("not an operation log (bad magic)".into());
+    }
+    let crc = u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"));
+    if crc != crc32c::crc32c(&bytes[0..16]) {
+        return Err("superblock checksum mismatch".into());
+    }
+    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if version != VERSION {
+        return Err(format!("unsupported version {version} (this build reads {VERSION})"));
+    }
+    let segment_bytes = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as u64;
+    if !valid_segment_bytes(segment_bytes) {
+        return Err(format!("invalid segment size {segment_bytes}"));
+    }
+    Ok(segment_bytes)
+}
+
+pub fn valid_segment_bytes(bytes: u64) -> bool {
+    bytes.is_power_of_two() && (MIN_SEGMENT_BYTES..=MAX_SEGMENT_BYTES).contains(&bytes)
+}
+
+pub fn segment_header_word(generation: u32) -> u64 {
+    SEGMENT_TAG << 32 | generation as u64
+}
+
+/// The generation of a claimed segment, or `None` (never claimed, or not a
+/// header at all).
+pub fn parse_segment_header(word: u64) -> Option<u32> {
+    (word >> 32 == SEGMENT_TAG && word as u32 != 0).then_some(word as u32)
+}
+
+/// Bytes a record with `payload_len` payload bytes occupies.
+pub fn record_bytes(payload_len: usize) -> u64 {
+    RECORD_HEADER_BYTES + (payload_len as u64).next_multiple_of(8)
+}
+
+/// The identity of a record, apart from its payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordHeader {
+    pub seq: u64,
+    pub term: u64,
+    pub index: u64,
+    pub kind: u8,
+}
+
+/// Bytes 8..48 of a record (everything but the commit word), crc filled in.
+pub fn encode_header(header: &RecordHeader, generation: u32, payload: &[u8]) -> [u8; 40] {
+    let mut bytes = [0u8; 40];
+    // Offsets below are relative to byte 8 of the record.
+    bytes[4..8].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    bytes[8..16].copy_from_slice(&header.seq.to_le_bytes());
+    bytes[16..24].copy_from_slice(&header.term.to_le_bytes());
+    bytes[24..32].copy_from_slice(&header.index.to_le_bytes());
+    bytes[32] = header.kind;
+    let crc = record_crc(generation, &bytes[4..40], payload);
+    bytes[0..4].copy_from_slice(&crc.to_le_bytes());
+    bytes
+}
+
+fn record_crc(generation: u32, header_tail: &[u8], payload: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(&generation.to_le_bytes());
+    let crc = crc32c::crc32c_append(crc, header_tail);
+    crc32c::crc32c_append(crc, payload)
+}
+
+/// A valid record found in a segment.
+#[derive(Clone, Copy, Debug)]
+pub struct Parsed<'a> {
+    pub header: RecordHeader,
+    pub payload: &'a [u8],
+    /// Bytes the record occupies (the next one starts this far on).
+    pub bytes: u64,
+}
+
+/// The record at `at` if it is valid under the commit rule, reading no
+/// further than `end`.
+pub fn parse_record(region: &Region, at: u64, end: u64, generation: u32) -> Option<Parsed<'_>> {
+    if at + RECORD_HEADER_BYTES > end {
+        return None;
+    }
+    let commit = region.load_u64(PmemOffset(at));
+    if commit == 0 {
+        return None;
+    }
+    let head = region.read(PmemOffset(at + 8), RECORD_HEADER_BYTES - 8);
+    let crc = u32::from_le_bytes(head[0..4].try_into().expect("4 bytes"));
+    let len = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes")) as usize;
+    let seq = u64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
+    if seq != commit || at + record_bytes(len) > end {
+        return None;
+    }
+    let payload = region.read(PmemOffset(at + RECORD_HEADER_BYTES), len as u64);
+    if record_crc(generation, &head[4..40], payload) != crc {
+        return None;
+    }
+    Some(Parsed {
+        header: RecordHeader {
+            seq,
+            term: u64::from_le_bytes(head[16..24].try_into().expect("8 bytes")),
+            index: u64::from_le_bytes(head[24..32].try_into().expect("8 bytes")),
+            kind: head[32],
+        },
+        payload,
+        bytes: record_bytes(len),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn superblock_round_trips_and_rejects_damage() {
+        let bytes = encode_superblock(1 << 20);
+        assert_eq!(parse_superblock(&bytes), Ok(1 << 20));
+        let mut bad = bytes;
+        bad[13] ^= 1;
+        assert!(parse_superblock(&bad).unwrap_err().contains("checksum"));
+        let mut bad = bytes;
+        bad[0] = b'X';
+        assert!(parse_superblock(&bad).unwrap_err().contains("magic"));
+    }
+
+    #[test]
+    fn segment_headers_need_the_tag_and_a_generation() {
+        assert_eq!(parse_segment_header(segment_header_word(7)), Some(7));
+        assert_eq!(parse_segment_header(0), None);
+        assert_eq!(parse_segment_header(SEGMENT_TAG << 32), None);
+        assert_eq!(parse_segment_header(7), None);
+    }
+}

@@ -1,0 +1,547 @@
+//! The operation log (DIPPER 3.4): small logical records in a persistent
+//! region, each committed by persisting its sequence number last.
+//!
+//! The log is a set of fixed-size segments (format in [`format`]). Writers
+//! append through lanes, like the engine's value log: a thread has a home
+//! lane, each lane fills one segment at a time, so writers on different
+//! lanes never share a lock or a cache line and operations on different
+//! keys do not serialise on one another. A record takes its sequence number
+//! under its lane's lock; callers that hold a key's lock across append and
+//! apply thereby log operations on that key in the order they apply them
+//! (conflict order, DIPPER 3.7), which is all replay needs.
+//!
+//! A checkpoint starts with [`OpLog::cut`]: the swap of the active and the
+//! archived log. It takes every lane for an instant, notes the last sequence
+//! number handed out, and moves every segment written so far to the archive;
+//! later records go to fresh segments. So the archive holds exactly the
+//! records up to the cut. When the checkpoint that folds them into images is
+//! durable, [`OpLog::release`] returns its segments for reuse.
+//!
+//! For replication, records carry a term and an index, appending never
+//! applies anything, and [`OpLog::truncate_after`] voids an uncommitted
+//! suffix by appending a truncation record (recovery drops the records it
+//! voids: [`void_truncated`]).
+
+pub mod format;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use engram_pmem::{PmemOffset, Region, RegionOptions};
+use parking_lot::{Mutex, MutexGuard};
+
+use crate::error::{Error, Result};
+use format::{RecordHeader, KIND_OPERATION, KIND_TRUNCATE};
+
+/// The file name of the operation log inside a store's directory.
+pub const FILE_NAME: &str = "oplog.pmem";
+
+/// Hands out store-wide sequence numbers. The engine's store implements it
+/// so that strings and collections share one order.
+pub trait Sequencer: Send + Sync {
+    /// A new number, larger than every number handed out before.
+    fn next_seq(&self) -> u64;
+    /// The number the next call to `next_seq` will return (no side effect).
+    fn peek_seq(&self) -> u64;
+}
+
+#[derive(Clone, Debug)]
+pub struct OpLogOptions {
+    /// Segment size for a new log (a power of two, 64 KiB ..= 1 GiB); an
+    /// existing log keeps its own. One operation must fit in a segment.
+    pub segment_bytes: u64,
+    /// Lanes (concurrent appenders that never wait for one another).
+    pub lanes: usize,
+    /// How the file is mapped (mode, flush instruction, crash observer).
+    pub region: RegionOptions,
+}
+
+impl Default for OpLogOptions {
+    fn default() -> Self {
+        OpLogOptions {
+            segment_bytes: 8 << 20,
+            lanes: std::thread::available_parallelism().map_or(4, |n| n.get() * 2),
+            region: RegionOptions::default(),
+        }
+    }
+}
+
+/// Where a record goes in a replicated log; `Position::default()` (zeros) on a
+/// standalone store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Position {
+    pub term: u64,
+    pub index: u64,
+}
+
+/// A record read back from the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub seq: u64,
+    pub position: Position,
+    pub kind: RecordKind,
+    pub payload: Vec<u8>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordKind {
+    /// An operation for the layer above.
+    Operation,
+    /// Voids earlier operations with a larger index (payload: the index).
+    Truncate,
+}
+
+/// The archived half of the log after a [`OpLog::cut`].
+#[derive(Debug)]
+pub struct Cut {
+    /// Every record with a sequence number up to this one is in `segments`;
+    /// every later record is not.
+    pub through_seq: u64,
+    pub segments: Vec<u32>,
+}
+
+/// Counters for INFO and benchmarks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OpLogStats {
+    pub records: u64,
+    pub payload_bytes: u64,
+    pub segments_total: u64,
+    pub segments_free: u64,
+    pub segment_bytes: u64,
+    pub file_bytes: u64,
+}
+
+#[derive(Default)]
+struct Lane {
+    segment: Option<u32>,
+    generation: u32,
+    /// Next free byte, relative to the segment's start.
+    used: u64,
+}
+
+struct Segments {
+    /// Claimable segments (their records, if any, are covered by a
+    /// checkpoint).
+    free: Vec<u32>,
+    /// Segments that filled up, or were found at recovery holding records
+    /// not yet checkpointed: they go to the next cut.
+    sealed: Vec<u32>,
+    /// Segments in the file.
+    count: u32,
+    next_generation: u32,
+}
+
+pub struct OpLog {
+    region: Region,
+    path: PathBuf,
+    segment_bytes: u64,
+    lanes: Box<[crossbeam_utils::CachePadded<Mutex<Lane>>]>,
+    segments: Mutex<Segments>,
+    records: AtomicU64,
+    payload_bytes: AtomicU64,
+}
+
+static NEXT_THREAD_NUMBER: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static THREAD_NUMBER: usize = NEXT_THREAD_NUMBER.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What [`OpLog::open`] found.
+pub struct Recovered {
+    pub log: OpLog,
+    /// Every valid record, in sequence order, truncations applied.
+    pub records: Vec<Record>,
+}
+
+impl OpLog {
+    /// Opens (or creates) `DIR/oplog.pmem` and reads every valid record.
+    /// Segments holding no record after `checkpointed_through` are free at
+    /// once; the others go to the next cut.
+    pub fn open(dir: &Path, options: OpLogOptions, checkpointed_through: u64) -> Result<Recovered> {
+        if !format::valid_segment_bytes(options.segment_bytes) {
+            return Err(Error::InvalidOption(format!(
+                "operation log segment size {} must be a power of two between {} and {}",
+                options.segment_bytes,
+                format::MIN_SEGMENT_BYTES,
+                format::MAX_SEGMENT_BYTES
+            )));
+        }
+        if options.lanes == 0 {
+            return Err(Error::InvalidOption("operation log lanes must be at least 1".into()));
+        }
+        let path = dir.join(FILE_NAME);
+        let region = if path.exists() {
+            Region::open(&path, options.region.clone())?
+        } else {
+            let region = Region::create(&path, format::SUPERBLOCK_BYTES, options.region.clone())
+                .map_err(no_space)?;
+            region.write(PmemOffset(0), &format::encode_superblock(options.segment_bytes));
+            region.persist(PmemOffset(0), format::SUPERBLOCK_BYTES);
+            region.sync_all()?;
+            engram_pmem::sync_directory(dir).map_err(|source| Error::Io {
+                context: "syncing directory",
+                path: dir.to_path_buf(),
+                source,
+            })?;
+            region
+        };
+        if region.len() < format::SUPERBLOCK_BYTES {
+            return Err(corrupt(&path, "file is shorter than its superblock"));
+        }
+        let segment_bytes = format::parse_superblock(region.read(PmemOffset(0), 20))
+            .map_err(|what| corrupt(&path, &what))?;
+        // A segment the file only partly holds was being added when the
+        // process stopped: it was never claimed, so it is ignored (and
+        // overwritten when the file grows again).
+        let count = ((region.len() - format::SUPERBLOCK_BYTES) / segment_bytes) as u32;
+        let mut log = OpLog {
+            region,
+            path,
+            segment_bytes,
+            lanes: (0..options.lanes)
+                .map(|_| crossbeam_utils::CachePadded::new(Mutex::new(Lane::default())))
+                .collect(),
+            segments: Mutex::new(Segments {
+                free: Vec::new(),
+                sealed: Vec::new(),
+                count,
+                next_generation: 1,
+            }),
+            records: AtomicU64::new(0),
+            payload_bytes: AtomicU64::new(0),
+        };
+        let records = log.recover(count, checkpointed_through);
+        Ok(Recovered { log, records })
+    }
+
+    fn recover(&mut self, count: u32, checkpointed_through: u64) -> Vec<Record> {
+        let mut records = Vec::new();
+        let mut max_generation = 0;
+        let (mut free, mut sealed) = (Vec::new(), Vec::new());
+        for segment in 0..count {
+            let start = self.segment_start(segment);
+            let Some(generation) = format::parse_segment_header(self.region.load_u64(PmemOffset(start)))
+            else {
+                free.push(segment);
+                continue;
+            };
+            max_generation = max_generation.max(generation);
+            let mut live = false;
+            for parsed in SegmentRecords::new(&self.region, start, self.segment_bytes, generation) {
+                if parsed.header.seq > checkpointed_through {
+                    live = true;
+                    records.push(to_record(&parsed));
+                }
+            }
+            if live {
+                sealed.push(segment);
+            } else {
+                free.push(segment);
+            }
+        }
+        let segments = self.segments.get_mut();
+        segments.free = free;
+        segments.sealed = sealed;
+        segments.next_generation = max_generation.wrapping_add(1).max(1);
+        // Claim low segments first, so the file's tail stays cold.
+        segments.free.sort_unstable_by(|a, b| b.cmp(a));
+        records.sort_unstable_by_key(|r| r.seq);
+        void_truncated(records)
+    }
+
+    /// Appends one operation and makes it durable (on DAX: persisted; on
+    /// emulated memory: in the page cache, durable against a process crash,
+    /// and against power loss after [`OpLog::sync`]). Returns its sequence
+    /// number, drawn from `sequencer` under the lane lock.
+    pub fn append(&self, sequencer: &dyn Sequencer, position: Position, payload: &[u8]) -> Result<u64> {
+        self.append_kind(sequencer, position, KIND_OPERATION, payload)
+    }
+
+    /// Voids every record with a replication index above `index` written
+    /// before this call (a leader's uncommitted suffix that a new leader
+    /// overwrote). Applies to what recovery and later cuts read, not to
+    /// what callers already applied.
+    pub fn truncate_after(&self, sequencer: &dyn Sequencer, term: u64, index: u64) -> Result<u64> {
+        self.append_kind(
+            sequencer,
+            Position { term, index },
+            KIND_TRUNCATE,
+            &index.to_le_bytes(),
+        )
+    }
+
+    /// The largest payload one record can carry.
+    pub fn max_payload(&self) -> usize {
+        (self.segment_bytes - format::SEGMENT_HEADER_BYTES - format::RECORD_HEADER_BYTES) as usize
+    }
+
+    fn append_kind(
+        &self,
+        sequencer: &dyn Sequencer,
+        position: Position,
+        kind: u8,
+        payload: &[u8],
+    ) -> Result<u64> {
+        if payload.len() > self.max_payload() {
+            return Err(Error::OperationTooLarge {
+                bytes: payload.len(),
+                max: self.max_payload(),
+            });
+        }
+        let needed = format::record_bytes(payload.len());
+        let mut lane = self.acquire_lane();
+        if lane.segment.is_none() || lane.used + needed > self.segment_bytes {
+            self.claim_segment(&mut lane)?;
+        }
+        let segment = lane.segment.expect("claimed above");
+        let at = self.segment_start(segment) + lane.used;
+        let seq = sequencer.next_seq();
+        let header = RecordHeader {
+            seq,
+            term: position.term,
+            index: position.index,
+            kind,
+        };
+        let head = format::encode_header(&header, lane.generation, payload);
+        // Body first, persisted; then the commit word (DIPPER 3.4).
+        self.region.write(PmemOffset(at + 8), &head);
+        self.region.write(PmemOffset(at + format::RECORD_HEADER_BYTES), payload);
+        self.region.persist(PmemOffset(at + 8), format::RECORD_HEADER_BYTES - 8 + payload.len() as u64);
+        self.region.store_u64(PmemOffset(at), seq);
+        self.region.persist(PmemOffset(at), 8);
+        lane.used += needed;
+        drop(lane);
+        self.records.fetch_add(1, Ordering::Relaxed);
+        self.payload_bytes.fetch_add(payload.len() as u64, Ordering::Relaxed);
+        Ok(seq)
+    }
+
+    fn acquire_lane(&self) -> MutexGuard<'_, Lane> {
+        let home = THREAD_NUMBER.with(|n| *n) % self.lanes.len();
+        for step in 0..self.lanes.len() {
+            if let Some(guard) = self.lanes[(home + step) % self.lanes.len()].try_lock() {
+                return guard;
+            }
+        }
+        self.lanes[home].lock()
+    }
+
+    /// Gives `lane` a fresh segment (sealing its full one), its header
+    /// persisted before any record goes in.
+    fn claim_segment(&self, lane: &mut Lane) -> Result<()> {
+        let mut segments = self.segments.lock();
+        let segment = match segments.free.pop() {
+            Some(segment) => segment,
+            None => {
+                let segment = segments.count;
+                let end = self.segment_start(segment) + self.segment_bytes;
+                self.region.grow_to(end).map_err(no_space)?;
+                segments.count += 1;
+                segment
+            }
+        };
+        let generation = segments.next_generation;
+        segments.next_generation = generation.wrapping_add(1).max(1);
+        if let Some(full) = lane.segment.replace(segment) {
+            segments.sealed.push(full);
+        }
+        drop(segments);
+        let start = self.segment_start(segment);
+        self.region
+            .store_u64(PmemOffset(start), format::segment_header_word(generation));
+        self.region.persist(PmemOffset(start), 8);
+        lane.generation = generation;
+        lane.used = format::SEGMENT_HEADER_BYTES;
+        Ok(())
+    }
+
+    /// The swap of the active and archived logs: every record appended so
+    /// far is in the returned segments, and no later one will be. Holds each
+    /// lane for an instant (no record is half-written while it runs).
+    pub fn cut(&self, sequencer: &dyn Sequencer) -> Cut {
+        let mut lanes: Vec<MutexGuard<'_, Lane>> = self.lanes.iter().map(|l| l.lock()).collect();
+        let mut segments = self.segments.lock();
+        let through_seq = sequencer.peek_seq().saturating_sub(1);
+        let mut archived = std::mem::take(&mut segments.sealed);
+        for lane in lanes.iter_mut() {
+            if let Some(segment) = lane.segment.take() {
+                archived.push(segment);
+            }
+        }
+        Cut {
+            through_seq,
+            segments: archived,
+        }
+    }
+
+    /// The valid records of archived segments, in sequence order,
+    /// truncations applied. Only for segments handed out by [`OpLog::cut`]
+    /// (no one writes to them any more).
+    pub fn read(&self, segments: &[u32]) -> Vec<Record> {
+        let mut records = Vec::new();
+        for &segment in segments {
+            let start = self.segment_start(segment);
+            let Some(generation) = format::parse_segment_header(self.region.load_u64(PmemOffset(start)))
+            else {
+                continue;
+            };
+            records.extend(
+                SegmentRecords::new(&self.region, start, self.segment_bytes, generation)
+                    .map(|parsed| to_record(&parsed)),
+            );
+        }
+        records.sort_unstable_by_key(|r| r.seq);
+        void_truncated(records)
+    }
+
+    /// Returns archived segments for reuse: call only once what they hold
+    /// is durable elsewhere (a checkpoint), since reuse destroys it.
+    pub fn release(&self, segments: Vec<u32>) {
+        self.segments.lock().free.extend(segments);
+    }
+
+    /// Gives back archived segments whose checkpoint failed: the next cut
+    /// archives them again.
+    pub fn requeue(&self, segments: Vec<u32>) {
+        self.segments.lock().sealed.extend(segments);
+    }
+
+    /// Makes every appended record durable against power loss (`msync` on
+    /// emulated memory; nothing to do on DAX).
+    pub fn sync(&self) -> Result<()> {
+        Ok(self.region.sync_all()?)
+    }
+
+    pub fn stats(&self) -> OpLogStats {
+        let segments = self.segments.lock();
+        OpLogStats {
+            records: self.records.load(Ordering::Relaxed),
+            payload_bytes: self.payload_bytes.load(Ordering::Relaxed),
+            segments_total: segments.count as u64,
+            segments_free: segments.free.len() as u64,
+            segment_bytes: self.segment_bytes,
+            file_bytes: self.region.len(),
+        }
+    }
+
+    /// Bytes of log written since the last cut (what the next checkpoint
+    /// will replay), a bound from above: whole sealed segments plus each
+    /// lane's fill.
+    pub fn active_bytes(&self) -> u64 {
+        let sealed = self.segments.lock().sealed.len() as u64 * self.segment_bytes;
+        let lanes: u64 = self
+            .lanes
+            .iter()
+            .map(|lane| {
+                let lane = lane.lock();
+                lane.segment.map_or(0, |_| lane.used)
+            })
+            .sum();
+        sealed + lanes
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn set_file_limit(&self, limit_bytes: Option<u64>) {
+        self.region.set_file_limit(limit_bytes);
+    }
+
+    fn segment_start(&self, segment: u32) -> u64 {
+        format::SUPERBLOCK_BYTES + segment as u64 * self.segment_bytes
+    }
+}
+
+/// The valid records of one segment, in the order written; stops at the
+/// first invalid one (the commit rule: nothing valid follows it).
+struct SegmentRecords<'r> {
+    region: &'r Region,
+    at: u64,
+    end: u64,
+    generation: u32,
+}
+
+impl<'r> SegmentRecords<'r> {
+    fn new(region: &'r Region, start: u64, segment_bytes: u64, generation: u32) -> Self {
+        SegmentRecords {
+            region,
+            at: start + format::SEGMENT_HEADER_BYTES,
+            end: start + segment_bytes,
+            generation,
+        }
+    }
+}
+
+impl<'r> Iterator for SegmentRecords<'r> {
+    type Item = format::Parsed<'r>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let parsed = format::parse_record(self.region, self.at, self.end, self.generation)?;
+        self.at += parsed.bytes;
+        Some(parsed)
+    }
+}
+
+fn to_record(parsed: &format::Parsed<'_>) -> Record {
+    Record {
+        seq: parsed.header.seq,
+        position: Position {
+            term: parsed.header.term,
+            index: parsed.header.index,
+        },
+        kind: if parsed.header.kind == KIND_TRUNCATE {
+            RecordKind::Truncate
+        } else {
+            RecordKind::Operation
+        },
+        payload: parsed.payload.to_vec(),
+    }
+}
+
+/// Applies truncation records to records in sequence order: a truncation
+/// at index `i` voids the operations written before it whose index is above
+/// `i`. Returns the operations left (truncation records are dropped).
+pub fn void_truncated(records: Vec<Record>) -> Vec<Record> {
+    let mut kept: Vec<Record> = Vec::with_capacity(records.len());
+    for record in records {
+        match record.kind {
+            RecordKind::Operation => kept.push(record),
+            RecordKind::Truncate => {
+                let index = record
+                    .payload
+                    .get(..8)
+                    .map_or(u64::MAX, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+                kept.retain(|r| r.position.index <= index);
+            }
+        }
+    }
+    kept
+}
+
+fn no_space(error: engram_pmem::Error) -> Error {
+    match error {
+        engram_pmem::Error::NoSpace { .. } => Error::NoSpace(error),
+        other => Error::Region(other),
+    }
+}
+
+fn corrupt(path: &Path, what: &str) -> Error {
+    Error::CorruptLog {
+        path: path.to_path_buf(),
+        what: what.to_string(),
+    }
+}
+
+/// An engine store numbers the collections' records too, so strings and
+/// collections share one order (the newer of a string and a collection
+/// under one key is the one with the larger number).
+impl Sequencer for engram_engine::Store {
+    fn next_seq(&self) -> u64 {
+        engram_engine::Store::next_seq(self)
+    }
+    fn peek_seq(&self) -> u64 {
+        engram_engine::Store::peek_seq(self)
+    }
+}

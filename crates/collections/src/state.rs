@@ -1,0 +1,155 @@
+//! The frontend: every collection in DRAM, in a sharded map.
+//!
+//! Readers take one shard's read lock; a write takes the write locks of the
+//! shards of its keys (in ascending shard order, so two multi-key writes
+//! cannot deadlock), logs its operations and applies them before letting
+//! go. So operations on one key are logged in the order they are applied,
+//! and operations on keys of different shards run in parallel.
+
+use hashbrown::HashMap;
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::op::Bytes;
+use crate::types::Object;
+
+/// One key's collection and its expiry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    pub object: Object,
+    /// Unix time in milliseconds at which the key expires; 0: never. The
+    /// layer above decides when to act on it (it logs a Delete).
+    pub expire_at_ms: u64,
+}
+
+/// Access to the entries an operation touches, whether they live in the
+/// frontend's locked shards or in a checkpoint's working set.
+pub trait Keys {
+    fn get(&self, key: &[u8]) -> Option<&Entry>;
+    fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry>;
+    fn take(&mut self, key: &[u8]) -> Option<Entry>;
+    fn put(&mut self, key: &[u8], entry: Entry);
+}
+
+pub const SHARDS: usize = 256;
+
+pub struct ShardedMap {
+    shards: Box<[RwLock<HashMap<Bytes, Entry>>]>,
+}
+
+pub fn shard_of(key: &[u8]) -> usize {
+    (xxhash_rust::xxh3::xxh3_64(key) % SHARDS as u64) as usize
+}
+
+impl Default for ShardedMap {
+    fn default() -> Self {
+        ShardedMap {
+            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+        }
+    }
+}
+
+impl ShardedMap {
+    pub fn read(&self, key: &[u8]) -> RwLockReadGuard<'_, HashMap<Bytes, Entry>> {
+        self.shards[shard_of(key)].read()
+    }
+
+    pub fn shard(&self, index: usize) -> &RwLock<HashMap<Bytes, Entry>> {
+        &self.shards[index]
+    }
+
+    /// Locks the shards of `keys` for writing (ascending, each once).
+    pub fn lock<'m>(&'m self, keys: &[&[u8]]) -> Locked<'m> {
+        let mut indexes: Vec<usize> = keys.iter().map(|k| shard_of(k)).collect();
+        indexes.sort_unstable();
+        indexes.dedup();
+        Locked {
+            guards: indexes
+                .into_iter()
+                .map(|index| (index, self.shards[index].write()))
+                .collect(),
+        }
+    }
+
+    pub fn len(&self) -> u64 {
+        self.shards.iter().map(|s| s.read().len() as u64).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Inserts without logging (recovery, before the store is shared).
+    pub fn insert_unlogged(&self, key: Bytes, entry: Entry) {
+        self.shards[shard_of(&key)].write().insert(key, entry);
+    }
+}
+
+/// The write-locked shards of one update.
+pub struct Locked<'m> {
+    guards: Vec<(usize, RwLockWriteGuard<'m, HashMap<Bytes, Entry>>)>,
+}
+
+impl Locked<'_> {
+    fn shard(&self, key: &[u8]) -> &HashMap<Bytes, Entry> {
+        let index = shard_of(key);
+        &self
+            .guards
+            .iter()
+            .find(|(i, _)| *i == index)
+            .unwrap_or_else(|| panic!("key {key:?} is not among the update's keys"))
+            .1
+    }
+
+    fn shard_mut(&mut self, key: &[u8]) -> &mut HashMap<Bytes, Entry> {
+        let index = shard_of(key);
+        &mut self
+            .guards
+            .iter_mut()
+            .find(|(i, _)| *i == index)
+            .unwrap_or_else(|| panic!("key {key:?} is not among the update's keys"))
+            .1
+    }
+
+    /// Whether `key` lives in one of the locked shards.
+    pub fn covers(&self, key: &[u8]) -> bool {
+        let index = shard_of(key);
+        self.guards.iter().any(|(i, _)| *i == index)
+    }
+}
+
+impl Keys for Locked<'_> {
+    fn get(&self, key: &[u8]) -> Option<&Entry> {
+        self.shard(key).get(key)
+    }
+
+    fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
+        self.shard_mut(key).get_mut(key)
+    }
+
+    fn take(&mut self, key: &[u8]) -> Option<Entry> {
+        self.shard_mut(key).remove(key)
+    }
+
+    fn put(&mut self, key: &[u8], entry: Entry) {
+        self.shard_mut(key).insert(key.into(), entry);
+    }
+}
+
+/// A plain map is a `Keys` too (the checkpointer's working set, tests).
+impl Keys for HashMap<Bytes, Entry> {
+    fn get(&self, key: &[u8]) -> Option<&Entry> {
+        HashMap::get(self, key)
+    }
+
+    fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
+        HashMap::get_mut(self, key)
+    }
+
+    fn take(&mut self, key: &[u8]) -> Option<Entry> {
+        self.remove(key)
+    }
+
+    fn put(&mut self, key: &[u8], entry: Entry) {
+        self.insert(key.into(), entry);
+    }
+}

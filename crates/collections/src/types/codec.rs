@@ -1,0 +1,567 @@
+//! The checkpoint image of one [`Object`]: a compact, versioned encoding.
+//!
+//! A checkpoint writes each collection as one image; recovery decodes it and
+//! replays the operation log's tail on top. Images are read back after a
+//! crash, from media that may lie, so the decoder treats its input as
+//! hostile: it checks every length against the bytes left, every order and
+//! uniqueness the in-memory structure relies on, and never panics.
+//!
+//! # Format, version 1
+//!
+//! All integers are unsigned LEB128 varints ("varint": 7 bits per byte, least
+//! significant group first, high bit set on every byte but the last; at most
+//! 10 bytes for a `u64`; the shortest encoding only — a multi-byte varint whose
+//! last byte is 0 is rejected, so every object has exactly one image).
+//!
+//! | offset | size    | field   | meaning                                          |
+//! |--------|---------|---------|--------------------------------------------------|
+//! | 0      | 1       | version | format version, `1`                              |
+//! | 1      | 1       | kind    | `1` hash, `2` set, `3` sorted set, `4` list      |
+//! | 2      | varint  | count   | number of entries that follow                    |
+//! | ...    | entries | entries | `count` entries, as below                        |
+//!
+//! A *string* is a varint byte length followed by that many bytes.
+//!
+//! | kind       | entry                                  | entry order                                  |
+//! |------------|----------------------------------------|----------------------------------------------|
+//! | hash       | field string, value string             | strictly increasing `(xxh3-64(field), field)` |
+//! | set        | member string                          | strictly increasing `(xxh3-64(member), member)` |
+//! | sorted set | member string, score (8-byte LE `f64`) | strictly increasing `(score, member)`        |
+//! | list       | element string                         | head to tail                                 |
+//!
+//! The image ends right after the last entry; trailing bytes are an error.
+//! Hashes, sets and sorted sets are written in their tree order so decoding
+//! bulk-builds the tree in O(n) ([`RankedMap::from_sorted`]); the decoder
+//! recomputes the hashes (xxh3-64, seed 0) and rejects entries that are out
+//! of order or repeated. Scores are never NaN; -0.0 is read as 0.0. A sorted
+//! set's member may appear once only, whatever its score.
+//!
+//! There is no magic number or checksum here: an image is always stored
+//! inside an engine record that carries its own type tag and checksum, and a
+//! per-object magic would cost bytes on every small collection.
+//!
+//! [`RankedMap::from_sorted`]: super::ranked::RankedMap::from_sorted
+
+use std::cmp::Ordering;
+use std::collections::VecDeque;
+
+use super::hashed::{self, HashedKey};
+use super::zset::Score;
+use super::{Hash, Kind, List, Object, Set, SortedSet};
+
+/// The image format this build writes, and the only one it reads.
+pub const FORMAT_VERSION: u8 = 1;
+
+const KIND_HASH: u8 = 1;
+const KIND_SET: u8 = 2;
+const KIND_SORTED_SET: u8 = 3;
+const KIND_LIST: u8 = 4;
+
+/// Longest varint encoding of a `u64`.
+const VARINT_MAX_BYTES: usize = 10;
+
+/// Most entries room is reserved for before any is read. A count is checked
+/// against the bytes left, but an in-memory entry is up to 20 times larger
+/// than its smallest encoding, so trusting a corrupt count fully could
+/// reserve gigabytes for a large image; past this, vectors grow as entries
+/// actually arrive.
+const PREALLOCATE_MAX_ENTRIES: usize = 1 << 16;
+
+/// Why an image could not be decoded. Offsets are byte positions in the
+/// image; entry indexes count from 0.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// The image ends inside a fixed-size field or a varint.
+    #[error("image truncated at byte {offset}: {needed} more bytes needed")]
+    Truncated {
+        /// Where the incomplete field starts.
+        offset: usize,
+        /// How many bytes it needed beyond the end.
+        needed: usize,
+    },
+    /// The version byte names a format this build does not read.
+    #[error("image format version {version} is not supported (this build reads {FORMAT_VERSION})")]
+    UnsupportedVersion {
+        /// The version byte found.
+        version: u8,
+    },
+    /// The kind byte names no collection type.
+    #[error("unknown object kind {kind}")]
+    UnknownKind {
+        /// The kind byte found.
+        kind: u8,
+    },
+    /// A varint is longer than 10 bytes, overflows 64 bits or is not in its
+    /// shortest form.
+    #[error("malformed varint at byte {offset}")]
+    BadVarint {
+        /// Where the varint starts.
+        offset: usize,
+    },
+    /// A count or string length promises more than the bytes left could hold.
+    #[error(
+        "length {length} at byte {offset} exceeds what the {remaining} remaining bytes can hold"
+    )]
+    BadLength {
+        /// Where the length varint starts.
+        offset: usize,
+        /// The length found.
+        length: u64,
+        /// Bytes left after the varint.
+        remaining: usize,
+    },
+    /// A sorted-set score is NaN.
+    #[error("entry {index}: score is NaN")]
+    NanScore {
+        /// The entry's index.
+        index: usize,
+    },
+    /// An entry equals the entry before it.
+    #[error("entry {index} repeats the entry before it")]
+    DuplicateEntry {
+        /// The entry's index.
+        index: usize,
+    },
+    /// An entry sorts before the entry before it.
+    #[error("entry {index} is out of order")]
+    UnsortedEntry {
+        /// The entry's index.
+        index: usize,
+    },
+    /// A sorted-set member appears a second time (with another score).
+    #[error("entry {index}: sorted-set member appears twice")]
+    DuplicateMember {
+        /// The entry's index.
+        index: usize,
+    },
+    /// Bytes follow the last entry.
+    #[error("{count} bytes after the last entry")]
+    TrailingBytes {
+        /// How many.
+        count: usize,
+    },
+}
+
+impl Object {
+    /// Appends this object's image (format above) to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.push(FORMAT_VERSION);
+        match self {
+            Object::Hash(hash) => {
+                out.push(KIND_HASH);
+                write_varint(out, hash.len() as u64);
+                for (field, value) in hash.iter() {
+                    write_string(out, field);
+                    write_string(out, value);
+                }
+            }
+            Object::Set(set) => {
+                out.push(KIND_SET);
+                write_varint(out, set.len() as u64);
+                for member in set.iter() {
+                    write_string(out, member);
+                }
+            }
+            Object::SortedSet(zset) => {
+                out.push(KIND_SORTED_SET);
+                write_varint(out, zset.len() as u64);
+                for (member, score) in zset.iter() {
+                    write_string(out, member);
+                    out.extend_from_slice(&score.to_le_bytes());
+                }
+            }
+            Object::List(list) => {
+                out.push(KIND_LIST);
+                write_varint(out, list.len() as u64);
+                for element in list.iter() {
+                    write_string(out, element);
+                }
+            }
+        }
+    }
+
+    /// Decodes one image. Checks everything the in-memory structures rely
+    /// on and returns an error, never panics, on any other input; runs in
+    /// O(n) plus hashing.
+    pub fn decode(bytes: &[u8]) -> Result<Object, DecodeError> {
+        let mut reader = Reader { bytes, offset: 0 };
+        let version = reader.byte()?;
+        if version != FORMAT_VERSION {
+            return Err(DecodeError::UnsupportedVersion { version });
+        }
+        let kind = match reader.byte()? {
+            KIND_HASH => Kind::Hash,
+            KIND_SET => Kind::Set,
+            KIND_SORTED_SET => Kind::SortedSet,
+            KIND_LIST => Kind::List,
+            kind => return Err(DecodeError::UnknownKind { kind }),
+        };
+        // The smallest entry of each kind, so a count can be checked against
+        // the bytes left before anything is allocated for it.
+        let min_entry_bytes = match kind {
+            Kind::Hash => 2,
+            Kind::Set | Kind::List => 1,
+            Kind::SortedSet => 9,
+        };
+        let count = reader.length(min_entry_bytes)?;
+        let object = match kind {
+            Kind::Hash => Object::Hash(decode_hash(&mut reader, count)?),
+            Kind::Set => Object::Set(decode_set(&mut reader, count)?),
+            Kind::SortedSet => Object::SortedSet(decode_sorted_set(&mut reader, count)?),
+            Kind::List => Object::List(decode_list(&mut reader, count)?),
+        };
+        match reader.remaining() {
+            0 => Ok(object),
+            count => Err(DecodeError::TrailingBytes { count }),
+        }
+    }
+}
+
+/// Checks that `key` sorts strictly after `previous`.
+fn check_order<K: Ord>(previous: Option<&K>, key: &K, index: usize) -> Result<(), DecodeError> {
+    match previous.map(|previous| previous.cmp(key)) {
+        Some(Ordering::Equal) => Err(DecodeError::DuplicateEntry { index }),
+        Some(Ordering::Greater) => Err(DecodeError::UnsortedEntry { index }),
+        Some(Ordering::Less) | None => Ok(()),
+    }
+}
+
+fn decode_hash(reader: &mut Reader<'_>, count: usize) -> Result<Hash, DecodeError> {
+    let mut entries: Vec<(HashedKey, Box<[u8]>)> =
+        Vec::with_capacity(count.min(PREALLOCATE_MAX_ENTRIES));
+    for index in 0..count {
+        let key = hashed::key_of(reader.string()?.into());
+        check_order(entries.last().map(|(key, _)| key), &key, index)?;
+        let value = reader.string()?.into();
+        entries.push((key, value));
+    }
+    Ok(Hash::from_sorted(entries))
+}
+
+fn decode_set(reader: &mut Reader<'_>, count: usize) -> Result<Set, DecodeError> {
+    let mut members: Vec<HashedKey> = Vec::with_capacity(count.min(PREALLOCATE_MAX_ENTRIES));
+    for index in 0..count {
+        let key = hashed::key_of(reader.string()?.into());
+        check_order(members.last(), &key, index)?;
+        members.push(key);
+    }
+    Ok(Set::from_sorted(members))
+}
+
+fn decode_sorted_set(reader: &mut Reader<'_>, count: usize) -> Result<SortedSet, DecodeError> {
+    let mut entries: Vec<(Score, Box<[u8]>)> =
+        Vec::with_capacity(count.min(PREALLOCATE_MAX_ENTRIES));
+    for index in 0..count {
+        let member: Box<[u8]> = reader.string()?.into();
+        let score = Score::new(reader.f64()?).ok_or(DecodeError::NanScore { index })?;
+        let key = (score, member);
+        check_order(entries.last(), &key, index)?;
+        entries.push(key);
+    }
+    SortedSet::from_sorted(entries).map_err(|index| DecodeError::DuplicateMember { index })
+}
+
+fn decode_list(reader: &mut Reader<'_>, count: usize) -> Result<List, DecodeError> {
+    let mut items = VecDeque::with_capacity(count.min(PREALLOCATE_MAX_ENTRIES));
+    for _ in 0..count {
+        items.push_back(reader.string()?.into());
+    }
+    Ok(List::from_items(items))
+}
+
+fn write_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8 & 0x7f) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+fn write_string(out: &mut Vec<u8>, bytes: &[u8]) {
+    write_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+/// A cursor over an image that reports where it failed.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    offset: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn remaining(&self) -> usize {
+        self.bytes.len() - self.offset
+    }
+
+    fn take(&mut self, len: usize) -> Result<&'a [u8], DecodeError> {
+        let end = self
+            .offset
+            .checked_add(len)
+            .filter(|&end| end <= self.bytes.len());
+        let Some(end) = end else {
+            return Err(DecodeError::Truncated {
+                offset: self.offset,
+                needed: len - self.remaining(),
+            });
+        };
+        let taken = &self.bytes[self.offset..end];
+        self.offset = end;
+        Ok(taken)
+    }
+
+    fn byte(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn f64(&mut self) -> Result<f64, DecodeError> {
+        let mut raw = [0u8; 8];
+        raw.copy_from_slice(self.take(8)?);
+        Ok(f64::from_le_bytes(raw))
+    }
+
+    fn varint(&mut self) -> Result<u64, DecodeError> {
+        let start = self.offset;
+        let mut value: u64 = 0;
+        for index in 0..VARINT_MAX_BYTES {
+            let byte = self.byte()?;
+            let group = u64::from(byte & 0x7f);
+            // The tenth byte holds bit 63 only.
+            if index == VARINT_MAX_BYTES - 1 && group > 1 {
+                return Err(DecodeError::BadVarint { offset: start });
+            }
+            value |= group << (7 * index);
+            if byte & 0x80 == 0 {
+                if index > 0 && byte == 0 {
+                    return Err(DecodeError::BadVarint { offset: start });
+                }
+                return Ok(value);
+            }
+        }
+        Err(DecodeError::BadVarint { offset: start })
+    }
+
+    /// A varint length of items at least `min_item_bytes` long each, checked
+    /// against the bytes left.
+    fn length(&mut self, min_item_bytes: usize) -> Result<usize, DecodeError> {
+        let offset = self.offset;
+        let length = self.varint()?;
+        let remaining = self.remaining();
+        let capacity = (remaining / min_item_bytes.max(1)) as u64;
+        if length > capacity {
+            return Err(DecodeError::BadLength {
+                offset,
+                length,
+                remaining,
+            });
+        }
+        // length <= remaining, which is a usize.
+        Ok(length as usize)
+    }
+
+    fn string(&mut self) -> Result<&'a [u8], DecodeError> {
+        let len = self.length(1)?;
+        self.take(len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(object: &Object) -> Vec<u8> {
+        let mut image = Vec::new();
+        object.encode(&mut image);
+        assert_eq!(Object::decode(&image).as_ref(), Ok(object));
+        image
+    }
+
+    #[test]
+    fn empty_objects_round_trip() {
+        for kind in [Kind::Hash, Kind::Set, Kind::SortedSet, Kind::List] {
+            let image = roundtrip(&Object::new(kind));
+            assert_eq!(image.len(), 3);
+        }
+    }
+
+    #[test]
+    fn list_image_is_byte_exact() {
+        let mut list = List::new();
+        list.push_back([b"ab".as_slice().into(), b"".as_slice().into()]);
+        let image = roundtrip(&Object::List(list));
+        assert_eq!(image, vec![1, KIND_LIST, 2, 2, b'a', b'b', 0]);
+    }
+
+    #[test]
+    fn sorted_set_image_is_byte_exact() {
+        let mut zset = SortedSet::new();
+        zset.insert(b"m", Score::new(-0.0).expect("not NaN"));
+        let image = roundtrip(&Object::SortedSet(zset));
+        let mut expected = vec![1, KIND_SORTED_SET, 1, 1, b'm'];
+        expected.extend_from_slice(&0.0f64.to_le_bytes());
+        assert_eq!(image, expected);
+    }
+
+    #[test]
+    fn images_larger_than_the_preallocation_bound_round_trip() {
+        let count = PREALLOCATE_MAX_ENTRIES + 10;
+        let mut list = List::new();
+        list.push_back((0..count).map(|n| (n as u32).to_le_bytes().to_vec().into_boxed_slice()));
+        let mut set = Set::new();
+        for n in 0..count {
+            set.insert((n as u32).to_le_bytes().to_vec().into_boxed_slice());
+        }
+        roundtrip(&Object::List(list));
+        roundtrip(&Object::Set(set));
+    }
+
+    #[test]
+    fn varints_round_trip_and_reject_bad_forms() {
+        for value in [0, 1, 127, 128, 300, u64::from(u32::MAX), u64::MAX] {
+            let mut out = Vec::new();
+            write_varint(&mut out, value);
+            let mut reader = Reader {
+                bytes: &out,
+                offset: 0,
+            };
+            assert_eq!(reader.varint(), Ok(value));
+            assert_eq!(reader.remaining(), 0);
+        }
+        let bad: [&[u8]; 4] = [
+            &[0x80, 0x00],                                                 // overlong zero
+            &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02], // 65 bits
+            &[0x80; 11],                                                   // too long
+            &[0xff, 0x80, 0x00],                                           // overlong
+        ];
+        for bytes in bad {
+            let mut reader = Reader { bytes, offset: 0 };
+            assert_eq!(
+                reader.varint(),
+                Err(DecodeError::BadVarint { offset: 0 }),
+                "{bytes:?}"
+            );
+        }
+        let mut reader = Reader {
+            bytes: &[0x80],
+            offset: 0,
+        };
+        assert_eq!(
+            reader.varint(),
+            Err(DecodeError::Truncated {
+                offset: 1,
+                needed: 1
+            })
+        );
+    }
+
+    #[test]
+    fn each_error_is_reported() {
+        use DecodeError::*;
+        assert_eq!(
+            Object::decode(&[]),
+            Err(Truncated {
+                offset: 0,
+                needed: 1
+            })
+        );
+        assert_eq!(
+            Object::decode(&[2, 1, 0]),
+            Err(UnsupportedVersion { version: 2 })
+        );
+        assert_eq!(Object::decode(&[1, 0, 0]), Err(UnknownKind { kind: 0 }));
+        assert_eq!(Object::decode(&[1, 9, 0]), Err(UnknownKind { kind: 9 }));
+        assert_eq!(
+            Object::decode(&[1, KIND_LIST]),
+            Err(Truncated {
+                offset: 2,
+                needed: 1
+            })
+        );
+        assert_eq!(
+            Object::decode(&[1, KIND_LIST, 0x80, 0]),
+            Err(BadVarint { offset: 2 })
+        );
+        assert_eq!(
+            Object::decode(&[1, KIND_LIST, 3, 0, 0]),
+            Err(BadLength {
+                offset: 2,
+                length: 3,
+                remaining: 2
+            })
+        );
+        assert_eq!(
+            Object::decode(&[1, KIND_LIST, 1, 5, b'a']),
+            Err(BadLength {
+                offset: 3,
+                length: 5,
+                remaining: 1
+            })
+        );
+        assert_eq!(
+            Object::decode(&[1, KIND_LIST, 0, 7]),
+            Err(TrailingBytes { count: 1 })
+        );
+        let mut nan = vec![1, KIND_SORTED_SET, 1, 1, b'm'];
+        nan.extend_from_slice(&f64::NAN.to_le_bytes());
+        assert_eq!(Object::decode(&nan), Err(NanScore { index: 0 }));
+        let mut short_score = vec![1, KIND_SORTED_SET, 1, 1, b'm'];
+        short_score.extend_from_slice(&[0; 4]);
+        assert_eq!(
+            Object::decode(&short_score),
+            Err(BadLength {
+                offset: 2,
+                length: 1,
+                remaining: 6
+            })
+        );
+    }
+
+    #[test]
+    fn order_and_uniqueness_are_checked() {
+        use DecodeError::*;
+        let zset_image = |entries: &[(&[u8], f64)]| {
+            let mut image = vec![1, KIND_SORTED_SET, entries.len() as u8];
+            for (member, score) in entries {
+                write_string(&mut image, member);
+                image.extend_from_slice(&score.to_le_bytes());
+            }
+            image
+        };
+        assert_eq!(
+            Object::decode(&zset_image(&[(b"a", 1.0), (b"a", 1.0)])),
+            Err(DuplicateEntry { index: 1 })
+        );
+        assert_eq!(
+            Object::decode(&zset_image(&[(b"b", 1.0), (b"a", 1.0)])),
+            Err(UnsortedEntry { index: 1 })
+        );
+        assert_eq!(
+            Object::decode(&zset_image(&[(b"a", 2.0), (b"a", 1.0)])),
+            Err(UnsortedEntry { index: 1 })
+        );
+        assert_eq!(
+            Object::decode(&zset_image(&[(b"a", 1.0), (b"a", 2.0)])),
+            Err(DuplicateMember { index: 1 })
+        );
+        assert_eq!(
+            Object::decode(&zset_image(&[(b"a", 0.0), (b"a", -0.0)])),
+            Err(DuplicateEntry { index: 1 })
+        );
+
+        // Two set members, written in the wrong hash order.
+        let (first, second): (&[u8], &[u8]) = if hashed::hash_of(b"x") < hashed::hash_of(b"y") {
+            (b"y", b"x")
+        } else {
+            (b"x", b"y")
+        };
+        let mut image = vec![1, KIND_SET, 2];
+        write_string(&mut image, first);
+        write_string(&mut image, second);
+        assert_eq!(Object::decode(&image), Err(UnsortedEntry { index: 1 }));
+        let mut image = vec![1, KIND_HASH, 2];
+        for _ in 0..2 {
+            write_string(&mut image, b"f");
+            write_string(&mut image, b"v");
+        }
+        assert_eq!(Object::decode(&image), Err(DuplicateEntry { index: 1 }));
+    }
+}

@@ -1,0 +1,274 @@
+//! `Hash`: the value of a Redis hash key, field -> value.
+//!
+//! Entries live in a [`RankedMap`] ordered by `(xxh3-64(field), field)` (see
+//! [`hashed`](super::hashed) for why hash order): lookups hash the field and
+//! descend, HRANDFIELD selects a random rank, and HSCAN walks hash order with
+//! the hash as its cursor.
+
+use super::hashed::{self, HashedKey};
+use super::ranked::{Iter, RankedMap};
+
+/// A borrowed field and its value.
+pub type FieldValue<'a> = (&'a [u8], &'a [u8]);
+
+/// A Redis hash: a map from field to value, both byte strings.
+///
+/// Iteration order (and SCAN order, and checkpoint image order) is the order
+/// of `(xxh3-64(field), field)`: arbitrary to a user, as in Redis, but the
+/// same in every process.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Hash {
+    entries: RankedMap<HashedKey, Box<[u8]>>,
+    /// Sum of field and value lengths, kept so memory accounting is O(1).
+    payload_bytes: usize,
+}
+
+impl Hash {
+    /// An empty hash.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Builds a hash from entries already in [`Hash::iter`] order, in O(n).
+    /// The caller (the image decoder) must have checked the order: strictly
+    /// increasing `(xxh3-64(field), field)`.
+    pub(crate) fn from_sorted(entries: Vec<(HashedKey, Box<[u8]>)>) -> Self {
+        let payload_bytes = entries
+            .iter()
+            .map(|((_, field), value)| field.len() + value.len())
+            .sum();
+        Hash {
+            entries: RankedMap::from_sorted(entries),
+            payload_bytes,
+        }
+    }
+
+    /// Number of fields (HLEN).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the hash has no fields. Redis deletes a key whose hash becomes
+    /// empty; that is the caller's job.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The value of `field` (HGET).
+    pub fn get(&self, field: &[u8]) -> Option<&[u8]> {
+        self.entries
+            .get(&(hashed::hash_of(field), field))
+            .map(|value| &value[..])
+    }
+
+    /// Whether `field` is present (HEXISTS).
+    pub fn contains(&self, field: &[u8]) -> bool {
+        self.entries.contains_key(&(hashed::hash_of(field), field))
+    }
+
+    /// Sets `field` to `value` (HSET); returns the previous value, `None`
+    /// when the field is new. Takes the field owned so a new field costs one
+    /// descent and no copy.
+    pub fn insert(&mut self, field: Box<[u8]>, value: Box<[u8]>) -> Option<Box<[u8]>> {
+        let field_len = field.len();
+        let value_len = value.len();
+        let old = self.entries.insert(hashed::key_of(field), value);
+        match &old {
+            Some(old) => self.payload_bytes = self.payload_bytes - old.len() + value_len,
+            None => self.payload_bytes += field_len + value_len,
+        }
+        old
+    }
+
+    /// Replaces the value of an existing `field` and returns the old one, or
+    /// gives `value` back when the field is absent; one descent, no field
+    /// copy. For updating a value just read (HINCRBY, HINCRBYFLOAT) when the
+    /// caller holds the field only borrowed.
+    pub fn replace(&mut self, field: &[u8], value: Box<[u8]>) -> Result<Box<[u8]>, Box<[u8]>> {
+        match self.entries.get_mut(&(hashed::hash_of(field), field)) {
+            Some(slot) => {
+                self.payload_bytes = self.payload_bytes - slot.len() + value.len();
+                Ok(std::mem::replace(slot, value))
+            }
+            None => Err(value),
+        }
+    }
+
+    /// Removes `field` (HDEL); returns its value if it was present.
+    pub fn remove(&mut self, field: &[u8]) -> Option<Box<[u8]>> {
+        let value = self.entries.remove(&(hashed::hash_of(field), field))?;
+        self.payload_bytes -= field.len() + value.len();
+        Some(value)
+    }
+
+    /// The field and value at position `rank` of iteration order, for
+    /// sampling distinct random fields (HRANDFIELD with a positive count).
+    pub fn select(&self, rank: usize) -> Option<(&[u8], &[u8])> {
+        self.entries
+            .select(rank)
+            .map(|((_, field), value)| (&field[..], &value[..]))
+    }
+
+    /// A uniformly random field and its value (HRANDFIELD), in O(log n).
+    pub fn random<R: rand::Rng + ?Sized>(&self, rng: &mut R) -> Option<(&[u8], &[u8])> {
+        self.select(hashed::random_rank(self.len(), rng)?)
+    }
+
+    /// One step of HSCAN.
+    ///
+    /// Returns the entries whose field hash is `>= cursor`, in hash order,
+    /// stopping after at least `count` entries (at least one) but never
+    /// between two entries of equal hash; and the next cursor, which is the
+    /// last returned hash + 1, or 0 when no entries remain after this batch
+    /// (or the last hash was `u64::MAX`). Cursor 0 starts a scan.
+    ///
+    /// Guarantees, whatever inserts and removes happen between calls: a field
+    /// present from the first call to the last is returned, and exactly once,
+    /// because all fields of one hash value come back in the one batch whose
+    /// range covers that value and the cursor then moves past it; a full scan
+    /// ends, because the cursor strictly increases. A field added or removed
+    /// during the scan may or may not be returned. Unlike Redis, no cursor
+    /// bits are reversed: the tree needs no rehashing, so none is needed.
+    pub fn scan(&self, cursor: u64, count: usize) -> (u64, Vec<FieldValue<'_>>) {
+        let (next, batch) = hashed::scan(&self.entries, cursor, count);
+        (
+            next,
+            batch
+                .into_iter()
+                .map(|(field, value)| (field, &value[..]))
+                .collect(),
+        )
+    }
+
+    /// All fields and values in hash order (HGETALL, and the image encoder).
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&[u8], &[u8])> + '_ {
+        let entries: Iter<'_, HashedKey, Box<[u8]>> = self.entries.iter();
+        entries.map(|((_, field), value)| (&field[..], &value[..]))
+    }
+
+    /// Estimated heap bytes owned by this hash, for INFO memory and eviction
+    /// accounting: the field and value bytes plus a per-allocation allowance,
+    /// plus the tree's nodes (see `hashed::tree_bytes`). O(1).
+    pub fn approx_heap_bytes(&self) -> usize {
+        let entry = std::mem::size_of::<HashedKey>() + std::mem::size_of::<Box<[u8]>>();
+        self.payload_bytes
+            + 2 * hashed::ALLOCATION_OVERHEAD_BYTES * self.len()
+            + hashed::tree_bytes(self.len(), entry)
+    }
+}
+
+impl Hash {
+    /// Checks the tree's invariants, that every entry sits under its field's
+    /// hash, and the payload byte count. O(n); for tests.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.entries.check_invariants()?;
+        let mut payload_bytes = 0;
+        for ((hash, field), value) in self.entries.iter() {
+            if *hash != hashed::hash_of(field) {
+                return Err(format!(
+                    "field {:?} filed under a wrong hash",
+                    String::from_utf8_lossy(field)
+                ));
+            }
+            payload_bytes += field.len() + value.len();
+        }
+        if payload_bytes != self.payload_bytes {
+            return Err(format!(
+                "payload bytes {} recorded, {payload_bytes} held",
+                self.payload_bytes
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Hash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.iter().map(|(field, value)| {
+                (
+                    String::from_utf8_lossy(field),
+                    String::from_utf8_lossy(value),
+                )
+            }))
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn boxed(bytes: &[u8]) -> Box<[u8]> {
+        bytes.into()
+    }
+
+    #[test]
+    fn empty_hash() {
+        let hash = Hash::new();
+        assert!(hash.is_empty());
+        assert_eq!(hash.get(b"a"), None);
+        assert_eq!(hash.scan(0, 10), (0, vec![]));
+        assert_eq!(hash.random(&mut rand::rng()), None);
+        assert_eq!(hash.approx_heap_bytes(), 0);
+    }
+
+    #[test]
+    fn insert_replace_remove_track_payload() {
+        let mut hash = Hash::new();
+        assert_eq!(hash.insert(boxed(b"f"), boxed(b"one")), None);
+        assert_eq!(
+            hash.insert(boxed(b"f"), boxed(b"three")),
+            Some(boxed(b"one"))
+        );
+        assert_eq!(hash.payload_bytes, 6);
+        assert_eq!(hash.replace(b"f", boxed(b"x")), Ok(boxed(b"three")));
+        assert_eq!(hash.replace(b"g", boxed(b"x")), Err(boxed(b"x")));
+        assert_eq!(hash.payload_bytes, 2);
+        assert_eq!(hash.get(b"f"), Some(&b"x"[..]));
+        assert_eq!(hash.remove(b"f"), Some(boxed(b"x")));
+        assert_eq!(hash.payload_bytes, 0);
+        assert!(hash.is_empty());
+    }
+
+    #[test]
+    fn empty_field_and_value_are_ordinary() {
+        let mut hash = Hash::new();
+        hash.insert(boxed(b""), boxed(b""));
+        assert!(hash.contains(b""));
+        assert_eq!(hash.get(b""), Some(&b""[..]));
+        assert_eq!(hash.scan(0, 1).1, vec![(&b""[..], &b""[..])]);
+    }
+
+    #[test]
+    fn scan_in_small_batches_returns_everything_once() {
+        let mut hash = Hash::new();
+        for i in 0..1000u32 {
+            hash.insert(i.to_le_bytes().into(), boxed(b"v"));
+        }
+        let mut seen = Vec::new();
+        let mut cursor = 0;
+        let mut calls = 0;
+        loop {
+            let (next, batch) = hash.scan(cursor, 7);
+            calls += 1;
+            seen.extend(batch.into_iter().map(|(field, _)| field.to_vec()));
+            if next == 0 {
+                break;
+            }
+            assert!(next > cursor);
+            cursor = next;
+        }
+        assert_eq!(calls, 1000usize.div_ceil(7));
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 1000);
+    }
+
+    #[test]
+    fn scan_from_a_cursor_past_every_hash_ends() {
+        let mut hash = Hash::new();
+        hash.insert(boxed(b"a"), boxed(b"1"));
+        assert_eq!(hash.scan(u64::MAX, 10).0, 0);
+    }
+}

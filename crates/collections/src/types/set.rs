@@ -1,0 +1,195 @@
+//! `Set`: the value of a Redis set key.
+//!
+//! Members live in a [`RankedMap`] ordered by `(xxh3-64(member), member)`,
+//! exactly as [`Hash`](super::Hash) fields do (see
+//! [`hashed`](super::hashed)): SRANDMEMBER and SPOP select a random rank,
+//! SSCAN uses the hash as its cursor. Set algebra (SINTER, SUNION, SDIFF) is
+//! the server's, built on `contains` and `iter`.
+
+use super::hashed::{self, HashedKey};
+use super::ranked::RankedMap;
+
+/// A Redis set of byte-string members.
+///
+/// Iteration, SCAN and image order is the order of `(xxh3-64(member),
+/// member)`.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Set {
+    members: RankedMap<HashedKey, ()>,
+    /// Sum of member lengths, kept so memory accounting is O(1).
+    payload_bytes: usize,
+}
+
+impl Set {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Builds a set from members already in [`Set::iter`] order, in O(n).
+    /// The caller (the image decoder) must have checked the order.
+    pub(crate) fn from_sorted(members: Vec<HashedKey>) -> Self {
+        let payload_bytes = members.iter().map(|(_, member)| member.len()).sum();
+        Set {
+            members: RankedMap::from_sorted(members.into_iter().map(|key| (key, ()))),
+            payload_bytes,
+        }
+    }
+
+    /// Number of members (SCARD).
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether the set has no members.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Adds `member` (SADD); true when it was not already present.
+    pub fn insert(&mut self, member: Box<[u8]>) -> bool {
+        let member_len = member.len();
+        let added = self.members.insert(hashed::key_of(member), ()).is_none();
+        if added {
+            self.payload_bytes += member_len;
+        }
+        added
+    }
+
+    /// Removes `member` (SREM); true when it was present.
+    pub fn remove(&mut self, member: &[u8]) -> bool {
+        let removed = self
+            .members
+            .remove(&(hashed::hash_of(member), member))
+            .is_some();
+        if removed {
+            self.payload_bytes -= member.len();
+        }
+        removed
+    }
+
+    /// Whether `member` is present (SISMEMBER).
+    pub fn contains(&self, member: &[u8]) -> bool {
+        self.members
+            .contains_key(&(hashed::hash_of(member), member))
+    }
+
+    /// The member at position `rank` of iteration order, for sampling
+    /// distinct random members (SRANDMEMBER with a positive count).
+    pub fn select(&self, rank: usize) -> Option<&[u8]> {
+        self.members
+            .select(rank)
+            .map(|((_, member), ())| &member[..])
+    }
+
+    /// A uniformly random member (SRANDMEMBER), in O(log n).
+    pub fn random<R: rand::Rng + ?Sized>(&self, rng: &mut R) -> Option<&[u8]> {
+        self.select(hashed::random_rank(self.len(), rng)?)
+    }
+
+    /// Removes and returns a uniformly random member (SPOP), in O(log n).
+    pub fn pop_random<R: rand::Rng + ?Sized>(&mut self, rng: &mut R) -> Option<Box<[u8]>> {
+        let rank = hashed::random_rank(self.len(), rng)?;
+        let ((_, member), ()) = self.members.remove_at_rank(rank)?;
+        self.payload_bytes -= member.len();
+        Some(member)
+    }
+
+    /// One step of SSCAN, with the contract of [`Hash::scan`](super::Hash::scan):
+    /// members with hash `>= cursor` in hash order, at least `count` (min 1)
+    /// unless the set runs out, never splitting equal hashes; next cursor is
+    /// the last hash + 1, or 0 when done.
+    pub fn scan(&self, cursor: u64, count: usize) -> (u64, Vec<&[u8]>) {
+        let (next, batch) = hashed::scan(&self.members, cursor, count);
+        (next, batch.into_iter().map(|(member, ())| member).collect())
+    }
+
+    /// All members in hash order (SMEMBERS, and the image encoder).
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+        self.members.iter().map(|((_, member), ())| &member[..])
+    }
+
+    /// Estimated heap bytes owned by this set, for memory accounting: member
+    /// bytes plus a per-allocation allowance, plus the tree's nodes. O(1).
+    pub fn approx_heap_bytes(&self) -> usize {
+        self.payload_bytes
+            + hashed::ALLOCATION_OVERHEAD_BYTES * self.len()
+            + hashed::tree_bytes(self.len(), std::mem::size_of::<HashedKey>())
+    }
+}
+
+impl Set {
+    /// Checks the tree's invariants, that every member sits under its hash,
+    /// and the payload byte count. O(n); for tests.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.members.check_invariants()?;
+        let mut payload_bytes = 0;
+        for ((hash, member), ()) in self.members.iter() {
+            if *hash != hashed::hash_of(member) {
+                return Err(format!(
+                    "member {:?} filed under a wrong hash",
+                    String::from_utf8_lossy(member)
+                ));
+            }
+            payload_bytes += member.len();
+        }
+        if payload_bytes != self.payload_bytes {
+            return Err(format!(
+                "payload bytes {} recorded, {payload_bytes} held",
+                self.payload_bytes
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Set {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set()
+            .entries(self.iter().map(String::from_utf8_lossy))
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_set() {
+        let mut set = Set::new();
+        assert!(set.is_empty());
+        assert!(!set.contains(b""));
+        assert!(!set.remove(b"x"));
+        assert_eq!(set.pop_random(&mut rand::rng()), None);
+        assert_eq!(set.scan(0, 5), (0, vec![]));
+    }
+
+    #[test]
+    fn insert_twice_counts_once() {
+        let mut set = Set::new();
+        assert!(set.insert(b"m".as_slice().into()));
+        assert!(!set.insert(b"m".as_slice().into()));
+        assert_eq!(set.len(), 1);
+        assert_eq!(set.payload_bytes, 1);
+        assert_eq!(set.select(0), Some(&b"m"[..]));
+        assert_eq!(set.select(1), None);
+    }
+
+    #[test]
+    fn pop_random_drains_every_member_once() {
+        let mut set = Set::new();
+        for i in 0..200u32 {
+            set.insert(i.to_be_bytes().into());
+        }
+        let mut rng = rand::rng();
+        let mut popped = Vec::new();
+        while let Some(member) = set.pop_random(&mut rng) {
+            popped.push(member);
+        }
+        popped.sort();
+        popped.dedup();
+        assert_eq!(popped.len(), 200);
+        assert_eq!(set.payload_bytes, 0);
+    }
+}

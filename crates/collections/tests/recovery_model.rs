@@ -1,0 +1,426 @@
+//! Model-based tests of durability: random batches of operations on every
+//! type go through `Collections` and, independently, through a model built
+//! from std collections. At random moments the store checkpoints, crashes
+//! (abandoned like a killed process: everything stored survives, nothing
+//! else runs), crashes at a chosen step of a checkpoint, or crashes in the
+//! middle of its own recovery; after every recovery the state must equal
+//! the model exactly.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::Path;
+
+use engram_collections::checkpoint::Step;
+use engram_collections::types::Object;
+use engram_collections::{CheckpointMode, Collections, CollectionsOptions, Error, Faults, Op, OpLogOptions};
+use engram_engine::{IntegrityOptions, ModeChoice};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+type B = Box<[u8]>;
+
+#[derive(Clone, Debug, PartialEq)]
+enum MObj {
+    Hash(BTreeMap<Vec<u8>, Vec<u8>>),
+    Set(BTreeSet<Vec<u8>>),
+    ZSet(BTreeMap<Vec<u8>, u64>), // score bits (scores here are never -0.0 or NaN)
+    List(VecDeque<Vec<u8>>),
+}
+
+impl MObj {
+    fn is_empty(&self) -> bool {
+        match self {
+            MObj::Hash(h) => h.is_empty(),
+            MObj::Set(s) => s.is_empty(),
+            MObj::ZSet(z) => z.is_empty(),
+            MObj::List(l) => l.is_empty(),
+        }
+    }
+    fn same_kind(&self, other: &MObj) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+    }
+}
+
+type Model = BTreeMap<Vec<u8>, (MObj, u64)>;
+
+fn b(bytes: &[u8]) -> B {
+    bytes.into()
+}
+
+fn options(faults: Faults) -> CollectionsOptions {
+    CollectionsOptions {
+        oplog: OpLogOptions {
+            segment_bytes: 64 << 10,
+            lanes: 2,
+            region: engram_pmem::RegionOptions {
+                mode: ModeChoice::Emulated,
+                populate: false,
+                reserve_bytes: 256 << 20,
+                ..Default::default()
+            },
+        },
+        images: engram_engine::Options {
+            mode: ModeChoice::Emulated,
+            block_size_bytes: 64 << 10,
+            grow_bytes: 256 << 10,
+            reserve_bytes: 256 << 20,
+            populate: false,
+            recovery_threads: 1,
+            integrity: IntegrityOptions::off(),
+            ..Default::default()
+        },
+        checkpoints: CheckpointMode::Manual,
+        recovery_threads: 2,
+        faults,
+        ..Default::default()
+    }
+}
+
+fn to_model(object: &Object) -> MObj {
+    match object {
+        Object::Hash(h) => MObj::Hash(h.iter().map(|(f, v)| (f.to_vec(), v.to_vec())).collect()),
+        Object::Set(s) => MObj::Set(s.iter().map(|m| m.to_vec()).collect()),
+        Object::SortedSet(z) => MObj::ZSet(z.iter().map(|(m, s)| (m.to_vec(), s.to_bits())).collect()),
+        Object::List(l) => MObj::List(l.iter().map(|v| v.to_vec()).collect()),
+    }
+}
+
+fn dump(collections: &Collections) -> Model {
+    let mut model = Model::new();
+    for shard in 0..engram_collections::state::SHARDS {
+        collections.for_each_in_shard(shard, |key, entry| {
+            model.insert(key.to_vec(), (to_model(&entry.object), entry.expire_at_ms));
+        });
+    }
+    assert_eq!(collections.len(), model.len() as u64);
+    model
+}
+
+const KEYS: &[&[u8]] = &[b"h1", b"h2", b"s1", b"s2", b"z1", b"z2", b"l1", b"l2"];
+
+fn random_op(rng: &mut StdRng) -> Op {
+    let key = b(KEYS[rng.random_range(0..KEYS.len())]);
+    let other = b(KEYS[rng.random_range(0..KEYS.len())]);
+    let word = |rng: &mut StdRng| b(format!("m{}", rng.random_range(0..12)).as_bytes());
+    match key[0] {
+        _ if rng.random_ratio(1, 25) => Op::Delete { key },
+        _ if rng.random_ratio(1, 25) => Op::Expire { key, at_ms: rng.random_range(0..3) * 1_000_000 },
+        _ if rng.random_ratio(1, 30) => Op::Rename { from: key, to: other },
+        _ if rng.random_ratio(1, 30) => Op::Copy { from: key, to: other },
+        b'h' => match rng.random_range(0..3) {
+            0 | 1 => Op::HashSet {
+                key,
+                pairs: (0..rng.random_range(1..4)).map(|_| (word(rng), word(rng))).collect(),
+            },
+            _ => Op::HashDelete { key, fields: (0..rng.random_range(1..4)).map(|_| word(rng)).collect() },
+        },
+        b's' => match rng.random_range(0..3) {
+            0 | 1 => Op::SetAdd { key, members: (0..rng.random_range(1..4)).map(|_| word(rng)).collect() },
+            _ => Op::SetRemove { key, members: (0..rng.random_range(1..4)).map(|_| word(rng)).collect() },
+        },
+        b'z' => match rng.random_range(0..3) {
+            0 | 1 => Op::SortedSetAdd {
+                key,
+                pairs: (0..rng.random_range(1..4))
+                    .map(|_| (rng.random_range(-5..5) as f64 * 0.5, word(rng)))
+                    .collect(),
+            },
+            _ => Op::SortedSetRemove { key, members: (0..rng.random_range(1..4)).map(|_| word(rng)).collect() },
+        },
+        _ => match rng.random_range(0..8) {
+            0 | 1 => Op::ListPush {
+                key,
+                front: rng.random(),
+                values: (0..rng.random_range(1..4)).map(|_| word(rng)).collect(),
+            },
+            2 => Op::ListPop { key, front: rng.random(), count: rng.random_range(1..3) },
+            3 => Op::ListSet { key, index: rng.random_range(0..4), value: word(rng) },
+            4 => Op::ListInsert { key, before: rng.random(), pivot: word(rng), value: word(rng) },
+            5 => Op::ListRemove { key, count: rng.random_range(-2..3), value: word(rng) },
+            6 => Op::ListTrim { key, start: rng.random_range(-4..3), stop: rng.random_range(-4..4) },
+            _ => Op::ListMove { from: key, to: other, from_front: rng.random(), to_front: rng.random() },
+        },
+    }
+}
+
+/// The model's semantics, written independently of `apply`.
+fn model_apply(model: &mut Model, op: &Op) {
+    fn update(model: &mut Model, key: &[u8], create: Option<MObj>, f: impl FnOnce(&mut MObj)) {
+        match model.get_mut(key) {
+            Some((object, _)) => {
+                if create.as_ref().is_some_and(|c| !c.same_kind(object)) {
+                    return;
+                }
+                f(object);
+                if object.is_empty() {
+                    model.remove(key);
+                }
+            }
+            None => {
+                if let Some(mut object) = create {
+                    f(&mut object);
+                    if !object.is_empty() {
+                        model.insert(key.to_vec(), (object, 0));
+                    }
+                }
+            }
+        }
+    }
+    match op {
+        Op::Delete { key } => {
+            model.remove(&key[..]);
+        }
+        Op::Expire { key, at_ms } => {
+            if let Some(entry) = model.get_mut(&key[..]) {
+                entry.1 = *at_ms;
+            }
+        }
+        Op::Rename { from, to } => {
+            if from != to {
+                if let Some(entry) = model.remove(&from[..]) {
+                    model.insert(to.to_vec(), entry);
+                }
+            }
+        }
+        Op::Copy { from, to } => {
+            if from != to {
+                if let Some(entry) = model.get(&from[..]).cloned() {
+                    model.insert(to.to_vec(), entry);
+                }
+            }
+        }
+        Op::Replace { .. } => unreachable!("not generated"),
+        Op::HashSet { key, pairs } => update(model, key, Some(MObj::Hash(BTreeMap::new())), |o| {
+            if let MObj::Hash(h) = o {
+                for (f, v) in pairs {
+                    h.insert(f.to_vec(), v.to_vec());
+                }
+            }
+        }),
+        Op::HashDelete { key, fields } => update(model, key, Some(MObj::Hash(BTreeMap::new())), |o| {
+            if let MObj::Hash(h) = o {
+                for f in fields {
+                    h.remove(&f[..]);
+                }
+            }
+        }),
+        Op::SetAdd { key, members } => update(model, key, Some(MObj::Set(BTreeSet::new())), |o| {
+            if let MObj::Set(s) = o {
+                s.extend(members.iter().map(|m| m.to_vec()));
+            }
+        }),
+        Op::SetRemove { key, members } => update(model, key, Some(MObj::Set(BTreeSet::new())), |o| {
+            if let MObj::Set(s) = o {
+                for m in members {
+                    s.remove(&m[..]);
+                }
+            }
+        }),
+        Op::SortedSetAdd { key, pairs } => update(model, key, Some(MObj::ZSet(BTreeMap::new())), |o| {
+            if let MObj::ZSet(z) = o {
+                for (score, m) in pairs {
+                    z.insert(m.to_vec(), (score + 0.0).to_bits());
+                }
+            }
+        }),
+        Op::SortedSetRemove { key, members } => update(model, key, Some(MObj::ZSet(BTreeMap::new())), |o| {
+            if let MObj::ZSet(z) = o {
+                for m in members {
+                    z.remove(&m[..]);
+                }
+            }
+        }),
+        Op::ListPush { key, front, values } => update(model, key, Some(MObj::List(VecDeque::new())), |o| {
+            if let MObj::List(l) = o {
+                for v in values {
+                    if *front {
+                        l.push_front(v.to_vec())
+                    } else {
+                        l.push_back(v.to_vec())
+                    }
+                }
+            }
+        }),
+        Op::ListPop { key, front, count } => update(model, key, None, |o| {
+            if let MObj::List(l) = o {
+                for _ in 0..*count {
+                    if *front {
+                        l.pop_front();
+                    } else {
+                        l.pop_back();
+                    }
+                }
+            }
+        }),
+        Op::ListSet { key, index, value } => update(model, key, None, |o| {
+            if let MObj::List(l) = o {
+                if (*index as usize) < l.len() {
+                    l[*index as usize] = value.to_vec();
+                }
+            }
+        }),
+        Op::ListInsert { key, before, pivot, value } => update(model, key, None, |o| {
+            if let MObj::List(l) = o {
+                if let Some(at) = l.iter().position(|x| x[..] == pivot[..]) {
+                    l.insert(if *before { at } else { at + 1 }, value.to_vec());
+                }
+            }
+        }),
+        Op::ListRemove { key, count, value } => update(model, key, None, |o| {
+            if let MObj::List(l) = o {
+                let v: Vec<Vec<u8>> = l.iter().cloned().collect();
+                let positions: Vec<usize> = if *count >= 0 {
+                    v.iter().enumerate().filter(|(_, x)| x[..] == value[..]).map(|(i, _)| i).collect()
+                } else {
+                    v.iter().enumerate().rev().filter(|(_, x)| x[..] == value[..]).map(|(i, _)| i).collect()
+                };
+                let limit = if *count == 0 { usize::MAX } else { count.unsigned_abs() as usize };
+                let doomed: BTreeSet<usize> = positions.into_iter().take(limit).collect();
+                *l = v.into_iter().enumerate().filter(|(i, _)| !doomed.contains(i)).map(|(_, x)| x).collect();
+            }
+        }),
+        Op::ListTrim { key, start, stop } => update(model, key, None, |o| {
+            if let MObj::List(l) = o {
+                let len = l.len() as i64;
+                let start = if *start < 0 { (len + start).max(0) } else { *start };
+                let stop = if *stop < 0 { len + stop } else { (*stop).min(len - 1) };
+                if start > stop || start >= len {
+                    l.clear();
+                } else {
+                    *l = l.iter().skip(start as usize).take((stop - start + 1) as usize).cloned().collect();
+                }
+            }
+        }),
+        Op::ListMove { from, to, from_front, to_front } => {
+            let destination_ok = match model.get(&to[..]) {
+                None => true,
+                Some((o, _)) => matches!(o, MObj::List(_)),
+            };
+            if !destination_ok {
+                return;
+            }
+            let mut moved = None;
+            update(model, from, None, |o| {
+                if let MObj::List(l) = o {
+                    moved = if *from_front { l.pop_front() } else { l.pop_back() };
+                }
+            });
+            if let Some(value) = moved {
+                update(model, to, Some(MObj::List(VecDeque::new())), |o| {
+                    if let MObj::List(l) = o {
+                        if *to_front {
+                            l.push_front(value)
+                        } else {
+                            l.push_back(value)
+                        }
+                    }
+                });
+            }
+        }
+    }
+}
+
+fn open(dir: &Path, faults: Faults) -> Collections {
+    Collections::open(dir, options(faults)).unwrap()
+}
+
+const STEPS: [Step; 5] = [Step::AfterCut, Step::MidImages, Step::BeforeRoot, Step::AfterRoot, Step::BeforeTombstones];
+
+fn run_seed(seed: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut model = Model::new();
+    let mut store = open(dir.path(), Faults::default());
+    for step in 0..400 {
+        let ops: Vec<Op> = (0..rng.random_range(1..4)).map(|_| random_op(&mut rng)).collect();
+        for op in &ops {
+            model_apply(&mut model, op);
+        }
+        store.write(ops).unwrap();
+        match rng.random_range(0..100) {
+            0..=7 => {
+                store.checkpoint_now().unwrap();
+            }
+            8..=10 => {
+                store.crash();
+                store = open(dir.path(), Faults::default());
+                assert_eq!(dump(&store), model, "seed {seed} step {step}: after a crash");
+            }
+            11..=14 => {
+                // A crash at a chosen step of a checkpoint.
+                let at = STEPS[rng.random_range(0..STEPS.len())];
+                store.crash();
+                store = open(dir.path(), Faults { checkpoint_crash_at: Some(at), ..Faults::default() });
+                let extra = random_op(&mut rng);
+                model_apply(&mut model, &extra);
+                store.write(vec![extra]).unwrap();
+                // There is always a record to fold, so every step is reached.
+                match store.checkpoint_now() {
+                    Err(Error::InjectedCrash(_)) => {}
+                    Ok(report) => panic!("seed {seed} step {step}: checkpoint ran past {at:?}: {report:?}"),
+                    Err(other) => panic!("seed {seed}: {other}"),
+                }
+                store.crash();
+                store = open(dir.path(), Faults::default());
+                assert_eq!(dump(&store), model, "seed {seed} step {step}: after a crash at {at:?}");
+            }
+            15 => {
+                // A crash in the middle of recovery, then recovery again.
+                store.crash();
+                let after = rng.random_range(0..3);
+                match Collections::open(
+                    dir.path(),
+                    options(Faults { recovery_crash_after_deletes: Some(after), ..Faults::default() }),
+                ) {
+                    Ok(recovered) => recovered.crash(),
+                    Err(Error::InjectedCrash(_)) => {}
+                    Err(other) => panic!("seed {seed}: {other}"),
+                }
+                store = open(dir.path(), Faults::default());
+                assert_eq!(dump(&store), model, "seed {seed} step {step}: after a crash during recovery");
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(dump(&store), model, "seed {seed}: end");
+    store.close().unwrap();
+    let store = open(dir.path(), Faults::default());
+    assert_eq!(dump(&store), model, "seed {seed}: after a clean close");
+}
+
+#[test]
+fn state_survives_crashes_anywhere_in_writes_checkpoints_and_recovery() {
+    for seed in 0..12 {
+        run_seed(seed);
+    }
+}
+
+#[test]
+fn a_checkpoint_bounds_what_recovery_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), Faults::default());
+    for i in 0..500u32 {
+        store
+            .write(vec![Op::SetAdd { key: b(format!("s{}", i % 50).as_bytes()), members: vec![b(&i.to_le_bytes())] }])
+            .unwrap();
+    }
+    let report = store.checkpoint_now().unwrap();
+    assert_eq!(report.records, 500);
+    assert_eq!(report.keys_written, 50);
+    for i in 0..7u32 {
+        store.write(vec![Op::Delete { key: b(format!("s{i}").as_bytes()) }]).unwrap();
+    }
+    store.crash();
+    let store = open(dir.path(), Faults::default());
+    let recovery = store.recovery_report().clone();
+    assert_eq!(recovery.images_loaded, 50);
+    assert_eq!(recovery.records_replayed, 7, "only the tail after the checkpoint is replayed");
+    assert_eq!(store.len(), 43);
+    // The deletions become tombstones, then nothing.
+    let report = store.checkpoint_now().unwrap();
+    assert_eq!(report.tombstones, 7);
+    store.close().unwrap();
+    let store = open(dir.path(), Faults::default());
+    assert_eq!(store.recovery_report().images_loaded, 43);
+    assert_eq!(store.recovery_report().records_replayed, 0);
+    assert_eq!(store.recovery_report().garbage_images_removed, 0, "tombstones were removed by the checkpoint");
+}

@@ -238,6 +238,7 @@ fn fold(inner: &Inner, state: &mut State, version: u64, segments: &[u32]) -> Res
     write_root(&inner.images, version)?;
     inner.images.sync()?;
     state.root = version;
+    inner.checkpointed_through.store(version, Ordering::Relaxed);
     crash_point(inner, Step::AfterRoot)?;
     // The commit point is passed: the checkpoint stands whatever follows.
     // Superseded images go, then tombstones (a tombstone must outlive the

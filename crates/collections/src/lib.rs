@@ -166,7 +166,10 @@ pub(crate) struct Inner {
     /// Stop-the-world mode only: writers hold it shared, a checkpoint
     /// exclusively.
     world: RwLock<()>,
+    /// Held for a whole checkpoint: never taken by readers of stats.
     checkpoint: Mutex<checkpoint::State>,
+    /// The committed checkpoint's version, for stats (a copy of the root).
+    checkpointed_through: AtomicU64,
     log_bytes_since_cut: AtomicU64,
     checkpoints: AtomicU64,
     checkpoint_running: AtomicBool,
@@ -288,6 +291,7 @@ impl Collections {
                 root: loaded.root,
                 versions: loaded.versions,
             }),
+            checkpointed_through: AtomicU64::new(loaded.root),
             log_bytes_since_cut: AtomicU64::new(log_bytes),
             checkpoints: AtomicU64::new(0),
             checkpoint_running: AtomicBool::new(false),
@@ -413,16 +417,19 @@ impl Collections {
         &self.report
     }
 
+    /// Never waits for a checkpoint in progress (each lock below is taken
+    /// and released on its own).
     pub fn stats(&self) -> CollectionsStats {
         let inner = &self.inner;
+        let last_checkpoint = inner.last_checkpoint.lock().clone();
         CollectionsStats {
             keys: inner.map.len(),
             log: inner.log.stats(),
             log_bytes_since_checkpoint: inner.log_bytes_since_cut.load(Ordering::Relaxed),
             checkpoints: inner.checkpoints.load(Ordering::Relaxed),
             checkpoint_running: inner.checkpoint_running.load(Ordering::Relaxed),
-            last_checkpoint: inner.last_checkpoint.lock().clone(),
-            checkpointed_through: inner.checkpoint.lock().root,
+            last_checkpoint,
+            checkpointed_through: inner.checkpointed_through.load(Ordering::Relaxed),
             backpressure_waits: inner.backpressure_waits.load(Ordering::Relaxed),
             backpressure_wait_time: Duration::from_nanos(inner.backpressure_nanos.load(Ordering::Relaxed)),
         }

@@ -424,3 +424,38 @@ fn a_checkpoint_bounds_what_recovery_replays() {
     assert_eq!(store.recovery_report().records_replayed, 0);
     assert_eq!(store.recovery_report().garbage_images_removed, 0, "tombstones were removed by the checkpoint");
 }
+
+#[test]
+fn stats_never_wait_for_a_running_checkpoint() {
+    // Regression: stats() once held one lock while waiting for the
+    // checkpoint's, which a finishing checkpoint held while taking the first.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Collections::open(
+        dir.path(),
+        CollectionsOptions {
+            checkpoints: CheckpointMode::Background,
+            checkpoint_log_bytes: 16 << 10,
+            ..options(Faults::default())
+        },
+    )
+    .unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for i in 0..20_000u32 {
+                let key = b(format!("h{}", i % 300).as_bytes());
+                store.write(vec![Op::HashSet { key, pairs: vec![(b(&i.to_le_bytes()), b(b"v"))] }]).unwrap();
+            }
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        let mut slowest = std::time::Duration::ZERO;
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            let began = std::time::Instant::now();
+            let _ = store.stats();
+            slowest = slowest.max(began.elapsed());
+        }
+        assert!(slowest < std::time::Duration::from_secs(2), "stats() took {slowest:?}");
+    });
+    assert!(store.stats().checkpoints > 0, "no background checkpoint ran");
+    assert!(store.stats().checkpointed_through > 0);
+}

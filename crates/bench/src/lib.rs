@@ -21,6 +21,12 @@
 //! [`integrity`] (`engram bench integrity`) measures the integrity layer:
 //! YCSB A, B and write-only over the embedded store with integrity off,
 //! lazy (1 s, 30 s) and inline, time to coverage, and scrub speed.
+//!
+//! [`timeline`] (`engram bench timeline`) measures the collections layer
+//! (DIPPER, `engram-collections`) over time: throughput per 10 ms window
+//! and tail latency with background, no and stop-the-world checkpoints
+//! (quiescent freedom), YCSB A–F over collections and strings, and
+//! recovery from the log alone and from checkpoint images.
 
 // Unsafe code is allowed in two places, each saying why it is sound: heed's
 // (opening an LMDB environment and setting its flags are `unsafe fn`s), and
@@ -37,6 +43,7 @@ pub mod report;
 pub mod runner;
 pub mod server;
 pub mod systems;
+pub mod timeline;
 pub mod tracker;
 pub mod workload;
 

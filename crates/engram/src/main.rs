@@ -74,6 +74,10 @@ enum Bench {
     /// + PAGEMAP_SCAN, per workload and memory type, and the cost of each
     /// after a crash.
     Tracker(engram_bench::tracker::TrackerBenchArgs),
+    /// The collections layer over time: throughput per 10 ms window and
+    /// tail latency with background, no and stop-the-world checkpoints,
+    /// YCSB A-F over collections and strings, recovery times.
+    Timeline(engram_bench::timeline::TimelineBenchArgs),
 }
 
 #[derive(Args)]
@@ -133,6 +137,9 @@ fn main() -> Result<()> {
             Ok(engram_bench::integrity::cli(args, command_line())?)
         }
         Command::Bench(Bench::Tracker(args)) => Ok(engram_bench::tracker::cli(args, command_line())?),
+        Command::Bench(Bench::Timeline(args)) => {
+            Ok(engram_bench::timeline::cli(args, command_line())?)
+        }
     }
 }
 

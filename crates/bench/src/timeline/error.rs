@@ -1,0 +1,69 @@
+//! What can go wrong in `engram bench timeline`, by what went wrong: a bad
+//! flag, a store that failed or lost a write, a recovery that found a
+//! different data set, the plot, or the file system.
+
+use std::path::PathBuf;
+
+use crate::error::BenchError;
+
+pub type Result<T, E = TimelineError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TimelineError {
+    #[error("--{flag}: {reason}")]
+    Flag { flag: &'static str, reason: String },
+
+    /// A read that did not find what the benchmark wrote: the store lost
+    /// or invented a write.
+    #[error("{store}: {what}")]
+    LostWrite { store: &'static str, what: String },
+
+    #[error("{store} holds {found} keys {when}, expected {expected}")]
+    WrongKeyCount {
+        store: &'static str,
+        when: &'static str,
+        found: u64,
+        expected: u64,
+    },
+
+    #[error("drawing the plot: {0}")]
+    Plot(String),
+
+    #[error("{action} {}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("collections failed")]
+    Collections(#[from] engram_collections::Error),
+
+    #[error("engram failed")]
+    Engine(#[from] engram_engine::Error),
+
+    #[error(transparent)]
+    Bench(#[from] BenchError),
+}
+
+impl TimelineError {
+    pub(crate) fn io(
+        action: &'static str,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Self {
+        TimelineError::Io {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn flag(flag: &'static str, reason: impl Into<String>) -> Self {
+        TimelineError::Flag {
+            flag,
+            reason: reason.into(),
+        }
+    }
+}

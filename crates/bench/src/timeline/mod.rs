@@ -1,0 +1,505 @@
+//! `engram bench timeline`: the collections layer (DIPPER) over time — what
+//! checkpoints cost the clients while they run, YCSB over collections and
+//! strings, and how long recovery takes. It mirrors the DIPPER paper's
+//! evaluation (Chen et al., sections 5.3 to 5.5) on the embedded store;
+//! the server comes later.
+//!
+//! ## Part 1, `tail`: tail latency and quiescent freedom ([`tail`])
+//!
+//! A 50% read / 50% write run (HGET / HSET of one field of a record) for
+//! `--seconds` with `--threads` clients over `--records` hashes, in three
+//! configurations, one after another on fresh stores: checkpoints
+//! `background` (DIPPER's), `off` (none at all) and `stop-the-world`
+//! (writers wait for the whole checkpoint: the paper's cached system). A
+//! small `--checkpoint-log-mib` (16) makes checkpoints come many times a
+//! run. For each: throughput in every 10 ms window, latency percentiles of
+//! reads, writes and both (as measured, and corrected for coordinated
+//! omission: [`timed`]), the checkpoints and the spans they ran in
+//! ([`series`]). From these, three ratios against targets:
+//!
+//! - the smallest 10 ms window during a background checkpoint over the
+//!   median window (≥ 0.5: checkpoints never quiesce the store);
+//! - p99.99 with background checkpoints over p99.99 without any (≤ 2);
+//! - p99.99 with background checkpoints over p99.99 stop-the-world
+//!   (≤ 0.25).
+//!
+//! The latency ratios are reported for the latencies as measured and as
+//! corrected: with few closed-loop clients, a stop-the-world checkpoint
+//! stalls one operation per client, too few to move an uncorrected p99.99
+//! (see [`timed`]); the corrected ones count the requests that would have
+//! waited.
+//!
+//! ## Part 2, `ycsb`: YCSB A–F ([`ycsb`] has the mapping)
+//!
+//! Each workload for `--ycsb-seconds` under each distribution over
+//! collections (background checkpoints) and strings (the engine store,
+//! default options; E skipped): throughput and latency percentiles.
+//!
+//! ## Part 3, `recovery` ([`recovery`])
+//!
+//! `--recovery-keys` collections of `--recovery-members` elements in all:
+//! the time `Collections::open` takes from the log alone, and from images
+//! plus a 1% tail (target ≤ 2 s with 2 recovery threads).
+//!
+//! ## Output
+//!
+//! A table on standard output, `--json FILE` with everything (each run's
+//! window series too), `--plot FILE.png`: part 1's throughput over time,
+//! the configurations on one chart, checkpoint spans shaded ([`plot`]).
+//!
+//! Modules: [`records`] (the data set), [`timed`] (the timed run),
+//! [`series`] (spans, windows, ratios), the three parts, [`report`],
+//! [`plot`].
+
+pub mod error;
+pub mod plot;
+pub mod records;
+pub mod recovery;
+pub mod report;
+pub mod series;
+pub mod stats;
+pub mod tail;
+pub mod timed;
+pub mod ycsb;
+
+#[cfg(test)]
+mod tests;
+
+use std::io::{IsTerminal, Write as _};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::integrity::parse_period;
+use crate::machine::Machine;
+use crate::workload::{Distribution, ValuePool};
+pub use error::{Result, TimelineError};
+use records::Shape;
+use recovery::{DataSet, Types};
+pub use report::Report;
+use tail::Configuration;
+use ycsb::{StoreKind, Workload};
+
+/// More threads than this is a typo, not an experiment.
+pub const MAX_THREADS: usize = 1024;
+/// A record (all its fields) is logged as one operation: it must fit an
+/// operation-log segment (8 MiB by default) with room to spare.
+pub const MAX_RECORD_BYTES: usize = 4 << 20;
+/// Likewise a recovery key with all its elements.
+pub const MAX_KEY_ELEMENT_BYTES: u64 = 4 << 20;
+/// Seeds the value pools: every store holds the same bytes.
+const VALUE_SEED: u64 = 0xBEEF;
+
+/// A part of the benchmark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Part {
+    Tail,
+    Ycsb,
+    Recovery,
+}
+
+impl Part {
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Tail => "tail",
+            Part::Ycsb => "ycsb",
+            Part::Recovery => "recovery",
+        }
+    }
+}
+
+impl std::str::FromStr for Part {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "tail" | "quiescence" => Ok(Part::Tail),
+            "ycsb" => Ok(Part::Ycsb),
+            "recovery" => Ok(Part::Recovery),
+            _ => Err(format!(
+                "unknown part '{s}' (expected tail, ycsb or recovery)"
+            )),
+        }
+    }
+}
+
+/// The flags of `engram bench timeline`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct TimelineBenchArgs {
+    /// Parts to run, comma-separated: tail (checkpoints' cost over time),
+    /// ycsb (A-F), recovery.
+    #[arg(long, value_delimiter = ',', default_value = "tail,ycsb,recovery")]
+    pub parts: Vec<Part>,
+    /// Client threads (also the prefill's and the recovery build's writers).
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Records (hashes, or strings in ycsb) prefilled into each fresh store.
+    #[arg(long, default_value_t = 100_000)]
+    pub records: u64,
+    /// Fields per record.
+    #[arg(long, default_value_t = 10)]
+    pub fields: usize,
+    /// Bytes of each field's value.
+    #[arg(long, default_value_t = 100)]
+    pub field_bytes: usize,
+    /// tail: length of each configuration's timed run (60, 90s, 500ms).
+    #[arg(long, default_value = "60", value_parser = parse_period)]
+    pub seconds: Duration,
+    /// tail: which records operations touch: zipfian (s = 0.99) or uniform.
+    #[arg(long, default_value = "zipfian")]
+    pub distribution: Distribution,
+    /// tail: percent of operations that read (the rest write).
+    #[arg(long, default_value_t = 50)]
+    pub read_percent: u32,
+    /// tail: configurations, comma-separated: background, off,
+    /// stop-the-world (the ratios need all three).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "background,off,stop-the-world"
+    )]
+    pub configurations: Vec<Configuration>,
+    /// A checkpoint starts when this many MiB of log were written since the
+    /// last one (the store's default is 64: smaller makes checkpoints come
+    /// several times a run).
+    #[arg(long, default_value_t = 16)]
+    pub checkpoint_log_mib: u64,
+    /// ycsb: length of each timed run.
+    #[arg(long, default_value = "10", value_parser = parse_period)]
+    pub ycsb_seconds: Duration,
+    /// ycsb: workloads, comma-separated (a to f, or ycsb-a ...).
+    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,e,f")]
+    pub workloads: Vec<Workload>,
+    /// ycsb: distributions, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "zipfian,uniform")]
+    pub ycsb_distributions: Vec<Distribution>,
+    /// ycsb: stores, comma-separated: collections (hashes, background
+    /// checkpoints), strings (the engine store; no E).
+    #[arg(long, value_delimiter = ',', default_value = "collections,strings")]
+    pub ycsb_stores: Vec<StoreKind>,
+    /// recovery: collections built.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub recovery_keys: u64,
+    /// recovery: elements in all (spread over the keys).
+    #[arg(long, default_value_t = 10_000_000)]
+    pub recovery_members: u64,
+    /// recovery: bytes of each element.
+    #[arg(long, default_value_t = 16)]
+    pub recovery_member_bytes: usize,
+    /// recovery: mixed (sets, hashes, sorted sets, lists in turn) or sets.
+    #[arg(long, default_value = "mixed")]
+    pub recovery_types: Types,
+    /// recovery: the tail written after the checkpoint, in percent of the
+    /// keys (each tail write creates a key).
+    #[arg(long, default_value_t = 1.0)]
+    pub recovery_tail_percent: f64,
+    /// recovery: threads decoding images at open.
+    #[arg(long, default_value_t = 2)]
+    pub recovery_threads: usize,
+    /// Where the stores go [default: a fresh temporary directory under the
+    /// current one, removed at the end].
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Also write the results as JSON to this file, or to standard output
+    /// with `-` (the table then goes to standard error).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Draw the tail part's throughput over time into this PNG file.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+}
+
+/// A validated run of the timeline benchmark.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub parts: Vec<Part>,
+    pub threads: usize,
+    pub shape: Shape,
+    pub duration: Duration,
+    pub distribution: Distribution,
+    pub read_percent: u32,
+    pub configurations: Vec<Configuration>,
+    pub checkpoint_log_bytes: u64,
+    pub ycsb_duration: Duration,
+    pub workloads: Vec<Workload>,
+    pub ycsb_distributions: Vec<Distribution>,
+    pub ycsb_stores: Vec<StoreKind>,
+    pub recovery: DataSet,
+    pub recovery_tail_percent: f64,
+    pub recovery_threads: usize,
+    /// Where stores are created, one subdirectory each, removed when done.
+    pub dir: PathBuf,
+    /// Draw progress bars on standard error.
+    pub progress: bool,
+    /// The command line, quoted in the report.
+    pub command: String,
+}
+
+impl Config {
+    pub fn runs(&self, part: Part) -> bool {
+        self.parts.contains(&part)
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        use TimelineError as E;
+        let flag = |name, reason: String| E::flag(name, reason);
+        if self.parts.is_empty() {
+            return Err(flag("parts", "name at least one part".into()));
+        }
+        if !(1..=MAX_THREADS).contains(&self.threads) {
+            return Err(flag("threads", format!("must be from 1 to {MAX_THREADS}")));
+        }
+        let shape = &self.shape;
+        if !(1..records::MAX_RECORDS).contains(&shape.records) {
+            return Err(flag(
+                "records",
+                format!("must be from 1 to {}", records::MAX_RECORDS - 1),
+            ));
+        }
+        if !(1..=records::MAX_FIELDS).contains(&shape.fields) {
+            return Err(flag(
+                "fields",
+                format!("must be from 1 to {}", records::MAX_FIELDS),
+            ));
+        }
+        let largest = MAX_RECORD_BYTES.min(engram_engine::MAX_VALUE_BYTES);
+        if shape.field_bytes == 0 || shape.record_bytes() > largest {
+            return Err(flag(
+                "field-bytes",
+                format!(
+                    "must be at least 1, and a record (fields × field bytes) at most {largest} bytes"
+                ),
+            ));
+        }
+        if self.read_percent > 100 {
+            return Err(flag("read-percent", "must be from 0 to 100".into()));
+        }
+        if self.checkpoint_log_bytes < 1 << 20 {
+            return Err(flag("checkpoint-log-mib", "must be at least 1".into()));
+        }
+        for (name, duration) in [
+            ("seconds", self.duration),
+            ("ycsb-seconds", self.ycsb_duration),
+        ] {
+            if timed::whole_windows(duration) == 0 {
+                return Err(flag(
+                    name,
+                    format!(
+                        "must be at least one {} ms window",
+                        timed::WINDOW.as_millis()
+                    ),
+                ));
+            }
+        }
+        if self.runs(Part::Tail) && self.configurations.is_empty() {
+            return Err(flag("configurations", "name at least one".into()));
+        }
+        if self.runs(Part::Ycsb)
+            && (self.workloads.is_empty()
+                || self.ycsb_distributions.is_empty()
+                || self.ycsb_stores.is_empty())
+        {
+            return Err(flag(
+                "workloads",
+                "ycsb needs at least one workload, distribution and store".into(),
+            ));
+        }
+        let data = &self.recovery;
+        if data.keys == 0 {
+            return Err(flag("recovery-keys", "must be at least 1".into()));
+        }
+        if data.member_bytes < recovery::MIN_MEMBER_BYTES {
+            return Err(flag(
+                "recovery-member-bytes",
+                format!("must be at least {}", recovery::MIN_MEMBER_BYTES),
+            ));
+        }
+        if data.members_of(0) * data.member_bytes as u64 * 2 > MAX_KEY_ELEMENT_BYTES {
+            return Err(flag(
+                "recovery-members",
+                format!(
+                    "a key's elements must fit one log record: at most {MAX_KEY_ELEMENT_BYTES} \
+                     bytes per key (hashes twice the elements)"
+                ),
+            ));
+        }
+        if !(0.0..=100.0).contains(&self.recovery_tail_percent) {
+            return Err(flag(
+                "recovery-tail-percent",
+                "must be from 0 to 100".into(),
+            ));
+        }
+        if !(1..=MAX_THREADS).contains(&self.recovery_threads) {
+            return Err(flag(
+                "recovery-threads",
+                format!("must be from 1 to {MAX_THREADS}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Each item once, in the order given.
+    fn unique<T: PartialEq + Copy>(items: &[T]) -> Vec<T> {
+        let mut all: Vec<T> = Vec::new();
+        for &item in items {
+            if !all.contains(&item) {
+                all.push(item);
+            }
+        }
+        all
+    }
+}
+
+impl TimelineBenchArgs {
+    /// Checks the flags and fills in what the command line leaves open.
+    pub fn config(&self, command: String) -> Result<Config> {
+        if self.plot.is_some() && !self.parts.contains(&Part::Tail) {
+            return Err(TimelineError::flag(
+                "plot",
+                "draws the tail part, which --parts leaves out",
+            ));
+        }
+        let config = Config {
+            parts: Config::unique(&self.parts),
+            threads: self.threads,
+            shape: Shape {
+                records: self.records,
+                fields: self.fields,
+                field_bytes: self.field_bytes,
+            },
+            duration: self.seconds,
+            distribution: self.distribution,
+            read_percent: self.read_percent,
+            configurations: Config::unique(&self.configurations),
+            checkpoint_log_bytes: self.checkpoint_log_mib.saturating_mul(1 << 20),
+            ycsb_duration: self.ycsb_seconds,
+            workloads: Config::unique(&self.workloads),
+            ycsb_distributions: Config::unique(&self.ycsb_distributions),
+            ycsb_stores: Config::unique(&self.ycsb_stores),
+            recovery: DataSet {
+                keys: self.recovery_keys,
+                members: self.recovery_members,
+                member_bytes: self.recovery_member_bytes,
+                types: self.recovery_types,
+            },
+            recovery_tail_percent: self.recovery_tail_percent,
+            recovery_threads: self.recovery_threads,
+            dir: self.dir.clone().unwrap_or_default(),
+            progress: std::io::stderr().is_terminal(),
+            command,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// `engram bench timeline`: runs the parts, prints the table, writes the
+/// JSON and the plot.
+pub fn cli(args: TimelineBenchArgs, command: String) -> Result<()> {
+    let mut config = args.config(command)?;
+    if cfg!(debug_assertions) {
+        eprintln!(
+            "warning: this is a debug build; build with `cargo build --release -p engram` \
+             for numbers worth quoting"
+        );
+    }
+    // Create the output files now, so a bad path fails before the run.
+    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
+    let json_file = match &args.json {
+        Some(path) if !json_to_stdout => Some((
+            std::fs::File::create(path)
+                .map_err(|e| TimelineError::io("creating the JSON report", path, e))?,
+            path,
+        )),
+        _ => None,
+    };
+    if let Some(path) = &args.plot {
+        std::fs::File::create(path).map_err(|e| TimelineError::io("creating the plot", path, e))?;
+    }
+    // Held to the end: dropping it (also on an error) removes the stores.
+    let temporary = match &args.dir {
+        Some(_) => None,
+        None => {
+            let temporary = tempfile::Builder::new()
+                .prefix("engram-bench-timeline-")
+                .tempdir_in(".")
+                .map_err(|e| TimelineError::io("creating a temporary directory in", ".", e))?;
+            config.dir = temporary.path().to_path_buf();
+            Some(temporary)
+        }
+    };
+    let report = run(&config)?;
+    if json_to_stdout {
+        println!("{}", report.json());
+        eprint!("{}", report.table());
+    } else {
+        print!("{}", report.table());
+    }
+    if let Some((mut file, path)) = json_file {
+        writeln!(file, "{}", report.json())
+            .map_err(|e| TimelineError::io("writing the JSON report", path, e))?;
+    }
+    if let (Some(path), Some(tail)) = (&args.plot, &report.tail) {
+        plot::draw(path, tail)?;
+    }
+    if let Some(temporary) = temporary {
+        temporary
+            .close()
+            .map_err(|e| TimelineError::io("removing", &config.dir, e))?;
+    }
+    Ok(())
+}
+
+/// Runs the parts and reports. The library entry point (the tests drive
+/// it with tiny sizes).
+pub fn run(config: &Config) -> Result<Report> {
+    config.validate()?;
+    std::fs::create_dir_all(&config.dir)
+        .map_err(|e| TimelineError::io("creating benchmark directory", &config.dir, e))?;
+    let mut report = Report::new(config, Machine::this());
+    let field_values = ValuePool::new(config.shape.field_bytes, VALUE_SEED);
+    if config.runs(Part::Tail) {
+        let mut measured = Vec::new();
+        for &configuration in &config.configurations {
+            measured.push(tail::measure(config, &field_values, configuration)?);
+        }
+        report.tail = Some(report::TailReport::new(&measured));
+    }
+    if config.runs(Part::Ycsb) {
+        let record_values = ValuePool::new(config.shape.record_bytes(), VALUE_SEED);
+        let mut ycsb = report::YcsbReport::default();
+        for &store in &config.ycsb_stores {
+            for &workload in &config.workloads {
+                if !store.runs(workload) {
+                    ycsb.skipped.push(format!(
+                        "{workload} over {store}: strings keep no order to scan"
+                    ));
+                    continue;
+                }
+                for &distribution in &config.ycsb_distributions {
+                    let measured = ycsb::measure(
+                        config,
+                        &field_values,
+                        &record_values,
+                        store,
+                        workload,
+                        distribution,
+                    )?;
+                    ycsb.add(&measured);
+                }
+            }
+        }
+        report.ycsb = Some(ycsb);
+    }
+    if config.runs(Part::Recovery) {
+        report.recovery = Some(report::RecoveryReport::new(&recovery::measure(config)?));
+    }
+    Ok(report)
+}
+
+fn remove_if_present(dir: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(TimelineError::io("removing store directory", dir, e))
+        }
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,772 @@
+//! The report of `engram bench timeline`: JSON for machines, a table for
+//! people.
+//!
+//! JSON shape (field names are a contract; the tests pin the main ones):
+//!
+//! ```text
+//! { "config":   { command, parts, threads, records, fields, field_bytes,
+//!                 key_bytes, distribution, read_percent, configurations,
+//!                 checkpoint_log_bytes, seconds, window_ms, sample_every_ms,
+//!                 ycsb_seconds, workloads, ycsb_distributions, ycsb_stores,
+//!                 recovery_keys, recovery_members, recovery_member_bytes,
+//!                 recovery_types, recovery_tail_percent, recovery_threads,
+//!                 machine: { cores, kernel, cpu } },
+//!   "tail":     { configurations: [ { configuration, checkpoint_mode,
+//!                   seconds, ops, reads, writes, ops_per_sec,
+//!                   prefill_seconds, checkpoints, checkpoint_spans:
+//!                   [ { begin_ms, end_ms } ], checkpoint_running_ms,
+//!                   backpressure_waits, backpressure_wait_ms,
+//!                   log_bytes_pending, last_checkpoint,
+//!                   latency_us:           { all, read, write },
+//!                   corrected_latency_us: { all, read, write },
+//!                   quiescence: { windows, windows_during_checkpoints,
+//!                     median_window_ops, min_window_ops,
+//!                     min_window_ops_during_checkpoints, ratio,
+//!                     windows_without_ops, windows_without_writes },
+//!                   other_cpu_percent, window_ms, ops_by_window,
+//!                   writes_by_window } ],
+//!                 checks: [ { name, value, target, comparison, pass } ],
+//!                 corrected_checks: [ ... ] },
+//!   "ycsb":     { results: [ { store, workload, mix, distribution, seconds,
+//!                   ops, ops_per_sec, prefill_seconds, checkpoints, inserted,
+//!                   latency_us: { all, read, update, ... },
+//!                   corrected_latency_us: { all }, other_cpu_percent,
+//!                   window_ms, ops_by_window } ], skipped: [ "..." ] },
+//!   "recovery": { keys, members, member_bytes, types, recovery_threads,
+//!                 build_seconds, log_records, log_payload_bytes,
+//!                 log_file_bytes, from_log: { open_seconds, ... },
+//!                 checkpoint_seconds, checkpoint_keys_written,
+//!                 checkpoint_image_bytes, tail_keys, tail_seconds,
+//!                 from_images: { ... }, checks: [ ... ] } }
+//! ```
+//!
+//! A latency is `{ count, mean, p50, p99, p999, p9999, max }` in
+//! microseconds (`null` without operations). A window series counts the
+//! operations completed in each whole `window_ms` of the run, from its
+//! start. Parts not run are `null`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use super::recovery::{Recovered, RecoveryMeasured};
+use super::series::{self, Check, Quiescence, Span};
+use super::tail::{Configuration, TailMeasured};
+use super::timed::{Kind, Measured, SAMPLE_EVERY, WINDOW};
+use super::ycsb::YcsbMeasured;
+use super::{records, Config, Part};
+use crate::machine::Machine;
+
+/// Targets of the tail part (DIPPER's claims, as the issue states them).
+pub const QUIESCENCE_TARGET: f64 = 0.5;
+pub const OVER_OFF_TARGET: f64 = 2.0;
+pub const OVER_STOP_THE_WORLD_TARGET: f64 = 0.25;
+/// Recovery from images and a short tail, with 2 threads.
+pub const RECOVERY_TARGET_SECONDS: f64 = 2.0;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub config: ReportConfig,
+    pub tail: Option<TailReport>,
+    pub ycsb: Option<YcsbReport>,
+    pub recovery: Option<RecoveryReport>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ReportConfig {
+    pub command: String,
+    pub parts: Vec<&'static str>,
+    pub threads: usize,
+    pub records: u64,
+    pub fields: usize,
+    pub field_bytes: usize,
+    pub key_bytes: usize,
+    pub distribution: String,
+    pub read_percent: u32,
+    pub configurations: Vec<&'static str>,
+    pub checkpoint_log_bytes: u64,
+    pub seconds: f64,
+    pub window_ms: f64,
+    pub sample_every_ms: f64,
+    pub ycsb_seconds: f64,
+    pub workloads: Vec<&'static str>,
+    pub ycsb_distributions: Vec<String>,
+    pub ycsb_stores: Vec<&'static str>,
+    pub recovery_keys: u64,
+    pub recovery_members: u64,
+    pub recovery_member_bytes: usize,
+    pub recovery_types: &'static str,
+    pub recovery_tail_percent: f64,
+    pub recovery_threads: usize,
+    pub machine: Machine,
+}
+
+/// Percentiles of one histogram, in microseconds.
+#[derive(Clone, Debug, Serialize)]
+pub struct Latency {
+    pub count: u64,
+    pub mean: f64,
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub p9999: f64,
+    pub max: f64,
+}
+
+impl Latency {
+    pub fn of(histogram: &Histogram<u64>) -> Option<Latency> {
+        if histogram.is_empty() {
+            return None;
+        }
+        let us = |ns: u64| ns as f64 / 1e3;
+        Some(Latency {
+            count: histogram.len(),
+            mean: histogram.mean() / 1e3,
+            p50: us(histogram.value_at_quantile(0.50)),
+            p99: us(histogram.value_at_quantile(0.99)),
+            p999: us(histogram.value_at_quantile(0.999)),
+            p9999: us(histogram.value_at_quantile(0.9999)),
+            max: us(histogram.max()),
+        })
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LatencySet {
+    pub all: Option<Latency>,
+    pub read: Option<Latency>,
+    pub write: Option<Latency>,
+}
+
+impl LatencySet {
+    fn of(timed: &Measured, corrected: bool) -> LatencySet {
+        let kinds = if corrected {
+            &timed.corrected_ns
+        } else {
+            &timed.latency_ns
+        };
+        LatencySet {
+            all: Latency::of(&timed.all(corrected)),
+            read: Latency::of(&kinds[Kind::Read.index()]),
+            write: Latency::of(&timed.writes(corrected)),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TailReport {
+    pub configurations: Vec<TailResult>,
+    /// The targets, on the latencies as measured.
+    pub checks: Vec<Check>,
+    /// The latency targets on the latencies corrected for coordinated
+    /// omission.
+    pub corrected_checks: Vec<Check>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LastCheckpoint {
+    pub records: u64,
+    pub keys_written: u64,
+    pub image_bytes: u64,
+    pub duration_ms: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TailResult {
+    pub configuration: &'static str,
+    pub checkpoint_mode: &'static str,
+    pub seconds: f64,
+    pub ops: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub ops_per_sec: f64,
+    pub prefill_seconds: f64,
+    /// Completed during the timed run (the store's counter).
+    pub checkpoints: u64,
+    pub checkpoint_spans: Vec<Span>,
+    /// The spans' total length.
+    pub checkpoint_running_ms: f64,
+    pub backpressure_waits: u64,
+    pub backpressure_wait_ms: f64,
+    pub log_bytes_pending: u64,
+    pub last_checkpoint: Option<LastCheckpoint>,
+    pub latency_us: LatencySet,
+    pub corrected_latency_us: LatencySet,
+    pub quiescence: Quiescence,
+    pub other_cpu_percent: Option<f64>,
+    pub window_ms: f64,
+    pub ops_by_window: Vec<u64>,
+    pub writes_by_window: Vec<u64>,
+}
+
+impl TailReport {
+    pub fn new(measured: &[TailMeasured]) -> TailReport {
+        let configurations: Vec<TailResult> = measured.iter().map(TailResult::new).collect();
+        let find = |configuration: Configuration| {
+            configurations
+                .iter()
+                .find(|r| r.configuration == configuration.name())
+        };
+        let (background, off, stop) = (
+            find(Configuration::Background),
+            find(Configuration::Off),
+            find(Configuration::StopTheWorld),
+        );
+        let p9999 = |result: Option<&TailResult>, corrected: bool| {
+            result.and_then(|r| {
+                let set = if corrected {
+                    &r.corrected_latency_us
+                } else {
+                    &r.latency_us
+                };
+                set.all.as_ref().map(|l| l.p9999)
+            })
+        };
+        let latency_checks = |corrected: bool| {
+            vec![
+                Check::at_most(
+                    "p99.99 background / p99.99 off",
+                    series::ratio(p9999(background, corrected), p9999(off, corrected)),
+                    OVER_OFF_TARGET,
+                ),
+                Check::at_most(
+                    "p99.99 background / p99.99 stop-the-world",
+                    series::ratio(p9999(background, corrected), p9999(stop, corrected)),
+                    OVER_STOP_THE_WORLD_TARGET,
+                ),
+            ]
+        };
+        let mut checks = vec![Check::at_least(
+            "min 10 ms window during checkpoints / median window (background)",
+            background.and_then(|r| r.quiescence.ratio),
+            QUIESCENCE_TARGET,
+        )];
+        checks.extend(latency_checks(false));
+        TailReport {
+            checks,
+            corrected_checks: latency_checks(true),
+            configurations,
+        }
+    }
+}
+
+impl TailResult {
+    fn new(m: &TailMeasured) -> TailResult {
+        let timed = &m.timed;
+        let ops_by_window = timed.ops_by_window();
+        let writes_by_window = timed.writes_by_window();
+        let writes: u64 = Kind::ALL
+            .iter()
+            .filter(|k| k.writes())
+            .map(|k| timed.counts[k.index()])
+            .sum();
+        TailResult {
+            configuration: m.configuration.name(),
+            checkpoint_mode: m.configuration.mode().name(),
+            seconds: timed.elapsed.as_secs_f64(),
+            ops: timed.ops(),
+            reads: timed.counts[Kind::Read.index()],
+            writes,
+            ops_per_sec: timed.ops_per_sec(),
+            prefill_seconds: m.prefill.as_secs_f64(),
+            checkpoints: m.checkpoints,
+            checkpoint_running_ms: m.spans.iter().map(Span::length_ms).fold(0.0, |a, b| a + b),
+            quiescence: series::quiescence(&ops_by_window, &writes_by_window, &m.spans, WINDOW),
+            checkpoint_spans: m.spans.clone(),
+            backpressure_waits: m.backpressure_waits,
+            backpressure_wait_ms: m.backpressure_wait.as_secs_f64() * 1e3,
+            log_bytes_pending: m.log_bytes_pending,
+            last_checkpoint: m.last_checkpoint.as_ref().map(|c| LastCheckpoint {
+                records: c.records,
+                keys_written: c.keys_written,
+                image_bytes: c.image_bytes,
+                duration_ms: c.duration.as_secs_f64() * 1e3,
+            }),
+            latency_us: LatencySet::of(timed, false),
+            corrected_latency_us: LatencySet::of(timed, true),
+            other_cpu_percent: timed.other_cpu.map(|share| share * 100.0),
+            window_ms: WINDOW.as_secs_f64() * 1e3,
+            ops_by_window,
+            writes_by_window,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct YcsbReport {
+    pub results: Vec<YcsbResult>,
+    /// Combinations not run, and why.
+    pub skipped: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct YcsbResult {
+    pub store: &'static str,
+    pub workload: &'static str,
+    pub mix: String,
+    pub distribution: String,
+    pub seconds: f64,
+    pub ops: u64,
+    pub ops_per_sec: f64,
+    pub prefill_seconds: f64,
+    pub checkpoints: Option<u64>,
+    pub inserted: u64,
+    /// `all` and one entry per kind of operation the workload has.
+    pub latency_us: BTreeMap<&'static str, Option<Latency>>,
+    pub corrected_latency_us: BTreeMap<&'static str, Option<Latency>>,
+    pub other_cpu_percent: Option<f64>,
+    pub window_ms: f64,
+    pub ops_by_window: Vec<u64>,
+}
+
+impl YcsbReport {
+    pub fn add(&mut self, m: &YcsbMeasured) {
+        let timed = &m.timed;
+        let mut latency_us = BTreeMap::new();
+        latency_us.insert("all", Latency::of(&timed.all(false)));
+        for &(kind, _) in m.workload.mix() {
+            latency_us.insert(kind.name(), Latency::of(&timed.latency_ns[kind.index()]));
+        }
+        let mut corrected_latency_us = BTreeMap::new();
+        corrected_latency_us.insert("all", Latency::of(&timed.all(true)));
+        self.results.push(YcsbResult {
+            store: m.store.name(),
+            workload: m.workload.name(),
+            mix: m.workload.mix_text(),
+            distribution: m.distribution.to_string(),
+            seconds: timed.elapsed.as_secs_f64(),
+            ops: timed.ops(),
+            ops_per_sec: timed.ops_per_sec(),
+            prefill_seconds: m.prefill.as_secs_f64(),
+            checkpoints: m.checkpoints,
+            inserted: m.inserted,
+            latency_us,
+            corrected_latency_us,
+            other_cpu_percent: timed.other_cpu.map(|share| share * 100.0),
+            window_ms: WINDOW.as_secs_f64() * 1e3,
+            ops_by_window: timed.ops_by_window(),
+        });
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RecoveredResult {
+    /// `Collections::open`, wall time.
+    pub open_seconds: f64,
+    /// The store's own recovery report.
+    pub recovery_total_seconds: f64,
+    pub load_images_seconds: f64,
+    pub replay_seconds: f64,
+    pub images_loaded: u64,
+    pub records_replayed: u64,
+    pub garbage_images_removed: u64,
+    pub keys_found: u64,
+    pub keys_expected: u64,
+    pub sampled_keys: u64,
+}
+
+impl RecoveredResult {
+    fn new(r: &Recovered) -> RecoveredResult {
+        RecoveredResult {
+            open_seconds: r.open.as_secs_f64(),
+            recovery_total_seconds: r.report.total.as_secs_f64(),
+            load_images_seconds: r.report.load_images.as_secs_f64(),
+            replay_seconds: r.report.replay.as_secs_f64(),
+            images_loaded: r.report.images_loaded,
+            records_replayed: r.report.records_replayed,
+            garbage_images_removed: r.report.garbage_images_removed,
+            keys_found: r.keys_found,
+            keys_expected: r.keys_expected,
+            sampled_keys: r.sampled_keys,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RecoveryReport {
+    pub keys: u64,
+    pub members: u64,
+    pub member_bytes: usize,
+    pub types: &'static str,
+    pub recovery_threads: usize,
+    pub build_seconds: f64,
+    pub log_records: u64,
+    pub log_payload_bytes: u64,
+    pub log_file_bytes: u64,
+    pub from_log: RecoveredResult,
+    pub checkpoint_seconds: f64,
+    pub checkpoint_keys_written: u64,
+    pub checkpoint_image_bytes: u64,
+    pub tail_keys: u64,
+    pub tail_seconds: f64,
+    pub from_images: RecoveredResult,
+    pub checks: Vec<Check>,
+}
+
+impl RecoveryReport {
+    pub fn new(m: &RecoveryMeasured) -> RecoveryReport {
+        let from_images = RecoveredResult::new(&m.from_images);
+        RecoveryReport {
+            keys: m.data.keys,
+            members: m.data.members,
+            member_bytes: m.data.member_bytes,
+            types: m.data.types.name(),
+            recovery_threads: m.recovery_threads,
+            build_seconds: m.build.as_secs_f64(),
+            log_records: m.log_records,
+            log_payload_bytes: m.log_payload_bytes,
+            log_file_bytes: m.log_file_bytes,
+            from_log: RecoveredResult::new(&m.from_log),
+            checkpoint_seconds: m.checkpoint.as_secs_f64(),
+            checkpoint_keys_written: m.checkpoint_report.keys_written,
+            checkpoint_image_bytes: m.checkpoint_report.image_bytes,
+            tail_keys: m.tail_keys,
+            tail_seconds: m.tail.as_secs_f64(),
+            checks: vec![Check::at_most(
+                format!(
+                    "recovery from images + tail, {} threads (s)",
+                    m.recovery_threads
+                ),
+                Some(from_images.open_seconds),
+                RECOVERY_TARGET_SECONDS,
+            )],
+            from_images,
+        }
+    }
+}
+
+impl Report {
+    pub fn new(config: &Config, machine: Machine) -> Report {
+        let data = &config.recovery;
+        Report {
+            config: ReportConfig {
+                command: config.command.clone(),
+                parts: config.parts.iter().map(|p| p.name()).collect(),
+                threads: config.threads,
+                records: config.shape.records,
+                fields: config.shape.fields,
+                field_bytes: config.shape.field_bytes,
+                key_bytes: records::KEY_BYTES,
+                distribution: config.distribution.to_string(),
+                read_percent: config.read_percent,
+                configurations: config.configurations.iter().map(|c| c.name()).collect(),
+                checkpoint_log_bytes: config.checkpoint_log_bytes,
+                seconds: config.duration.as_secs_f64(),
+                window_ms: WINDOW.as_secs_f64() * 1e3,
+                sample_every_ms: SAMPLE_EVERY.as_secs_f64() * 1e3,
+                ycsb_seconds: config.ycsb_duration.as_secs_f64(),
+                workloads: config.workloads.iter().map(|w| w.name()).collect(),
+                ycsb_distributions: config
+                    .ycsb_distributions
+                    .iter()
+                    .map(|d| d.to_string())
+                    .collect(),
+                ycsb_stores: config.ycsb_stores.iter().map(|s| s.name()).collect(),
+                recovery_keys: data.keys,
+                recovery_members: data.members,
+                recovery_member_bytes: data.member_bytes,
+                recovery_types: data.types.name(),
+                recovery_tail_percent: config.recovery_tail_percent,
+                recovery_threads: config.recovery_threads,
+                machine,
+            },
+            tail: None,
+            ycsb: None,
+            recovery: None,
+        }
+    }
+
+    pub fn json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a report is plain data")
+    }
+
+    pub fn table(&self) -> String {
+        let mut text = String::new();
+        let c = &self.config;
+        let m = &c.machine;
+        let _ = writeln!(text, "{}", c.command);
+        let _ = writeln!(text, "{} cores, {}, {}", m.cores, m.cpu, m.kernel);
+        if let Some(tail) = &self.tail {
+            self.tail_table(tail, &mut text);
+        }
+        if let Some(ycsb) = &self.ycsb {
+            self.ycsb_table(ycsb, &mut text);
+        }
+        if let Some(recovery) = &self.recovery {
+            recovery_table(recovery, &mut text);
+        }
+        text.lines().fold(String::new(), |mut out, line| {
+            out.push_str(line.trim_end());
+            out.push('\n');
+            out
+        })
+    }
+
+    fn tail_table(&self, tail: &TailReport, text: &mut String) {
+        let c = &self.config;
+        let _ = writeln!(
+            text,
+            "\n{}: {} records × {} fields × {} B, {}, {}% reads (HGET) / {}% writes (HSET of one \
+             field), {} threads, {} s per configuration; a checkpoint every {} MiB of log",
+            Part::Tail.name(),
+            thousands(c.records as f64),
+            c.fields,
+            c.field_bytes,
+            c.distribution,
+            c.read_percent,
+            100 - c.read_percent,
+            c.threads,
+            c.seconds,
+            c.checkpoint_log_bytes >> 20
+        );
+        let _ = writeln!(
+            text,
+            "ckpt: checkpoints completed, and the time they ran. win min/med: the smallest {} ms \
+             window during checkpoints over the\nmedian window. quiesced: windows without a \
+             completed write. Latencies as measured; \"corrected\": corrected for\ncoordinated \
+             omission (what requests arriving at the clients' mean rate would have waited). \
+             others: CPU other\nprocesses used during the run.",
+            c.window_ms
+        );
+        let _ = writeln!(
+            text,
+            "  {:<15}{:>11}{:>6}{:>10}{:>9}{:>8}{:>11}{:>11}{:>11}{:>11}{:>11}{:>11}{:>11}{:>7}",
+            "config",
+            "ops/s",
+            "ckpt",
+            "ckpt time",
+            "win min",
+            "quiesc",
+            "read p99",
+            "rd p99.99",
+            "write p99",
+            "wr p99.99",
+            "all p99.9",
+            "all p99.99",
+            "all max",
+            "others"
+        );
+        let p = |l: &Option<Latency>, f: fn(&Latency) -> f64| {
+            l.as_ref().map_or(String::new(), |l| micros(f(l)))
+        };
+        for r in &tail.configurations {
+            let q = &r.quiescence;
+            let _ = writeln!(
+                text,
+                "  {:<15}{:>11}{:>6}{:>10}{:>9}{:>8}{:>11}{:>11}{:>11}{:>11}{:>11}{:>11}{:>11}{:>7}",
+                r.configuration,
+                thousands(r.ops_per_sec),
+                r.checkpoints,
+                millis(r.checkpoint_running_ms),
+                q.ratio.map_or("–".to_string(), |v| format!("{v:.2}")),
+                q.windows_without_writes,
+                p(&r.latency_us.read, |l| l.p99),
+                p(&r.latency_us.read, |l| l.p9999),
+                p(&r.latency_us.write, |l| l.p99),
+                p(&r.latency_us.write, |l| l.p9999),
+                p(&r.latency_us.all, |l| l.p999),
+                p(&r.latency_us.all, |l| l.p9999),
+                p(&r.latency_us.all, |l| l.max),
+                r.other_cpu_percent
+                    .map_or(String::new(), |p| format!("{p:.0}%")),
+            );
+        }
+        let _ = writeln!(
+            text,
+            "  {:<15}{:>44}{:>11}{:>11}{:>11}",
+            "corrected:", "all p99", "all p99.9", "all p99.99", "all max"
+        );
+        for r in &tail.configurations {
+            let _ = writeln!(
+                text,
+                "  {:<15}{:>44}{:>11}{:>11}{:>11}",
+                r.configuration,
+                p(&r.corrected_latency_us.all, |l| l.p99),
+                p(&r.corrected_latency_us.all, |l| l.p999),
+                p(&r.corrected_latency_us.all, |l| l.p9999),
+                p(&r.corrected_latency_us.all, |l| l.max),
+            );
+        }
+        check_lines(text, "targets", &tail.checks);
+        check_lines(
+            text,
+            "latency targets, corrected for coordinated omission",
+            &tail.corrected_checks,
+        );
+    }
+
+    fn ycsb_table(&self, ycsb: &YcsbReport, text: &mut String) {
+        let c = &self.config;
+        let _ = writeln!(
+            text,
+            "\n{}: {} records × {} fields × {} B ({} B per record over strings), {} threads, {} s \
+             per run; collections with background checkpoints every {} MiB of log, strings with \
+             the engine's defaults",
+            Part::Ycsb.name(),
+            thousands(c.records as f64),
+            c.fields,
+            c.field_bytes,
+            c.fields * c.field_bytes,
+            c.threads,
+            c.ycsb_seconds,
+            c.checkpoint_log_bytes >> 20
+        );
+        let _ = writeln!(
+            text,
+            "  {:<12}{:<8}{:<9}{:<31}{:>11}{:>10}{:>10}{:>11}{:>13}{:>6}",
+            "store", "ycsb", "dist", "mix", "ops/s", "p50", "p99", "p99.99", "corr p99.99", "ckpt"
+        );
+        for r in &ycsb.results {
+            let all = r.latency_us.get("all").and_then(|l| l.as_ref());
+            let corrected = r.corrected_latency_us.get("all").and_then(|l| l.as_ref());
+            let us = |l: Option<&Latency>, f: fn(&Latency) -> f64| {
+                l.map_or(String::new(), |l| micros(f(l)))
+            };
+            let _ = writeln!(
+                text,
+                "  {:<12}{:<8}{:<9}{:<31}{:>11}{:>10}{:>10}{:>11}{:>13}{:>6}",
+                r.store,
+                r.workload.trim_start_matches("ycsb-").to_uppercase(),
+                r.distribution,
+                r.mix,
+                thousands(r.ops_per_sec),
+                us(all, |l| l.p50),
+                us(all, |l| l.p99),
+                us(all, |l| l.p9999),
+                us(corrected, |l| l.p9999),
+                r.checkpoints.map_or("–".to_string(), |n| n.to_string()),
+            );
+        }
+        for note in &ycsb.skipped {
+            let _ = writeln!(text, "  skipped: {note}");
+        }
+    }
+}
+
+fn recovery_table(r: &RecoveryReport, text: &mut String) {
+    let _ = writeln!(
+        text,
+        "\n{}: {} keys ({}), {} elements of {} B; built in {:.2} s with {} log records ({} MB \
+         of payload, log file {} MB)",
+        Part::Recovery.name(),
+        thousands(r.keys as f64),
+        r.types,
+        thousands(r.members as f64),
+        r.member_bytes,
+        r.build_seconds,
+        thousands(r.log_records as f64),
+        r.log_payload_bytes / 1_000_000,
+        r.log_file_bytes / 1_000_000
+    );
+    let line = |text: &mut String, name: &str, x: &RecoveredResult| {
+        let _ = writeln!(
+            text,
+            "  {name:<26} open {:>8}: {} images loaded in {}, {} records replayed in {}; {} of {} \
+             keys found, {} sampled keys checked",
+            millis(x.open_seconds * 1e3),
+            thousands(x.images_loaded as f64),
+            millis(x.load_images_seconds * 1e3),
+            thousands(x.records_replayed as f64),
+            millis(x.replay_seconds * 1e3),
+            thousands(x.keys_found as f64),
+            thousands(x.keys_expected as f64),
+            x.sampled_keys
+        );
+    };
+    line(text, "(b) from the log alone", &r.from_log);
+    let _ = writeln!(
+        text,
+        "  {:<26} {} ({} images, {} MB); then a tail of {} new keys in {}",
+        "checkpoint_now",
+        millis(r.checkpoint_seconds * 1e3),
+        thousands(r.checkpoint_keys_written as f64),
+        r.checkpoint_image_bytes / 1_000_000,
+        thousands(r.tail_keys as f64),
+        millis(r.tail_seconds * 1e3)
+    );
+    line(
+        text,
+        &format!("(a) images + tail, {} thr", r.recovery_threads),
+        &r.from_images,
+    );
+    check_lines(text, "targets", &r.checks);
+}
+
+fn check_lines(text: &mut String, title: &str, checks: &[Check]) {
+    let _ = writeln!(text, "  {title}:");
+    for check in checks {
+        let _ = writeln!(
+            text,
+            "    {:<68}{:>9} {} {:<6}{}",
+            check.name,
+            check.value.map_or("–".to_string(), |v| format!("{v:.3}")),
+            check.comparison,
+            check.target,
+            check.verdict()
+        );
+    }
+}
+
+/// 1234567.8 -> "1,234,568".
+fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value.max(0.0));
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+fn micros(us: f64) -> String {
+    if us >= 1000.0 {
+        format!("{:.1} ms", us / 1e3)
+    } else if us >= 10.0 {
+        format!("{us:.0} µs")
+    } else {
+        format!("{us:.1} µs")
+    }
+}
+
+fn millis(ms: f64) -> String {
+    if ms >= 1000.0 {
+        format!("{:.2} s", ms / 1e3)
+    } else if ms >= 10.0 {
+        format!("{ms:.0} ms")
+    } else {
+        format!("{ms:.1} ms")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(thousands(1234567.8), "1,234,568");
+        assert_eq!(micros(1.25), "1.2 µs");
+        assert_eq!(micros(2500.0), "2.5 ms");
+        assert_eq!(millis(850.0), "850 ms");
+        assert_eq!(millis(1020.0), "1.02 s");
+        assert_eq!(millis(2.5), "2.5 ms");
+    }
+
+    #[test]
+    fn latencies_in_microseconds() {
+        let mut histogram = crate::runner::new_histogram();
+        assert!(Latency::of(&histogram).is_none());
+        for ns in 1..=10_000u64 {
+            histogram.record(ns * 100).unwrap();
+        }
+        let latency = Latency::of(&histogram).unwrap();
+        assert_eq!(latency.count, 10_000);
+        assert!((latency.p50 - 500.0).abs() / 500.0 < 0.01, "{latency:?}");
+        assert!((latency.p99 - 990.0).abs() / 990.0 < 0.01, "{latency:?}");
+        assert!(latency.p9999 <= latency.max);
+    }
+}

@@ -1,0 +1,291 @@
+//! `engram bench timeline` end to end at toy sizes, about a second per
+//! timed run: each part's JSON has its fields, the background
+//! configuration checkpointed during its run, recovery found every key, the
+//! plot is a PNG; and the flags' defaults and limits.
+
+use std::path::Path;
+use std::time::Duration;
+
+use clap::Parser;
+use serde_json::Value;
+
+use super::records::Shape;
+use super::recovery::{DataSet, Types};
+use super::tail::Configuration;
+use super::ycsb::{StoreKind, Workload};
+use super::*;
+use crate::workload::Distribution;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: TimelineBenchArgs,
+}
+
+/// A toy configuration of `parts` in `dir`.
+fn toy(parts: &[Part], dir: &Path) -> Config {
+    Config {
+        parts: parts.to_vec(),
+        threads: 2,
+        shape: Shape {
+            records: 2_000,
+            fields: 4,
+            field_bytes: 32,
+        },
+        duration: Duration::from_millis(1000),
+        distribution: Distribution::Zipfian,
+        read_percent: 50,
+        configurations: Configuration::ALL.to_vec(),
+        // The smallest trigger: checkpoints every few thousand writes.
+        checkpoint_log_bytes: 1 << 20,
+        ycsb_duration: Duration::from_millis(300),
+        workloads: Workload::ALL.to_vec(),
+        ycsb_distributions: vec![Distribution::Zipfian],
+        ycsb_stores: StoreKind::ALL.to_vec(),
+        recovery: DataSet {
+            keys: 5_000,
+            members: 50_000,
+            member_bytes: 16,
+            types: Types::Mixed,
+        },
+        recovery_tail_percent: 1.0,
+        recovery_threads: 2,
+        dir: dir.to_path_buf(),
+        progress: false,
+        command: "engram bench timeline (test)".into(),
+    }
+}
+
+fn json(report: &Report) -> Value {
+    serde_json::from_str(&report.json()).unwrap()
+}
+
+fn number(value: &Value, field: &str) -> f64 {
+    value[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{field} is not a number in {value}"))
+}
+
+fn check_latency(latency: &Value) {
+    for field in ["p50", "p99", "p999", "p9999", "max"] {
+        assert!(number(latency, field) > 0.0, "{latency}");
+    }
+    assert!(
+        number(latency, "p50") <= number(latency, "p99"),
+        "{latency}"
+    );
+    assert!(
+        number(latency, "p99") <= number(latency, "p9999"),
+        "{latency}"
+    );
+    assert!(
+        number(latency, "p9999") <= number(latency, "max"),
+        "{latency}"
+    );
+}
+
+#[test]
+fn tail_part_measures_three_configurations_and_plots_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = run(&toy(&[Part::Tail], dir.path())).unwrap();
+    let value = json(&report);
+    assert!(value["ycsb"].is_null());
+    assert!(value["recovery"].is_null());
+    assert_eq!(value["config"]["window_ms"], 10.0);
+    let results = value["tail"]["configurations"].as_array().unwrap();
+    assert_eq!(results.len(), 3);
+    for (result, configuration) in results.iter().zip(Configuration::ALL) {
+        assert_eq!(result["configuration"], configuration.name());
+        assert!(number(result, "ops_per_sec") > 0.0, "{configuration}");
+        assert!(result["reads"].as_u64().unwrap() > 0);
+        assert!(result["writes"].as_u64().unwrap() > 0);
+        for set in ["latency_us", "corrected_latency_us"] {
+            for kind in ["all", "read", "write"] {
+                check_latency(&result[set][kind]);
+            }
+        }
+        let windows = result["ops_by_window"].as_array().unwrap();
+        assert_eq!(windows.len(), 100, "{configuration}: 1 s of 10 ms windows");
+        assert_eq!(result["writes_by_window"].as_array().unwrap().len(), 100);
+        let in_windows: u64 = windows.iter().map(|w| w.as_u64().unwrap()).sum();
+        assert!(in_windows > 0 && in_windows <= result["ops"].as_u64().unwrap());
+        let quiescence = &result["quiescence"];
+        assert_eq!(quiescence["windows"], 100);
+        assert!(number(quiescence, "median_window_ops") >= 0.0);
+        let checkpoints = result["checkpoints"].as_u64().unwrap();
+        let spans = result["checkpoint_spans"].as_array().unwrap();
+        match configuration {
+            Configuration::Off => {
+                assert_eq!(checkpoints, 0);
+                assert!(spans.is_empty());
+                assert!(quiescence["ratio"].is_null());
+            }
+            Configuration::Background | Configuration::StopTheWorld => {
+                assert!(checkpoints > 0, "{configuration}: no checkpoint in the run");
+                assert!(!spans.is_empty(), "{configuration}: no span");
+                for span in spans {
+                    let (begin, end) = (number(span, "begin_ms"), number(span, "end_ms"));
+                    assert!(
+                        0.0 <= begin && begin < end && end <= 1000.0 + 1e-6,
+                        "{span}"
+                    );
+                }
+                assert!(number(result, "checkpoint_running_ms") > 0.0);
+                assert!(!result["last_checkpoint"].is_null());
+            }
+        }
+        if configuration == Configuration::Background {
+            let ratio = number(quiescence, "ratio");
+            assert!((0.0..=1.5).contains(&ratio), "{ratio}");
+        }
+    }
+    let checks = value["tail"]["checks"].as_array().unwrap();
+    assert_eq!(checks.len(), 3);
+    assert_eq!(
+        value["tail"]["corrected_checks"].as_array().unwrap().len(),
+        2
+    );
+    for check in checks {
+        assert!(check["value"].is_number(), "{check}");
+        assert!(check["pass"].is_boolean(), "{check}");
+    }
+    let table = report.table();
+    for text in [
+        "background",
+        "stop-the-world",
+        "p99.99 background / p99.99 off",
+    ] {
+        assert!(table.contains(text), "{text} missing from\n{table}");
+    }
+    assert!(table.contains("PASS") || table.contains("FAIL"), "{table}");
+
+    let png = dir.path().join("tail.png");
+    plot::draw(&png, report.tail.as_ref().unwrap()).unwrap();
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    // The stores are gone; the plot is what is left.
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+}
+
+#[test]
+fn ycsb_part_runs_every_workload_over_both_stores() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = toy(&[Part::Ycsb], dir.path());
+    let report = run(&config).unwrap();
+    let value = json(&report);
+    let results = value["ycsb"]["results"].as_array().unwrap();
+    // E is skipped over strings.
+    assert_eq!(results.len(), 11);
+    assert_eq!(value["ycsb"]["skipped"].as_array().unwrap().len(), 1);
+    for result in results {
+        let (store, workload) = (
+            result["store"].as_str().unwrap(),
+            result["workload"].as_str().unwrap(),
+        );
+        assert!(number(result, "ops_per_sec") > 0.0, "{store} {workload}");
+        check_latency(&result["latency_us"]["all"]);
+        check_latency(&result["corrected_latency_us"]["all"]);
+        assert_eq!(result["ops_by_window"].as_array().unwrap().len(), 30);
+        let kinds: Vec<&String> = result["latency_us"].as_object().unwrap().keys().collect();
+        match workload {
+            "ycsb-d" | "ycsb-e" => {
+                assert!(
+                    result["inserted"].as_u64().unwrap() > 0,
+                    "{store} {workload}"
+                );
+                assert!(kinds.iter().any(|k| *k == "insert"), "{kinds:?}");
+            }
+            "ycsb-f" => assert!(kinds.iter().any(|k| *k == "read-modify-write")),
+            _ => assert_eq!(result["inserted"], 0),
+        }
+        match store {
+            "collections" => assert!(result["checkpoints"].is_u64()),
+            _ => assert!(result["checkpoints"].is_null()),
+        }
+    }
+    assert!(report.table().contains("skipped: ycsb-e over strings"));
+    // D and E choose differently under uniform.
+    config.workloads = vec![Workload::D, Workload::E];
+    config.ycsb_distributions = vec![Distribution::Uniform];
+    config.ycsb_stores = vec![StoreKind::Collections];
+    let value = json(&run(&config).unwrap());
+    assert_eq!(value["ycsb"]["results"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn recovery_part_recovers_every_key_from_the_log_and_from_images() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = run(&toy(&[Part::Recovery], dir.path())).unwrap();
+    let value = json(&report);
+    let recovery = &value["recovery"];
+    assert_eq!(recovery["keys"], 5_000);
+    assert_eq!(recovery["log_records"], 5_000, "one record per key");
+    let from_log = &recovery["from_log"];
+    assert_eq!(from_log["images_loaded"], 0);
+    assert_eq!(from_log["records_replayed"], 5_000);
+    assert_eq!(from_log["keys_found"], 5_000);
+    assert_eq!(recovery["checkpoint_keys_written"], 5_000);
+    assert_eq!(recovery["tail_keys"], 50);
+    let from_images = &recovery["from_images"];
+    assert_eq!(from_images["images_loaded"], 5_000);
+    assert_eq!(from_images["records_replayed"], 50);
+    assert_eq!(from_images["keys_found"], 5_050);
+    assert!(from_images["sampled_keys"].as_u64().unwrap() > 100);
+    assert!(number(from_images, "open_seconds") > 0.0);
+    let check = &recovery["checks"][0];
+    assert_eq!(check["target"], 2.0);
+    assert_eq!(check["pass"], true, "5,000 keys recover well within 2 s");
+    assert!(report.table().contains("(a) images + tail"));
+}
+
+#[test]
+fn flags_have_the_documented_defaults_and_limits() {
+    let parse = |args: &[&str]| {
+        let mut argv = vec!["timeline"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).map(|cli| cli.args)
+    };
+    let args = parse(&[]).unwrap();
+    let config = args.config("test".into()).unwrap();
+    assert_eq!(config.parts, [Part::Tail, Part::Ycsb, Part::Recovery]);
+    assert_eq!(config.threads, 2);
+    assert_eq!(config.duration, Duration::from_secs(60));
+    assert_eq!(config.ycsb_duration, Duration::from_secs(10));
+    assert_eq!(config.shape.records, 100_000);
+    assert_eq!(config.shape.record_bytes(), 1000);
+    assert_eq!(config.checkpoint_log_bytes, 16 << 20);
+    assert_eq!(config.configurations, Configuration::ALL);
+    assert_eq!(config.workloads, Workload::ALL);
+    assert_eq!(config.recovery.keys, 1_000_000);
+    assert_eq!(config.recovery.members, 10_000_000);
+    assert_eq!(config.recovery_threads, 2);
+    let args = parse(&["--parts", "recovery,recovery", "--workloads", "ycsb-c,f"]).unwrap();
+    let config = args.config("test".into()).unwrap();
+    assert_eq!(config.parts, [Part::Recovery]);
+    assert_eq!(config.workloads, [Workload::C, Workload::F]);
+    // Flags that cannot be right.
+    assert!(parse(&["--parts", "everything"]).is_err());
+    assert!(parse(&["--configurations", "sometimes"]).is_err());
+    assert!(parse(&["--recovery-types", "trees"]).is_err());
+    for bad in [
+        &["--plot", "x.png", "--parts", "ycsb"][..],
+        &["--threads", "0"],
+        &["--records", "0"],
+        &["--fields", "0"],
+        &["--field-bytes", "0"],
+        &["--fields", "1000", "--field-bytes", "100000"],
+        &["--read-percent", "101"],
+        &["--checkpoint-log-mib", "0"],
+        &["--seconds", "5ms"],
+        &["--recovery-member-bytes", "4"],
+        &["--recovery-keys", "1", "--recovery-members", "1000000"],
+        &["--recovery-tail-percent", "101"],
+        &["--recovery-threads", "0"],
+    ] {
+        let outcome = parse(bad)
+            .map_err(|e| e.to_string())
+            .and_then(|args| args.config("test".into()).map_err(|e| e.to_string()));
+        assert!(outcome.is_err(), "{bad:?} was accepted");
+    }
+}

@@ -80,7 +80,7 @@ pub struct CollectionsOptions {
     pub checkpoints: CheckpointMode,
     /// Writers are slowed, gradually, when the log not yet checkpointed
     /// passes this multiple of `checkpoint_log_bytes` (checkpoints are not
-    /// keeping up); never stopped.
+    /// keeping up); never stopped. Not applied with manual checkpoints.
     pub backpressure_factor: u64,
     /// Threads decoding images at recovery (0: one per core).
     pub recovery_threads: usize,
@@ -486,6 +486,11 @@ impl Inner {
     /// of unfolded log, a writer sleeps a little, longer the further behind
     /// the checkpoints are (up to 1 ms); it never blocks outright.
     fn backpressure(&self) {
+        // With manual checkpoints nothing folds the log in the background:
+        // slowing writers would only make them slow.
+        if self.options.checkpoints == CheckpointMode::Manual {
+            return;
+        }
         let limit = self.options.checkpoint_log_bytes * self.options.backpressure_factor;
         let pending = self.log_bytes_since_cut.load(Ordering::Relaxed);
         if pending <= limit {

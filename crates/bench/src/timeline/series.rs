@@ -7,12 +7,12 @@
 //! the last one took. The sampler calls it every millisecond and feeds
 //! each answer, with the instant the call began, to a [`SpanRecorder`]: a
 //! span opens at the first sample that sees a checkpoint running and
-//! closes at the first that does not. `stats()` waits for a running
-//! checkpoint to finish before it returns (it reads the checkpointer's
-//! state under the lock the checkpoint holds), so the sample after a
-//! blocked one comes about a millisecond after the checkpoint ended: a
-//! span errs long by about one sampling period at each end, never short.
-//! A checkpoint that began and ended between two samples shows only as a
+//! closes at the first that does not, so a span is right to within a
+//! sampling period at each end; when the count says the checkpoint that
+//! ended took longer than the span seen, the span begins that much before
+//! its end instead. (Should a `stats()` call wait for a running checkpoint,
+//! as it once did, the next sample comes after the checkpoint ended and
+//! the span still errs long, never short.) A checkpoint that began and ended between two samples shows only as a
 //! higher count; its span is the last checkpoint's duration, ending at the
 //! sample that saw the count. Spans that overlap or touch (one checkpoint
 //! starting as the last ended) are merged: a span is a time during which
@@ -323,8 +323,8 @@ mod tests {
         let at = |ms: u64| origin + Duration::from_millis(ms);
         let mut recorder = SpanRecorder::new(origin, 5);
         recorder.observe(at(1), false, 5, None);
-        // A checkpoint seen running at 2 ms; the sample at 3 blocks until
-        // it ends; the one at 40 sees it done, having taken 36 ms.
+        // A checkpoint seen running at 2 and 3 ms; the sample at 40 sees it
+        // done, having taken 36 ms (the span keeps the earlier begin).
         recorder.observe(at(2), true, 5, None);
         recorder.observe(at(3), true, 5, None);
         recorder.observe(at(40), false, 6, Some(Duration::from_millis(36)));

@@ -1,17 +1,14 @@
 //! Reading `Collections::stats()` under a watchdog.
 //!
-//! `stats()` waits for a running checkpoint to end (it reads the
-//! checkpointer's state under the lock a checkpoint holds), so a call may
-//! block for a whole checkpoint; that is expected, and the span recorder
-//! allows for it. It must not block for ever: in the collections crate as
-//! of this writing, `stats()` holds the `last_checkpoint` lock (a temporary
-//! of the struct literal lives to the end of the statement) while it waits
-//! for the checkpoint's lock, and the checkpoint takes `last_checkpoint`
-//! before it lets its own lock go: a deadlock whenever a checkpoint that
-//! wrote something ends during a `stats()` call. A benchmark that hangs
-//! silently for ever is worse than one that stops, so every call goes
-//! through [`stats`]: a watchdog thread ends the process with a message
-//! naming the cause when one call has waited longer than [`STALL_LIMIT`].
+//! `stats()` takes a few short locks and never waits for a checkpoint in
+//! progress (since the collections fix of commit 591c4c2; before it,
+//! `stats()` held `last_checkpoint` while it waited for the lock a
+//! checkpoint holds throughout, and a finishing checkpoint took
+//! `last_checkpoint`: a deadlock the first version of this benchmark found).
+//! A sampler that polls it a thousand times a second must not hang silently
+//! if such a regression comes back, so every call goes through [`stats`]:
+//! a watchdog thread ends the process with a message when one call has
+//! waited longer than [`STALL_LIMIT`].
 
 use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,8 +17,9 @@ use std::time::{Duration, Instant};
 
 use engram_collections::{Collections, CollectionsStats};
 
-/// No checkpoint of a benchmark's size takes this long (the tests' toy
-/// checkpoints take milliseconds).
+/// Far longer than any checkpoint of a benchmark's size, so even a
+/// `stats()` that waited for a checkpoint again would not trip it (the
+/// tests' toy checkpoints take milliseconds).
 #[cfg(not(test))]
 pub const STALL_LIMIT: Duration = Duration::from_secs(120);
 #[cfg(test)]
@@ -72,10 +70,9 @@ fn watch(epoch: Instant) {
             // `eprintln!`'s output with the process.
             let _ = writeln!(
                 std::io::stderr().lock(),
-                "error: Collections::stats() has waited {} s for a checkpoint (the limit is {} s): \
-                 the collections crate's stats()/checkpoint lock-order deadlock (stats() holds \
-                 `last_checkpoint` while it waits for the checkpoint's lock, which a finishing \
-                 checkpoint holds while it takes `last_checkpoint`). Stopping the benchmark.",
+                "error: Collections::stats() has not returned for {} s (the limit is {} s): a \
+                 deadlock in the collections crate (as once between stats() and a finishing \
+                 checkpoint). Stopping the benchmark.",
                 waited.as_secs(),
                 STALL_LIMIT.as_secs()
             );

@@ -13,8 +13,8 @@
 //! operations until `stop`: set by this thread when the duration is up, or
 //! by a client that failed (so the others stop too). The sampler calls the
 //! part's sampling closure every [`SAMPLE_EVERY`] until `stop`; it has a
-//! thread of its own because a sample may block (`Collections::stats()`
-//! waits for a running checkpoint), and the run must still end on time.
+//! thread of its own so that a slow sample (a lock held by a checkpoint)
+//! cannot make the run end late.
 //! This thread keeps the time and advances the progress bar.
 //!
 //! ## One operation

@@ -63,6 +63,7 @@ pub use op::Op;
 pub use oplog::{OpLogOptions, Sequencer};
 pub use state::{Entry, Keys};
 
+use op::Bytes;
 use oplog::OpLog;
 use state::ShardedMap;
 
@@ -341,16 +342,14 @@ impl Collections {
         keys: &[&[u8]],
         f: impl FnOnce(&dyn Keys) -> Result<(Vec<Op>, R)>,
     ) -> Result<R> {
-        self.inner.backpressure();
-        let _world = self.inner.world.read();
-        let mut locked = self.inner.map.lock(keys);
-        let (ops, result) = f(&locked)?;
+        let mut writer = self.writer(keys);
+        let (ops, result) = f(writer.keys())?;
         if ops.is_empty() {
             return Ok(result);
         }
         for op in &ops {
             for key in op.keys().into_iter().flatten() {
-                if !keys.contains(&key) {
+                if !writer.covers(key) {
                     return Err(Error::InvalidOption(format!(
                         "operation touches key {:?} outside the update's keys",
                         String::from_utf8_lossy(key)
@@ -358,16 +357,29 @@ impl Collections {
                 }
             }
         }
-        let payload = op::encode_batch(&ops);
-        self.inner
-            .log
-            .append(&*self.inner.sequencer, oplog::Position::default(), &payload)?;
+        writer.log(&ops)?;
         for op in ops {
-            apply::apply(&mut locked, op);
+            apply::apply(writer.keys_mut(), op);
         }
-        drop(locked);
-        self.inner.logged(oplog::format::record_bytes(payload.len()));
         Ok(result)
+    }
+
+    /// Locks the shards of `keys` for a write that the caller drives step
+    /// by step (the server's transactions): read and change entries through
+    /// [`Writer::keys_mut`] (with [`apply::apply`]), and [`Writer::log`] the
+    /// operations before the locks go. Applying before logging is the
+    /// caller's choice to make; it must then undo the changes if logging
+    /// fails, since no reader sees them until the writer is dropped.
+    /// May pause briefly first (backpressure).
+    pub fn writer(&self, keys: &[&[u8]]) -> Writer<'_> {
+        self.inner.backpressure();
+        let world = self.inner.world.read();
+        let locked = self.inner.map.lock(keys);
+        Writer {
+            inner: &self.inner,
+            locked,
+            _world: world,
+        }
     }
 
     /// Logs and applies `ops` (keys taken from the operations).
@@ -411,6 +423,68 @@ impl Collections {
         for (key, entry) in self.inner.map.shard(shard).read().iter() {
             f(key, entry);
         }
+    }
+
+    /// One step of a cursor walk in *scan rank* order ([`scan_rank`]):
+    /// the keys accepted by `wanted` whose rank lies in `from..until`
+    /// (`None`: to the end), at most `count` of them by ascending rank,
+    /// each with its kind and expiry; and, when more remain in the range,
+    /// the rank to continue from. Every key present for the whole walk is
+    /// returned once. Costs a pass over the shards the range spans.
+    pub fn scan(
+        &self,
+        from: u64,
+        until: Option<u64>,
+        count: usize,
+        wanted: impl Fn(&[u8]) -> bool,
+    ) -> (Vec<Scanned>, Option<u64>) {
+        let count = count.max(1);
+        let last = until.map_or(u64::MAX, |u| u.saturating_sub(1));
+        if until.is_some_and(|u| u <= from) {
+            return (Vec::new(), None);
+        }
+        let mut found: Vec<Scanned> = Vec::new();
+        for shard in (from >> SCAN_SHARD_SHIFT) as usize..=(last >> SCAN_SHARD_SHIFT) as usize {
+            for (key, entry) in self.inner.map.shard(shard).read().iter() {
+                let rank = scan_rank(key);
+                if rank >= from && rank <= last && wanted(key) {
+                    found.push(Scanned {
+                        rank,
+                        key: key.to_vec(),
+                        kind: entry.object.kind(),
+                        expire_at_ms: entry.expire_at_ms,
+                    });
+                }
+            }
+            if found.len() > count {
+                break;
+            }
+        }
+        if found.len() <= count {
+            found.sort_unstable_by_key(|s| s.rank);
+            return (found, None);
+        }
+        found.select_nth_unstable_by_key(count, |s| s.rank);
+        let resume = found[count].rank;
+        // Keys sharing the boundary rank (a 64-bit collision) go together.
+        found.retain(|s| s.rank < resume);
+        found.sort_unstable_by_key(|s| s.rank);
+        (found, Some(resume))
+    }
+
+    /// A key chosen at random (None when there are none), among those
+    /// `wanted` accepts; tries a few random shards first, then walks all.
+    pub fn random_key(&self, wanted: impl Fn(&[u8]) -> bool) -> Option<Vec<u8>> {
+        let start = rand::random::<u64>() as usize;
+        for step in 0..state::SHARDS {
+            let shard = self.inner.map.shard((start + step) % state::SHARDS).read();
+            let candidates: Vec<&Bytes> = shard.keys().filter(|k| wanted(k)).collect();
+            if !candidates.is_empty() {
+                let pick = rand::random::<u64>() as usize % candidates.len();
+                return Some(candidates[pick].to_vec());
+            }
+        }
+        None
     }
 
     pub fn recovery_report(&self) -> &RecoveryReport {
@@ -459,6 +533,67 @@ impl Collections {
             self.inner.wake.1.notify_all();
             let _ = handle.join();
         }
+    }
+}
+
+/// Bits of a scan rank below its shard number.
+const SCAN_SHARD_SHIFT: u32 = 64 - 8;
+const _: () = assert!(state::SHARDS == 1 << 8, "scan ranks put the shard in the top 8 bits");
+
+/// A key's place in [`Collections::scan`] order: its shard in the top
+/// bits, so a range of ranks spans few shards.
+pub fn scan_rank(key: &[u8]) -> u64 {
+    // shard_of takes the low 8 bits of the hash: rotate them to the top.
+    xxhash_rust::xxh3::xxh3_64(key).rotate_right(8)
+}
+
+/// A key found by [`Collections::scan`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scanned {
+    pub rank: u64,
+    pub key: Vec<u8>,
+    pub kind: types::Kind,
+    /// 0: no expiry.
+    pub expire_at_ms: u64,
+}
+
+/// The write-locked shards of a step-by-step write (see
+/// [`Collections::writer`]).
+pub struct Writer<'c> {
+    inner: &'c Inner,
+    // Field order: the shard locks go before the stop-the-world guard.
+    locked: state::Locked<'c>,
+    _world: parking_lot::RwLockReadGuard<'c, ()>,
+}
+
+impl<'c> Writer<'c> {
+    pub fn keys(&self) -> &dyn Keys {
+        &self.locked
+    }
+
+    pub fn keys_mut(&mut self) -> &mut state::Locked<'c> {
+        &mut self.locked
+    }
+
+    /// Whether `key` lives in one of the locked shards.
+    pub fn covers(&self, key: &[u8]) -> bool {
+        self.locked.covers(key)
+    }
+
+    /// Appends `ops` as one record (one command, or one MULTI); returns
+    /// once it is committed in the log (durable on DAX; after the next
+    /// [`Collections::sync`] on emulated memory). Nothing is logged for no
+    /// operations.
+    pub fn log(&self, ops: &[Op]) -> Result<()> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let payload = op::encode_batch(ops);
+        self.inner
+            .log
+            .append(&*self.inner.sequencer, oplog::Position::default(), &payload)?;
+        self.inner.logged(oplog::format::record_bytes(payload.len()));
+        Ok(())
     }
 }
 

@@ -382,6 +382,18 @@ impl Collections {
         }
     }
 
+    /// A writer holding every shard (FLUSHALL, whole-keyspace transactions).
+    pub fn writer_all(&self) -> Writer<'_> {
+        self.inner.backpressure();
+        let world = self.inner.world.read();
+        let locked = self.inner.map.lock_all();
+        Writer {
+            inner: &self.inner,
+            locked,
+            _world: world,
+        }
+    }
+
     /// Logs and applies `ops` (keys taken from the operations).
     pub fn write(&self, ops: Vec<Op>) -> Result<()> {
         let keys: Vec<Vec<u8>> = ops
@@ -544,7 +556,8 @@ const _: () = assert!(state::SHARDS == 1 << 8, "scan ranks put the shard in the 
 /// bits, so a range of ranks spans few shards.
 pub fn scan_rank(key: &[u8]) -> u64 {
     // shard_of takes the low 8 bits of the hash: rotate them to the top.
-    xxhash_rust::xxh3::xxh3_64(key).rotate_right(8)
+    // Never 0, so a walk from cursor 0 sees every key and 0 can mean "done".
+    xxhash_rust::xxh3::xxh3_64(key).rotate_right(8).max(1)
 }
 
 /// A key found by [`Collections::scan`].
@@ -567,6 +580,11 @@ pub struct Writer<'c> {
 }
 
 impl<'c> Writer<'c> {
+    /// Keys of every locked shard, for walks (FLUSHDB).
+    pub fn keys_in_shards(&self) -> Vec<Bytes> {
+        self.locked.all_keys()
+    }
+
     pub fn keys(&self) -> &dyn Keys {
         &self.locked
     }

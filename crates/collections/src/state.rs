@@ -70,6 +70,13 @@ impl ShardedMap {
         }
     }
 
+    /// Locks every shard for writing (FLUSHALL, whole-keyspace transactions).
+    pub fn lock_all(&self) -> Locked<'_> {
+        Locked {
+            guards: self.shards.iter().enumerate().map(|(i, s)| (i, s.write())).collect(),
+        }
+    }
+
     pub fn len(&self) -> u64 {
         self.shards.iter().map(|s| s.read().len() as u64).sum()
     }
@@ -108,6 +115,11 @@ impl Locked<'_> {
             .find(|(i, _)| *i == index)
             .unwrap_or_else(|| panic!("key {key:?} is not among the update's keys"))
             .1
+    }
+
+    /// Every key of the locked shards.
+    pub fn all_keys(&self) -> Vec<Bytes> {
+        self.guards.iter().flat_map(|(_, g)| g.keys().cloned()).collect()
     }
 
     /// Whether `key` lives in one of the locked shards.

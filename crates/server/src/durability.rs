@@ -125,10 +125,11 @@ pub fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Syncs the data file now; records the outcome.
-pub fn sync_now(keyspace: &Keyspace, durable: &Durable) -> Result<(), engram_engine::Error> {
+/// Syncs the data file and the collections' operation log now; records
+/// the outcome.
+pub fn sync_now(keyspace: &Keyspace, durable: &Durable) -> Result<(), crate::keyspace::Error> {
     durable.dirty.store(false, Ordering::Relaxed);
-    let result = keyspace.store().sync();
+    let result = keyspace.sync();
     match &result {
         Ok(()) => {
             durable.syncs.fetch_add(1, Ordering::Relaxed);

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use engram_collections::{Collections, CollectionsOptions, OpLogOptions};
 use engram_engine::{Options, Store, SyncPolicy};
+use engram_pmem::RegionOptions;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
@@ -16,6 +18,9 @@ use crate::config::{Config, Durability, Runtime};
 use crate::durability::{spawn_sync_thread, Durable};
 use crate::keyspace::{now_ms, Keyspace};
 use crate::shared::Shared;
+
+/// Where the collections store lives inside the data directory.
+pub const COLLECTIONS_DIR: &str = "collections";
 
 /// How often the active expiry cycle runs, and its time budget per run
 /// (Redis: 10 Hz, 25% of a core at most).
@@ -30,6 +35,11 @@ pub enum StartError {
     Store {
         dir: String,
         source: engram_engine::Error,
+    },
+    #[error("cannot open the collections in {dir}: {source}")]
+    Collections {
+        dir: String,
+        source: engram_collections::Error,
     },
     #[error("cannot rebuild the keyspace: {0}")]
     Keyspace(crate::keyspace::Error),
@@ -85,8 +95,10 @@ impl Server {
         let recovery = started.elapsed();
         let dax = store.stats().mode == "dax";
         let scan_started = Instant::now();
-        let keyspace =
-            Arc::new(Keyspace::open(store, config.databases).map_err(StartError::Keyspace)?);
+        let collections = open_collections(&config)?;
+        let keyspace = Arc::new(
+            Keyspace::open(store, collections, config.databases).map_err(StartError::Keyspace)?,
+        );
         let keyspace_scan = scan_started.elapsed();
         keyspace.set_sync_intents(config.durability == Durability::Always && !dax);
 
@@ -385,13 +397,44 @@ fn log_integrity(config: &Config, store: &Store) {
     }
 }
 
+/// Opens the collections store (hashes, sets, sorted sets, lists) in
+/// `DIR/collections`: its operation log and its checkpoint images, mapped
+/// the way the engine's data file is.
+fn open_collections(config: &Config) -> Result<Collections, StartError> {
+    let dir = config.dir.join(COLLECTIONS_DIR);
+    let fine_writeback = config.durability == Durability::Always;
+    let options = CollectionsOptions {
+        oplog: OpLogOptions {
+            region: RegionOptions {
+                mode: config.mode,
+                fine_writeback,
+                ..RegionOptions::default()
+            },
+            ..OpLogOptions::default()
+        },
+        images: Options {
+            mode: config.mode,
+            sync: SyncPolicy::Never,
+            fine_writeback,
+            integrity: config.integrity.clone(),
+            ..Options::default()
+        },
+        ..CollectionsOptions::default()
+    };
+    Collections::open(&dir, options).map_err(|source| StartError::Collections {
+        dir: dir.display().to_string(),
+        source,
+    })
+}
+
 fn close_store(keyspace: Arc<Keyspace>) -> Result<(), String> {
     match Arc::try_unwrap(keyspace) {
         Ok(keyspace) => {
-            keyspace
-                .into_store()
+            let (store, collections) = keyspace.into_stores();
+            collections
                 .close()
-                .map_err(|e| format!("closing the store: {e}"))?;
+                .map_err(|e| format!("closing the collections: {e}"))?;
+            store.close().map_err(|e| format!("closing the store: {e}"))?;
             log::info!("data synced and store closed; bye");
             Ok(())
         }
@@ -399,7 +442,6 @@ fn close_store(keyspace: Arc<Keyspace>) -> Result<(), String> {
             // A connection outlived the drain: sync what is there; the
             // directory lock goes with the process.
             keyspace
-                .store()
                 .sync()
                 .map_err(|e| format!("syncing the store: {e}"))?;
             log::warn!("store synced but left open: a connection did not finish in time");

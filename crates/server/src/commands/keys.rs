@@ -7,6 +7,8 @@ use super::{
 };
 use crate::glob;
 use crate::keyspace::value::Encoding;
+use crate::keyspace::ckey;
+use engram_collections::Op;
 use crate::resp::Args;
 
 pub fn commands() -> Vec<CommandSpec> {
@@ -282,22 +284,42 @@ fn scan(ctx: &mut Ctx, args: Args) -> CmdResult {
 }
 
 /// RENAME and RENAMENX: moves the value (with its TTL) to the new name.
+/// A collection moves by one logged Rename, in O(1); a string by a put and
+/// a delete made atomic by a batch. The kind is peeked first so that a
+/// collection's move does not take an atomic transaction's undo copy; if
+/// it changed meanwhile, the move starts over.
 fn rename_with(ctx: &mut Ctx, args: Args, only_if_absent: bool) -> Result<bool, CmdError> {
     let (from, to) = (args.get(1), args.get(2));
-    ctx.write(&[from, to], true, |txn, db, now| {
-        let Some(value) = txn.get(db, from, now)? else {
-            return Err(err("ERR no such key"));
-        };
-        if from == to {
-            return Ok(!only_if_absent);
+    loop {
+        let peeked = ctx.read(from, |meta, _| Ok(meta.is_collection()))?;
+        let collection = peeked.unwrap_or(false);
+        let moved = ctx.write(&[from, to], !collection, |txn, db, now| {
+            let Some(value) = txn.get(db, from, now)? else {
+                return Err(err("ERR no such key"));
+            };
+            if from == to {
+                return Ok(Some(!only_if_absent));
+            }
+            if only_if_absent && txn.get(db, to, now)?.is_some() {
+                return Ok(Some(false));
+            }
+            if value.meta.is_collection() {
+                txn.log(vec![Op::Rename {
+                    from: ckey(db, from)?,
+                    to: ckey(db, to)?,
+                }])?;
+            } else if txn.is_atomic() {
+                txn.put(db, to, value.raw())?;
+                txn.delete(db, from, now)?;
+            } else {
+                return Ok(None);
+            }
+            Ok(Some(true))
+        })?;
+        if let Some(moved) = moved {
+            return Ok(moved);
         }
-        if only_if_absent && txn.get(db, to, now)?.is_some() {
-            return Ok(false);
-        }
-        txn.put(db, to, value.raw())?;
-        txn.delete(db, from, now)?;
-        Ok(true)
-    })
+    }
 }
 
 fn rename(ctx: &mut Ctx, args: Args) -> CmdResult {
@@ -454,14 +476,22 @@ fn copy(ctx: &mut Ctx, args: Args) -> CmdResult {
     if from == to && db == target_db {
         return Err(err("ERR source and destination objects are the same"));
     }
-    let copied = ctx.write_in([(db, from), (target_db, to)], true, |txn, _, now| {
+    // One write each way (a string put, or one logged Copy): no batch.
+    let copied = ctx.write_in([(db, from), (target_db, to)], false, |txn, _, now| {
         let Some(value) = txn.get(db, from, now)? else {
             return Ok(false);
         };
         if !replace && txn.get(target_db, to, now)?.is_some() {
             return Ok(false);
         }
-        txn.put(target_db, to, value.raw())?;
+        if value.meta.is_collection() {
+            txn.log(vec![Op::Copy {
+                from: ckey(db, from)?,
+                to: ckey(target_db, to)?,
+            }])?;
+        } else {
+            txn.put(target_db, to, value.raw())?;
+        }
         Ok(true)
     })?;
     ctx.out.int(copied as i64);
@@ -494,6 +524,7 @@ fn object(ctx: &mut Ctx, args: Args) -> CmdResult {
     }
     let name = ctx.read(args.get(2), |meta, payload| {
         Ok(match meta.encoding() {
+            _ if meta.is_collection() => meta.kind().collection_encoding(),
             Encoding::Int => "int",
             raw => raw.name(payload.len()),
         })

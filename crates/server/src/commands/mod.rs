@@ -8,8 +8,12 @@
 
 mod connection;
 mod engram;
+mod hashes;
 mod keys;
+mod lists;
 mod server;
+mod sets;
+mod sorted_sets;
 mod strings;
 mod transactions;
 
@@ -17,7 +21,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::LazyLock;
 
-use crate::keyspace::{self, now_ms, Keyspace, Txn};
+use crate::keyspace::{self, now_ms, CKind, Keyspace, Object, Txn};
 use crate::resp::{Args, ReplyWriter};
 use crate::session::Session;
 use crate::shared::Shared;
@@ -164,6 +168,10 @@ pub static TABLE: LazyLock<Vec<CommandSpec>> = LazyLock::new(|| {
     table.extend(server::commands());
     table.extend(keys::commands());
     table.extend(strings::commands());
+    table.extend(hashes::commands());
+    table.extend(sets::commands());
+    table.extend(sorted_sets::commands());
+    table.extend(lists::commands());
     table.extend(transactions::commands());
     table.extend(engram::commands());
     table
@@ -246,6 +254,39 @@ impl<'s> Ctx<'s, '_> {
                 .read(db, key, now, |meta, payload| f(out, meta, payload))?,
         };
         found.transpose().map(|found| found.is_some())
+    }
+
+    /// Reads collection `key` of the current database: `f` sees its object,
+    /// or None when the key is absent. A key of another type is a
+    /// WRONGTYPE error. Lock-free outside EXEC.
+    pub fn read_collection<R>(
+        &mut self,
+        key: &[u8],
+        kind: CKind,
+        f: impl FnOnce(Option<&Object>) -> Result<R, CmdError>,
+    ) -> Result<R, CmdError> {
+        let (db, now) = (self.session.db, self.now_ms);
+        if let Some(txn) = &mut self.exec {
+            return f(txn.collection(db, key, kind, now)?);
+        }
+        self.shared.keyspace.read_collection(db, key, kind, now, f)?
+    }
+
+    /// `read_collection` that writes the reply straight from the object.
+    pub fn reply_collection(
+        &mut self,
+        key: &[u8],
+        kind: CKind,
+        f: impl FnOnce(&mut ReplyWriter, Option<&Object>) -> CmdResult,
+    ) -> CmdResult {
+        let (db, now) = (self.session.db, self.now_ms);
+        let out = &mut *self.out;
+        if let Some(txn) = &mut self.exec {
+            return f(out, txn.collection(db, key, kind, now)?);
+        }
+        self.shared
+            .keyspace
+            .read_collection(db, key, kind, now, |object| f(out, object))?
     }
 
     /// Runs `f` with the stripes of `keys` (in the current database)

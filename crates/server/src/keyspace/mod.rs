@@ -1,11 +1,18 @@
-//! The Redis keyspace over the engine: logical databases, value types,
+//! The Redis keyspace over two stores: logical databases, value types,
 //! expiry, per-key write locks, WATCH, and atomic multi-key writes.
 //!
-//! An engine key is the database number (one byte) followed by the client's
-//! key; an engine value is a meta word (type, encoding, expiry) followed by
-//! the payload (see `value`). Everything Redis keeps in memory beside the
-//! data (key counts, which keys expire, who watches what) is rebuilt from
-//! the engine at startup by one scan.
+//! Strings live in the engine: an engine key is the database number (one
+//! byte) followed by the client's key; an engine value is a meta word
+//! (type, encoding, expiry) followed by the payload (see `value`). Hashes,
+//! sets, sorted sets and lists live in the collections store (DRAM plus an
+//! operation log and checkpoints) under the same keys. A key lives in one
+//! store at a time; a write that changes a key's type writes the new store
+//! first where that makes a crash between the two writes recover to
+//! exactly the old or the new state (see `txn`), and at startup a key found
+//! in both keeps its collection.
+//!
+//! Everything Redis keeps in memory beside the data (key counts, which keys
+//! expire, who watches what) is rebuilt at startup by one scan of each store.
 
 mod journal;
 mod stripe;
@@ -17,12 +24,14 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_utils::CachePadded;
+use engram_collections::{Collections, Op};
 use engram_engine::{Store, MAX_KEY_BYTES};
 use smallvec::SmallVec;
 
 pub use stripe::STRIPES;
 use stripe::{apply_delete, StripeSlot, Watcher};
-pub use txn::{Stored, Txn};
+pub use engram_collections::types::{Kind as CKind, Object};
+pub use txn::{ckey, Stored, Txn};
 use value::{decode, Malformed, Meta};
 
 /// Waits until everything written so far is durable (see
@@ -42,6 +51,8 @@ pub const MAX_KEY_LEN: usize = MAX_KEY_BYTES - 1;
 pub enum Error {
     #[error("{0}")]
     Engine(engram_engine::Error),
+    #[error("ERR {0}")]
+    Collections(engram_collections::Error),
     #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]
     WrongType,
     #[error("ERR {0}")]
@@ -84,6 +95,7 @@ pub struct KeyspaceStats {
 
 pub struct Keyspace {
     store: Store,
+    collections: Collections,
     stripes: Box<[CachePadded<StripeSlot>]>,
     databases: usize,
     journal_seq: AtomicU64,
@@ -94,16 +106,50 @@ pub struct Keyspace {
     /// writers (`None`: an `msync` of our own).
     intent_barrier: OnceLock<IntentBarrier>,
     expire_cursor: AtomicUsize,
+    /// Wakes clients blocked on collection keys (BLPOP...) after writes.
+    written: Box<[WrittenBucket]>,
     pub stats: KeyspaceStats,
 }
 
+/// Clients waiting for a write to any collection key of this bucket.
+#[derive(Default)]
+struct WrittenBucket {
+    waiters: AtomicUsize,
+    notify: tokio::sync::Notify,
+}
+
+/// Buckets of `Keyspace::written`: waiters on different keys rarely share one.
+const WRITTEN_BUCKETS: usize = 1024;
+
+/// A blocked client's registration for wakeups on one key; holds the
+/// bucket's waiter count up while it lives.
+pub struct WrittenWaiter<'k> {
+    bucket: &'k WrittenBucket,
+}
+
+impl<'k> WrittenWaiter<'k> {
+    /// Resolves after a write to a collection key of the bucket that
+    /// happened after the waiter was created (maybe to another key: a
+    /// blocked command simply tries again).
+    pub fn notified(&self) -> tokio::sync::futures::Notified<'k> {
+        self.bucket.notify.notified()
+    }
+}
+
+impl Drop for WrittenWaiter<'_> {
+    fn drop(&mut self) {
+        self.bucket.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl Keyspace {
-    /// Wraps an opened store: scans it once to rebuild key counts and the
-    /// expiry index, and re-applies any batch a crash interrupted.
-    pub fn open(store: Store, databases: usize) -> Result<Keyspace> {
+    /// Wraps the opened stores: scans them once to rebuild key counts and
+    /// the expiry index, and re-applies any batch a crash interrupted.
+    pub fn open(store: Store, collections: Collections, databases: usize) -> Result<Keyspace> {
         assert!((1..=255).contains(&databases), "databases must be 1..=255");
         let keyspace = Keyspace {
             store,
+            collections,
             stripes: (0..STRIPES)
                 .map(|_| CachePadded::new(StripeSlot::new(databases)))
                 .collect(),
@@ -112,6 +158,7 @@ impl Keyspace {
             sync_intents: AtomicBool::new(false),
             intent_barrier: OnceLock::new(),
             expire_cursor: AtomicUsize::new(0),
+            written: (0..WRITTEN_BUCKETS).map(|_| WrittenBucket::default()).collect(),
             stats: KeyspaceStats::default(),
         };
         let intents = keyspace.rebuild()?;
@@ -123,9 +170,20 @@ impl Keyspace {
         &self.store
     }
 
-    /// Gives the store back (for a clean close).
-    pub fn into_store(self) -> Store {
-        self.store
+    pub fn collections(&self) -> &Collections {
+        &self.collections
+    }
+
+    /// Gives the stores back (for a clean close).
+    pub fn into_stores(self) -> (Store, Collections) {
+        (self.store, self.collections)
+    }
+
+    /// Makes everything written so far durable in both stores (an msync
+    /// each on emulated memory).
+    pub fn sync(&self) -> Result<()> {
+        self.store.sync().map_err(Error::Engine)?;
+        self.collections.sync().map_err(Error::Collections)
     }
 
     pub fn databases(&self) -> usize {
@@ -195,7 +253,41 @@ impl Keyspace {
                 DAMAGED_KEYS_LOGGED
             );
         }
+        self.rebuild_collections()?;
         Ok(intents)
+    }
+
+    /// Counts the collection keys and indexes their expiry. A key found in
+    /// both stores is a type change that a crash cut between its two writes;
+    /// every such change logs its collection side at the point that makes
+    /// keeping the collection right (see `txn`), so the string goes.
+    fn rebuild_collections(&self) -> Result<()> {
+        let mut keys = Vec::with_capacity(self.collections.len() as usize);
+        for shard in 0..engram_collections::state::SHARDS {
+            self.collections
+                .for_each_in_shard(shard, |key, entry| keys.push((key.to_vec(), entry.expire_at_ms)));
+        }
+        let mut resolved = 0u64;
+        for (ekey, expire_at) in keys {
+            if ekey.is_empty() || stripe::db_of(&ekey) >= self.databases {
+                self.stats.keys_in_hidden_dbs.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let slot = self.slot(&ekey);
+            let mut stripe = slot.lock.lock();
+            if apply_delete(&self.store, slot, &mut stripe, &ekey)? {
+                resolved += 1;
+            }
+            slot.counts[stripe::db_of(&ekey)].fetch_add(1, Ordering::Relaxed);
+            stripe::set_expiry(slot, &mut stripe, &ekey, (expire_at != 0).then_some(expire_at));
+        }
+        if resolved > 0 {
+            log::warn!(
+                "{resolved} keys were found both as strings and as collections (type changes \
+                 interrupted by a crash); they keep their collections"
+            );
+        }
+        Ok(())
     }
 
     fn replay(&self, intents: Vec<Vec<u8>>) -> Result<()> {
@@ -217,16 +309,19 @@ impl Keyspace {
                 Err(e) => return Err(e),
             };
             let ops = journal::decode(&bytes)?;
+            let keys = ops.len();
             let mut txn = self.lock_ekeys(ops.iter().map(|(k, _)| k.as_slice()), false);
-            for (key, value) in &ops {
-                txn.apply_raw(key, value.as_deref())?;
+            for (key, write) in ops {
+                match write {
+                    journal::Write::Engine(value) => txn.apply_raw(&key, value.as_deref())?,
+                    journal::Write::Collection(state) => txn.restore_collection(&key, state)?,
+                }
             }
-            drop(txn);
+            txn.commit()?;
             self.store.delete(&intent).map_err(Error::Engine)?;
             self.stats.batches_replayed.fetch_add(1, Ordering::Relaxed);
             log::warn!(
-                "re-applied a multi-key write interrupted by a crash ({} keys)",
-                ops.len()
+                "re-applied a multi-key write interrupted by a crash ({keys} keys)"
             );
         }
         Ok(())
@@ -238,6 +333,20 @@ impl Keyspace {
             None => Ok(None),
             Some(value) => Ok(Some(decode(&value).map_err(Error::Malformed)?.0)),
         }
+    }
+
+    /// The meta word of a key in either store, without locks (a
+    /// collection's is made up from its kind and expiry).
+    fn meta_any(&self, ekey: &[u8]) -> Result<Option<Meta>> {
+        match self.raw_meta(ekey)? {
+            Some(meta) => Ok(Some(meta)),
+            None => Ok(self.collection_meta(ekey)),
+        }
+    }
+
+    fn collection_meta(&self, ekey: &[u8]) -> Option<Meta> {
+        self.collections
+            .read(ekey, |e| e.map(|e| Meta::collection(e.object.kind(), e.expire_at_ms)))
     }
 
     fn slot_index(ekey: &[u8]) -> usize {
@@ -258,17 +367,25 @@ impl Keyspace {
         f: impl FnOnce(Meta, &[u8]) -> R,
     ) -> Result<Option<R>> {
         let ekey = ekey(db, key)?;
-        let found = {
-            let Some(value) = self.store.get_ref(&ekey).map_err(Error::Engine)? else {
-                self.stats.misses.fetch_add(1, Ordering::Relaxed);
-                return Ok(None);
-            };
-            let (meta, payload) = decode(&value).map_err(Error::Malformed)?;
-            if meta.is_expired(now_ms) {
-                None
-            } else {
-                Some(f(meta, payload))
+        let found = match self.store.get_ref(&ekey).map_err(Error::Engine)? {
+            Some(value) => {
+                let (meta, payload) = decode(&value).map_err(Error::Malformed)?;
+                if meta.is_expired(now_ms) {
+                    None
+                } else {
+                    Some(f(meta, payload))
+                }
             }
+            // Not a string: a collection shows its kind and expiry, with
+            // no payload.
+            None => match self.collection_meta(&ekey) {
+                None => {
+                    self.stats.misses.fetch_add(1, Ordering::Relaxed);
+                    return Ok(None);
+                }
+                Some(meta) if meta.is_expired(now_ms) => None,
+                Some(meta) => Some(f(meta, &[])),
+            },
         };
         match found {
             Some(result) => {
@@ -283,18 +400,82 @@ impl Keyspace {
         }
     }
 
+    /// Reads collection `key` without the key's write lock: `f` sees its
+    /// object, or None when the key is absent (or expired). A key holding
+    /// another type is a `WrongType` error.
+    pub fn read_collection<R>(
+        &self,
+        db: usize,
+        key: &[u8],
+        kind: CKind,
+        now_ms: u64,
+        f: impl FnOnce(Option<&Object>) -> R,
+    ) -> Result<R> {
+        let ekey = ekey(db, key)?;
+        let mut f = Some(f);
+        // Ok(Some): the reply; Ok(None): no collection there; Err(true):
+        // expired; Err(false): another kind.
+        let outcome = self.collections.read(&ekey, |entry| match entry {
+            None => Ok(None),
+            Some(e) if e.expire_at_ms != 0 && e.expire_at_ms <= now_ms => Err(true),
+            Some(e) if e.object.kind() != kind => Err(false),
+            Some(e) => Ok(Some((f.take().expect("called once"))(Some(&e.object)))),
+        });
+        match outcome {
+            Ok(Some(result)) => {
+                self.stats.hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(result);
+            }
+            Err(false) => return Err(Error::WrongType),
+            Err(true) => {
+                self.expire_if_due(&ekey, now_ms)?;
+            }
+            Ok(None) => {
+                // Absent from the collections: a live string is the wrong type.
+                if let Some(value) = self.store.get_ref(&ekey).map_err(Error::Engine)? {
+                    let (meta, _) = decode(&value).map_err(Error::Malformed)?;
+                    if !meta.is_expired(now_ms) {
+                        return Err(Error::WrongType);
+                    }
+                }
+            }
+        }
+        self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        Ok((f.take().expect("not called yet"))(None))
+    }
+
     /// Deletes `ekey` if it has expired by `now_ms`; true if it did.
     fn expire_if_due(&self, ekey: &[u8], now_ms: u64) -> Result<bool> {
         let slot = self.slot(ekey);
         let mut stripe = slot.lock.lock();
-        match self.raw_meta(ekey)? {
+        match self.meta_any(ekey)? {
             Some(meta) if meta.is_expired(now_ms) => {
-                apply_delete(&self.store, slot, &mut stripe, ekey)?;
+                self.delete_any(slot, &mut stripe, ekey)?;
                 self.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
                 Ok(true)
             }
             _ => Ok(false),
         }
+    }
+
+    /// Deletes `ekey` from whichever store holds it (the caller holds its
+    /// stripe); true if it existed.
+    fn delete_any(&self, slot: &StripeSlot, stripe: &mut stripe::Stripe, ekey: &[u8]) -> Result<bool> {
+        if apply_delete(&self.store, slot, stripe, ekey)? {
+            return Ok(true);
+        }
+        let mut writer = self.collections.writer(&[ekey]);
+        if writer.keys().get(ekey).is_none() {
+            return Ok(false);
+        }
+        let op = Op::Delete { key: ekey.into() };
+        writer.log(std::slice::from_ref(&op)).map_err(Error::Collections)?;
+        engram_collections::apply::apply(writer.keys_mut(), op);
+        drop(writer);
+        slot.counts[stripe::db_of(ekey)].fetch_sub(1, Ordering::Relaxed);
+        stripe::set_expiry(slot, stripe, ekey, None);
+        stripe::touch(stripe, ekey);
+        Ok(true)
     }
 
     /// Locks the stripes of `keys` (database, key) for a write.
@@ -317,14 +498,15 @@ impl Keyspace {
         ekeys: impl Iterator<Item = &'k [u8]>,
         atomic: bool,
     ) -> Txn<'_> {
-        let mut indexes: SmallVec<[usize; 4]> = ekeys.map(Self::slot_index).collect();
+        let ekeys: Vec<EKey> = ekeys.map(EKey::from_slice).collect();
+        let mut indexes: SmallVec<[usize; 4]> = ekeys.iter().map(|k| Self::slot_index(k)).collect();
         indexes.sort_unstable();
         indexes.dedup();
         let guards = indexes
             .into_iter()
             .map(|i| (i, self.stripes[i].lock.lock()))
             .collect();
-        Txn::new(self, guards, atomic)
+        Txn::new(self, guards, Some(ekeys), atomic)
     }
 
     /// Locks every stripe (FLUSHDB, and transactions that read or write
@@ -333,7 +515,7 @@ impl Keyspace {
         let guards = (0..STRIPES)
             .map(|i| (i, self.stripes[i].lock.lock()))
             .collect();
-        Txn::new(self, guards, atomic)
+        Txn::new(self, guards, None, atomic)
     }
 
     /// Keys in database `db`.
@@ -360,6 +542,12 @@ impl Keyspace {
     /// meta words) and the cursor to continue from (0: done). Filters out
     /// other databases and expired keys, so a step may return fewer than
     /// `count` keys, or none, before the end, as Redis's may.
+    ///
+    /// Both stores walk one cursor space: the engine's step covers the
+    /// ranks `cursor..next`, and the collections contribute their keys of
+    /// the same range (up to `count`; if they have more, the cursor stops
+    /// at the first one left, and the engine's keys past it may come again
+    /// next step, which SCAN allows).
     pub fn scan(
         &self,
         db: usize,
@@ -387,13 +575,32 @@ impl Keyspace {
                 Err(e) => return Err(e),
             }
         }
-        Ok((next, found))
+        let until = (next != 0).then_some(next);
+        let (collections, resume) =
+            self.collections
+                .scan(cursor, until, count.max(1), |k| k.first() == Some(&(db as u8)));
+        for c in collections {
+            if c.expire_at_ms == 0 || c.expire_at_ms > now_ms {
+                found.push((c.key[1..].to_vec(), Meta::collection(c.kind, c.expire_at_ms)));
+            }
+        }
+        Ok((resume.unwrap_or(next), found))
     }
 
     /// A random live key of `db`, if it has any.
     pub fn random_key(&self, db: usize, now_ms: u64) -> Result<Option<Vec<u8>>> {
         if self.dbsize(db) == 0 {
             return Ok(None);
+        }
+        // Collections, in proportion to their share of all keys.
+        let collections = self.collections.len();
+        if collections > 0
+            && rand::random::<u64>() % (collections + self.store.len()).max(1) < collections
+        {
+            let in_db = |k: &[u8]| k.first() == Some(&(db as u8));
+            if let Some(ekey) = self.collections.random_key(in_db) {
+                return Ok(Some(ekey[1..].to_vec()));
+            }
         }
         // Start somewhere random in hash order and take the first key of
         // this database from there; wrap once.
@@ -407,11 +614,33 @@ impl Keyspace {
             }
             if next == 0 {
                 if wrapped {
-                    return Ok(None);
+                    // The database holds only collections.
+                    let in_db = |k: &[u8]| k.first() == Some(&(db as u8));
+                    return Ok(self.collections.random_key(in_db).map(|k| k[1..].to_vec()));
                 }
                 wrapped = true;
             }
             cursor = next;
+        }
+    }
+
+    /// For blocking commands: registers for a wakeup after the next write
+    /// to collection `key` of `db`. Register, *then* check the key, then
+    /// await [`WrittenWaiter::notified`] (created before the check): a
+    /// write in between is never missed.
+    pub fn wait_written(&self, db: usize, key: &[u8]) -> Result<WrittenWaiter<'_>> {
+        let ekey = ekey(db, key)?;
+        let bucket = &self.written[(xxhash_rust::xxh3::xxh3_64(&ekey) as usize) % WRITTEN_BUCKETS];
+        bucket.waiters.fetch_add(1, Ordering::SeqCst);
+        Ok(WrittenWaiter { bucket })
+    }
+
+    /// Wakes the clients blocked on keys of `ekey`'s bucket (cheap when
+    /// there are none).
+    pub(crate) fn signal_written(&self, ekey: &[u8]) {
+        let bucket = &self.written[(xxhash_rust::xxh3::xxh3_64(ekey) as usize) % WRITTEN_BUCKETS];
+        if bucket.waiters.load(Ordering::SeqCst) > 0 {
+            bucket.notify.notify_waiters();
         }
     }
 
@@ -454,7 +683,7 @@ impl Keyspace {
                 .map(|(k, _)| k.clone())
                 .collect();
             for ekey in due {
-                apply_delete(&self.store, slot, &mut stripe, &ekey)?;
+                self.delete_any(slot, &mut stripe, &ekey)?;
                 self.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
                 deleted += 1;
             }
@@ -471,12 +700,12 @@ impl Keyspace {
 
     /// Writes a batch as one crash-atomic unit (see `journal`). The caller
     /// holds the stripes of every key in `ops`.
-    fn write_intent(&self, ops: &[(EKey, Option<Vec<u8>>)]) -> Result<Vec<u8>> {
+    fn write_intent(&self, ops: &[journal::Op]) -> Result<Vec<u8>> {
         let seq = self.journal_seq.fetch_add(1, Ordering::Relaxed);
         // Unique across restarts too: intents of the last run are gone
         // (replayed and deleted) before this one starts writing.
         let key = journal::intent_key(seq);
-        let bytes = journal::encode(ops.iter().map(|(k, v)| (k.as_slice(), v.as_deref())));
+        let bytes = journal::encode(ops.iter().map(|(k, w)| (k.as_slice(), w)));
         if bytes.len() > engram_engine::MAX_VALUE_BYTES {
             return Err(Error::Internal(format!(
                 "a transaction of {} bytes exceeds the largest atomic batch ({} bytes)",
@@ -488,7 +717,7 @@ impl Keyspace {
         if self.sync_intents.load(Ordering::Relaxed) {
             match self.intent_barrier.get() {
                 Some(barrier) => barrier(),
-                None => self.store.sync().map_err(Error::Engine)?,
+                None => self.sync()?,
             }
         }
         Ok(key)

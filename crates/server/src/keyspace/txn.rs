@@ -1,16 +1,43 @@
 //! A write context: the stripes of the keys it may touch are locked for its
-//! whole life. Direct transactions send each write to the engine at once;
-//! atomic ones buffer writes (reads see them) and apply them at `commit` as
-//! one crash-atomic batch.
+//! whole life (and, once it touches a collection, the collections' shards
+//! of those keys too: stripes first, then shards, always). Direct
+//! transactions send each write to its store at once; atomic ones buffer
+//! engine writes (reads see them) and apply them at `commit` as one
+//! crash-atomic batch.
+//!
+//! ## Collections
+//!
+//! A direct transaction logs each `log` call's operations as one record of
+//! the collections' operation log, then applies them. An atomic one
+//! applies them to DRAM at once (keeping each touched key's prior state,
+//! to undo them if the commit fails) and logs them all as one record at
+//! commit, so a MULTI's collection writes are one record.
+//!
+//! ## Type changes and crashes
+//!
+//! A key lives in one store. When a write moves it across (SET over a hash,
+//! RENAME of a list onto a string key), the two writes are ordered so that a
+//! crash between them leaves the key in both stores exactly when keeping
+//! the collection is right, which is what startup does:
+//! - string over collection: the engine write first, then the collection's
+//!   Delete (a crash between: the collection stays, the write never happened);
+//! - collection over string: the collection's record first, then the engine
+//!   delete (a crash between: the collection stays, the write happened).
+//! An atomic batch with engine writes beyond such deletes *and* collection
+//! writes goes through an intent record (see `journal`) naming both parts,
+//! the collection part as whole key states, so a crash replays all of it.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
+use engram_collections::{apply, op::Bytes, Entry, Keys, Op, Writer};
 use parking_lot::MutexGuard;
+use smallvec::SmallVec;
 
-use super::stripe::{apply_delete, apply_meta, apply_put, swap_word, touch, Stripe};
+use super::journal::{self, Write};
+use super::stripe::{apply_delete, apply_meta, apply_put, db_of, set_expiry, swap_word, touch, Stripe};
 use super::value::{decode, encode_int, Meta, StringValue, META_BYTES};
-use super::{ekey, EKey, Error, Keyspace, Result};
+use super::{ekey, CKind, EKey, Error, Keyspace, Object, Result};
 
 /// A value read inside a transaction: its meta word and payload, copied.
 #[derive(Clone, Debug)]
@@ -25,11 +52,20 @@ impl Stored {
         Ok(Stored { meta, value })
     }
 
+    /// A collection key: its kind and expiry, no payload.
+    fn collection(meta: Meta) -> Stored {
+        Stored {
+            meta,
+            value: meta.0.to_le_bytes().to_vec(),
+        }
+    }
+
     pub fn payload(&self) -> &[u8] {
         &self.value[META_BYTES..]
     }
 
-    /// The engine value (meta word and payload).
+    /// The engine value (meta word and payload); a collection has none
+    /// (its meta word is made up).
     pub fn raw(&self) -> &[u8] {
         &self.value
     }
@@ -43,8 +79,17 @@ pub struct Txn<'a> {
     ks: &'a Keyspace,
     /// Held stripes, ascending by index.
     guards: Vec<(usize, MutexGuard<'a, Stripe>)>,
+    /// The keys whose stripes it holds (None: every stripe).
+    ekeys: Option<Vec<EKey>>,
     /// Buffered writes of an atomic transaction (None: a delete).
     batch: Option<BTreeMap<EKey, Option<Vec<u8>>>>,
+    /// The collections' shards of `ekeys`, taken at the first collection
+    /// access.
+    coll: Option<Writer<'a>>,
+    /// Atomic transactions: collection operations applied but not logged...
+    pending: Vec<Op>,
+    /// ...and the state of each key they touched before the first of them.
+    undo: Vec<(Bytes, Option<Entry>)>,
     wrote: bool,
     scratch: Vec<u8>,
 }
@@ -53,15 +98,25 @@ impl<'a> Txn<'a> {
     pub(super) fn new(
         ks: &'a Keyspace,
         guards: Vec<(usize, MutexGuard<'a, Stripe>)>,
+        ekeys: Option<Vec<EKey>>,
         atomic: bool,
     ) -> Txn<'a> {
         Txn {
             ks,
             guards,
+            ekeys,
             batch: atomic.then(BTreeMap::new),
+            coll: None,
+            pending: Vec::new(),
+            undo: Vec::new(),
             wrote: false,
             scratch: Vec::new(),
         }
+    }
+
+    /// Whether engine writes are buffered into one batch (EXEC, MSET...).
+    pub fn is_atomic(&self) -> bool {
+        self.batch.is_some()
     }
 
     /// Whether anything was written (the reply must wait for durability).
@@ -80,7 +135,17 @@ impl<'a> Txn<'a> {
         self.get_ekey(&ekey, now_ms)
     }
 
+    /// The live value of a key in either store (a collection as its kind
+    /// and expiry only); an expired key is deleted on the way.
     pub(crate) fn get_ekey(&mut self, ekey: &[u8], now_ms: u64) -> Result<Option<Stored>> {
+        match self.engine_get(ekey, now_ms)? {
+            Some(stored) => Ok(Some(stored)),
+            None => self.collection_stored(ekey, now_ms),
+        }
+    }
+
+    /// The live string at `ekey` (buffered writes first).
+    fn engine_get(&mut self, ekey: &[u8], now_ms: u64) -> Result<Option<Stored>> {
         self.stripe(ekey)?;
         if let Some(batch) = &mut self.batch {
             if let Some(buffered) = batch.get(ekey) {
@@ -101,6 +166,185 @@ impl<'a> Txn<'a> {
             return Ok(None);
         }
         Ok(Some(stored))
+    }
+
+    /// The live collection at `ekey` as a `Stored` (kind and expiry).
+    fn collection_stored(&mut self, ekey: &[u8], now_ms: u64) -> Result<Option<Stored>> {
+        let Some((kind, expire_at)) = self.peek_collection(ekey, |e| (e.object.kind(), e.expire_at_ms))
+        else {
+            return Ok(None);
+        };
+        if expire_at != 0 && expire_at <= now_ms {
+            self.log(vec![Op::Delete { key: ekey.into() }])?;
+            self.ks.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        }
+        Ok(Some(Stored::collection(Meta::collection(kind, expire_at))))
+    }
+
+    /// Looks at the collection entry of `ekey` (through the held shards if
+    /// any, else under a read lock).
+    fn peek_collection<R>(&self, ekey: &[u8], f: impl FnOnce(&Entry) -> R) -> Option<R> {
+        match &self.coll {
+            Some(writer) => writer.keys().get(ekey).map(f),
+            None => self.ks.collections.read(ekey, |e| e.map(f)),
+        }
+    }
+
+    fn writer(&mut self) -> &mut Writer<'a> {
+        if self.coll.is_none() {
+            let collections = &self.ks.collections;
+            self.coll = Some(match &self.ekeys {
+                Some(keys) => {
+                    let keys: SmallVec<[&[u8]; 4]> = keys.iter().map(|k| k.as_slice()).collect();
+                    collections.writer(&keys)
+                }
+                None => collections.writer_all(),
+            });
+        }
+        self.coll.as_mut().expect("just set")
+    }
+
+    /// The collection `key` holds, if it holds one of `kind`; None when it
+    /// is absent (or expired, and deleted on the way). Another type is a
+    /// `WrongType` error. Takes the keys' collection shards for writing.
+    pub fn collection(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        kind: CKind,
+        now_ms: u64,
+    ) -> Result<Option<&Object>> {
+        let ekey = ekey(db, key)?;
+        self.stripe(&ekey)?;
+        self.writer();
+        match self.collection_stored(&ekey, now_ms)? {
+            Some(stored) if stored.meta.kind() != super::value::Kind::of_collection(kind) => {
+                return Err(Error::WrongType)
+            }
+            Some(_) => {}
+            // No collection: a live string there is the wrong type.
+            None => {
+                if self.engine_get(&ekey, now_ms)?.is_some() {
+                    return Err(Error::WrongType);
+                }
+                return Ok(None);
+            }
+        }
+        let writer = self.coll.as_ref().expect("taken above");
+        Ok(writer.keys().get(&ekey).map(|e| &e.object))
+    }
+
+    /// Logs and applies collection operations as one record (in an atomic
+    /// transaction: applies them now and logs them with the rest at
+    /// commit). Every key they name must be among the locked ones; keys
+    /// are engine keys (see [`ckey`]). Keeps key counts, the expiry index
+    /// and WATCH up to date, and removes a string that a new collection
+    /// replaces.
+    pub fn log(&mut self, ops: Vec<Op>) -> Result<()> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let mut touched: SmallVec<[Bytes; 2]> = SmallVec::new();
+        for op in &ops {
+            for key in op.keys().into_iter().flatten() {
+                stripe_of(&mut self.guards, key)?;
+                if !touched.iter().any(|k| &**k == key) {
+                    touched.push(key.into());
+                }
+            }
+        }
+        let atomic = self.batch.is_some();
+        let writer = self.writer();
+        if touched.iter().any(|k| !writer.covers(k)) {
+            return Err(Error::Internal("a command touched a key it did not lock".into()));
+        }
+        let before: SmallVec<[Option<u64>; 2]> = touched
+            .iter()
+            .map(|k| writer.keys().get(k).map(|e| e.expire_at_ms))
+            .collect();
+        if atomic {
+            for key in &touched {
+                if !self.undo.iter().any(|(k, _)| k == key) {
+                    let prior = self.coll.as_ref().expect("held").keys().get(key).cloned();
+                    self.undo.push((key.clone(), prior));
+                }
+            }
+            let writer = self.coll.as_mut().expect("held");
+            for op in &ops {
+                apply::apply(writer.keys_mut(), op.clone());
+            }
+            self.pending.extend(ops);
+        } else {
+            writer.log(&ops).map_err(Error::Collections)?;
+            for op in ops {
+                apply::apply(writer.keys_mut(), op);
+            }
+        }
+        self.wrote = true;
+        for (key, before) in touched.iter().zip(before) {
+            let after = self.peek_collection(key, |e| e.expire_at_ms);
+            self.rebook(key, before, after)?;
+        }
+        Ok(())
+    }
+
+    /// Brings counts, the expiry index and WATCH up to date after a
+    /// collection key went from `before` to `after` (Some(expiry): present).
+    fn rebook(&mut self, ekey: &[u8], before: Option<u64>, after: Option<u64>) -> Result<()> {
+        let db = db_of(ekey);
+        match (before, after) {
+            (None, Some(_)) => {
+                self.ks.stripes[Keyspace::slot_index(ekey)].counts[db].fetch_add(1, Ordering::Relaxed);
+                // A new collection replaces a string: its record is logged
+                // (or pending) already, so the engine delete comes after.
+                if self.engine_has(ekey)? {
+                    self.engine_write(ekey, None)?;
+                }
+            }
+            (Some(_), None) => {
+                self.ks.stripes[Keyspace::slot_index(ekey)].counts[db].fetch_sub(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+        let ks = self.ks;
+        let (index, stripe) = stripe_of(&mut self.guards, ekey)?;
+        let slot = &ks.stripes[index];
+        set_expiry(slot, stripe, ekey, after.filter(|&at| at != 0));
+        touch(stripe, ekey);
+        if after.is_some() {
+            ks.signal_written(ekey);
+        }
+        Ok(())
+    }
+
+    /// Whether the engine holds any value at `ekey` (expired or not),
+    /// counting buffered writes.
+    fn engine_has(&self, ekey: &[u8]) -> Result<bool> {
+        if let Some(batch) = &self.batch {
+            if let Some(buffered) = batch.get(ekey) {
+                return Ok(buffered.is_some());
+            }
+        }
+        Ok(self.ks.store.get_ref(ekey).map_err(Error::Engine)?.is_some())
+    }
+
+    /// Startup: makes a collection key hold the state an interrupted
+    /// batch's intent names for it.
+    pub(super) fn restore_collection(&mut self, ekey: &[u8], state: Option<(u64, Vec<u8>)>) -> Result<()> {
+        let ops = match state {
+            None => vec![Op::Delete { key: ekey.into() }],
+            Some((expire_at, image)) => {
+                let object = Object::decode(&image).map_err(|e| {
+                    Error::Internal(format!("a batch intent holds a damaged collection image: {e}"))
+                })?;
+                vec![
+                    Op::Replace { key: ekey.into(), object },
+                    Op::Expire { key: ekey.into(), at_ms: expire_at },
+                ]
+            }
+        };
+        self.log(ops)
     }
 
     /// Writes a whole engine value (meta word and payload).
@@ -130,6 +374,10 @@ impl<'a> Txn<'a> {
     pub fn delete(&mut self, db: usize, key: &[u8], now_ms: u64) -> Result<bool> {
         let ekey = ekey(db, key)?;
         match self.get_ekey(&ekey, now_ms) {
+            Ok(Some(stored)) if stored.meta.is_collection() => {
+                self.log(vec![Op::Delete { key: ekey.as_slice().into() }])?;
+                return Ok(true);
+            }
             Ok(Some(_)) => {}
             Ok(None) => return Ok(false),
             Err(e) if e.is_damage() => {
@@ -137,7 +385,7 @@ impl<'a> Txn<'a> {
             }
             Err(e) => return Err(e),
         }
-        self.apply_raw(&ekey, None)?;
+        self.engine_write(&ekey, None)?;
         Ok(true)
     }
 
@@ -145,6 +393,12 @@ impl<'a> Txn<'a> {
     /// a direct transaction.
     pub fn set_meta(&mut self, db: usize, key: &[u8], old: &Stored, new: Meta) -> Result<()> {
         let ekey = ekey(db, key)?;
+        if old.meta.is_collection() {
+            return self.log(vec![Op::Expire {
+                key: ekey.as_slice().into(),
+                at_ms: new.expire_at().unwrap_or(0),
+            }]);
+        }
         if self.batch.is_some() {
             let mut value = old.raw().to_vec();
             value[..META_BYTES].copy_from_slice(&new.0.to_le_bytes());
@@ -184,8 +438,27 @@ impl<'a> Txn<'a> {
         Ok(())
     }
 
-    /// A write of a whole value or a delete: buffered or applied.
+    /// A string write (a whole engine value) or an engine delete. A
+    /// string replaces a collection at the key: the engine write comes
+    /// first, the collection's Delete second (see the module docs).
     pub(super) fn apply_raw(&mut self, ekey: &[u8], value: Option<&[u8]>) -> Result<()> {
+        self.engine_write(ekey, value)?;
+        let Some(value) = value else { return Ok(()) };
+        if self.peek_collection(ekey, |_| ()).is_some() {
+            self.log(vec![Op::Delete { key: ekey.into() }])?;
+            if self.batch.is_none() {
+                // The Delete cleared the key's expiry; the string's stands.
+                let expire_at = decode(value).map_err(Error::Malformed)?.0.expire_at();
+                let ks = self.ks;
+                let (index, stripe) = stripe_of(&mut self.guards, ekey)?;
+                set_expiry(&ks.stripes[index], stripe, ekey, expire_at);
+            }
+        }
+        Ok(())
+    }
+
+    /// A write to the engine alone: buffered or applied.
+    fn engine_write(&mut self, ekey: &[u8], value: Option<&[u8]>) -> Result<()> {
         let ks = self.ks;
         let (index, stripe) = stripe_of(&mut self.guards, ekey)?;
         if let Some(batch) = &mut self.batch {
@@ -206,25 +479,134 @@ impl<'a> Txn<'a> {
     /// Applies the buffered writes now, as one atomic batch, and keeps
     /// buffering after (for FLUSHDB inside MULTI, which applies directly).
     pub fn apply_buffered(&mut self) -> Result<()> {
-        let Some(batch) = self.batch.take() else {
+        if self.batch.is_none() {
             return Ok(());
-        };
-        let result = self.apply_batch(batch);
+        }
+        let result = self.commit_buffered();
         self.batch = Some(BTreeMap::new());
         result
     }
 
-    fn apply_batch(&mut self, batch: BTreeMap<EKey, Option<Vec<u8>>>) -> Result<()> {
+    /// Commits an atomic transaction's buffered engine writes and pending
+    /// collection operations (see the module docs for the order).
+    fn commit_buffered(&mut self) -> Result<()> {
+        let batch = self.batch.take().unwrap_or_default();
+        if self.pending.is_empty() {
+            self.undo.clear();
+            return self.apply_batch(batch, None);
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let undo = std::mem::take(&mut self.undo);
+        let writer = self.coll.as_ref().expect("pending operations hold the shards");
+        // Engine writes that the collections' record does not settle by
+        // itself: anything but deleting a string a collection replaced.
+        let independent = batch
+            .iter()
+            .any(|(k, v)| v.is_some() || writer.keys().get(k).is_none());
+        let intent = if independent {
+            let mut ops: Vec<journal::Op> = batch
+                .iter()
+                .map(|(k, v)| (k.to_vec(), Write::Engine(v.clone())))
+                .collect();
+            for (key, _) in &undo {
+                let state = writer.keys().get(key).map(|e| {
+                    let mut image = Vec::new();
+                    e.object.encode(&mut image);
+                    (e.expire_at_ms, image)
+                });
+                ops.push((key.to_vec(), Write::Collection(state)));
+            }
+            match self.ks.write_intent(&ops) {
+                Ok(key) => Some(key),
+                Err(e) => {
+                    self.undo_collections(undo);
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
+        let writer = self.coll.as_ref().expect("held");
+        if let Err(e) = writer.log(&pending) {
+            self.undo_collections(undo);
+            if let Some(intent) = intent {
+                self.ks.delete_intent(&intent)?;
+            }
+            return Err(Error::Collections(e));
+        }
+        self.wrote = true;
+        let deleted: Vec<EKey> = batch
+            .iter()
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k.clone())
+            .collect();
+        let result = self.apply_batch(batch, intent);
+        // An engine delete clears the expiry index entry of a key that now
+        // holds a collection: put the collection's back.
+        for ekey in deleted {
+            if let Some(at) = self.peek_collection(&ekey, |e| e.expire_at_ms) {
+                let ks = self.ks;
+                let (index, stripe) = stripe_of(&mut self.guards, &ekey)?;
+                set_expiry(&ks.stripes[index], stripe, &ekey, (at != 0).then_some(at));
+            }
+        }
+        result
+    }
+
+    /// Puts back the collection keys an uncommitted atomic transaction
+    /// changed, and their books.
+    fn undo_collections(&mut self, undo: Vec<(Bytes, Option<Entry>)>) {
+        for (key, prior) in undo {
+            let Some(writer) = self.coll.as_mut() else { return };
+            let now = writer.keys().get(&key).map(|e| e.expire_at_ms);
+            let before = prior.as_ref().map(|e| e.expire_at_ms);
+            match prior {
+                Some(entry) => writer.keys_mut().put(&key, entry),
+                None => {
+                    writer.keys_mut().take(&key);
+                }
+            }
+            let db = db_of(&key);
+            let slot = &self.ks.stripes[Keyspace::slot_index(&key)];
+            match (now.is_some(), before.is_some()) {
+                (true, false) => slot.counts[db].fetch_sub(1, Ordering::Relaxed),
+                (false, true) => slot.counts[db].fetch_add(1, Ordering::Relaxed),
+                _ => 0,
+            };
+            // The key's expiry as it stands again: the collection's, or the
+            // untouched string's.
+            let expiry = match before {
+                Some(at) => (at != 0).then_some(at),
+                None => self.ks.raw_meta(&key).ok().flatten().and_then(|m| m.expire_at()),
+            };
+            if let Ok((_, stripe)) = stripe_of(&mut self.guards, &key) {
+                set_expiry(slot, stripe, &key, expiry);
+            }
+        }
+    }
+
+    fn apply_batch(
+        &mut self,
+        batch: BTreeMap<EKey, Option<Vec<u8>>>,
+        intent: Option<Vec<u8>>,
+    ) -> Result<()> {
         let ops: Vec<(EKey, Option<Vec<u8>>)> = batch.into_iter().collect();
-        let intent = match ops.len() {
-            0 => return Ok(()),
+        let intent = match (intent, ops.len()) {
+            (Some(intent), _) => Some(intent),
+            (None, 0) => return Ok(()),
             // One key: the engine makes it atomic by itself.
-            1 => None,
-            _ => Some(self.ks.write_intent(&ops)?),
+            (None, 1) => None,
+            (None, _) => {
+                let journal_ops: Vec<journal::Op> = ops
+                    .iter()
+                    .map(|(k, v)| (k.to_vec(), Write::Engine(v.clone())))
+                    .collect();
+                Some(self.ks.write_intent(&journal_ops)?)
+            }
         };
         let mut failure = None;
         for (ekey, value) in &ops {
-            if let Err(e) = self.apply_raw(ekey, value.as_deref()) {
+            if let Err(e) = self.engine_write(ekey, value.as_deref()) {
                 failure = Some(e);
                 break;
             }
@@ -246,8 +628,8 @@ impl<'a> Txn<'a> {
     /// Applies the buffered writes (atomic transactions) and releases the
     /// locks; returns whether anything was written.
     pub fn commit(mut self) -> Result<bool> {
-        if let Some(batch) = self.batch.take() {
-            self.apply_batch(batch)?;
+        if self.batch.is_some() {
+            self.commit_buffered()?;
         }
         Ok(self.wrote)
     }
@@ -284,8 +666,48 @@ impl<'a> Txn<'a> {
             }
             cursor = next;
         }
-        Ok(deleted)
+        let keys: Vec<Bytes> = self
+            .writer()
+            .keys_in_shards()
+            .into_iter()
+            .filter(|k| match (db, k.first()) {
+                (Some(db), Some(&first)) => first as usize == db,
+                (None, Some(&first)) => (first as usize) < databases,
+                (_, None) => false,
+            })
+            .collect();
+        // Applied directly, like the engine deletes above, even in MULTI.
+        let batch = self.batch.take();
+        let mut result = Ok(());
+        for chunk in keys.chunks(1024) {
+            let ops = chunk.iter().map(|k| Op::Delete { key: k.clone() }).collect();
+            result = self.log(ops);
+            if result.is_err() {
+                break;
+            }
+            deleted += chunk.len() as u64;
+        }
+        self.batch = batch;
+        result.map(|()| deleted)
     }
+}
+
+impl Drop for Txn<'_> {
+    /// An atomic transaction dropped without its commit (a failed command,
+    /// a failed EXEC) takes its collection changes back.
+    fn drop(&mut self) {
+        if !self.pending.is_empty() {
+            self.pending.clear();
+            let undo = std::mem::take(&mut self.undo);
+            self.undo_collections(undo);
+        }
+    }
+}
+
+/// The engine key of `key` in database `db`, as collection operations
+/// name it.
+pub fn ckey(db: usize, key: &[u8]) -> Result<Bytes> {
+    Ok(ekey(db, key)?.as_slice().into())
 }
 
 /// The held stripe of `ekey`, or an error if the transaction did not lock

@@ -13,9 +13,16 @@ pub const META_BYTES: usize = 8;
 /// Latest expiry time a key can have (48 bits of milliseconds: year 10889).
 pub const MAX_EXPIRE_MS: u64 = (1 << 48) - 1;
 
+/// A key's type. Strings live in the engine with this meta word in front;
+/// the other kinds live in the collections store, and their meta words
+/// exist only in memory (for TYPE, TTL, WRONGTYPE checks), never on media.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     String,
+    Hash,
+    Set,
+    SortedSet,
+    List,
 }
 
 impl Kind {
@@ -23,6 +30,41 @@ impl Kind {
     pub fn name(self) -> &'static str {
         match self {
             Kind::String => "string",
+            Kind::Hash => "hash",
+            Kind::Set => "set",
+            Kind::SortedSet => "zset",
+            Kind::List => "list",
+        }
+    }
+
+    fn code(self) -> u64 {
+        match self {
+            Kind::String => 0,
+            Kind::Hash => 1,
+            Kind::Set => 2,
+            Kind::SortedSet => 3,
+            Kind::List => 4,
+        }
+    }
+
+    pub fn of_collection(kind: engram_collections::types::Kind) -> Kind {
+        use engram_collections::types::Kind as C;
+        match kind {
+            C::Hash => Kind::Hash,
+            C::Set => Kind::Set,
+            C::SortedSet => Kind::SortedSet,
+            C::List => Kind::List,
+        }
+    }
+
+    /// What `OBJECT ENCODING` says for a collection (Redis's names for the
+    /// structures ours correspond to).
+    pub fn collection_encoding(self) -> &'static str {
+        match self {
+            Kind::String => "raw",
+            Kind::Hash | Kind::Set => "hashtable",
+            Kind::SortedSet => "skiplist",
+            Kind::List => "quicklist",
         }
     }
 }
@@ -54,9 +96,7 @@ pub struct Meta(pub u64);
 
 impl Meta {
     pub fn new(kind: Kind, encoding: Encoding, expire_at: Option<u64>) -> Meta {
-        let kind = match kind {
-            Kind::String => 0u64,
-        };
+        let kind = kind.code();
         let encoding = match encoding {
             Encoding::Raw => 0u64,
             Encoding::Int => 1u64,
@@ -71,8 +111,27 @@ impl Meta {
         (kind == 0 && encoding <= 1).then_some(Meta(word))
     }
 
+    /// The in-memory meta word of a collection key.
+    pub fn collection(kind: engram_collections::types::Kind, expire_at_ms: u64) -> Meta {
+        Meta::new(
+            Kind::of_collection(kind),
+            Encoding::Raw,
+            (expire_at_ms != 0).then_some(expire_at_ms),
+        )
+    }
+
     pub fn kind(self) -> Kind {
-        Kind::String
+        match self.0 >> 56 {
+            1 => Kind::Hash,
+            2 => Kind::Set,
+            3 => Kind::SortedSet,
+            4 => Kind::List,
+            _ => Kind::String,
+        }
+    }
+
+    pub fn is_collection(self) -> bool {
+        self.kind() != Kind::String
     }
 
     pub fn encoding(self) -> Encoding {

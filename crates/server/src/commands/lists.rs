@@ -1,0 +1,7 @@
+//! (being written)
+
+use super::CommandSpec;
+
+pub fn commands() -> Vec<CommandSpec> {
+    Vec::new()
+}

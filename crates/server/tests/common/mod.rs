@@ -1,0 +1,108 @@
+//! What the integration suites share: a server on a free port in a fresh
+//! directory, and a redis-cli-like client whose replies render as text.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use engram_server::{Config, Server};
+
+pub struct Client {
+    pub reader: BufReader<TcpStream>,
+    pub writer: TcpStream,
+}
+
+impl Client {
+    pub fn connect(server: &Server) -> Client {
+        let stream = TcpStream::connect(server.addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        Client {
+            reader: BufReader::new(stream.try_clone().unwrap()),
+            writer: stream,
+        }
+    }
+
+    /// Sends one command (words split on spaces; `\s` stands for a space
+    /// inside a word, `""` for an empty word) and renders the reply.
+    pub fn call(&mut self, line: &str) -> String {
+        let words: Vec<String> = line
+            .split(' ')
+            .map(|w| {
+                if w == "\"\"" {
+                    String::new()
+                } else {
+                    w.replace("\\s", " ")
+                }
+            })
+            .collect();
+        let mut request = format!("*{}\r\n", words.len());
+        for word in &words {
+            request.push_str(&format!("${}\r\n{word}\r\n", word.len()));
+        }
+        self.writer.write_all(request.as_bytes()).unwrap();
+        self.reply()
+    }
+
+    pub fn line(&mut self) -> String {
+        let mut line = String::new();
+        self.reader.read_line(&mut line).unwrap();
+        assert!(line.ends_with("\r\n"), "truncated reply line {line:?}");
+        line.truncate(line.len() - 2);
+        line
+    }
+
+    pub fn reply(&mut self) -> String {
+        let line = self.line();
+        let (kind, rest) = line.split_at(1);
+        match kind {
+            "+" => rest.to_string(),
+            "-" => format!("(error) {rest}"),
+            ":" => format!("(integer) {rest}"),
+            "," => format!("(double) {rest}"),
+            "#" => format!("(boolean) {rest}"),
+            "_" => "(nil)".into(),
+            "$" | "=" if rest == "-1" => "(nil)".into(),
+            "$" | "=" => {
+                let len: usize = rest.parse().unwrap();
+                let mut body = vec![0; len + 2];
+                self.reader.read_exact(&mut body).unwrap();
+                body.truncate(len);
+                format!("{:?}", String::from_utf8_lossy(&body))
+            }
+            "*" if rest == "-1" => "(nil array)".into(),
+            "*" | "~" | "%" => {
+                let n: usize = rest.parse().unwrap();
+                let n = if kind == "%" { 2 * n } else { n };
+                let items: Vec<String> = (0..n).map(|_| self.reply()).collect();
+                format!("[{}]", items.join(", "))
+            }
+            _ => panic!("unexpected reply line {line:?}"),
+        }
+    }
+
+    /// Runs `(command, expected reply)` pairs in order.
+    pub fn script(&mut self, cases: &[(&str, &str)]) {
+        for (command, expected) in cases {
+            assert_eq!(self.call(command), *expected, "reply to `{command}`");
+        }
+    }
+}
+
+pub fn start() -> (Server, tempfile::TempDir) {
+    start_with(Config::default())
+}
+
+pub fn start_with(config: Config) -> (Server, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(Config {
+        port: 0,
+        dir: dir.path().join("data"),
+        ..config
+    })
+    .unwrap();
+    (server, dir)
+}
+

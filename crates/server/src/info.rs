@@ -22,6 +22,22 @@
 //! | `integrity_repaired` | corrupt pages rebuilt from parity, in total |
 //! | `integrity_unrepairable` | pages known corrupt now that parity could not rebuild |
 //! | `integrity_metadata_rebuilt` | checksum pages found damaged and rebuilt from the data |
+//!
+//! and a `collections` section for hashes, sets, sorted sets and lists
+//! (their operation log and background checkpoints):
+//!
+//! | field | meaning |
+//! |---|---|
+//! | `collections_keys` | collection keys in all databases |
+//! | `oplog_file_bytes` | size of the operation log file |
+//! | `oplog_segments_total`, `oplog_segments_free` | log segments, and those free for reuse |
+//! | `oplog_bytes_since_checkpoint` | log written since the last checkpoint began |
+//! | `checkpoints` | checkpoints completed since start |
+//! | `checkpoint_in_progress` | 1 while one runs (in the background: nobody waits for it) |
+//! | `checkpointed_through` | the last checkpoint covers every operation up to this sequence number |
+//! | `last_checkpoint_duration_ms`, `last_checkpoint_keys`, `last_checkpoint_records` | what the last one did |
+//! | `backpressure_waits`, `backpressure_wait_ms` | writes slowed because checkpoints fell behind (0 unless the log outgrows them) |
+//! | `collections_recovery_ms`, `collections_images_loaded`, `collections_records_replayed` | the last start's recovery |
 
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
@@ -38,6 +54,7 @@ const SECTIONS: &[&str] = &[
     "keyspace",
     "engram",
     "integrity",
+    "collections",
 ];
 
 /// Renders the requested sections (all of them for none, `default`, `all`
@@ -65,6 +82,7 @@ pub fn render(shared: &Shared, requested: &[String]) -> String {
             "keyspace" => keyspace(shared, &mut text),
             "engram" => engram(shared, &mut text),
             "integrity" => integrity(shared, &mut text),
+            "collections" => collections(shared, &mut text),
             _ => Ok(()),
         };
     }
@@ -327,5 +345,48 @@ fn integrity(shared: &Shared, out: &mut String) -> std::fmt::Result {
         stats.repaired,
         stats.unrepairable,
         stats.metadata_rebuilt,
+    )
+}
+
+fn collections(shared: &Shared, out: &mut String) -> std::fmt::Result {
+    let collections = shared.keyspace.collections();
+    let stats = collections.stats();
+    let recovery = collections.recovery_report();
+    let last = stats.last_checkpoint.clone().unwrap_or_default();
+    write!(
+        out,
+        "# Collections\r\n\
+         collections_keys:{}\r\n\
+         oplog_file_bytes:{}\r\n\
+         oplog_segments_total:{}\r\n\
+         oplog_segments_free:{}\r\n\
+         oplog_bytes_since_checkpoint:{}\r\n\
+         checkpoints:{}\r\n\
+         checkpoint_in_progress:{}\r\n\
+         checkpointed_through:{}\r\n\
+         last_checkpoint_duration_ms:{}\r\n\
+         last_checkpoint_keys:{}\r\n\
+         last_checkpoint_records:{}\r\n\
+         backpressure_waits:{}\r\n\
+         backpressure_wait_ms:{}\r\n\
+         collections_recovery_ms:{}\r\n\
+         collections_images_loaded:{}\r\n\
+         collections_records_replayed:{}\r\n",
+        stats.keys,
+        stats.log.file_bytes,
+        stats.log.segments_total,
+        stats.log.segments_free,
+        stats.log_bytes_since_checkpoint,
+        stats.checkpoints,
+        stats.checkpoint_running as u8,
+        stats.checkpointed_through,
+        last.duration.as_millis(),
+        last.keys_written,
+        last.records,
+        stats.backpressure_waits,
+        stats.backpressure_wait_time.as_millis(),
+        recovery.total.as_millis(),
+        recovery.images_loaded,
+        recovery.records_replayed,
     )
 }

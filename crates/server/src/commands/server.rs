@@ -532,8 +532,12 @@ fn time(ctx: &mut Ctx, _args: Args) -> CmdResult {
     Ok(())
 }
 
+/// SAVE: everything durable now, and a checkpoint of the collections
+/// (waits for it), so the next start replays little.
 fn save(ctx: &mut Ctx, _args: Args) -> CmdResult {
     sync_now(&ctx.shared.keyspace, &ctx.shared.durable).map_err(|e| err(format!("ERR {e}")))?;
+    super::run_blocking(|| ctx.shared.keyspace.collections().checkpoint_now())
+        .map_err(|e| err(format!("ERR checkpoint failed: {e}")))?;
     ctx.out.ok();
     Ok(())
 }
@@ -542,6 +546,8 @@ fn bgsave(ctx: &mut Ctx, args: Args) -> CmdResult {
     if args.len() > 2 || (args.len() == 2 && !is(args.get(1), "schedule")) {
         return Err(err(SYNTAX));
     }
+    // The checkpoint runs on the collections' own background thread.
+    ctx.shared.keyspace.collections().request_checkpoint();
     let keyspace = ctx.shared.keyspace.clone();
     let durable = ctx.shared.durable.clone();
     std::thread::Builder::new()

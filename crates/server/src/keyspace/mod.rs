@@ -782,4 +782,183 @@ mod tests {
         );
         assert_eq!(client_key_name(b""), b"(empty engine key)");
     }
+
+    use engram_collections::{CheckpointMode, CollectionsOptions};
+    use value::{encode_string, Kind};
+
+    fn open_stores(dir: &std::path::Path) -> (Store, Collections) {
+        let store = Store::open(dir, engram_engine::Options::default()).unwrap();
+        let collections = Collections::open(
+            dir.join("collections"),
+            CollectionsOptions {
+                checkpoints: CheckpointMode::Manual,
+                ..CollectionsOptions::default()
+            },
+        )
+        .unwrap();
+        (store, collections)
+    }
+
+    fn set_of(members: &[&str]) -> Object {
+        let mut set = engram_collections::types::Set::default();
+        for m in members {
+            set.insert(m.as_bytes().into());
+        }
+        Object::Set(set)
+    }
+
+    fn kind_of(ks: &Keyspace, key: &[u8]) -> Option<Kind> {
+        ks.read(0, key, now_ms(), |meta, _| meta.kind()).unwrap()
+    }
+
+    /// A crash between the two writes of a type change leaves the key in
+    /// both stores; startup keeps the collection and counts the key once.
+    #[test]
+    fn a_key_in_both_stores_keeps_its_collection() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (store, collections) = open_stores(dir.path());
+            let mut value = Vec::new();
+            encode_string(&mut value, b"text", None);
+            store.put(b"\0k", &value).unwrap();
+            store.put(b"\0s", &value).unwrap();
+            collections
+                .write(vec![Op::Replace { key: b"\0k".as_slice().into(), object: set_of(&["a"]) }])
+                .unwrap();
+            collections.close().unwrap();
+            store.close().unwrap();
+        }
+        let (store, collections) = open_stores(dir.path());
+        let ks = Keyspace::open(store, collections, 16).unwrap();
+        assert_eq!(kind_of(&ks, b"k"), Some(Kind::Set));
+        assert_eq!(kind_of(&ks, b"s"), Some(Kind::String));
+        assert!(ks.store().get(b"\0k").unwrap().is_none(), "the string went");
+        assert_eq!(ks.dbsize(0), 2);
+    }
+
+    /// An intent naming engine writes and collection states is replayed
+    /// whole at startup, whatever part of it was applied.
+    #[test]
+    fn an_interrupted_mixed_batch_is_replayed_from_its_intent() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (store, collections) = open_stores(dir.path());
+            // Before the crash: "h" was a set, "gone" a set, "str" a string.
+            collections
+                .write(vec![
+                    Op::Replace { key: b"\0h".as_slice().into(), object: set_of(&["old"]) },
+                    Op::Replace { key: b"\0gone".as_slice().into(), object: set_of(&["x"]) },
+                ])
+                .unwrap();
+            let mut value = Vec::new();
+            encode_string(&mut value, b"v", None);
+            let mut image = Vec::new();
+            set_of(&["new1", "new2"]).encode(&mut image);
+            let ops: Vec<journal::Op> = vec![
+                (b"\0str".to_vec(), journal::Write::Engine(Some(value))),
+                (b"\0h".to_vec(), journal::Write::Collection(Some((u64::MAX >> 20, image)))),
+                (b"\0gone".to_vec(), journal::Write::Collection(None)),
+            ];
+            let intent = journal::encode(ops.iter().map(|(k, w)| (k.as_slice(), w)));
+            store.put(&journal::intent_key(0), &intent).unwrap();
+            collections.close().unwrap();
+            store.close().unwrap();
+        }
+        let (store, collections) = open_stores(dir.path());
+        let ks = Keyspace::open(store, collections, 16).unwrap();
+        assert_eq!(ks.stats.batches_replayed.load(Ordering::Relaxed), 1);
+        assert_eq!(kind_of(&ks, b"str"), Some(Kind::String));
+        assert_eq!(kind_of(&ks, b"gone"), None);
+        let members = ks
+            .read_collection(0, b"h", CKind::Set, now_ms(), |o| o.map(|o| o.len()))
+            .unwrap();
+        assert_eq!(members, Some(2));
+        assert_eq!(
+            ks.read(0, b"h", now_ms(), |meta, _| meta.expire_at()).unwrap(),
+            Some(Some(u64::MAX >> 20)),
+            "the state's expiry came back too"
+        );
+        assert_eq!(ks.dbsize(0), 2);
+        assert_eq!(ks.expiring(0), 1);
+        // The intent is gone: a second start replays nothing.
+        let (store, collections) = ks.into_stores();
+        collections.close().unwrap();
+        store.close().unwrap();
+        let (store, collections) = open_stores(dir.path());
+        let ks = Keyspace::open(store, collections, 16).unwrap();
+        assert_eq!(ks.stats.batches_replayed.load(Ordering::Relaxed), 0);
+        assert_eq!(ks.dbsize(0), 2);
+    }
+
+    /// Collection changes of an atomic transaction that is dropped without
+    /// its commit (a failed command inside it) are taken back, books too.
+    #[test]
+    fn an_uncommitted_atomic_transaction_leaves_no_trace() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, collections) = open_stores(dir.path());
+        let ks = Keyspace::open(store, collections, 16).unwrap();
+        let key = ckey(0, b"s").unwrap();
+        {
+            let mut txn = ks.lock([(0, b"s".as_slice())], true).unwrap();
+            txn.log(vec![Op::SetAdd { key: key.clone(), members: vec![b"a".as_slice().into()] }])
+                .unwrap();
+            // Read-your-writes inside the transaction.
+            assert_eq!(
+                txn.collection(0, b"s", CKind::Set, now_ms()).unwrap().map(|o| o.len()),
+                Some(1)
+            );
+            assert_eq!(ks.dbsize(0), 1);
+        }
+        assert_eq!(kind_of(&ks, b"s"), None);
+        assert_eq!(ks.dbsize(0), 0);
+        assert_eq!(ks.collections().stats().log.records, 0, "nothing was logged");
+
+        // Committed, the same transaction is one record.
+        let mut txn = ks.lock([(0, b"s".as_slice()), (0, b"t".as_slice())], true).unwrap();
+        txn.log(vec![Op::SetAdd { key: key.clone(), members: vec![b"a".as_slice().into()] }])
+            .unwrap();
+        txn.put_string(0, b"t", b"string", None).unwrap();
+        txn.log(vec![Op::SetAdd { key, members: vec![b"b".as_slice().into()] }]).unwrap();
+        assert!(txn.commit().unwrap());
+        assert_eq!(ks.collections().stats().log.records, 1);
+        assert_eq!(kind_of(&ks, b"t"), Some(Kind::String));
+        assert_eq!(ks.dbsize(0), 2);
+    }
+
+    /// A string written over a collection replaces it (and its expiry), and
+    /// a collection renamed over a string replaces that.
+    #[test]
+    fn type_changes_keep_one_store_per_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, collections) = open_stores(dir.path());
+        let ks = Keyspace::open(store, collections, 16).unwrap();
+        let far = now_ms() + 3_600_000;
+        let mut txn = ks.lock([(0, b"k".as_slice())], false).unwrap();
+        txn.log(vec![
+            Op::Replace { key: ckey(0, b"k").unwrap(), object: set_of(&["a"]) },
+            Op::Expire { key: ckey(0, b"k").unwrap(), at_ms: far },
+        ])
+        .unwrap();
+        assert_eq!(ks.expiring(0), 1);
+        txn.put_string(0, b"k", b"v", None).unwrap();
+        txn.commit().unwrap();
+        assert_eq!(kind_of(&ks, b"k"), Some(Kind::String));
+        assert!(ks.collections().is_empty());
+        assert_eq!((ks.dbsize(0), ks.expiring(0)), (1, 0));
+
+        let mut txn = ks.lock([(0, b"src".as_slice()), (0, b"k".as_slice())], false).unwrap();
+        txn.log(vec![Op::Replace { key: ckey(0, b"src").unwrap(), object: set_of(&["x", "y"]) }])
+            .unwrap();
+        txn.log(vec![Op::Rename { from: ckey(0, b"src").unwrap(), to: ckey(0, b"k").unwrap() }])
+            .unwrap();
+        txn.commit().unwrap();
+        assert_eq!(kind_of(&ks, b"k"), Some(Kind::Set));
+        assert_eq!(kind_of(&ks, b"src"), None);
+        assert!(ks.store().get(b"\0k").unwrap().is_none());
+        assert_eq!(ks.dbsize(0), 1);
+        assert!(matches!(
+            ks.read_collection(0, b"k", CKind::Hash, now_ms(), |_| ()),
+            Err(Error::WrongType)
+        ));
+    }
 }

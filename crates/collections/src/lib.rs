@@ -207,7 +207,9 @@ impl Collections {
         let began = Instant::now();
         let dir = dir.as_ref().to_path_buf();
         if options.checkpoint_log_bytes == 0 {
-            return Err(Error::InvalidOption("checkpoint_log_bytes must be positive".into()));
+            return Err(Error::InvalidOption(
+                "checkpoint_log_bytes must be positive".into(),
+            ));
         }
         std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
             context: "creating directory",
@@ -255,7 +257,10 @@ impl Collections {
 
         let replay_began = Instant::now();
         let recovered = OpLog::open(&dir, options.oplog.clone(), loaded.root)?;
-        let max_seq = recovered.records.last().map_or(loaded.root, |r| r.seq.max(loaded.root));
+        let max_seq = recovered
+            .records
+            .last()
+            .map_or(loaded.root, |r| r.seq.max(loaded.root));
         let sequencer: Arc<dyn Sequencer> = match sequencer {
             Some((sequencer, advance)) => {
                 advance(max_seq + 1);
@@ -517,7 +522,9 @@ impl Collections {
             last_checkpoint,
             checkpointed_through: inner.checkpointed_through.load(Ordering::Relaxed),
             backpressure_waits: inner.backpressure_waits.load(Ordering::Relaxed),
-            backpressure_wait_time: Duration::from_nanos(inner.backpressure_nanos.load(Ordering::Relaxed)),
+            backpressure_wait_time: Duration::from_nanos(
+                inner.backpressure_nanos.load(Ordering::Relaxed),
+            ),
         }
     }
 
@@ -550,7 +557,10 @@ impl Collections {
 
 /// Bits of a scan rank below its shard number.
 const SCAN_SHARD_SHIFT: u32 = 64 - 8;
-const _: () = assert!(state::SHARDS == 1 << 8, "scan ranks put the shard in the top 8 bits");
+const _: () = assert!(
+    state::SHARDS == 1 << 8,
+    "scan ranks put the shard in the top 8 bits"
+);
 
 /// A key's place in [`Collections::scan`] order: its shard in the top
 /// bits, so a range of ranks spans few shards.
@@ -610,7 +620,8 @@ impl<'c> Writer<'c> {
         self.inner
             .log
             .append(&*self.inner.sequencer, oplog::Position::default(), &payload)?;
-        self.inner.logged(oplog::format::record_bytes(payload.len()));
+        self.inner
+            .logged(oplog::format::record_bytes(payload.len()));
         Ok(())
     }
 }

@@ -73,7 +73,12 @@ impl ShardedMap {
     /// Locks every shard for writing (FLUSHALL, whole-keyspace transactions).
     pub fn lock_all(&self) -> Locked<'_> {
         Locked {
-            guards: self.shards.iter().enumerate().map(|(i, s)| (i, s.write())).collect(),
+            guards: self
+                .shards
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (i, s.write()))
+                .collect(),
         }
     }
 
@@ -119,7 +124,10 @@ impl Locked<'_> {
 
     /// Every key of the locked shards.
     pub fn all_keys(&self) -> Vec<Bytes> {
-        self.guards.iter().flat_map(|(_, g)| g.keys().cloned()).collect()
+        self.guards
+            .iter()
+            .flat_map(|(_, g)| g.keys().cloned())
+            .collect()
     }
 
     /// Whether `key` lives in one of the locked shards.

@@ -22,8 +22,11 @@ fn add(key: &[u8], member: &[u8]) -> Op {
 fn scan_returns_every_wanted_key_once_in_rank_order() {
     let dir = tempfile::tempdir().unwrap();
     let c = Collections::open(dir.path(), options()).unwrap();
-    let keys: Vec<Vec<u8>> = (0..2000).map(|i| format!("{}k{i}", i % 2).into_bytes()).collect();
-    c.write(keys.iter().map(|k| add(k, b"m")).collect()).unwrap();
+    let keys: Vec<Vec<u8>> = (0..2000)
+        .map(|i| format!("{}k{i}", i % 2).into_bytes())
+        .collect();
+    c.write(keys.iter().map(|k| add(k, b"m")).collect())
+        .unwrap();
     let wanted = |k: &[u8]| k.first() == Some(&b'0');
     let expected: BTreeSet<Vec<u8>> = keys.iter().filter(|k| wanted(k)).cloned().collect();
 
@@ -68,7 +71,14 @@ fn a_writer_logs_what_it_applied_and_recovery_agrees() {
         let c = Collections::open(dir.path(), options()).unwrap();
         let writer = c.writer(&[b"a", b"b"]);
         assert!(writer.covers(b"a") && writer.covers(b"b"));
-        let ops = vec![add(b"a", b"x"), add(b"b", b"y"), Op::Rename { from: b"a".as_slice().into(), to: b"c".as_slice().into() }];
+        let ops = vec![
+            add(b"a", b"x"),
+            add(b"b", b"y"),
+            Op::Rename {
+                from: b"a".as_slice().into(),
+                to: b"c".as_slice().into(),
+            },
+        ];
         // "c" was not locked: an update naming it is refused...
         drop(writer);
         assert!(c.update(&[b"a"], |_| Ok((ops.clone(), ()))).is_err());

@@ -434,7 +434,9 @@ fn close_store(keyspace: Arc<Keyspace>) -> Result<(), String> {
             collections
                 .close()
                 .map_err(|e| format!("closing the collections: {e}"))?;
-            store.close().map_err(|e| format!("closing the store: {e}"))?;
+            store
+                .close()
+                .map_err(|e| format!("closing the store: {e}"))?;
             log::info!("data synced and store closed; bye");
             Ok(())
         }

@@ -6,10 +6,10 @@ use super::{
     SYNTAX, WHOLE_KEYSPACE, WRITE,
 };
 use crate::glob;
-use crate::keyspace::value::Encoding;
 use crate::keyspace::ckey;
-use engram_collections::Op;
+use crate::keyspace::value::Encoding;
 use crate::resp::Args;
+use engram_collections::Op;
 
 pub fn commands() -> Vec<CommandSpec> {
     let g = Group("generic");

@@ -261,7 +261,10 @@ fn parameters(ctx: &Ctx) -> Vec<(&'static str, String)> {
         ("maxmemory", "0".into()),
         ("mode", if shared.dax { "dax" } else { "emulated" }.into()),
         ("integrity", integrity.mode.name().into()),
-        ("integrity-period-ms", integrity.period.as_millis().to_string()),
+        (
+            "integrity-period-ms",
+            integrity.period.as_millis().to_string(),
+        ),
         // The stripe width in force: an existing integrity file keeps the
         // one it was created with, whatever the configuration says.
         (

@@ -132,7 +132,10 @@ mod tests {
             (b"\0a".to_vec(), Write::Engine(Some(b"value".to_vec()))),
             (b"\0b".to_vec(), Write::Engine(None)),
             (b"\x03".to_vec(), Write::Engine(Some(Vec::new()))),
-            (b"\0h".to_vec(), Write::Collection(Some((42, b"image".to_vec())))),
+            (
+                b"\0h".to_vec(),
+                Write::Collection(Some((42, b"image".to_vec()))),
+            ),
             (b"\0g".to_vec(), Write::Collection(None)),
         ];
         let bytes = encode(ops.iter().map(|(k, w)| (k.as_slice(), w)));

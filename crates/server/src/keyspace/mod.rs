@@ -28,9 +28,9 @@ use engram_collections::{Collections, Op};
 use engram_engine::{Store, MAX_KEY_BYTES};
 use smallvec::SmallVec;
 
+pub use engram_collections::types::{Kind as CKind, Object};
 pub use stripe::STRIPES;
 use stripe::{apply_delete, StripeSlot, Watcher};
-pub use engram_collections::types::{Kind as CKind, Object};
 pub use txn::{ckey, Stored, Txn};
 use value::{decode, Malformed, Meta};
 
@@ -158,7 +158,9 @@ impl Keyspace {
             sync_intents: AtomicBool::new(false),
             intent_barrier: OnceLock::new(),
             expire_cursor: AtomicUsize::new(0),
-            written: (0..WRITTEN_BUCKETS).map(|_| WrittenBucket::default()).collect(),
+            written: (0..WRITTEN_BUCKETS)
+                .map(|_| WrittenBucket::default())
+                .collect(),
             stats: KeyspaceStats::default(),
         };
         let intents = keyspace.rebuild()?;
@@ -264,13 +266,16 @@ impl Keyspace {
     fn rebuild_collections(&self) -> Result<()> {
         let mut keys = Vec::with_capacity(self.collections.len() as usize);
         for shard in 0..engram_collections::state::SHARDS {
-            self.collections
-                .for_each_in_shard(shard, |key, entry| keys.push((key.to_vec(), entry.expire_at_ms)));
+            self.collections.for_each_in_shard(shard, |key, entry| {
+                keys.push((key.to_vec(), entry.expire_at_ms))
+            });
         }
         let mut resolved = 0u64;
         for (ekey, expire_at) in keys {
             if ekey.is_empty() || stripe::db_of(&ekey) >= self.databases {
-                self.stats.keys_in_hidden_dbs.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .keys_in_hidden_dbs
+                    .fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             let slot = self.slot(&ekey);
@@ -279,7 +284,12 @@ impl Keyspace {
                 resolved += 1;
             }
             slot.counts[stripe::db_of(&ekey)].fetch_add(1, Ordering::Relaxed);
-            stripe::set_expiry(slot, &mut stripe, &ekey, (expire_at != 0).then_some(expire_at));
+            stripe::set_expiry(
+                slot,
+                &mut stripe,
+                &ekey,
+                (expire_at != 0).then_some(expire_at),
+            );
         }
         if resolved > 0 {
             log::warn!(
@@ -320,9 +330,7 @@ impl Keyspace {
             txn.commit()?;
             self.store.delete(&intent).map_err(Error::Engine)?;
             self.stats.batches_replayed.fetch_add(1, Ordering::Relaxed);
-            log::warn!(
-                "re-applied a multi-key write interrupted by a crash ({keys} keys)"
-            );
+            log::warn!("re-applied a multi-key write interrupted by a crash ({keys} keys)");
         }
         Ok(())
     }
@@ -345,8 +353,9 @@ impl Keyspace {
     }
 
     fn collection_meta(&self, ekey: &[u8]) -> Option<Meta> {
-        self.collections
-            .read(ekey, |e| e.map(|e| Meta::collection(e.object.kind(), e.expire_at_ms)))
+        self.collections.read(ekey, |e| {
+            e.map(|e| Meta::collection(e.object.kind(), e.expire_at_ms))
+        })
     }
 
     fn slot_index(ekey: &[u8]) -> usize {
@@ -460,7 +469,12 @@ impl Keyspace {
 
     /// Deletes `ekey` from whichever store holds it (the caller holds its
     /// stripe); true if it existed.
-    fn delete_any(&self, slot: &StripeSlot, stripe: &mut stripe::Stripe, ekey: &[u8]) -> Result<bool> {
+    fn delete_any(
+        &self,
+        slot: &StripeSlot,
+        stripe: &mut stripe::Stripe,
+        ekey: &[u8],
+    ) -> Result<bool> {
         if apply_delete(&self.store, slot, stripe, ekey)? {
             return Ok(true);
         }
@@ -469,7 +483,9 @@ impl Keyspace {
             return Ok(false);
         }
         let op = Op::Delete { key: ekey.into() };
-        writer.log(std::slice::from_ref(&op)).map_err(Error::Collections)?;
+        writer
+            .log(std::slice::from_ref(&op))
+            .map_err(Error::Collections)?;
         engram_collections::apply::apply(writer.keys_mut(), op);
         drop(writer);
         slot.counts[stripe::db_of(ekey)].fetch_sub(1, Ordering::Relaxed);
@@ -576,12 +592,15 @@ impl Keyspace {
             }
         }
         let until = (next != 0).then_some(next);
-        let (collections, resume) =
-            self.collections
-                .scan(cursor, until, count.max(1), |k| k.first() == Some(&(db as u8)));
+        let (collections, resume) = self.collections.scan(cursor, until, count.max(1), |k| {
+            k.first() == Some(&(db as u8))
+        });
         for c in collections {
             if c.expire_at_ms == 0 || c.expire_at_ms > now_ms {
-                found.push((c.key[1..].to_vec(), Meta::collection(c.kind, c.expire_at_ms)));
+                found.push((
+                    c.key[1..].to_vec(),
+                    Meta::collection(c.kind, c.expire_at_ms),
+                ));
             }
         }
         Ok((resume.unwrap_or(next), found))
@@ -823,7 +842,10 @@ mod tests {
             store.put(b"\0k", &value).unwrap();
             store.put(b"\0s", &value).unwrap();
             collections
-                .write(vec![Op::Replace { key: b"\0k".as_slice().into(), object: set_of(&["a"]) }])
+                .write(vec![Op::Replace {
+                    key: b"\0k".as_slice().into(),
+                    object: set_of(&["a"]),
+                }])
                 .unwrap();
             collections.close().unwrap();
             store.close().unwrap();
@@ -846,8 +868,14 @@ mod tests {
             // Before the crash: "h" was a set, "gone" a set, "str" a string.
             collections
                 .write(vec![
-                    Op::Replace { key: b"\0h".as_slice().into(), object: set_of(&["old"]) },
-                    Op::Replace { key: b"\0gone".as_slice().into(), object: set_of(&["x"]) },
+                    Op::Replace {
+                        key: b"\0h".as_slice().into(),
+                        object: set_of(&["old"]),
+                    },
+                    Op::Replace {
+                        key: b"\0gone".as_slice().into(),
+                        object: set_of(&["x"]),
+                    },
                 ])
                 .unwrap();
             let mut value = Vec::new();
@@ -856,7 +884,10 @@ mod tests {
             set_of(&["new1", "new2"]).encode(&mut image);
             let ops: Vec<journal::Op> = vec![
                 (b"\0str".to_vec(), journal::Write::Engine(Some(value))),
-                (b"\0h".to_vec(), journal::Write::Collection(Some((u64::MAX >> 20, image)))),
+                (
+                    b"\0h".to_vec(),
+                    journal::Write::Collection(Some((u64::MAX >> 20, image))),
+                ),
                 (b"\0gone".to_vec(), journal::Write::Collection(None)),
             ];
             let intent = journal::encode(ops.iter().map(|(k, w)| (k.as_slice(), w)));
@@ -874,7 +905,8 @@ mod tests {
             .unwrap();
         assert_eq!(members, Some(2));
         assert_eq!(
-            ks.read(0, b"h", now_ms(), |meta, _| meta.expire_at()).unwrap(),
+            ks.read(0, b"h", now_ms(), |meta, _| meta.expire_at())
+                .unwrap(),
             Some(Some(u64::MAX >> 20)),
             "the state's expiry came back too"
         );
@@ -900,25 +932,43 @@ mod tests {
         let key = ckey(0, b"s").unwrap();
         {
             let mut txn = ks.lock([(0, b"s".as_slice())], true).unwrap();
-            txn.log(vec![Op::SetAdd { key: key.clone(), members: vec![b"a".as_slice().into()] }])
-                .unwrap();
+            txn.log(vec![Op::SetAdd {
+                key: key.clone(),
+                members: vec![b"a".as_slice().into()],
+            }])
+            .unwrap();
             // Read-your-writes inside the transaction.
             assert_eq!(
-                txn.collection(0, b"s", CKind::Set, now_ms()).unwrap().map(|o| o.len()),
+                txn.collection(0, b"s", CKind::Set, now_ms())
+                    .unwrap()
+                    .map(|o| o.len()),
                 Some(1)
             );
             assert_eq!(ks.dbsize(0), 1);
         }
         assert_eq!(kind_of(&ks, b"s"), None);
         assert_eq!(ks.dbsize(0), 0);
-        assert_eq!(ks.collections().stats().log.records, 0, "nothing was logged");
+        assert_eq!(
+            ks.collections().stats().log.records,
+            0,
+            "nothing was logged"
+        );
 
         // Committed, the same transaction is one record.
-        let mut txn = ks.lock([(0, b"s".as_slice()), (0, b"t".as_slice())], true).unwrap();
-        txn.log(vec![Op::SetAdd { key: key.clone(), members: vec![b"a".as_slice().into()] }])
+        let mut txn = ks
+            .lock([(0, b"s".as_slice()), (0, b"t".as_slice())], true)
             .unwrap();
+        txn.log(vec![Op::SetAdd {
+            key: key.clone(),
+            members: vec![b"a".as_slice().into()],
+        }])
+        .unwrap();
         txn.put_string(0, b"t", b"string", None).unwrap();
-        txn.log(vec![Op::SetAdd { key, members: vec![b"b".as_slice().into()] }]).unwrap();
+        txn.log(vec![Op::SetAdd {
+            key,
+            members: vec![b"b".as_slice().into()],
+        }])
+        .unwrap();
         assert!(txn.commit().unwrap());
         assert_eq!(ks.collections().stats().log.records, 1);
         assert_eq!(kind_of(&ks, b"t"), Some(Kind::String));
@@ -935,8 +985,14 @@ mod tests {
         let far = now_ms() + 3_600_000;
         let mut txn = ks.lock([(0, b"k".as_slice())], false).unwrap();
         txn.log(vec![
-            Op::Replace { key: ckey(0, b"k").unwrap(), object: set_of(&["a"]) },
-            Op::Expire { key: ckey(0, b"k").unwrap(), at_ms: far },
+            Op::Replace {
+                key: ckey(0, b"k").unwrap(),
+                object: set_of(&["a"]),
+            },
+            Op::Expire {
+                key: ckey(0, b"k").unwrap(),
+                at_ms: far,
+            },
         ])
         .unwrap();
         assert_eq!(ks.expiring(0), 1);
@@ -946,11 +1002,19 @@ mod tests {
         assert!(ks.collections().is_empty());
         assert_eq!((ks.dbsize(0), ks.expiring(0)), (1, 0));
 
-        let mut txn = ks.lock([(0, b"src".as_slice()), (0, b"k".as_slice())], false).unwrap();
-        txn.log(vec![Op::Replace { key: ckey(0, b"src").unwrap(), object: set_of(&["x", "y"]) }])
+        let mut txn = ks
+            .lock([(0, b"src".as_slice()), (0, b"k".as_slice())], false)
             .unwrap();
-        txn.log(vec![Op::Rename { from: ckey(0, b"src").unwrap(), to: ckey(0, b"k").unwrap() }])
-            .unwrap();
+        txn.log(vec![Op::Replace {
+            key: ckey(0, b"src").unwrap(),
+            object: set_of(&["x", "y"]),
+        }])
+        .unwrap();
+        txn.log(vec![Op::Rename {
+            from: ckey(0, b"src").unwrap(),
+            to: ckey(0, b"k").unwrap(),
+        }])
+        .unwrap();
         txn.commit().unwrap();
         assert_eq!(kind_of(&ks, b"k"), Some(Kind::Set));
         assert_eq!(kind_of(&ks, b"src"), None);

@@ -35,7 +35,9 @@ use parking_lot::MutexGuard;
 use smallvec::SmallVec;
 
 use super::journal::{self, Write};
-use super::stripe::{apply_delete, apply_meta, apply_put, db_of, set_expiry, swap_word, touch, Stripe};
+use super::stripe::{
+    apply_delete, apply_meta, apply_put, db_of, set_expiry, swap_word, touch, Stripe,
+};
 use super::value::{decode, encode_int, Meta, StringValue, META_BYTES};
 use super::{ekey, CKind, EKey, Error, Keyspace, Object, Result};
 
@@ -170,7 +172,8 @@ impl<'a> Txn<'a> {
 
     /// The live collection at `ekey` as a `Stored` (kind and expiry).
     fn collection_stored(&mut self, ekey: &[u8], now_ms: u64) -> Result<Option<Stored>> {
-        let Some((kind, expire_at)) = self.peek_collection(ekey, |e| (e.object.kind(), e.expire_at_ms))
+        let Some((kind, expire_at)) =
+            self.peek_collection(ekey, |e| (e.object.kind(), e.expire_at_ms))
         else {
             return Ok(None);
         };
@@ -257,7 +260,9 @@ impl<'a> Txn<'a> {
         let atomic = self.batch.is_some();
         let writer = self.writer();
         if touched.iter().any(|k| !writer.covers(k)) {
-            return Err(Error::Internal("a command touched a key it did not lock".into()));
+            return Err(Error::Internal(
+                "a command touched a key it did not lock".into(),
+            ));
         }
         let before: SmallVec<[Option<u64>; 2]> = touched
             .iter()
@@ -295,7 +300,8 @@ impl<'a> Txn<'a> {
         let db = db_of(ekey);
         match (before, after) {
             (None, Some(_)) => {
-                self.ks.stripes[Keyspace::slot_index(ekey)].counts[db].fetch_add(1, Ordering::Relaxed);
+                self.ks.stripes[Keyspace::slot_index(ekey)].counts[db]
+                    .fetch_add(1, Ordering::Relaxed);
                 // A new collection replaces a string: its record is logged
                 // (or pending) already, so the engine delete comes after.
                 if self.engine_has(ekey)? {
@@ -303,7 +309,8 @@ impl<'a> Txn<'a> {
                 }
             }
             (Some(_), None) => {
-                self.ks.stripes[Keyspace::slot_index(ekey)].counts[db].fetch_sub(1, Ordering::Relaxed);
+                self.ks.stripes[Keyspace::slot_index(ekey)].counts[db]
+                    .fetch_sub(1, Ordering::Relaxed);
             }
             _ => {}
         }
@@ -326,21 +333,38 @@ impl<'a> Txn<'a> {
                 return Ok(buffered.is_some());
             }
         }
-        Ok(self.ks.store.get_ref(ekey).map_err(Error::Engine)?.is_some())
+        Ok(self
+            .ks
+            .store
+            .get_ref(ekey)
+            .map_err(Error::Engine)?
+            .is_some())
     }
 
     /// Startup: makes a collection key hold the state an interrupted
     /// batch's intent names for it.
-    pub(super) fn restore_collection(&mut self, ekey: &[u8], state: Option<(u64, Vec<u8>)>) -> Result<()> {
+    pub(super) fn restore_collection(
+        &mut self,
+        ekey: &[u8],
+        state: Option<(u64, Vec<u8>)>,
+    ) -> Result<()> {
         let ops = match state {
             None => vec![Op::Delete { key: ekey.into() }],
             Some((expire_at, image)) => {
                 let object = Object::decode(&image).map_err(|e| {
-                    Error::Internal(format!("a batch intent holds a damaged collection image: {e}"))
+                    Error::Internal(format!(
+                        "a batch intent holds a damaged collection image: {e}"
+                    ))
                 })?;
                 vec![
-                    Op::Replace { key: ekey.into(), object },
-                    Op::Expire { key: ekey.into(), at_ms: expire_at },
+                    Op::Replace {
+                        key: ekey.into(),
+                        object,
+                    },
+                    Op::Expire {
+                        key: ekey.into(),
+                        at_ms: expire_at,
+                    },
                 ]
             }
         };
@@ -375,7 +399,9 @@ impl<'a> Txn<'a> {
         let ekey = ekey(db, key)?;
         match self.get_ekey(&ekey, now_ms) {
             Ok(Some(stored)) if stored.meta.is_collection() => {
-                self.log(vec![Op::Delete { key: ekey.as_slice().into() }])?;
+                self.log(vec![Op::Delete {
+                    key: ekey.as_slice().into(),
+                }])?;
                 return Ok(true);
             }
             Ok(Some(_)) => {}
@@ -497,7 +523,10 @@ impl<'a> Txn<'a> {
         }
         let pending = std::mem::take(&mut self.pending);
         let undo = std::mem::take(&mut self.undo);
-        let writer = self.coll.as_ref().expect("pending operations hold the shards");
+        let writer = self
+            .coll
+            .as_ref()
+            .expect("pending operations hold the shards");
         // Engine writes that the collections' record does not settle by
         // itself: anything but deleting a string a collection replaced.
         let independent = batch
@@ -557,7 +586,9 @@ impl<'a> Txn<'a> {
     /// changed, and their books.
     fn undo_collections(&mut self, undo: Vec<(Bytes, Option<Entry>)>) {
         for (key, prior) in undo {
-            let Some(writer) = self.coll.as_mut() else { return };
+            let Some(writer) = self.coll.as_mut() else {
+                return;
+            };
             let now = writer.keys().get(&key).map(|e| e.expire_at_ms);
             let before = prior.as_ref().map(|e| e.expire_at_ms);
             match prior {
@@ -577,7 +608,12 @@ impl<'a> Txn<'a> {
             // untouched string's.
             let expiry = match before {
                 Some(at) => (at != 0).then_some(at),
-                None => self.ks.raw_meta(&key).ok().flatten().and_then(|m| m.expire_at()),
+                None => self
+                    .ks
+                    .raw_meta(&key)
+                    .ok()
+                    .flatten()
+                    .and_then(|m| m.expire_at()),
             };
             if let Ok((_, stripe)) = stripe_of(&mut self.guards, &key) {
                 set_expiry(slot, stripe, &key, expiry);
@@ -680,7 +716,10 @@ impl<'a> Txn<'a> {
         let batch = self.batch.take();
         let mut result = Ok(());
         for chunk in keys.chunks(1024) {
-            let ops = chunk.iter().map(|k| Op::Delete { key: k.clone() }).collect();
+            let ops = chunk
+                .iter()
+                .map(|k| Op::Delete { key: k.clone() })
+                .collect();
             result = self.log(ops);
             if result.is_err() {
                 break;

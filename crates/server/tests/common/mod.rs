@@ -105,4 +105,3 @@ pub fn start_with(config: Config) -> (Server, tempfile::TempDir) {
     .unwrap();
     (server, dir)
 }
-

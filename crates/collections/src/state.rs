@@ -6,6 +6,8 @@
 //! go. So operations on one key are logged in the order they are applied,
 //! and operations on keys of different shards run in parallel.
 
+use std::sync::atomic::{AtomicI64, Ordering};
+
 use hashbrown::HashMap;
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -34,6 +36,9 @@ pub const SHARDS: usize = 256;
 
 pub struct ShardedMap {
     shards: Box<[RwLock<HashMap<Bytes, Entry>>]>,
+    /// Keys in all shards, kept by every insert and removal (so counting
+    /// them takes no lock).
+    keys: AtomicI64,
 }
 
 pub fn shard_of(key: &[u8]) -> usize {
@@ -44,6 +49,7 @@ impl Default for ShardedMap {
     fn default() -> Self {
         ShardedMap {
             shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            keys: AtomicI64::new(0),
         }
     }
 }
@@ -67,6 +73,7 @@ impl ShardedMap {
                 .into_iter()
                 .map(|index| (index, self.shards[index].write()))
                 .collect(),
+            keys: &self.keys,
         }
     }
 
@@ -79,11 +86,12 @@ impl ShardedMap {
                 .enumerate()
                 .map(|(i, s)| (i, s.write()))
                 .collect(),
+            keys: &self.keys,
         }
     }
 
     pub fn len(&self) -> u64 {
-        self.shards.iter().map(|s| s.read().len() as u64).sum()
+        self.keys.load(Ordering::Relaxed).max(0) as u64
     }
 
     pub fn is_empty(&self) -> bool {
@@ -92,13 +100,16 @@ impl ShardedMap {
 
     /// Inserts without logging (recovery, before the store is shared).
     pub fn insert_unlogged(&self, key: Bytes, entry: Entry) {
-        self.shards[shard_of(&key)].write().insert(key, entry);
+        if self.shards[shard_of(&key)].write().insert(key, entry).is_none() {
+            self.keys.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
 /// The write-locked shards of one update.
 pub struct Locked<'m> {
     guards: Vec<(usize, RwLockWriteGuard<'m, HashMap<Bytes, Entry>>)>,
+    keys: &'m AtomicI64,
 }
 
 impl Locked<'_> {
@@ -147,11 +158,17 @@ impl Keys for Locked<'_> {
     }
 
     fn take(&mut self, key: &[u8]) -> Option<Entry> {
-        self.shard_mut(key).remove(key)
+        let taken = self.shard_mut(key).remove(key);
+        if taken.is_some() {
+            self.keys.fetch_sub(1, Ordering::Relaxed);
+        }
+        taken
     }
 
     fn put(&mut self, key: &[u8], entry: Entry) {
-        self.shard_mut(key).insert(key.into(), entry);
+        if self.shard_mut(key).insert(key.into(), entry).is_none() {
+            self.keys.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 

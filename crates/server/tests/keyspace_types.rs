@@ -12,8 +12,7 @@ use std::time::Duration;
 use common::{start, Client};
 use engram_server::{Config, Server};
 
-const WRONGTYPE: &str =
-    "(error) WRONGTYPE Operation against a key holding the wrong kind of value";
+const WRONGTYPE: &str = "(error) WRONGTYPE Operation against a key holding the wrong kind of value";
 
 /// One key of each type: str, h, s, z, l.
 fn fill(c: &mut Client) {
@@ -197,7 +196,11 @@ fn scan_keys_randomkey_and_flushdb_see_both_stores() {
     assert!(hashes.iter().all(|k| k.starts_with("hash")));
 
     let listed = c.call("KEYS list1*");
-    assert_eq!(listed.matches("list1").count(), 61, "list1, list10-19, list100-149");
+    assert_eq!(
+        listed.matches("list1").count(),
+        61,
+        "list1, list10-19, list100-149"
+    );
 
     let random = c.call("RANDOMKEY");
     assert!(
@@ -246,11 +249,18 @@ fn multi_mixing_strings_and_collections_and_watch_on_a_collection() {
         ("DEL s", "QUEUED"),
         ("RPUSH s x", "QUEUED"),
         ("TYPE s", "QUEUED"),
-        ("EXEC", "[OK, (integer) 1, \"1\", (integer) 1, (integer) 1, (integer) 1, list]"),
+        (
+            "EXEC",
+            "[OK, (integer) 1, \"1\", (integer) 1, (integer) 1, (integer) 1, list]",
+        ),
         ("DBSIZE", "(integer) 3"),
     ]);
     // A write to a watched hash by another client aborts the transaction.
-    c.script(&[("WATCH h", "OK"), ("MULTI", "OK"), ("SET counter 2", "QUEUED")]);
+    c.script(&[
+        ("WATCH h", "OK"),
+        ("MULTI", "OK"),
+        ("SET counter 2", "QUEUED"),
+    ]);
     other.script(&[("HSET h g 2", "(integer) 1")]);
     c.script(&[("EXEC", "(nil array)"), ("GET counter", "\"1\"")]);
     // An untouched watched collection lets it through.

@@ -49,10 +49,10 @@ fn key_value_map_with_point_queries() {
                     let mut model: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
                     for _ in 0..3000 {
                         let mut key = vec![b'0' + t as u8, b':'];
-                        key.extend((0..rng.gen_range(1..4)).map(|_| rng.gen::<u8>() % 16));
-                        if rng.gen_bool(0.5) {
+                        key.extend((0..rng.random_range(1..4)).map(|_| rng.random::<u8>() % 16));
+                        if rng.random_bool(0.5) {
                             let value: Vec<u8> =
-                                (0..rng.gen_range(0..300)).map(|_| rng.gen()).collect();
+                                (0..rng.random_range(0..300)).map(|_| rng.random()).collect();
                             let _: () = redis::cmd("SET")
                                 .arg(&key)
                                 .arg(&value)
@@ -101,7 +101,7 @@ fn graph_as_adjacency_sets_never_shows_half_an_edge() {
                 let mut rng = StdRng::seed_from_u64(99);
                 let mut both = 0;
                 for _ in 0..1500 {
-                    let (u, v) = (rng.gen_range(0..VERTICES), rng.gen_range(0..VERTICES));
+                    let (u, v) = (rng.random_range(0..VERTICES), rng.random_range(0..VERTICES));
                     let (out, inn): (bool, bool) = redis::pipe()
                         .atomic()
                         .cmd("SISMEMBER")
@@ -129,9 +129,9 @@ fn graph_as_adjacency_sets_never_shows_half_an_edge() {
                     let mut edges = BTreeSet::new();
                     for _ in 0..1500 {
                         let u =
-                            rng.gen_range(0..VERTICES / THREADS as u32) * THREADS as u32 + t as u32;
-                        let v = rng.gen_range(0..VERTICES);
-                        let add = rng.gen_bool(0.7);
+                            rng.random_range(0..VERTICES / THREADS as u32) * THREADS as u32 + t as u32;
+                        let v = rng.random_range(0..VERTICES);
+                        let add = rng.random_bool(0.7);
                         let verb = if add { "SADD" } else { "SREM" };
                         let _: () = redis::pipe()
                             .atomic()
@@ -150,7 +150,7 @@ fn graph_as_adjacency_sets_never_shows_half_an_edge() {
                         } else {
                             edges.remove(&(u, v));
                         }
-                        if rng.gen_ratio(1, 20) {
+                        if rng.random_ratio(1, 20) {
                             // The out-degree read of the paper's workload.
                             let degree: usize = redis::cmd("SCARD")
                                 .arg(format!("out:{u}"))
@@ -215,7 +215,7 @@ const K: isize = 8;
 /// Zipfian rank: article 0 is the most popular (s = 1, by inversion of the
 /// harmonic sums; exactness does not matter, skew does).
 fn zipf(rng: &mut StdRng, harmonic: &[f64]) -> usize {
-    let x = rng.gen::<f64>() * harmonic[harmonic.len() - 1];
+    let x = rng.random::<f64>() * harmonic[harmonic.len() - 1];
     harmonic.partition_point(|&h| h < x).min(harmonic.len() - 1)
 }
 
@@ -255,7 +255,7 @@ fn lobsters_votes_and_top_k() {
                     for op in 0..4000 {
                         if op % 20 == 0 {
                             let article = zipf(&mut rng, harmonic);
-                            let delta = if rng.gen_bool(0.8) { 1 } else { -1 };
+                            let delta = if rng.random_bool(0.8) { 1 } else { -1 };
                             let _: f64 = redis::cmd("ZINCRBY")
                                 .arg("votes")
                                 .arg(delta)

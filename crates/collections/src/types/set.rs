@@ -143,6 +143,19 @@ impl Set {
     }
 }
 
+impl FromIterator<Box<[u8]>> for Set {
+    /// Builds a set from members in any order, duplicates allowed (the
+    /// result of SINTERSTORE, SDIFFSTORE...): sorted into iteration order and
+    /// built in one pass, O(n log n), and O(n) when the members already come
+    /// in iteration order.
+    fn from_iter<I: IntoIterator<Item = Box<[u8]>>>(members: I) -> Self {
+        let mut keys: Vec<HashedKey> = members.into_iter().map(hashed::key_of).collect();
+        keys.sort();
+        keys.dedup();
+        Set::from_sorted(keys)
+    }
+}
+
 impl std::fmt::Debug for Set {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_set()
@@ -174,6 +187,22 @@ mod tests {
         assert_eq!(set.payload_bytes, 1);
         assert_eq!(set.select(0), Some(&b"m"[..]));
         assert_eq!(set.select(1), None);
+    }
+
+    #[test]
+    fn collecting_sorts_and_dedups() {
+        let members = ["b", "a", "c", "a", "b"].map(|m| Box::<[u8]>::from(m.as_bytes()));
+        let set: Set = members.into_iter().collect();
+        assert_eq!(set.len(), 3);
+        assert_eq!(set.payload_bytes, 3);
+        set.check_invariants().unwrap();
+        let mut inserted = Set::new();
+        for m in ["c", "b", "a"] {
+            inserted.insert(m.as_bytes().into());
+        }
+        assert_eq!(set, inserted);
+        let empty: Set = std::iter::empty().collect();
+        assert!(empty.is_empty());
     }
 
     #[test]

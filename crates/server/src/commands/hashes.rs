@@ -1,7 +1,616 @@
-//! (being written)
+//! Hash commands (`@hash`), over the collections' [`Hash`].
+//!
+//! Reads go through `Ctx::read_collection`/`reply_collection` (lock-free
+//! outside EXEC); writes decide their effect under the key's lock and log
+//! it as one resolved operation: HINCRBY logs the sum, not the increment,
+//! so replay needs no arithmetic and no reads. Nothing is logged when a
+//! command changes nothing and Redis would not count it as a change (HDEL
+//! of absent fields, HSETNX of a present one).
 
-use super::CommandSpec;
+use std::collections::HashSet;
+
+use engram_collections::Op;
+use rand::Rng;
+
+use super::strings::parse_float;
+use super::{
+    err, int_arg, is, wrong_arity, CmdError, CmdResult, CommandSpec, Ctx, Group, FAST, NOT_FLOAT,
+    READONLY, SYNTAX, WRITE, WRONGTYPE,
+};
+use crate::glob;
+use crate::keyspace::{ckey, CKind, Object};
+use crate::resp::{format_double, Args, ReplyWriter};
+use engram_collections::types::Hash;
 
 pub fn commands() -> Vec<CommandSpec> {
-    Vec::new()
+    let g = Group("hash");
+    let one = (1, 1, 1);
+    vec![
+        g.command(
+            "hset",
+            -4,
+            WRITE | FAST,
+            one,
+            hset,
+            "Creates or modifies the value of a field in a hash.",
+        ),
+        g.command(
+            "hsetnx",
+            4,
+            WRITE | FAST,
+            one,
+            hsetnx,
+            "Sets the value of a field in a hash only when the field doesn't exist.",
+        ),
+        g.command(
+            "hmset",
+            -4,
+            WRITE | FAST,
+            one,
+            hmset,
+            "Sets the values of multiple fields.",
+        ),
+        g.command(
+            "hget",
+            3,
+            READONLY | FAST,
+            one,
+            hget,
+            "Returns the value of a field in a hash.",
+        ),
+        g.command(
+            "hmget",
+            -3,
+            READONLY | FAST,
+            one,
+            hmget,
+            "Returns the values of all fields in a hash.",
+        ),
+        g.command(
+            "hdel",
+            -3,
+            WRITE | FAST,
+            one,
+            hdel,
+            "Deletes one or more fields and their values from a hash. Deletes the hash if no fields remain.",
+        ),
+        g.command(
+            "hgetall",
+            2,
+            READONLY,
+            one,
+            hgetall,
+            "Returns all fields and values in a hash.",
+        ),
+        g.command(
+            "hkeys",
+            2,
+            READONLY,
+            one,
+            hkeys,
+            "Returns all fields in a hash.",
+        ),
+        g.command(
+            "hvals",
+            2,
+            READONLY,
+            one,
+            hvals,
+            "Returns all values in a hash.",
+        ),
+        g.command(
+            "hlen",
+            2,
+            READONLY | FAST,
+            one,
+            hlen,
+            "Returns the number of fields in a hash.",
+        ),
+        g.command(
+            "hexists",
+            3,
+            READONLY | FAST,
+            one,
+            hexists,
+            "Determines whether a field exists in a hash.",
+        ),
+        g.command(
+            "hstrlen",
+            3,
+            READONLY | FAST,
+            one,
+            hstrlen,
+            "Returns the length of the value of a field.",
+        ),
+        g.command(
+            "hincrby",
+            4,
+            WRITE | FAST,
+            one,
+            hincrby,
+            "Increments the integer value of a field in a hash by a number. Uses 0 as initial value if the field doesn't exist.",
+        ),
+        g.command(
+            "hincrbyfloat",
+            4,
+            WRITE | FAST,
+            one,
+            hincrbyfloat,
+            "Increments the floating point value of a field by a number. Uses 0 as initial value if the field doesn't exist.",
+        ),
+        g.command(
+            "hscan",
+            -3,
+            READONLY,
+            one,
+            hscan,
+            "Iterates over fields and values of a hash.",
+        ),
+        g.command(
+            "hrandfield",
+            -2,
+            READONLY,
+            one,
+            hrandfield,
+            "Returns one or more random fields from a hash.",
+        ),
+    ]
+}
+
+/// The hash in a collection lookup (the kind was checked by the keyspace;
+/// another object here would be a bug, answered as WRONGTYPE).
+fn hash_of(object: Option<&Object>) -> Result<Option<&Hash>, CmdError> {
+    match object {
+        None => Ok(None),
+        Some(Object::Hash(hash)) => Ok(Some(hash)),
+        Some(_) => Err(err(WRONGTYPE)),
+    }
+}
+
+fn boxed(bytes: &[u8]) -> Box<[u8]> {
+    bytes.into()
+}
+
+/// HSET and HMSET: sets every pair; the number of fields that were new.
+fn set_pairs(ctx: &mut Ctx, args: &Args, command: &str) -> Result<i64, CmdError> {
+    if !args.len().is_multiple_of(2) {
+        return Err(wrong_arity(command));
+    }
+    let key = args.get(1);
+    ctx.write(&[key], false, |txn, db, now| {
+        let current = hash_of(txn.collection(db, key, CKind::Hash, now)?)?;
+        let mut created: HashSet<&[u8]> = HashSet::new();
+        for i in (2..args.len()).step_by(2) {
+            let field = args.get(i);
+            if !current.is_some_and(|hash| hash.contains(field)) {
+                created.insert(field);
+            }
+        }
+        // Logged even when every value is already there: Redis counts an
+        // HSET as a modification whatever it sets (WATCH sees it).
+        let pairs = (2..args.len())
+            .step_by(2)
+            .map(|i| (boxed(args.get(i)), boxed(args.get(i + 1))))
+            .collect();
+        txn.log(vec![Op::HashSet {
+            key: ckey(db, key)?,
+            pairs,
+        }])?;
+        Ok(created.len() as i64)
+    })
+}
+
+fn hset(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let created = set_pairs(ctx, &args, "hset")?;
+    ctx.out.int(created);
+    Ok(())
+}
+
+fn hmset(ctx: &mut Ctx, args: Args) -> CmdResult {
+    set_pairs(ctx, &args, "hmset")?;
+    ctx.out.ok();
+    Ok(())
+}
+
+fn hsetnx(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let (key, field, value) = (args.get(1), args.get(2), args.get(3));
+    let set = ctx.write(&[key], false, |txn, db, now| {
+        let current = hash_of(txn.collection(db, key, CKind::Hash, now)?)?;
+        if current.is_some_and(|hash| hash.contains(field)) {
+            return Ok(false);
+        }
+        txn.log(vec![Op::HashSet {
+            key: ckey(db, key)?,
+            pairs: vec![(boxed(field), boxed(value))],
+        }])?;
+        Ok(true)
+    })?;
+    ctx.out.int(set as i64);
+    Ok(())
+}
+
+fn reply_value(out: &mut ReplyWriter, value: Option<&[u8]>) {
+    match value {
+        Some(value) => out.bulk(value),
+        None => out.null(),
+    }
+}
+
+fn hget(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let field = args.get(2);
+    ctx.reply_collection(args.get(1), CKind::Hash, |out, object| {
+        reply_value(out, hash_of(object)?.and_then(|hash| hash.get(field)));
+        Ok(())
+    })
+}
+
+fn hmget(ctx: &mut Ctx, args: Args) -> CmdResult {
+    ctx.reply_collection(args.get(1), CKind::Hash, |out, object| {
+        let hash = hash_of(object)?;
+        out.array(args.len() - 2);
+        for field in args.iter().skip(2) {
+            reply_value(out, hash.and_then(|hash| hash.get(field)));
+        }
+        Ok(())
+    })
+}
+
+fn hdel(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let key = args.get(1);
+    let deleted = ctx.write(&[key], false, |txn, db, now| {
+        let Some(hash) = hash_of(txn.collection(db, key, CKind::Hash, now)?)? else {
+            return Ok(0);
+        };
+        let mut fields: Vec<&[u8]> = Vec::new();
+        let mut seen: HashSet<&[u8]> = HashSet::new();
+        for field in args.iter().skip(2) {
+            if hash.contains(field) && seen.insert(field) {
+                fields.push(field);
+            }
+        }
+        if fields.is_empty() {
+            return Ok(0);
+        }
+        let count = fields.len() as i64;
+        txn.log(vec![Op::HashDelete {
+            key: ckey(db, key)?,
+            fields: fields.into_iter().map(boxed).collect(),
+        }])?;
+        Ok(count)
+    })?;
+    ctx.out.int(deleted);
+    Ok(())
+}
+
+/// HGETALL, HKEYS, HVALS.
+fn get_all(ctx: &mut Ctx, args: Args, fields: bool, values: bool) -> CmdResult {
+    ctx.reply_collection(args.get(1), CKind::Hash, |out, object| {
+        let hash = hash_of(object)?;
+        let len = hash.map_or(0, Hash::len);
+        if fields && values {
+            out.map(len);
+        } else {
+            out.array(len);
+        }
+        for (field, value) in hash.into_iter().flat_map(Hash::iter) {
+            if fields {
+                out.bulk(field);
+            }
+            if values {
+                out.bulk(value);
+            }
+        }
+        Ok(())
+    })
+}
+
+fn hgetall(ctx: &mut Ctx, args: Args) -> CmdResult {
+    get_all(ctx, args, true, true)
+}
+
+fn hkeys(ctx: &mut Ctx, args: Args) -> CmdResult {
+    get_all(ctx, args, true, false)
+}
+
+fn hvals(ctx: &mut Ctx, args: Args) -> CmdResult {
+    get_all(ctx, args, false, true)
+}
+
+fn hlen(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let len = ctx.read_collection(args.get(1), CKind::Hash, |object| {
+        Ok(hash_of(object)?.map_or(0, Hash::len))
+    })?;
+    ctx.out.int(len as i64);
+    Ok(())
+}
+
+fn hexists(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let field = args.get(2);
+    let found = ctx.read_collection(args.get(1), CKind::Hash, |object| {
+        Ok(hash_of(object)?.is_some_and(|hash| hash.contains(field)))
+    })?;
+    ctx.out.int(found as i64);
+    Ok(())
+}
+
+fn hstrlen(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let field = args.get(2);
+    let len = ctx.read_collection(args.get(1), CKind::Hash, |object| {
+        Ok(hash_of(object)?
+            .and_then(|hash| hash.get(field))
+            .map_or(0, <[u8]>::len))
+    })?;
+    ctx.out.int(len as i64);
+    Ok(())
+}
+
+fn hincrby(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let (key, field) = (args.get(1), args.get(2));
+    let delta = int_arg(args.get(3))?;
+    let new = ctx.write(&[key], false, |txn, db, now| {
+        let hash = hash_of(txn.collection(db, key, CKind::Hash, now)?)?;
+        let old = match hash.and_then(|hash| hash.get(field)) {
+            None => 0,
+            Some(text) => crate::resp::parse_int(text)
+                .ok_or_else(|| err("ERR hash value is not an integer"))?,
+        };
+        let new = old
+            .checked_add(delta)
+            .ok_or_else(|| err("ERR increment or decrement would overflow"))?;
+        let mut digits = itoa::Buffer::new();
+        txn.log(vec![Op::HashSet {
+            key: ckey(db, key)?,
+            pairs: vec![(boxed(field), boxed(digits.format(new).as_bytes()))],
+        }])?;
+        Ok(new)
+    })?;
+    ctx.out.int(new);
+    Ok(())
+}
+
+/// Redis reads at most this many characters as a float (`MAX_LONG_DOUBLE_CHARS`).
+const MAX_FLOAT_CHARS: usize = 5 * 1024;
+
+/// A float as Redis's `string2ld` reads one.
+fn float_of(text: &[u8]) -> Option<f64> {
+    if text.len() >= MAX_FLOAT_CHARS {
+        return None;
+    }
+    parse_float(text)
+}
+
+fn hincrbyfloat(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let (key, field) = (args.get(1), args.get(2));
+    let delta = float_of(args.get(3)).ok_or_else(|| err(NOT_FLOAT))?;
+    if !delta.is_finite() {
+        return Err(err("ERR value is NaN or Infinity"));
+    }
+    let text = ctx.write(&[key], false, |txn, db, now| {
+        let hash = hash_of(txn.collection(db, key, CKind::Hash, now)?)?;
+        let old = match hash.and_then(|hash| hash.get(field)) {
+            None => 0.0,
+            Some(text) => float_of(text).ok_or_else(|| err("ERR hash value is not a float"))?,
+        };
+        let new = old + delta;
+        if !new.is_finite() {
+            return Err(err("ERR increment would produce NaN or Infinity"));
+        }
+        let text = format_double(new);
+        txn.log(vec![Op::HashSet {
+            key: ckey(db, key)?,
+            pairs: vec![(boxed(field), boxed(text.as_bytes()))],
+        }])?;
+        Ok(text)
+    })?;
+    // A bulk string in RESP2 and RESP3 alike, as Redis replies.
+    ctx.out.bulk(text.as_bytes());
+    Ok(())
+}
+
+/// A SCAN cursor as Redis reads one (`strtoul`): decimal digits, an
+/// optional sign (a negative cursor wraps, as in C), nothing around them;
+/// an empty cursor is 0.
+fn parse_cursor(arg: &[u8]) -> Result<u64, CmdError> {
+    let invalid = || err("ERR invalid cursor");
+    let (negative, digits) = match arg {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        _ => (false, arg),
+    };
+    if digits.is_empty() {
+        return if arg.is_empty() {
+            Ok(0)
+        } else {
+            Err(invalid())
+        };
+    }
+    let mut value: u64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return Err(invalid());
+        }
+        value = value
+            .checked_mul(10)
+            .and_then(|v| v.checked_add((d - b'0') as u64))
+            .ok_or_else(invalid)?;
+    }
+    Ok(if negative {
+        value.wrapping_neg()
+    } else {
+        value
+    })
+}
+
+struct ScanOptions<'a> {
+    pattern: Option<&'a [u8]>,
+    count: usize,
+    values: bool,
+}
+
+fn parse_scan_options<'a>(args: &Args<'a>) -> Result<ScanOptions<'a>, CmdError> {
+    let mut options = ScanOptions {
+        pattern: None,
+        count: 10,
+        values: true,
+    };
+    let mut i = 3;
+    while i < args.len() {
+        let option = args.get(i);
+        let has_value = i + 1 < args.len();
+        if is(option, "count") && has_value {
+            let n = int_arg(args.get(i + 1))?;
+            if n < 1 {
+                return Err(err(SYNTAX));
+            }
+            // The batch is sized by what the hash holds, not by this.
+            options.count = usize::try_from(n).unwrap_or(usize::MAX);
+            i += 2;
+        } else if is(option, "match") && has_value {
+            let pattern = args.get(i + 1);
+            options.pattern = (pattern != b"*").then_some(pattern);
+            i += 2;
+        } else if is(option, "novalues") {
+            options.values = false;
+            i += 1;
+        } else {
+            return Err(err(SYNTAX));
+        }
+    }
+    Ok(options)
+}
+
+fn hscan(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let cursor = parse_cursor(args.get(2))?;
+    // As in Redis, options are checked only once the key is found to be a
+    // hash: a missing key answers an empty scan whatever follows.
+    let options = parse_scan_options(&args);
+    ctx.reply_collection(args.get(1), CKind::Hash, |out, object| {
+        let Some(hash) = hash_of(object)? else {
+            out.array(2);
+            out.bulk(b"0");
+            out.array(0);
+            return Ok(());
+        };
+        let options = options?;
+        let (next, batch) = hash.scan(cursor, options.count);
+        let matched: Vec<(&[u8], &[u8])> = batch
+            .into_iter()
+            .filter(|(field, _)| options.pattern.is_none_or(|p| glob::matches(p, field)))
+            .collect();
+        out.array(2);
+        let mut digits = itoa::Buffer::new();
+        out.bulk(digits.format(next).as_bytes());
+        out.array(matched.len() * if options.values { 2 } else { 1 });
+        for (field, value) in matched {
+            out.bulk(field);
+            if options.values {
+                out.bulk(value);
+            }
+        }
+        Ok(())
+    })
+}
+
+fn hrandfield(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let key = args.get(1);
+    if args.len() == 2 {
+        return ctx.reply_collection(key, CKind::Hash, |out, object| {
+            let picked = hash_of(object)?.and_then(|hash| hash.random(&mut rand::rng()));
+            reply_value(out, picked.map(|(field, _)| field));
+            Ok(())
+        });
+    }
+    let count = int_arg(args.get(2))?;
+    if count == i64::MIN {
+        return Err(err(format!(
+            "ERR value is out of range, value must between {} and {}",
+            -i64::MAX,
+            i64::MAX
+        )));
+    }
+    if args.len() > 4 || (args.len() == 4 && !is(args.get(3), "withvalues")) {
+        return Err(err(SYNTAX));
+    }
+    let with_values = args.len() == 4;
+    if with_values && !(-i64::MAX / 2..=i64::MAX / 2).contains(&count) {
+        return Err(err("ERR value is out of range"));
+    }
+    ctx.reply_collection(key, CKind::Hash, |out, object| {
+        let hash = match hash_of(object)? {
+            Some(hash) if count != 0 => hash,
+            _ => {
+                out.array(0);
+                return Ok(());
+            }
+        };
+        let mut rng = rand::rng();
+        let reply_pair = |out: &mut ReplyWriter, (field, value): (&[u8], &[u8])| {
+            if with_values && out.is_resp3() {
+                out.array(2);
+            }
+            out.bulk(field);
+            if with_values {
+                out.bulk(value);
+            }
+        };
+        let header = |out: &mut ReplyWriter, n: usize| {
+            out.array(if with_values && !out.is_resp3() {
+                2 * n
+            } else {
+                n
+            });
+        };
+        let wanted = count.unsigned_abs();
+        if count < 0 || wanted == 1 {
+            // May repeat: independent picks, written as they are made (a
+            // huge count grows the reply, never a buffer up front).
+            let wanted = usize::try_from(wanted).unwrap_or(usize::MAX);
+            header(out, wanted);
+            for _ in 0..wanted {
+                reply_pair(out, hash.random(&mut rng).expect("not empty"));
+            }
+        } else if wanted >= hash.len() as u64 {
+            header(out, hash.len());
+            for pair in hash.iter() {
+                reply_pair(out, pair);
+            }
+        } else {
+            // Distinct: `wanted` ranks by Floyd's sampling (fewer than the
+            // hash holds, so bounded by its size), in hash order.
+            let (len, wanted) = (hash.len(), wanted as usize);
+            let mut ranks: HashSet<usize> = HashSet::with_capacity(wanted);
+            for top in len - wanted..len {
+                let pick = rng.random_range(0..=top);
+                if !ranks.insert(pick) {
+                    ranks.insert(top);
+                }
+            }
+            let mut ranks: Vec<usize> = ranks.into_iter().collect();
+            ranks.sort_unstable();
+            header(out, wanted);
+            for rank in ranks {
+                reply_pair(out, hash.select(rank).expect("rank below len"));
+            }
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_like_strtoul() {
+        assert_eq!(parse_cursor(b"0").unwrap(), 0);
+        assert_eq!(parse_cursor(b"").unwrap(), 0);
+        assert_eq!(parse_cursor(b"+7").unwrap(), 7);
+        assert_eq!(parse_cursor(b"-1").unwrap(), u64::MAX);
+        assert_eq!(parse_cursor(b"18446744073709551615").unwrap(), u64::MAX);
+        assert!(parse_cursor(b"18446744073709551616").is_err());
+        assert!(parse_cursor(b" 1").is_err());
+        assert!(parse_cursor(b"1 ").is_err());
+        assert!(parse_cursor(b"x").is_err());
+        assert!(parse_cursor(b"-").is_err());
+    }
 }

@@ -257,6 +257,15 @@ impl<'a> Txn<'a> {
                 }
             }
         }
+        // An empty Replace (a *STORE with an empty result) deletes the key
+        // of any type: a string there goes too, after the record.
+        let emptied: SmallVec<[Bytes; 1]> = ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Replace { key, object } if object.is_empty() => Some(key.clone()),
+                _ => None,
+            })
+            .collect();
         let atomic = self.batch.is_some();
         let writer = self.writer();
         if touched.iter().any(|k| !writer.covers(k)) {
@@ -290,6 +299,11 @@ impl<'a> Txn<'a> {
         for (key, before) in touched.iter().zip(before) {
             let after = self.peek_collection(key, |e| e.expire_at_ms);
             self.rebook(key, before, after)?;
+        }
+        for key in emptied {
+            if self.peek_collection(&key, |_| ()).is_none() && self.engine_has(&key)? {
+                self.engine_write(&key, None)?;
+            }
         }
         Ok(())
     }

@@ -1,9 +1,22 @@
 //! One client connection: read, parse every complete command in the buffer
 //! (pipelining), run them, wait for durability if any wrote, send all the
 //! replies with one write.
+//!
+//! ## Blocking commands
+//!
+//! A blocking command (BLPOP...) that finds nothing to serve records what
+//! it waits for in the session (`Session::blocked`) and replies nothing.
+//! The connection then sends the replies so far and waits: it registers for
+//! wakeups on the keys, runs the command again (so a write that came before
+//! the registration is not missed), and only if that finds nothing either,
+//! sleeps until a write to one of the keys (then tries again), the
+//! deadline (the timeout reply), a kill or shutdown, or the client hanging
+//! up. The rest of a pipeline waits behind the blocked command, as in Redis.
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
@@ -11,9 +24,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::clients::ClientInfo;
-use crate::commands::{execute, unwatch_all};
+use crate::commands::{execute, lookup, run as run_command, unwatch_all};
 use crate::resp::{ReplyWriter, RequestParser, Step};
-use crate::session::Session;
+use crate::session::{InLine, Session};
 use crate::shared::Shared;
 
 const READ_CHUNK: usize = 16 * 1024;
@@ -84,6 +97,11 @@ async fn run(
                 Ok(Step::Command { consumed }) => {
                     execute(shared, session, out, parser.args(&buf[offset..]));
                     offset += consumed;
+                    if session.blocked.is_some()
+                        && !wait_unblocked(shared, stream, session, out, buf).await?
+                    {
+                        return Ok(());
+                    }
                     if session.close {
                         break;
                     }
@@ -127,6 +145,105 @@ async fn run(
         if session.close {
             let _ = stream.shutdown().await;
             return Ok(());
+        }
+    }
+}
+
+/// Waits until the blocked command of `session` is served, times out or
+/// fails; false when the connection must close instead (killed, shutdown,
+/// the client hung up). Reads what the client sends meanwhile into `buf`
+/// (up to the query buffer limit), to be run after.
+async fn wait_unblocked(
+    shared: &Shared,
+    stream: &mut TcpStream,
+    session: &mut Session,
+    out: &mut ReplyWriter,
+    buf: &mut BytesMut,
+) -> std::io::Result<bool> {
+    let Some(mut blocked) = session.blocked.take() else {
+        return Ok(true);
+    };
+    let info = session.info.clone();
+    flush(shared, stream, session, out).await?;
+    // Clients blocked on a key are served in the order they joined its line
+    // (after the flush: a client that does not read its replies must not
+    // hold up the others); left on every way out (drop).
+    let _line = InLine::join(shared, info.id, blocked.db, &blocked.keys);
+    let deadline = blocked.deadline;
+    let sleep = tokio::time::sleep_until(match deadline {
+        Some(at) => at.into(),
+        None => tokio::time::Instant::now() + Duration::from_secs(1 << 30),
+    });
+    tokio::pin!(sleep);
+    loop {
+        let mut waiters = Vec::with_capacity(blocked.keys.len());
+        for key in &blocked.keys {
+            match shared.keyspace.wait_written(blocked.db, key) {
+                Ok(waiter) => waiters.push(waiter),
+                Err(e) => {
+                    out.error(&crate::commands::CmdError::from(e).0);
+                    return Ok(true);
+                }
+            }
+        }
+        let mut notified: Vec<_> = waiters.iter().map(|w| Box::pin(w.notified())).collect();
+        let kill = info.kill.notified();
+        let shutdown = shared.shutdown.notified();
+        tokio::pin!(kill, shutdown);
+        if info.killed.load(Ordering::Acquire) || shared.is_shutting_down() {
+            return Ok(false);
+        }
+
+        // Registered: now a write after this try wakes us.
+        let args = blocked.command.args();
+        let (_, spec) = lookup(args.get(0)).expect("a blocked command was looked up");
+        session.retrying = true;
+        run_command(shared, session, out, None, spec, args);
+        session.retrying = false;
+        match session.blocked.take() {
+            None => return Ok(true),
+            Some(again) => {
+                blocked = again;
+                blocked.deadline = deadline;
+            }
+        }
+
+        let mut written = std::future::poll_fn(|cx| {
+            for future in notified.iter_mut() {
+                if future.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(());
+                }
+            }
+            Poll::Pending
+        });
+        loop {
+            let limit = shared
+                .runtime
+                .client_query_buffer_limit
+                .load(Ordering::Relaxed);
+            let can_read = buf.len() < limit;
+            if can_read && buf.capacity() - buf.len() < READ_CHUNK / 4 {
+                buf.reserve(READ_CHUNK);
+            }
+            tokio::select! {
+                _ = &mut written => break,
+                _ = &mut sleep, if deadline.is_some() => {
+                    (blocked.on_timeout)(out);
+                    return Ok(true);
+                }
+                _ = &mut kill => return Ok(false),
+                _ = &mut shutdown => return Ok(false),
+                read = stream.read_buf(buf), if can_read => {
+                    let read = read?;
+                    if read == 0 {
+                        return Ok(false);
+                    }
+                    shared
+                        .stats
+                        .net_input_bytes
+                        .fetch_add(read as u64, Ordering::Relaxed);
+                }
+            }
         }
     }
 }

@@ -349,6 +349,74 @@ impl SortedSet {
         self.select(hashed::random_rank(self.len(), rng)?)
     }
 
+    /// Total bytes of all members (each counted once), in O(1): lets the
+    /// server bound the size of a reply before writing it.
+    pub fn member_bytes(&self) -> usize {
+        self.payload_bytes
+    }
+
+    /// One step of a hash-ordered scan (ZSCAN over a big set): the members
+    /// whose xxh3-64 hash is at least `cursor`, in hash order, at least
+    /// `count` of them when that many remain (a run of equal hashes is
+    /// never split), and the cursor for the next step (0 when none remain).
+    ///
+    /// The order does not depend on scores, so a member present for a whole
+    /// scan is returned by it however scores change or members come and go
+    /// meanwhile. The set keeps no index by hash, so a step costs O(n)
+    /// (two passes hashing every member; the batch is selected with a heap
+    /// of `count` hashes): callers should ask for big batches on big sets.
+    pub fn scan_by_hash(&self, cursor: u64, count: usize) -> (u64, Vec<(&[u8], f64)>) {
+        let count = count.max(1);
+        // Pass 1: the `count` smallest hashes at or after the cursor.
+        let mut smallest = std::collections::BinaryHeap::with_capacity(count.min(self.len()));
+        for member in self.scores.keys() {
+            let hash = hashed::hash_of(member);
+            if hash < cursor {
+                continue;
+            }
+            if smallest.len() < count {
+                smallest.push(hash);
+            } else if smallest.peek().is_some_and(|&top| hash < top) {
+                smallest.pop();
+                smallest.push(hash);
+            }
+        }
+        let full = smallest.len() == count;
+        let threshold = match smallest.peek() {
+            Some(&top) if full => top,
+            Some(_) => u64::MAX,
+            None => return (0, Vec::new()),
+        };
+        // Pass 2: everything up to the threshold (all of its run), and
+        // whether anything lies beyond it.
+        let mut batch = Vec::with_capacity(smallest.len());
+        let mut more = false;
+        for (member, &score) in &self.scores {
+            let hash = hashed::hash_of(member);
+            if hash < cursor {
+                continue;
+            }
+            if hash <= threshold {
+                batch.push((hash, &member[..], score));
+            } else {
+                more = true;
+            }
+        }
+        batch.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        let next = if more {
+            threshold.checked_add(1).unwrap_or(0)
+        } else {
+            0
+        };
+        (
+            next,
+            batch
+                .into_iter()
+                .map(|(_, member, score)| (member, score))
+                .collect(),
+        )
+    }
+
     /// Estimated heap bytes owned by this sorted set, for memory accounting:
     /// each member's bytes twice (map and tree) plus a per-allocation
     /// allowance; the hash map's slots at its 7/8 load factor with one control

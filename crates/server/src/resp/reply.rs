@@ -105,7 +105,7 @@ impl ReplyWriter {
     /// A double: `,` in RESP3, a bulk string in RESP2 (as INCRBYFLOAT and
     /// ZSCORE reply in Redis).
     pub fn double(&mut self, value: f64) {
-        let text = format_double(value);
+        let text = super::redis_double(value);
         if self.resp3 {
             self.buf.push(b',');
             self.buf.extend_from_slice(text.as_bytes());

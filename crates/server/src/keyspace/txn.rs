@@ -23,6 +23,7 @@
 //!   Delete (a crash between: the collection stays, the write never happened);
 //! - collection over string: the collection's record first, then the engine
 //!   delete (a crash between: the collection stays, the write happened).
+//!
 //! An atomic batch with engine writes beyond such deletes *and* collection
 //! writes goes through an intent record (see `journal`) naming both parts,
 //! the collection part as whole key states, so a crash replays all of it.

@@ -1,6 +1,7 @@
 //! What can go wrong in `engram bench timeline`, by what went wrong: a bad
-//! flag, a store that failed or lost a write, a recovery that found a
-//! different data set, the plot, or the file system.
+//! flag, a store (or the server and its clients) that failed or lost a
+//! write, a recovery that found a different data set, the plot, or the file
+//! system.
 
 use std::path::PathBuf;
 
@@ -42,6 +43,17 @@ pub enum TimelineError {
 
     #[error("engram failed")]
     Engine(#[from] engram_engine::Error),
+
+    /// `--target server`: the in-process server would not start, or
+    /// answered what a Redis server would not.
+    #[error("the server: {0}")]
+    Server(String),
+
+    #[error("the server did not start")]
+    ServerStart(#[from] engram_server::StartError),
+
+    #[error("a Redis client of the server")]
+    Redis(#[from] redis::RedisError),
 
     #[error(transparent)]
     Bench(#[from] BenchError),

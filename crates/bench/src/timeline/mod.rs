@@ -1,8 +1,9 @@
 //! `engram bench timeline`: the collections layer (DIPPER) over time — what
 //! checkpoints cost the clients while they run, YCSB over collections and
 //! strings, and how long recovery takes. It mirrors the DIPPER paper's
-//! evaluation (Chen et al., sections 5.3 to 5.5) on the embedded store;
-//! the server comes later.
+//! evaluation (Chen et al., sections 5.3 to 5.5) on the embedded store,
+//! and — with `--target server` — the first two parts against the server
+//! over TCP ([`server`]).
 //!
 //! ## Part 1, `tail`: tail latency and quiescent freedom ([`tail`])
 //!
@@ -41,6 +42,18 @@
 //! the time `Collections::open` takes from the log alone, and from images
 //! plus a 1% tail (target ≤ 2 s with 2 recovery threads).
 //!
+//! ## `--target server` ([`server`])
+//!
+//! Parts 1 and 2 against an engram server started in this process for each
+//! configuration, on a port the system picks and a fresh data directory,
+//! driven over TCP by `--threads` Redis clients (the `redis` crate, one
+//! request in flight each): the same operations as commands (HGET / HSET,
+//! HGETALL, ZRANGEBYSCORE, GET / SET, ...), the same windows, percentiles
+//! and output, labelled `target: server`, with the server's `INFO
+//! collections` counters at the end of each run. The server checkpoints in
+//! the background only: part 1's `off` and `stop-the-world`, and part 3,
+//! are skipped with a note.
+//!
 //! ## Output
 //!
 //! A table on standard output, `--json FILE` with everything (each run's
@@ -48,8 +61,8 @@
 //! the configurations on one chart, checkpoint spans shaded ([`plot`]).
 //!
 //! Modules: [`records`] (the data set), [`timed`] (the timed run),
-//! [`series`] (spans, windows, ratios), the three parts, [`report`],
-//! [`plot`].
+//! [`series`] (spans, windows, ratios), the three parts, [`server`] (the
+//! server target), [`report`], [`plot`].
 
 pub mod error;
 pub mod plot;
@@ -57,6 +70,7 @@ pub mod records;
 pub mod recovery;
 pub mod report;
 pub mod series;
+pub mod server;
 pub mod stats;
 pub mod tail;
 pub mod timed;
@@ -76,6 +90,7 @@ pub use error::{Result, TimelineError};
 use records::Shape;
 use recovery::{DataSet, Types};
 pub use report::Report;
+pub use server::Target;
 use tail::Configuration;
 use ycsb::{StoreKind, Workload};
 
@@ -128,6 +143,11 @@ pub struct TimelineBenchArgs {
     /// ycsb (A-F), recovery.
     #[arg(long, value_delimiter = ',', default_value = "tail,ycsb,recovery")]
     pub parts: Vec<Part>,
+    /// What tail and ycsb measure: embedded (the stores in this process)
+    /// or server (an engram server started in this process, over TCP with
+    /// Redis clients; background checkpoints only, no recovery part).
+    #[arg(long, value_enum, default_value = "embedded")]
+    pub target: Target,
     /// Client threads (also the prefill's and the recovery build's writers).
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
@@ -211,6 +231,7 @@ pub struct TimelineBenchArgs {
 #[derive(Clone, Debug)]
 pub struct Config {
     pub parts: Vec<Part>,
+    pub target: Target,
     pub threads: usize,
     pub shape: Shape,
     pub duration: Duration,
@@ -359,6 +380,7 @@ impl TimelineBenchArgs {
         }
         let config = Config {
             parts: Config::unique(&self.parts),
+            target: self.target,
             threads: self.threads,
             shape: Shape {
                 records: self.records,
@@ -459,7 +481,17 @@ pub fn run(config: &Config) -> Result<Report> {
     if config.runs(Part::Tail) {
         let mut measured = Vec::new();
         for &configuration in &config.configurations {
-            measured.push(tail::measure(config, &field_values, configuration)?);
+            measured.push(match config.target {
+                Target::Embedded => tail::measure(config, &field_values, configuration)?,
+                Target::Server if configuration == Configuration::Background => {
+                    server::tail::measure(config, &field_values, configuration)?
+                }
+                Target::Server => {
+                    let why = server::ONLY_BACKGROUND;
+                    report.skipped.push(format!("tail {configuration}: {why}"));
+                    continue;
+                }
+            });
         }
         report.tail = Some(report::TailReport::new(&measured));
     }
@@ -475,7 +507,11 @@ pub fn run(config: &Config) -> Result<Report> {
                     continue;
                 }
                 for &distribution in &config.ycsb_distributions {
-                    let measured = ycsb::measure(
+                    let measure = match config.target {
+                        Target::Embedded => ycsb::measure,
+                        Target::Server => server::ycsb::measure,
+                    };
+                    let measured = measure(
                         config,
                         &field_values,
                         &record_values,
@@ -489,7 +525,10 @@ pub fn run(config: &Config) -> Result<Report> {
         }
         report.ycsb = Some(ycsb);
     }
-    if config.runs(Part::Recovery) {
+    if config.runs(Part::Recovery) && config.target == Target::Server {
+        let why = server::NO_RECOVERY;
+        report.skipped.push(format!("recovery: {why}"));
+    } else if config.runs(Part::Recovery) {
         report.recovery = Some(report::RecoveryReport::new(&recovery::measure(config)?));
     }
     Ok(report)

@@ -155,8 +155,14 @@ fn render(
         let series = chart.draw_series(LineSeries::new(points, colour.stroke_width(1)))?;
         if with_text {
             let label = format!(
-                "{} ({} checkpoints)",
-                result.configuration, result.checkpoints
+                "{}{} ({} checkpoints)",
+                result.configuration,
+                if result.server.is_some() {
+                    " (server)"
+                } else {
+                    ""
+                },
+                result.checkpoints
             );
             series.label(label).legend(move |(x, y)| {
                 Rectangle::new([(x, y - 4), (x + 24, y + 4)], colour.filled())
@@ -204,6 +210,7 @@ mod tests {
     fn result(configuration: &'static str, spans: Vec<Span>) -> TailResult {
         TailResult {
             configuration,
+            target: "embedded",
             checkpoint_mode: "background",
             seconds: 0.05,
             ops: 10,
@@ -242,6 +249,7 @@ mod tests {
             window_ms: 10.0,
             ops_by_window: vec![3, 2, 0, 2, 3],
             writes_by_window: vec![1, 1, 0, 1, 2],
+            server: None,
         }
     }
 

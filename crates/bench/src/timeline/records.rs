@@ -9,6 +9,7 @@
 //! `f` of record `id` at version `v` is `values.value(id × fields + f, v)`,
 //! and the prefill writes version 0.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -28,8 +29,9 @@ pub const KEY_BYTES: usize = KEY_PREFIX.len() + KEY_DIGITS;
 pub const MAX_RECORDS: u64 = 1_000_000_000_000;
 /// More fields than this per record is a typo (YCSB's default is 10).
 pub const MAX_FIELDS: usize = 1000;
-/// The prefill publishes its progress once per this many records.
-const PROGRESS_STEP: u64 = 1024;
+/// The prefill writes (and publishes its progress) in chunks of this many
+/// records.
+pub const PROGRESS_STEP: u64 = 1024;
 
 /// The records' shape, shared by every timed part.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,10 +84,19 @@ pub fn field_pair(
 ) -> (Box<[u8]>, Box<[u8]>) {
     (
         names[field].clone(),
-        values
-            .value(id * shape.fields as u64 + field as u64, version)
-            .into(),
+        field_value(values, shape, id, field, version).into(),
     )
+}
+
+/// Field `field` of record `id` at `version`.
+pub fn field_value<'a>(
+    values: &'a ValuePool,
+    shape: &Shape,
+    id: u64,
+    field: usize,
+    version: u64,
+) -> &'a [u8] {
+    values.value(id * shape.fields as u64 + field as u64, version)
 }
 
 /// The HSET that creates record `id` (version 0 of every field).
@@ -138,6 +149,81 @@ pub fn copy_field(entry: Option<&Entry>, field: &[u8], out: &mut Vec<u8>) -> Opt
     }
 }
 
+/// Writes records `0..records` with `threads` threads, each over a
+/// consecutive slice of them in chunks of [`PROGRESS_STEP`] records:
+/// `write(state, chunk)` with the state `open(thread)` made on the thread
+/// (a connection, or nothing). Advances `bar` after each chunk; returns the
+/// time it all took.
+pub fn write_in_parallel<S>(
+    records: u64,
+    threads: usize,
+    bar: &ProgressBar,
+    open: impl Fn(usize) -> Result<S> + Sync,
+    write: impl Fn(&mut S, Range<u64>) -> Result<()> + Sync,
+) -> Result<Duration> {
+    let began = Instant::now();
+    let done = AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|thread| {
+                let (open, write, done) = (&open, &write, &done);
+                scope.spawn(move || -> Result<()> {
+                    let mut state = open(thread)?;
+                    let ids = slice(0, records, thread, threads);
+                    let mut from = ids.start;
+                    while from < ids.end {
+                        let to = ids.end.min(from + PROGRESS_STEP);
+                        write(&mut state, from..to)?;
+                        let total = done.fetch_add(to - from, Ordering::Relaxed);
+                        bar.set_position(total + to - from);
+                        from = to;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|worker| {
+                worker
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect::<Result<Vec<()>>>()
+    })?;
+    Ok(began.elapsed())
+}
+
+/// [`write_in_parallel`] with nothing held per thread: `write(id)` for
+/// each record.
+pub fn write_each(
+    records: u64,
+    threads: usize,
+    bar: &ProgressBar,
+    write: impl Fn(u64) -> Result<()> + Sync,
+) -> Result<Duration> {
+    write_in_parallel(
+        records,
+        threads,
+        bar,
+        |_| Ok(()),
+        |_, ids| ids.into_iter().try_for_each(&write),
+    )
+}
+
+/// `found` keys where `expected` should be after the prefill: an error.
+pub fn check_prefilled(store: &'static str, found: u64, expected: u64) -> Result<()> {
+    if found != expected {
+        return Err(TimelineError::WrongKeyCount {
+            store,
+            when: "after the prefill",
+            found,
+            expected,
+        });
+    }
+    Ok(())
+}
+
 /// Creates records `0..shape.records` as hashes with `threads` threads
 /// (each a consecutive slice, one logged HSET per record), then checks the
 /// key count. `extra(id)` may add operations to a record's write (the
@@ -152,49 +238,13 @@ pub fn prefill_collections(
     extra_keys: u64,
 ) -> Result<Duration> {
     let names = field_names(shape.fields);
-    let began = Instant::now();
-    let done = AtomicU64::new(0);
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|thread| {
-                let (names, done) = (&names, &done);
-                scope.spawn(move || -> Result<()> {
-                    let mut since_progress = 0;
-                    for id in slice(0, shape.records, thread, threads) {
-                        let mut ops = vec![record_op(names, values, shape, id)];
-                        ops.extend(extra(id));
-                        collections.write(ops)?;
-                        since_progress += 1;
-                        if since_progress == PROGRESS_STEP {
-                            let total = done.fetch_add(since_progress, Ordering::Relaxed);
-                            bar.set_position(total + since_progress);
-                            since_progress = 0;
-                        }
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|worker| {
-                worker
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect::<Result<Vec<()>>>()
+    let elapsed = write_each(shape.records, threads, bar, |id| {
+        let mut ops = vec![record_op(&names, values, shape, id)];
+        ops.extend(extra(id));
+        collections.write(ops)?;
+        Ok(())
     })?;
-    let elapsed = began.elapsed();
-    let found = collections.len();
-    let expected = shape.records + extra_keys;
-    if found != expected {
-        return Err(TimelineError::WrongKeyCount {
-            store: "collections",
-            when: "after the prefill",
-            found,
-            expected,
-        });
-    }
+    check_prefilled("collections", collections.len(), shape.records + extra_keys)?;
     Ok(elapsed)
 }
 
@@ -207,45 +257,11 @@ pub fn prefill_strings(
     threads: usize,
     bar: &ProgressBar,
 ) -> Result<Duration> {
-    let began = Instant::now();
-    let done = AtomicU64::new(0);
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|thread| {
-                let done = &done;
-                scope.spawn(move || -> Result<()> {
-                    let mut since_progress = 0;
-                    for id in slice(0, shape.records, thread, threads) {
-                        store.put(&key(id), string_value(values, id, 0))?;
-                        since_progress += 1;
-                        if since_progress == PROGRESS_STEP {
-                            let total = done.fetch_add(since_progress, Ordering::Relaxed);
-                            bar.set_position(total + since_progress);
-                            since_progress = 0;
-                        }
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|worker| {
-                worker
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect::<Result<Vec<()>>>()
+    let elapsed = write_each(shape.records, threads, bar, |id| {
+        store.put(&key(id), string_value(values, id, 0))?;
+        Ok(())
     })?;
-    let elapsed = began.elapsed();
-    if store.len() != shape.records {
-        return Err(TimelineError::WrongKeyCount {
-            store: "strings",
-            when: "after the prefill",
-            found: store.len(),
-            expected: shape.records,
-        });
-    }
+    check_prefilled("strings", store.len(), shape.records)?;
     Ok(elapsed)
 }
 

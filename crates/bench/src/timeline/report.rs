@@ -4,14 +4,15 @@
 //! JSON shape (field names are a contract; the tests pin the main ones):
 //!
 //! ```text
-//! { "config":   { command, parts, threads, records, fields, field_bytes,
+//! { "config":   { command, parts, target, threads, records, fields, field_bytes,
 //!                 key_bytes, distribution, read_percent, configurations,
 //!                 checkpoint_log_bytes, seconds, window_ms, sample_every_ms,
 //!                 ycsb_seconds, workloads, ycsb_distributions, ycsb_stores,
 //!                 recovery_keys, recovery_members, recovery_member_bytes,
 //!                 recovery_types, recovery_tail_percent, recovery_threads,
 //!                 machine: { cores, kernel, cpu } },
-//!   "tail":     { configurations: [ { configuration, checkpoint_mode,
+//!   "skipped":  [ "..." ],
+//!   "tail":     { configurations: [ { configuration, target, checkpoint_mode,
 //!                   seconds, ops, reads, writes, ops_per_sec,
 //!                   prefill_seconds, checkpoints, checkpoint_spans:
 //!                   [ { begin_ms, end_ms } ], checkpoint_running_ms,
@@ -24,14 +25,14 @@
 //!                     min_window_ops_during_checkpoints, ratio,
 //!                     windows_without_ops, windows_without_writes },
 //!                   other_cpu_percent, window_ms, ops_by_window,
-//!                   writes_by_window } ],
+//!                   writes_by_window, server } ],
 //!                 checks: [ { name, value, target, comparison, pass } ],
 //!                 corrected_checks: [ ... ] },
-//!   "ycsb":     { results: [ { store, workload, mix, distribution, seconds,
+//!   "ycsb":     { results: [ { store, target, workload, mix, distribution, seconds,
 //!                   ops, ops_per_sec, prefill_seconds, checkpoints, inserted,
 //!                   latency_us: { all, read, update, ... },
 //!                   corrected_latency_us: { all }, other_cpu_percent,
-//!                   window_ms, ops_by_window } ], skipped: [ "..." ] },
+//!                   window_ms, ops_by_window, server } ], skipped: [ "..." ] },
 //!   "recovery": { keys, members, member_bytes, types, recovery_threads,
 //!                 build_seconds, log_records, log_payload_bytes,
 //!                 log_file_bytes, from_log: { open_seconds, ... },
@@ -43,7 +44,12 @@
 //! A latency is `{ count, mean, p50, p99, p999, p9999, max }` in
 //! microseconds (`null` without operations). A window series counts the
 //! operations completed in each whole `window_ms` of the run, from its
-//! start. Parts not run are `null`.
+//! start. Parts not run are `null`. `target` is `embedded` or `server`;
+//! `server` is `null` on the embedded target, and on the server target
+//! `{ durability, checkpoints_requested, info_at_end: { checkpoints,
+//! backpressure_waits, ... } }` (the numeric fields of `INFO collections`
+//! when the timed run ended; `last_checkpoint` is then `null`: INFO has no
+//! image bytes). `skipped` names what `--target` left out, and why.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -53,6 +59,7 @@ use serde::Serialize;
 
 use super::recovery::{Recovered, RecoveryMeasured};
 use super::series::{self, Check, Quiescence, Span};
+use super::server::{ServerCounters, Target};
 use super::tail::{Configuration, TailMeasured};
 use super::timed::{Kind, Measured, SAMPLE_EVERY, WINDOW};
 use super::ycsb::YcsbMeasured;
@@ -69,6 +76,8 @@ pub const RECOVERY_TARGET_SECONDS: f64 = 2.0;
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub config: ReportConfig,
+    /// What `--target` left out, and why.
+    pub skipped: Vec<String>,
     pub tail: Option<TailReport>,
     pub ycsb: Option<YcsbReport>,
     pub recovery: Option<RecoveryReport>,
@@ -78,6 +87,7 @@ pub struct Report {
 pub struct ReportConfig {
     pub command: String,
     pub parts: Vec<&'static str>,
+    pub target: &'static str,
     pub threads: usize,
     pub records: u64,
     pub fields: usize,
@@ -176,6 +186,7 @@ pub struct LastCheckpoint {
 #[derive(Clone, Debug, Serialize)]
 pub struct TailResult {
     pub configuration: &'static str,
+    pub target: &'static str,
     pub checkpoint_mode: &'static str,
     pub seconds: f64,
     pub ops: u64,
@@ -199,6 +210,7 @@ pub struct TailResult {
     pub window_ms: f64,
     pub ops_by_window: Vec<u64>,
     pub writes_by_window: Vec<u64>,
+    pub server: Option<ServerCounters>,
 }
 
 impl TailReport {
@@ -264,6 +276,7 @@ impl TailResult {
             .sum();
         TailResult {
             configuration: m.configuration.name(),
+            target: m.target.name(),
             checkpoint_mode: m.configuration.mode().name(),
             seconds: timed.elapsed.as_secs_f64(),
             ops: timed.ops(),
@@ -290,6 +303,7 @@ impl TailResult {
             window_ms: WINDOW.as_secs_f64() * 1e3,
             ops_by_window,
             writes_by_window,
+            server: m.server.clone(),
         }
     }
 }
@@ -304,6 +318,7 @@ pub struct YcsbReport {
 #[derive(Clone, Debug, Serialize)]
 pub struct YcsbResult {
     pub store: &'static str,
+    pub target: &'static str,
     pub workload: &'static str,
     pub mix: String,
     pub distribution: String,
@@ -319,6 +334,7 @@ pub struct YcsbResult {
     pub other_cpu_percent: Option<f64>,
     pub window_ms: f64,
     pub ops_by_window: Vec<u64>,
+    pub server: Option<ServerCounters>,
 }
 
 impl YcsbReport {
@@ -333,6 +349,7 @@ impl YcsbReport {
         corrected_latency_us.insert("all", Latency::of(&timed.all(true)));
         self.results.push(YcsbResult {
             store: m.store.name(),
+            target: m.target.name(),
             workload: m.workload.name(),
             mix: m.workload.mix_text(),
             distribution: m.distribution.to_string(),
@@ -347,6 +364,7 @@ impl YcsbReport {
             other_cpu_percent: timed.other_cpu.map(|share| share * 100.0),
             window_ms: WINDOW.as_secs_f64() * 1e3,
             ops_by_window: timed.ops_by_window(),
+            server: m.server.clone(),
         });
     }
 }
@@ -444,6 +462,7 @@ impl Report {
             config: ReportConfig {
                 command: config.command.clone(),
                 parts: config.parts.iter().map(|p| p.name()).collect(),
+                target: config.target.name(),
                 threads: config.threads,
                 records: config.shape.records,
                 fields: config.shape.fields,
@@ -472,6 +491,7 @@ impl Report {
                 recovery_threads: config.recovery_threads,
                 machine,
             },
+            skipped: Vec::new(),
             tail: None,
             ycsb: None,
             recovery: None,
@@ -488,6 +508,12 @@ impl Report {
         let m = &c.machine;
         let _ = writeln!(text, "{}", c.command);
         let _ = writeln!(text, "{} cores, {}, {}", m.cores, m.cpu, m.kernel);
+        if c.target == Target::Server.name() {
+            let _ = writeln!(text, "{SERVER_TARGET}");
+        }
+        for note in &self.skipped {
+            let _ = writeln!(text, "skipped: {note}");
+        }
         if let Some(tail) = &self.tail {
             self.tail_table(tail, &mut text);
         }
@@ -589,6 +615,9 @@ impl Report {
                 p(&r.corrected_latency_us.all, |l| l.max),
             );
         }
+        for r in &tail.configurations {
+            server_line(text, r.configuration, r.server.as_ref());
+        }
         check_lines(text, "targets", &tail.checks);
         check_lines(
             text,
@@ -638,6 +667,10 @@ impl Report {
                 us(corrected, |l| l.p9999),
                 r.checkpoints.map_or("–".to_string(), |n| n.to_string()),
             );
+        }
+        for r in &ycsb.results {
+            let name = format!("{} {} {}", r.store, r.workload, r.distribution);
+            server_line(text, &name, r.server.as_ref());
         }
         for note in &ycsb.skipped {
             let _ = writeln!(text, "  skipped: {note}");
@@ -692,6 +725,31 @@ fn recovery_table(r: &RecoveryReport, text: &mut String) {
         &r.from_images,
     );
     check_lines(text, "targets", &r.checks);
+}
+
+/// What the table says of the server target once.
+const SERVER_TARGET: &str = "target server: an engram server in this process per run, over TCP on \
+     127.0.0.1, one Redis connection per client thread, one request in flight; checkpoints in \
+     the background, started with BGSAVE at the log volume below";
+
+/// A run's `INFO collections` counters, on the server target.
+fn server_line(text: &mut String, name: &str, server: Option<&ServerCounters>) {
+    let Some(server) = server else {
+        return;
+    };
+    let info = |field: &str| server.info_at_end.get(field).copied().unwrap_or(0);
+    let _ = writeln!(
+        text,
+        "  server INFO at the end of {name}: checkpoints {} since it started ({} BGSAVE sent by \
+         the benchmark in the run), backpressure_waits {} ({} ms), oplog_bytes_since_checkpoint \
+         {}, durability {}",
+        info("checkpoints"),
+        server.checkpoints_requested,
+        info("backpressure_waits"),
+        info("backpressure_wait_ms"),
+        thousands(info("oplog_bytes_since_checkpoint") as f64),
+        server.durability,
+    );
 }
 
 fn check_lines(text: &mut String, title: &str, checks: &[Check]) {

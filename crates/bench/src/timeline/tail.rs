@@ -21,6 +21,7 @@ use rand::{Rng, SeedableRng};
 use super::error::Result;
 use super::records::{self, Shape};
 use super::series::{Span, SpanRecorder};
+use super::server::{ServerCounters, Target};
 use super::stats;
 use super::timed::{self, Kind, Measured};
 use super::{remove_if_present, Config};
@@ -91,6 +92,7 @@ impl std::str::FromStr for Configuration {
 /// What one configuration measured.
 pub struct TailMeasured {
     pub configuration: Configuration,
+    pub target: Target,
     pub prefill: Duration,
     pub timed: Measured,
     pub spans: Vec<Span>,
@@ -102,6 +104,8 @@ pub struct TailMeasured {
     pub log_bytes_pending: u64,
     /// The last checkpoint of the run, if any: how much it wrote.
     pub last_checkpoint: Option<engram_collections::CheckpointReport>,
+    /// The server target: what its INFO said.
+    pub server: Option<ServerCounters>,
 }
 
 /// The options every collections store of the timed parts opens with.
@@ -157,43 +161,30 @@ pub fn measure(
         folded?;
     }
     let before = stats::stats(&collections);
-    let bar = progress_bar(
-        config.progress,
-        Some(config.duration.as_millis() as u64),
+    let (timed, spans) = run_with_spans(
+        config,
         &label,
-    );
-    let mut recorder: Option<SpanRecorder> = None;
-    let timed = timed::run(
-        config.threads,
-        config.duration,
-        &bar,
-        |thread| client(config, values, &collections, thread),
-        &mut |origin| {
-            let recorder =
-                recorder.get_or_insert_with(|| SpanRecorder::new(origin, before.checkpoints));
+        before.checkpoints,
+        |thread| client(Mix::new(config, thread), values, &collections),
+        || {
             let at = Instant::now();
             let stats = stats::stats(&collections);
-            recorder.observe(
+            Some(Sample {
                 at,
-                stats.checkpoint_running,
-                stats.checkpoints,
-                stats.last_checkpoint.map(|c| c.duration),
-            );
+                running: stats.checkpoint_running,
+                checkpoints: stats.checkpoints,
+                last_duration: stats.last_checkpoint.map(|c| c.duration),
+            })
         },
-    );
-    bar.finish_and_clear();
-    let timed = timed?;
+    )?;
     let after = stats::stats(&collections);
-    let end = timed.origin + timed.duration;
-    let spans = recorder
-        .unwrap_or_else(|| SpanRecorder::new(timed.origin, before.checkpoints))
-        .finish(end);
     // The directory goes next: a clean close would only sync what is about
     // to be deleted.
     collections.crash();
     remove_if_present(&dir)?;
     Ok(TailMeasured {
         configuration,
+        target: Target::Embedded,
         prefill,
         timed,
         spans,
@@ -206,51 +197,155 @@ pub fn measure(
         last_checkpoint: after
             .last_checkpoint
             .filter(|_| after.checkpoints > before.checkpoints),
+        server: None,
     })
+}
+
+/// What one sample of the store said about checkpoints: at `at`, whether
+/// one was running, how many had completed, how long the last one took.
+pub(super) struct Sample {
+    pub at: Instant,
+    pub running: bool,
+    pub checkpoints: u64,
+    pub last_duration: Option<Duration>,
+}
+
+/// The timed run of a configuration, and the checkpoint spans from what
+/// `sample()` says every [`timed::SAMPLE_EVERY`] (`None`: nothing this
+/// time); `checkpoints` completed before the run.
+pub(super) fn run_with_spans<C>(
+    config: &Config,
+    label: &str,
+    checkpoints: u64,
+    make_client: impl Fn(usize) -> C + Sync,
+    mut sample: impl FnMut() -> Option<Sample> + Send,
+) -> Result<(Measured, Vec<Span>)>
+where
+    C: FnMut() -> Result<(Kind, Instant)>,
+{
+    let mut recorder: Option<SpanRecorder> = None;
+    let timed = timed::run(
+        config.progress,
+        label,
+        config.threads,
+        config.duration,
+        make_client,
+        &mut |origin| {
+            let recorder = recorder.get_or_insert_with(|| SpanRecorder::new(origin, checkpoints));
+            if let Some(seen) = sample() {
+                recorder.observe(seen.at, seen.running, seen.checkpoints, seen.last_duration);
+            }
+        },
+    )?;
+    let end = timed.origin + timed.duration;
+    let spans = recorder
+        .unwrap_or_else(|| SpanRecorder::new(timed.origin, checkpoints))
+        .finish(end);
+    Ok((timed, spans))
+}
+
+/// What a client of the timed run does next (the same sequence for a
+/// thread over either target): a record (zipfian or uniform) and a field
+/// (uniform), read or written by the read percentage.
+pub(super) struct Mix {
+    pub shape: Shape,
+    names: Vec<Box<[u8]>>,
+    chooser: KeyChooser,
+    coin: SmallRng,
+    read_percent: u32,
+    /// Version 0 is the prefill's; each write of this thread a new one.
+    version: u64,
+    key: [u8; records::KEY_BYTES],
+}
+
+/// One operation of the mix on record `id` ([`Mix::key`]).
+pub(super) enum Step {
+    Read { id: u64, field: usize },
+    Write { id: u64, field: usize, version: u64 },
+}
+
+impl Mix {
+    pub(super) fn new(config: &Config, thread: usize) -> Mix {
+        Mix {
+            shape: config.shape,
+            names: records::field_names(config.shape.fields),
+            chooser: KeyChooser::new(
+                config.distribution,
+                config.shape.records,
+                KEY_CHOICE_SEED + thread as u64,
+            ),
+            coin: SmallRng::seed_from_u64(MIX_SEED + thread as u64),
+            read_percent: config.read_percent,
+            version: (thread as u64) << 40,
+            key: [0u8; records::KEY_BYTES],
+        }
+    }
+
+    pub(super) fn next(&mut self) -> Step {
+        let id = self.chooser.next_id();
+        records::fill_key(id, &mut self.key);
+        let field = self.coin.random_range(0..self.shape.fields);
+        if self.coin.random_range(0..100) < self.read_percent {
+            Step::Read { id, field }
+        } else {
+            self.version += 1;
+            Step::Write {
+                id,
+                field,
+                version: self.version,
+            }
+        }
+    }
+
+    /// The key of the last step's record.
+    pub(super) fn key(&self) -> &[u8; records::KEY_BYTES] {
+        &self.key
+    }
+
+    /// Field `field`'s name.
+    pub(super) fn name(&self, field: usize) -> &[u8] {
+        &self.names[field]
+    }
+
+    /// What a write of `field` of `id` at `version` logs.
+    pub(super) fn pair(
+        &self,
+        values: &ValuePool,
+        id: u64,
+        field: usize,
+        version: u64,
+    ) -> (Box<[u8]>, Box<[u8]>) {
+        records::field_pair(&self.names, values, &self.shape, id, field, version)
+    }
 }
 
 /// One client of the timed run: HGET or HSET of one field.
 fn client<'a>(
-    config: &'a Config,
+    mut mix: Mix,
     values: &'a ValuePool,
     collections: &'a Collections,
-    thread: usize,
 ) -> impl FnMut() -> Result<(Kind, Instant)> + 'a {
-    let shape: Shape = config.shape;
-    let names = records::field_names(shape.fields);
-    let mut chooser = KeyChooser::new(
-        config.distribution,
-        shape.records,
-        KEY_CHOICE_SEED + thread as u64,
-    );
-    let mut coin = SmallRng::seed_from_u64(MIX_SEED + thread as u64);
-    let mut key = [0u8; records::KEY_BYTES];
-    let mut copied = Vec::with_capacity(shape.field_bytes);
-    // Version 0 is the prefill's; each write of this thread a new one.
-    let mut version = (thread as u64) << 40;
-    let read_percent = config.read_percent;
-    move || {
-        let id = chooser.next_id();
-        records::fill_key(id, &mut key);
-        let field = coin.random_range(0..shape.fields);
-        if coin.random_range(0..100) < read_percent {
+    let field_bytes = mix.shape.field_bytes;
+    let mut copied = Vec::with_capacity(field_bytes);
+    move || match mix.next() {
+        Step::Read { id, field } => {
             let began = Instant::now();
-            let found = collections.read(&key, |entry| {
-                records::copy_field(entry, &names[field], &mut copied)
+            let found = collections.read(mix.key(), |entry| {
+                records::copy_field(entry, mix.name(field), &mut copied)
             });
-            if found != Some(shape.field_bytes) {
+            if found != Some(field_bytes) {
                 return Err(timed::lost(
                     "collections",
                     format!("HGET {} field{field} found {found:?}", id),
                 ));
             }
             Ok((Kind::Read, began))
-        } else {
-            version += 1;
-            let pair = records::field_pair(&names, values, &shape, id, field, version);
+        }
+        Step::Write { id, field, version } => {
+            let key = *mix.key();
             let op = Op::HashSet {
                 key: key.into(),
-                pairs: vec![pair],
+                pairs: vec![mix.pair(values, id, field, version)],
             };
             let began = Instant::now();
             collections.update(&[&key[..]], move |_| Ok((vec![op], ())))?;

@@ -26,6 +26,7 @@ struct Cli {
 fn toy(parts: &[Part], dir: &Path) -> Config {
     Config {
         parts: parts.to_vec(),
+        target: Target::Embedded,
         threads: 2,
         shape: Shape {
             records: 2_000,
@@ -54,6 +55,22 @@ fn toy(parts: &[Part], dir: &Path) -> Config {
         progress: false,
         command: "engram bench timeline (test)".into(),
     }
+}
+
+fn parse(args: &[&str]) -> std::result::Result<TimelineBenchArgs, clap::Error> {
+    let mut argv = vec!["timeline"];
+    argv.extend_from_slice(args);
+    Cli::try_parse_from(argv).map(|cli| cli.args)
+}
+
+/// The items of a JSON array, each by `item`.
+fn items<'a, T>(array: &'a Value, item: impl Fn(&'a Value) -> Option<T>) -> Vec<T> {
+    array
+        .as_array()
+        .unwrap_or_else(|| panic!("{array} is not an array"))
+        .iter()
+        .map(|value| item(value).unwrap_or_else(|| panic!("{value} in {array}")))
+        .collect()
 }
 
 fn json(report: &Report) -> Value {
@@ -241,11 +258,6 @@ fn recovery_part_recovers_every_key_from_the_log_and_from_images() {
 
 #[test]
 fn flags_have_the_documented_defaults_and_limits() {
-    let parse = |args: &[&str]| {
-        let mut argv = vec!["timeline"];
-        argv.extend_from_slice(args);
-        Cli::try_parse_from(argv).map(|cli| cli.args)
-    };
     let args = parse(&[]).unwrap();
     let config = args.config("test".into()).unwrap();
     assert_eq!(config.parts, [Part::Tail, Part::Ycsb, Part::Recovery]);
@@ -288,4 +300,109 @@ fn flags_have_the_documented_defaults_and_limits() {
             .and_then(|args| args.config("test".into()).map_err(|e| e.to_string()));
         assert!(outcome.is_err(), "{bad:?} was accepted");
     }
+}
+
+/// `--target server`: the tail part's background configuration (the
+/// others and recovery skipped with a note) and YCSB over both stores,
+/// against in-process servers over TCP, at toy sizes.
+#[test]
+fn server_target_measures_tail_and_ycsb_over_tcp() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = toy(&[Part::Tail, Part::Ycsb, Part::Recovery], dir.path());
+    config.target = Target::Server;
+    config.workloads = vec![Workload::A, Workload::E, Workload::F];
+    let report = run(&config).unwrap();
+    let value = json(&report);
+    assert_eq!(value["config"]["target"], "server");
+    assert!(value["recovery"].is_null());
+    let skipped = items(&value["skipped"], Value::as_str);
+    assert_eq!(skipped.len(), 3, "{skipped:?}");
+    for part in ["tail off:", "tail stop-the-world:", "recovery:"] {
+        assert!(
+            skipped.iter().any(|note| note.starts_with(part)),
+            "{skipped:?}"
+        );
+    }
+
+    let results = value["tail"]["configurations"].as_array().unwrap();
+    assert_eq!(results.len(), 1);
+    let result = &results[0];
+    assert_eq!(result["configuration"], "background");
+    assert_eq!(result["target"], "server");
+    assert!(number(result, "ops_per_sec") > 0.0);
+    assert!(result["reads"].as_u64().unwrap() > 0);
+    assert!(result["writes"].as_u64().unwrap() > 0);
+    for set in ["latency_us", "corrected_latency_us"] {
+        for kind in ["all", "read", "write"] {
+            check_latency(&result[set][kind]);
+        }
+    }
+    // A round trip over loopback: more than a microsecond, and (on a
+    // machine shared with the test's other threads) well under a second.
+    let measured = &result["latency_us"]["all"];
+    assert!(number(measured, "p50") > 1.0, "{measured}");
+    assert!(number(measured, "p99") < 1e6, "{measured}");
+    let windows = items(&result["ops_by_window"], Value::as_u64);
+    assert_eq!(windows.len(), 100, "1 s of 10 ms windows");
+    let busy = windows.iter().filter(|&&ops| ops > 0).count();
+    assert!(busy > 50, "{busy} of 100 windows completed an operation");
+    assert!(windows.iter().sum::<u64>() <= result["ops"].as_u64().unwrap());
+    let server = &result["server"];
+    assert_eq!(server["durability"], "process");
+    let info = &server["info_at_end"];
+    for field in [
+        "checkpoints",
+        "backpressure_waits",
+        "oplog_bytes_since_checkpoint",
+    ] {
+        assert!(info[field].is_u64(), "{field} missing from {info}");
+    }
+    // The SAVE after the prefill, and the run's own checkpoints.
+    let checkpoints = result["checkpoints"].as_u64().unwrap();
+    assert_eq!(info["checkpoints"].as_u64().unwrap(), 1 + checkpoints);
+    assert!(result["last_checkpoint"].is_null());
+
+    let results = value["ycsb"]["results"].as_array().unwrap();
+    // E is skipped over strings.
+    assert_eq!(results.len(), 5);
+    for result in results {
+        let (store, workload) = (
+            result["store"].as_str().unwrap(),
+            result["workload"].as_str().unwrap(),
+        );
+        assert_eq!(result["target"], "server");
+        assert!(number(result, "ops_per_sec") > 0.0, "{store} {workload}");
+        check_latency(&result["latency_us"]["all"]);
+        check_latency(&result["corrected_latency_us"]["all"]);
+        assert_eq!(result["ops_by_window"].as_array().unwrap().len(), 30);
+        assert!(result["server"]["info_at_end"]["checkpoints"].is_u64());
+        match store {
+            "collections" => assert!(result["checkpoints"].is_u64()),
+            _ => assert!(result["checkpoints"].is_null()),
+        }
+        if workload == "ycsb-e" {
+            assert!(result["inserted"].as_u64().unwrap() > 0);
+            check_latency(&result["latency_us"]["scan"]);
+        }
+    }
+    let table = report.table();
+    for text in [
+        "target server:",
+        "skipped: tail off:",
+        "server INFO at the end of background: checkpoints",
+        "server INFO at the end of collections ycsb-e zipfian",
+    ] {
+        assert!(table.contains(text), "{text} missing from\n{table}");
+    }
+    // The servers are stopped and their directories gone.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+
+    // The flag.
+    assert_eq!(parse(&[]).unwrap().target, Target::Embedded);
+    let config = parse(&["--target", "server"])
+        .unwrap()
+        .config("t".into())
+        .unwrap();
+    assert_eq!(config.target, Target::Server);
+    assert!(parse(&["--target", "cloud"]).is_err());
 }

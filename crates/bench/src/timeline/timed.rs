@@ -43,9 +43,9 @@ use std::sync::{Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use indicatif::ProgressBar;
 
 use super::error::{Result, TimelineError};
+use crate::integrity::progress_bar;
 use crate::runner::new_histogram;
 
 /// How often the sampler runs during a timed run.
@@ -205,11 +205,13 @@ struct Client {
 
 /// Runs `threads` clients made by `make_client(thread)` (on their own
 /// thread) for `duration`, calling `sample(origin)` every [`SAMPLE_EVERY`]
-/// meanwhile (on a thread of its own); `bar` counts milliseconds.
+/// meanwhile (on a thread of its own), under a progress bar labelled
+/// `label` (drawn when `progress`) that counts milliseconds.
 pub fn run<F, C>(
+    progress: bool,
+    label: &str,
     threads: usize,
     duration: Duration,
-    bar: &ProgressBar,
     make_client: F,
     sample: &mut (dyn FnMut(Instant) + Send),
 ) -> Result<Measured>
@@ -218,6 +220,7 @@ where
     C: FnMut() -> Result<(Kind, Instant)>,
 {
     assert!(threads > 0, "a timed run needs a client");
+    let bar = progress_bar(progress, Some(duration.as_millis() as u64), label);
     let windows = whole_windows(duration);
     // The clients, the sampler and this thread.
     let start = Barrier::new(threads + 2);
@@ -282,6 +285,7 @@ where
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         (other_cpu, outcomes)
     });
+    bar.finish_and_clear();
     let clients = outcomes.into_iter().collect::<Result<Vec<Client>>>()?;
     let origin = *origin.get().expect("set at the barrier");
     let began = clients.iter().map(|c| c.began).min().expect("threads > 0");
@@ -493,12 +497,12 @@ mod tests {
 
     #[test]
     fn a_run_counts_every_operation_in_its_window() {
-        let bar = ProgressBar::hidden();
         let samples = std::sync::atomic::AtomicU64::new(0);
         let measured = run(
+            false,
+            "test",
             2,
             Duration::from_millis(200),
-            &bar,
             |thread| {
                 let mut n = 0u64;
                 move || {
@@ -536,12 +540,12 @@ mod tests {
 
     #[test]
     fn a_failing_client_stops_the_run() {
-        let bar = ProgressBar::hidden();
         let began = Instant::now();
         let outcome = run(
+            false,
+            "test",
             2,
             Duration::from_secs(30),
-            &bar,
             |thread| {
                 move || {
                     if thread == 1 {

@@ -51,6 +51,7 @@ use rand_distr::{Distribution as _, Zipf};
 
 use super::error::{Result, TimelineError};
 use super::records::{self, Shape, KEY_BYTES};
+use super::server::{ServerCounters, Target};
 use super::stats;
 use super::timed::{self, Kind, Measured};
 use super::{remove_if_present, tail, Config};
@@ -211,16 +212,19 @@ pub struct YcsbMeasured {
     pub checkpoints: Option<u64>,
     /// Records inserted during the run (D, E).
     pub inserted: u64,
+    pub target: Target,
+    /// The server target: what its INFO said.
+    pub server: Option<ServerCounters>,
 }
 
 /// Which records exist while inserts go on (module docs).
-struct Inserts {
+pub(super) struct Inserts {
     prefilled: u64,
     per_thread: Vec<CachePadded<AtomicU64>>,
 }
 
 impl Inserts {
-    fn new(prefilled: u64, threads: usize) -> Inserts {
+    pub(super) fn new(prefilled: u64, threads: usize) -> Inserts {
         Inserts {
             prefilled,
             per_thread: (0..threads)
@@ -249,7 +253,7 @@ impl Inserts {
         self.prefilled + fewest * self.per_thread.len() as u64
     }
 
-    fn total(&self) -> u64 {
+    pub(super) fn total(&self) -> u64 {
         self.per_thread
             .iter()
             .map(|count| count.load(Ordering::Relaxed))
@@ -297,7 +301,87 @@ impl Chooser {
     }
 }
 
-fn index_key(bucket: u64) -> Vec<u8> {
+/// One client's choices, the same sequence for a thread over every store
+/// and target: the kind of each operation, its record, field and version,
+/// a scan's length, and the records it inserts.
+pub(super) struct Choices<'a> {
+    workload: Workload,
+    chooser: Chooser,
+    coin: SmallRng,
+    inserts: &'a Inserts,
+    thread: usize,
+    version: u64,
+    inserted: u64,
+}
+
+impl<'a> Choices<'a> {
+    pub(super) fn new(
+        config: &Config,
+        inserts: &'a Inserts,
+        workload: Workload,
+        distribution: Distribution,
+        thread: usize,
+    ) -> Choices<'a> {
+        let seed = KEY_CHOICE_SEED + thread as u64;
+        Choices {
+            workload,
+            chooser: Chooser::new(workload, distribution, config.shape.records, seed),
+            coin: SmallRng::seed_from_u64(MIX_SEED + thread as u64),
+            inserts,
+            thread,
+            version: (thread as u64) << 40,
+            inserted: 0,
+        }
+    }
+
+    pub(super) fn kind(&mut self) -> Kind {
+        self.workload.pick(self.coin.random_range(0..100))
+    }
+
+    /// A record that exists, by the distribution; its key into `key`.
+    pub(super) fn record(&mut self, key: &mut [u8; KEY_BYTES]) -> u64 {
+        let id = self.chooser.next(self.inserts.existing());
+        records::fill_key(id, key);
+        id
+    }
+
+    pub(super) fn field(&mut self, fields: usize) -> usize {
+        self.coin.random_range(0..fields)
+    }
+
+    /// The version an update writes: a new one each time.
+    pub(super) fn version(&mut self) -> u64 {
+        self.version += 1;
+        self.version
+    }
+
+    pub(super) fn scan_length(&mut self) -> u64 {
+        self.coin.random_range(1..=MAX_SCAN_LENGTH)
+    }
+
+    /// The record this client inserts next.
+    pub(super) fn new_record(&self) -> u64 {
+        self.inserts.id(self.thread, self.inserted)
+    }
+
+    /// [`Self::new_record`] is written: readers may choose it.
+    pub(super) fn inserted(&mut self) {
+        self.inserted += 1;
+        self.inserts.published(self.thread, self.inserted);
+    }
+}
+
+/// The sorted sets of E's range index over `records` records (none when
+/// not `indexed`).
+pub(super) fn index_buckets(indexed: bool, records: u64) -> u64 {
+    if indexed {
+        records.div_ceil(SCAN_BUCKET_RECORDS)
+    } else {
+        0
+    }
+}
+
+pub(super) fn index_key(bucket: u64) -> Vec<u8> {
     let mut key = INDEX_PREFIX.to_vec();
     key.extend_from_slice(format!("{bucket:012}").as_bytes());
     key
@@ -344,11 +428,7 @@ pub fn measure(
                     Vec::new()
                 }
             };
-            let buckets = if indexed {
-                shape.records.div_ceil(SCAN_BUCKET_RECORDS)
-            } else {
-                0
-            };
+            let buckets = index_buckets(indexed, shape.records);
             let prefill = records::prefill_collections(
                 &collections,
                 &shape,
@@ -361,15 +441,11 @@ pub fn measure(
             bar.finish_and_clear();
             let prefill = prefill?;
             let before = stats::stats(&collections).checkpoints;
-            let bar = progress_bar(
-                config.progress,
-                Some(config.ycsb_duration.as_millis() as u64),
-                &label,
-            );
             let timed = timed::run(
+                config.progress,
+                &label,
                 config.threads,
                 config.ycsb_duration,
-                &bar,
                 |thread| {
                     collections_client(
                         config,
@@ -382,9 +458,7 @@ pub fn measure(
                     )
                 },
                 &mut |_| {},
-            );
-            bar.finish_and_clear();
-            let timed = timed?;
+            )?;
             let checkpoints = stats::stats(&collections).checkpoints - before;
             collections.crash();
             (prefill, timed, Some(checkpoints))
@@ -396,15 +470,11 @@ pub fn measure(
                 records::prefill_strings(&engine, &shape, record_values, config.threads, &bar);
             bar.finish_and_clear();
             let prefill = prefill?;
-            let bar = progress_bar(
-                config.progress,
-                Some(config.ycsb_duration.as_millis() as u64),
-                &label,
-            );
             let timed = timed::run(
+                config.progress,
+                &label,
                 config.threads,
                 config.ycsb_duration,
-                &bar,
                 |thread| {
                     strings_client(
                         config,
@@ -417,9 +487,7 @@ pub fn measure(
                     )
                 },
                 &mut |_| {},
-            );
-            bar.finish_and_clear();
-            let timed = timed?;
+            )?;
             engine.crash();
             (prefill, timed, None)
         }
@@ -434,6 +502,8 @@ pub fn measure(
         timed,
         checkpoints,
         inserted: inserts.total(),
+        target: Target::Embedded,
+        server: None,
     })
 }
 
@@ -449,20 +519,15 @@ fn collections_client<'a>(
 ) -> impl FnMut() -> Result<(Kind, Instant)> + 'a {
     let shape: Shape = config.shape;
     let names = records::field_names(shape.fields);
-    let seed = KEY_CHOICE_SEED + thread as u64;
-    let mut chooser = Chooser::new(workload, distribution, shape.records, seed);
-    let mut coin = SmallRng::seed_from_u64(MIX_SEED + thread as u64);
+    let mut choices = Choices::new(config, inserts, workload, distribution, thread);
     let mut key = [0u8; KEY_BYTES];
     let mut copied = Vec::with_capacity(shape.record_bytes() * 2);
     let mut members: Vec<Vec<u8>> = Vec::with_capacity(MAX_SCAN_LENGTH as usize);
-    let mut version = (thread as u64) << 40;
-    let mut inserted = 0u64;
     move || {
-        let kind = workload.pick(coin.random_range(0..100));
+        let kind = choices.kind();
         match kind {
             Kind::Read => {
-                let id = chooser.next(inserts.existing());
-                records::fill_key(id, &mut key);
+                let id = choices.record(&mut key);
                 let began = Instant::now();
                 let fields =
                     collections.read(&key, |entry| records::copy_all_fields(entry, &mut copied));
@@ -475,10 +540,9 @@ fn collections_client<'a>(
                 Ok((kind, began))
             }
             Kind::Update => {
-                let id = chooser.next(inserts.existing());
-                records::fill_key(id, &mut key);
-                let field = coin.random_range(0..shape.fields);
-                version += 1;
+                let id = choices.record(&mut key);
+                let field = choices.field(shape.fields);
+                let version = choices.version();
                 let op = Op::HashSet {
                     key: key.into(),
                     pairs: vec![records::field_pair(
@@ -490,7 +554,7 @@ fn collections_client<'a>(
                 Ok((kind, began))
             }
             Kind::Insert => {
-                let id = inserts.id(thread, inserted);
+                let id = choices.new_record();
                 let mut ops = vec![records::record_op(&names, values, &shape, id)];
                 let mut keys = vec![records::key(id).to_vec()];
                 if workload == Workload::E {
@@ -500,13 +564,12 @@ fn collections_client<'a>(
                 let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
                 let began = Instant::now();
                 collections.update(&keys, move |_| Ok((ops, ())))?;
-                inserted += 1;
-                inserts.published(thread, inserted);
+                choices.inserted();
                 Ok((kind, began))
             }
             Kind::Scan => {
-                let start = chooser.next(inserts.existing());
-                let length = coin.random_range(1..=MAX_SCAN_LENGTH);
+                let start = choices.record(&mut key);
+                let length = choices.scan_length();
                 let began = Instant::now();
                 scan(collections, start, length, &mut members);
                 for member in &members {
@@ -532,9 +595,8 @@ fn collections_client<'a>(
                 Ok((kind, began))
             }
             Kind::ReadModifyWrite => {
-                let id = chooser.next(inserts.existing());
-                records::fill_key(id, &mut key);
-                let field = coin.random_range(0..shape.fields);
+                let id = choices.record(&mut key);
+                let field = choices.field(shape.fields);
                 let name = names[field].clone();
                 let record_key: Box<[u8]> = key.into();
                 let copied = &mut copied;
@@ -576,7 +638,7 @@ fn collections_client<'a>(
 /// The value a read-modify-write writes: the old one with its first 8
 /// bytes taken as a counter and incremented (so the write depends on the
 /// read).
-fn modified(old: &[u8]) -> Box<[u8]> {
+pub(super) fn modified(old: &[u8]) -> Box<[u8]> {
     let mut value = old.to_vec();
     let mut counter = [0u8; 8];
     let n = value.len().min(8);
@@ -628,21 +690,15 @@ fn strings_client<'a>(
     distribution: Distribution,
     thread: usize,
 ) -> impl FnMut() -> Result<(Kind, Instant)> + 'a {
-    let shape: Shape = config.shape;
-    let seed = KEY_CHOICE_SEED + thread as u64;
-    let mut chooser = Chooser::new(workload, distribution, shape.records, seed);
-    let mut coin = SmallRng::seed_from_u64(MIX_SEED + thread as u64);
+    let mut choices = Choices::new(config, inserts, workload, distribution, thread);
     let mut key = [0u8; KEY_BYTES];
-    let mut version = (thread as u64) << 40;
-    let mut inserted = 0u64;
-    let record_bytes = shape.record_bytes();
+    let record_bytes = config.shape.record_bytes();
     let lost = move |what: String| timed::lost("strings", what);
     move || {
-        let kind = workload.pick(coin.random_range(0..100));
+        let kind = choices.kind();
         match kind {
             Kind::Read => {
-                let id = chooser.next(inserts.existing());
-                records::fill_key(id, &mut key);
+                let id = choices.record(&mut key);
                 let began = Instant::now();
                 match store.get(&key)? {
                     Some(value) if value.len() == record_bytes => Ok((kind, began)),
@@ -653,27 +709,23 @@ fn strings_client<'a>(
                 }
             }
             Kind::Update => {
-                let id = chooser.next(inserts.existing());
-                records::fill_key(id, &mut key);
-                version += 1;
-                let value = records::string_value(values, id, version);
+                let id = choices.record(&mut key);
+                let value = records::string_value(values, id, choices.version());
                 let began = Instant::now();
                 store.put(&key, value)?;
                 Ok((kind, began))
             }
             Kind::Insert => {
-                let id = inserts.id(thread, inserted);
+                let id = choices.new_record();
                 records::fill_key(id, &mut key);
                 let value = records::string_value(values, id, 0);
                 let began = Instant::now();
                 store.put(&key, value)?;
-                inserted += 1;
-                inserts.published(thread, inserted);
+                choices.inserted();
                 Ok((kind, began))
             }
             Kind::ReadModifyWrite => {
-                let id = chooser.next(inserts.existing());
-                records::fill_key(id, &mut key);
+                let id = choices.record(&mut key);
                 let began = Instant::now();
                 let Some(old) = store.get(&key)?.filter(|v| v.len() == record_bytes) else {
                     return Err(lost(format!(

@@ -1,0 +1,129 @@
+//! The tail part against the server: the embedded part's run
+//! ([`crate::timeline::tail`]) with commands over TCP.
+//!
+//! A fresh server; the records prefilled (an HSET of every field per
+//! record, pipelined), then `SAVE` folds them into images, as
+//! `checkpoint_now` does in the embedded part, so the timed run starts
+//! from an empty log. In the timed run each client does what the embedded
+//! client does, in the same sequence (`tail::Mix`): `HGET key fieldN` (the
+//! reply must be the field's bytes) or `HSET key fieldN value`, one request
+//! in flight. The sampler reads `INFO collections` every millisecond for
+//! the checkpoint spans, and sends BGSAVE when the log calls for a
+//! checkpoint ([`super::Watcher`]).
+
+use std::time::{Duration, Instant};
+
+use redis::Connection;
+
+use super::{record_command, Info, Instance, Target, Watcher};
+use crate::integrity::progress_bar;
+use crate::timeline::error::{Result, TimelineError};
+use crate::timeline::records;
+use crate::timeline::tail::{run_with_spans, Configuration, Mix, Sample, Step, TailMeasured};
+use crate::timeline::timed::{self, Kind, SAMPLE_EVERY};
+use crate::timeline::Config;
+use crate::workload::ValuePool;
+
+/// Runs `configuration` (background: the only one the server has) on a
+/// server in `config.dir/server-tail-<name>`.
+pub fn measure(
+    config: &Config,
+    values: &ValuePool,
+    configuration: Configuration,
+) -> Result<TailMeasured> {
+    if configuration != Configuration::Background {
+        return Err(TimelineError::flag(
+            "configurations",
+            format!("{configuration}: {}", super::ONLY_BACKGROUND),
+        ));
+    }
+    let dir = config
+        .dir
+        .join(format!("server-tail-{}", configuration.name()));
+    let instance = Instance::start(&dir)?;
+    let shape = config.shape;
+    let names = records::field_names(shape.fields);
+    let label = format!("server tail {configuration}");
+    let prefill = instance.prefill(
+        config,
+        &label,
+        &|id, pipeline| record_command(pipeline, &names, values, &shape, id),
+        0,
+    )?;
+    let mut control = instance.connect()?;
+    let spinner = progress_bar(config.progress, None, &format!("{label} SAVE"));
+    let saved = redis::cmd("SAVE").query::<()>(&mut control);
+    spinner.finish_and_clear();
+    saved?;
+    let before = Info::read(&mut control)?;
+    let connections = instance.connect_all(config.threads)?;
+    let mut watcher = Watcher::new(control, Some(config.checkpoint_log_bytes), SAMPLE_EVERY);
+    let (timed, spans) = run_with_spans(
+        config,
+        &label,
+        before.checkpoints(),
+        |thread| client(Mix::new(config, thread), values, connections.take(thread)),
+        || {
+            let (at, info) = watcher.poll()?;
+            Some(Sample {
+                at,
+                running: info.get("checkpoint_in_progress") != 0,
+                checkpoints: info.checkpoints(),
+                last_duration: Some(Duration::from_millis(
+                    info.get("last_checkpoint_duration_ms"),
+                )),
+            })
+        },
+    )?;
+    let (after, counters) = instance.counters(watcher)?;
+    instance.stop()?;
+    Ok(TailMeasured {
+        configuration,
+        target: Target::Server,
+        prefill,
+        timed,
+        spans,
+        checkpoints: after.since(&before, "checkpoints"),
+        backpressure_waits: after.since(&before, "backpressure_waits"),
+        backpressure_wait: Duration::from_millis(after.since(&before, "backpressure_wait_ms")),
+        log_bytes_pending: after.get("oplog_bytes_since_checkpoint"),
+        // INFO says what the last checkpoint took but not the bytes it
+        // wrote: its fields are in `server.info_at_end`.
+        last_checkpoint: None,
+        server: Some(counters),
+    })
+}
+
+/// One client: HGET or HSET of one field, as the embedded client.
+fn client<'a>(
+    mut mix: Mix,
+    values: &'a ValuePool,
+    mut connection: Connection,
+) -> impl FnMut() -> Result<(Kind, Instant)> + 'a {
+    move || match mix.next() {
+        Step::Read { id, field } => {
+            let mut command = redis::cmd("HGET");
+            command.arg(&mix.key()[..]).arg(mix.name(field));
+            let began = Instant::now();
+            let found: Option<Vec<u8>> = command.query(&mut connection)?;
+            let found = found.map(|value| value.len());
+            if found != Some(mix.shape.field_bytes) {
+                return Err(timed::lost(
+                    "server",
+                    format!("HGET {id} field{field} found {found:?} bytes"),
+                ));
+            }
+            Ok((Kind::Read, began))
+        }
+        Step::Write { id, field, version } => {
+            let mut command = redis::cmd("HSET");
+            command
+                .arg(&mix.key()[..])
+                .arg(mix.name(field))
+                .arg(records::field_value(values, &mix.shape, id, field, version));
+            let began = Instant::now();
+            command.query::<()>(&mut connection)?;
+            Ok((Kind::Update, began))
+        }
+    }
+}

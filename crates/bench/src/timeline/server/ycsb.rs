@@ -1,0 +1,344 @@
+//! YCSB against the server: the embedded part's workloads
+//! ([`crate::timeline::ycsb`]) as commands, one request in flight per
+//! client; the same choices in the same sequence per thread (`ycsb::Choices`).
+//!
+//! | operation | over collections | over strings |
+//! |---|---|---|
+//! | read | HGETALL (every field must come back) | GET (the whole record) |
+//! | update | HSET of one field | SET of the whole record |
+//! | insert | HSET of every field; in E, with the index entry's ZADD in one MULTI/EXEC (one round trip, atomic as the embedded insert) | SET |
+//! | scan (E) | ZRANGEBYSCORE `index<bucket>` from the start record on, LIMIT what is still wanted, bucket after bucket; then an HGETALL per record found, one after another (as YCSB's Redis binding reads them) | skipped |
+//! | read-modify-write (F) | HGETALL, then HSET of one field from its old value: two round trips, not atomic (YCSB's own RMW is not either) | GET then SET |
+//!
+//! A timed run over collections has the watcher read `INFO collections`
+//! every [`super::YCSB_WATCH_EVERY`] and send BGSAVE at
+//! `--checkpoint-log-mib` ([`super::Watcher`]). The embedded store also
+//! checkpoints during its prefill; the server does not before 64 MiB, so a
+//! prefill that left `--checkpoint-log-mib` of log or more is folded with
+//! `SAVE` before the timed run.
+
+use std::time::Instant;
+
+use redis::{Connection, Pipeline};
+
+use super::{record_command, Info, Instance, Target, Watcher, YCSB_WATCH_EVERY};
+use crate::timeline::error::Result;
+use crate::timeline::records::{self, Shape, KEY_BYTES};
+use crate::timeline::timed::{self, Kind};
+use crate::timeline::ycsb::{
+    index_buckets, index_key, modified, Choices, Inserts, StoreKind, Workload, YcsbMeasured,
+    MAX_SCAN_LENGTH, SCAN_BUCKET_RECORDS,
+};
+use crate::timeline::Config;
+use crate::workload::{Distribution, ValuePool};
+
+/// Runs `workload` over `store` on a server in
+/// `config.dir/server-ycsb-<store>-<workload>-<distribution>`.
+pub fn measure(
+    config: &Config,
+    field_values: &ValuePool,
+    record_values: &ValuePool,
+    store: StoreKind,
+    workload: Workload,
+    distribution: Distribution,
+) -> Result<YcsbMeasured> {
+    assert!(store.runs(workload), "strings run no scans");
+    let dir = config
+        .dir
+        .join(format!("server-ycsb-{store}-{workload}-{distribution}"));
+    let instance = Instance::start(&dir)?;
+    let label = format!("server {store} {workload} {distribution}");
+    let shape = config.shape;
+    let names = records::field_names(shape.fields);
+    let indexed = store == StoreKind::Collections && workload == Workload::E;
+    let commands = |id: u64, pipeline: &mut Pipeline| match store {
+        StoreKind::Collections => {
+            record_command(pipeline, &names, field_values, &shape, id);
+            if indexed {
+                index_command(pipeline, id).ignore();
+            }
+        }
+        StoreKind::Strings => {
+            pipeline
+                .cmd("SET")
+                .arg(&records::key(id)[..])
+                .arg(records::string_value(record_values, id, 0))
+                .ignore();
+        }
+    };
+    let buckets = index_buckets(indexed, shape.records);
+    let prefill = instance.prefill(config, &label, &commands, buckets)?;
+    let mut control = instance.connect()?;
+    let collections = store == StoreKind::Collections;
+    let pending = Info::read(&mut control)?.get("oplog_bytes_since_checkpoint");
+    if collections && pending >= config.checkpoint_log_bytes {
+        // The embedded store checkpoints during its prefill at this log
+        // volume, the server only at its own 64 MiB: catch up before the
+        // run rather than in its first milliseconds.
+        redis::cmd("SAVE").query::<()>(&mut control)?;
+    }
+    let before = Info::read(&mut control)?;
+    let mut watcher = Watcher::new(
+        control,
+        collections.then_some(config.checkpoint_log_bytes),
+        YCSB_WATCH_EVERY,
+    );
+    let connections = instance.connect_all(config.threads)?;
+    let inserts = Inserts::new(shape.records, config.threads);
+    let timed = timed::run(
+        config.progress,
+        &label,
+        config.threads,
+        config.ycsb_duration,
+        |thread| {
+            let choices = Choices::new(config, &inserts, workload, distribution, thread);
+            let client = Client {
+                connection: connections.take(thread),
+                shape,
+                names: &names,
+                workload,
+                key: [0u8; KEY_BYTES],
+            };
+            match store {
+                StoreKind::Collections => client.over_collections(choices, field_values),
+                StoreKind::Strings => client.over_strings(choices, record_values),
+            }
+        },
+        &mut |_| {
+            if collections {
+                watcher.poll();
+            }
+        },
+    )?;
+    let (after, counters) = instance.counters(watcher)?;
+    instance.stop()?;
+    Ok(YcsbMeasured {
+        store,
+        workload,
+        distribution,
+        prefill,
+        timed,
+        checkpoints: collections.then(|| after.since(&before, "checkpoints")),
+        inserted: inserts.total(),
+        target: Target::Server,
+        server: Some(counters),
+    })
+}
+
+/// E's index entry for record `id` (score its number, member its key),
+/// added to `pipeline`.
+fn index_command(pipeline: &mut Pipeline, id: u64) -> &mut Pipeline {
+    pipeline
+        .cmd("ZADD")
+        .arg(index_key(id / SCAN_BUCKET_RECORDS))
+        .arg(id)
+        .arg(&records::key(id)[..])
+}
+
+/// What one client thread holds.
+struct Client<'a> {
+    connection: Connection,
+    shape: Shape,
+    names: &'a [Box<[u8]>],
+    workload: Workload,
+    key: [u8; KEY_BYTES],
+}
+
+/// A client's operation, boxed: the two stores' closures differ in type.
+type Operation<'a> = Box<dyn FnMut() -> Result<(Kind, Instant)> + 'a>;
+
+impl<'a> Client<'a> {
+    /// HGETALL of the record in `self.key`: every field must be there
+    /// (`what` says what read it, when it is not).
+    fn read_record(&mut self, what: impl FnOnce() -> String) -> Result<Vec<Vec<u8>>> {
+        let all: Vec<Vec<u8>> = redis::cmd("HGETALL")
+            .arg(&self.key[..])
+            .query(&mut self.connection)?;
+        if all.len() != 2 * self.shape.fields {
+            return Err(timed::lost(
+                "server collections",
+                format!(
+                    "{} {} found {} fields",
+                    self.workload,
+                    what(),
+                    all.len() / 2
+                ),
+            ));
+        }
+        Ok(all)
+    }
+
+    fn over_collections(
+        mut self,
+        mut choices: Choices<'a>,
+        values: &'a ValuePool,
+    ) -> Operation<'a> {
+        let mut members: Vec<Vec<u8>> = Vec::with_capacity(MAX_SCAN_LENGTH as usize);
+        Box::new(move || {
+            let kind = choices.kind();
+            let shape = self.shape;
+            match kind {
+                Kind::Read => {
+                    let id = choices.record(&mut self.key);
+                    let began = Instant::now();
+                    self.read_record(|| format!("read of record {id}"))?;
+                    Ok((kind, began))
+                }
+                Kind::Update => {
+                    let id = choices.record(&mut self.key);
+                    let field = choices.field(shape.fields);
+                    let version = choices.version();
+                    let mut command = redis::cmd("HSET");
+                    command
+                        .arg(&self.key[..])
+                        .arg(&self.names[field][..])
+                        .arg(records::field_value(values, &shape, id, field, version));
+                    let began = Instant::now();
+                    command.query::<()>(&mut self.connection)?;
+                    Ok((kind, began))
+                }
+                Kind::Insert => {
+                    let id = choices.new_record();
+                    let mut pipeline = redis::pipe();
+                    record_command(&mut pipeline, self.names, values, &shape, id);
+                    if self.workload == Workload::E {
+                        index_command(pipeline.atomic(), id).ignore();
+                    }
+                    let began = Instant::now();
+                    pipeline.query::<()>(&mut self.connection)?;
+                    choices.inserted();
+                    Ok((kind, began))
+                }
+                Kind::Scan => {
+                    let start = choices.record(&mut self.key);
+                    let length = choices.scan_length();
+                    let began = Instant::now();
+                    self.scan(start, length, &mut members)?;
+                    if members.is_empty() {
+                        return Err(timed::lost(
+                            "server collections",
+                            format!("scan from record {start} found nothing in the index"),
+                        ));
+                    }
+                    for member in &members {
+                        let what = || {
+                            format!(
+                                "scan from record {start}: {} in the index, its record",
+                                member.escape_ascii()
+                            )
+                        };
+                        if member.len() != KEY_BYTES {
+                            return Err(timed::lost("server collections", what()));
+                        }
+                        self.key.copy_from_slice(member);
+                        self.read_record(what)?;
+                    }
+                    Ok((kind, began))
+                }
+                Kind::ReadModifyWrite => {
+                    let id = choices.record(&mut self.key);
+                    let field = choices.field(shape.fields);
+                    let began = Instant::now();
+                    let all = self.read_record(|| format!("read-modify-write of record {id}"))?;
+                    let name = &self.names[field][..];
+                    let old = all
+                        .chunks_exact(2)
+                        .find(|pair| pair[0] == name)
+                        .map(|pair| modified(&pair[1]))
+                        .ok_or_else(|| {
+                            timed::lost(
+                                "server collections",
+                                format!("read-modify-write of record {id} found no field{field}"),
+                            )
+                        })?;
+                    redis::cmd("HSET")
+                        .arg(&self.key[..])
+                        .arg(name)
+                        .arg(&old[..])
+                        .query::<()>(&mut self.connection)?;
+                    Ok((kind, began))
+                }
+            }
+        })
+    }
+
+    /// Up to `length` record keys from record `start` on, in record order,
+    /// from E's range index, into `members`.
+    fn scan(&mut self, start: u64, length: u64, members: &mut Vec<Vec<u8>>) -> Result<()> {
+        members.clear();
+        let mut bucket = start / SCAN_BUCKET_RECORDS;
+        let mut from = start;
+        while (members.len() as u64) < length {
+            let wanted = length as usize - members.len();
+            let found: Vec<Vec<u8>> = redis::cmd("ZRANGEBYSCORE")
+                .arg(index_key(bucket))
+                .arg(from)
+                .arg("+inf")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(wanted)
+                .query(&mut self.connection)?;
+            // No member from `from` on: the bucket does not exist, nor do
+            // any after it (inserts fill buckets in order).
+            if found.is_empty() {
+                break;
+            }
+            members.extend(found);
+            bucket += 1;
+            from = bucket * SCAN_BUCKET_RECORDS;
+        }
+        Ok(())
+    }
+
+    fn over_strings(mut self, mut choices: Choices<'a>, values: &'a ValuePool) -> Operation<'a> {
+        let record_bytes = self.shape.record_bytes();
+        let workload = self.workload;
+        let lost = move |what: String| timed::lost("server strings", what);
+        Box::new(move || {
+            let kind = choices.kind();
+            let (id, value) = match kind {
+                Kind::Read | Kind::ReadModifyWrite => (choices.record(&mut self.key), None),
+                Kind::Update => {
+                    let id = choices.record(&mut self.key);
+                    (
+                        id,
+                        Some(records::string_value(values, id, choices.version())),
+                    )
+                }
+                Kind::Insert => {
+                    let id = choices.new_record();
+                    records::fill_key(id, &mut self.key);
+                    (id, Some(records::string_value(values, id, 0)))
+                }
+                Kind::Scan => unreachable!("strings run no scans (E is skipped over strings)"),
+            };
+            let mut command = redis::cmd(if value.is_some() { "SET" } else { "GET" });
+            command.arg(&self.key[..]);
+            if let Some(value) = value {
+                command.arg(value);
+            }
+            let began = Instant::now();
+            if value.is_some() {
+                command.query::<()>(&mut self.connection)?;
+            } else {
+                let old: Option<Vec<u8>> = command.query(&mut self.connection)?;
+                let old = old.filter(|v| v.len() == record_bytes).ok_or_else(|| {
+                    lost(format!(
+                        "{workload} {} of record {id} found no record",
+                        kind.name()
+                    ))
+                })?;
+                if kind == Kind::ReadModifyWrite {
+                    redis::cmd("SET")
+                        .arg(&self.key[..])
+                        .arg(&modified(&old)[..])
+                        .query::<()>(&mut self.connection)?;
+                }
+            }
+            if kind == Kind::Insert {
+                choices.inserted();
+            }
+            Ok((kind, began))
+        })
+    }
+}

@@ -182,7 +182,11 @@ fn push(list: &mut List, front: bool, value: Bytes) {
 }
 
 fn pop(list: &mut List, front: bool) -> Option<Bytes> {
-    let mut popped = if front { list.pop_front(1) } else { list.pop_back(1) };
+    let mut popped = if front {
+        list.pop_front(1)
+    } else {
+        list.pop_back(1)
+    };
     popped.pop()
 }
 

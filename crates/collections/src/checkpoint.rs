@@ -31,7 +31,7 @@ use hashbrown::{HashMap, HashSet};
 
 use crate::apply::apply;
 use crate::error::{Error, Result};
-use crate::images::{encode_image, image_key, write_root, decode_image};
+use crate::images::{decode_image, encode_image, image_key, write_root};
 use crate::op::{decode_batch, Bytes};
 use crate::state::Entry;
 use crate::Inner;
@@ -144,7 +144,8 @@ pub(crate) fn checkpoint(inner: &Inner) -> Result<CheckpointReport> {
     let mut state = inner.checkpoint.lock();
     inner.requested.store(false, Ordering::Relaxed);
     inner.checkpoint_running.store(true, Ordering::Relaxed);
-    let _world = (inner.options.checkpoints == CheckpointMode::StopTheWorld).then(|| inner.world.write());
+    let _world =
+        (inner.options.checkpoints == CheckpointMode::StopTheWorld).then(|| inner.world.write());
     let result = run_checkpoint(inner, &mut state);
     inner.checkpoint_running.store(false, Ordering::Relaxed);
     if let Ok(report) = &result {
@@ -161,7 +162,9 @@ fn run_checkpoint(inner: &Inner, state: &mut State) -> Result<CheckpointReport> 
     // 1. Cut.
     let pending = inner.log_bytes_since_cut.load(Ordering::Relaxed);
     let cut = inner.log.cut(&*inner.sequencer);
-    inner.log_bytes_since_cut.fetch_sub(pending, Ordering::Relaxed);
+    inner
+        .log_bytes_since_cut
+        .fetch_sub(pending, Ordering::Relaxed);
     let segments = cut.segments.clone();
     crash_point(inner, Step::AfterCut)?;
     match fold(inner, state, cut.through_seq, &cut.segments) {
@@ -175,14 +178,21 @@ fn run_checkpoint(inner: &Inner, state: &mut State) -> Result<CheckpointReport> 
         Err(error) => {
             // The records are not covered: the next checkpoint takes them.
             inner.log.requeue(segments);
-            inner.log_bytes_since_cut.fetch_add(pending, Ordering::Relaxed);
+            inner
+                .log_bytes_since_cut
+                .fetch_add(pending, Ordering::Relaxed);
             Err(error)
         }
     }
 }
 
 /// Steps 2 to 4 (and the image clean-up after 4).
-fn fold(inner: &Inner, state: &mut State, version: u64, segments: &[u32]) -> Result<CheckpointReport> {
+fn fold(
+    inner: &Inner,
+    state: &mut State,
+    version: u64,
+    segments: &[u32],
+) -> Result<CheckpointReport> {
     let mut records = inner.log.read(segments);
     // Recovered segments may also hold records an earlier checkpoint covered.
     records.retain(|record| record.seq > state.root);
@@ -261,7 +271,9 @@ fn fold(inner: &Inner, state: &mut State, version: u64, segments: &[u32]) -> Res
         if matches!(error, Error::InjectedCrash(_)) {
             return Err(error);
         }
-        log::warn!("checkpoint {version}: removing superseded images failed ({error}); recovery will");
+        log::warn!(
+            "checkpoint {version}: removing superseded images failed ({error}); recovery will"
+        );
     }
     Ok(report)
 }

@@ -95,7 +95,9 @@ pub fn decode_image(key: &[u8], value: &[u8]) -> Result<Option<Entry>> {
 pub fn read_root(images: &Store) -> Result<u64> {
     match images.get(ROOT_KEY)? {
         None => Ok(0),
-        Some(value) if value.len() == 8 => Ok(u64::from_le_bytes(value[..].try_into().expect("8 bytes"))),
+        Some(value) if value.len() == 8 => {
+            Ok(u64::from_le_bytes(value[..].try_into().expect("8 bytes")))
+        }
         Some(value) => Err(Error::CorruptImage {
             key: "root".into(),
             what: format!("root of {} bytes, expected 8", value.len()),

@@ -26,40 +26,102 @@ pub type Bytes = Box<[u8]>;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// Removes a key of any type (absent: nothing).
-    Delete { key: Bytes },
+    Delete {
+        key: Bytes,
+    },
     /// Sets (or with 0 clears) the expiry time of an existing key.
-    Expire { key: Bytes, at_ms: u64 },
+    Expire {
+        key: Bytes,
+        at_ms: u64,
+    },
     /// Moves `from` (object and expiry) to `to`, replacing what `to` held.
-    Rename { from: Bytes, to: Bytes },
+    Rename {
+        from: Bytes,
+        to: Bytes,
+    },
     /// Copies `from` to `to`, replacing what `to` held.
-    Copy { from: Bytes, to: Bytes },
+    Copy {
+        from: Bytes,
+        to: Bytes,
+    },
     /// Makes `key` hold `object` (no expiry), replacing what it held. For
     /// results computed from several keys (SUNIONSTORE, ZINTERSTORE...).
-    Replace { key: Bytes, object: Object },
+    Replace {
+        key: Bytes,
+        object: Object,
+    },
     /// Sets fields (creates the hash).
-    HashSet { key: Bytes, pairs: Vec<(Bytes, Bytes)> },
+    HashSet {
+        key: Bytes,
+        pairs: Vec<(Bytes, Bytes)>,
+    },
     /// Removes fields (removes the hash when it empties).
-    HashDelete { key: Bytes, fields: Vec<Bytes> },
-    SetAdd { key: Bytes, members: Vec<Bytes> },
-    SetRemove { key: Bytes, members: Vec<Bytes> },
+    HashDelete {
+        key: Bytes,
+        fields: Vec<Bytes>,
+    },
+    SetAdd {
+        key: Bytes,
+        members: Vec<Bytes>,
+    },
+    SetRemove {
+        key: Bytes,
+        members: Vec<Bytes>,
+    },
     /// Sets members' scores (creates the sorted set).
-    SortedSetAdd { key: Bytes, pairs: Vec<(f64, Bytes)> },
-    SortedSetRemove { key: Bytes, members: Vec<Bytes> },
+    SortedSetAdd {
+        key: Bytes,
+        pairs: Vec<(f64, Bytes)>,
+    },
+    SortedSetRemove {
+        key: Bytes,
+        members: Vec<Bytes>,
+    },
     /// Pushes values one by one at the head (`front`) or tail.
-    ListPush { key: Bytes, front: bool, values: Vec<Bytes> },
+    ListPush {
+        key: Bytes,
+        front: bool,
+        values: Vec<Bytes>,
+    },
     /// Pops up to `count` values from the head or tail.
-    ListPop { key: Bytes, front: bool, count: u64 },
+    ListPop {
+        key: Bytes,
+        front: bool,
+        count: u64,
+    },
     /// Replaces the value at a resolved (non-negative, in range) index.
-    ListSet { key: Bytes, index: u64, value: Bytes },
+    ListSet {
+        key: Bytes,
+        index: u64,
+        value: Bytes,
+    },
     /// LINSERT: inserts `value` before (or after) the first `pivot` from
     /// the head; nothing when there is none.
-    ListInsert { key: Bytes, before: bool, pivot: Bytes, value: Bytes },
+    ListInsert {
+        key: Bytes,
+        before: bool,
+        pivot: Bytes,
+        value: Bytes,
+    },
     /// LREM: removes `count` occurrences from the head (>0), tail (<0), or all (0).
-    ListRemove { key: Bytes, count: i64, value: Bytes },
+    ListRemove {
+        key: Bytes,
+        count: i64,
+        value: Bytes,
+    },
     /// LTRIM, Redis semantics: keeps `start..=stop` (negative: from the tail).
-    ListTrim { key: Bytes, start: i64, stop: i64 },
+    ListTrim {
+        key: Bytes,
+        start: i64,
+        stop: i64,
+    },
     /// LMOVE: pops one value from `from` and pushes it onto `to`.
-    ListMove { from: Bytes, to: Bytes, from_front: bool, to_front: bool },
+    ListMove {
+        from: Bytes,
+        to: Bytes,
+        from_front: bool,
+        to_front: bool,
+    },
 }
 
 impl Op {
@@ -108,14 +170,20 @@ pub fn decode_batch(bytes: &[u8]) -> Result<Vec<Op>, DecodeError> {
     let count = reader.varint()?;
     // Every operation takes at least two bytes: a bound before allocating.
     if count > bytes.len() as u64 {
-        return Err(DecodeError(format!("batch claims {count} operations in {} bytes", bytes.len())));
+        return Err(DecodeError(format!(
+            "batch claims {count} operations in {} bytes",
+            bytes.len()
+        )));
     }
     let mut ops = Vec::with_capacity(count as usize);
     for _ in 0..count {
         ops.push(reader.op()?);
     }
     if reader.at != bytes.len() {
-        return Err(DecodeError(format!("{} trailing bytes", bytes.len() - reader.at)));
+        return Err(DecodeError(format!(
+            "{} trailing bytes",
+            bytes.len() - reader.at
+        )));
     }
     Ok(ops)
 }
@@ -356,7 +424,9 @@ impl<'a> Reader<'a> {
         let count = self.varint()?;
         let left = (self.bytes.len() - self.at) as u64;
         if count.saturating_mul(min_bytes as u64) > left {
-            return Err(DecodeError(format!("count {count} exceeds the {left} bytes left")));
+            return Err(DecodeError(format!(
+                "count {count} exceeds the {left} bytes left"
+            )));
         }
         Ok(count as usize)
     }
@@ -385,7 +455,8 @@ impl<'a> Reader<'a> {
             REPLACE => {
                 let key = self.bytes()?;
                 let image = self.bytes()?;
-                let object = Object::decode(&image).map_err(|e| DecodeError(format!("object: {e}")))?;
+                let object =
+                    Object::decode(&image).map_err(|e| DecodeError(format!("object: {e}")))?;
                 Replace { key, object }
             }
             HASH_SET => {
@@ -474,33 +545,96 @@ mod tests {
     fn every_operation_round_trips() {
         let ops = vec![
             Op::Delete { key: b("k") },
-            Op::Expire { key: b("k"), at_ms: 1 << 40 },
-            Op::Rename { from: b("a"), to: b("b") },
-            Op::Copy { from: b("a"), to: b("b") },
-            Op::HashSet { key: b("h"), pairs: vec![(b("f"), b("v")), (b(""), b(""))] },
-            Op::HashDelete { key: b("h"), fields: vec![b("f")] },
-            Op::SetAdd { key: b("s"), members: vec![b("m1"), b("m2")] },
-            Op::SetRemove { key: b("s"), members: vec![b("m1")] },
-            Op::SortedSetAdd { key: b("z"), pairs: vec![(1.5, b("a")), (f64::NEG_INFINITY, b("b"))] },
-            Op::SortedSetRemove { key: b("z"), members: vec![b("a")] },
-            Op::ListPush { key: b("l"), front: true, values: vec![b("x"), b("y")] },
-            Op::ListPop { key: b("l"), front: false, count: 3 },
-            Op::ListSet { key: b("l"), index: 2, value: b("v") },
-            Op::ListInsert { key: b("l"), before: false, pivot: b("p"), value: b("v") },
-            Op::ListRemove { key: b("l"), count: -2, value: b("v") },
-            Op::ListTrim { key: b("l"), start: 1, stop: -5 },
-            Op::ListMove { from: b("l"), to: b("m"), from_front: false, to_front: true },
+            Op::Expire {
+                key: b("k"),
+                at_ms: 1 << 40,
+            },
+            Op::Rename {
+                from: b("a"),
+                to: b("b"),
+            },
+            Op::Copy {
+                from: b("a"),
+                to: b("b"),
+            },
+            Op::HashSet {
+                key: b("h"),
+                pairs: vec![(b("f"), b("v")), (b(""), b(""))],
+            },
+            Op::HashDelete {
+                key: b("h"),
+                fields: vec![b("f")],
+            },
+            Op::SetAdd {
+                key: b("s"),
+                members: vec![b("m1"), b("m2")],
+            },
+            Op::SetRemove {
+                key: b("s"),
+                members: vec![b("m1")],
+            },
+            Op::SortedSetAdd {
+                key: b("z"),
+                pairs: vec![(1.5, b("a")), (f64::NEG_INFINITY, b("b"))],
+            },
+            Op::SortedSetRemove {
+                key: b("z"),
+                members: vec![b("a")],
+            },
+            Op::ListPush {
+                key: b("l"),
+                front: true,
+                values: vec![b("x"), b("y")],
+            },
+            Op::ListPop {
+                key: b("l"),
+                front: false,
+                count: 3,
+            },
+            Op::ListSet {
+                key: b("l"),
+                index: 2,
+                value: b("v"),
+            },
+            Op::ListInsert {
+                key: b("l"),
+                before: false,
+                pivot: b("p"),
+                value: b("v"),
+            },
+            Op::ListRemove {
+                key: b("l"),
+                count: -2,
+                value: b("v"),
+            },
+            Op::ListTrim {
+                key: b("l"),
+                start: 1,
+                stop: -5,
+            },
+            Op::ListMove {
+                from: b("l"),
+                to: b("m"),
+                from_front: false,
+                to_front: true,
+            },
         ];
         let bytes = encode_batch(&ops);
         assert_eq!(decode_batch(&bytes).unwrap(), ops);
         for cut in 0..bytes.len() {
-            assert!(decode_batch(&bytes[..cut]).is_err(), "prefix of {cut} bytes decoded");
+            assert!(
+                decode_batch(&bytes[..cut]).is_err(),
+                "prefix of {cut} bytes decoded"
+            );
         }
     }
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {
-        assert!(decode_batch(&[1, 99]).unwrap_err().0.contains("unknown operation"));
+        assert!(decode_batch(&[1, 99])
+            .unwrap_err()
+            .0
+            .contains("unknown operation"));
         assert!(decode_batch(&[0xff; 12]).is_err());
         assert!(decode_batch(&[1, ZSET_ADD, 1, b'k', 0xff, 0xff, 0xff, 0xff, 0x0f]).is_err());
         let mut nan = vec![1, ZSET_ADD, 1, b'k', 1];

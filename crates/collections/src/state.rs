@@ -100,7 +100,11 @@ impl ShardedMap {
 
     /// Inserts without logging (recovery, before the store is shared).
     pub fn insert_unlogged(&self, key: Bytes, entry: Entry) {
-        if self.shards[shard_of(&key)].write().insert(key, entry).is_none() {
+        if self.shards[shard_of(&key)]
+            .write()
+            .insert(key, entry)
+            .is_none()
+        {
             self.keys.fetch_add(1, Ordering::Relaxed);
         }
     }

@@ -65,10 +65,23 @@ fn op_for(key: usize, n: u64) -> Op {
     let name: Box<[u8]> = key_name(key).into();
     let element: Box<[u8]> = n.to_string().into_bytes().into();
     match key % 4 {
-        0 => Op::ListPush { key: name, front: false, values: vec![element] },
-        1 => Op::SetAdd { key: name, members: vec![element] },
-        2 => Op::HashSet { key: name, pairs: vec![(element, (n * 7).to_string().into_bytes().into())] },
-        _ => Op::SortedSetAdd { key: name, pairs: vec![(-(n as f64), element)] },
+        0 => Op::ListPush {
+            key: name,
+            front: false,
+            values: vec![element],
+        },
+        1 => Op::SetAdd {
+            key: name,
+            members: vec![element],
+        },
+        2 => Op::HashSet {
+            key: name,
+            pairs: vec![(element, (n * 7).to_string().into_bytes().into())],
+        },
+        _ => Op::SortedSetAdd {
+            key: name,
+            pairs: vec![(-(n as f64), element)],
+        },
     }
 }
 
@@ -78,7 +91,10 @@ fn recovered_count(collections: &Collections, key: usize) -> Result<u64, String>
     collections.read(&key_name(key), |entry| {
         let Some(entry) = entry else { return Ok(0) };
         let number = |bytes: &[u8]| -> Result<u64, String> {
-            std::str::from_utf8(bytes).ok().and_then(|s| s.parse().ok()).ok_or(format!("element {bytes:?}"))
+            std::str::from_utf8(bytes)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or(format!("element {bytes:?}"))
         };
         match (&entry.object, key % 4) {
             (Object::List(list), 0) => {
@@ -141,14 +157,20 @@ fn kill_child_workload() {
         for thread in 0..THREADS {
             let collections = &collections;
             scope.spawn(move || {
-                let keys: Vec<usize> = (0..KEYS_PER_THREAD).map(|i| thread * KEYS_PER_THREAD + i).collect();
-                let mut counts: Vec<u64> =
-                    keys.iter().map(|&k| recovered_count(collections, k).expect("child: state")).collect();
+                let keys: Vec<usize> = (0..KEYS_PER_THREAD)
+                    .map(|i| thread * KEYS_PER_THREAD + i)
+                    .collect();
+                let mut counts: Vec<u64> = keys
+                    .iter()
+                    .map(|&k| recovered_count(collections, k).expect("child: state"))
+                    .collect();
                 let mut rng = StdRng::seed_from_u64(thread as u64 ^ std::process::id() as u64);
                 while started.elapsed() < CHILD_LIFETIME {
                     let slot = rng.random_range(0..keys.len());
                     counts[slot] += 1;
-                    collections.write(vec![op_for(keys[slot], counts[slot])]).expect("child: write");
+                    collections
+                        .write(vec![op_for(keys[slot], counts[slot])])
+                        .expect("child: write");
                     let mut out = std::io::stdout().lock();
                     writeln!(out, "A {} {}", keys[slot], counts[slot]).unwrap();
                     out.flush().unwrap();
@@ -181,7 +203,10 @@ fn check(dir: &Path, acknowledged: &[u64], cycle: u64) -> (Vec<u64>, u64) {
 
 #[test]
 fn sigkill_at_random_moments_loses_no_acknowledged_operation() {
-    let cycles: u64 = std::env::var("ENGRAM_KILL_CYCLES").ok().and_then(|s| s.parse().ok()).unwrap_or(40);
+    let cycles: u64 = std::env::var("ENGRAM_KILL_CYCLES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40);
     let dir = tempfile::tempdir().unwrap();
     let mut rng = StdRng::seed_from_u64(7);
     let mut acknowledged = vec![0u64; KEYS];
@@ -214,7 +239,11 @@ fn sigkill_at_random_moments_loses_no_acknowledged_operation() {
                     let words: Vec<&str> = line.split_whitespace().collect();
                     if let ["A", key, n] = words.as_slice() {
                         let (key, n): (usize, u64) = (key.parse().unwrap(), n.parse().unwrap());
-                        assert_eq!(n, acknowledged[key] + 1, "cycle {cycle}: key {key} skipped an operation");
+                        assert_eq!(
+                            n,
+                            acknowledged[key] + 1,
+                            "cycle {cycle}: key {key} skipped an operation"
+                        );
                         acknowledged[key] = n;
                         seen += 1;
                     }
@@ -241,8 +270,14 @@ fn sigkill_at_random_moments_loses_no_acknowledged_operation() {
             recoveries_from_images += 1;
         }
     }
-    assert!(recoveries_from_images > 0, "no checkpoint ever committed before a kill");
+    assert!(
+        recoveries_from_images > 0,
+        "no checkpoint ever committed before a kill"
+    );
     // Enough traffic went through for checkpoints to have run repeatedly.
     let total: u64 = acknowledged.iter().sum();
-    assert!(total > cycles * 20, "only {total} operations in {cycles} cycles");
+    assert!(
+        total > cycles * 20,
+        "only {total} operations in {cycles} cycles"
+    );
 }

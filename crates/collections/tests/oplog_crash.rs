@@ -75,7 +75,11 @@ fn check(scratch: &Path, image: &[u8], expect: &Expect) -> Result<(), String> {
     std::fs::write(scratch.join("oplog.pmem"), image).unwrap();
     let recovered = OpLog::open(scratch, options(None, 1), expect.mark)
         .map_err(|e| format!("recovery failed: {e}"))?;
-    let found: Vec<&[u8]> = recovered.records.iter().map(|r| r.payload.as_slice()).collect();
+    let found: Vec<&[u8]> = recovered
+        .records
+        .iter()
+        .map(|r| r.payload.as_slice())
+        .collect();
     let acknowledged: Vec<&[u8]> = expect
         .acknowledged
         .iter()
@@ -114,9 +118,17 @@ fn explore(shared: &mut Shared, point: &CrashPoint<'_>) {
     let prefixes: Vec<Vec<usize>> = if point.image_count() <= EXHAUSTIVE_LIMIT {
         point.all_prefixes()
     } else {
-        let mut list = vec![vec![0; choices.len()], choices.iter().map(|n| n - 1).collect()];
+        let mut list = vec![
+            vec![0; choices.len()],
+            choices.iter().map(|n| n - 1).collect(),
+        ];
         for _ in 0..SAMPLES_PER_POINT {
-            list.push(choices.iter().map(|n| shared.rng.random_range(0..*n)).collect());
+            list.push(
+                choices
+                    .iter()
+                    .map(|n| shared.rng.random_range(0..*n))
+                    .collect(),
+            );
         }
         list
     };
@@ -138,8 +150,12 @@ fn run_seed(seed: u64, base: &Path) -> (u64, Vec<String>) {
     std::fs::create_dir_all(&dir).unwrap();
     // Create the file unobserved, then watch it from its persisted bytes.
     drop(OpLog::open(&dir, options(None, 1), 0).unwrap());
-    let sim = Arc::new(CrashSim::new(std::fs::read(dir.join("oplog.pmem")).unwrap()));
-    let log = OpLog::open(&dir, options(Some(Arc::clone(&sim)), 1), 0).unwrap().log;
+    let sim = Arc::new(CrashSim::new(
+        std::fs::read(dir.join("oplog.pmem")).unwrap(),
+    ));
+    let log = OpLog::open(&dir, options(Some(Arc::clone(&sim)), 1), 0)
+        .unwrap()
+        .log;
     let counter = Counter(AtomicU64::new(1));
     let shared = Arc::new(Mutex::new(Shared {
         expect: Expect::default(),
@@ -213,7 +229,8 @@ fn concurrent_appenders_recover_in_sequence_order_and_cut_splits_exactly() {
                 for i in 0..2000u32 {
                     let mut payload = vec![t];
                     payload.extend_from_slice(&i.to_le_bytes());
-                    log.append(&*counter, Position::default(), &payload).unwrap();
+                    log.append(&*counter, Position::default(), &payload)
+                        .unwrap();
                 }
             });
         }
@@ -223,7 +240,11 @@ fn concurrent_appenders_recover_in_sequence_order_and_cut_splits_exactly() {
         // Everything in the archive is at or below the cut.
         let archived = log.read(&cut.segments);
         assert!(archived.iter().all(|r| r.seq <= cut.through_seq));
-        assert_eq!(archived.len() as u64, cut.through_seq, "every record up to the cut is archived");
+        assert_eq!(
+            archived.len() as u64,
+            cut.through_seq,
+            "every record up to the cut is archived"
+        );
     });
     drop(Arc::try_unwrap(log).ok().unwrap());
     let recovered = OpLog::open(dir.path(), options(None, 4), 0).unwrap();
@@ -249,14 +270,22 @@ fn truncation_voids_the_uncommitted_suffix_only() {
     {
         let log = OpLog::open(dir.path(), options(None, 1), 0).unwrap().log;
         for index in 1..=5 {
-            log.append(&counter, Position { term: 1, index }, format!("t1-{index}").as_bytes())
-                .unwrap();
+            log.append(
+                &counter,
+                Position { term: 1, index },
+                format!("t1-{index}").as_bytes(),
+            )
+            .unwrap();
         }
         // A new leader in term 2 keeps entries up to 3 and overwrites 4..
         log.truncate_after(&counter, 2, 3).unwrap();
         for index in 4..=6 {
-            log.append(&counter, Position { term: 2, index }, format!("t2-{index}").as_bytes())
-                .unwrap();
+            log.append(
+                &counter,
+                Position { term: 2, index },
+                format!("t2-{index}").as_bytes(),
+            )
+            .unwrap();
         }
     }
     let recovered = OpLog::open(dir.path(), options(None, 1), 0).unwrap();
@@ -278,22 +307,35 @@ fn bad_files_and_options_are_clear_errors() {
     assert!(error.contains("power of two"), "{error}");
 
     std::fs::write(dir.path().join("oplog.pmem"), vec![7u8; 8192]).unwrap();
-    let error = OpLog::open(dir.path(), options(None, 1), 0).err().unwrap().to_string();
+    let error = OpLog::open(dir.path(), options(None, 1), 0)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(error.contains("bad magic"), "{error}");
 
     let dir = tempfile::tempdir().unwrap();
     let log = OpLog::open(dir.path(), options(None, 1), 0).unwrap().log;
     let counter = Counter(AtomicU64::new(1));
     let too_big = vec![0u8; log.max_payload() + 1];
-    let error = log.append(&counter, Position::default(), &too_big).unwrap_err().to_string();
-    assert!(error.contains("larger than the operation log's limit"), "{error}");
-    log.append(&counter, Position::default(), &too_big[1..]).unwrap();
+    let error = log
+        .append(&counter, Position::default(), &too_big)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("larger than the operation log's limit"),
+        "{error}"
+    );
+    log.append(&counter, Position::default(), &too_big[1..])
+        .unwrap();
 
     // A full disk: the append fails cleanly and what was logged survives.
     log.set_file_limit(Some(log.stats().file_bytes));
     let mut failed = false;
     for _ in 0..100 {
-        if log.append(&counter, Position::default(), &[1u8; 5000]).is_err() {
+        if log
+            .append(&counter, Position::default(), &[1u8; 5000])
+            .is_err()
+        {
             failed = true;
             break;
         }

@@ -11,7 +11,9 @@ use std::path::Path;
 
 use engram_collections::checkpoint::Step;
 use engram_collections::types::Object;
-use engram_collections::{CheckpointMode, Collections, CollectionsOptions, Error, Faults, Op, OpLogOptions};
+use engram_collections::{
+    CheckpointMode, Collections, CollectionsOptions, Error, Faults, Op, OpLogOptions,
+};
 use engram_engine::{IntegrityOptions, ModeChoice};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -79,7 +81,9 @@ fn to_model(object: &Object) -> MObj {
     match object {
         Object::Hash(h) => MObj::Hash(h.iter().map(|(f, v)| (f.to_vec(), v.to_vec())).collect()),
         Object::Set(s) => MObj::Set(s.iter().map(|m| m.to_vec()).collect()),
-        Object::SortedSet(z) => MObj::ZSet(z.iter().map(|(m, s)| (m.to_vec(), s.to_bits())).collect()),
+        Object::SortedSet(z) => {
+            MObj::ZSet(z.iter().map(|(m, s)| (m.to_vec(), s.to_bits())).collect())
+        }
         Object::List(l) => MObj::List(l.iter().map(|v| v.to_vec()).collect()),
     }
 }
@@ -103,19 +107,39 @@ fn random_op(rng: &mut StdRng) -> Op {
     let word = |rng: &mut StdRng| b(format!("m{}", rng.random_range(0..12)).as_bytes());
     match key[0] {
         _ if rng.random_ratio(1, 25) => Op::Delete { key },
-        _ if rng.random_ratio(1, 25) => Op::Expire { key, at_ms: rng.random_range(0..3) * 1_000_000 },
-        _ if rng.random_ratio(1, 30) => Op::Rename { from: key, to: other },
-        _ if rng.random_ratio(1, 30) => Op::Copy { from: key, to: other },
+        _ if rng.random_ratio(1, 25) => Op::Expire {
+            key,
+            at_ms: rng.random_range(0..3) * 1_000_000,
+        },
+        _ if rng.random_ratio(1, 30) => Op::Rename {
+            from: key,
+            to: other,
+        },
+        _ if rng.random_ratio(1, 30) => Op::Copy {
+            from: key,
+            to: other,
+        },
         b'h' => match rng.random_range(0..3) {
             0 | 1 => Op::HashSet {
                 key,
-                pairs: (0..rng.random_range(1..4)).map(|_| (word(rng), word(rng))).collect(),
+                pairs: (0..rng.random_range(1..4))
+                    .map(|_| (word(rng), word(rng)))
+                    .collect(),
             },
-            _ => Op::HashDelete { key, fields: (0..rng.random_range(1..4)).map(|_| word(rng)).collect() },
+            _ => Op::HashDelete {
+                key,
+                fields: (0..rng.random_range(1..4)).map(|_| word(rng)).collect(),
+            },
         },
         b's' => match rng.random_range(0..3) {
-            0 | 1 => Op::SetAdd { key, members: (0..rng.random_range(1..4)).map(|_| word(rng)).collect() },
-            _ => Op::SetRemove { key, members: (0..rng.random_range(1..4)).map(|_| word(rng)).collect() },
+            0 | 1 => Op::SetAdd {
+                key,
+                members: (0..rng.random_range(1..4)).map(|_| word(rng)).collect(),
+            },
+            _ => Op::SetRemove {
+                key,
+                members: (0..rng.random_range(1..4)).map(|_| word(rng)).collect(),
+            },
         },
         b'z' => match rng.random_range(0..3) {
             0 | 1 => Op::SortedSetAdd {
@@ -124,7 +148,10 @@ fn random_op(rng: &mut StdRng) -> Op {
                     .map(|_| (rng.random_range(-5..5) as f64 * 0.5, word(rng)))
                     .collect(),
             },
-            _ => Op::SortedSetRemove { key, members: (0..rng.random_range(1..4)).map(|_| word(rng)).collect() },
+            _ => Op::SortedSetRemove {
+                key,
+                members: (0..rng.random_range(1..4)).map(|_| word(rng)).collect(),
+            },
         },
         _ => match rng.random_range(0..8) {
             0 | 1 => Op::ListPush {
@@ -132,12 +159,38 @@ fn random_op(rng: &mut StdRng) -> Op {
                 front: rng.random(),
                 values: (0..rng.random_range(1..4)).map(|_| word(rng)).collect(),
             },
-            2 => Op::ListPop { key, front: rng.random(), count: rng.random_range(1..3) },
-            3 => Op::ListSet { key, index: rng.random_range(0..4), value: word(rng) },
-            4 => Op::ListInsert { key, before: rng.random(), pivot: word(rng), value: word(rng) },
-            5 => Op::ListRemove { key, count: rng.random_range(-2..3), value: word(rng) },
-            6 => Op::ListTrim { key, start: rng.random_range(-4..3), stop: rng.random_range(-4..4) },
-            _ => Op::ListMove { from: key, to: other, from_front: rng.random(), to_front: rng.random() },
+            2 => Op::ListPop {
+                key,
+                front: rng.random(),
+                count: rng.random_range(1..3),
+            },
+            3 => Op::ListSet {
+                key,
+                index: rng.random_range(0..4),
+                value: word(rng),
+            },
+            4 => Op::ListInsert {
+                key,
+                before: rng.random(),
+                pivot: word(rng),
+                value: word(rng),
+            },
+            5 => Op::ListRemove {
+                key,
+                count: rng.random_range(-2..3),
+                value: word(rng),
+            },
+            6 => Op::ListTrim {
+                key,
+                start: rng.random_range(-4..3),
+                stop: rng.random_range(-4..4),
+            },
+            _ => Op::ListMove {
+                from: key,
+                to: other,
+                from_front: rng.random(),
+                to_front: rng.random(),
+            },
         },
     }
 }
@@ -196,50 +249,60 @@ fn model_apply(model: &mut Model, op: &Op) {
                 }
             }
         }),
-        Op::HashDelete { key, fields } => update(model, key, Some(MObj::Hash(BTreeMap::new())), |o| {
-            if let MObj::Hash(h) = o {
-                for f in fields {
-                    h.remove(&f[..]);
+        Op::HashDelete { key, fields } => {
+            update(model, key, Some(MObj::Hash(BTreeMap::new())), |o| {
+                if let MObj::Hash(h) = o {
+                    for f in fields {
+                        h.remove(&f[..]);
+                    }
                 }
-            }
-        }),
+            })
+        }
         Op::SetAdd { key, members } => update(model, key, Some(MObj::Set(BTreeSet::new())), |o| {
             if let MObj::Set(s) = o {
                 s.extend(members.iter().map(|m| m.to_vec()));
             }
         }),
-        Op::SetRemove { key, members } => update(model, key, Some(MObj::Set(BTreeSet::new())), |o| {
-            if let MObj::Set(s) = o {
-                for m in members {
-                    s.remove(&m[..]);
-                }
-            }
-        }),
-        Op::SortedSetAdd { key, pairs } => update(model, key, Some(MObj::ZSet(BTreeMap::new())), |o| {
-            if let MObj::ZSet(z) = o {
-                for (score, m) in pairs {
-                    z.insert(m.to_vec(), (score + 0.0).to_bits());
-                }
-            }
-        }),
-        Op::SortedSetRemove { key, members } => update(model, key, Some(MObj::ZSet(BTreeMap::new())), |o| {
-            if let MObj::ZSet(z) = o {
-                for m in members {
-                    z.remove(&m[..]);
-                }
-            }
-        }),
-        Op::ListPush { key, front, values } => update(model, key, Some(MObj::List(VecDeque::new())), |o| {
-            if let MObj::List(l) = o {
-                for v in values {
-                    if *front {
-                        l.push_front(v.to_vec())
-                    } else {
-                        l.push_back(v.to_vec())
+        Op::SetRemove { key, members } => {
+            update(model, key, Some(MObj::Set(BTreeSet::new())), |o| {
+                if let MObj::Set(s) = o {
+                    for m in members {
+                        s.remove(&m[..]);
                     }
                 }
-            }
-        }),
+            })
+        }
+        Op::SortedSetAdd { key, pairs } => {
+            update(model, key, Some(MObj::ZSet(BTreeMap::new())), |o| {
+                if let MObj::ZSet(z) = o {
+                    for (score, m) in pairs {
+                        z.insert(m.to_vec(), (score + 0.0).to_bits());
+                    }
+                }
+            })
+        }
+        Op::SortedSetRemove { key, members } => {
+            update(model, key, Some(MObj::ZSet(BTreeMap::new())), |o| {
+                if let MObj::ZSet(z) = o {
+                    for m in members {
+                        z.remove(&m[..]);
+                    }
+                }
+            })
+        }
+        Op::ListPush { key, front, values } => {
+            update(model, key, Some(MObj::List(VecDeque::new())), |o| {
+                if let MObj::List(l) = o {
+                    for v in values {
+                        if *front {
+                            l.push_front(v.to_vec())
+                        } else {
+                            l.push_back(v.to_vec())
+                        }
+                    }
+                }
+            })
+        }
         Op::ListPop { key, front, count } => update(model, key, None, |o| {
             if let MObj::List(l) = o {
                 for _ in 0..*count {
@@ -258,7 +321,12 @@ fn model_apply(model: &mut Model, op: &Op) {
                 }
             }
         }),
-        Op::ListInsert { key, before, pivot, value } => update(model, key, None, |o| {
+        Op::ListInsert {
+            key,
+            before,
+            pivot,
+            value,
+        } => update(model, key, None, |o| {
             if let MObj::List(l) = o {
                 if let Some(at) = l.iter().position(|x| x[..] == pivot[..]) {
                     l.insert(if *before { at } else { at + 1 }, value.to_vec());
@@ -269,28 +337,64 @@ fn model_apply(model: &mut Model, op: &Op) {
             if let MObj::List(l) = o {
                 let v: Vec<Vec<u8>> = l.iter().cloned().collect();
                 let positions: Vec<usize> = if *count >= 0 {
-                    v.iter().enumerate().filter(|(_, x)| x[..] == value[..]).map(|(i, _)| i).collect()
+                    v.iter()
+                        .enumerate()
+                        .filter(|(_, x)| x[..] == value[..])
+                        .map(|(i, _)| i)
+                        .collect()
                 } else {
-                    v.iter().enumerate().rev().filter(|(_, x)| x[..] == value[..]).map(|(i, _)| i).collect()
+                    v.iter()
+                        .enumerate()
+                        .rev()
+                        .filter(|(_, x)| x[..] == value[..])
+                        .map(|(i, _)| i)
+                        .collect()
                 };
-                let limit = if *count == 0 { usize::MAX } else { count.unsigned_abs() as usize };
+                let limit = if *count == 0 {
+                    usize::MAX
+                } else {
+                    count.unsigned_abs() as usize
+                };
                 let doomed: BTreeSet<usize> = positions.into_iter().take(limit).collect();
-                *l = v.into_iter().enumerate().filter(|(i, _)| !doomed.contains(i)).map(|(_, x)| x).collect();
+                *l = v
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(i, _)| !doomed.contains(i))
+                    .map(|(_, x)| x)
+                    .collect();
             }
         }),
         Op::ListTrim { key, start, stop } => update(model, key, None, |o| {
             if let MObj::List(l) = o {
                 let len = l.len() as i64;
-                let start = if *start < 0 { (len + start).max(0) } else { *start };
-                let stop = if *stop < 0 { len + stop } else { (*stop).min(len - 1) };
+                let start = if *start < 0 {
+                    (len + start).max(0)
+                } else {
+                    *start
+                };
+                let stop = if *stop < 0 {
+                    len + stop
+                } else {
+                    (*stop).min(len - 1)
+                };
                 if start > stop || start >= len {
                     l.clear();
                 } else {
-                    *l = l.iter().skip(start as usize).take((stop - start + 1) as usize).cloned().collect();
+                    *l = l
+                        .iter()
+                        .skip(start as usize)
+                        .take((stop - start + 1) as usize)
+                        .cloned()
+                        .collect();
                 }
             }
         }),
-        Op::ListMove { from, to, from_front, to_front } => {
+        Op::ListMove {
+            from,
+            to,
+            from_front,
+            to_front,
+        } => {
             let destination_ok = match model.get(&to[..]) {
                 None => true,
                 Some((o, _)) => matches!(o, MObj::List(_)),
@@ -301,7 +405,11 @@ fn model_apply(model: &mut Model, op: &Op) {
             let mut moved = None;
             update(model, from, None, |o| {
                 if let MObj::List(l) = o {
-                    moved = if *from_front { l.pop_front() } else { l.pop_back() };
+                    moved = if *from_front {
+                        l.pop_front()
+                    } else {
+                        l.pop_back()
+                    };
                 }
             });
             if let Some(value) = moved {
@@ -323,7 +431,13 @@ fn open(dir: &Path, faults: Faults) -> Collections {
     Collections::open(dir, options(faults)).unwrap()
 }
 
-const STEPS: [Step; 5] = [Step::AfterCut, Step::MidImages, Step::BeforeRoot, Step::AfterRoot, Step::BeforeTombstones];
+const STEPS: [Step; 5] = [
+    Step::AfterCut,
+    Step::MidImages,
+    Step::BeforeRoot,
+    Step::AfterRoot,
+    Step::BeforeTombstones,
+];
 
 fn run_seed(seed: u64) {
     let dir = tempfile::tempdir().unwrap();
@@ -331,7 +445,9 @@ fn run_seed(seed: u64) {
     let mut model = Model::new();
     let mut store = open(dir.path(), Faults::default());
     for step in 0..400 {
-        let ops: Vec<Op> = (0..rng.random_range(1..4)).map(|_| random_op(&mut rng)).collect();
+        let ops: Vec<Op> = (0..rng.random_range(1..4))
+            .map(|_| random_op(&mut rng))
+            .collect();
         for op in &ops {
             model_apply(&mut model, op);
         }
@@ -343,25 +459,41 @@ fn run_seed(seed: u64) {
             8..=10 => {
                 store.crash();
                 store = open(dir.path(), Faults::default());
-                assert_eq!(dump(&store), model, "seed {seed} step {step}: after a crash");
+                assert_eq!(
+                    dump(&store),
+                    model,
+                    "seed {seed} step {step}: after a crash"
+                );
             }
             11..=14 => {
                 // A crash at a chosen step of a checkpoint.
                 let at = STEPS[rng.random_range(0..STEPS.len())];
                 store.crash();
-                store = open(dir.path(), Faults { checkpoint_crash_at: Some(at), ..Faults::default() });
+                store = open(
+                    dir.path(),
+                    Faults {
+                        checkpoint_crash_at: Some(at),
+                        ..Faults::default()
+                    },
+                );
                 let extra = random_op(&mut rng);
                 model_apply(&mut model, &extra);
                 store.write(vec![extra]).unwrap();
                 // There is always a record to fold, so every step is reached.
                 match store.checkpoint_now() {
                     Err(Error::InjectedCrash(_)) => {}
-                    Ok(report) => panic!("seed {seed} step {step}: checkpoint ran past {at:?}: {report:?}"),
+                    Ok(report) => {
+                        panic!("seed {seed} step {step}: checkpoint ran past {at:?}: {report:?}")
+                    }
                     Err(other) => panic!("seed {seed}: {other}"),
                 }
                 store.crash();
                 store = open(dir.path(), Faults::default());
-                assert_eq!(dump(&store), model, "seed {seed} step {step}: after a crash at {at:?}");
+                assert_eq!(
+                    dump(&store),
+                    model,
+                    "seed {seed} step {step}: after a crash at {at:?}"
+                );
             }
             15 => {
                 // A crash in the middle of recovery, then recovery again.
@@ -369,14 +501,21 @@ fn run_seed(seed: u64) {
                 let after = rng.random_range(0..3);
                 match Collections::open(
                     dir.path(),
-                    options(Faults { recovery_crash_after_deletes: Some(after), ..Faults::default() }),
+                    options(Faults {
+                        recovery_crash_after_deletes: Some(after),
+                        ..Faults::default()
+                    }),
                 ) {
                     Ok(recovered) => recovered.crash(),
                     Err(Error::InjectedCrash(_)) => {}
                     Err(other) => panic!("seed {seed}: {other}"),
                 }
                 store = open(dir.path(), Faults::default());
-                assert_eq!(dump(&store), model, "seed {seed} step {step}: after a crash during recovery");
+                assert_eq!(
+                    dump(&store),
+                    model,
+                    "seed {seed} step {step}: after a crash during recovery"
+                );
             }
             _ => {}
         }
@@ -400,20 +539,30 @@ fn a_checkpoint_bounds_what_recovery_replays() {
     let store = open(dir.path(), Faults::default());
     for i in 0..500u32 {
         store
-            .write(vec![Op::SetAdd { key: b(format!("s{}", i % 50).as_bytes()), members: vec![b(&i.to_le_bytes())] }])
+            .write(vec![Op::SetAdd {
+                key: b(format!("s{}", i % 50).as_bytes()),
+                members: vec![b(&i.to_le_bytes())],
+            }])
             .unwrap();
     }
     let report = store.checkpoint_now().unwrap();
     assert_eq!(report.records, 500);
     assert_eq!(report.keys_written, 50);
     for i in 0..7u32 {
-        store.write(vec![Op::Delete { key: b(format!("s{i}").as_bytes()) }]).unwrap();
+        store
+            .write(vec![Op::Delete {
+                key: b(format!("s{i}").as_bytes()),
+            }])
+            .unwrap();
     }
     store.crash();
     let store = open(dir.path(), Faults::default());
     let recovery = store.recovery_report().clone();
     assert_eq!(recovery.images_loaded, 50);
-    assert_eq!(recovery.records_replayed, 7, "only the tail after the checkpoint is replayed");
+    assert_eq!(
+        recovery.records_replayed, 7,
+        "only the tail after the checkpoint is replayed"
+    );
     assert_eq!(store.len(), 43);
     // The deletions become tombstones, then nothing.
     let report = store.checkpoint_now().unwrap();
@@ -422,7 +571,11 @@ fn a_checkpoint_bounds_what_recovery_replays() {
     let store = open(dir.path(), Faults::default());
     assert_eq!(store.recovery_report().images_loaded, 43);
     assert_eq!(store.recovery_report().records_replayed, 0);
-    assert_eq!(store.recovery_report().garbage_images_removed, 0, "tombstones were removed by the checkpoint");
+    assert_eq!(
+        store.recovery_report().garbage_images_removed,
+        0,
+        "tombstones were removed by the checkpoint"
+    );
 }
 
 #[test]
@@ -444,7 +597,12 @@ fn stats_never_wait_for_a_running_checkpoint() {
         scope.spawn(|| {
             for i in 0..20_000u32 {
                 let key = b(format!("h{}", i % 300).as_bytes());
-                store.write(vec![Op::HashSet { key, pairs: vec![(b(&i.to_le_bytes()), b(b"v"))] }]).unwrap();
+                store
+                    .write(vec![Op::HashSet {
+                        key,
+                        pairs: vec![(b(&i.to_le_bytes()), b(b"v"))],
+                    }])
+                    .unwrap();
             }
             done.store(true, std::sync::atomic::Ordering::Relaxed);
         });
@@ -454,9 +612,15 @@ fn stats_never_wait_for_a_running_checkpoint() {
             let _ = store.stats();
             slowest = slowest.max(began.elapsed());
         }
-        assert!(slowest < std::time::Duration::from_secs(2), "stats() took {slowest:?}");
+        assert!(
+            slowest < std::time::Duration::from_secs(2),
+            "stats() took {slowest:?}"
+        );
     });
-    assert!(store.stats().checkpoints > 0, "no background checkpoint ran");
+    assert!(
+        store.stats().checkpoints > 0,
+        "no background checkpoint ran"
+    );
     assert!(store.stats().checkpointed_through > 0);
 }
 
@@ -466,11 +630,19 @@ fn backpressure_slows_writers_only_when_a_checkpointer_could_catch_up() {
     // Manual: nothing folds the log in the background, so no waits at all.
     let store = Collections::open(
         dir.path(),
-        CollectionsOptions { checkpoint_log_bytes: 4 << 10, ..options(Faults::default()) },
+        CollectionsOptions {
+            checkpoint_log_bytes: 4 << 10,
+            ..options(Faults::default())
+        },
     )
     .unwrap();
     for i in 0..3000u32 {
-        store.write(vec![Op::SetAdd { key: b(b"s"), members: vec![b(&i.to_le_bytes())] }]).unwrap();
+        store
+            .write(vec![Op::SetAdd {
+                key: b(b"s"),
+                members: vec![b(&i.to_le_bytes())],
+            }])
+            .unwrap();
     }
     assert_eq!(store.stats().backpressure_waits, 0);
     assert!(store.stats().log_bytes_since_checkpoint > 16 << 10);
@@ -489,7 +661,12 @@ fn backpressure_slows_writers_only_when_a_checkpointer_could_catch_up() {
     )
     .unwrap();
     for i in 0..3000u32 {
-        store.write(vec![Op::SetAdd { key: b(b"s"), members: vec![b(&i.to_le_bytes())] }]).unwrap();
+        store
+            .write(vec![Op::SetAdd {
+                key: b(b"s"),
+                members: vec![b(&i.to_le_bytes())],
+            }])
+            .unwrap();
     }
     store.read(b"s", |entry| assert_eq!(entry.unwrap().object.len(), 3000));
 }

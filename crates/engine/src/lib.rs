@@ -33,12 +33,11 @@ pub mod superblock;
 mod sync;
 mod write;
 
+pub use engram_integrity::{
+    IntegrityMode, IntegrityOptions, IntegrityStats, OpenReport as IntegrityOpenReport, RangeHealth,
+};
 pub use engram_pmem::{CrashPoint, CrashSim, FlushInstruction, Mode, ModeChoice, PersistObserver};
 pub use error::{Error, Result};
 pub use options::{CompactionOptions, FaultInjection, Observer, Options, SyncPolicy};
 pub use record::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
-pub use engram_integrity::{
-    RangeHealth,
-    IntegrityMode, IntegrityOptions, IntegrityStats, OpenReport as IntegrityOpenReport,
-};
 pub use store::{AffectedKey, RecoveryReport, ScrubReport, Stats, Store, ValueRef};

@@ -185,8 +185,13 @@ fn walk_headers(space: &Space, integrity: Option<&Integrity>) -> (Vec<Task>, Vec
         let mut header = BlockHeader::read(region, offset);
         // A damaged header would free the whole block: try parity first.
         if header.is_none()
-            && region.read(offset, BLOCK_HEADER_BYTES).iter().any(|b| *b != 0)
-            && integrity.is_some_and(|i| i.check_range(offset.0, BLOCK_HEADER_BYTES) == RangeHealth::Repaired)
+            && region
+                .read(offset, BLOCK_HEADER_BYTES)
+                .iter()
+                .any(|b| *b != 0)
+            && integrity.is_some_and(|i| {
+                i.check_range(offset.0, BLOCK_HEADER_BYTES) == RangeHealth::Repaired
+            })
         {
             header = BlockHeader::read(region, offset);
         }
@@ -272,7 +277,9 @@ fn scan_task(space: &Space, task: &Task, integrity: Option<&Integrity>, result: 
                             }
                             Damage::Repaired | Damage::Lost => {
                                 result.damaged_records += 1;
-                                if let Ok(header) = record::parse_header(region, PmemOffset(at), end, generation) {
+                                if let Ok(header) =
+                                    record::parse_header(region, PmemOffset(at), end, generation)
+                                {
                                     if !header.is_deleted() {
                                         collect(result, region, at, &header);
                                         live_bytes += header.encoded_bytes();
@@ -302,7 +309,9 @@ fn scan_task(space: &Space, task: &Task, integrity: Option<&Integrity>, result: 
             let mut parsed = record::parse(region, PmemOffset(at), end, generation);
             if matches!(parsed, Err(Invalid::BadLength | Invalid::BadChecksum)) {
                 match classify(region, integrity, at, end, generation) {
-                    Damage::Repaired => parsed = record::parse(region, PmemOffset(at), end, generation),
+                    Damage::Repaired => {
+                        parsed = record::parse(region, PmemOffset(at), end, generation)
+                    }
                     Damage::Lost => {
                         result.damaged_records += 1;
                         parsed = record::parse_header(region, PmemOffset(at), end, generation);

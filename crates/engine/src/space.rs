@@ -253,7 +253,8 @@ impl Space {
     /// them the integrity layer found corrupt beyond repair stop being so.
     fn forget_damage(&self, first: u32, blocks: u32) {
         if let Some(integrity) = &self.integrity {
-            integrity.forget_unrepairable(self.block_offset(first).0, blocks as u64 * self.block_bytes);
+            integrity
+                .forget_unrepairable(self.block_offset(first).0, blocks as u64 * self.block_bytes);
         }
     }
 

@@ -184,12 +184,19 @@ impl Store {
                 (Some(Arc::new(integrity)), Some(report))
             }
         };
-        let space = Arc::new(Space::new(region, superblock, options.grow_bytes, integrity.clone()));
+        let space = Arc::new(Space::new(
+            region,
+            superblock,
+            options.grow_bytes,
+            integrity.clone(),
+        ));
         let index = Index::new();
         let threads = Options::threads_or_cores(options.recovery_threads, 1);
         let mut recovered = recovery::recover(&space, &index, threads, integrity.as_deref())?;
         recovered.report.integrity = integrity_report;
-        recovered.report.repaired_pages = integrity.as_ref().map_or_else(Vec::new, |i| i.repaired_offsets());
+        recovered.report.repaired_pages = integrity
+            .as_ref()
+            .map_or_else(Vec::new, |i| i.repaired_offsets());
         let inner = Arc::new(Inner {
             syncer: Syncer::new(options.sync, space.region.mode()),
             lanes: Lanes::new(Options::threads_or_cores(options.write_lanes, 2)),
@@ -374,7 +381,11 @@ impl Store {
     /// Refreshes the checksums and parity of every stale page now; returns
     /// how many (0 when integrity is off).
     pub fn refresh_redundancy_now(&self) -> u64 {
-        self.inner.space.integrity.as_ref().map_or(0, |i| i.refresh_now())
+        self.inner
+            .space
+            .integrity
+            .as_ref()
+            .map_or(0, |i| i.refresh_now())
     }
 
     /// Brings redundancy up to date, verifies every page and stripe,
@@ -395,7 +406,11 @@ impl Store {
             pages_checked: outcome.pages_checked,
             pages_stale: outcome.pages_stale,
             corrupt_pages: outcome.corrupt.len() as u64,
-            repaired_pages: outcome.repaired.iter().map(|p| p * engram_integrity::layout::PAGE_BYTES).collect(),
+            repaired_pages: outcome
+                .repaired
+                .iter()
+                .map(|p| p * engram_integrity::layout::PAGE_BYTES)
+                .collect(),
             unrepairable_pages: bad,
             parity_rewritten: outcome.parity_rewritten,
             metadata_rebuilt: outcome.metadata_rebuilt,
@@ -438,7 +453,12 @@ impl Store {
         self.stop_background();
         // Data first: the integrity file's clean close vouches for it.
         let result = self.sync();
-        let integrity = self.inner.space.integrity.as_ref().map_or(Ok(()), |i| i.close());
+        let integrity = self
+            .inner
+            .space
+            .integrity
+            .as_ref()
+            .map_or(Ok(()), |i| i.close());
         self.finish();
         result.and(integrity.map_err(Error::from))
     }

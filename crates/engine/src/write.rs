@@ -111,7 +111,9 @@ impl Inner {
         let on_bad_page = |start: u64, len: u64| {
             let first = start / PAGE * PAGE;
             let last = (start + len.max(1) - 1) / PAGE * PAGE;
-            page_offsets.iter().any(|&page| (first..=last).contains(&page))
+            page_offsets
+                .iter()
+                .any(|&page| (first..=last).contains(&page))
         };
         let _guard = crossbeam_epoch::pin();
         let mut affected = Vec::new();

@@ -31,8 +31,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use engram_engine::{
-    IntegrityOptions,
-    CompactionOptions, CrashPoint, CrashSim, FaultInjection, ModeChoice, Observer, Options, Store,
+    CompactionOptions, CrashPoint, CrashSim, FaultInjection, IntegrityOptions, ModeChoice,
+    Observer, Options, Store,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

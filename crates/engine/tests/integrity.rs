@@ -75,14 +75,20 @@ fn a_corrupted_value_page_is_rebuilt_while_the_store_runs() {
     let at = find(&file, b"<value of 01234>");
     flip(dir.path(), at + 40, 0x08);
     // The record's own checksum catches it on read before any scrub.
-    assert!(matches!(store.get(&key(1234)), Err(Error::CorruptRecord { .. })));
+    assert!(matches!(
+        store.get(&key(1234)),
+        Err(Error::CorruptRecord { .. })
+    ));
     let report = store.scrub_now().unwrap();
     assert_eq!(report.corrupt_pages, 1);
     assert_eq!(report.repaired_pages, vec![(at + 40) / PAGE * PAGE]);
     assert!(report.unrepairable_pages.is_empty() && report.affected_keys.is_empty());
     assert_eq!(store.get(&key(1234)).unwrap(), Some(value(1234)));
     let stats = store.integrity_stats().unwrap();
-    assert_eq!((stats.corruptions_found, stats.repaired, stats.unrepairable), (1, 1, 0));
+    assert_eq!(
+        (stats.corruptions_found, stats.repaired, stats.unrepairable),
+        (1, 1, 0)
+    );
     store.close().unwrap();
 }
 
@@ -94,14 +100,20 @@ fn record_offsets(file: &[u8]) -> Vec<u64> {
     while let Some(found) = file[at..].windows(prefix.len()).position(|w| w == prefix) {
         let key_at = at + found;
         let digits = &file[key_at + prefix.len()..key_at + prefix.len() + 5];
-        if let Some(i) = std::str::from_utf8(digits).ok().and_then(|d| d.parse::<usize>().ok()) {
+        if let Some(i) = std::str::from_utf8(digits)
+            .ok()
+            .and_then(|d| d.parse::<usize>().ok())
+        {
             if i < KEYS {
                 offsets[i] = key_at as u64 - 32;
             }
         }
         at = key_at + 1;
     }
-    assert!(offsets.iter().all(|&o| o != u64::MAX), "a record was not found");
+    assert!(
+        offsets.iter().all(|&o| o != u64::MAX),
+        "a record was not found"
+    );
     offsets
 }
 
@@ -121,7 +133,9 @@ fn two_values_in_one_stripe(file: &[u8]) -> (u64, u64) {
     by_page
         .iter()
         .find_map(|(&page, &at)| {
-            (page % 4 == 0).then(|| by_page.get(&(page + 1)).map(|&next| (at, next))).flatten()
+            (page % 4 == 0)
+                .then(|| by_page.get(&(page + 1)).map(|&next| (at, next)))
+                .flatten()
         })
         .expect("no stripe with values on two adjacent pages")
 }
@@ -141,12 +155,19 @@ fn check_reads(store: &Store, report: &engram_engine::ScrubReport) -> usize {
                 "key {i} is on a bad page but read {result:?}"
             );
         } else {
-            assert_eq!(result.unwrap(), Some(value(i)), "key {i} is not on a bad page");
+            assert_eq!(
+                result.unwrap(),
+                Some(value(i)),
+                "key {i} is not on a bad page"
+            );
         }
     }
     // Rewriting an affected key puts it somewhere sound again.
     store.put(&affected[0], b"rewritten").unwrap();
-    assert_eq!(store.get(&affected[0]).unwrap().as_deref(), Some(&b"rewritten"[..]));
+    assert_eq!(
+        store.get(&affected[0]).unwrap().as_deref(),
+        Some(&b"rewritten"[..])
+    );
     affected.len()
 }
 
@@ -163,7 +184,10 @@ fn an_unrepairable_stripe_in_a_closed_store_fails_reads_of_its_keys_only() {
     assert_eq!(store.recovery_report().damaged_records, 2);
     assert_eq!(store.len(), KEYS as u64);
     let report = store.scrub_now().unwrap();
-    assert_eq!(report.unrepairable_pages, vec![a / PAGE * PAGE, b / PAGE * PAGE]);
+    assert_eq!(
+        report.unrepairable_pages,
+        vec![a / PAGE * PAGE, b / PAGE * PAGE]
+    );
     check_reads(&store, &report);
     store.close().unwrap();
 }
@@ -178,7 +202,10 @@ fn an_unrepairable_stripe_under_a_running_store_fails_reads_of_its_keys_only() {
     flip(dir.path(), a, 0x01);
     flip(dir.path(), b, 0x01);
     let report = store.scrub_now().unwrap();
-    assert_eq!(report.unrepairable_pages, vec![a / PAGE * PAGE, b / PAGE * PAGE]);
+    assert_eq!(
+        report.unrepairable_pages,
+        vec![a / PAGE * PAGE, b / PAGE * PAGE]
+    );
     assert_eq!(store.integrity_stats().unwrap().unrepairable, 2);
     check_reads(&store, &report);
     store.close().unwrap();
@@ -227,7 +254,10 @@ fn a_header_destroyed_beyond_repair_costs_only_the_records_on_bad_pages() {
         match store.get(&key(i)) {
             Ok(Some(found)) => assert_eq!(found, value(i), "key {i}"),
             other => {
-                assert!(on_bad_page(i), "key {i} is on no bad page but read {other:?}");
+                assert!(
+                    on_bad_page(i),
+                    "key {i} is on no bad page but read {other:?}"
+                );
                 if let Err(error) = other {
                     assert!(matches!(error, Error::Unrepairable { .. }), "{error}");
                 }
@@ -239,7 +269,9 @@ fn a_header_destroyed_beyond_repair_costs_only_the_records_on_bad_pages() {
     // The victim's key is gone with its header; the records after it in
     // its block were found again.
     assert_eq!(store.get(&key(1500)).unwrap(), None);
-    assert!((1501..KEYS).filter(|&i| !on_bad_page(i)).all(|i| store.get(&key(i)).unwrap().is_some()));
+    assert!((1501..KEYS)
+        .filter(|&i| !on_bad_page(i))
+        .all(|i| store.get(&key(i)).unwrap().is_some()));
     store.close().unwrap();
 }
 
@@ -253,11 +285,16 @@ fn turning_integrity_off_and_on_never_reports_untracked_writes_as_damage() {
         ..options()
     };
     let store = Store::open(dir.path(), off).unwrap();
-    assert!(!dir.path().join("integrity.pmem").exists(), "stale redundancy kept");
+    assert!(
+        !dir.path().join("integrity.pmem").exists(),
+        "stale redundancy kept"
+    );
     assert!(store.integrity_stats().is_none());
     assert!(matches!(store.scrub_now(), Err(Error::InvalidOption(_))));
     for i in 0..KEYS / 2 {
-        store.put(&key(i), b"changed while integrity was off").unwrap();
+        store
+            .put(&key(i), b"changed while integrity was off")
+            .unwrap();
     }
     store.close().unwrap();
     let store = Store::open(dir.path(), options()).unwrap();
@@ -282,7 +319,10 @@ fn a_damaged_record_header_is_an_error_not_a_crash() {
     let record = find(&file, b"victim") - 32;
     // value_len (bytes 28..32 of the header) now runs far past the file.
     flip(dir.path(), record + 31, 0x40);
-    assert!(matches!(store.get(b"victim"), Err(Error::CorruptRecord { .. })));
+    assert!(matches!(
+        store.get(b"victim"),
+        Err(Error::CorruptRecord { .. })
+    ));
     assert!(store.get_ref(b"victim").is_err());
     assert_eq!(store.get(b"bystander").unwrap(), Some(value(2)));
     store.close().unwrap();
@@ -362,9 +402,16 @@ fn a_page_damaged_beyond_repair_stays_refused_when_written_again_until_its_block
     let neighbour = report.affected_keys[1].key.clone().unwrap();
     store.delete(&neighbour).unwrap();
     store.refresh_redundancy_now();
-    assert!(matches!(store.get(&victim), Err(Error::Unrepairable { .. })));
+    assert!(matches!(
+        store.get(&victim),
+        Err(Error::Unrepairable { .. })
+    ));
     let again = store.scrub_now().unwrap();
     assert_eq!(again.unrepairable_pages, report.unrepairable_pages);
-    assert_eq!(store.integrity_stats().unwrap().corruptions_found, 2, "counted per page");
+    assert_eq!(
+        store.integrity_stats().unwrap().corruptions_found,
+        2,
+        "counted per page"
+    );
     store.close().unwrap();
 }

@@ -391,7 +391,11 @@ impl Expectations {
         if self.cycle % 10 == 0 {
             let report = store.scrub_now().expect("scrub after a kill");
             assert_eq!(
-                (report.corrupt_pages, report.parity_rewritten, report.metadata_rebuilt),
+                (
+                    report.corrupt_pages,
+                    report.parity_rewritten,
+                    report.metadata_rebuilt
+                ),
                 (0, 0, 0),
                 "cycle {} (ENGRAM_KILL_SEED={}): false corruption after a kill: {report:?}",
                 self.cycle,

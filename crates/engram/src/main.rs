@@ -128,15 +128,17 @@ struct EngineArgs {
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Serve(args) => serve(args),
-        Command::Scrub(args) => std::process::exit(engram_server::offline_scrub::run(
-            &args.dir, args.json,
-        )),
+        Command::Scrub(args) => {
+            std::process::exit(engram_server::offline_scrub::run(&args.dir, args.json))
+        }
         Command::Bench(Bench::Engine(args)) => bench_engine(args),
         Command::Bench(Bench::Server(args)) => Ok(engram_bench::server::cli(args, command_line())?),
         Command::Bench(Bench::Integrity(args)) => {
             Ok(engram_bench::integrity::cli(args, command_line())?)
         }
-        Command::Bench(Bench::Tracker(args)) => Ok(engram_bench::tracker::cli(args, command_line())?),
+        Command::Bench(Bench::Tracker(args)) => {
+            Ok(engram_bench::tracker::cli(args, command_line())?)
+        }
         Command::Bench(Bench::Timeline(args)) => {
             Ok(engram_bench::timeline::cli(args, command_line())?)
         }
@@ -219,9 +221,18 @@ fn serve(args: ServeArgs) -> Result<()> {
         ("databases", args.databases.map(|n| n.to_string())),
         ("threads", args.threads.map(|n| n.to_string())),
         ("integrity", args.integrity),
-        ("integrity-period-ms", args.integrity_period_ms.map(|n| n.to_string())),
-        ("integrity-stripe-pages", args.integrity_stripe_pages.map(|n| n.to_string())),
-        ("integrity-scrub-rate-mb", args.integrity_scrub_rate_mb.map(|n| n.to_string())),
+        (
+            "integrity-period-ms",
+            args.integrity_period_ms.map(|n| n.to_string()),
+        ),
+        (
+            "integrity-stripe-pages",
+            args.integrity_stripe_pages.map(|n| n.to_string()),
+        ),
+        (
+            "integrity-scrub-rate-mb",
+            args.integrity_scrub_rate_mb.map(|n| n.to_string()),
+        ),
     ];
     for (name, value) in overrides {
         if let Some(value) = value {

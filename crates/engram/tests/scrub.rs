@@ -49,7 +49,11 @@ fn populate(dir: &Path, keys: &[(String, Vec<u8>)]) {
     let server = start(dir);
     let mut con = connect(&server);
     for (key, value) in keys {
-        let _: () = redis::cmd("SET").arg(key).arg(value).query(&mut con).unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .query(&mut con)
+            .unwrap();
     }
     drop(con);
     server.shutdown().unwrap();
@@ -81,7 +85,10 @@ fn value_offsets(file: &Path, n: usize) -> Vec<usize> {
         if starts[i] == usize::MAX {
             starts[i] = at;
         } else {
-            assert!(at < starts[i] + value_of(i).len(), "value {i} is in the file twice");
+            assert!(
+                at < starts[i] + value_of(i).len(),
+                "value {i} is in the file twice"
+            );
         }
     }
     for (i, &start) in starts.iter().enumerate() {
@@ -155,7 +162,11 @@ fn one_damaged_page_is_repaired_and_every_key_reads_back() {
     assert_eq!(json["ok"], true, "{json}");
     assert_eq!(json["corrupt_pages"], 1, "{json}");
     assert_eq!(json["repaired_at_open"], 0, "{json}");
-    assert_eq!(json["repaired_pages"], serde_json::json!([spare / PAGE * PAGE]), "{json}");
+    assert_eq!(
+        json["repaired_pages"],
+        serde_json::json!([spare / PAGE * PAGE]),
+        "{json}"
+    );
     assert_eq!(json["integrity_file_created"], false, "{json}");
     assert!(json["pages_checked"].as_u64().unwrap() > 0, "{json}");
     assert_eq!(byte_at(&file, spare), 0);
@@ -200,7 +211,13 @@ fn an_unrepairable_stripe_names_its_keys_and_exits_1() {
     flip(&file, at_b);
 
     let output = engram_scrub(&data, true);
-    assert_eq!(output.status.code(), Some(1), "{}{}", stdout(&output), stderr(&output));
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{}{}",
+        stdout(&output),
+        stderr(&output)
+    );
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(json["ok"], false, "{json}");
     assert_eq!(json["corrupt_pages"], 2, "{json}");
@@ -221,7 +238,11 @@ fn an_unrepairable_stripe_names_its_keys_and_exits_1() {
         .filter_map(|k| k["key"].as_str())
         .collect();
     for i in [a, b] {
-        assert!(named.contains(&keys[i].0.as_str()), "{} not named: {json}", keys[i].0);
+        assert!(
+            named.contains(&keys[i].0.as_str()),
+            "{} not named: {json}",
+            keys[i].0
+        );
     }
 
     // Parity cannot undo it: the next scrub says the same, for people.
@@ -229,9 +250,15 @@ fn an_unrepairable_stripe_names_its_keys_and_exits_1() {
     let report = stdout(&output);
     assert_eq!(output.status.code(), Some(1), "{report}{}", stderr(&output));
     assert!(report.contains("unrepairable       2"), "{report}");
-    assert!(report.contains("keys with data on unrepairable pages"), "{report}");
+    assert!(
+        report.contains("keys with data on unrepairable pages"),
+        "{report}"
+    );
     for i in [a, b] {
-        assert!(report.contains(&format!("    {} (record at ", keys[i].0)), "{report}");
+        assert!(
+            report.contains(&format!("    {} (record at ", keys[i].0)),
+            "{report}"
+        );
     }
     assert!(report.contains("result: DAMAGED: 2 pages"), "{report}");
 
@@ -241,8 +268,14 @@ fn an_unrepairable_stripe_names_its_keys_and_exits_1() {
     let server = start(&data);
     let mut con = connect(&server);
     for i in [a, b] {
-        let err = redis::cmd("GET").arg(&keys[i].0).query::<Vec<u8>>(&mut con).unwrap_err();
-        assert!(err.to_string().contains("data for this key is corrupt"), "{err}");
+        let err = redis::cmd("GET")
+            .arg(&keys[i].0)
+            .query::<Vec<u8>>(&mut con)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("data for this key is corrupt"),
+            "{err}"
+        );
     }
     let far = (0..keys.len())
         .find(|&i| starts[i] / PAGE > at_a / PAGE + 8)
@@ -271,7 +304,11 @@ fn a_directory_in_use_by_a_server_is_refused_with_exit_2() {
     let empty = data.join("nothing-here");
     let output = engram_scrub(&empty, true);
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("holds no Engram store"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("holds no Engram store"),
+        "{}",
+        stderr(&output)
+    );
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert!(json["error"].as_str().unwrap().contains("no Engram store"));
     assert!(!empty.exists());
@@ -297,10 +334,14 @@ fn a_store_without_an_integrity_file_says_nothing_older_was_verified() {
     let report = stdout(&output);
     assert_eq!(output.status.code(), Some(0), "{report}{}", stderr(&output));
     assert!(
-        report.contains("redundancy was just built") && report.contains("nothing older could be verified"),
+        report.contains("redundancy was just built")
+            && report.contains("nothing older could be verified"),
         "{report}"
     );
     let output = engram_scrub(&data, true);
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(json["integrity_file_created"], false, "the first scrub built it: {json}");
+    assert_eq!(
+        json["integrity_file_created"], false,
+        "the first scrub built it: {json}"
+    );
 }

@@ -117,7 +117,12 @@ impl Gate {
     pub fn drain(&self) {
         let _one_at_a_time = self.draining.lock();
         heavy_fence();
-        let slots: Vec<Arc<Slot>> = self.slots.lock().iter().map(|(_, s)| Arc::clone(s)).collect();
+        let slots: Vec<Arc<Slot>> = self
+            .slots
+            .lock()
+            .iter()
+            .map(|(_, s)| Arc::clone(s))
+            .collect();
         for slot in slots {
             let seq = slot.load(Ordering::Acquire);
             if seq % 2 == 0 {
@@ -166,7 +171,10 @@ mod tests {
             })
         };
         std::thread::sleep(Duration::from_millis(50));
-        assert!(!finished.load(Ordering::SeqCst), "drain ignored an open bracket");
+        assert!(
+            !finished.load(Ordering::SeqCst),
+            "drain ignored an open bracket"
+        );
         release_tx.send(()).unwrap();
         drainer.join().unwrap();
         writer.join().unwrap();

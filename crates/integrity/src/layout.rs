@@ -184,7 +184,10 @@ pub fn decode_header(bytes: &[u8]) -> Result<(Geometry, u64), HeaderProblem> {
     if u32_at(20) as u64 != geometry.group_pages {
         return Err(HeaderProblem::Geometry);
     }
-    Ok((geometry, u64::from_le_bytes(bytes[24..32].try_into().unwrap())))
+    Ok((
+        geometry,
+        u64::from_le_bytes(bytes[24..32].try_into().unwrap()),
+    ))
 }
 
 /// CRC32C of an all-zero page: the XOR key of stored checksums.
@@ -224,7 +227,10 @@ mod tests {
             assert!(g.mark_word(last_page).0 .0 < g.meta_offset(0).0);
             assert!(g.checksum_offset(last_page).0 + 4 <= g.group_offset(0) + 2 * PAGE_BYTES);
             let last_stripe = last_page / g.stripe_pages * g.stripe_pages;
-            assert_eq!(g.parity_offset(last_stripe).0 + PAGE_BYTES, g.group_offset(1));
+            assert_eq!(
+                g.parity_offset(last_stripe).0 + PAGE_BYTES,
+                g.group_offset(1)
+            );
             assert_eq!(g.mark_word(g.group_pages).0, g.marks_offset(1));
         }
     }

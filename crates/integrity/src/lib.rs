@@ -41,8 +41,8 @@ use parking_lot::{Condvar, Mutex};
 
 pub use error::{Error, Result};
 pub use options::{
-    IntegrityFaults, IntegrityMode, IntegrityOptions, DEFAULT_PERIOD,
-    DEFAULT_SCRUB_BYTES_PER_SEC, DEFAULT_STRIPE_PAGES, MAX_PERIOD,
+    IntegrityFaults, IntegrityMode, IntegrityOptions, DEFAULT_PERIOD, DEFAULT_SCRUB_BYTES_PER_SEC,
+    DEFAULT_STRIPE_PAGES, MAX_PERIOD,
 };
 pub use scrub::ScrubOutcome;
 
@@ -215,8 +215,8 @@ impl Integrity {
             wake: (Mutex::new(()), Condvar::new()),
             scrub_cursor: Mutex::new((0, 0)),
         });
-        let needs_thread = shared.options.mode == IntegrityMode::Lazy
-            || shared.options.scrub_bytes_per_sec > 0;
+        let needs_thread =
+            shared.options.mode == IntegrityMode::Lazy || shared.options.scrub_bytes_per_sec > 0;
         let thread = needs_thread.then(|| {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
@@ -254,7 +254,11 @@ impl Integrity {
         let started = Instant::now();
         let mut outcome = ScrubOutcome::default();
         for group in 0..shared.redundancy.groups() {
-            outcome.merge(shared.redundancy.scrub_group(&shared.data, group, 0, u64::MAX));
+            outcome.merge(
+                shared
+                    .redundancy
+                    .scrub_group(&shared.data, group, 0, u64::MAX),
+            );
         }
         let counters = &shared.redundancy.counters;
         counters.scrub_sweeps.fetch_add(1, Ordering::Relaxed);
@@ -452,7 +456,11 @@ fn background(shared: &Shared) {
     let mut last_scrub = Instant::now();
     loop {
         let now = Instant::now();
-        let mut wake_at = if lazy { next_pass } else { now + Duration::from_secs(3600) };
+        let mut wake_at = if lazy {
+            next_pass
+        } else {
+            now + Duration::from_secs(3600)
+        };
         if scrub_rate > 0 {
             wake_at = wake_at.min(last_scrub + SCRUB_TICK);
         }
@@ -496,7 +504,10 @@ fn scrub_some(shared: &Shared, budget_bytes: u64) {
         let groups = redundancy.groups();
         if cursor.0 >= groups || cursor.0 * g.group_pages >= shared.data.len() / PAGE_BYTES {
             *cursor = (0, 0);
-            redundancy.counters.scrub_sweeps.fetch_add(1, Ordering::Relaxed);
+            redundancy
+                .counters
+                .scrub_sweeps
+                .fetch_add(1, Ordering::Relaxed);
             break;
         }
         let step = SCRUB_STRIPES_PER_STEP.min(stripes_left);

@@ -389,7 +389,8 @@ impl Redundancy {
                 // its block is reclaimed.
                 if marked(index) && !self.is_bad(page) {
                     let computed = layout::stored_checksum(buffer);
-                    self.meta.write(g.checksum_offset(page), &computed.to_le_bytes());
+                    self.meta
+                        .write(g.checksum_offset(page), &computed.to_le_bytes());
                 }
             }
             xor_pages(&pages, &mut parity);
@@ -411,7 +412,9 @@ impl Redundancy {
 
     /// The meta checksum the group's checksums page should have.
     pub fn expected_meta(&self, group: u64) -> u32 {
-        let page = self.meta.read(self.geometry.checksums_offset(group), PAGE_BYTES);
+        let page = self
+            .meta
+            .read(self.geometry.checksums_offset(group), PAGE_BYTES);
         layout::stored_checksum(page)
     }
 
@@ -427,7 +430,8 @@ impl Redundancy {
     /// Writes and flushes (no fence) the group's meta checksum.
     pub fn write_meta_checksum(&self, group: u64) {
         let at = self.geometry.meta_offset(group);
-        self.meta.write(at, &self.expected_meta(group).to_le_bytes());
+        self.meta
+            .write(at, &self.expected_meta(group).to_le_bytes());
         self.meta.flush(at, 4);
     }
 

@@ -112,7 +112,9 @@ impl Redundancy {
                         self.meta.write(parity_at, &parity);
                         self.meta.persist(parity_at, PAGE_BYTES);
                         out.parity_rewritten += 1;
-                        self.counters.corruptions_found.fetch_add(1, Ordering::Relaxed);
+                        self.counters
+                            .corruptions_found
+                            .fetch_add(1, Ordering::Relaxed);
                         self.counters.repaired.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -122,12 +124,16 @@ impl Redundancy {
                     if self.rebuild_page(data, stripe_first, k, &mut pages, &mut parity) {
                         out.repaired.push(page);
                         self.note_repaired(page);
-                        self.counters.corruptions_found.fetch_add(1, Ordering::Relaxed);
+                        self.counters
+                            .corruptions_found
+                            .fetch_add(1, Ordering::Relaxed);
                         self.counters.repaired.fetch_add(1, Ordering::Relaxed);
                     } else if !members.clone().any(|p| self.is_stale(p)) {
                         out.unrepairable.push(page);
                         if self.report_bad(page, "its stripe's parity does not rebuild it") {
-                            self.counters.corruptions_found.fetch_add(1, Ordering::Relaxed);
+                            self.counters
+                                .corruptions_found
+                                .fetch_add(1, Ordering::Relaxed);
                         }
                     }
                 }
@@ -137,7 +143,9 @@ impl Redundancy {
                         out.corrupt.push(page);
                         out.unrepairable.push(page);
                         if self.report_bad(page, "another page of its stripe is corrupt too") {
-                            self.counters.corruptions_found.fetch_add(1, Ordering::Relaxed);
+                            self.counters
+                                .corruptions_found
+                                .fetch_add(1, Ordering::Relaxed);
                         }
                     }
                 }
@@ -191,7 +199,11 @@ impl Redundancy {
             return false;
         }
         let at = page * PAGE_BYTES;
-        for (word, (old, new)) in corrupt.chunks_exact(8).zip(rebuilt.chunks_exact(8)).enumerate() {
+        for (word, (old, new)) in corrupt
+            .chunks_exact(8)
+            .zip(rebuilt.chunks_exact(8))
+            .enumerate()
+        {
             if old != new {
                 let old = u64::from_ne_bytes(old.try_into().unwrap());
                 let new = u64::from_ne_bytes(new.try_into().unwrap());
@@ -223,10 +235,15 @@ impl Redundancy {
                 &layout::stored_checksum(&buffer).to_le_bytes(),
             );
         }
-        self.meta.flush(g.checksums_offset(group), g.group_pages * 4);
+        self.meta
+            .flush(g.checksums_offset(group), g.group_pages * 4);
         self.write_meta_checksum(group);
         self.meta.fence();
-        self.counters.corruptions_found.fetch_add(1, Ordering::Relaxed);
-        self.counters.metadata_rebuilt.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .corruptions_found
+            .fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .metadata_rebuilt
+            .fetch_add(1, Ordering::Relaxed);
     }
 }

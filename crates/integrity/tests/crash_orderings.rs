@@ -67,9 +67,17 @@ impl Explorer {
         let prefixes: Vec<Vec<usize>> = if point.image_count() <= 16 {
             point.all_prefixes()
         } else {
-            let mut some = vec![vec![0; choices.len()], choices.iter().map(|n| n - 1).collect()];
+            let mut some = vec![
+                vec![0; choices.len()],
+                choices.iter().map(|n| n - 1).collect(),
+            ];
             for _ in 0..4 {
-                some.push(choices.iter().map(|&n| self.rng.random_range(0..n)).collect());
+                some.push(
+                    choices
+                        .iter()
+                        .map(|&n| self.rng.random_range(0..n))
+                        .collect(),
+                );
             }
             some
         };
@@ -99,8 +107,11 @@ fn check_image(scratch: &Path, image: &[u8], data_bytes: usize) -> Result<(), St
     .map_err(|e| format!("reopen failed: {e}"))?;
     let outcome = integrity.scrub_now();
     integrity.abandon();
-    if !outcome.corrupt.is_empty() || outcome.parity_rewritten != 0 || outcome.metadata_rebuilt != 0 {
-        return Err(format!("false corruption report after a crash: {outcome:?}"));
+    if !outcome.corrupt.is_empty() || outcome.parity_rewritten != 0 || outcome.metadata_rebuilt != 0
+    {
+        return Err(format!(
+            "false corruption report after a crash: {outcome:?}"
+        ));
     }
     Ok(())
 }
@@ -124,7 +135,10 @@ fn run_seed(seed: u64, faults: IntegrityFaults) -> Run {
     let mut initial = data_image.clone();
     initial.extend(read_file(dir.path(), FILE_NAME));
     let sim = Arc::new(CrashSim::new(initial));
-    let data_observer: Arc<dyn PersistObserver> = Arc::new(Biased { sim: sim.clone(), bias: 0 });
+    let data_observer: Arc<dyn PersistObserver> = Arc::new(Biased {
+        sim: sim.clone(),
+        bias: 0,
+    });
     let meta_observer: Arc<dyn PersistObserver> = Arc::new(Biased {
         sim: sim.clone(),
         bias: data_image.len() as u64,

@@ -63,18 +63,34 @@ fn single_page_corruptions_in_a_closed_store_are_found_and_rebuilt_byte_for_byte
         assert!(!report.unclean);
         assert_eq!(report.stale_pages, 0);
         let outcome = integrity.scrub_now();
-        assert_eq!(outcome.corrupt.iter().copied().collect::<BTreeSet<_>>(), corrupted, "seed {seed}");
-        assert_eq!(outcome.repaired.iter().copied().collect::<BTreeSet<_>>(), corrupted, "seed {seed}");
+        assert_eq!(
+            outcome.corrupt.iter().copied().collect::<BTreeSet<_>>(),
+            corrupted,
+            "seed {seed}"
+        );
+        assert_eq!(
+            outcome.repaired.iter().copied().collect::<BTreeSet<_>>(),
+            corrupted,
+            "seed {seed}"
+        );
         assert!(outcome.unrepairable.is_empty());
         assert_eq!(outcome.pages_checked, PAGES);
-        assert_eq!(data.read(PmemOffset(0), PAGES * PAGE), &original[..], "seed {seed}");
+        assert_eq!(
+            data.read(PmemOffset(0), PAGES * PAGE),
+            &original[..],
+            "seed {seed}"
+        );
         let stats = integrity.stats();
         assert_eq!(stats.corruptions_found, corrupted.len() as u64);
         assert_eq!(stats.repaired, corrupted.len() as u64);
         assert_eq!(stats.unrepairable, 0);
         integrity.close().unwrap();
         drop(data);
-        assert_eq!(read_file(dir.path(), "data"), original, "seed {seed}: repair not on disk");
+        assert_eq!(
+            read_file(dir.path(), "data"),
+            original,
+            "seed {seed}: repair not on disk"
+        );
     }
 }
 
@@ -100,7 +116,11 @@ fn corruption_under_a_running_store_is_found_and_rebuilt() {
         let found: BTreeSet<u64> = outcome.corrupt.iter().copied().collect();
         assert_eq!(found, corrupted, "round {round}");
         assert_eq!(outcome.repaired.len(), corrupted.len());
-        assert_eq!(data.read(PmemOffset(0), PAGES * PAGE), &expected[..], "round {round}");
+        assert_eq!(
+            data.read(PmemOffset(0), PAGES * PAGE),
+            &expected[..],
+            "round {round}"
+        );
     }
     integrity.close().unwrap();
 }
@@ -129,7 +149,11 @@ fn two_bad_pages_in_a_stripe_are_reported_and_refused_page_by_page() {
     integrity.refresh_now();
     assert_eq!(integrity.unrepairable_offsets(), vec![8 * PAGE, 9 * PAGE]);
     assert_eq!(integrity.scrub_now().unrepairable, vec![8, 9]);
-    assert_eq!(integrity.stats().corruptions_found, 2, "counted per page, not per sighting");
+    assert_eq!(
+        integrity.stats().corruptions_found,
+        2,
+        "counted per page, not per sighting"
+    );
     // ...until its owner reuses it: then its next refresh describes it.
     integrity.forget_unrepairable(9 * PAGE, PAGE);
     data.write(PmemOffset(9 * PAGE), &vec![7u8; PAGE as usize]);
@@ -143,7 +167,12 @@ fn damaged_parity_and_checksum_pages_are_rebuilt_without_touching_data() {
     let dir = tempfile::tempdir().unwrap();
     let original = protected_store(dir.path(), 4);
     let geometry = engram_integrity::layout::Geometry::new(4);
-    corrupt_file(dir.path(), FILE_NAME, geometry.parity_offset(12).0 + 77, 0x04);
+    corrupt_file(
+        dir.path(),
+        FILE_NAME,
+        geometry.parity_offset(12).0 + 77,
+        0x04,
+    );
     let data = open_data(dir.path(), None);
     let (integrity, _) = open_integrity(dir.path(), &data, quiet_options(), None);
     let outcome = integrity.scrub_now();
@@ -158,7 +187,13 @@ fn damaged_parity_and_checksum_pages_are_rebuilt_without_touching_data() {
     assert_eq!(outcome.metadata_rebuilt, 1);
     assert!(outcome.corrupt.is_empty());
     let outcome = integrity.scrub_now();
-    assert_eq!(outcome, engram_integrity::ScrubOutcome { pages_checked: PAGES, ..Default::default() });
+    assert_eq!(
+        outcome,
+        engram_integrity::ScrubOutcome {
+            pages_checked: PAGES,
+            ..Default::default()
+        }
+    );
     integrity.close().unwrap();
     drop(data);
     assert_eq!(read_file(dir.path(), "data"), original);
@@ -182,7 +217,11 @@ fn pages_written_before_a_crash_are_stale_not_corrupt() {
     assert_eq!(report.stale_pages, 3);
     let outcome = integrity.scrub_without_refresh();
     assert!(outcome.corrupt.is_empty());
-    assert_eq!(outcome.pages_stale, 3 * STRIPE, "stripes of stale pages are skipped");
+    assert_eq!(
+        outcome.pages_stale,
+        3 * STRIPE,
+        "stripes of stale pages are skipped"
+    );
     let outcome = integrity.scrub_now();
     assert!(outcome.corrupt.is_empty());
     assert_eq!(outcome.pages_checked, PAGES);
@@ -210,7 +249,10 @@ fn an_unclean_session_from_another_boot_distrusts_the_marks_on_emulated_memory()
     assert!(report.marks_distrusted);
     assert_eq!(report.stale_pages, PAGES);
     let outcome = integrity.scrub_now();
-    assert!(outcome.corrupt.is_empty(), "a written-back page is not corruption");
+    assert!(
+        outcome.corrupt.is_empty(),
+        "a written-back page is not corruption"
+    );
     integrity.close().unwrap();
 }
 
@@ -275,7 +317,10 @@ fn the_background_pass_covers_writes_and_the_scrubber_finds_corruption_alone() {
     }
     corrupt_file(dir.path(), "data", 50 * PAGE + 9, 0x02);
     while integrity.stats().repaired == 0 {
-        assert!(Instant::now() < deadline, "the background scrubber never found it");
+        assert!(
+            Instant::now() < deadline,
+            "the background scrubber never found it"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(integrity.stats().corruptions_found, 1);
@@ -289,34 +334,43 @@ fn bad_integrity_files_get_errors_that_name_the_problem() {
     protected_store(dir.path(), 12);
     let data = open_data(dir.path(), None);
     let open = |id: u64| {
-        engram_integrity::Integrity::open(
-            dir.path(),
-            data.clone(),
-            id,
-            quiet_options(),
-            None,
-        )
-        .map(|_| ())
+        engram_integrity::Integrity::open(dir.path(), data.clone(), id, quiet_options(), None)
+            .map(|_| ())
     };
     let error = open(DATA_ID + 1).unwrap_err();
     assert!(matches!(error, Error::ForeignFile { .. }), "{error}");
     assert!(error.to_string().contains("delete it"), "{error}");
     let pristine = read_file(dir.path(), FILE_NAME);
     corrupt_file(dir.path(), FILE_NAME, 17, 0x01);
-    assert!(matches!(open(DATA_ID).unwrap_err(), Error::CorruptHeader { .. }));
+    assert!(matches!(
+        open(DATA_ID).unwrap_err(),
+        Error::CorruptHeader { .. }
+    ));
     corrupt_file(dir.path(), FILE_NAME, 17, 0x01);
     corrupt_file(dir.path(), FILE_NAME, 0, 0x01);
-    assert!(matches!(open(DATA_ID).unwrap_err(), Error::NotAnIntegrityFile { .. }));
+    assert!(matches!(
+        open(DATA_ID).unwrap_err(),
+        Error::NotAnIntegrityFile { .. }
+    ));
     std::fs::write(dir.path().join(FILE_NAME), &pristine[..100]).unwrap();
-    assert!(matches!(open(DATA_ID).unwrap_err(), Error::CorruptHeader { .. }));
+    assert!(matches!(
+        open(DATA_ID).unwrap_err(),
+        Error::CorruptHeader { .. }
+    ));
     let bad_stripe = IntegrityOptions {
         stripe_pages: 1,
         ..quiet_options()
     };
-    assert!(matches!(bad_stripe.validate(), Err(Error::InvalidOption(_))));
+    assert!(matches!(
+        bad_stripe.validate(),
+        Err(Error::InvalidOption(_))
+    ));
     let bad_period = IntegrityOptions {
         period: Duration::ZERO,
         ..quiet_options()
     };
-    assert!(matches!(bad_period.validate(), Err(Error::InvalidOption(_))));
+    assert!(matches!(
+        bad_period.validate(),
+        Err(Error::InvalidOption(_))
+    ));
 }

@@ -107,7 +107,10 @@ mod tests {
             heavy_fence();
             let heavy_saw = flags[0].load(Ordering::Relaxed);
             let light_saw = light.join().unwrap();
-            assert!(heavy_saw == 1 || light_saw == 1, "both sides missed the other");
+            assert!(
+                heavy_saw == 1 || light_saw == 1,
+                "both sides missed the other"
+            );
         }
     }
 }

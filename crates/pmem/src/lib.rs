@@ -52,7 +52,7 @@ pub use flush::{cpu_supports, FlushInstruction};
 pub use mode::{Mode, ModeChoice};
 pub use observer::PersistObserver;
 pub use offset::PmemOffset;
-pub use tracker::{zeroed_atomic_words, StoreTicket, StoreTracker};
 pub use region::{
     sync_directory, Region, RegionOptions, CACHE_LINE_BYTES, DEFAULT_RESERVE_BYTES, OS_PAGE_BYTES,
 };
+pub use tracker::{zeroed_atomic_words, StoreTicket, StoreTracker};

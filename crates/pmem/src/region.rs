@@ -501,11 +501,10 @@ impl Region {
             "racy copies are of whole aligned words"
         );
         for (index, chunk) in buffer.chunks_exact_mut(8).enumerate() {
-            // SAFETY: in bounds and 8-byte aligned (checked above, the base
-            // is page aligned). A volatile word read cannot be elided or torn
-            // into bytes, and concurrent writers only ever change the bytes,
-            // never the mapping, so the read is of valid memory; a stale or
-            // mixed value is expected and handled by the caller.
+            // Concurrent writers change bytes, never the mapping: a stale or
+            // mixed value is possible and handled by the caller.
+            // SAFETY: in bounds and 8-byte aligned (checked above; the base is
+            // page aligned); a volatile word read is neither elided nor torn.
             let word = unsafe { std::ptr::read_volatile((pointer as *const u64).add(index)) };
             chunk.copy_from_slice(&word.to_ne_bytes());
         }
@@ -549,7 +548,9 @@ impl Region {
     /// Atomic 8-byte store.
     #[inline]
     pub fn store_u64(&self, offset: PmemOffset, value: u64) {
-        self.tracked(offset, 8, || self.atomic(offset).store(value, Ordering::Release));
+        self.tracked(offset, 8, || {
+            self.atomic(offset).store(value, Ordering::Release)
+        });
         self.observed_store(offset, value);
     }
 

@@ -47,9 +47,8 @@ pub fn zeroed_atomic_words(words: usize) -> Box<[std::sync::atomic::AtomicU64]> 
     if pointer.is_null() {
         std::alloc::handle_alloc_error(layout);
     }
-    // SAFETY: `pointer` is a fresh allocation of exactly `words` AtomicU64
-    // with the global allocator's layout for that array, and all-zero bytes
-    // are a valid AtomicU64 (zero); the Box takes ownership and frees it
-    // with the same layout.
+    // The Box takes ownership and frees it with the same layout.
+    // SAFETY: `pointer` is a fresh zeroed allocation of exactly `words`
+    // AtomicU64 with that array's layout; zero bytes are a valid AtomicU64.
     unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(pointer, words)) }
 }

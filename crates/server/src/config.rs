@@ -489,21 +489,56 @@ mod tests {
         config.set("integrity", &["OFF".into()]).unwrap();
         assert_eq!(config.integrity.mode, engram_engine::IntegrityMode::Off);
         for (name, value, expected) in [
-            ("integrity", "sometimes", "invalid integrity mode 'sometimes'"),
-            ("integrity-period-ms", "0", "integrity-period-ms must be 1 to 86400000"),
-            ("integrity-period-ms", "86400001", "integrity-period-ms must be 1 to 86400000"),
-            ("integrity-period-ms", "soon", "'integrity-period-ms' needs a non-negative integer"),
-            ("integrity-stripe-pages", "1", "integrity-stripe-pages must be 2 to 64, got 1"),
-            ("integrity-stripe-pages", "65", "integrity-stripe-pages must be 2 to 64, got 65"),
-            ("integrity-scrub-rate-mb", "-1", "'integrity-scrub-rate-mb' needs a non-negative"),
-            ("integrity-scrub-rate-mb", "99999999999", "integrity-scrub-rate-mb must be 0"),
+            (
+                "integrity",
+                "sometimes",
+                "invalid integrity mode 'sometimes'",
+            ),
+            (
+                "integrity-period-ms",
+                "0",
+                "integrity-period-ms must be 1 to 86400000",
+            ),
+            (
+                "integrity-period-ms",
+                "86400001",
+                "integrity-period-ms must be 1 to 86400000",
+            ),
+            (
+                "integrity-period-ms",
+                "soon",
+                "'integrity-period-ms' needs a non-negative integer",
+            ),
+            (
+                "integrity-stripe-pages",
+                "1",
+                "integrity-stripe-pages must be 2 to 64, got 1",
+            ),
+            (
+                "integrity-stripe-pages",
+                "65",
+                "integrity-stripe-pages must be 2 to 64, got 65",
+            ),
+            (
+                "integrity-scrub-rate-mb",
+                "-1",
+                "'integrity-scrub-rate-mb' needs a non-negative",
+            ),
+            (
+                "integrity-scrub-rate-mb",
+                "99999999999",
+                "integrity-scrub-rate-mb must be 0",
+            ),
         ] {
             let err = Config::default().set(name, &[value.into()]).unwrap_err();
             assert!(err.contains(expected), "{name} {value}: {err}");
         }
         std::fs::write(&path, "port 7000\nintegrity-stripe-pages 100\n").unwrap();
         let err = Config::from_file(&path).unwrap_err();
-        assert!(err.contains("engram.conf:2") && err.contains("integrity-stripe-pages"), "{err}");
+        assert!(
+            err.contains("engram.conf:2") && err.contains("integrity-stripe-pages"),
+            "{err}"
+        );
     }
 
     #[test]

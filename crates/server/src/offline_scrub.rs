@@ -223,7 +223,10 @@ pub fn render_text(dir: &Path, f: &Findings) -> String {
                     let _ = writeln!(out, "    {} (record at {offset:#x})", printable(key));
                 }
                 None => {
-                    let _ = writeln!(out, "    offset:{offset:#x} (the record's key is unreadable)");
+                    let _ = writeln!(
+                        out,
+                        "    offset:{offset:#x} (the record's key is unreadable)"
+                    );
                 }
             }
         }

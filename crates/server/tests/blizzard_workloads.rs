@@ -51,8 +51,9 @@ fn key_value_map_with_point_queries() {
                         let mut key = vec![b'0' + t as u8, b':'];
                         key.extend((0..rng.random_range(1..4)).map(|_| rng.random::<u8>() % 16));
                         if rng.random_bool(0.5) {
-                            let value: Vec<u8> =
-                                (0..rng.random_range(0..300)).map(|_| rng.random()).collect();
+                            let value: Vec<u8> = (0..rng.random_range(0..300))
+                                .map(|_| rng.random())
+                                .collect();
                             let _: () = redis::cmd("SET")
                                 .arg(&key)
                                 .arg(&value)
@@ -128,8 +129,8 @@ fn graph_as_adjacency_sets_never_shows_half_an_edge() {
                     // (u % THREADS == t): its model is exact.
                     let mut edges = BTreeSet::new();
                     for _ in 0..1500 {
-                        let u =
-                            rng.random_range(0..VERTICES / THREADS as u32) * THREADS as u32 + t as u32;
+                        let u = rng.random_range(0..VERTICES / THREADS as u32) * THREADS as u32
+                            + t as u32;
                         let v = rng.random_range(0..VERTICES);
                         let add = rng.random_bool(0.7);
                         let verb = if add { "SADD" } else { "SREM" };

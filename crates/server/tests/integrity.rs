@@ -269,8 +269,14 @@ fn info_integrity_config_and_a_clean_scrub() {
     );
     // The scrub refreshed what the writes made stale.
     assert!(info_u64(&after, "integrity_passes") >= 1, "{after:?}");
-    assert!(info_u64(&after, "integrity_pages_refreshed") >= 1, "{after:?}");
-    assert!(info_u64(&after, "integrity_scrub_bytes_per_sec") > 0, "{after:?}");
+    assert!(
+        info_u64(&after, "integrity_pages_refreshed") >= 1,
+        "{after:?}"
+    );
+    assert!(
+        info_u64(&after, "integrity_scrub_bytes_per_sec") > 0,
+        "{after:?}"
+    );
     for field in [
         "integrity_corruptions_found",
         "integrity_repaired",
@@ -348,7 +354,10 @@ fn info_integrity_config_and_a_clean_scrub() {
         .query(&mut con)
         .unwrap();
     let docs = format!("{docs:?}");
-    assert!(docs.contains("summary") && docs.contains("parity"), "{docs}");
+    assert!(
+        docs.contains("summary") && docs.contains("parity"),
+        "{docs}"
+    );
     let err = redis::cmd("ENGRAM.SCRUB")
         .arg("now")
         .query::<()>(&mut con)
@@ -372,7 +381,10 @@ fn info_integrity_config_and_a_clean_scrub() {
     // Over RESP3 the reply is a map.
     let mut resp3 = connect(&server, true);
     let reply: redis::Value = redis::cmd("ENGRAM.SCRUB").query(&mut resp3).unwrap();
-    assert!(matches!(reply, redis::Value::Map(ref pairs) if pairs.len() == 9), "{reply:?}");
+    assert!(
+        matches!(reply, redis::Value::Map(ref pairs) if pairs.len() == 9),
+        "{reply:?}"
+    );
     assert_eq!(scrub(&mut resp3).get("corrupt_pages"), 0);
 
     drop((con, resp3));
@@ -385,7 +397,9 @@ fn integrity_off() {
     let mut con = connect(&server, false);
     let text: String = redis::cmd("INFO").arg("integrity").query(&mut con).unwrap();
     assert_eq!(text, "# Integrity\r\nintegrity_mode:off\r\n");
-    let err = redis::cmd("ENGRAM.SCRUB").query::<()>(&mut con).unwrap_err();
+    let err = redis::cmd("ENGRAM.SCRUB")
+        .query::<()>(&mut con)
+        .unwrap_err();
     assert_eq!(err.code(), Some("ERR"));
     assert!(
         err.to_string()
@@ -531,7 +545,10 @@ fn damage_is_repaired_from_parity_or_named_and_refused() {
     let clear = clear_of(&starts, &bad_pages);
     for name in &report.affected_keys {
         let i: usize = name.strip_prefix('k').unwrap().parse().unwrap();
-        assert!(!clear.contains(&i), "{name} is not on a bad page: {report:?}");
+        assert!(
+            !clear.contains(&i),
+            "{name} is not on a bad page: {report:?}"
+        );
     }
     let fields = info(&mut con, "integrity");
     assert_eq!(info_u64(&fields, "integrity_unrepairable"), 2, "{fields:?}");
@@ -553,7 +570,12 @@ fn damage_is_repaired_from_parity_or_named_and_refused() {
         assert!(err.to_string().contains("corrupt"), "{err}");
     }
     for &i in clear.iter().take(20) {
-        assert_eq!(get(&mut con, &key(i)).unwrap(), Some(value_of(i)), "{}", key(i));
+        assert_eq!(
+            get(&mut con, &key(i)).unwrap(),
+            Some(value_of(i)),
+            "{}",
+            key(i)
+        );
     }
     // Enumeration still lists every key, damaged ones included.
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();

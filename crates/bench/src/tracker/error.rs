@@ -27,7 +27,11 @@ pub enum TrackerBenchError {
 }
 
 impl TrackerBenchError {
-    pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(
+        action: &'static str,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Self {
         TrackerBenchError::Io {
             action,
             path: path.into(),

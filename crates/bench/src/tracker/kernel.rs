@@ -336,11 +336,10 @@ impl WriteTracker {
             mode: UFFDIO_REGISTER_MODE_WP,
             ioctls: 0,
         };
-        // SAFETY: UFFDIO_REGISTER reads and writes one `struct
-        // uffdio_register`, which `register` is, alive across the call. It
-        // changes no memory contents: with WP_ASYNC enabled (the handshake
-        // above succeeded), a protected page's fault is resolved by the
-        // kernel, so stores to the range still complete.
+        // With WP_ASYNC enabled (the handshake above succeeded), a protected
+        // page's fault is resolved by the kernel: stores still complete.
+        // SAFETY: UFFDIO_REGISTER reads and writes one live `uffdio_register`
+        // (`register`) and changes no memory contents.
         let rc = unsafe {
             libc::ioctl(
                 uffd.as_raw_fd(),
@@ -396,7 +395,10 @@ impl WriteTracker {
     /// Fills `written` with the pages (numbers from the range's start, as
     /// ascending ranges) written since they were last protected, and
     /// protects them again.
-    pub fn collect_written(&mut self, written: &mut Vec<Range<u64>>) -> Result<Collected, KernelError> {
+    pub fn collect_written(
+        &mut self,
+        written: &mut Vec<Range<u64>>,
+    ) -> Result<Collected, KernelError> {
         written.clear();
         let end = self.start + self.len;
         let mut cursor = self.start;
@@ -416,12 +418,11 @@ impl WriteTracker {
                 category_anyof_mask: 0,
                 return_mask: PAGE_IS_WRITTEN,
             };
-            // SAFETY: PAGEMAP_SCAN reads `arg` and writes its `walk_end`;
-            // it writes at most `vec_len` `struct page_region`s to `vec`,
-            // which is `self.regions` (that many entries, repr(C) as in the
-            // header), exclusively borrowed across the call. The protection
-            // it changes is inside our registered range only (CHECK_WPASYNC
-            // refuses any other), and stores there still complete.
+            // The protection it changes is inside our registered range only
+            // (CHECK_WPASYNC refuses any other); stores there still complete.
+            // SAFETY: PAGEMAP_SCAN reads `arg`, writes its `walk_end` and at
+            // most `vec_len` repr(C) `page_region`s into `self.regions`
+            // (that many entries, exclusively borrowed across the call).
             let found = unsafe {
                 libc::ioctl(
                     self.pagemap.as_raw_fd(),
@@ -434,7 +435,8 @@ impl WriteTracker {
             }
             collected.ioctl_calls += 1;
             for region in &self.regions[..found as usize] {
-                let pages = (region.start - self.start) / PAGE_BYTES..(region.end - self.start) / PAGE_BYTES;
+                let pages = (region.start - self.start) / PAGE_BYTES
+                    ..(region.end - self.start) / PAGE_BYTES;
                 collected.pages += pages.end - pages.start;
                 match written.last_mut() {
                     // A run split between two calls: one range again.

@@ -174,7 +174,12 @@ impl Mapping {
         Mapping::map(None, len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, options)
     }
 
-    fn map(file: Option<File>, len: u64, flags: libc::c_int, options: MapOptions) -> io::Result<Mapping> {
+    fn map(
+        file: Option<File>,
+        len: u64,
+        flags: libc::c_int,
+        options: MapOptions,
+    ) -> io::Result<Mapping> {
         assert!(len > 0 && len % PAGE_BYTES == 0, "mapping of {len} bytes");
         let fd = file.as_ref().map_or(-1, |file| file.as_raw_fd());
         // SAFETY: a new mapping at an address of the kernel's choosing; it
@@ -262,7 +267,11 @@ impl Mapping {
         // overlap the mapping's bytes, which are never handed out as
         // slices; the range belongs to the calling writer (module docs).
         unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(offset as usize), bytes.len())
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.base.add(offset as usize),
+                bytes.len(),
+            )
         };
     }
 

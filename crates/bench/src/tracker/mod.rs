@@ -66,7 +66,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use engram_integrity::{Integrity, IntegrityMode, IntegrityOptions, DEFAULT_STRIPE_PAGES, MAX_PERIOD};
+use engram_integrity::{
+    Integrity, IntegrityMode, IntegrityOptions, DEFAULT_STRIPE_PAGES, MAX_PERIOD,
+};
 use engram_pmem::{ModeChoice, PmemOffset, Region, RegionOptions};
 use serde::Serialize;
 
@@ -80,8 +82,8 @@ use kernel::WriteTracker;
 use memory::{MapOptions, Mapping, PAGE_BYTES};
 use redundancy::{PageRedundancy, PageSource};
 use report::{
-    CrashGap, KernelCosts, KernelInfo, PageCosts, PassRecord, ReportConfig, RunResult, SoftwareCosts,
-    SoftwareReopen,
+    CrashGap, KernelCosts, KernelInfo, PageCosts, PassRecord, ReportConfig, RunResult,
+    SoftwareCosts, SoftwareReopen,
 };
 use support::{create_memory, Support};
 use workload::{write_until_stopped, Stores, WRITE_BYTES};
@@ -210,7 +212,11 @@ pub struct TrackerBenchArgs {
     /// uffd-wp async + PAGEMAP_SCAN), region (Engram's Region, untracked),
     /// software (Region + integrity marks), region-kernel (Region + uffd-wp
     /// async + PAGEMAP_SCAN).
-    #[arg(long, value_delimiter = ',', default_value = "none,kernel,region,software,region-kernel")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "none,kernel,region,software,region-kernel"
+    )]
     pub trackers: Vec<TrackerKind>,
     /// Where file memory (and the integrity files) go [default: a fresh
     /// temporary directory under the current one, removed at the end].
@@ -284,7 +290,10 @@ impl TrackerConfig {
         if self.region_bytes < MIN_REGION_BYTES || self.region_bytes % REGION_GRANULE_BYTES != 0 {
             return Err(TrackerBenchError::flag(
                 "region-mib",
-                format!("must be a whole number of MiB, at least {}", MIN_REGION_BYTES >> 20),
+                format!(
+                    "must be a whole number of MiB, at least {}",
+                    MIN_REGION_BYTES >> 20
+                ),
             ));
         }
         if self.threads == 0 || self.threads > MAX_THREADS {
@@ -372,7 +381,11 @@ impl Dirs {
     /// A fresh directory for one run's files, on the memory's file system.
     fn fresh(&mut self, memory: MemoryKind) -> Result<PathBuf> {
         self.next += 1;
-        let parent = if memory == MemoryKind::Tmpfs { self.shm() } else { self.base() };
+        let parent = if memory == MemoryKind::Tmpfs {
+            self.shm()
+        } else {
+            self.base()
+        };
         let dir = parent.join(format!("run-{}", self.next));
         std::fs::create_dir(&dir).map_err(|e| TrackerBenchError::io("creating", &dir, e))?;
         Ok(dir)
@@ -418,10 +431,15 @@ pub fn run(config: &TrackerConfig) -> Result<Report> {
         config.note(format_args!(
             "{}: uffd-wp async {}",
             s.memory,
-            if s.supported { "works".to_string() } else { format!("refused: {}", s.reason.as_deref().unwrap_or("?")) }
+            if s.supported {
+                "works".to_string()
+            } else {
+                format!("refused: {}", s.reason.as_deref().unwrap_or("?"))
+            }
         ));
     }
-    let support_of = |memory: MemoryKind| support.iter().find(|s| s.memory == memory).expect("probed");
+    let support_of =
+        |memory: MemoryKind| support.iter().find(|s| s.memory == memory).expect("probed");
 
     let mut costs = Vec::new();
     for &memory in &config.memory {
@@ -448,12 +466,20 @@ pub fn run(config: &TrackerConfig) -> Result<Report> {
             for &memory in &config.memory {
                 for &tracker in &trackers {
                     index += 1;
-                    let refused = refusal(config, memory, tracker, support_of(memory), dirs.shm.is_some());
+                    let refused = refusal(
+                        config,
+                        memory,
+                        tracker,
+                        support_of(memory),
+                        dirs.shm.is_some(),
+                    );
                     let result = match refused {
                         Some(_) if round > 0 => continue,
                         Some(why) => RunResult::unsupported(workload, memory, tracker, why),
                         None => {
-                            config.note(format_args!("[{index}/{total}] {workload} on {memory}, {tracker}"));
+                            config.note(format_args!(
+                                "[{index}/{total}] {workload} on {memory}, {tracker}"
+                            ));
                             run_one(config, workload, memory, tracker, &mut dirs)?
                         }
                     };
@@ -477,7 +503,10 @@ pub fn run(config: &TrackerConfig) -> Result<Report> {
         .filter(|r| r.tracker == TrackerKind::None && r.unsupported.is_none())
         .map(|r| (r.workload, r.memory, r.ops_per_sec))
         .collect();
-    for r in runs.iter_mut().filter(|r| r.tracker != TrackerKind::None && r.unsupported.is_none()) {
+    for r in runs
+        .iter_mut()
+        .filter(|r| r.tracker != TrackerKind::None && r.unsupported.is_none())
+    {
         r.ratio_to_baseline = baselines
             .iter()
             .find(|(w, m, _)| *w == r.workload && *m == r.memory)
@@ -489,10 +518,9 @@ pub fn run(config: &TrackerConfig) -> Result<Report> {
         .filter(|r| r.tracker == TrackerKind::Region && r.unsupported.is_none())
         .map(|r| (r.workload, r.memory, r.ops_per_sec))
         .collect();
-    for r in runs
-        .iter_mut()
-        .filter(|r| r.tracker.uses_region() && r.tracker != TrackerKind::Region && r.unsupported.is_none())
-    {
+    for r in runs.iter_mut().filter(|r| {
+        r.tracker.uses_region() && r.tracker != TrackerKind::Region && r.unsupported.is_none()
+    }) {
         r.ratio_to_region = regions
             .iter()
             .find(|(w, m, _)| *w == r.workload && *m == r.memory)
@@ -503,7 +531,9 @@ pub fn run(config: &TrackerConfig) -> Result<Report> {
     runs.sort_by_key(|r| (r.workload, r.memory, r.tracker));
 
     let crash_gap = if config.crash_gap {
-        config.note(format_args!("crash gap: full re-checksum, warm and cold; software reopen"));
+        config.note(format_args!(
+            "crash gap: full re-checksum, warm and cold; software reopen"
+        ));
         Some(crash_gap(config, &mut dirs)?)
     } else {
         None
@@ -579,7 +609,9 @@ fn refusal(
         return Some(no_tmpfs(config));
     }
     if tracker.uses_region() && !memory.has_path() {
-        return Some(format!("Engram's Region maps files by path; {memory} memory has none"));
+        return Some(format!(
+            "Engram's Region maps files by path; {memory} memory has none"
+        ));
     }
     if tracker.uses_kernel() && !support.supported {
         return Some(format!(
@@ -683,8 +715,13 @@ fn cpu_ticks() -> Option<CpuTicks> {
 /// A counter of `/proc/vmstat`.
 fn vmstat(name: &str) -> Option<u64> {
     let text = std::fs::read_to_string("/proc/vmstat").ok()?;
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    text.lines().find_map(|line| {
+        line.strip_prefix(name)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
 }
 
 /// Runs the writers over `stores` (of `len` bytes) for the configured time,
@@ -725,7 +762,9 @@ where
         let written_back_pages = vmstat("nr_written")
             .zip(written_before)
             .map(|(after, before)| after.saturating_sub(before));
-        let other_cores = cpu_ticks().zip(cpu_before).map(|(after, before)| after.others_since(&before));
+        let other_cores = cpu_ticks()
+            .zip(cpu_before)
+            .map(|(after, before)| after.others_since(&before));
         let side = side.join().expect("the collection thread panicked");
         Timed {
             ops,
@@ -814,8 +853,13 @@ fn run_in(
         }
         TrackerKind::Software => {
             let region = Arc::new(create_region()?);
-            let (integrity, _) =
-                Integrity::open(dir, Arc::clone(&region), DATA_ID, integrity_options(config.period), None)?;
+            let (integrity, _) = Integrity::open(
+                dir,
+                Arc::clone(&region),
+                DATA_ID,
+                integrity_options(config.period),
+                None,
+            )?;
             touch_every_page(&*region, pages, 1);
             integrity.refresh_now();
             // Let the background pass that was scheduled at open go by, so
@@ -836,15 +880,23 @@ fn run_in(
             let region = create_region()?;
             touch_every_page(&region, pages, 1);
             let address = region.read(PmemOffset(0), 8).as_ptr() as u64;
-            let mut redundancy =
-                PageRedundancy::create(&dir.join("kernel-redundancy"), len / PAGE_BYTES, DEFAULT_STRIPE_PAGES)
-                    .map_err(|e| TrackerBenchError::io("creating the redundancy file in", dir, e))?;
+            let mut redundancy = PageRedundancy::create(
+                &dir.join("kernel-redundancy"),
+                len / PAGE_BYTES,
+                DEFAULT_STRIPE_PAGES,
+            )
+            .map_err(|e| TrackerBenchError::io("creating the redundancy file in", dir, e))?;
             let mut tracker = match WriteTracker::register(address, len)
                 .and_then(|tracker| tracker.protect_all().map(|()| tracker))
             {
                 Ok(tracker) => tracker,
                 Err(error) => {
-                    return Ok(RunResult::unsupported(workload, memory, tracker, error.to_string()))
+                    return Ok(RunResult::unsupported(
+                        workload,
+                        memory,
+                        tracker,
+                        error.to_string(),
+                    ))
                 }
             };
             redundancy.refresh_all(&region);
@@ -856,14 +908,23 @@ fn run_in(
         }
         TrackerKind::Kernel => {
             let mapping = create()?;
-            let mut redundancy = PageRedundancy::create(&dir.join("kernel-redundancy"), mapping.pages(), DEFAULT_STRIPE_PAGES)
-                .map_err(|e| TrackerBenchError::io("creating the redundancy file in", dir, e))?;
+            let mut redundancy = PageRedundancy::create(
+                &dir.join("kernel-redundancy"),
+                mapping.pages(),
+                DEFAULT_STRIPE_PAGES,
+            )
+            .map_err(|e| TrackerBenchError::io("creating the redundancy file in", dir, e))?;
             let mut tracker = match WriteTracker::register(mapping.address(), mapping.len())
                 .and_then(|tracker| tracker.protect_all().map(|()| tracker))
             {
                 Ok(tracker) => tracker,
                 Err(error) => {
-                    return Ok(RunResult::unsupported(workload, memory, TrackerKind::Kernel, error.to_string()))
+                    return Ok(RunResult::unsupported(
+                        workload,
+                        memory,
+                        TrackerKind::Kernel,
+                        error.to_string(),
+                    ))
                 }
             };
             redundancy.refresh_all(&mapping);
@@ -923,7 +984,10 @@ fn collect_kernel<D: PageSource + Sync + ?Sized>(
         // (as Engram's integrity thread does).
         next = (next + period).max(Instant::now());
     }
-    Side { passes, error: None }
+    Side {
+        passes,
+        error: None,
+    }
 }
 
 /// Engram's passes run on its own thread; this one reads its statistics
@@ -946,7 +1010,10 @@ fn monitor_software(integrity: &Integrity, start: Instant, stop: &AtomicBool) ->
             last = now;
         }
     }
-    Side { passes, error: None }
+    Side {
+        passes,
+        error: None,
+    }
 }
 
 fn summarise(
@@ -985,7 +1052,9 @@ fn summarise(
         pass_ms_mean: mean(&mut passes.iter().map(|p| p.pass_ms)),
         pass_ms_max: passes.iter().map(|p| p.pass_ms).fold(0.0, f64::max),
         pass_busy_fraction: pass_ms_total / 1e3 / seconds,
-        scan_ms_mean: scan_ms_total.filter(|_| count > 0).map(|total| total / count as f64),
+        scan_ms_mean: scan_ms_total
+            .filter(|_| count > 0)
+            .map(|total| total / count as f64),
         scan_ns_per_written_page: scan_ms_total
             .filter(|_| pages_total > 0)
             .map(|total| total * 1e6 / pages_total as f64),
@@ -1012,14 +1081,24 @@ fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3
 }
 
-fn page_costs(config: &TrackerConfig, memory: MemoryKind, support: &Support, dirs: &mut Dirs) -> Result<PageCosts> {
+fn page_costs(
+    config: &TrackerConfig,
+    memory: MemoryKind,
+    support: &Support,
+    dirs: &mut Dirs,
+) -> Result<PageCosts> {
     let dir = dirs.fresh(memory)?;
     let costs = page_costs_in(config, memory, support, &dir);
     remove_dir(&dir);
     costs
 }
 
-fn page_costs_in(config: &TrackerConfig, memory: MemoryKind, support: &Support, dir: &Path) -> Result<PageCosts> {
+fn page_costs_in(
+    config: &TrackerConfig,
+    memory: MemoryKind,
+    support: &Support,
+    dir: &Path,
+) -> Result<PageCosts> {
     let len = config.region_bytes;
     let pages = config.pages();
     let create = |name: &str| -> Result<Mapping> {
@@ -1047,8 +1126,9 @@ fn page_costs_in(config: &TrackerConfig, memory: MemoryKind, support: &Support, 
         (None, support.reason.clone())
     } else {
         let mapping = create("kernel")?;
-        let mut redundancy = PageRedundancy::create(&dir.join("kernel-redundancy"), pages, DEFAULT_STRIPE_PAGES)
-            .map_err(|e| TrackerBenchError::io("creating the redundancy file in", dir, e))?;
+        let mut redundancy =
+            PageRedundancy::create(&dir.join("kernel-redundancy"), pages, DEFAULT_STRIPE_PAGES)
+                .map_err(|e| TrackerBenchError::io("creating the redundancy file in", dir, e))?;
         touch_every_page(&mapping, pages, 1);
         let began = Instant::now();
         let registered = WriteTracker::register(mapping.address(), mapping.len())
@@ -1097,10 +1177,20 @@ fn page_costs_in(config: &TrackerConfig, memory: MemoryKind, support: &Support, 
     let software = if !memory.has_path() {
         None
     } else {
-        let region = Arc::new(Region::create(&dir.join("software"), len, region_options(len, config.fine_writeback))?);
+        let region = Arc::new(Region::create(
+            &dir.join("software"),
+            len,
+            region_options(len, config.fine_writeback),
+        )?);
         let began = Instant::now();
         // No background pass during the measurement: the longest period.
-        let (integrity, _) = Integrity::open(dir, Arc::clone(&region), DATA_ID, integrity_options(MAX_PERIOD), None)?;
+        let (integrity, _) = Integrity::open(
+            dir,
+            Arc::clone(&region),
+            DATA_ID,
+            integrity_options(MAX_PERIOD),
+            None,
+        )?;
         let open_ms = ms(began);
         touch_every_page(&*region, pages, 1);
         let began = Instant::now();
@@ -1148,10 +1238,12 @@ fn crash_gap_in(config: &TrackerConfig, dir: &Path) -> Result<CrashGap> {
     let io = |action| move |e| TrackerBenchError::io(action, dir, e);
 
     // The kernel tracker after any crash: every page, warm then cold.
-    let mapping = Mapping::create_file(&data_path, len, map_options(config)).map_err(io("creating the data file in"))?;
+    let mapping = Mapping::create_file(&data_path, len, map_options(config))
+        .map_err(io("creating the data file in"))?;
     touch_every_page(&mapping, pages, 7);
-    let mut redundancy = PageRedundancy::create(&dir.join("kernel-redundancy"), pages, DEFAULT_STRIPE_PAGES)
-        .map_err(io("creating the redundancy file in"))?;
+    let mut redundancy =
+        PageRedundancy::create(&dir.join("kernel-redundancy"), pages, DEFAULT_STRIPE_PAGES)
+            .map_err(io("creating the redundancy file in"))?;
     redundancy.refresh_all(&mapping);
     let began = Instant::now();
     redundancy.refresh_all(&mapping);
@@ -1201,8 +1293,18 @@ fn software_reopen(config: &TrackerConfig, dir: &Path) -> Result<SoftwareReopen>
     let pages = config.pages();
     let path = dir.join("software");
     let written = {
-        let region = Arc::new(Region::create(&path, len, region_options(len, config.fine_writeback))?);
-        let (integrity, _) = Integrity::open(dir, Arc::clone(&region), DATA_ID, integrity_options(MAX_PERIOD), None)?;
+        let region = Arc::new(Region::create(
+            &path,
+            len,
+            region_options(len, config.fine_writeback),
+        )?);
+        let (integrity, _) = Integrity::open(
+            dir,
+            Arc::clone(&region),
+            DATA_ID,
+            integrity_options(MAX_PERIOD),
+            None,
+        )?;
         integrity.refresh_now();
         let mut written = 0;
         for page in (0..pages).step_by(16) {
@@ -1214,10 +1316,19 @@ fn software_reopen(config: &TrackerConfig, dir: &Path) -> Result<SoftwareReopen>
         written
     };
     let began = Instant::now();
-    let region = Arc::new(Region::open(&path, region_options(len, config.fine_writeback))?);
+    let region = Arc::new(Region::open(
+        &path,
+        region_options(len, config.fine_writeback),
+    )?);
     let region_open_ms = ms(began);
     let began = Instant::now();
-    let (integrity, report) = Integrity::open(dir, Arc::clone(&region), DATA_ID, integrity_options(MAX_PERIOD), None)?;
+    let (integrity, report) = Integrity::open(
+        dir,
+        Arc::clone(&region),
+        DATA_ID,
+        integrity_options(MAX_PERIOD),
+        None,
+    )?;
     let integrity_open_ms = ms(began);
     let began = Instant::now();
     integrity.refresh_now();
@@ -1236,13 +1347,17 @@ fn software_reopen(config: &TrackerConfig, dir: &Path) -> Result<SoftwareReopen>
 /// `engram bench tracker`: runs, prints the table, writes the JSON.
 pub fn cli(args: TrackerBenchArgs, command: String) -> Result<()> {
     if !(args.seconds.is_finite() && args.seconds > 0.0) {
-        return Err(TrackerBenchError::flag("seconds", "must be a positive number"));
+        return Err(TrackerBenchError::flag(
+            "seconds",
+            "must be a positive number",
+        ));
     }
     let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
     // Create the JSON file now, so a bad path fails before the run.
     let json_file = match &args.json {
         Some(path) if !json_to_stdout => Some((
-            std::fs::File::create(path).map_err(|e| TrackerBenchError::io("creating the JSON report", path, e))?,
+            std::fs::File::create(path)
+                .map_err(|e| TrackerBenchError::io("creating the JSON report", path, e))?,
             path.clone(),
         )),
         _ => None,
@@ -1275,7 +1390,8 @@ pub fn cli(args: TrackerBenchArgs, command: String) -> Result<()> {
         print!("{}", report.table());
     }
     if let Some((mut file, path)) = json_file {
-        writeln!(file, "{}", report.json()).map_err(|e| TrackerBenchError::io("writing the JSON report", path, e))?;
+        writeln!(file, "{}", report.json())
+            .map_err(|e| TrackerBenchError::io("writing the JSON report", path, e))?;
     }
     Ok(())
 }

@@ -97,7 +97,11 @@ impl PageRedundancy {
 
     /// Refreshes the checksums of `written` (ascending page ranges) and the
     /// parity of their stripes, then the touched groups' meta checksums.
-    pub fn refresh<D: PageSource + ?Sized>(&mut self, data: &D, written: &[Range<u64>]) -> Refreshed {
+    pub fn refresh<D: PageSource + ?Sized>(
+        &mut self,
+        data: &D,
+        written: &[Range<u64>],
+    ) -> Refreshed {
         debug_assert_eq!(data.pages(), self.data_pages);
         let g = self.geometry;
         let page_bytes = PAGE_BYTES as usize;
@@ -132,7 +136,8 @@ impl PageRedundancy {
                         && self.written[(page / 64) as usize] & (1 << (page % 64)) != 0;
                     if is_written {
                         let computed = layout::stored_checksum(buffer);
-                        self.meta.write(g.checksum_offset(page).0, &computed.to_le_bytes());
+                        self.meta
+                            .write(g.checksum_offset(page).0, &computed.to_le_bytes());
                         done.pages += 1;
                     }
                 }

@@ -181,7 +181,12 @@ pub struct RunResult {
 }
 
 impl RunResult {
-    pub fn unsupported(workload: Workload, memory: MemoryKind, tracker: TrackerKind, why: String) -> RunResult {
+    pub fn unsupported(
+        workload: Workload,
+        memory: MemoryKind,
+        tracker: TrackerKind,
+        why: String,
+    ) -> RunResult {
         RunResult {
             workload,
             memory,
@@ -269,7 +274,10 @@ impl Report {
     pub fn table(&self) -> String {
         let mut out = String::new();
         let c = &self.config;
-        let _ = writeln!(out, "engram bench tracker: software marks vs uffd-wp async + PAGEMAP_SCAN");
+        let _ = writeln!(
+            out,
+            "engram bench tracker: software marks vs uffd-wp async + PAGEMAP_SCAN"
+        );
         let _ = writeln!(out, "command: {}", c.command);
         let _ = writeln!(
             out,
@@ -300,13 +308,20 @@ impl Report {
                 let _ = writeln!(
                     out,
                     "kernel: UFFD_FEATURE_WP_ASYNC offered: {}; features: {}",
-                    if self.kernel.wp_async_offered { "yes" } else { "no" },
+                    if self.kernel.wp_async_offered {
+                        "yes"
+                    } else {
+                        "no"
+                    },
                     self.kernel.features.join(" ")
                 );
             }
         }
         let _ = writeln!(out);
-        let _ = writeln!(out, "uffd-wp async, by memory (probe: 64 pages written and scanned)");
+        let _ = writeln!(
+            out,
+            "uffd-wp async, by memory (probe: 64 pages written and scanned)"
+        );
         let _ = writeln!(
             out,
             "{:<7} {:<6} {:<9} {:<7} {:<10} {:<10} {:<9}  why not / notes",
@@ -342,8 +357,17 @@ impl Report {
             let _ = writeln!(
                 out,
                 "{:<7} {:>7} | {:>10} {:>8} {:>9} {:>9} {:>8} {:>9} | {:>10} {:>8} {:>9}",
-                "memory", "plain", "kernel 1st", "later", "scan idle", "scan all", "scan", "full pass",
-                "sw 1st", "later", "full pass"
+                "memory",
+                "plain",
+                "kernel 1st",
+                "later",
+                "scan idle",
+                "scan all",
+                "scan",
+                "full pass",
+                "sw 1st",
+                "later",
+                "full pass"
             );
             let _ = writeln!(
                 out,

@@ -100,7 +100,14 @@ pub fn probe(memory: MemoryKind, dir: &Path, shm_dir: &Path) -> Support {
     };
     let mut support = Support::new(memory, file_system);
     let name = format!("probe-{}", memory.name());
-    let mapping = match create_memory(memory, dir, shm_dir, &name, PROBE_PAGES * PAGE_BYTES, MapOptions::POPULATED) {
+    let mapping = match create_memory(
+        memory,
+        dir,
+        shm_dir,
+        &name,
+        PROBE_PAGES * PAGE_BYTES,
+        MapOptions::POPULATED,
+    ) {
         Ok(mapping) => mapping,
         Err(error) => {
             support.reason = Some(format!("creating the mapping failed: {error}"));
@@ -179,7 +186,9 @@ fn check(support: &mut Support, mapping: &Mapping) {
         match (synced, scan(&mut tracker)) {
             (Ok(()), Ok(found)) => support.written_survives_writeback = Some(found == vec![9..10]),
             (Err(error), _) => support.notes.push(format!("msync failed: {error}")),
-            (_, Err(error)) => support.notes.push(format!("scan after msync failed: {error}")),
+            (_, Err(error)) => support
+                .notes
+                .push(format!("scan after msync failed: {error}")),
         }
     }
 
@@ -198,26 +207,32 @@ fn check(support: &mut Support, mapping: &Mapping) {
         Ok(false) => {}
         Ok(true) => {
             support.notes.push(match support.memory {
-                MemoryKind::Anon => "MADV_PAGEOUT cannot evict anonymous memory here (no swap)".into(),
+                MemoryKind::Anon => {
+                    "MADV_PAGEOUT cannot evict anonymous memory here (no swap)".into()
+                }
                 _ => "MADV_PAGEOUT left the written page mapped".into(),
             });
             return;
         }
         Err(error) => {
-            support.notes.push(format!("reading /proc/self/pagemap failed: {error}"));
+            support
+                .notes
+                .push(format!("reading /proc/self/pagemap failed: {error}"));
             return;
         }
     }
     if support.memory != MemoryKind::File {
         // shmem without swap: the entry goes, the page stays in the cache.
-        support
-            .notes
-            .push("MADV_PAGEOUT removed the page-table entry (the page stays in shmem: no swap)".into());
+        support.notes.push(
+            "MADV_PAGEOUT removed the page-table entry (the page stays in shmem: no swap)".into(),
+        );
     }
     match scan(&mut tracker) {
         Ok(found) => support.written_survives_reclaim = Some(found == vec![page..page + 1]),
         Err(error) => {
-            support.notes.push(format!("scan after reclaim failed: {error}"));
+            support
+                .notes
+                .push(format!("scan after reclaim failed: {error}"));
             return;
         }
     }

@@ -86,7 +86,9 @@ pub fn parse_superblock(bytes: &[u8]) -> Result<u64, String> {
     }
     let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
     if version != VERSION {
-        return Err(format!("unsupported version {version} (this build reads {VERSION})"));
+        return Err(format!(
+            "unsupported version {version} (this build reads {VERSION})"
+        ));
     }
     let segment_bytes = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as u64;
     if !valid_segment_bytes(segment_bytes) {

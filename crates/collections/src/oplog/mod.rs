@@ -168,7 +168,9 @@ impl OpLog {
             )));
         }
         if options.lanes == 0 {
-            return Err(Error::InvalidOption("operation log lanes must be at least 1".into()));
+            return Err(Error::InvalidOption(
+                "operation log lanes must be at least 1".into(),
+            ));
         }
         let path = dir.join(FILE_NAME);
         let region = if path.exists() {
@@ -176,7 +178,10 @@ impl OpLog {
         } else {
             let region = Region::create(&path, format::SUPERBLOCK_BYTES, options.region.clone())
                 .map_err(no_space)?;
-            region.write(PmemOffset(0), &format::encode_superblock(options.segment_bytes));
+            region.write(
+                PmemOffset(0),
+                &format::encode_superblock(options.segment_bytes),
+            );
             region.persist(PmemOffset(0), format::SUPERBLOCK_BYTES);
             region.sync_all()?;
             engram_pmem::sync_directory(dir).map_err(|source| Error::Io {
@@ -221,7 +226,8 @@ impl OpLog {
         let (mut free, mut sealed) = (Vec::new(), Vec::new());
         for segment in 0..count {
             let start = self.segment_start(segment);
-            let Some(generation) = format::parse_segment_header(self.region.load_u64(PmemOffset(start)))
+            let Some(generation) =
+                format::parse_segment_header(self.region.load_u64(PmemOffset(start)))
             else {
                 free.push(segment);
                 continue;
@@ -254,7 +260,12 @@ impl OpLog {
     /// emulated memory: in the page cache, durable against a process crash,
     /// and against power loss after [`OpLog::sync`]). Returns its sequence
     /// number, drawn from `sequencer` under the lane lock.
-    pub fn append(&self, sequencer: &dyn Sequencer, position: Position, payload: &[u8]) -> Result<u64> {
+    pub fn append(
+        &self,
+        sequencer: &dyn Sequencer,
+        position: Position,
+        payload: &[u8],
+    ) -> Result<u64> {
         self.append_kind(sequencer, position, KIND_OPERATION, payload)
     }
 
@@ -306,14 +317,19 @@ impl OpLog {
         let head = format::encode_header(&header, lane.generation, payload);
         // Body first, persisted; then the commit word (DIPPER 3.4).
         self.region.write(PmemOffset(at + 8), &head);
-        self.region.write(PmemOffset(at + format::RECORD_HEADER_BYTES), payload);
-        self.region.persist(PmemOffset(at + 8), format::RECORD_HEADER_BYTES - 8 + payload.len() as u64);
+        self.region
+            .write(PmemOffset(at + format::RECORD_HEADER_BYTES), payload);
+        self.region.persist(
+            PmemOffset(at + 8),
+            format::RECORD_HEADER_BYTES - 8 + payload.len() as u64,
+        );
         self.region.store_u64(PmemOffset(at), seq);
         self.region.persist(PmemOffset(at), 8);
         lane.used += needed;
         drop(lane);
         self.records.fetch_add(1, Ordering::Relaxed);
-        self.payload_bytes.fetch_add(payload.len() as u64, Ordering::Relaxed);
+        self.payload_bytes
+            .fetch_add(payload.len() as u64, Ordering::Relaxed);
         Ok(seq)
     }
 
@@ -382,7 +398,8 @@ impl OpLog {
         let mut records = Vec::new();
         for &segment in segments {
             let start = self.segment_start(segment);
-            let Some(generation) = format::parse_segment_header(self.region.load_u64(PmemOffset(start)))
+            let Some(generation) =
+                format::parse_segment_header(self.region.load_u64(PmemOffset(start)))
             else {
                 continue;
             };
@@ -509,10 +526,9 @@ pub fn void_truncated(records: Vec<Record>) -> Vec<Record> {
         match record.kind {
             RecordKind::Operation => kept.push(record),
             RecordKind::Truncate => {
-                let index = record
-                    .payload
-                    .get(..8)
-                    .map_or(u64::MAX, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+                let index = record.payload.get(..8).map_or(u64::MAX, |b| {
+                    u64::from_le_bytes(b.try_into().expect("8 bytes"))
+                });
                 kept.retain(|r| r.position.index <= index);
             }
         }

@@ -269,7 +269,9 @@ impl<'s> Ctx<'s, '_> {
         if let Some(txn) = &mut self.exec {
             return f(txn.collection(db, key, kind, now)?);
         }
-        self.shared.keyspace.read_collection(db, key, kind, now, f)?
+        self.shared
+            .keyspace
+            .read_collection(db, key, kind, now, f)?
     }
 
     /// `read_collection` that writes the reply straight from the object.

@@ -10,12 +10,10 @@ mod common;
 use std::io::Read;
 use std::time::Duration;
 
-use common::{start, start_with, Client};
+use common::{start, start_with, Client, NOT_INT, SYNTAX};
 use engram_server::{Config, Server};
 
 const WRONG_ARGS_GET: &str = "(error) ERR wrong number of arguments for 'get' command";
-const NOT_INT: &str = "(error) ERR value is not an integer or out of range";
-const SYNTAX: &str = "(error) ERR syntax error";
 
 #[test]
 fn strings() {

@@ -6,33 +6,12 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::Write;
 use std::time::Duration;
 
-use common::{start, Client};
-use engram_collections::{Collections, CollectionsOptions, Op};
-use engram_server::keyspace::ckey;
+use common::{arity, start, Client, NOT_FLOAT, NOT_INT, SYNTAX, WRONGTYPE};
 use engram_server::{Config, Server};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-
-const WRONGTYPE: &str = "(error) WRONGTYPE Operation against a key holding the wrong kind of value";
-const NOT_INT: &str = "(error) ERR value is not an integer or out of range";
-const NOT_FLOAT: &str = "(error) ERR value is not a valid float";
-const SYNTAX: &str = "(error) ERR syntax error";
-
-fn arity(command: &str) -> String {
-    format!("(error) ERR wrong number of arguments for '{command}' command")
-}
-
-/// Sends a command without reading its reply (to read it raw).
-fn send(c: &mut Client, words: &[&str]) {
-    let mut request = format!("*{}\r\n", words.len());
-    for word in words {
-        request.push_str(&format!("${}\r\n{word}\r\n", word.len()));
-    }
-    c.writer.write_all(request.as_bytes()).unwrap();
-}
 
 /// The elements of a rendered array reply `[a, b, ...]` (elements without
 /// commas or brackets).
@@ -228,37 +207,6 @@ fn increments() {
     server.shutdown().unwrap();
 }
 
-/// A data directory whose collections hold a set `s`, a list `l` and a
-/// sorted set `z` in database 0, written through the collections store
-/// itself (so this does not depend on the other families' commands).
-fn dir_with_other_kinds() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let collections = Collections::open(
-        dir.path().join("data").join("collections"),
-        CollectionsOptions::default(),
-    )
-    .unwrap();
-    collections
-        .write(vec![
-            Op::SetAdd {
-                key: ckey(0, b"s").unwrap(),
-                members: vec![b"m".as_slice().into()],
-            },
-            Op::ListPush {
-                key: ckey(0, b"l").unwrap(),
-                front: false,
-                values: vec![b"x".as_slice().into()],
-            },
-            Op::SortedSetAdd {
-                key: ckey(0, b"z").unwrap(),
-                pairs: vec![(1.0, b"m".as_slice().into())],
-            },
-        ])
-        .unwrap();
-    collections.close().unwrap();
-    dir
-}
-
 /// Every hash command against `key`, which holds something else.
 fn wrong_type_cases(key: &str) -> Vec<(String, String)> {
     [
@@ -296,14 +244,13 @@ fn run(c: &mut Client, cases: &[(String, String)]) {
 
 #[test]
 fn wrong_type() {
-    let dir = dir_with_other_kinds();
-    let server = Server::start(Config {
-        port: 0,
-        dir: dir.path().join("data"),
-        ..Config::default()
-    })
-    .unwrap();
+    let (server, _dir) = start();
     let mut c = Client::connect(&server);
+    c.script(&[
+        ("SADD s m", "(integer) 1"),
+        ("RPUSH l x", "(integer) 1"),
+        ("ZADD z 1 m", "(integer) 1"),
+    ]);
     c.script(&[
         ("TYPE s", "set"),
         ("TYPE l", "list"),
@@ -572,7 +519,7 @@ fn resp3_shapes() {
         ("HMGET h a nope", "[\"1\", (nil)]"),
     ]);
     let raw = |c: &mut Client, words: &[&str]| -> String {
-        send(c, words);
+        c.send(&words.join(" "));
         c.line()
     };
     // HGETALL is a map in RESP3, even when empty.

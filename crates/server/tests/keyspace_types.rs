@@ -9,10 +9,8 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::{start, Client};
+use common::{start, Client, WRONGTYPE};
 use engram_server::{Config, Server};
-
-const WRONGTYPE: &str = "(error) WRONGTYPE Operation against a key holding the wrong kind of value";
 
 /// One key of each type: str, h, s, z, l.
 fn fill(c: &mut Client) {

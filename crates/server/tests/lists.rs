@@ -10,27 +10,9 @@ use std::io::{BufRead, Write};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{start, Client};
+use common::{arity, start, Client, NOT_INT, SYNTAX, WRONGTYPE};
 use engram_server::{Config, Server};
 use rand::{Rng, SeedableRng};
-
-const NOT_INT: &str = "(error) ERR value is not an integer or out of range";
-const SYNTAX: &str = "(error) ERR syntax error";
-const WRONGTYPE: &str = "(error) WRONGTYPE Operation against a key holding the wrong kind of value";
-
-fn arity(command: &str) -> String {
-    format!("(error) ERR wrong number of arguments for '{command}' command")
-}
-
-/// Sends a command without reading its reply.
-fn send(c: &mut Client, line: &str) {
-    let words: Vec<&str> = line.split(' ').collect();
-    let mut request = format!("*{}\r\n", words.len());
-    for word in &words {
-        request.push_str(&format!("${}\r\n{word}\r\n", word.len()));
-    }
-    c.writer.write_all(request.as_bytes()).unwrap();
-}
 
 fn client_id(c: &mut Client) -> u64 {
     let reply = c.call("CLIENT ID");
@@ -362,29 +344,10 @@ fn lmove_rpoplpush_and_lmpop() {
     server.shutdown().unwrap();
 }
 
-/// A server whose data directory already holds a hash `h` (in database 0),
-/// written through the collections store before the server starts: the
-/// hash commands belong to another family.
+/// A server with a hash `h` (for WRONGTYPE cases).
 fn start_with_hash() -> (Server, tempfile::TempDir) {
-    use engram_collections::{Collections, CollectionsOptions, Op};
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(data.join("collections")).unwrap();
-    let collections =
-        Collections::open(data.join("collections"), CollectionsOptions::default()).unwrap();
-    collections
-        .write(vec![Op::HashSet {
-            key: b"\0h".as_slice().into(),
-            pairs: vec![(b"f".as_slice().into(), b"v".as_slice().into())],
-        }])
-        .unwrap();
-    collections.close().unwrap();
-    let server = Server::start(Config {
-        port: 0,
-        dir: data,
-        ..Config::default()
-    })
-    .unwrap();
+    let (server, dir) = start();
+    Client::connect(&server).script(&[("HSET h f v", "(integer) 1")]);
     (server, dir)
 }
 
@@ -565,9 +528,9 @@ fn resp3_replies() {
         ("BLPOP l 0", "[\"l\", \"a\"]"),
     ]);
     // The wire form: RESP3 nulls.
-    send(&mut c, "LPOP nope 1");
+    c.send("LPOP nope 1");
     assert_eq!(c.line(), "_");
-    send(&mut c, "BRPOP nope 0.01");
+    c.send("BRPOP nope 0.01");
     assert_eq!(c.line(), "_");
     server.shutdown().unwrap();
 }
@@ -1005,9 +968,9 @@ fn blpop_waits_for_a_push_and_serves_clients_in_order() {
     let second_id = client_id(&mut second);
 
     let started = Instant::now();
-    send(&mut first, "BLPOP k 0");
+    first.send("BLPOP k 0");
     wait_blocked(&mut observer, first_id, "blpop");
-    send(&mut second, "BLPOP other k 0");
+    second.send("BLPOP other k 0");
     wait_blocked(&mut observer, second_id, "blpop");
     assert_silent(&mut first, Duration::from_millis(50));
 
@@ -1040,9 +1003,9 @@ fn blpop_waits_for_a_push_and_serves_clients_in_order() {
     // Both wait again on one key; one push of two elements serves both, in
     // the order they blocked.
     observer.script(&[("DEL k", "(integer) 1")]);
-    send(&mut second, "BRPOP k 0");
+    second.send("BRPOP k 0");
     wait_blocked(&mut observer, second_id, "brpop");
-    send(&mut first, "BLPOP k 0");
+    first.send("BLPOP k 0");
     wait_blocked(&mut observer, first_id, "blpop");
     observer.script(&[("RPUSH k a b", "(integer) 2")]);
     assert_eq!(second.reply(), "[\"k\", \"b\"]");
@@ -1088,7 +1051,7 @@ fn blmove_moves_atomically_when_woken() {
     let mut waiter = Client::connect(&server);
     let id = client_id(&mut waiter);
     observer.script(&[("RPUSH dst old", "(integer) 1")]);
-    send(&mut waiter, "BLMOVE src dst RIGHT LEFT 0");
+    waiter.send("BLMOVE src dst RIGHT LEFT 0");
     wait_blocked(&mut observer, id, "blmove");
     observer.script(&[("RPUSH src x y", "(integer) 2")]);
     assert_eq!(waiter.reply(), "\"y\"");
@@ -1098,7 +1061,7 @@ fn blmove_moves_atomically_when_woken() {
     ]);
 
     // BRPOPLPUSH, and BLMPOP with a count.
-    send(&mut waiter, "BRPOPLPUSH empty dst 0");
+    waiter.send("BRPOPLPUSH empty dst 0");
     wait_blocked(&mut observer, id, "brpoplpush");
     observer.script(&[("LPUSH empty z", "(integer) 1")]);
     assert_eq!(waiter.reply(), "\"z\"");
@@ -1106,7 +1069,7 @@ fn blmove_moves_atomically_when_woken() {
         ("LRANGE dst 0 -1", "[\"z\", \"y\", \"old\"]"),
         ("EXISTS empty", "(integer) 0"),
     ]);
-    send(&mut waiter, "BLMPOP 0 2 m1 m2 RIGHT COUNT 2");
+    waiter.send("BLMPOP 0 2 m1 m2 RIGHT COUNT 2");
     wait_blocked(&mut observer, id, "blmpop");
     observer.script(&[("RPUSH m2 1 2 3", "(integer) 3")]);
     assert_eq!(waiter.reply(), "[\"m2\", [\"3\", \"2\"]]");
@@ -1183,7 +1146,7 @@ fn a_pipeline_waits_behind_a_blocked_command() {
     wait_blocked(&mut observer, id, "blpop");
     assert_silent(&mut c, Duration::from_millis(200));
     // Commands sent while blocked wait too.
-    send(&mut c, "ECHO later");
+    c.send("ECHO later");
     assert_silent(&mut c, Duration::from_millis(100));
     observer.script(&[("LPUSH k v", "(integer) 1")]);
     assert_eq!(c.reply(), "[\"k\", \"v\"]");
@@ -1198,7 +1161,7 @@ fn a_key_of_another_type_keeps_a_client_waiting() {
     let mut observer = Client::connect(&server);
     let mut c = Client::connect(&server);
     let id = client_id(&mut c);
-    send(&mut c, "BLPOP k 0");
+    c.send("BLPOP k 0");
     wait_blocked(&mut observer, id, "blpop");
     // Redis serves a blocked client only from a list.
     observer.script(&[("SET k string", "OK")]);
@@ -1208,14 +1171,14 @@ fn a_key_of_another_type_keeps_a_client_waiting() {
 
     // A list after a key that turned into a string: Redis runs the command
     // again, which fails on the string.
-    send(&mut c, "BLPOP a b 0");
+    c.send("BLPOP a b 0");
     wait_blocked(&mut observer, id, "blpop");
     observer.script(&[("SET a string", "OK"), ("RPUSH b v", "(integer) 1")]);
     assert_eq!(c.reply(), WRONGTYPE);
     observer.script(&[("LRANGE b 0 -1", "[\"v\"]")]);
 
     // A string destination fails BLMOVE when its source fills.
-    send(&mut c, "BLMOVE src a LEFT LEFT 0");
+    c.send("BLMOVE src a LEFT LEFT 0");
     wait_blocked(&mut observer, id, "blmove");
     observer.script(&[("RPUSH src x", "(integer) 1")]);
     assert_eq!(c.reply(), WRONGTYPE);
@@ -1229,14 +1192,14 @@ fn client_kill_ends_a_wait() {
     let mut observer = Client::connect(&server);
     let mut c = Client::connect(&server);
     let id = client_id(&mut c);
-    send(&mut c, "BLPOP k 0");
+    c.send("BLPOP k 0");
     wait_blocked(&mut observer, id, "blpop");
     observer.script(&[(&format!("CLIENT KILL ID {id}"), "(integer) 1")]);
     assert_closed(&mut c);
     // The killed client left the line: the next one gets the element.
     let mut next = Client::connect(&server);
     let next_id = client_id(&mut next);
-    send(&mut next, "BLPOP k 0");
+    next.send("BLPOP k 0");
     wait_blocked(&mut observer, next_id, "blpop");
     observer.script(&[("RPUSH k v", "(integer) 1")]);
     assert_eq!(next.reply(), "[\"k\", \"v\"]");
@@ -1244,7 +1207,7 @@ fn client_kill_ends_a_wait() {
     // A client that hangs up while blocked is gone too.
     let mut leaver = Client::connect(&server);
     let leaver_id = client_id(&mut leaver);
-    send(&mut leaver, "BLPOP k 0");
+    leaver.send("BLPOP k 0");
     wait_blocked(&mut observer, leaver_id, "blpop");
     drop(leaver);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -1265,7 +1228,7 @@ fn shutdown_ends_a_wait() {
     let mut observer = Client::connect(&server);
     let mut c = Client::connect(&server);
     let id = client_id(&mut c);
-    send(&mut c, "BLPOP k 0");
+    c.send("BLPOP k 0");
     wait_blocked(&mut observer, id, "blpop");
     let started = Instant::now();
     server.shutdown().unwrap();

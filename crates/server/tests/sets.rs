@@ -10,17 +10,9 @@ use std::collections::{BTreeSet, HashSet};
 use std::io::Write;
 use std::time::Duration;
 
-use common::{start, Client};
+use common::{arity, start, Client, NOT_INT, SYNTAX, WRONGTYPE};
 use engram_server::{Config, Server};
 use rand::{Rng, SeedableRng};
-
-const WRONGTYPE: &str = "(error) WRONGTYPE Operation against a key holding the wrong kind of value";
-const SYNTAX: &str = "(error) ERR syntax error";
-const NOT_INT: &str = "(error) ERR value is not an integer or out of range";
-
-fn arity(name: &str) -> String {
-    format!("(error) ERR wrong number of arguments for '{name}' command")
-}
 
 /// The members of a flat array reply, sorted (set replies come in hash
 /// order).

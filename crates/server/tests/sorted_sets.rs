@@ -7,21 +7,13 @@ mod common;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use common::{start, Client};
+use common::{arity, start, Client, NOT_FLOAT, NOT_INT, SYNTAX, WRONGTYPE};
 use engram_server::{Config, Server};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const SYNTAX: &str = "(error) ERR syntax error";
-const NOT_INT: &str = "(error) ERR value is not an integer or out of range";
-const NOT_FLOAT: &str = "(error) ERR value is not a valid float";
 const NOT_FLOAT_RANGE: &str = "(error) ERR min or max is not a float";
 const NOT_LEX_RANGE: &str = "(error) ERR min or max not valid string range item";
-const WRONGTYPE: &str = "(error) WRONGTYPE Operation against a key holding the wrong kind of value";
-
-fn arity(name: &str) -> String {
-    format!("(error) ERR wrong number of arguments for '{name}' command")
-}
 
 #[test]
 fn zadd_options_and_point_reads() {

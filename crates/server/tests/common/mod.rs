@@ -1,6 +1,18 @@
 //! What the integration suites share: a server on a free port in a fresh
-//! directory, and a redis-cli-like client whose replies render as text.
+//! directory, a redis-cli-like client whose replies render as text, and
+//! Redis's error replies as that client renders them.
 #![allow(dead_code)]
+
+pub const WRONGTYPE: &str =
+    "(error) WRONGTYPE Operation against a key holding the wrong kind of value";
+pub const SYNTAX: &str = "(error) ERR syntax error";
+pub const NOT_INT: &str = "(error) ERR value is not an integer or out of range";
+pub const NOT_FLOAT: &str = "(error) ERR value is not a valid float";
+
+/// Redis's wrong-arity error for `command` (lowercase, as Redis names it).
+pub fn arity(command: &str) -> String {
+    format!("(error) ERR wrong number of arguments for '{command}' command")
+}
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -28,6 +40,13 @@ impl Client {
     /// Sends one command (words split on spaces; `\s` stands for a space
     /// inside a word, `""` for an empty word) and renders the reply.
     pub fn call(&mut self, line: &str) -> String {
+        self.send(line);
+        self.reply()
+    }
+
+    /// Sends one command (words as for `call`) without reading its reply:
+    /// to read it raw, or to leave a blocking command waiting.
+    pub fn send(&mut self, line: &str) {
         let words: Vec<String> = line
             .split(' ')
             .map(|w| {
@@ -43,7 +62,6 @@ impl Client {
             request.push_str(&format!("${}\r\n{word}\r\n", word.len()));
         }
         self.writer.write_all(request.as_bytes()).unwrap();
-        self.reply()
     }
 
     pub fn line(&mut self) -> String {

@@ -5,11 +5,8 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread;
-use std::time::{Duration, Instant};
 
-use common::{connect, serve};
+use common::{connect, kill_cycles};
 
 const CLIENTS: usize = 4;
 const KILL_CYCLES: usize = 3;
@@ -83,16 +80,24 @@ fn writer(port: u16, client: usize, start: &Acked, stop: &AtomicBool) -> Acked {
 /// what is really there.
 fn check(port: u16, client: usize, acked: &mut Acked) {
     let mut con = connect(port);
-    for i in 0..acked.sets {
-        let value: Option<String> = redis::cmd("GET")
-            .arg(format!("c{client}:{i}"))
+    // In MGETs of 1,000 keys: one round trip each, not one per key.
+    for first in (0..acked.sets).step_by(1000) {
+        let keys: Vec<u64> = (first..acked.sets.min(first + 1000)).collect();
+        let values: Vec<Option<String>> = redis::cmd("MGET")
+            .arg(
+                keys.iter()
+                    .map(|i| format!("c{client}:{i}"))
+                    .collect::<Vec<_>>(),
+            )
             .query(&mut con)
             .unwrap();
-        assert_eq!(
-            value.as_deref(),
-            Some(format!("v{i}").as_str()),
-            "client {client} key {i}"
-        );
+        for (i, value) in keys.iter().zip(values) {
+            assert_eq!(
+                value.as_deref(),
+                Some(format!("v{i}").as_str()),
+                "client {client} key {i}"
+            );
+        }
     }
     let counter: Option<u64> = redis::cmd("GET")
         .arg(format!("c{client}:counter"))
@@ -127,50 +132,14 @@ fn check(port: u16, client: usize, acked: &mut Acked) {
 #[test]
 fn sigkill_during_writes_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let mut acked: Vec<Acked> = (0..CLIENTS).map(|_| Acked::default()).collect();
-    for cycle in 0..KILL_CYCLES {
-        let mut served = serve(&data, &[]);
-        // What survived the last kill is there before new writes start.
-        for (client, a) in acked.iter_mut().enumerate() {
-            check(served.port, client, a);
-        }
-        let stop = Arc::new(AtomicBool::new(false));
-        let port = served.port;
-        let handles: Vec<_> = acked
-            .into_iter()
-            .enumerate()
-            .map(|(client, start)| {
-                let stop = stop.clone();
-                thread::spawn(move || writer(port, client, &start, &stop))
-            })
-            .collect();
-        // Let the writers get going, then kill the server mid-stream.
-        let deadline = Instant::now() + Duration::from_millis(700 + 300 * cycle as u64);
-        while Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(20));
-        }
-        served.child.kill().expect("SIGKILL");
-        served.child.wait().unwrap();
-
-        stop.store(true, Ordering::Relaxed);
-        acked = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        assert!(
-            acked.iter().all(|a| a.sets > 0),
-            "every client wrote something in cycle {cycle}:\n{}",
-            served.log_text()
-        );
-    }
-    let mut served = serve(&data, &[]);
-    for (client, a) in acked.iter_mut().enumerate() {
-        check(served.port, client, a);
-    }
-    let mut con = connect(served.port);
-    let _: () = redis::cmd("SHUTDOWN").query(&mut con).unwrap_or(());
-    let status = served.child.wait().unwrap();
-    assert!(
-        status.success(),
-        "clean shutdown after the checks:\n{}",
-        served.log_text()
+    let acked = (0..CLIENTS).map(|_| Acked::default()).collect();
+    kill_cycles(
+        &dir.path().join("data"),
+        KILL_CYCLES,
+        acked,
+        writer,
+        check,
+        |a| a.sets > 0,
+        |_, _| {},
     );
 }

@@ -7,11 +7,8 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread;
-use std::time::{Duration, Instant};
 
-use common::{connect, serve};
+use common::{connect, kill_cycles};
 
 const CLIENTS: usize = 3;
 const KILL_CYCLES: usize = 3;
@@ -257,48 +254,19 @@ fn check(port: u16, n: usize, acked: &mut Acked) {
 #[test]
 fn sigkill_during_collection_writes_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let mut acked: Vec<Acked> = (0..CLIENTS).map(|_| Acked::default()).collect();
-    for cycle in 0..KILL_CYCLES {
-        let mut served = serve(&data, &[]);
-        for (n, a) in acked.iter_mut().enumerate() {
-            check(served.port, n, a);
-        }
-        if cycle == 1 {
-            // A checkpoint folds the log so far; the rest replays on top.
-            let mut con = connect(served.port);
-            let _: () = redis::cmd("SAVE").query(&mut con).unwrap();
-        }
-        let stop = Arc::new(AtomicBool::new(false));
-        let port = served.port;
-        let handles: Vec<_> = acked
-            .into_iter()
-            .enumerate()
-            .map(|(n, start)| {
-                let stop = stop.clone();
-                thread::spawn(move || writer(port, n, &start, &stop))
-            })
-            .collect();
-        let deadline = Instant::now() + Duration::from_millis(800 + 300 * cycle as u64);
-        while Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(20));
-        }
-        served.child.kill().expect("SIGKILL");
-        served.child.wait().unwrap();
-        stop.store(true, Ordering::Relaxed);
-        acked = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        assert!(
-            acked.iter().all(|a| a.steps > 0),
-            "every client wrote something in cycle {cycle}:\n{}",
-            served.log_text()
-        );
-    }
-    let mut served = serve(&data, &[]);
-    for (n, a) in acked.iter_mut().enumerate() {
-        check(served.port, n, a);
-    }
-    let mut con = connect(served.port);
-    let _: () = redis::cmd("SHUTDOWN").query(&mut con).unwrap_or(());
-    let status = served.child.wait().unwrap();
-    assert!(status.success(), "clean shutdown:\n{}", served.log_text());
+    let acked = (0..CLIENTS).map(|_| Acked::default()).collect();
+    kill_cycles(
+        &dir.path().join("data"),
+        KILL_CYCLES,
+        acked,
+        writer,
+        check,
+        |a| a.steps > 0,
+        |cycle, port| {
+            if cycle == 1 {
+                // A checkpoint folds the log so far; the rest replays on top.
+                let _: () = redis::cmd("SAVE").query(&mut connect(port)).unwrap();
+            }
+        },
+    );
 }

@@ -5,6 +5,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::Duration;
@@ -20,6 +21,15 @@ pub struct Served {
 impl Served {
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
+    }
+}
+
+/// A test that fails (panics) while the server runs must not leave it
+/// running: kill it (a no-op once it has exited and been waited for).
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -67,4 +77,62 @@ pub fn connect(port: u16) -> redis::Connection {
     client
         .get_connection_with_timeout(Duration::from_secs(10))
         .expect("connecting to engram serve")
+}
+
+/// The kill loop both crash suites run: `cycles` times, start `engram
+/// serve` on `data`, `check` what each client had acknowledged, run
+/// `before_writes` (a hook: e.g. a SAVE), let one `writer` thread per client
+/// write for a while, SIGKILL the server mid-stream and collect what each
+/// acknowledged (`wrote` must hold for each: the cycle did work). Then a
+/// last start checks everything and shuts down cleanly.
+pub fn kill_cycles<A: Send + 'static>(
+    data: &Path,
+    cycles: usize,
+    mut acked: Vec<A>,
+    writer: fn(u16, usize, &A, &AtomicBool) -> A,
+    check: fn(u16, usize, &mut A),
+    wrote: fn(&A) -> bool,
+    before_writes: impl Fn(usize, u16),
+) {
+    for cycle in 0..cycles {
+        let mut served = serve(data, &[]);
+        // What survived the last kill is there before new writes start.
+        for (client, a) in acked.iter_mut().enumerate() {
+            check(served.port, client, a);
+        }
+        before_writes(cycle, served.port);
+        let stop = Arc::new(AtomicBool::new(false));
+        let port = served.port;
+        let handles: Vec<_> = acked
+            .into_iter()
+            .enumerate()
+            .map(|(client, start)| {
+                let stop = stop.clone();
+                thread::spawn(move || writer(port, client, &start, &stop))
+            })
+            .collect();
+        // Let the writers get going, then kill the server mid-stream.
+        thread::sleep(Duration::from_millis(700 + 300 * cycle as u64));
+        served.child.kill().expect("SIGKILL");
+        served.child.wait().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        acked = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert!(
+            acked.iter().all(wrote),
+            "every client wrote something in cycle {cycle}:\n{}",
+            served.log_text()
+        );
+    }
+    let mut served = serve(data, &[]);
+    for (client, a) in acked.iter_mut().enumerate() {
+        check(served.port, client, a);
+    }
+    let mut con = connect(served.port);
+    let _: () = redis::cmd("SHUTDOWN").query(&mut con).unwrap_or(());
+    let status = served.child.wait().unwrap();
+    assert!(
+        status.success(),
+        "clean shutdown after the checks:\n{}",
+        served.log_text()
+    );
 }

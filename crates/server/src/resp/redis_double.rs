@@ -3,8 +3,9 @@
 //! Redis's digits come from Grisu2, which is not always the shortest
 //! representation ryu would give, and its layout keeps plain digits much
 //! longer than Rust's `{}`; clients compare these texts, so they are
-//! reproduced exactly (checked against Redis's own code on over a million
-//! doubles). INCRBYFLOAT-style replies use another Redis formatter
+//! reproduced exactly (compared, when written, with Redis's own `fpconv`
+//! built from source over a million doubles; the unit test below keeps
+//! the cases where Rust's formatting differs). INCRBYFLOAT-style replies use another Redis formatter
 //! (`resp::format_double`).
 
 /// A formatted score, on the stack (the longest is "-1.2345678901234567e-308").
@@ -34,8 +35,7 @@ impl ScoreText {
 /// Grisu2's digits (they read back to the value; almost always the
 /// shortest such), laid out the way `fpconv_dtoa` does (plain digits with
 /// up to 6 trailing zeros, plain decimals down to 1e-6, scientific
-/// `1.5e+300` / `1e-7` beyond). Checked against Redis's own `fpconv` on
-/// over a million doubles.
+/// `1.5e+300` / `1e-7` beyond).
 pub fn redis_double(value: f64) -> ScoreText {
     let mut text = ScoreText {
         buf: [0; 40],

@@ -201,7 +201,7 @@ impl Integrity {
             // No background pass in inline mode: cover what opening marked.
             redundancy.refresh_all(&data);
         }
-        report.stale_pages = redundancy.stale_pages.load(Ordering::Relaxed);
+        report.stale_pages = redundancy.stale_pages();
         if data.set_tracker(redundancy.clone()).is_err() {
             return Err(Error::InvalidOption(
                 "the data region already has a store tracker".into(),
@@ -348,7 +348,7 @@ impl Integrity {
             period: self.shared.options.period,
             stripe_pages: r.geometry.stripe_pages as u32,
             pages_covered: self.shared.data.len() / PAGE_BYTES,
-            pages_stale: r.stale_pages.load(Ordering::Relaxed),
+            pages_stale: r.stale_pages(),
             oldest_stale_age: Duration::from_millis(r.oldest_stale_ms()),
             passes: c.passes.load(Ordering::Relaxed),
             last_pass_duration: Duration::from_micros(c.last_pass_us.load(Ordering::Relaxed)),

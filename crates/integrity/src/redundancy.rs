@@ -56,11 +56,14 @@ pub(crate) struct Redundancy {
     /// Per group: when (ms on `clock`, never 0) its oldest stale page was
     /// marked, or 0 when it has none. Updated under the group's mark lock.
     oldest_mark_ms: Box<[AtomicU64]>,
+    /// Per group: how many of its pages are stale. Updated under the
+    /// group's mark lock, so a mark touches only its group's words (one
+    /// store-wide counter was a cache line every writer fought over).
+    stale_in_group: Box<[AtomicU64]>,
     mark_locks: Box<[Mutex<()>]>,
     pub work: Mutex<()>,
     /// Data pages the file has groups for.
     pub covered_pages: AtomicU64,
-    pub stale_pages: AtomicU64,
     clock: Instant,
     pub counters: Counters,
     /// Pages found corrupt that could not be rebuilt, by page number.
@@ -91,10 +94,10 @@ impl Redundancy {
             gate: Gate::new(),
             dirty: engram_pmem::zeroed_atomic_words(max_pages.div_ceil(64) as usize),
             oldest_mark_ms: engram_pmem::zeroed_atomic_words(max_groups),
+            stale_in_group: engram_pmem::zeroed_atomic_words(max_groups),
             mark_locks: (0..MARK_LOCKS).map(|_| Mutex::new(())).collect(),
             work: Mutex::new(()),
             covered_pages: AtomicU64::new(0),
-            stale_pages: AtomicU64::new(0),
             clock: Instant::now(),
             counters: Counters::default(),
             bad_pages: Mutex::new(BTreeSet::new()),
@@ -169,9 +172,12 @@ impl Redundancy {
     }
 
     /// Marks `page` stale: persistent mark first, then the DRAM mirror.
+    /// The group's age and count change under its mark lock (plain loads
+    /// and stores: the lock orders them), and the clock is read only for a
+    /// group's first stale page.
     fn mark(&self, page: u64) {
-        let group = page / self.geometry.group_pages;
-        let _lock = self.mark_locks[group as usize % MARK_LOCKS].lock();
+        let group = (page / self.geometry.group_pages) as usize;
+        let _lock = self.mark_locks[group % MARK_LOCKS].lock();
         if self.is_stale(page) {
             return;
         }
@@ -180,13 +186,19 @@ impl Redundancy {
         self.meta.persist(word, 8);
         let (dirty_word, dirty_bit) = self.dirty_index(page);
         self.dirty[dirty_word].fetch_or(dirty_bit, Ordering::SeqCst);
-        self.stale_pages.fetch_add(1, Ordering::Relaxed);
-        let _ = self.oldest_mark_ms[group as usize].compare_exchange(
-            0,
-            self.now_ms(),
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
+        let stale = &self.stale_in_group[group];
+        stale.store(stale.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        let oldest = &self.oldest_mark_ms[group];
+        if oldest.load(Ordering::Relaxed) == 0 {
+            oldest.store(self.now_ms(), Ordering::Relaxed);
+        }
+    }
+
+    /// Stale pages over the whole region (a sum over groups: for stats).
+    pub fn stale_pages(&self) -> u64 {
+        (0..self.groups() as usize)
+            .map(|group| self.stale_in_group[group].load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Marks every page below `pages` stale (a new integrity file, or marks
@@ -219,8 +231,14 @@ impl Redundancy {
                 }
             }
             if stale > 0 {
+                let _lock = self.mark_locks[group as usize % MARK_LOCKS].lock();
+                let counted: u64 = self
+                    .group_dirty(group)
+                    .iter()
+                    .map(|w| w.count_ones() as u64)
+                    .sum();
+                self.stale_in_group[group as usize].store(counted, Ordering::Relaxed);
                 self.oldest_mark_ms[group as usize].store(now, Ordering::Relaxed);
-                self.stale_pages.fetch_add(stale, Ordering::Relaxed);
             }
         }
     }
@@ -331,7 +349,8 @@ impl Redundancy {
         self.meta.fence();
         let still_stale = self.clear_group_dirty(group, marks);
         let cleared: u64 = marks.iter().map(|w| w.count_ones() as u64).sum();
-        self.stale_pages.fetch_sub(cleared, Ordering::Relaxed);
+        let stale = &self.stale_in_group[group as usize];
+        stale.store(stale.load(Ordering::Relaxed) - cleared, Ordering::Relaxed);
         // In a full pass, pages still stale were marked after the snapshot,
         // so `snapshot_ms` bounds their age from above. An inline refresh
         // leaves other pages as they were.

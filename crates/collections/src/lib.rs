@@ -186,6 +186,8 @@ pub(crate) struct Inner {
 pub struct Collections {
     inner: Arc<Inner>,
     checkpointer: Option<JoinHandle<()>>,
+    /// Keeps free log segments in reserve (`OpLog::run_provisioner`).
+    provisioner: Option<JoinHandle<()>>,
     report: RecoveryReport,
 }
 
@@ -324,9 +326,25 @@ impl Collections {
                 )
             }
         };
+        let provisioner = if inner.options.oplog.reserve_segments == 0 {
+            None
+        } else {
+            let inner = Arc::clone(&inner);
+            Some(
+                std::thread::Builder::new()
+                    .name("engram-oplog-reserve".into())
+                    .spawn(move || inner.log.run_provisioner())
+                    .map_err(|source| Error::Io {
+                        context: "starting the log reserve thread in",
+                        path: PathBuf::new(),
+                        source,
+                    })?,
+            )
+        };
         Ok(Collections {
             inner,
             checkpointer,
+            provisioner,
             report,
         })
     }
@@ -534,7 +552,7 @@ impl Collections {
 
     /// Stops the checkpointer, makes the log durable and closes the images.
     pub fn close(mut self) -> Result<()> {
-        self.stop_checkpointer();
+        self.stop_threads();
         self.inner.log.sync()?;
         self.inner.images.sync()?;
         Ok(())
@@ -543,13 +561,19 @@ impl Collections {
     /// Testing: stops like a killed process would (no sync, no checkpoint).
     #[doc(hidden)]
     pub fn crash(mut self) {
-        self.stop_checkpointer();
+        self.stop_threads();
     }
 
-    fn stop_checkpointer(&mut self) {
+    /// Stops the background threads: the checkpointer, and the one that
+    /// keeps log segments in reserve.
+    fn stop_threads(&mut self) {
         if let Some(handle) = self.checkpointer.take() {
             *self.inner.wake.0.lock() = true;
             self.inner.wake.1.notify_all();
+            let _ = handle.join();
+        }
+        if let Some(handle) = self.provisioner.take() {
+            self.inner.log.stop_provisioner();
             let _ = handle.join();
         }
     }
@@ -628,7 +652,7 @@ impl<'c> Writer<'c> {
 
 impl Drop for Collections {
     fn drop(&mut self) {
-        self.stop_checkpointer();
+        self.stop_threads();
     }
 }
 

@@ -98,3 +98,60 @@ fn a_writer_logs_what_it_applied_and_recovery_agrees() {
     c.read(b"c", |e| assert_eq!(e.map(|e| e.object.len()), Some(1)));
     c.read(b"a", |e| assert!(e.is_none()));
 }
+
+/// A lane that fills its segment claims one the reserve thread mapped
+/// beforehand: the file grows off the write path, and only by the reserve.
+#[test]
+fn log_segments_are_kept_in_reserve_off_the_write_path() {
+    let segment_bytes = 64 << 10;
+    let open = |reserve_segments| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut options = options();
+        options.oplog.segment_bytes = segment_bytes;
+        options.oplog.lanes = 1;
+        options.oplog.reserve_segments = reserve_segments;
+        let c = Collections::open(dir.path(), options).unwrap();
+        (dir, c)
+    };
+    let wait_for = |c: &Collections, what: &dyn Fn(&Collections) -> bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !what(c) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "reserve never filled: {:?}",
+                c.stats().log
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    };
+
+    let (_dir, c) = open(3);
+    assert_eq!(
+        c.stats().log.segments_total,
+        0,
+        "nothing is reserved before the first write"
+    );
+    c.write(vec![add(b"k", b"m")]).unwrap();
+    // The first claim grew the file itself (nothing was free) and asked
+    // for the reserve: three more segments, free.
+    wait_for(&c, &|c| c.stats().log.segments_free == 3);
+    assert_eq!(c.stats().log.segments_total, 4);
+    // Fill two segments' worth: each claim takes a reserved segment and
+    // the thread tops the reserve up again.
+    let member = vec![b'x'; 1000];
+    for i in 0..(2 * segment_bytes as usize / 1000) {
+        c.write(vec![add(format!("k{i}").as_bytes(), &member)])
+            .unwrap();
+    }
+    wait_for(&c, &|c| c.stats().log.segments_free == 3);
+    let stats = c.stats().log;
+    assert!(stats.segments_total - stats.segments_free >= 3, "{stats:?}");
+    drop(c); // joins the reserve thread
+
+    // Reserve off: the file holds exactly the segments claimed.
+    let (_dir, c) = open(0);
+    c.write(vec![add(b"k", b"m")]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert_eq!(c.stats().log.segments_total, 1);
+    assert_eq!(c.stats().log.segments_free, 0);
+}

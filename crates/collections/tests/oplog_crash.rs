@@ -41,6 +41,9 @@ fn options(observer: Option<Arc<CrashSim>>, lanes: usize) -> OpLogOptions {
     OpLogOptions {
         segment_bytes: SEGMENT_BYTES,
         lanes,
+        // No reserve thread runs beside a bare log: each growth happens on
+        // the write path, in the order the simulator replays.
+        reserve_segments: 0,
         region: RegionOptions {
             mode: ModeChoice::Emulated,
             populate: false,

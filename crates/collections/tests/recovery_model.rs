@@ -53,6 +53,7 @@ fn options(faults: Faults) -> CollectionsOptions {
         oplog: OpLogOptions {
             segment_bytes: 64 << 10,
             lanes: 2,
+            reserve_segments: 2,
             region: engram_pmem::RegionOptions {
                 mode: ModeChoice::Emulated,
                 populate: false,

@@ -266,7 +266,7 @@ fn flags_have_the_documented_defaults_and_limits() {
     assert_eq!(config.ycsb_duration, Duration::from_secs(10));
     assert_eq!(config.shape.records, 100_000);
     assert_eq!(config.shape.record_bytes(), 1000);
-    assert_eq!(config.checkpoint_log_bytes, 16 << 20);
+    assert_eq!(config.checkpoint_log_bytes, 64 << 20);
     assert_eq!(config.configurations, Configuration::ALL);
     assert_eq!(config.workloads, Workload::ALL);
     assert_eq!(config.recovery.keys, 1_000_000);

@@ -52,6 +52,11 @@ pub struct OpLogOptions {
     pub segment_bytes: u64,
     /// Lanes (concurrent appenders that never wait for one another).
     pub lanes: usize,
+    /// Free segments kept ready, so that a lane filling its segment claims
+    /// a mapped one instead of growing the file on the write path. The
+    /// reserve is refilled by [`OpLog::provision`] (the collections store
+    /// runs it on a thread of its own); 0 turns it off.
+    pub reserve_segments: usize,
     /// How the file is mapped (mode, flush instruction, crash observer).
     pub region: RegionOptions,
 }
@@ -61,6 +66,7 @@ impl Default for OpLogOptions {
         OpLogOptions {
             segment_bytes: 8 << 20,
             lanes: std::thread::available_parallelism().map_or(4, |n| n.get() * 2),
+            reserve_segments: 4,
             region: RegionOptions::default(),
         }
     }
@@ -112,6 +118,13 @@ pub struct OpLogStats {
 }
 
 #[derive(Default)]
+struct ProvisionRequests {
+    /// A claim left fewer than `reserve_segments` segments free.
+    refill: bool,
+    stop: bool,
+}
+
+#[derive(Default)]
 struct Lane {
     segment: Option<u32>,
     generation: u32,
@@ -137,6 +150,13 @@ pub struct OpLog {
     segment_bytes: u64,
     lanes: Box<[crossbeam_utils::CachePadded<Mutex<Lane>>]>,
     segments: Mutex<Segments>,
+    /// One file growth at a time, held while the file grows and taken
+    /// before `segments` (which is held only to read the count and to
+    /// publish the new segments, never across the growth).
+    grow: Mutex<()>,
+    reserve_segments: usize,
+    /// Requests to the thread running [`OpLog::run_provisioner`].
+    provision: (Mutex<ProvisionRequests>, parking_lot::Condvar),
     records: AtomicU64,
     payload_bytes: AtomicU64,
 }
@@ -213,6 +233,12 @@ impl OpLog {
                 count,
                 next_generation: 1,
             }),
+            grow: Mutex::new(()),
+            reserve_segments: options.reserve_segments,
+            provision: (
+                Mutex::new(ProvisionRequests::default()),
+                parking_lot::Condvar::new(),
+            ),
             records: AtomicU64::new(0),
             payload_bytes: AtomicU64::new(0),
         };
@@ -344,18 +370,20 @@ impl OpLog {
     }
 
     /// Gives `lane` a fresh segment (sealing its full one), its header
-    /// persisted before any record goes in.
+    /// persisted before any record goes in. Takes a free one when there is
+    /// one (and asks for the reserve to be refilled when it runs low);
+    /// grows the file itself only when none is free.
     fn claim_segment(&self, lane: &mut Lane) -> Result<()> {
-        let mut segments = self.segments.lock();
-        let segment = match segments.free.pop() {
-            Some(segment) => segment,
-            None => {
-                let segment = segments.count;
-                let end = self.segment_start(segment) + self.segment_bytes;
-                self.region.grow_to(end).map_err(no_space)?;
-                segments.count += 1;
-                segment
+        let (segment, mut segments) = loop {
+            let mut segments = self.segments.lock();
+            if let Some(segment) = segments.free.pop() {
+                if segments.free.len() < self.reserve_segments {
+                    self.request_provision();
+                }
+                break (segment, segments);
             }
+            drop(segments);
+            self.ensure_free(1)?;
         };
         let generation = segments.next_generation;
         segments.next_generation = generation.wrapping_add(1).max(1);
@@ -370,6 +398,67 @@ impl OpLog {
         lane.generation = generation;
         lane.used = format::SEGMENT_HEADER_BYTES;
         Ok(())
+    }
+
+    /// Grows the file until at least `wanted` segments are free (no-op if
+    /// they are). The growth (allocation, mapping, pre-faulting) runs
+    /// without the segment list locked, so lanes that have a segment, or
+    /// find a free one, never wait for it.
+    fn ensure_free(&self, wanted: usize) -> Result<()> {
+        let _one_grower = self.grow.lock();
+        let (first, missing) = {
+            let segments = self.segments.lock();
+            (segments.count, wanted.saturating_sub(segments.free.len()))
+        };
+        if missing == 0 {
+            return Ok(());
+        }
+        // Only the holder of `grow` changes `count`, so `first` is still
+        // the first segment past the file's end.
+        let end = first + missing as u32;
+        self.region
+            .grow_to(self.segment_start(end))
+            .map_err(no_space)?;
+        let mut segments = self.segments.lock();
+        segments.count = end;
+        // `free` is claimed from its end, lowest segment first: new
+        // (higher) segments go to the front.
+        segments.free.splice(0..0, (first..end).rev());
+        Ok(())
+    }
+
+    /// Refills the reserve of free segments (see
+    /// [`OpLogOptions::reserve_segments`]) whenever a claim asks, until
+    /// [`OpLog::stop_provisioner`]. For a thread of its own. A failed
+    /// growth (a full disk) is left for the write path to meet and report.
+    pub fn run_provisioner(&self) {
+        loop {
+            {
+                let mut requests = self.provision.0.lock();
+                while !requests.refill && !requests.stop {
+                    self.provision.1.wait(&mut requests);
+                }
+                if requests.stop {
+                    return;
+                }
+                requests.refill = false;
+            }
+            let _ = self.ensure_free(self.reserve_segments);
+        }
+    }
+
+    /// Ends [`OpLog::run_provisioner`] (at once, or after its growth).
+    pub fn stop_provisioner(&self) {
+        self.provision.0.lock().stop = true;
+        self.provision.1.notify_all();
+    }
+
+    fn request_provision(&self) {
+        let mut requests = self.provision.0.lock();
+        if !requests.refill {
+            requests.refill = true;
+            self.provision.1.notify_one();
+        }
     }
 
     /// The swap of the active and archived logs: every record appended so

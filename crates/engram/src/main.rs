@@ -13,6 +13,9 @@ use clap::{Args, Parser, Subcommand};
 use engram_bench::{Distribution, SystemKind};
 use engram_engine::FlushInstruction;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// `--quick`: a run for demonstrations and smoke tests, seconds not minutes.
 const QUICK_RECORDS: u64 = 200_000;
 const QUICK_RUNS: usize = 1;

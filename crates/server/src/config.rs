@@ -8,7 +8,9 @@
 //! The integrity layer's settings (`integrity`, `integrity-period-ms`,
 //! `integrity-stripe-pages`, `integrity-scrub-rate-mb`) go to the engine when
 //! the store opens and are fixed for the server's life: `CONFIG GET` shows
-//! them, `CONFIG SET` refuses them.
+//! them, `CONFIG SET` refuses them. So are the collections store's
+//! checkpoint settings (`collections-checkpoint-bytes`,
+//! `collections-backpressure-factor`).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -165,6 +167,12 @@ pub struct Config {
     /// (default: lazy, 1 s period, 4-page stripes, 64 MiB/s background
     /// scrub). Checked by [`check_integrity`] at start.
     pub integrity: IntegrityOptions,
+    /// A checkpoint of the collections starts when this much operation log
+    /// was written since the last one (default 64 MiB).
+    pub collections_checkpoint_bytes: u64,
+    /// Writers to collections slow down, gradually, once the log not yet
+    /// checkpointed passes this many checkpoints' worth (default 4).
+    pub collections_backpressure_factor: u64,
 }
 
 impl Default for Config {
@@ -187,6 +195,8 @@ impl Default for Config {
             config_file: None,
             handle_signals: false,
             integrity: IntegrityOptions::default(),
+            collections_checkpoint_bytes: 64 << 20,
+            collections_backpressure_factor: 4,
         }
     }
 }
@@ -299,6 +309,25 @@ impl Config {
                 }
                 self.integrity.scrub_bytes_per_sec = mib << 20;
             }
+            "collections-checkpoint-bytes" => {
+                let bytes = parse_memory(one()?)? as u64;
+                if !(MIN_CHECKPOINT_BYTES..=MAX_CHECKPOINT_BYTES).contains(&bytes) {
+                    return Err(format!(
+                        "collections-checkpoint-bytes must be 1mb to 64gb, got {bytes}"
+                    ));
+                }
+                self.collections_checkpoint_bytes = bytes;
+            }
+            "collections-backpressure-factor" => {
+                let factor: u64 = parse_number(&name, one()?)?;
+                if !(1..=MAX_BACKPRESSURE_FACTOR).contains(&factor) {
+                    return Err(format!(
+                        "collections-backpressure-factor must be 1 to \
+                         {MAX_BACKPRESSURE_FACTOR}, got {factor}"
+                    ));
+                }
+                self.collections_backpressure_factor = factor;
+            }
             // Accepted for redis.conf compatibility; they have no meaning
             // here (every write is persisted; there is no RDB/AOF).
             "appendonly" | "save" | "daemonize" | "protected-mode" => {}
@@ -307,6 +336,15 @@ impl Config {
         Ok(())
     }
 }
+
+/// Bounds of `collections-checkpoint-bytes`: below 1 MiB a checkpoint would
+/// rewrite hot images for every few thousand writes; 64 GiB of log is more
+/// than a recovery should ever replay.
+const MIN_CHECKPOINT_BYTES: u64 = 1 << 20;
+const MAX_CHECKPOINT_BYTES: u64 = 64 << 30;
+/// Beyond this many checkpoints' worth of log, waiting longer to slow
+/// writers down only makes recovery longer.
+const MAX_BACKPRESSURE_FACTOR: u64 = 1024;
 
 /// The fastest background scrub `integrity-scrub-rate-mb` accepts (1 TiB/s:
 /// far beyond any memory, and small enough that bytes fit a u64).
@@ -460,6 +498,55 @@ mod tests {
         assert!(Config::from_file(&path)
             .unwrap_err()
             .contains("invalid durability"));
+    }
+
+    #[test]
+    fn collections_settings() {
+        let mut config = Config::default();
+        assert_eq!(config.collections_checkpoint_bytes, 64 << 20);
+        assert_eq!(config.collections_backpressure_factor, 4);
+        config
+            .set("collections-checkpoint-bytes", &["16mb".into()])
+            .unwrap();
+        config
+            .set("collections-backpressure-factor", &["8".into()])
+            .unwrap();
+        assert_eq!(config.collections_checkpoint_bytes, 16 << 20);
+        assert_eq!(config.collections_backpressure_factor, 8);
+        for (name, value, error) in [
+            (
+                "collections-checkpoint-bytes",
+                "1000",
+                "must be 1mb to 64gb, got 1000",
+            ),
+            (
+                "collections-checkpoint-bytes",
+                "65gb",
+                "must be 1mb to 64gb",
+            ),
+            ("collections-checkpoint-bytes", "-1", "invalid size '-1'"),
+            (
+                "collections-backpressure-factor",
+                "0",
+                "must be 1 to 1024, got 0",
+            ),
+            (
+                "collections-backpressure-factor",
+                "2000",
+                "must be 1 to 1024, got 2000",
+            ),
+            (
+                "collections-backpressure-factor",
+                "x",
+                "needs a non-negative integer",
+            ),
+        ] {
+            let err = config.set(name, &[value.into()]).unwrap_err();
+            assert!(err.contains(error), "{name} {value}: {err}");
+        }
+        // A refused value changes nothing.
+        assert_eq!(config.collections_checkpoint_bytes, 16 << 20);
+        assert_eq!(config.collections_backpressure_factor, 8);
     }
 
     #[test]

@@ -419,6 +419,8 @@ fn open_collections(config: &Config) -> Result<Collections, StartError> {
             integrity: config.integrity.clone(),
             ..Options::default()
         },
+        checkpoint_log_bytes: config.collections_checkpoint_bytes,
+        backpressure_factor: config.collections_backpressure_factor,
         ..CollectionsOptions::default()
     };
     Collections::open(&dir, options).map_err(|source| StartError::Collections {

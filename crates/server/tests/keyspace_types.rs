@@ -9,7 +9,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::{start, Client, WRONGTYPE};
+use common::{start, start_with, Client, WRONGTYPE};
 use engram_server::{Config, Server};
 
 /// One key of each type: str, h, s, z, l.
@@ -320,4 +320,52 @@ fn collections_survive_a_restart_with_and_without_a_checkpoint() {
     assert!((990..=1000).contains(&secs), "{ttl}");
     let info = c.call("INFO collections");
     assert!(info.contains("collections_images_loaded:4"), "{info}");
+}
+
+/// The collections' checkpoint settings come from the configuration: a
+/// 1 MiB threshold checkpoints after 1 MiB of log; CONFIG GET shows both
+/// settings and CONFIG SET refuses them.
+#[test]
+fn collections_checkpoint_settings_are_configurable_and_fixed() {
+    let (server, _dir) = start_with(Config {
+        collections_checkpoint_bytes: 1 << 20,
+        collections_backpressure_factor: 8,
+        ..Config::default()
+    });
+    let mut c = Client::connect(&server);
+    c.script(&[(
+        "CONFIG GET collections*",
+        r#"["collections-checkpoint-bytes", "1048576", "collections-backpressure-factor", "8"]"#,
+    )]);
+    let refused = c.call("CONFIG SET collections-checkpoint-bytes 2mb");
+    assert!(
+        refused.contains("can't set immutable config") && refused.contains("fixed at startup"),
+        "{refused}"
+    );
+    let value = "v".repeat(1000);
+    for i in 0..2000 {
+        assert_eq!(
+            c.call(&format!("HSET h{} f {value}", i % 50)),
+            if i < 50 { "(integer) 1" } else { "(integer) 0" }
+        );
+    }
+    let info_field = |c: &mut Client, name: &str| -> u64 {
+        // The bulk reply is rendered escaped: split on the literal "\r\n".
+        let info = c.call("INFO collections");
+        info.split(r"\r\n")
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("no {name} in {info}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while info_field(&mut c, "checkpoints") == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "2 MB of log and no checkpoint at 1 MiB"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(info_field(&mut c, "collections_keys"), 50);
 }

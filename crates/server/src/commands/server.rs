@@ -277,6 +277,14 @@ fn parameters(ctx: &Ctx) -> Vec<(&'static str, String)> {
             "integrity-scrub-rate-mb",
             (integrity.scrub_bytes_per_sec >> 20).to_string(),
         ),
+        (
+            "collections-checkpoint-bytes",
+            config.collections_checkpoint_bytes.to_string(),
+        ),
+        (
+            "collections-backpressure-factor",
+            config.collections_backpressure_factor.to_string(),
+        ),
     ]
 }
 
@@ -296,6 +304,8 @@ const FIXED_AT_STARTUP: &[&str] = &[
     "integrity-period-ms",
     "integrity-stripe-pages",
     "integrity-scrub-rate-mb",
+    "collections-checkpoint-bytes",
+    "collections-backpressure-factor",
 ];
 
 fn config(ctx: &mut Ctx, args: Args) -> CmdResult {
@@ -384,8 +394,9 @@ fn validate_setting(name: &str, value: &str) -> Result<Change, CmdError> {
     }
     if FIXED_AT_STARTUP.contains(&name) {
         return Err(failed(
-            "can't set immutable config: the integrity settings are fixed at startup \
-             (set them in the configuration file or with engram serve --integrity...)"
+            "can't set immutable config: the integrity and collections checkpoint settings \
+             are fixed at startup (set them in the configuration file, or the integrity \
+             ones with engram serve --integrity...)"
                 .into(),
         ));
     }

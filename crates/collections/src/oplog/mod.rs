@@ -54,7 +54,7 @@ pub struct OpLogOptions {
     pub lanes: usize,
     /// Free segments kept ready, so that a lane filling its segment claims
     /// a mapped one instead of growing the file on the write path. The
-    /// reserve is refilled by [`OpLog::provision`] (the collections store
+    /// reserve is refilled by [`OpLog::run_provisioner`] (the collections store
     /// runs it on a thread of its own); 0 turns it off.
     pub reserve_segments: usize,
     /// How the file is mapped (mode, flush instruction, crash observer).

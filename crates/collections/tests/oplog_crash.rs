@@ -349,3 +349,51 @@ fn bad_files_and_options_are_clear_errors() {
     assert!(!recovered.records.is_empty());
     assert_eq!(recovered.records[0].payload.len(), too_big.len() - 1);
 }
+
+/// On a nearly full disk the reserve thread's growth fails; a lane that
+/// needs a segment still grows the file by the one that fits, and only
+/// when none fits does an append fail, cleanly.
+#[test]
+fn a_full_disk_stops_the_reserve_before_the_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = OpLogOptions {
+        reserve_segments: 3,
+        ..options(None, 1)
+    };
+    let log = Arc::new(OpLog::open(dir.path(), options.clone(), 0).unwrap().log);
+    let counter = Counter(AtomicU64::new(1));
+    log.append(&counter, Position::default(), b"first").unwrap();
+    // Room for one more segment, not for the reserve of three.
+    log.set_file_limit(Some(log.stats().file_bytes + SEGMENT_BYTES));
+    let provisioner = {
+        let log = Arc::clone(&log);
+        std::thread::spawn(move || log.run_provisioner())
+    };
+    let record = [7u8; 4000];
+    let mut appended = 1;
+    let error = loop {
+        match log.append(&counter, Position::default(), &record) {
+            Ok(_) => appended += 1,
+            Err(error) => break error.to_string(),
+        }
+        assert!(appended < 1000, "the quota was never hit");
+    };
+    let stats = log.stats();
+    assert_eq!(
+        stats.segments_total, 2,
+        "the second segment came from the write path: {stats:?}"
+    );
+    assert!(
+        appended as u64 * 4000 > SEGMENT_BYTES,
+        "records went into the segment that fit ({appended} appended)"
+    );
+    assert!(
+        error.contains("space") || error.contains("quota"),
+        "{error}"
+    );
+    log.stop_provisioner();
+    provisioner.join().unwrap();
+    drop(log);
+    let recovered = OpLog::open(dir.path(), options, 0).unwrap();
+    assert_eq!(recovered.records.len(), appended);
+}

@@ -14,8 +14,8 @@ use rand::Rng;
 
 use super::strings::parse_float;
 use super::{
-    err, int_arg, is, wrong_arity, CmdError, CmdResult, CommandSpec, Ctx, Group, FAST, NOT_FLOAT,
-    READONLY, SYNTAX, WRITE, WRONGTYPE,
+    cursor_arg, err, int_arg, is, symmetric_int_arg, wrong_arity, CmdError, CmdResult, CommandSpec,
+    Ctx, Group, FAST, NOT_FLOAT, READONLY, SYNTAX, WRITE, WRONGTYPE,
 };
 use crate::glob;
 use crate::keyspace::{ckey, CKind, Object};
@@ -407,40 +407,6 @@ fn hincrbyfloat(ctx: &mut Ctx, args: Args) -> CmdResult {
     Ok(())
 }
 
-/// A SCAN cursor as Redis reads one (`strtoul`): decimal digits, an
-/// optional sign (a negative cursor wraps, as in C), nothing around them;
-/// an empty cursor is 0.
-fn parse_cursor(arg: &[u8]) -> Result<u64, CmdError> {
-    let invalid = || err("ERR invalid cursor");
-    let (negative, digits) = match arg {
-        [b'-', rest @ ..] => (true, rest),
-        [b'+', rest @ ..] => (false, rest),
-        _ => (false, arg),
-    };
-    if digits.is_empty() {
-        return if arg.is_empty() {
-            Ok(0)
-        } else {
-            Err(invalid())
-        };
-    }
-    let mut value: u64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return Err(invalid());
-        }
-        value = value
-            .checked_mul(10)
-            .and_then(|v| v.checked_add((d - b'0') as u64))
-            .ok_or_else(invalid)?;
-    }
-    Ok(if negative {
-        value.wrapping_neg()
-    } else {
-        value
-    })
-}
-
 struct ScanOptions<'a> {
     pattern: Option<&'a [u8]>,
     count: usize,
@@ -480,7 +446,7 @@ fn parse_scan_options<'a>(args: &Args<'a>) -> Result<ScanOptions<'a>, CmdError> 
 }
 
 fn hscan(ctx: &mut Ctx, args: Args) -> CmdResult {
-    let cursor = parse_cursor(args.get(2))?;
+    let cursor = cursor_arg(args.get(2))?;
     // As in Redis, options are checked only once the key is found to be a
     // hash: a missing key answers an empty scan whatever follows.
     let options = parse_scan_options(&args);
@@ -520,14 +486,7 @@ fn hrandfield(ctx: &mut Ctx, args: Args) -> CmdResult {
             Ok(())
         });
     }
-    let count = int_arg(args.get(2))?;
-    if count == i64::MIN {
-        return Err(err(format!(
-            "ERR value is out of range, value must between {} and {}",
-            -i64::MAX,
-            i64::MAX
-        )));
-    }
+    let count = symmetric_int_arg(args.get(2))?;
     if args.len() > 4 || (args.len() == 4 && !is(args.get(3), "withvalues")) {
         return Err(err(SYNTAX));
     }
@@ -594,23 +553,4 @@ fn hrandfield(ctx: &mut Ctx, args: Args) -> CmdResult {
         }
         Ok(())
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cursors_like_strtoul() {
-        assert_eq!(parse_cursor(b"0").unwrap(), 0);
-        assert_eq!(parse_cursor(b"").unwrap(), 0);
-        assert_eq!(parse_cursor(b"+7").unwrap(), 7);
-        assert_eq!(parse_cursor(b"-1").unwrap(), u64::MAX);
-        assert_eq!(parse_cursor(b"18446744073709551615").unwrap(), u64::MAX);
-        assert!(parse_cursor(b"18446744073709551616").is_err());
-        assert!(parse_cursor(b" 1").is_err());
-        assert!(parse_cursor(b"1 ").is_err());
-        assert!(parse_cursor(b"x").is_err());
-        assert!(parse_cursor(b"-").is_err());
-    }
 }

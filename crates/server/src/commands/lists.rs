@@ -27,8 +27,8 @@ use engram_collections::Op;
 
 use super::strings::parse_float;
 use super::{
-    err, int_arg, is, wrong_arity, CmdError, CmdResult, CommandSpec, Ctx, Group, FAST, READONLY,
-    SYNTAX, WRITE, WRONGTYPE,
+    err, int_arg, is, symmetric_int_arg, wrong_arity, CmdError, CmdResult, CommandSpec, Ctx, Group,
+    FAST, READONLY, SYNTAX, WRITE, WRONGTYPE,
 };
 use crate::keyspace::{self, ckey, now_ms, CKind, Object, Txn};
 use crate::resp::{parse_int, Args, ReplyWriter};
@@ -550,13 +550,7 @@ fn lpos(ctx: &mut Ctx, args: Args) -> CmdResult {
         let value = (i + 1 < args.len()).then(|| args.get(i + 1));
         match value {
             Some(value) if is(option, "rank") => {
-                rank = int_arg(value)?;
-                if rank == i64::MIN {
-                    return Err(err(
-                        "ERR value is out of range, value must between -9223372036854775807 \
-                         and 9223372036854775807",
-                    ));
-                }
+                rank = symmetric_int_arg(value)?;
                 if rank == 0 {
                     return Err(err(
                         "ERR RANK can't be zero: use 1 to start from the first match, 2 from \

@@ -350,6 +350,54 @@ pub fn int_arg(arg: &[u8]) -> Result<i64, CmdError> {
     crate::resp::parse_int(arg).ok_or_else(|| err(NOT_INTEGER))
 }
 
+/// An integer argument Redis range-checks to ±`i64::MAX` (a count or rank
+/// whose negation must fit): `i64::MIN` gets Redis's out-of-range error.
+pub fn symmetric_int_arg(arg: &[u8]) -> Result<i64, CmdError> {
+    match int_arg(arg)? {
+        i64::MIN => Err(err(format!(
+            "ERR value is out of range, value must between {} and {}",
+            -i64::MAX,
+            i64::MAX
+        ))),
+        value => Ok(value),
+    }
+}
+
+/// A SCAN-family cursor as Redis reads one (`strtoul`, base 10): an
+/// optional sign (a minus wraps around, as in C), digits, nothing around
+/// them, no overflow; like `strtoul`, an empty argument is cursor 0.
+pub fn cursor_arg(arg: &[u8]) -> Result<u64, CmdError> {
+    let invalid = || err("ERR invalid cursor");
+    let (negative, digits) = match arg {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        _ => (false, arg),
+    };
+    if digits.is_empty() {
+        // `strtoul` parsed nothing: valid only if there was nothing.
+        return if arg.is_empty() {
+            Ok(0)
+        } else {
+            Err(invalid())
+        };
+    }
+    let mut value: u64 = 0;
+    for &digit in digits {
+        if !digit.is_ascii_digit() {
+            return Err(invalid());
+        }
+        value = value
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(u64::from(digit - b'0')))
+            .ok_or_else(invalid)?;
+    }
+    Ok(if negative {
+        value.wrapping_neg()
+    } else {
+        value
+    })
+}
+
 /// Whether `arg` is `word`, ignoring ASCII case.
 pub fn is(arg: &[u8], word: &str) -> bool {
     arg.eq_ignore_ascii_case(word.as_bytes())
@@ -463,4 +511,39 @@ pub fn unknown_subcommand(command: &str, sub: &[u8]) -> CmdError {
 /// `ERR wrong number of arguments for 'client|setname' command`.
 pub fn wrong_sub_arity(command: &str, sub: &[u8]) -> CmdError {
     wrong_arity(&format!("{command}|{}", lowercase(sub)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_like_strtoul() {
+        assert_eq!(cursor_arg(b"0").unwrap(), 0);
+        assert_eq!(cursor_arg(b"").unwrap(), 0);
+        assert_eq!(cursor_arg(b"+7").unwrap(), 7);
+        assert_eq!(cursor_arg(b"-1").unwrap(), u64::MAX);
+        assert_eq!(cursor_arg(b"18446744073709551615").unwrap(), u64::MAX);
+        assert!(cursor_arg(b"18446744073709551616").is_err());
+        assert!(cursor_arg(b" 1").is_err());
+        assert!(cursor_arg(b"1 ").is_err());
+        assert!(cursor_arg(b"x").is_err());
+        assert!(cursor_arg(b"-").is_err());
+    }
+
+    #[test]
+    fn symmetric_ints_refuse_only_i64_min() {
+        assert_eq!(
+            symmetric_int_arg(b"-9223372036854775807").unwrap(),
+            -i64::MAX
+        );
+        assert_eq!(symmetric_int_arg(b"9223372036854775807").unwrap(), i64::MAX);
+        let CmdError(text) = symmetric_int_arg(b"-9223372036854775808").unwrap_err();
+        assert_eq!(
+            text,
+            "ERR value is out of range, value must between -9223372036854775807 and \
+             9223372036854775807"
+        );
+        assert!(symmetric_int_arg(b"x").is_err());
+    }
 }

@@ -19,8 +19,8 @@ use engram_collections::types::Set;
 use engram_collections::Op;
 
 use super::{
-    err, int_arg, is, CmdError, CmdResult, CommandSpec, Ctx, Group, FAST, READONLY, SYNTAX, WRITE,
-    WRONGTYPE,
+    cursor_arg, err, int_arg, is, symmetric_int_arg, CmdError, CmdResult, CommandSpec, Ctx, Group,
+    FAST, READONLY, SYNTAX, WRITE, WRONGTYPE,
 };
 use crate::glob;
 use crate::keyspace::{ckey, CKind, Object, Txn};
@@ -386,13 +386,7 @@ fn srandmember(ctx: &mut Ctx, args: Args) -> CmdResult {
     if args.len() > 3 {
         return Err(err(SYNTAX));
     }
-    let count = int_arg(args.get(2))?;
-    if count == i64::MIN {
-        return Err(err(
-            "ERR value is out of range, value must between -9223372036854775807 and \
-             9223372036854775807",
-        ));
-    }
+    let count = symmetric_int_arg(args.get(2))?;
     ctx.reply_collection(key, CKind::Set, |out, object| {
         let Some(set) = as_set(object)? else {
             out.array(0);
@@ -765,7 +759,7 @@ fn sintercard(ctx: &mut Ctx, args: Args) -> CmdResult {
 /// SSCAN key cursor [MATCH pattern] [COUNT count]; the cursor is a member
 /// hash (see `Set::scan`).
 fn sscan(ctx: &mut Ctx, args: Args) -> CmdResult {
-    let cursor = parse_cursor(args.get(2)).ok_or_else(|| err("ERR invalid cursor"))?;
+    let cursor = cursor_arg(args.get(2))?;
     ctx.reply_collection(args.get(1), CKind::Set, |out, object| {
         // As in Redis, an absent key answers before the options are read.
         let Some(set) = as_set(object)? else {
@@ -805,33 +799,5 @@ fn sscan(ctx: &mut Ctx, args: Args) -> CmdResult {
             out.bulk(member);
         }
         Ok(())
-    })
-}
-
-/// A SCAN cursor as Redis reads one (`strtoul`, base 10): an optional sign
-/// (a minus wraps around), digits, nothing after them; no leading space,
-/// no overflow. Like `strtoul`, an empty argument is cursor 0.
-fn parse_cursor(arg: &[u8]) -> Option<u64> {
-    let (negative, digits) = match arg.first() {
-        Some(b'-') => (true, &arg[1..]),
-        Some(b'+') => (false, &arg[1..]),
-        _ => (false, arg),
-    };
-    if digits.is_empty() {
-        // `strtoul` parsed nothing and points at the start: valid only if
-        // the whole argument is empty.
-        return arg.is_empty().then_some(0);
-    }
-    let mut value: u64 = 0;
-    for &byte in digits {
-        if !byte.is_ascii_digit() {
-            return None;
-        }
-        value = value.checked_mul(10)?.checked_add(u64::from(byte - b'0'))?;
-    }
-    Some(if negative {
-        value.wrapping_neg()
-    } else {
-        value
     })
 }

@@ -26,8 +26,8 @@ use engram_collections::Op;
 use rand::Rng;
 
 use super::{
-    err, int_arg, is, wrong_arity, CmdError, CmdResult, CommandSpec, Ctx, Group, FAST, NOT_FLOAT,
-    READONLY, SYNTAX, WRITE,
+    cursor_arg, err, int_arg, is, symmetric_int_arg, wrong_arity, CmdError, CmdResult, CommandSpec,
+    Ctx, Group, FAST, NOT_FLOAT, READONLY, SYNTAX, WRITE,
 };
 use crate::keyspace::{self, ckey, CKind, Object, Txn};
 use crate::resp::{redis_double, Args, ReplyWriter};
@@ -1242,14 +1242,7 @@ fn zrandmember(ctx: &mut Ctx, args: Args) -> CmdResult {
             Ok(())
         });
     }
-    let count = int_arg(args.get(2))?;
-    if count == i64::MIN {
-        return Err(err(format!(
-            "ERR value is out of range, value must between {} and {}",
-            -i64::MAX,
-            i64::MAX
-        )));
-    }
+    let count = symmetric_int_arg(args.get(2))?;
     if args.len() > 4 || (args.len() == 4 && !is(args.get(3), "withscores")) {
         return Err(err(SYNTAX));
     }
@@ -1343,29 +1336,8 @@ const SCAN_WHOLE_MAX: usize = 128;
 /// returns at least 1/SCAN_STEPS of the set whatever COUNT says.
 const SCAN_STEPS: usize = 32;
 
-/// A SCAN cursor as `strtoul` reads it (Redis's `parseScanCursorOrReply`).
-fn parse_cursor(arg: &[u8]) -> Option<u64> {
-    if arg.is_empty() {
-        return Some(0);
-    }
-    let (negative, digits) = match arg[0] {
-        b'-' => (true, &arg[1..]),
-        b'+' => (false, &arg[1..]),
-        _ => (false, arg),
-    };
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let value: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
-    Some(if negative {
-        value.wrapping_neg()
-    } else {
-        value
-    })
-}
-
 fn zscan(ctx: &mut Ctx, args: Args) -> CmdResult {
-    let cursor = parse_cursor(args.get(2)).ok_or_else(|| err("ERR invalid cursor"))?;
+    let cursor = cursor_arg(args.get(2))?;
     ctx.reply_collection(args.get(1), CKind::SortedSet, |out, object| {
         let Some(zset) = zset_of(object) else {
             out.array(2);

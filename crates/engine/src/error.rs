@@ -50,6 +50,8 @@ pub enum Error {
          from parity"
     )]
     Unrepairable { offset: u64 },
+    #[error("index image not written: {0}")]
+    IndexImage(String),
     #[error("invalid option: {0}")]
     InvalidOption(String),
 }

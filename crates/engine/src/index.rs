@@ -96,6 +96,16 @@ impl Index {
             .map(|entry| entry.offset)
     }
 
+    /// Every entry, one shard at a time (each under its read lock only while
+    /// it is copied).
+    pub fn copy_entries(&self, capacity: usize) -> Vec<Entry> {
+        let mut entries = Vec::with_capacity(capacity);
+        for shard in self.shards.iter() {
+            entries.extend(shard.read().iter().copied());
+        }
+        entries
+    }
+
     /// One scan step: entries with rank >= `cursor`, about `count` of them (more
     /// when several share the boundary rank), and the cursor to go on from
     /// (0 when the scan is complete).

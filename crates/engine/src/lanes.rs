@@ -52,4 +52,10 @@ impl Lanes {
         }
         self.lanes[home].lock()
     }
+
+    /// Every lane, in order: while they are held no record is appended to a
+    /// lane block (an index image reads the blocks they own).
+    pub fn lock_all(&self) -> Vec<MutexGuard<'_, Lane>> {
+        self.lanes.iter().map(|lane| lane.lock()).collect()
+    }
 }

@@ -21,7 +21,9 @@ pub mod block;
 mod compaction;
 mod counter;
 mod error;
+mod image_writer;
 mod index;
+mod index_image;
 mod lanes;
 mod lock;
 mod options;
@@ -38,6 +40,12 @@ pub use engram_integrity::{
 };
 pub use engram_pmem::{CrashPoint, CrashSim, FlushInstruction, Mode, ModeChoice, PersistObserver};
 pub use error::{Error, Result};
-pub use options::{CompactionOptions, FaultInjection, Observer, Options, SyncPolicy};
+pub use index_image::FILE_NAMES as INDEX_IMAGE_FILES;
+pub use options::{
+    CompactionOptions, FaultInjection, IndexImageOptions, Observer, Options, SyncPolicy,
+};
 pub use record::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
-pub use store::{AffectedKey, RecoveryReport, ScrubReport, Stats, Store, ValueRef};
+pub use store::{
+    AffectedKey, ImageRecovery, IndexImageReport, RecoveryReport, ScrubReport, Stats, Store,
+    ValueRef,
+};

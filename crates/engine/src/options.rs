@@ -62,6 +62,32 @@ impl Default for CompactionOptions {
     }
 }
 
+/// Index images: the DRAM index checkpointed to a file, so recovery reads
+/// it and scans only the blocks claimed since (see `index_image.rs`).
+#[derive(Clone, Debug)]
+pub struct IndexImageOptions {
+    /// Write images and recover from them. Off: recovery scans every block
+    /// (image files already present are left alone, unused).
+    pub enabled: bool,
+    /// A new image is written in the background once the blocks claimed
+    /// since the last one hold this many bytes, or half the live data if
+    /// that is more: recovery then scans at most about that much beyond
+    /// the image, and an image (16 bytes a key) costs little next to it.
+    pub every_bytes: u64,
+    /// Write one at a clean close when anything was written since the last.
+    pub on_close: bool,
+}
+
+impl Default for IndexImageOptions {
+    fn default() -> Self {
+        IndexImageOptions {
+            enabled: true,
+            every_bytes: 1 << 30,
+            on_close: true,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Options {
     /// DAX, emulated, or detect.
@@ -81,6 +107,8 @@ pub struct Options {
     /// Independent write locations; 0 means two per available core.
     pub write_lanes: usize,
     pub compaction: CompactionOptions,
+    /// Index images for fast recovery (on by default).
+    pub index_image: IndexImageOptions,
     /// Page checksums, parity, scrubbing (lazy by default).
     pub integrity: IntegrityOptions,
     /// A quota on the data file, to test the out-of-space path.
@@ -117,6 +145,9 @@ pub struct FaultInjection {
     /// Skip the persist of each new record (the mutation of issue 6: the
     /// crash explorer must catch it).
     pub skip_record_persist: bool,
+    /// Leave every index image without its header, as a crash just before
+    /// the header was written would.
+    pub skip_index_image_header: bool,
 }
 
 impl Default for Options {
@@ -131,6 +162,7 @@ impl Default for Options {
             recovery_threads: 0,
             write_lanes: 0,
             compaction: CompactionOptions::default(),
+            index_image: IndexImageOptions::default(),
             integrity: IntegrityOptions::default(),
             file_limit_bytes: None,
             populate: true,
@@ -160,6 +192,11 @@ impl Options {
                 "compaction.max_space_amplification must be at least 1.2, got {}",
                 self.compaction.max_space_amplification
             )));
+        }
+        if self.index_image.every_bytes == 0 {
+            return Err(Error::InvalidOption(
+                "index_image.every_bytes must be above zero".into(),
+            ));
         }
         self.integrity.validate()?;
         if let SyncPolicy::Periodic(period) = self.sync {

@@ -19,6 +19,14 @@
 //!
 //! Recovery writes only retirements and FREE headers, both idempotent, so a
 //! crash during recovery is repaired by recovering again.
+//!
+//! With an index image (`index_image.rs`), phase 2 scans only the tail: the
+//! blocks of the image's generation floor or later. Records in older blocks
+//! come from the image's entries instead, each checked where it lies (still
+//! a valid record of its block, not DELETED); reading one header per key in
+//! offset order replaces reading and checksumming every value. An entry
+//! that does not check out abandons the image before anything is changed,
+//! and recovery scans every block as without one.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -29,9 +37,10 @@ use engram_pmem::PmemOffset;
 
 use crate::block::{state, BlockHeader, BlockKind, BLOCK_HEADER_BYTES};
 use crate::index::{entry_hash, hash_key, shard_of, Entry, Index, SHARD_COUNT};
+use crate::index_image::{self, LoadedImage};
 use crate::record::{self, Invalid};
 use crate::space::Space;
-use crate::store::RecoveryReport;
+use crate::store::{ImageRecovery, RecoveryReport};
 use crate::Result;
 
 /// Shards are grouped so that phase 3 hands out work in sizeable pieces.
@@ -76,14 +85,49 @@ pub fn recover(
     index: &Index,
     threads: usize,
     integrity: Option<&Integrity>,
+    image: Option<&LoadedImage>,
+    mut image_report: ImageRecovery,
 ) -> Result<Recovered> {
     let started = Instant::now();
     let threads = threads.max(1);
-    let (tasks, mut free, max_generation, damaged_headers) = walk_headers(space, integrity);
+    let (mut tasks, mut free, max_generation, damaged_headers) = walk_headers(space, integrity);
+
+    // With an image: its records in the blocks older than its floor, and
+    // only the rest of the blocks to scan.
+    let mut results: Vec<ScanResult> = Vec::new();
+    let mut floor = None;
+    if let Some(image) = image {
+        match named_records(space, &tasks, image, threads) {
+            Ok(named) => {
+                let image_floor = image.header.floor_generation;
+                settle_old_blocks(space, &tasks, image_floor, &named.live);
+                image_report.image = Some(image.header.number);
+                image_report.named = image.header.entries;
+                image_report.live = named.results.iter().map(|r| r.records).sum();
+                results = named.results;
+                floor = Some(image_floor);
+            }
+            Err(why) => image_report.rejected.push(format!(
+                "image {}: {why}; scanned every block instead",
+                image.header.number
+            )),
+        }
+    }
+    let old_tasks: Vec<Task>;
+    if let Some(floor) = floor {
+        let (tail, old): (Vec<Task>, Vec<Task>) = std::mem::take(&mut tasks)
+            .into_iter()
+            .partition(|task| task.generation() >= floor);
+        tasks = tail;
+        old_tasks = old;
+        image_report.tail_blocks = tasks.len() as u64;
+    } else {
+        old_tasks = Vec::new();
+    }
 
     // Phase 2: scan blocks in parallel.
     let next_task = AtomicUsize::new(0);
-    let results: Vec<ScanResult> = std::thread::scope(|scope| {
+    results.extend(std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
@@ -99,12 +143,12 @@ pub fn recover(
                     result
                 })
             })
-            .collect();
+            .collect::<Vec<_>>();
         workers
             .into_iter()
             .map(|w| w.join().expect("recovery scan thread"))
-            .collect()
-    });
+            .collect::<Vec<_>>()
+    }));
 
     // Phase 3: build the index, one shard group per thread at a time.
     let next_group = AtomicUsize::new(0);
@@ -134,7 +178,7 @@ pub fn recover(
 
     // Phase 4: hand out the free space: blocks that held nothing live, or
     // whose last live record lost to a newer version in phase 3.
-    for task in &tasks {
+    for task in tasks.iter().chain(&old_tasks) {
         match *task {
             Task::Log { id, .. } if space.meta(id).live_bytes.load(Ordering::Relaxed) == 0 => {
                 free.push(id)
@@ -150,9 +194,15 @@ pub fn recover(
         }
     }
     space.add_free(free);
-    space.set_next_generation(max_generation + 1);
+    // Never below the image's counters: its floor stays meaningful only
+    // while generations grow (and its records' sequence numbers stay old).
+    let image_counters = image.filter(|_| floor.is_some()).map(|i| i.header);
+    space.set_next_generation(
+        (max_generation + 1).max(image_counters.map_or(0, |h| h.next_generation)),
+    );
 
     let max_seq = results.iter().map(|r| r.max_seq).max().unwrap_or(0);
+    let next_seq = (max_seq + 1).max(image_counters.map_or(0, |h| h.next_seq));
     Ok(Recovered {
         report: RecoveryReport {
             records: results.iter().map(|r| r.records).sum(),
@@ -165,10 +215,200 @@ pub fn recover(
             damaged_headers,
             repaired_pages: Vec::new(),
             integrity: None,
+            index_image: image_report,
         },
-        next_seq: max_seq + 1,
+        next_seq,
         keys,
     })
+}
+
+impl Task {
+    fn generation(&self) -> u32 {
+        match *self {
+            Task::Log { generation, .. } | Task::Extent { generation, .. } => generation,
+        }
+    }
+}
+
+/// What an image contributes: its live records as candidates, and the live
+/// bytes of each older block they lie in.
+struct Named {
+    results: Vec<ScanResult>,
+    live: Vec<(u32, u64)>,
+}
+
+/// How a block stands with respect to an image's floor.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BlockClass {
+    /// Free, or damaged: an entry pointing here names a record since freed.
+    Gone,
+    /// Claimed at the floor or later: scanned, entries here are skipped.
+    Tail,
+    /// An older log block of this generation.
+    OldLog(u32),
+    /// The head of an older extent: (generation, blocks).
+    OldExtent(u32, u32),
+    /// Inside an older extent: no record starts here.
+    OldExtentBody,
+}
+
+/// Checks every entry of the image against the blocks as they are, in
+/// parallel, without changing anything. An entry that does not lead to a
+/// record of its block (damage, or an image that does not belong to these
+/// blocks) is an error: the caller then scans everything.
+fn named_records(
+    space: &Space,
+    tasks: &[Task],
+    image: &LoadedImage,
+    threads: usize,
+) -> std::result::Result<Named, String> {
+    let floor = image.header.floor_generation;
+    let mut class = vec![BlockClass::Gone; space.block_count() as usize];
+    for task in tasks {
+        match *task {
+            Task::Log { id, generation } => {
+                class[id as usize] = if generation >= floor {
+                    BlockClass::Tail
+                } else {
+                    BlockClass::OldLog(generation)
+                };
+            }
+            Task::Extent {
+                head,
+                blocks,
+                generation,
+            } => {
+                let (head_class, body) = if generation >= floor {
+                    (BlockClass::Tail, BlockClass::Tail)
+                } else {
+                    (
+                        BlockClass::OldExtent(generation, blocks),
+                        BlockClass::OldExtentBody,
+                    )
+                };
+                class[head as usize] = head_class;
+                for id in head + 1..head + blocks {
+                    class[id as usize] = body;
+                }
+            }
+        }
+    }
+    let bytes = image.entries();
+    let count = image.header.entries as usize;
+    let chunk = count.div_ceil(threads).max(1);
+    let outcomes: Vec<std::result::Result<Named, String>> = std::thread::scope(|scope| {
+        let class = &class;
+        let workers: Vec<_> = (0..count.div_ceil(chunk))
+            .map(|t| {
+                scope.spawn(move || {
+                    check_entries(space, class, bytes, t * chunk..((t + 1) * chunk).min(count))
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("recovery image thread"))
+            .collect()
+    });
+    let mut named = Named {
+        results: Vec::new(),
+        live: Vec::new(),
+    };
+    for outcome in outcomes {
+        let part = outcome?;
+        named.results.extend(part.results);
+        named.live.extend(part.live);
+    }
+    Ok(named)
+}
+
+fn check_entries(
+    space: &Space,
+    class: &[BlockClass],
+    bytes: &[u8],
+    range: std::ops::Range<usize>,
+) -> std::result::Result<Named, String> {
+    let region = &space.region;
+    let mut result = ScanResult {
+        candidates: vec![Vec::new(); SHARD_GROUPS],
+        ..ScanResult::default()
+    };
+    let mut live: Vec<(u32, u64)> = Vec::new();
+    // Equal offsets are fine in the tail: a block freed and reused while
+    // the shards were copied one by one can be named for two keys.
+    let (mut last_offset, mut last_named) = (0, None);
+    for i in range {
+        let (hash, offset) = index_image::entry_at(bytes, i);
+        if offset < last_offset || offset % 8 != 0 {
+            return Err(format!("entry {i} (offset {offset:#x}) is out of order"));
+        }
+        last_offset = offset;
+        let block = space.block_of(offset);
+        let start = space.block_offset(block).0;
+        let (generation, end) = match class.get(block as usize) {
+            None => return Err(format!("entry {i} points past the end of the file")),
+            Some(BlockClass::Gone | BlockClass::Tail) => continue,
+            Some(BlockClass::OldExtentBody) => {
+                return Err(format!("entry {i} points inside an extent"))
+            }
+            Some(&BlockClass::OldLog(generation)) => (generation, start + space.block_bytes),
+            Some(&BlockClass::OldExtent(generation, blocks)) => {
+                if offset != start + BLOCK_HEADER_BYTES {
+                    return Err(format!("entry {i} points inside an extent"));
+                }
+                (generation, start + blocks as u64 * space.block_bytes)
+            }
+        };
+        if offset < start + BLOCK_HEADER_BYTES {
+            return Err(format!("entry {i} points at a block header"));
+        }
+        if last_named == Some(offset) {
+            return Err(format!("entry {i} names a record another entry names"));
+        }
+        last_named = Some(offset);
+        let header =
+            record::parse_header(region, PmemOffset(offset), end, generation).map_err(|why| {
+                format!("entry {i} (offset {offset:#x}) has no valid record: {why:?}")
+            })?;
+        if header.is_deleted() {
+            continue;
+        }
+        result.candidates[shard_of(hash) % SHARD_GROUPS].push(Candidate { hash, offset });
+        result.records += 1;
+        result.max_seq = result.max_seq.max(header.seq);
+        match live.last_mut() {
+            Some((last, bytes)) if *last == block => *bytes += header.encoded_bytes(),
+            _ => live.push((block, header.encoded_bytes())),
+        }
+    }
+    Ok(Named {
+        results: vec![result],
+        live,
+    })
+}
+
+/// The older blocks take the state a scan would have given them: log blocks
+/// are sealed, extents with a live record are extents again; both count the
+/// live bytes the image's records hold (phase 4 frees the rest).
+fn settle_old_blocks(space: &Space, tasks: &[Task], floor: u32, live: &[(u32, u64)]) {
+    for &(block, bytes) in live {
+        space.add_live(block, bytes);
+    }
+    for task in tasks {
+        match *task {
+            Task::Log { id, generation } if generation < floor => {
+                space.meta(id).state.store(state::SEALED, Ordering::Release);
+            }
+            Task::Extent {
+                head,
+                blocks,
+                generation,
+            } if generation < floor && space.meta(head).live_bytes.load(Ordering::Relaxed) > 0 => {
+                space.mark_extent(head, blocks, generation);
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Phase 1. Returns the scan tasks, the free blocks, the largest generation

@@ -134,6 +134,11 @@ impl Space {
         self.next_generation.store(generation, Ordering::Relaxed);
     }
 
+    /// The generation the next claimed block will get.
+    pub fn peek_generation(&self) -> u32 {
+        self.next_generation.load(Ordering::SeqCst)
+    }
+
     fn new_generation(&self) -> u32 {
         self.next_generation.fetch_add(1, Ordering::Relaxed)
     }

@@ -26,6 +26,8 @@ use engram_pmem::{PmemOffset, Region, RegionOptions};
 use parking_lot::{Condvar, Mutex};
 
 use crate::counter::StripedCounter;
+pub use crate::image_writer::IndexImageReport;
+use crate::image_writer::{self, ImageState};
 use crate::index::{hash_key, Index};
 use crate::lanes::{Lane, Lanes};
 use crate::lock::DirectoryLock;
@@ -33,7 +35,7 @@ use crate::record;
 use crate::space::Space;
 use crate::superblock::Superblock;
 use crate::sync::Syncer;
-use crate::{compaction, recovery, Error, Options, Result, SyncPolicy};
+use crate::{compaction, index_image, recovery, Error, Options, Result, SyncPolicy};
 
 /// The data file inside a store's directory.
 pub const DATA_FILE: &str = "values.pmem";
@@ -65,6 +67,13 @@ pub(crate) struct Inner {
     pub shutdown: AtomicBool,
     /// Wakes background threads early (shutdown, or work to do).
     pub wake: (Mutex<()>, Condvar),
+    /// The store's directory (index images are written there).
+    pub dir: PathBuf,
+    /// The superblock's store id, stamped on index images.
+    pub store_id: u64,
+    pub image: Mutex<ImageState>,
+    pub image_region_options: RegionOptions,
+    pub index_images: AtomicU64,
 }
 
 /// A value read in place, without copying. While it lives, the space it sits
@@ -104,6 +113,23 @@ pub struct RecoveryReport {
     pub integrity: Option<engram_integrity::OpenReport>,
     /// Block headers that were neither valid nor blank (torn claims).
     pub damaged_headers: u64,
+    /// Whether recovery started from an index image, and how it went.
+    pub index_image: ImageRecovery,
+}
+
+/// Recovery's use of an index image.
+#[derive(Clone, Debug, Default)]
+pub struct ImageRecovery {
+    /// The number of the image recovery started from (`None`: it scanned
+    /// every block).
+    pub image: Option<u64>,
+    /// Keys the image named, and how many of them were still live.
+    pub named: u64,
+    pub live: u64,
+    /// Blocks claimed since the image, which recovery scanned.
+    pub tail_blocks: u64,
+    /// Why image files present were not used.
+    pub rejected: Vec<String>,
 }
 
 /// What [`Store::scrub_now`] found.
@@ -145,12 +171,15 @@ pub struct Stats {
     pub syncs: u64,
     pub mode: &'static str,
     pub flush: &'static str,
+    /// Index images written since open.
+    pub index_images: u64,
 }
 
 impl Store {
     /// Opens the store in `dir`, creating the directory and an empty store if
-    /// it holds none. Recovery (after a clean shutdown or a crash alike) scans
-    /// the blocks in parallel and rebuilds the index.
+    /// it holds none. Recovery (after a clean shutdown or a crash alike)
+    /// loads the newest index image, if any, scans the blocks claimed since
+    /// (all of them without an image) in parallel, and rebuilds the index.
     pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Store> {
         options.validate()?;
         let dir = dir.as_ref();
@@ -165,6 +194,7 @@ impl Store {
         }
         let region = Arc::new(Region::open(&path, region_options(&options))?);
         let superblock = Superblock::read(&region)?;
+        let store_id = superblock.store_id;
         // The tracker goes on before recovery, whose writes it must see.
         let (integrity, integrity_report) = match options.integrity.mode {
             IntegrityMode::Off => {
@@ -192,7 +222,25 @@ impl Store {
         ));
         let index = Index::new();
         let threads = Options::threads_or_cores(options.recovery_threads, 1);
-        let mut recovered = recovery::recover(&space, &index, threads, integrity.as_deref())?;
+        let image_region_options = region_options(&options);
+        let (image, rejected) = if options.index_image.enabled {
+            index_image::load_newest(dir, store_id, &image_region_options)
+        } else {
+            (None, Vec::new())
+        };
+        let mut recovered = recovery::recover(
+            &space,
+            &index,
+            threads,
+            integrity.as_deref(),
+            image.as_ref(),
+            ImageRecovery {
+                rejected,
+                ..ImageRecovery::default()
+            },
+        )?;
+        let image_state = image_state_after_recovery(image.as_ref(), &recovered.report);
+        drop(image);
         recovered.report.integrity = integrity_report;
         recovered.report.repaired_pages = integrity
             .as_ref()
@@ -212,6 +260,11 @@ impl Store {
             records_moved: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
             wake: (Mutex::new(()), Condvar::new()),
+            dir: dir.to_path_buf(),
+            store_id,
+            image: Mutex::new(image_state),
+            image_region_options,
+            index_images: AtomicU64::new(0),
             options,
             index,
             space,
@@ -224,6 +277,12 @@ impl Store {
         if let SyncPolicy::Periodic(period) = inner.syncer.policy() {
             let inner = Arc::clone(&inner);
             background.push(spawn("engram-sync", move || periodic_sync(&inner, period)));
+        }
+        if inner.options.index_image.enabled {
+            let inner = Arc::clone(&inner);
+            background.push(spawn("engram-index-image", move || {
+                image_writer::run(&inner)
+            }));
         }
         Ok(Store {
             inner,
@@ -370,6 +429,7 @@ impl Store {
                 engram_pmem::Mode::Emulated => "emulated",
             },
             flush: space.region.flush_instruction().name(),
+            index_images: self.inner.index_images.load(Ordering::Relaxed),
         }
     }
 
@@ -438,6 +498,18 @@ impl Store {
         Ok(total)
     }
 
+    /// Writes an index image now (normally the background thread does,
+    /// as set by [`crate::IndexImageOptions`]), so that recovery reads it and
+    /// scans only the blocks claimed after. Writers keep running.
+    pub fn write_index_image(&self) -> Result<IndexImageReport> {
+        if !self.inner.options.index_image.enabled {
+            return Err(Error::InvalidOption(
+                "index images are disabled (index_image.enabled is false)".into(),
+            ));
+        }
+        self.inner.write_index_image()
+    }
+
     /// Makes everything written so far durable against power loss.
     pub fn sync(&self) -> Result<()> {
         self.inner.syncer.sync_now(&self.inner.space.region)
@@ -448,11 +520,25 @@ impl Store {
         self.inner.space.region.set_file_limit(limit_bytes);
     }
 
-    /// Clean shutdown: stops background work and syncs everything.
+    /// Clean shutdown: stops background work, syncs everything, and writes
+    /// an index image if anything changed since the last (so the next open
+    /// scans almost nothing; a failure there only costs that open time).
     pub fn close(mut self) -> Result<()> {
         self.stop_background();
         // Data first: the integrity file's clean close vouches for it.
         let result = self.sync();
+        let images = &self.inner.options.index_image;
+        if result.is_ok()
+            && images.enabled
+            && images.on_close
+            && self.inner.written_since_index_image()
+        {
+            if let Err(error) = self.inner.write_index_image() {
+                log::warn!(
+                    "index image at close failed (the next open scans every block): {error}"
+                );
+            }
+        }
         let integrity = self
             .inner
             .space
@@ -547,6 +633,30 @@ fn periodic_sync(inner: &Inner, period: Duration) {
             let _ = inner.syncer.sync_now(&inner.space.region);
             next = Instant::now() + period;
         }
+    }
+}
+
+/// Where the images stand after recovery: the next image replaces the file
+/// recovery did not use (an older or unusable image), and numbers go on
+/// from the largest seen.
+fn image_state_after_recovery(
+    image: Option<&index_image::LoadedImage>,
+    report: &RecoveryReport,
+) -> ImageState {
+    match image {
+        Some(image) if report.index_image.image.is_some() => ImageState {
+            next_slot: 1 - image.slot,
+            last_number: image.header.number,
+            floor: image.header.floor_generation,
+            next_seq: image.header.next_seq,
+        },
+        // Unusable against these blocks: overwrite it first.
+        Some(image) => ImageState {
+            next_slot: image.slot,
+            last_number: image.header.number,
+            ..ImageState::default()
+        },
+        None => ImageState::default(),
     }
 }
 

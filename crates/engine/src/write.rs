@@ -47,8 +47,12 @@ impl Inner {
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
         check_sizes(key, value)?;
         let hash = hash_key(key);
+        // Pinned from append to publish: an index image waits for every
+        // write in flight to be published (`image_writer.rs`).
+        let guard = crossbeam_epoch::pin();
         let (offset, seq) = self.append(key, value, None, Writer::Application)?;
         let is_new = self.publish(hash, key, offset, seq);
+        drop(guard);
         self.syncer.after_write(self.region())?;
         Ok(is_new)
     }

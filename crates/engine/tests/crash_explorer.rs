@@ -541,6 +541,7 @@ fn crash_images_never_violate_the_invariants() {
 fn explorer_catches_a_removed_persist() {
     let faults = FaultInjection {
         skip_record_persist: true,
+        ..FaultInjection::default()
     };
     let caught = (1..=20u64).find_map(|seed| {
         let run = run_seed(seed, faults.clone());

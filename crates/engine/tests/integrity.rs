@@ -171,17 +171,25 @@ fn check_reads(store: &Store, report: &engram_engine::ScrubReport) -> usize {
     affected.len()
 }
 
-#[test]
-fn an_unrepairable_stripe_in_a_closed_store_fails_reads_of_its_keys_only() {
+/// Damages two values of one stripe while the store is closed, reopens it
+/// (from the index image written at close, or by scanning every block),
+/// and checks that scrubbing names both pages and reads fail on them only.
+fn unrepairable_stripe_in_a_closed_store(from_image: bool) {
     let dir = tempfile::tempdir().unwrap();
     filled(dir.path()).close().unwrap();
     let file = std::fs::read(dir.path().join("values.pmem")).unwrap();
     let (a, b) = two_values_in_one_stripe(&file);
     flip(dir.path(), a, 0x01);
     flip(dir.path(), b, 0x01);
-    let store = Store::open(dir.path(), options()).unwrap();
-    // Recovery met the damage, tried parity, and kept the records indexed.
-    assert_eq!(store.recovery_report().damaged_records, 2);
+    let mut reopen = options();
+    reopen.index_image.enabled = from_image;
+    let store = Store::open(dir.path(), reopen).unwrap();
+    let recovery = store.recovery_report();
+    assert_eq!(recovery.index_image.image.is_some(), from_image);
+    // A full scan reads every value: it met the damage, tried parity, and
+    // kept the records indexed. From an image only headers are read, so the
+    // damage is first met by the scrub below (or by a read's checksum).
+    assert_eq!(recovery.damaged_records, if from_image { 0 } else { 2 });
     assert_eq!(store.len(), KEYS as u64);
     let report = store.scrub_now().unwrap();
     assert_eq!(
@@ -190,6 +198,16 @@ fn an_unrepairable_stripe_in_a_closed_store_fails_reads_of_its_keys_only() {
     );
     check_reads(&store, &report);
     store.close().unwrap();
+}
+
+#[test]
+fn an_unrepairable_stripe_in_a_closed_store_fails_reads_of_its_keys_only() {
+    unrepairable_stripe_in_a_closed_store(false);
+}
+
+#[test]
+fn an_unrepairable_stripe_found_after_recovery_from_an_image_fails_reads_of_its_keys_only() {
+    unrepairable_stripe_in_a_closed_store(true);
 }
 
 #[test]

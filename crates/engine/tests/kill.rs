@@ -114,11 +114,24 @@ fn kill_child_workload() {
     // On a line of its own: the test harness has printed "test ... " before.
     emit(&format!("\nREADY {cycle}\n"));
     let started = Instant::now();
+    let writing = std::sync::atomic::AtomicUsize::new(THREADS);
     std::thread::scope(|scope| {
         for thread in 0..THREADS {
-            let store = &store;
-            scope.spawn(move || child_writer(store, thread, cycle, seed, started));
+            let (store, writing) = (&store, &writing);
+            scope.spawn(move || {
+                child_writer(store, thread, cycle, seed, started);
+                writing.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            });
         }
+        // Index images while the writers run, so kills land before, during
+        // and after them and recovery starts from one of them.
+        let (store, writing) = (&store, &writing);
+        scope.spawn(move || {
+            while writing.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+                store.write_index_image().expect("child: index image");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
     });
     // Only reached if nobody killed us: the parent reports this.
     store.close().unwrap();
@@ -525,6 +538,7 @@ fn killed_writers_lose_no_acknowledged_write() {
     let started = Instant::now();
     let mut total_acks = 0usize;
     let mut killed_before_ready = 0;
+    let mut from_images = 0;
     for cycle in 1..=cycles {
         expectations.cycle = cycle;
         let kill_at = match rng.random_range(0..10) {
@@ -551,6 +565,7 @@ fn killed_writers_lose_no_acknowledged_write() {
                 "cycle {cycle} (ENGRAM_KILL_SEED={seed}, kill at {kill_at:?}): reopening failed: {error}"
             ),
         };
+        from_images += store.recovery_report().index_image.image.is_some() as u64;
         expectations.check_recovered(&store);
         store.crash();
     }
@@ -565,7 +580,8 @@ fn killed_writers_lose_no_acknowledged_write() {
     let allowance = 2 * stats.live_bytes + 16 * stats.block_bytes;
     eprintln!(
         "{cycles} kill cycles in {:.1?}: {total_acks} acknowledged operations, \
-         {killed_before_ready} kills before the store was open; file {} KiB, \
+         {killed_before_ready} kills before the store was open, {from_images} recoveries \
+         from an index image; file {} KiB, \
          {} KiB of blocks in use for {} KiB live",
         started.elapsed(),
         stats.file_bytes >> 10,
@@ -578,4 +594,8 @@ fn killed_writers_lose_no_acknowledged_write() {
         stats.live_bytes
     );
     assert!(total_acks > 0, "the children acknowledged nothing");
+    assert!(
+        from_images >= cycles / 4,
+        "only {from_images} of {cycles} recoveries started from an index image"
+    );
 }

@@ -135,6 +135,11 @@ pub struct RecoveryReport {
     pub images_loaded: u64,
     pub records_replayed: u64,
     pub garbage_images_removed: u64,
+    /// Opening the images store (the engine's own recovery), part of
+    /// `load_images`.
+    pub images_store_open: Duration,
+    /// The index image that store recovered from (`None`: a full scan).
+    pub images_store_index_image: Option<u64>,
     pub load_images: Duration,
     pub replay: Duration,
     pub total: Duration,
@@ -224,8 +229,11 @@ impl Collections {
             options.recovery_threads
         };
         let images = engram_engine::Store::open(dir.join(IMAGES_DIR), options.images.clone())?;
+        let images_store_open = began.elapsed();
         let loaded = images::load(&images, threads)?;
         let mut report = RecoveryReport {
+            images_store_open,
+            images_store_index_image: images.recovery_report().index_image.image,
             root: loaded.root,
             images_loaded: loaded.entries.len() as u64,
             garbage_images_removed: (loaded.garbage.len() + loaded.tombstones.len()) as u64,

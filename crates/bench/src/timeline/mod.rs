@@ -73,6 +73,7 @@ pub mod report;
 pub mod series;
 pub mod server;
 pub mod stats;
+pub mod string_recovery;
 pub mod tail;
 pub mod timed;
 pub mod ycsb;
@@ -212,9 +213,15 @@ pub struct TimelineBenchArgs {
     /// keys (each tail write creates a key).
     #[arg(long, default_value_t = 1.0)]
     pub recovery_tail_percent: f64,
-    /// recovery: threads decoding images at open.
+    /// recovery: threads decoding images at open (and recovering the
+    /// strings store).
     #[arg(long, default_value_t = 2)]
     pub recovery_threads: usize,
+    /// recovery: string keys (values of --recovery-member-bytes) whose
+    /// engine store is recovered by a full scan and from an index image
+    /// plus the tail (0: skip the strings).
+    #[arg(long, default_value_t = 10_000_000)]
+    pub recovery_string_keys: u64,
     /// Where the stores go [default: a fresh temporary directory under the
     /// current one, removed at the end].
     #[arg(long)]
@@ -247,6 +254,7 @@ pub struct Config {
     pub recovery: DataSet,
     pub recovery_tail_percent: f64,
     pub recovery_threads: usize,
+    pub recovery_string_keys: u64,
     /// Where stores are created, one subdirectory each, removed when done.
     pub dir: PathBuf,
     /// Draw progress bars on standard error.
@@ -405,6 +413,7 @@ impl TimelineBenchArgs {
             },
             recovery_tail_percent: self.recovery_tail_percent,
             recovery_threads: self.recovery_threads,
+            recovery_string_keys: self.recovery_string_keys,
             dir: self.dir.clone().unwrap_or_default(),
             progress: std::io::stderr().is_terminal(),
             command,

@@ -212,6 +212,8 @@ pub struct RecoveryMeasured {
     pub tail_keys: u64,
     pub tail: Duration,
     pub from_images: Recovered,
+    /// The engine store's two recovery paths (`None`: skipped).
+    pub strings: Option<super::string_recovery::StringRecoveryMeasured>,
 }
 
 /// Manual checkpoints, and so no backpressure (the build's log is far
@@ -266,6 +268,10 @@ pub fn measure(config: &Config) -> Result<RecoveryMeasured> {
         recover(config, &dir, "(a) images + tail", data.keys + tail_keys)?;
     collections.crash();
     remove_if_present(&dir)?;
+    let strings = match config.recovery_string_keys {
+        0 => None,
+        keys => Some(super::string_recovery::measure(config, keys)?),
+    };
     Ok(RecoveryMeasured {
         data,
         recovery_threads: config.recovery_threads,
@@ -279,6 +285,7 @@ pub fn measure(config: &Config) -> Result<RecoveryMeasured> {
         tail_keys,
         tail,
         from_images,
+        strings,
     })
 }
 

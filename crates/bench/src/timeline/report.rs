@@ -38,7 +38,12 @@
 //!                 log_file_bytes, from_log: { open_seconds, ... },
 //!                 checkpoint_seconds, checkpoint_keys_written,
 //!                 checkpoint_image_bytes, tail_keys, tail_seconds,
-//!                 from_images: { ... }, checks: [ ... ] } }
+//!                 from_images: { ... },
+//!                 strings: { keys, value_bytes, build_seconds, data_file_bytes,
+//!                   image_seconds, image_entries, tail_keys,
+//!                   from_scan: { open_seconds, blocks_scanned, records,
+//!                   keys_found, image, image_keys_named }, from_image: { ... },
+//!                   speedup } | null, checks: [ ... ] } }
 //! ```
 //!
 //! A latency is `{ count, mean, p50, p99, p999, p9999, max }` in
@@ -60,6 +65,7 @@ use serde::Serialize;
 use super::recovery::{Recovered, RecoveryMeasured};
 use super::series::{self, Check, Quiescence, Span};
 use super::server::{ServerCounters, Target};
+use super::string_recovery::{StringRecovered, StringRecoveryMeasured};
 use super::tail::{Configuration, TailMeasured};
 use super::timed::{Kind, Measured, SAMPLE_EVERY, WINDOW};
 use super::ycsb::YcsbMeasured;
@@ -376,6 +382,9 @@ pub struct RecoveredResult {
     /// The store's own recovery report.
     pub recovery_total_seconds: f64,
     pub load_images_seconds: f64,
+    /// The images engine store's own recovery, part of load_images.
+    pub images_store_open_seconds: f64,
+    pub images_store_index_image: Option<u64>,
     pub replay_seconds: f64,
     pub images_loaded: u64,
     pub records_replayed: u64,
@@ -391,6 +400,8 @@ impl RecoveredResult {
             open_seconds: r.open.as_secs_f64(),
             recovery_total_seconds: r.report.total.as_secs_f64(),
             load_images_seconds: r.report.load_images.as_secs_f64(),
+            images_store_open_seconds: r.report.images_store_open.as_secs_f64(),
+            images_store_index_image: r.report.images_store_index_image,
             replay_seconds: r.report.replay.as_secs_f64(),
             images_loaded: r.report.images_loaded,
             records_replayed: r.report.records_replayed,
@@ -420,7 +431,67 @@ pub struct RecoveryReport {
     pub tail_keys: u64,
     pub tail_seconds: f64,
     pub from_images: RecoveredResult,
+    pub strings: Option<StringRecoveryReport>,
     pub checks: Vec<Check>,
+}
+
+/// One engine recovery of the strings store.
+#[derive(Clone, Debug, Serialize)]
+pub struct StringRecoveredResult {
+    /// `Store::open`, wall time.
+    pub open_seconds: f64,
+    pub blocks_scanned: u64,
+    pub records: u64,
+    pub keys_found: u64,
+    /// The index image it started from (null: a full scan).
+    pub image: Option<u64>,
+    pub image_keys_named: u64,
+}
+
+impl StringRecoveredResult {
+    fn new(r: &StringRecovered) -> StringRecoveredResult {
+        StringRecoveredResult {
+            open_seconds: r.open.as_secs_f64(),
+            blocks_scanned: r.report.blocks_scanned,
+            records: r.report.records,
+            keys_found: r.keys_found,
+            image: r.report.index_image.image,
+            image_keys_named: r.report.index_image.named,
+        }
+    }
+}
+
+/// The strings store recovered by a full scan and from an index image.
+#[derive(Clone, Debug, Serialize)]
+pub struct StringRecoveryReport {
+    pub keys: u64,
+    pub value_bytes: usize,
+    pub build_seconds: f64,
+    pub data_file_bytes: u64,
+    pub image_seconds: f64,
+    pub image_entries: u64,
+    pub tail_keys: u64,
+    pub from_scan: StringRecoveredResult,
+    pub from_image: StringRecoveredResult,
+    /// from_scan's open time over from_image's.
+    pub speedup: f64,
+}
+
+impl StringRecoveryReport {
+    fn new(m: &StringRecoveryMeasured) -> StringRecoveryReport {
+        StringRecoveryReport {
+            keys: m.keys,
+            value_bytes: m.value_bytes,
+            build_seconds: m.build.as_secs_f64(),
+            data_file_bytes: m.data_file_bytes,
+            image_seconds: m.image.as_secs_f64(),
+            image_entries: m.image_entries,
+            tail_keys: m.tail_keys,
+            from_scan: StringRecoveredResult::new(&m.from_scan),
+            from_image: StringRecoveredResult::new(&m.from_image),
+            speedup: m.from_scan.open.as_secs_f64() / m.from_image.open.as_secs_f64().max(1e-9),
+        }
+    }
 }
 
 impl RecoveryReport {
@@ -442,6 +513,7 @@ impl RecoveryReport {
             checkpoint_image_bytes: m.checkpoint_report.image_bytes,
             tail_keys: m.tail_keys,
             tail_seconds: m.tail.as_secs_f64(),
+            strings: m.strings.as_ref().map(StringRecoveryReport::new),
             checks: vec![Check::at_most(
                 format!(
                     "recovery from images + tail, {} threads (s)",
@@ -724,7 +796,62 @@ fn recovery_table(r: &RecoveryReport, text: &mut String) {
         &format!("(a) images + tail, {} thr", r.recovery_threads),
         &r.from_images,
     );
+    let store_open = |x: &RecoveredResult| {
+        format!(
+            "{} ({})",
+            millis(x.images_store_open_seconds * 1e3),
+            x.images_store_index_image
+                .map_or("full scan".to_string(), |n| format!("index image {n}"))
+        )
+    };
+    let _ = writeln!(
+        text,
+        "  {:<26} (b) {}, (a) {}",
+        "images store's own open",
+        store_open(&r.from_log),
+        store_open(&r.from_images)
+    );
+    if let Some(s) = &r.strings {
+        strings_lines(s, r.recovery_threads, text);
+    }
     check_lines(text, "targets", &r.checks);
+}
+
+fn strings_lines(s: &StringRecoveryReport, threads: usize, text: &mut String) {
+    let _ = writeln!(
+        text,
+        "\n{} strings: {} keys, {} B values ({} MB data file); built in {:.2} s; index image of {} \
+         keys in {}, then a tail of {} new keys",
+        Part::Recovery.name(),
+        thousands(s.keys as f64),
+        s.value_bytes,
+        s.data_file_bytes / 1_000_000,
+        s.build_seconds,
+        thousands(s.image_entries as f64),
+        millis(s.image_seconds * 1e3),
+        thousands(s.tail_keys as f64),
+    );
+    let line = |text: &mut String, name: &str, x: &StringRecoveredResult| {
+        let _ = writeln!(
+            text,
+            "  {name:<26} open {:>8}: {} blocks scanned, {} records; {} keys found",
+            millis(x.open_seconds * 1e3),
+            thousands(x.blocks_scanned as f64),
+            thousands(x.records as f64),
+            thousands(x.keys_found as f64),
+        );
+    };
+    line(text, "(b) full scan", &s.from_scan);
+    line(
+        text,
+        &format!("(a) image + tail, {threads} thr"),
+        &s.from_image,
+    );
+    let _ = writeln!(
+        text,
+        "  {:<26} {:.2}x",
+        "full scan / image + tail", s.speedup
+    );
 }
 
 /// What the table says of the server target once.

@@ -51,6 +51,7 @@ fn toy(parts: &[Part], dir: &Path) -> Config {
         },
         recovery_tail_percent: 1.0,
         recovery_threads: 2,
+        recovery_string_keys: 200_000,
         dir: dir.to_path_buf(),
         progress: false,
         command: "engram bench timeline (test)".into(),
@@ -250,6 +251,21 @@ fn recovery_part_recovers_every_key_from_the_log_and_from_images() {
     assert_eq!(from_images["keys_found"], 5_050);
     assert!(from_images["sampled_keys"].as_u64().unwrap() > 100);
     assert!(number(from_images, "open_seconds") > 0.0);
+    // Strings: both recovery paths found every key; the image path
+    // scanned only the tail's blocks.
+    let strings = &recovery["strings"];
+    assert_eq!(strings["keys"], 200_000);
+    assert_eq!(strings["tail_keys"], 2_000);
+    assert_eq!(strings["image_entries"], 200_000);
+    for path in ["from_scan", "from_image"] {
+        assert_eq!(strings[path]["keys_found"], 202_000, "{path}");
+    }
+    assert!(strings["from_scan"]["image"].is_null());
+    assert!(
+        number(&strings["from_image"], "blocks_scanned")
+            < number(&strings["from_scan"], "blocks_scanned"),
+        "{strings}"
+    );
     let check = &recovery["checks"][0];
     assert_eq!(check["target"], 2.0);
     assert_eq!(check["pass"], true, "5,000 keys recover well within 2 s");
@@ -272,6 +288,7 @@ fn flags_have_the_documented_defaults_and_limits() {
     assert_eq!(config.recovery.keys, 1_000_000);
     assert_eq!(config.recovery.members, 10_000_000);
     assert_eq!(config.recovery_threads, 2);
+    assert_eq!(config.recovery_string_keys, 10_000_000);
     let args = parse(&["--parts", "recovery,recovery", "--workloads", "ycsb-c,f"]).unwrap();
     let config = args.config("test".into()).unwrap();
     assert_eq!(config.parts, [Part::Recovery]);

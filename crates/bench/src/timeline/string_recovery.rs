@@ -1,0 +1,194 @@
+//! Part 3, strings: the engine store's two recovery paths on one data set.
+//!
+//! 1. **Build** `string_keys` keys of `value_bytes` bytes with `threads`
+//!    writers (no image is written behind the part's back: neither in the
+//!    background nor at close).
+//! 2. **Image**: `Store::write_index_image` (timed), then a **tail** of
+//!    `tail_percent` % new keys; `crash`.
+//! 3. **(b) full scan**: open with index images disabled (every block is
+//!    read and every record's checksums verified), check, `crash`.
+//! 4. **(a) image + tail**: open as usual (the image is read, each record
+//!    it names is checked where it lies, only the blocks claimed after the
+//!    image are scanned), check, `crash`.
+//!
+//! Both opens read files still in the page cache, as after a process
+//! crash, with `recovery_threads` threads.
+
+use std::time::{Duration, Instant};
+
+use engram_engine::{IndexImageOptions, Options, RecoveryReport, Store};
+
+use super::error::{Result, TimelineError};
+use super::{remove_if_present, Config};
+use crate::integrity::progress_bar;
+use crate::workload::slice;
+
+/// Keys checked value by value after each recovery (spread evenly).
+const SAMPLED_KEYS: u64 = 1000;
+
+/// One timed engine recovery.
+#[derive(Clone, Debug)]
+pub struct StringRecovered {
+    /// `Store::open`, wall time.
+    pub open: Duration,
+    pub report: RecoveryReport,
+    pub keys_found: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct StringRecoveryMeasured {
+    pub keys: u64,
+    pub value_bytes: usize,
+    pub build: Duration,
+    pub data_file_bytes: u64,
+    pub image: Duration,
+    pub image_entries: u64,
+    pub tail_keys: u64,
+    pub from_scan: StringRecovered,
+    pub from_image: StringRecovered,
+}
+
+fn options(config: &Config, images: bool) -> Options {
+    Options {
+        recovery_threads: config.recovery_threads,
+        index_image: IndexImageOptions {
+            enabled: images,
+            every_bytes: u64::MAX,
+            on_close: false,
+        },
+        ..Options::default()
+    }
+}
+
+fn key(id: u64) -> Vec<u8> {
+    format!("string:{id:010}").into_bytes()
+}
+
+fn value(id: u64, bytes: usize) -> Vec<u8> {
+    let mut value = id.to_le_bytes().repeat(bytes.div_ceil(8));
+    value.truncate(bytes);
+    value
+}
+
+/// Runs the strings half of the part in `config.dir/string-recovery`.
+pub fn measure(config: &Config, keys: u64) -> Result<StringRecoveryMeasured> {
+    let value_bytes = config.recovery.member_bytes;
+    let dir = config.dir.join("string-recovery");
+    remove_if_present(&dir)?;
+    let store = Store::open(&dir, options(config, true))?;
+    let bar = progress_bar(config.progress, Some(keys), "string recovery build");
+    let began = Instant::now();
+    put_keys(&store, 0..keys, value_bytes, config.threads, &|n| {
+        bar.inc(n)
+    })?;
+    bar.finish_and_clear();
+    let build = began.elapsed();
+    let image = store.write_index_image()?;
+    let tail_keys = (keys as f64 * config.recovery_tail_percent / 100.0).ceil() as u64;
+    put_keys(
+        &store,
+        keys..keys + tail_keys,
+        value_bytes,
+        config.threads,
+        &|_| {},
+    )?;
+    let data_file_bytes = store.stats().file_bytes;
+    store.crash();
+
+    let expected = keys + tail_keys;
+    let from_scan = recover(config, &dir, false, expected, value_bytes)?;
+    let from_image = recover(config, &dir, true, expected, value_bytes)?;
+    if from_image.report.index_image.image != Some(image.number) {
+        return Err(TimelineError::LostWrite {
+            store: "strings",
+            what: format!(
+                "recovery did not start from the index image: {:?}",
+                from_image.report.index_image
+            ),
+        });
+    }
+    remove_if_present(&dir)?;
+    Ok(StringRecoveryMeasured {
+        keys,
+        value_bytes,
+        build,
+        data_file_bytes,
+        image: image.duration,
+        image_entries: image.entries,
+        tail_keys,
+        from_scan,
+        from_image,
+    })
+}
+
+fn recover(
+    config: &Config,
+    dir: &std::path::Path,
+    images: bool,
+    expected: u64,
+    value_bytes: usize,
+) -> Result<StringRecovered> {
+    let began = Instant::now();
+    let store = Store::open(dir, options(config, images))?;
+    let open = began.elapsed();
+    let found = store.len();
+    if found != expected {
+        return Err(TimelineError::WrongKeyCount {
+            store: "strings",
+            when: "after recovery",
+            found,
+            expected,
+        });
+    }
+    let step = (expected / SAMPLED_KEYS).max(1);
+    for id in (0..expected).step_by(step as usize).chain([expected - 1]) {
+        if store.get(&key(id))? != Some(value(id, value_bytes)) {
+            return Err(TimelineError::LostWrite {
+                store: "strings",
+                what: format!("after recovery, key {id} does not hold its value"),
+            });
+        }
+    }
+    let report = store.recovery_report();
+    store.crash();
+    Ok(StringRecovered {
+        open,
+        report,
+        keys_found: found,
+    })
+}
+
+fn put_keys(
+    store: &Store,
+    ids: std::ops::Range<u64>,
+    value_bytes: usize,
+    threads: usize,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<()> {
+    let count = ids.end - ids.start;
+    std::thread::scope(|scope| {
+        let writers: Vec<_> = (0..threads)
+            .map(|thread| {
+                let range = slice(ids.start, count, thread, threads);
+                scope.spawn(move || -> Result<()> {
+                    for (n, id) in range.enumerate() {
+                        store.put(&key(id), &value(id, value_bytes))?;
+                        if n % 4096 == 4095 {
+                            progress(4096);
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        writers
+            .into_iter()
+            .map(|writer| {
+                writer
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect::<Result<Vec<()>>>()
+    })?;
+    Ok(())
+}

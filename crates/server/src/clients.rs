@@ -1,9 +1,29 @@
 //! The registry of connected clients, for CLIENT LIST/INFO/KILL and INFO.
 //!
 //! Each connection owns its state; what other connections may look at or
-//! act on (name, database, last command, a kill request) sits in a shared
-//! `ClientInfo` of atomics. The registry's lock is taken on connect,
-//! disconnect and CLIENT LIST, never per command.
+//! act on (name, database, last command, a kill request, whether it is
+//! blocked and a request to unblock it) sits in a shared `ClientInfo` of
+//! atomics. The registry's lock is taken on connect, disconnect, CLIENT
+//! LIST/KILL/UNBLOCK and INFO, never per command.
+//!
+//! ## Blocked clients (BLPOP...) and CLIENT UNBLOCK
+//!
+//! A connection waiting in a blocking command (see `connection`) is in the
+//! `BLOCKED` state of its `ClientInfo::block`. Two parties may end that
+//! state, and exactly one must win:
+//!
+//! - the connection itself, when a retry of its command is about to take
+//!   an element (`claim_service`, called under the key's lock just before
+//!   the pop is logged), moves it to `IDLE`;
+//! - CLIENT UNBLOCK on another connection (`request_unblock`) moves it to
+//!   `UNBLOCK_TIMEOUT` or `UNBLOCK_ERROR` and wakes the connection.
+//!
+//! Both are compare-and-swaps from `BLOCKED`, so either the element is taken
+//! and CLIENT UNBLOCK answers 0 (the client was being served, no longer
+//! blocked), or CLIENT UNBLOCK answers 1 and the retry takes nothing: the
+//! element stays in the list for the next client. No lock is held across
+//! the swap, so CLIENT UNBLOCK inside an EXEC (which holds key locks)
+//! cannot deadlock with a retry (which takes them).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -33,9 +53,115 @@ pub struct ClientInfo {
     pub multi: AtomicI64,
     pub killed: AtomicBool,
     pub kill: Notify,
+    /// `IDLE`, `BLOCKED`, or an unblock request not yet acted on (see the
+    /// module's documentation).
+    block: AtomicU8,
+    /// Wakes the blocked connection after `request_unblock`. A permit left
+    /// over (the connection saw the request before waiting on this) only
+    /// causes one spurious wakeup later, after which the state is checked.
+    pub unblock: Notify,
+}
+
+/// `ClientInfo::block`: not in a blocking command's wait.
+const IDLE: u8 = 0;
+/// Waiting in a blocking command.
+const BLOCKED: u8 = 1;
+/// CLIENT UNBLOCK asked the wait to end as if timed out.
+const UNBLOCK_TIMEOUT: u8 = 2;
+/// CLIENT UNBLOCK asked the wait to end with an -UNBLOCKED error.
+const UNBLOCK_ERROR: u8 = 3;
+
+/// How CLIENT UNBLOCK ends a wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unblock {
+    /// The command's timeout reply (a null array for the list commands).
+    Timeout,
+    /// `-UNBLOCKED client unblocked via CLIENT UNBLOCK`.
+    Error,
+}
+
+impl Unblock {
+    fn from_state(state: u8) -> Option<Unblock> {
+        match state {
+            UNBLOCK_TIMEOUT => Some(Unblock::Timeout),
+            UNBLOCK_ERROR => Some(Unblock::Error),
+            _ => None,
+        }
+    }
+}
+
+/// A connection's wait in a blocking command, from `ClientInfo::begin_wait`:
+/// the client is `BLOCKED` until `finish` or drop (served, timed out,
+/// unblocked, killed, disconnected: every way out).
+pub struct Wait<'a> {
+    info: &'a ClientInfo,
+}
+
+impl Wait<'_> {
+    /// An unblock request not yet acted on.
+    pub fn unblock_requested(&self) -> Option<Unblock> {
+        Unblock::from_state(self.info.block.load(Ordering::Acquire))
+    }
+
+    /// Ends the wait; returns the unblock request that came before, if
+    /// any (it then decides the reply).
+    pub fn finish(&self) -> Option<Unblock> {
+        Unblock::from_state(self.info.block.swap(IDLE, Ordering::AcqRel))
+    }
+}
+
+impl Drop for Wait<'_> {
+    fn drop(&mut self) {
+        self.info.block.store(IDLE, Ordering::Release);
+    }
 }
 
 impl ClientInfo {
+    /// The connection starts waiting in a blocking command: CLIENT
+    /// LIST shows flag `b`, INFO counts it, CLIENT UNBLOCK may end it.
+    pub fn begin_wait(&self) -> Wait<'_> {
+        self.block.store(BLOCKED, Ordering::Release);
+        Wait { info: self }
+    }
+
+    /// Whether the client waits in a blocking command now (an unblock
+    /// requested but not yet acted on counts as unblocked, as in Redis,
+    /// where CLIENT UNBLOCK takes effect at once).
+    pub fn is_blocked(&self) -> bool {
+        self.block.load(Ordering::Acquire) == BLOCKED
+    }
+
+    /// CLIENT UNBLOCK: true if the client was blocked and now will not be
+    /// served (its connection replies as `how` says).
+    pub fn request_unblock(&self, how: Unblock) -> bool {
+        let to = match how {
+            Unblock::Timeout => UNBLOCK_TIMEOUT,
+            Unblock::Error => UNBLOCK_ERROR,
+        };
+        let won = self
+            .block
+            .compare_exchange(BLOCKED, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if won {
+            self.unblock.notify_one();
+        }
+        won
+    }
+
+    /// A blocked command's retry is about to take something (called under
+    /// the key's lock, before the operation is logged): false if CLIENT
+    /// UNBLOCK came first, and the retry must then take nothing. True also
+    /// when the client is not waiting at all.
+    pub fn claim_service(&self) -> bool {
+        match self
+            .block
+            .compare_exchange(BLOCKED, IDLE, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => true,
+            Err(state) => state == IDLE,
+        }
+    }
+
     pub fn request_kill(&self) {
         self.killed.store(true, Ordering::Release);
         self.kill.notify_one();
@@ -46,10 +172,18 @@ impl ClientInfo {
         let age = self.connected.elapsed();
         let idle_ms =
             (age.as_millis() as u64).saturating_sub(self.last_active_ms.load(Ordering::Relaxed));
+        // Redis's letters, in its order: x in MULTI, b blocked, N for none.
+        let in_multi = self.multi.load(Ordering::Relaxed) >= 0;
+        let flags = match (in_multi, self.is_blocked()) {
+            (false, false) => "N",
+            (true, false) => "x",
+            (false, true) => "b",
+            (true, true) => "xb",
+        };
         let mut line = String::new();
         let _ = write!(
             line,
-            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db={} sub=0 psub=0 ssub=0 \
+            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 \
              multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
              tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
             self.id,
@@ -58,6 +192,7 @@ impl ClientInfo {
             self.name.lock(),
             age.as_secs(),
             idle_ms / 1000,
+            flags,
             self.db.load(Ordering::Relaxed),
             self.multi.load(Ordering::Relaxed),
             command_name,
@@ -103,6 +238,8 @@ impl Registry {
             multi: AtomicI64::new(-1),
             killed: AtomicBool::new(false),
             kill: Notify::new(),
+            block: AtomicU8::new(IDLE),
+            unblock: Notify::new(),
         });
         clients.insert(id, info.clone());
         Some(info)
@@ -124,10 +261,87 @@ impl Registry {
         self.clients.lock().values().cloned().collect()
     }
 
+    pub fn get(&self, id: u64) -> Option<Arc<ClientInfo>> {
+        self.clients.lock().get(&id).cloned()
+    }
+
+    /// Clients waiting in a blocking command now (INFO's
+    /// `blocked_clients`): counted from the clients' own states, so the
+    /// number cannot drift from what CLIENT LIST shows.
+    pub fn blocked(&self) -> usize {
+        self.clients
+            .lock()
+            .values()
+            .filter(|c| c.is_blocked())
+            .count()
+    }
+
     /// Asks every connection to close (shutdown).
     pub fn kill_all(&self) {
         for client in self.clients.lock().values() {
             client.request_kill();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client() -> Arc<ClientInfo> {
+        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        Registry::default().register(addr, addr, 1).unwrap()
+    }
+
+    #[test]
+    fn one_of_unblock_and_service_wins() {
+        let c = client();
+        // Not waiting: nothing to unblock; a first try serves freely.
+        assert!(!c.request_unblock(Unblock::Timeout));
+        assert!(c.claim_service());
+
+        // The unblock first: the retry must take nothing.
+        let wait = c.begin_wait();
+        assert!(c.is_blocked());
+        assert!(c.request_unblock(Unblock::Error));
+        assert!(!c.is_blocked());
+        assert!(!c.request_unblock(Unblock::Timeout), "only once");
+        assert!(!c.claim_service());
+        assert_eq!(wait.unblock_requested(), Some(Unblock::Error));
+        assert_eq!(wait.finish(), Some(Unblock::Error));
+        drop(wait);
+
+        // Service first: a later unblock finds the client served.
+        let wait = c.begin_wait();
+        assert!(c.claim_service());
+        assert!(!c.is_blocked());
+        assert!(!c.request_unblock(Unblock::Timeout));
+        assert_eq!(wait.finish(), None);
+        drop(wait);
+
+        // Every way out of a wait ends it.
+        let wait = c.begin_wait();
+        drop(wait);
+        assert!(!c.is_blocked());
+        assert!(!c.request_unblock(Unblock::Timeout));
+    }
+
+    #[test]
+    fn flags_in_client_list() {
+        let c = client();
+        let flags = |c: &ClientInfo| {
+            let line = c.describe("blpop");
+            line.split(' ')
+                .find_map(|w| w.strip_prefix("flags="))
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(flags(&c), "N");
+        let wait = c.begin_wait();
+        assert_eq!(flags(&c), "b");
+        c.multi.store(0, Ordering::Relaxed);
+        assert_eq!(flags(&c), "xb");
+        drop(wait);
+        assert_eq!(flags(&c), "x");
     }
 }

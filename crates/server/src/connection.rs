@@ -10,8 +10,17 @@
 //! wakeups on the keys, runs the command again (so a write that came before
 //! the registration is not missed), and only if that finds nothing either,
 //! sleeps until a write to one of the keys (then tries again), the
-//! deadline (the timeout reply), a kill or shutdown, or the client hanging
-//! up. The rest of a pipeline waits behind the blocked command, as in Redis.
+//! deadline (the timeout reply), CLIENT UNBLOCK from another connection
+//! (the timeout reply, or an -UNBLOCKED error), a kill or shutdown, or the
+//! client hanging up. The rest of a pipeline waits behind the blocked
+//! command, as in Redis.
+//!
+//! While it waits the client is marked blocked in the registry
+//! (`ClientInfo::begin_wait`: flag `b` in CLIENT LIST, INFO's
+//! `blocked_clients`). CLIENT UNBLOCK and a retry that finds an element
+//! race for that mark (see `clients`): whichever takes it first decides,
+//! so an unblocked client never takes an element, and a served one is not
+//! reported unblocked.
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -23,7 +32,7 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::clients::ClientInfo;
+use crate::clients::{ClientInfo, Unblock};
 use crate::commands::{execute, lookup, run as run_command, unwatch_all};
 use crate::resp::{ReplyWriter, RequestParser, Step};
 use crate::session::{InLine, Session};
@@ -164,6 +173,9 @@ async fn wait_unblocked(
         return Ok(true);
     };
     let info = session.info.clone();
+    // Blocked from here (the command found nothing and replied nothing):
+    // even while earlier replies are sent, CLIENT UNBLOCK may end the wait.
+    let wait = info.begin_wait();
     flush(shared, stream, session, out).await?;
     // Clients blocked on a key are served in the order they joined its line
     // (after the flush: a client that does not read its replies must not
@@ -189,19 +201,39 @@ async fn wait_unblocked(
         let mut notified: Vec<_> = waiters.iter().map(|w| Box::pin(w.notified())).collect();
         let kill = info.kill.notified();
         let shutdown = shared.shutdown.notified();
-        tokio::pin!(kill, shutdown);
+        let unblocked = info.unblock.notified();
+        tokio::pin!(kill, shutdown, unblocked);
         if info.killed.load(Ordering::Acquire) || shared.is_shutting_down() {
             return Ok(false);
         }
+        // CLIENT UNBLOCK came while we slept, or during the last retry
+        // (which then took nothing).
+        if let Some(how) = wait.unblock_requested() {
+            reply_unblocked(out, how, blocked.on_timeout);
+            return Ok(true);
+        }
 
-        // Registered: now a write after this try wakes us.
+        // Registered: now a write after this try wakes us. If the retry
+        // finds an element it takes it only if CLIENT UNBLOCK has not come
+        // first (`ClientInfo::claim_service`, in the list commands).
         let args = blocked.command.args();
         let (_, spec) = lookup(args.get(0)).expect("a blocked command was looked up");
+        let mark = out.len();
         session.retrying = true;
         run_command(shared, session, out, None, spec, args);
         session.retrying = false;
         match session.blocked.take() {
-            None => return Ok(true),
+            None => {
+                // Served (the claim already ended the wait), or failed
+                // (WRONGTYPE...) without taking anything. In the latter
+                // case an unblock that came first wins, as it would have
+                // in Redis: its reply replaces the error.
+                if let Some(how) = wait.finish() {
+                    out.buf.truncate(mark);
+                    reply_unblocked(out, how, blocked.on_timeout);
+                }
+                return Ok(true);
+            }
             Some(again) => {
                 blocked = again;
                 blocked.deadline = deadline;
@@ -227,8 +259,15 @@ async fn wait_unblocked(
             }
             tokio::select! {
                 _ = &mut written => break,
+                // Checked at the top of the outer loop.
+                _ = &mut unblocked => break,
                 _ = &mut sleep, if deadline.is_some() => {
-                    (blocked.on_timeout)(out);
+                    // An unblock that came as the deadline passed still
+                    // decides the reply (CLIENT UNBLOCK ... ERROR said 1).
+                    match wait.finish() {
+                        Some(how) => reply_unblocked(out, how, blocked.on_timeout),
+                        None => (blocked.on_timeout)(out),
+                    }
                     return Ok(true);
                 }
                 _ = &mut kill => return Ok(false),
@@ -245,6 +284,15 @@ async fn wait_unblocked(
                 }
             }
         }
+    }
+}
+
+/// The reply of a wait ended by CLIENT UNBLOCK (Redis's
+/// `unblockClientOnTimeout` / `unblockClientOnError`).
+fn reply_unblocked(out: &mut ReplyWriter, how: Unblock, on_timeout: fn(&mut ReplyWriter)) {
+    match how {
+        Unblock::Timeout => on_timeout(out),
+        Unblock::Error => out.error("UNBLOCKED client unblocked via CLIENT UNBLOCK"),
     }
 }
 

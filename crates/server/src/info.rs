@@ -132,9 +132,11 @@ fn clients(shared: &Shared, out: &mut String) -> std::fmt::Result {
         "# Clients\r\n\
          connected_clients:{}\r\n\
          maxclients:{}\r\n\
-         blocked_clients:0\r\n",
+         blocked_clients:{}\r\n",
         shared.clients.len(),
         shared.runtime.maxclients.load(Ordering::Relaxed),
+        // Waiting in BLPOP/BRPOP/BLMOVE/BRPOPLPUSH/BLMPOP right now.
+        shared.clients.blocked(),
     )
 }
 

@@ -8,6 +8,7 @@ use super::{
     err, int_arg, is, lowercase, unknown_subcommand, wrong_sub_arity, CmdError, CmdResult,
     CommandSpec, Ctx, Group, FAST, NOT_QUEUED, NO_AUTH, SYNTAX, TABLE,
 };
+use crate::clients::Unblock;
 use crate::resp::Args;
 
 pub fn commands() -> Vec<CommandSpec> {
@@ -55,7 +56,7 @@ pub fn commands() -> Vec<CommandSpec> {
             -2,
             0,
             client,
-            "Manages client connections (ID SETNAME GETNAME LIST INFO KILL SETINFO).",
+            "Manages client connections (ID SETNAME GETNAME LIST INFO KILL UNBLOCK SETINFO).",
         ),
     ]
 }
@@ -283,6 +284,7 @@ fn client(ctx: &mut Ctx, args: Args) -> CmdResult {
             ctx.out.verbatim(&text);
         }
         "kill" => client_kill(ctx, args)?,
+        "unblock" => client_unblock(ctx, args)?,
         "setinfo" => {
             exact(4)?;
             let value = String::from_utf8_lossy(args.get(3)).into_owned();
@@ -322,6 +324,7 @@ fn client(ctx: &mut Ctx, args: Args) -> CmdResult {
                 "LIST [TYPE normal] [ID id ...]",
                 "INFO",
                 "KILL <ip:port> | KILL [ID id] [ADDR ip:port] [LADDR ip:port] [SKIPME yes|no]",
+                "UNBLOCK <clientid> [TIMEOUT|ERROR]",
                 "SETINFO <LIB-NAME|LIB-VER> <value>",
                 "HELP",
             ];
@@ -332,6 +335,30 @@ fn client(ctx: &mut Ctx, args: Args) -> CmdResult {
         }
         _ => return Err(unknown_subcommand("client", sub)),
     }
+    Ok(())
+}
+
+/// CLIENT UNBLOCK <client-id> [TIMEOUT|ERROR]: 1 if the client waited in
+/// a blocking command and now will not (it replies as if timed out, or
+/// `-UNBLOCKED client unblocked via CLIENT UNBLOCK`), 0 otherwise (not
+/// blocked, no such client, being served already). As in Redis
+/// (networking.c), the reason is checked before the id.
+fn client_unblock(ctx: &mut Ctx, args: Args) -> CmdResult {
+    if !(3..=4).contains(&args.len()) {
+        return Err(wrong_sub_arity("client", args.get(1)));
+    }
+    let how = match args.len() {
+        4 if is(args.get(3), "timeout") => Unblock::Timeout,
+        4 if is(args.get(3), "error") => Unblock::Error,
+        4 => return Err(err("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")),
+        _ => Unblock::Timeout,
+    };
+    let id = int_arg(args.get(2))?;
+    let unblocked = u64::try_from(id)
+        .ok()
+        .and_then(|id| ctx.shared.clients.get(id))
+        .is_some_and(|client| client.request_unblock(how));
+    ctx.out.int(i64::from(unblocked));
     Ok(())
 }
 

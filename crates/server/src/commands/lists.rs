@@ -18,7 +18,14 @@
 //! holding another type does not end the wait unless a list it could be
 //! served from follows it: Redis only runs the command again when a key it
 //! waits on holds a list, and the command then fails on the earlier key.
+//!
+//! CLIENT UNBLOCK may end a wait at any moment, a retry included: a retry
+//! about to take an element first claims the client's blocked state
+//! (`ClientInfo::claim_service`, under the key's lock, just before the
+//! pop is logged). If CLIENT UNBLOCK came first, the retry takes nothing
+//! and the element stays for the next client.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use engram_collections::op::Bytes;
@@ -30,6 +37,7 @@ use super::{
     err, int_arg, is, symmetric_int_arg, wrong_arity, CmdError, CmdResult, CommandSpec, Ctx, Group,
     FAST, READONLY, SYNTAX, WRITE, WRONGTYPE,
 };
+use crate::clients::ClientInfo;
 use crate::keyspace::{self, ckey, now_ms, CKind, Object, Txn};
 use crate::resp::{parse_int, Args, ReplyWriter};
 use crate::session::{first_in_line, Blocked};
@@ -463,6 +471,9 @@ fn pop_first(
             if wrong_type {
                 return Err(err(WRONGTYPE));
             }
+            if !rules.may_serve() {
+                return Ok(None);
+            }
             let n = count.min(list.len());
             let values = take(list, front, n);
             txn.log(vec![Op::ListPop {
@@ -484,14 +495,30 @@ struct BlockingRules {
     /// so it takes what it finds).
     wait_in_line: bool,
     client: u64,
+    /// Tried again after a wakeup: the client, whose blocked state the
+    /// retry must claim before it takes anything (CLIENT UNBLOCK may have
+    /// ended the wait meanwhile).
+    waiting: Option<Arc<ClientInfo>>,
 }
 
 impl BlockingRules {
     fn of(ctx: &Ctx, blocking: bool) -> BlockingRules {
+        let retrying = blocking && ctx.session.retrying;
         BlockingRules {
-            retrying: blocking && ctx.session.retrying,
+            retrying,
             wait_in_line: blocking && ctx.exec.is_none(),
             client: ctx.session.info.id,
+            waiting: retrying.then(|| ctx.session.info.clone()),
+        }
+    }
+
+    /// Whether the command may take what it found: always on a first
+    /// try; on a retry only if CLIENT UNBLOCK has not ended the wait (and
+    /// then no later CLIENT UNBLOCK can: the client is being served).
+    fn may_serve(&self) -> bool {
+        match &self.waiting {
+            None => true,
+            Some(info) => info.claim_service(),
         }
     }
 }
@@ -780,6 +807,9 @@ fn move_one(
                 to_front,
             }
         };
+        if !rules.may_serve() {
+            return Ok(None);
+        }
         txn.log(vec![op])?;
         Ok(Some(value))
     })
@@ -889,4 +919,129 @@ fn blocking_move(
         None => block(ctx, &args, &[source], timeout),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The race between a blocked client's retry and CLIENT UNBLOCK,
+    //! played in a fixed order (over TCP the window is too narrow to hit
+    //! at will): the retry runs after the unblock has won the client's
+    //! blocked state, as if the unblock came while the retry waited for the
+    //! key's lock.
+
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use engram_collections::{CheckpointMode, Collections, CollectionsOptions};
+    use engram_engine::Store;
+
+    use crate::clients::Unblock;
+    use crate::commands::execute;
+    use crate::config::{Config, Runtime};
+    use crate::durability::Durable;
+    use crate::keyspace::Keyspace;
+    use crate::resp::{OwnedArgs, ReplyWriter};
+    use crate::session::Session;
+    use crate::shared::Shared;
+
+    fn shared(dir: &std::path::Path) -> Shared {
+        let store = Store::open(dir, engram_engine::Options::default()).unwrap();
+        let collections = Collections::open(
+            dir.join("collections"),
+            CollectionsOptions {
+                checkpoints: CheckpointMode::Manual,
+                ..CollectionsOptions::default()
+            },
+        )
+        .unwrap();
+        let config = Config::default();
+        Shared::new(
+            Arc::new(Keyspace::open(store, collections, 16).unwrap()),
+            config.clone(),
+            Arc::new(Runtime::new(&config)),
+            Arc::new(Durable::new()),
+            false,
+            Duration::ZERO,
+            Duration::ZERO,
+            0,
+        )
+    }
+
+    fn session(shared: &Shared) -> Session {
+        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        Session::new(shared.clients.register(addr, addr, 10).unwrap(), true)
+    }
+
+    /// Runs one command (words split on spaces); its raw reply.
+    fn call(shared: &Shared, session: &mut Session, line: &str) -> String {
+        let words: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
+        let args = OwnedArgs::from_slices(&words);
+        let mut out = ReplyWriter::new();
+        execute(shared, session, &mut out, args.args());
+        String::from_utf8(out.buf).unwrap()
+    }
+
+    /// What the connection does after a wakeup: the blocked command again.
+    fn retry(shared: &Shared, session: &mut Session, line: &str) -> String {
+        session.retrying = true;
+        let reply = call(shared, session, line);
+        session.retrying = false;
+        reply
+    }
+
+    #[test]
+    fn a_retry_after_client_unblock_takes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = shared(dir.path());
+        let mut other = session(&shared);
+        for command in [
+            "BLPOP k 0",
+            "BRPOP k 0",
+            "BLMOVE k dst LEFT RIGHT 0",
+            "BRPOPLPUSH k dst 0",
+            "BLMPOP 0 1 k LEFT COUNT 2",
+        ] {
+            let mut waiter = session(&shared);
+            // Finds nothing: blocks, no reply.
+            assert_eq!(call(&shared, &mut waiter, command), "", "{command}");
+            assert!(waiter.blocked.take().is_some(), "{command}: blocks");
+            let info = waiter.info.clone();
+            let wait = info.begin_wait();
+            assert_eq!(call(&shared, &mut other, "RPUSH k a b"), ":2\r\n");
+            // CLIENT UNBLOCK wins the client before its retry takes `a`.
+            assert_eq!(
+                call(&shared, &mut other, &format!("CLIENT UNBLOCK {}", info.id)),
+                ":1\r\n"
+            );
+            assert_eq!(retry(&shared, &mut waiter, command), "", "{command}");
+            assert!(waiter.blocked.is_some(), "{command}: waits again");
+            assert_eq!(wait.finish(), Some(Unblock::Timeout));
+            assert_eq!(call(&shared, &mut other, "LLEN k"), ":2\r\n", "{command}");
+            assert_eq!(call(&shared, &mut other, "EXISTS dst"), ":0\r\n");
+
+            // Without an unblock the retry is served, and a later CLIENT
+            // UNBLOCK finds nothing to unblock.
+            let wait = info.begin_wait();
+            waiter.blocked = None;
+            let served = retry(&shared, &mut waiter, command);
+            assert!(
+                served.starts_with('*') || served.starts_with('$'),
+                "{command}: {served:?}"
+            );
+            assert_ne!(call(&shared, &mut other, "LLEN k"), ":2\r\n", "{command}");
+            assert!(waiter.blocked.is_none(), "{command}");
+            assert!(!info.is_blocked());
+            assert_eq!(
+                call(
+                    &shared,
+                    &mut other,
+                    &format!("CLIENT UNBLOCK {} ERROR", info.id)
+                ),
+                ":0\r\n"
+            );
+            assert_eq!(wait.finish(), None);
+            call(&shared, &mut other, "DEL k dst");
+        }
+    }
 }

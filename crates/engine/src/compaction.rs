@@ -28,20 +28,7 @@ const MAX_BLOCKS_PER_ROUND: usize = 64;
 
 /// The compactor thread.
 pub fn run(inner: &Inner) {
-    loop {
-        {
-            let mut guard = inner.wake.0.lock();
-            if inner.shutdown.load(Ordering::Acquire) {
-                return;
-            }
-            inner
-                .wake
-                .1
-                .wait_for(&mut guard, inner.options.compaction.interval);
-        }
-        if inner.shutdown.load(Ordering::Acquire) {
-            return;
-        }
+    while inner.sleep(inner.options.compaction.interval) {
         round(inner, MAX_BLOCKS_PER_ROUND);
         flush_epochs();
     }

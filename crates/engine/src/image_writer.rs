@@ -133,26 +133,13 @@ impl Inner {
 
 /// The index image thread: writes an image whenever one is due.
 pub fn run(inner: &Inner) {
-    let mut next_check = Instant::now() + CHECK_INTERVAL;
-    loop {
-        {
-            let mut guard = inner.wake.0.lock();
-            if inner.shutdown.load(Ordering::Acquire) {
-                return;
-            }
-            inner.wake.1.wait_until(&mut guard, next_check);
-        }
-        if inner.shutdown.load(Ordering::Acquire) {
-            return;
-        }
-        if Instant::now() < next_check {
-            continue;
-        }
-        next_check = Instant::now() + CHECK_INTERVAL;
+    let mut pause = CHECK_INTERVAL;
+    while inner.sleep(pause) {
+        pause = CHECK_INTERVAL;
         if inner.index_image_due() {
             if let Err(error) = inner.write_index_image() {
                 log::warn!("index image failed (recovery scans more until one succeeds): {error}");
-                next_check = Instant::now() + RETRY_AFTER;
+                pause = RETRY_AFTER;
             }
         }
     }

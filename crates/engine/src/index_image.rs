@@ -168,22 +168,22 @@ fn load(
         .map_err(|e| format!("cannot read its size: {e}"))?
         .len();
     if len < ENTRIES_AT {
-        return Err(invalid("shorter than its header page"));
+        return Err("shorter than its header page".to_string());
     }
     let region = Region::open(path, region_options(template, len))
         .map_err(|e| format!("cannot map it: {e}"))?;
     let header = decode_header(region.read(PmemOffset(0), HEADER_BYTES as u64))?;
     if header.store_id != store_id {
-        return Err(invalid("written for another store"));
+        return Err("written for another store".to_string());
     }
     let entry_bytes = header
         .entries
         .checked_mul(ENTRY_BYTES)
         .filter(|bytes| ENTRIES_AT + bytes <= len)
-        .ok_or_else(|| invalid("entry count runs past the end of the file"))?;
+        .ok_or_else(|| "entry count runs past the end of the file".to_string())?;
     let stored_crc = u32::from_le_bytes(region.read(PmemOffset(52), 4).try_into().unwrap());
     if crc32c::crc32c(region.read(PmemOffset(ENTRIES_AT), entry_bytes)) != stored_crc {
-        return Err(invalid("entries fail their checksum"));
+        return Err("entries fail their checksum".to_string());
     }
     Ok(LoadedImage {
         header,
@@ -192,21 +192,17 @@ fn load(
     })
 }
 
-fn invalid(what: &str) -> Rejection {
-    what.to_string()
-}
-
 fn decode_header(bytes: &[u8]) -> std::result::Result<ImageHeader, Rejection> {
     let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
     let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
     if u64_at(0) != MAGIC {
-        return Err(invalid("no image header (never completed)"));
+        return Err("no image header (never completed)".to_string());
     }
     if crc32c::crc32c(&bytes[..56]) != u32_at(56) {
-        return Err(invalid("header fails its checksum"));
+        return Err("header fails its checksum".to_string());
     }
     if u32_at(8) != VERSION {
-        return Err(invalid("unknown version"));
+        return Err("unknown version".to_string());
     }
     Ok(ImageHeader {
         floor_generation: u32_at(12),

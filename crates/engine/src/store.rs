@@ -616,23 +616,24 @@ fn spawn(name: &str, work: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
 }
 
 fn periodic_sync(inner: &Inner, period: Duration) {
-    let mut next = Instant::now() + period;
-    loop {
-        {
-            let mut guard = inner.wake.0.lock();
-            if inner.shutdown.load(Ordering::Acquire) {
-                return;
+    while inner.sleep(period) {
+        // A failure is retried next period; writers are not blocked by it.
+        let _ = inner.syncer.sync_now(&inner.space.region);
+    }
+}
+
+impl Inner {
+    /// A background thread's pause: sleeps for `pause`, woken early only by
+    /// shutdown. False when the store is shutting down (the thread ends).
+    pub fn sleep(&self, pause: Duration) -> bool {
+        let deadline = Instant::now() + pause;
+        let mut guard = self.wake.0.lock();
+        while !self.shutdown.load(Ordering::Acquire) {
+            if self.wake.1.wait_until(&mut guard, deadline).timed_out() {
+                return !self.shutdown.load(Ordering::Acquire);
             }
-            inner.wake.1.wait_until(&mut guard, next);
         }
-        if inner.shutdown.load(Ordering::Acquire) {
-            return;
-        }
-        if Instant::now() >= next {
-            // A failure is retried next period; writers are not blocked by it.
-            let _ = inner.syncer.sync_now(&inner.space.region);
-            next = Instant::now() + period;
-        }
+        false
     }
 }
 

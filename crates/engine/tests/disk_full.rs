@@ -1,7 +1,8 @@
 //! Full disks: the injected quota (`file_limit_bytes`) and a real, small
 //! tmpfs. When the data file cannot grow, puts fail with `Error::NoSpace`
 //! and change nothing; everything acknowledged stays readable, deletable
-//! and recoverable; once space comes back, puts succeed again.
+//! and recoverable; once space comes back, puts succeed again. An index
+//! image that finds no room fails cleanly and leaves no file behind.
 
 mod common;
 
@@ -11,7 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::{pattern, small_options, watchdog};
-use engram_engine::{Error, Options, Store};
+use engram_engine::{Error, Options, Store, INDEX_IMAGE_FILES};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -280,6 +281,15 @@ fn write_filler(path: &Path, bytes: usize) {
     std::fs::write(path, pattern(0xF111, bytes)).unwrap();
 }
 
+/// Writes `path` until the file system has no byte left.
+fn use_up_space(path: &Path) {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path).unwrap();
+    for chunk in [64 << 10, 4 << 10, 512] {
+        while file.write_all(&vec![0xAB; chunk]).is_ok() {}
+    }
+}
+
 #[test]
 fn real_full_file_system() {
     let _watchdog = watchdog("real_full_file_system", Duration::from_secs(120));
@@ -316,6 +326,20 @@ fn real_full_file_system() {
     }
     verify(&store, &model, "after deletes on a full file system");
 
+    // Not a byte left: an index image fails with NoSpace, leaves no half
+    // written file, and changes nothing else.
+    let plug = mount.path.join("plug");
+    use_up_space(&plug);
+    match store.write_index_image() {
+        Err(Error::NoSpace(_)) => {}
+        other => panic!("an index image on a full disk gave {other:?}"),
+    }
+    for name in INDEX_IMAGE_FILES {
+        assert!(!dir.join(name).exists(), "{name} left behind");
+    }
+    verify(&store, &model, "after an index image found no room");
+    std::fs::remove_file(&plug).unwrap();
+
     store.crash();
     let store = Store::open(&dir, options.clone()).expect("recovery on a full file system");
     verify(&store, &model, "after a crash on a full file system");
@@ -335,6 +359,10 @@ fn real_full_file_system() {
     store.close().unwrap();
     let store = Store::open(&dir, options).unwrap();
     verify(&store, &model, "after reopening");
+    assert!(
+        store.recovery_report().index_image.image.is_some(),
+        "close wrote no index image once there was room again"
+    );
     drop(store);
     drop(mount);
 }

@@ -26,22 +26,20 @@
 //! Recovery reads files that are still in the page cache, as after a
 //! process crash.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use engram_collections::types::Object;
 use engram_collections::{CheckpointMode, Collections, CollectionsOptions, Op, RecoveryReport};
+use indicatif::ProgressBar;
 
 use super::error::{Result, TimelineError};
 use super::stats;
-use super::{remove_if_present, tail, Config};
+use super::{records, remove_if_present, tail, Config};
 use crate::integrity::progress_bar;
-use crate::workload::slice;
 
 /// Keys checked element by element after each recovery (spread evenly).
 const SAMPLED_KEYS: u64 = 1000;
-/// The build publishes its progress once per this many keys.
-const PROGRESS_STEP: u64 = 1024;
 /// Elements carry their number in their first 8 bytes.
 pub const MIN_MEMBER_BYTES: usize = 8;
 const GOLDEN_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -234,9 +232,7 @@ pub fn measure(config: &Config) -> Result<RecoveryMeasured> {
     let collections = Collections::open(&dir, options(config))?;
     let bar = progress_bar(config.progress, Some(data.keys), "recovery build");
     let began = Instant::now();
-    let built = write_keys(&collections, &data, 0..data.keys, config.threads, &|n| {
-        bar.set_position(n)
-    });
+    let built = write_keys(&collections, &data, 0..data.keys, config.threads, &bar);
     bar.finish_and_clear();
     built?;
     let build = began.elapsed();
@@ -259,7 +255,7 @@ pub fn measure(config: &Config) -> Result<RecoveryMeasured> {
         &data,
         data.keys..data.keys + tail_keys,
         config.threads,
-        &|_| {},
+        &ProgressBar::hidden(),
     )?;
     let tail = began.elapsed();
     collections.crash();
@@ -345,40 +341,13 @@ fn recover(
 fn write_keys(
     collections: &Collections,
     data: &DataSet,
-    ids: std::ops::Range<u64>,
+    ids: Range<u64>,
     threads: usize,
-    progress: &(dyn Fn(u64) + Sync),
+    bar: &ProgressBar,
 ) -> Result<()> {
-    let done = AtomicU64::new(0);
-    let count = ids.end - ids.start;
-    std::thread::scope(|scope| {
-        let writers: Vec<_> = (0..threads)
-            .map(|thread| {
-                let done = &done;
-                let range = slice(ids.start, count, thread, threads);
-                scope.spawn(move || -> Result<()> {
-                    let mut since_progress = 0;
-                    for id in range {
-                        collections.write(vec![data.op(id)])?;
-                        since_progress += 1;
-                        if since_progress == PROGRESS_STEP {
-                            let total = done.fetch_add(since_progress, Ordering::Relaxed);
-                            progress(total + since_progress);
-                            since_progress = 0;
-                        }
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        writers
-            .into_iter()
-            .map(|writer| {
-                writer
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect::<Result<Vec<()>>>()
+    records::write_each(ids.end - ids.start, threads, bar, |i| {
+        collections.write(vec![data.op(ids.start + i)])?;
+        Ok(())
     })?;
     Ok(())
 }
@@ -429,7 +398,7 @@ mod tests {
             member_bytes: 12,
             types: Types::Mixed,
         };
-        write_keys(&collections, &data, 0..8, 2, &|_| {}).unwrap();
+        write_keys(&collections, &data, 0..8, 2, &ProgressBar::hidden()).unwrap();
         assert_eq!(collections.len(), 8);
         assert!((0..8).all(|id| data.holds(&collections, id)));
         assert!(!data.holds(&collections, 8), "key 8 was never written");

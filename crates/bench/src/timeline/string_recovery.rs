@@ -17,11 +17,11 @@
 use std::time::{Duration, Instant};
 
 use engram_engine::{IndexImageOptions, Options, RecoveryReport, Store};
+use indicatif::ProgressBar;
 
 use super::error::{Result, TimelineError};
-use super::{remove_if_present, Config};
+use super::{records, remove_if_present, Config};
 use crate::integrity::progress_bar;
-use crate::workload::slice;
 
 /// Keys checked value by value after each recovery (spread evenly).
 const SAMPLED_KEYS: u64 = 1000;
@@ -78,9 +78,7 @@ pub fn measure(config: &Config, keys: u64) -> Result<StringRecoveryMeasured> {
     let store = Store::open(&dir, options(config, true))?;
     let bar = progress_bar(config.progress, Some(keys), "string recovery build");
     let began = Instant::now();
-    put_keys(&store, 0..keys, value_bytes, config.threads, &|n| {
-        bar.inc(n)
-    })?;
+    put_keys(&store, 0..keys, value_bytes, config.threads, &bar)?;
     bar.finish_and_clear();
     let build = began.elapsed();
     let image = store.write_index_image()?;
@@ -90,7 +88,7 @@ pub fn measure(config: &Config, keys: u64) -> Result<StringRecoveryMeasured> {
         keys..keys + tail_keys,
         value_bytes,
         config.threads,
-        &|_| {},
+        &ProgressBar::hidden(),
     )?;
     let data_file_bytes = store.stats().file_bytes;
     store.crash();
@@ -158,37 +156,18 @@ fn recover(
     })
 }
 
+/// Puts keys `ids` with `threads` writers, each a consecutive slice.
 fn put_keys(
     store: &Store,
     ids: std::ops::Range<u64>,
     value_bytes: usize,
     threads: usize,
-    progress: &(dyn Fn(u64) + Sync),
+    bar: &ProgressBar,
 ) -> Result<()> {
-    let count = ids.end - ids.start;
-    std::thread::scope(|scope| {
-        let writers: Vec<_> = (0..threads)
-            .map(|thread| {
-                let range = slice(ids.start, count, thread, threads);
-                scope.spawn(move || -> Result<()> {
-                    for (n, id) in range.enumerate() {
-                        store.put(&key(id), &value(id, value_bytes))?;
-                        if n % 4096 == 4095 {
-                            progress(4096);
-                        }
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        writers
-            .into_iter()
-            .map(|writer| {
-                writer
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect::<Result<Vec<()>>>()
+    records::write_each(ids.end - ids.start, threads, bar, |i| {
+        let id = ids.start + i;
+        store.put(&key(id), &value(id, value_bytes))?;
+        Ok(())
     })?;
     Ok(())
 }

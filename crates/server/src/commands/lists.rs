@@ -933,28 +933,17 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use engram_collections::{CheckpointMode, Collections, CollectionsOptions};
-    use engram_engine::Store;
-
     use crate::clients::Unblock;
     use crate::commands::execute;
     use crate::config::{Config, Runtime};
     use crate::durability::Durable;
-    use crate::keyspace::Keyspace;
+    use crate::keyspace::{open_stores, Keyspace};
     use crate::resp::{OwnedArgs, ReplyWriter};
     use crate::session::Session;
     use crate::shared::Shared;
 
     fn shared(dir: &std::path::Path) -> Shared {
-        let store = Store::open(dir, engram_engine::Options::default()).unwrap();
-        let collections = Collections::open(
-            dir.join("collections"),
-            CollectionsOptions {
-                checkpoints: CheckpointMode::Manual,
-                ..CollectionsOptions::default()
-            },
-        )
-        .unwrap();
+        let (store, collections) = open_stores(dir);
         let config = Config::default();
         Shared::new(
             Arc::new(Keyspace::open(store, collections, 16).unwrap()),

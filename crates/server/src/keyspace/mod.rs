@@ -786,6 +786,23 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// Both stores in `dir` with default options and manual checkpoints, for
+/// the crate's unit tests.
+#[cfg(test)]
+pub(crate) fn open_stores(dir: &std::path::Path) -> (Store, Collections) {
+    use engram_collections::{CheckpointMode, CollectionsOptions};
+    let store = Store::open(dir, engram_engine::Options::default()).unwrap();
+    let collections = Collections::open(
+        dir.join("collections"),
+        CollectionsOptions {
+            checkpoints: CheckpointMode::Manual,
+            ..CollectionsOptions::default()
+        },
+    )
+    .unwrap();
+    (store, collections)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -802,21 +819,7 @@ mod tests {
         assert_eq!(client_key_name(b""), b"(empty engine key)");
     }
 
-    use engram_collections::{CheckpointMode, CollectionsOptions};
     use value::{encode_string, Kind};
-
-    fn open_stores(dir: &std::path::Path) -> (Store, Collections) {
-        let store = Store::open(dir, engram_engine::Options::default()).unwrap();
-        let collections = Collections::open(
-            dir.join("collections"),
-            CollectionsOptions {
-                checkpoints: CheckpointMode::Manual,
-                ..CollectionsOptions::default()
-            },
-        )
-        .unwrap();
-        (store, collections)
-    }
 
     fn set_of(members: &[&str]) -> Object {
         let mut set = engram_collections::types::Set::default();

@@ -267,6 +267,11 @@ impl Space {
     /// before any record goes in. Returns the generation.
     pub fn start_log_block(&self, id: u32) -> u32 {
         self.forget_damage(id, 1);
+        if let Some(integrity) = &self.integrity {
+            // The block is about to be filled page after page: mark its
+            // pages stale in one go rather than one persisted mark each.
+            integrity.expect_writes(self.block_offset(id).0, self.block_bytes);
+        }
         let generation = self.new_generation();
         BlockHeader {
             kind: BlockKind::Log,

@@ -312,6 +312,22 @@ impl Integrity {
         self.shared.redundancy.forget_bad(offset, len);
     }
 
+    /// Marks the pages of `[offset, offset + len)` stale now, in bulk: for
+    /// a writer about to fill them (a fresh log block), whose stores then
+    /// find their pages marked instead of persisting a mark each. Marking
+    /// early is always safe: a stale page is only left unverified, and a
+    /// pass that refreshes it before the writes come clears the mark, so
+    /// the first of them marks it again. Nothing to do in inline mode
+    /// (each store refreshes its own pages).
+    pub fn expect_writes(&self, offset: u64, len: u64) {
+        if self.shared.options.mode == IntegrityMode::Lazy && len > 0 {
+            let redundancy = &self.shared.redundancy;
+            let end = (offset + len).div_ceil(PAGE_BYTES);
+            let covered = redundancy.covered_pages.load(Ordering::Acquire);
+            redundancy.mark_range(offset / PAGE_BYTES, end.min(covered));
+        }
+    }
+
     /// Data offsets of pages rebuilt from parity since open (the first
     /// 4096 of them), the ones recovery repaired included.
     pub fn repaired_offsets(&self) -> Vec<u64> {

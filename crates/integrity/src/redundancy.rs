@@ -207,9 +207,66 @@ impl Redundancy {
         self.mark_range(0, pages);
     }
 
+    /// Marks the pages of `[first, end)` stale in bulk: per group, one
+    /// hold of its mark lock, one flush per mark word that changes and one
+    /// fence, where marking page by page pays a persist each. A writer
+    /// about to fill a fresh log block asks for this ([`crate::Integrity::
+    /// expect_writes`]), so its stores find their pages marked already.
     pub fn mark_range(&self, first: u64, end: u64) {
+        let group_pages = self.geometry.group_pages;
+        let mut page = first;
+        while page < end {
+            let group = page / group_pages;
+            let group_end = ((group + 1) * group_pages).min(end);
+            self.mark_in_group(group, page, group_end);
+            page = group_end;
+        }
+    }
+
+    /// [`Self::mark_range`] within one group.
+    fn mark_in_group(&self, group: u64, first: u64, end: u64) {
+        const WORDS: usize = (layout::MAX_GROUP_PAGES / 64) as usize;
+        let g = self.geometry;
+        let _lock = self.mark_locks[group as usize % MARK_LOCKS].lock();
+        // The group's persistent mark words count pages from the group's
+        // start, the DRAM bitmap from page 0: they line up only when
+        // groups are whole multiples of 64 pages, so collect both.
+        let mut persistent = [0u64; WORDS];
+        let dram_base = first / 64;
+        let mut dram = [0u64; WORDS + 1];
+        let mut fresh = 0u64;
         for page in first..end {
-            self.mark(page);
+            if self.is_stale(page) {
+                continue;
+            }
+            let index = page % g.group_pages;
+            persistent[(index / 64) as usize] |= 1 << (index % 64);
+            dram[(page / 64 - dram_base) as usize] |= 1 << (page % 64);
+            fresh += 1;
+        }
+        if fresh == 0 {
+            return;
+        }
+        let marks = g.marks_offset(group);
+        for (word, &bits) in persistent.iter().enumerate() {
+            if bits != 0 {
+                let at = PmemOffset(marks.0 + word as u64 * 8);
+                self.meta.fetch_or_u64(at, bits);
+                self.meta.flush(at, 8);
+            }
+        }
+        // Every mark durable before any of the pages changes.
+        self.meta.fence();
+        for (word, &bits) in dram.iter().enumerate() {
+            if bits != 0 {
+                self.dirty[dram_base as usize + word].fetch_or(bits, Ordering::SeqCst);
+            }
+        }
+        let stale = &self.stale_in_group[group as usize];
+        stale.store(stale.load(Ordering::Relaxed) + fresh, Ordering::Relaxed);
+        let oldest = &self.oldest_mark_ms[group as usize];
+        if oldest.load(Ordering::Relaxed) == 0 {
+            oldest.store(self.now_ms(), Ordering::Relaxed);
         }
     }
 
@@ -540,10 +597,12 @@ impl StoreTracker for Redundancy {
         let ticket = self.gate.enter();
         let first = offset / PAGE_BYTES;
         let last = (offset + len.max(1) - 1) / PAGE_BYTES;
-        for page in first..=last {
-            if !self.is_stale(page) {
-                self.mark(page);
+        if first == last {
+            if !self.is_stale(first) {
+                self.mark(first);
             }
+        } else {
+            self.mark_range(first, last + 1);
         }
         StoreTicket(ticket)
     }

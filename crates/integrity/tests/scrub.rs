@@ -374,3 +374,47 @@ fn bad_integrity_files_get_errors_that_name_the_problem() {
         Err(Error::InvalidOption(_))
     ));
 }
+
+#[test]
+fn expected_writes_are_marked_in_bulk_and_stay_stale_across_a_crash() {
+    // Stripes of 3 make groups of 1023 pages, whose mark words do not line
+    // up with the DRAM bitmap's: the bulk path must place both right.
+    for stripe_pages in [3u32, 4] {
+        let dir = tempfile::tempdir().unwrap();
+        drop(create_data(dir.path(), 3000, 13));
+        let options = IntegrityOptions {
+            stripe_pages,
+            ..quiet_options()
+        };
+        let data = open_data(dir.path(), None);
+        let (integrity, _) = open_integrity(dir.path(), &data, options.clone(), None);
+        integrity.refresh_now();
+        assert_eq!(integrity.stats().pages_stale, 0);
+        // Pages 1000 to 1100: across the first group's end either way.
+        integrity.expect_writes(1000 * PAGE + 100, 100 * PAGE);
+        let stale: Vec<u64> = (0..3000)
+            .filter(|&page| integrity.is_stale(page * PAGE))
+            .collect();
+        assert_eq!(stale, (1000..=1100).collect::<Vec<u64>>());
+        assert_eq!(integrity.stats().pages_stale, 101);
+        // Marked again: nothing changes, nothing is counted twice.
+        integrity.expect_writes(1050 * PAGE, 3 * PAGE);
+        assert_eq!(integrity.stats().pages_stale, 101);
+        // The writes come; then the process dies before any pass.
+        data.write(PmemOffset(1023 * PAGE + 7), b"across a group edge");
+        data.write(PmemOffset(1100 * PAGE), b"last");
+        integrity.abandon();
+        drop((integrity, data));
+        let data = open_data(dir.path(), None);
+        let (integrity, report) = open_integrity(dir.path(), &data, options, None);
+        assert!(report.unclean);
+        assert_eq!(report.stale_pages, 101, "stripe {stripe_pages}");
+        let outcome = integrity.scrub_without_refresh();
+        assert!(outcome.corrupt.is_empty(), "{:?}", outcome.corrupt);
+        assert_eq!(integrity.refresh_now(), 101);
+        let outcome = integrity.scrub_now();
+        assert!(outcome.corrupt.is_empty());
+        assert_eq!(outcome.pages_checked, 3000);
+        integrity.close().unwrap();
+    }
+}

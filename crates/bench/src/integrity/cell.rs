@@ -68,6 +68,10 @@ pub struct Measured {
     pub read_ns: Histogram<u64>,
     /// Operations per second in each whole [`WINDOW`] of the run.
     pub ops_per_sec_by_window: Vec<f64>,
+    /// Records compaction moved in each window: on two cores a busy
+    /// compactor takes a third of the clients' CPU, so this is the first
+    /// thing to hold beside a slow second.
+    pub moves_by_window: Vec<u64>,
     /// Share of the machine's CPU time other processes used during the
     /// timed run (0 to 1), when /proc says: on a shared machine, the first
     /// thing to look at when a number surprises.
@@ -216,6 +220,7 @@ pub fn measure(
         update_ns: timed.update_ns,
         read_ns: timed.read_ns,
         ops_per_sec_by_window: timed.ops_per_sec_by_window,
+        moves_by_window: timed.moves_by_window,
         other_cpu: timed.other_cpu,
         quiet_wait,
         coverage,
@@ -346,6 +351,7 @@ struct Timed {
     update_ns: Histogram<u64>,
     read_ns: Histogram<u64>,
     ops_per_sec_by_window: Vec<f64>,
+    moves_by_window: Vec<u64>,
     other_cpu: Option<f64>,
     stale_ages: Vec<Duration>,
     max_pages_stale: u64,
@@ -369,6 +375,7 @@ struct Sampled {
     max_pages_stale: u64,
     longest_pass: Duration,
     ops_per_sec_by_window: Vec<f64>,
+    moves_by_window: Vec<u64>,
 }
 
 fn timed_run(
@@ -431,6 +438,7 @@ fn timed_run(
         update_ns,
         read_ns,
         ops_per_sec_by_window: sampled.ops_per_sec_by_window,
+        moves_by_window: sampled.moves_by_window,
         other_cpu: other_cpu.flatten(),
         stale_ages: sampled.stale_ages,
         max_pages_stale: sampled.max_pages_stale,
@@ -439,7 +447,8 @@ fn timed_run(
 }
 
 /// The sampler: until the run's time is up (or a client failed), every
-/// [`SAMPLE_EVERY`] the integrity stats, every [`WINDOW`] the throughput.
+/// [`SAMPLE_EVERY`] the integrity stats, every [`WINDOW`] the throughput
+/// and compaction's moves.
 fn sample(
     config: &Config,
     store: &Store,
@@ -451,7 +460,8 @@ fn sample(
     let deadline = started + config.duration;
     let total = || done.iter().map(|d| d.load(Ordering::Relaxed)).sum::<u64>();
     let mut sampled = Sampled::default();
-    let (mut window_started, mut window_ops) = (started, 0);
+    let moved = || store.stats().records_moved;
+    let (mut window_started, mut window_ops, mut window_moved) = (started, 0, moved());
     let mut next = started;
     loop {
         next += SAMPLE_EVERY;
@@ -471,7 +481,9 @@ fn sample(
             sampled
                 .ops_per_sec_by_window
                 .push((ops - window_ops) as f64 / (now - window_started).as_secs_f64());
-            (window_started, window_ops) = (now, ops);
+            let moves = moved();
+            sampled.moves_by_window.push(moves - window_moved);
+            (window_started, window_ops, window_moved) = (now, ops, moves);
         }
         bar.set_position((now - started).as_millis() as u64);
     }

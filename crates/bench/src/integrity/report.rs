@@ -117,6 +117,8 @@ pub struct RunResult {
     pub prefill_ops_per_sec: f64,
     /// Throughput in each whole second of the run.
     pub ops_per_sec_by_second: Vec<f64>,
+    /// Records compaction moved in each of those seconds.
+    pub compaction_moves_by_second: Vec<u64>,
     /// CPU time other processes used during the run, percent of the
     /// machine's (null when /proc cannot say).
     pub other_cpu_percent: Option<f64>,
@@ -284,6 +286,7 @@ impl Report {
             read_p999_us: read(0.999),
             prefill_ops_per_sec: measured.prefill_ops_per_sec,
             ops_per_sec_by_second: measured.ops_per_sec_by_window.clone(),
+            compaction_moves_by_second: measured.moves_by_window.clone(),
             other_cpu_percent: measured.other_cpu.map(|share| share * 100.0),
             quiet_wait_seconds: measured.quiet_wait.as_secs_f64(),
             coverage: measured.coverage.as_ref().map(|c| CoverageResult {

@@ -72,6 +72,16 @@ fn tiny_run_measures_every_configuration_on_every_workload() {
             assert!(number("ops_per_sec") > 0.0, "{result}");
             let ratio = number("ratio_to_off");
             assert!(ratio.is_finite() && ratio > 0.0, "{result}");
+            let by_second = number("median_second_ratio_to_off");
+            assert!(by_second.is_finite() && by_second > 0.0, "{result}");
+            let run = &result["runs"][0];
+            let seconds = run["ops_per_sec_by_second"].as_array().unwrap().len();
+            assert!(seconds >= 1, "{result}");
+            assert_eq!(
+                run["compaction_moves_by_second"].as_array().unwrap().len(),
+                seconds,
+                "{result}"
+            );
             assert!(number("update_p50_us") > 0.0, "{result}");
             assert!(
                 number("update_p50_us") <= number("update_p99_us"),
@@ -85,6 +95,7 @@ fn tiny_run_measures_every_configuration_on_every_workload() {
             match configuration {
                 "off" => {
                     assert_eq!(ratio, 1.0);
+                    assert_eq!(by_second, 1.0);
                     assert!(result["coverage_max_ms"].is_null(), "{result}");
                     assert!(result["drain_ms"].is_null(), "{result}");
                 }

@@ -9,13 +9,15 @@
 //!                workloads, scrub_bytes_per_sec_during_runs, sample_every_ms,
 //!                machine: { cores, kernel, cpu } },
 //!   "results": [ { configuration, mode, period_ms, workload, read_percent,
-//!                  ops_per_sec, ratio_to_off,
+//!                  ops_per_sec, ratio_to_off, median_second_ratio_to_off,
 //!                  update_p50_us, update_p99_us, update_p999_us,
 //!                  read_p50_us, read_p99_us,
 //!                  coverage_max_ms, coverage_p99_ms, drain_ms,
 //!                  coverage_max_over_period, drain_over_period,
 //!                  runs_ops_per_sec, runs_ratio_to_off,
-//!                  runs: [ { run, ops_per_sec, ratio_to_off, ..., coverage,
+//!                  runs: [ { run, ops_per_sec, ratio_to_off,
+//!                            median_second_ops_per_sec,
+//!                            median_second_ratio_to_off, ..., coverage,
 //!                            scrub } ] }, ... ],
 //!   "scrub":   { gb_per_sec, measurements: [ { configuration, workload, run,
 //!                  pages_checked, seconds, gb_per_sec, ... } ],
@@ -25,7 +27,11 @@
 //!
 //! One result per (configuration, workload). `ops_per_sec` is the median
 //! run's and the latencies are that run's; `ratio_to_off` is the median of
-//! the per-run ratios to `off`. Coverage (`oldest_stale_age` sampled) and
+//! the per-run ratios to `off`. `median_second_ratio_to_off` is the same
+//! over each run's median second instead of its mean: robust to a few
+//! seconds of interference (on a shared two-core machine another process
+//! waking costs a client thread a third of its CPU), which moves the mean
+//! of a 30 s run by as much as the effect measured. Coverage (`oldest_stale_age` sampled) and
 //! drain (last write until no page is stale) are the worst run's; they are
 //! `null` with integrity off, and `drain_ms` is `null` when some run did not
 //! drain within two periods and 10 s (at most 10 minutes). Latencies in microseconds, times
@@ -83,6 +89,8 @@ pub struct CellResult {
     pub read_percent: u32,
     pub ops_per_sec: f64,
     pub ratio_to_off: f64,
+    /// Median over runs of [`RunResult::median_second_ratio_to_off`].
+    pub median_second_ratio_to_off: f64,
     pub update_p50_us: f64,
     pub update_p99_us: f64,
     pub update_p999_us: f64,
@@ -104,6 +112,10 @@ pub struct RunResult {
     pub run: usize,
     pub ops_per_sec: f64,
     pub ratio_to_off: f64,
+    /// The median of `ops_per_sec_by_second`.
+    pub median_second_ops_per_sec: f64,
+    /// Over off's in the same run, both by their median second.
+    pub median_second_ratio_to_off: f64,
     pub seconds: f64,
     pub reads: u64,
     pub updates: u64,
@@ -236,6 +248,7 @@ impl Report {
                     read_percent: workload.read_percent(),
                     ops_per_sec: 0.0,
                     ratio_to_off: f64::NAN,
+                    median_second_ratio_to_off: f64::NAN,
                     update_p50_us: 0.0,
                     update_p99_us: 0.0,
                     update_p999_us: 0.0,
@@ -274,6 +287,8 @@ impl Report {
             run: run + 1,
             ops_per_sec: measured.ops_per_sec(),
             ratio_to_off: f64::NAN,
+            median_second_ops_per_sec: median(&measured.ops_per_sec_by_window).unwrap_or(f64::NAN),
+            median_second_ratio_to_off: f64::NAN,
             seconds: measured.elapsed.as_secs_f64(),
             reads: measured.reads,
             updates: measured.updates,
@@ -311,14 +326,18 @@ impl Report {
 
     /// Ratios to `off`, medians and worst cases, the scrub summary.
     pub fn finish(&mut self) {
-        let off: Vec<(&'static str, Vec<f64>)> = self
+        // Off's runs of each workload: (mean, median second) throughput.
+        let off: Vec<(&'static str, Vec<(f64, f64)>)> = self
             .results
             .iter()
             .filter(|r| r.configuration == Configuration::Off.name())
             .map(|r| {
                 (
                     r.workload,
-                    r.runs.iter().map(|run| run.ops_per_sec).collect(),
+                    r.runs
+                        .iter()
+                        .map(|run| (run.ops_per_sec, run.median_second_ops_per_sec))
+                        .collect(),
                 )
             })
             .collect();
@@ -329,9 +348,10 @@ impl Report {
                 .map(|(_, runs)| runs.clone())
                 .unwrap_or_default();
             for run in &mut result.runs {
-                run.ratio_to_off = baseline
-                    .get(run.run - 1)
-                    .map_or(f64::NAN, |off| run.ops_per_sec / off);
+                let off = baseline.get(run.run - 1);
+                run.ratio_to_off = off.map_or(f64::NAN, |off| run.ops_per_sec / off.0);
+                run.median_second_ratio_to_off =
+                    off.map_or(f64::NAN, |off| run.median_second_ops_per_sec / off.1);
             }
             let median_run = {
                 let mut sorted: Vec<&RunResult> = result.runs.iter().collect();
@@ -347,6 +367,12 @@ impl Report {
             result.runs_ops_per_sec = result.runs.iter().map(|r| r.ops_per_sec).collect();
             result.runs_ratio_to_off = result.runs.iter().map(|r| r.ratio_to_off).collect();
             result.ratio_to_off = median(&result.runs_ratio_to_off).unwrap_or(f64::NAN);
+            let by_median_second: Vec<f64> = result
+                .runs
+                .iter()
+                .map(|r| r.median_second_ratio_to_off)
+                .collect();
+            result.median_second_ratio_to_off = median(&by_median_second).unwrap_or(f64::NAN);
             let coverages: Vec<&CoverageResult> = result
                 .runs
                 .iter()
@@ -426,11 +452,12 @@ impl Report {
         let _ = writeln!(
             text,
             "× off: throughput over off's in the same run (median of the runs; each run's \
-             in \"runs × off\"). upd: update latency\n(median run). cover: age of the oldest \
-             stale page, sampled every {} ms (worst run's max and p99) = how long a\nwrite \
-             waits for its protection. drain: last write until no page is stale. cov/P, \
-             drain/P: over the lazy period\n(target ≤ 2). others: CPU other processes used \
-             during the run (worst run), share of the machine.",
+             in \"runs × off\"). × off (s): the same\nby each run's median second (robust to \
+             seconds of interference). upd: update latency (median run). cover: age of\nthe \
+             oldest stale page, sampled every {} ms (worst run's max and p99) = how long a \
+             write waits for its protection.\ndrain: last write until no page is stale. \
+             cov/P, drain/P: over the lazy period (target ≤ 2). others: CPU other processes\n\
+             used during the run (worst run), share of the machine.",
             c.sample_every_ms
         );
         let longest = self
@@ -463,10 +490,11 @@ impl Report {
             );
             let _ = writeln!(
                 text,
-                "  {:<11}{:>12}{:>7}{:>12}{:>9}{:>9}{:>10}{:>10}{:>10}{:>9}{:>7}{:>8}{:>7}",
+                "  {:<11}{:>12}{:>7}{:>11}{:>12}{:>9}{:>9}{:>10}{:>10}{:>10}{:>9}{:>7}{:>8}{:>7}",
                 "config",
                 "ops/s",
                 "× off",
+                "× off (s)",
                 "runs × off",
                 "upd p50",
                 "upd p99",
@@ -503,10 +531,11 @@ impl Report {
                     .map_or(String::new(), |p| format!("{p:.0}%"));
                 let _ = writeln!(
                     text,
-                    "  {:<11}{:>12}{:>7}{:>12}{:>9}{:>9}{:>10}{:>10}{:>10}{:>9}{:>7}{:>8}{:>7}",
+                    "  {:<11}{:>12}{:>7}{:>11}{:>12}{:>9}{:>9}{:>10}{:>10}{:>10}{:>9}{:>7}{:>8}{:>7}",
                     row.configuration,
                     thousands(row.ops_per_sec),
                     format!("{:.3}", row.ratio_to_off),
+                    format!("{:.3}", row.median_second_ratio_to_off),
                     spread,
                     micros(row.update_p50_us),
                     micros(row.update_p99_us),

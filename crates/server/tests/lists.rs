@@ -23,23 +23,26 @@ fn client_id(c: &mut Client) -> u64 {
         .unwrap()
 }
 
-/// Waits until client `id` is blocked in `command` (CLIENT LIST shows it
-/// as its last command, and nothing answered it).
+/// Waits until client `id` is blocked in `command`: CLIENT LIST shows it
+/// as its last command and flag `b` (it waits for a key).
 fn wait_blocked(observer: &mut Client, id: u64, command: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let list = observer.call(&format!("CLIENT LIST ID {id}"));
-        if list.contains(&format!("cmd={command}")) {
-            break;
+        // Flag `b`: the connection is waiting, so a push now wakes it.
+        let waiting = list
+            .split(' ')
+            .find_map(|word| word.strip_prefix("flags="))
+            .is_some_and(|flags| flags.contains('b'));
+        if waiting && list.contains(&format!("cmd={command}")) {
+            return;
         }
         assert!(
             Instant::now() < deadline,
-            "client {id} never ran {command}: {list}"
+            "client {id} never blocked in {command}: {list}"
         );
-        thread::sleep(Duration::from_millis(5));
+        thread::sleep(Duration::from_millis(2));
     }
-    // The handler ran; give the connection a moment to start waiting.
-    thread::sleep(Duration::from_millis(100));
 }
 
 /// Asserts that nothing arrives on `c` for `wait`.
@@ -990,7 +993,8 @@ fn blpop_waits_for_a_push_and_serves_clients_in_order() {
     // The push's reply counts the element: it was pushed, then popped.
     assert_eq!(pusher.join().unwrap(), 1);
     assert_eq!(first.reply(), "[\"k\", \"one\"]");
-    assert!(started.elapsed() >= Duration::from_millis(100));
+    // It waited: it was silent for 50 ms before the push.
+    assert!(started.elapsed() >= Duration::from_millis(50));
     // The second client is still waiting; the next push is its.
     assert_silent(&mut second, Duration::from_millis(100));
     observer.script(&[

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -83,48 +83,58 @@ impl Session {
 }
 
 /// The clients blocked on each key, in the order they blocked: as in Redis,
-/// the first to block is served first. Keyed by server (the address of its
-/// `Shared`, so servers in one process stay apart) and engine key.
-static LINES: LazyLock<Mutex<Lines>> = LazyLock::new(Default::default);
-type Lines = HashMap<(usize, EKey), VecDeque<u64>>;
-/// Clients in all lines: none (the usual case), no lock to take.
-static IN_LINES: AtomicUsize = AtomicUsize::new(0);
+/// the first to block is served first. One per server (in `Shared`).
+#[derive(Default)]
+pub struct WaitLines {
+    lines: Mutex<HashMap<EKey, VecDeque<u64>>>,
+    /// Clients in all lines: none (the usual case), no lock to take.
+    waiting: AtomicUsize,
+}
 
-fn server_id(shared: &Shared) -> usize {
-    shared as *const Shared as usize
+impl WaitLines {
+    /// Whether `client` may take from `ekey` now: nobody waits for it, or
+    /// the client is first in its line. Others wait their turn (they were
+    /// woken by the same write and the first of them takes it).
+    pub fn first_in_line(&self, client: u64, ekey: &[u8]) -> bool {
+        if self.waiting.load(Ordering::SeqCst) == 0 {
+            return true;
+        }
+        let lines = self.lines.lock();
+        match lines.get(ekey) {
+            None => true,
+            Some(line) => line.front().is_none_or(|&first| first == client),
+        }
+    }
 }
 
 /// A blocked client's places in the lines of its keys; leaving them (on
 /// drop: served, timed out, killed, disconnected) wakes the clients behind,
 /// who may now be first.
 pub struct InLine {
-    server: usize,
     client: u64,
     ekeys: Vec<EKey>,
+    lines: Arc<WaitLines>,
     keyspace: Arc<Keyspace>,
 }
 
 impl InLine {
     /// Puts the client at the end of the line of each of `keys` of `db`.
     pub fn join(shared: &Shared, client: u64, db: usize, keys: &[Box<[u8]>]) -> InLine {
-        let server = server_id(shared);
         let mut ekeys: Vec<EKey> = keys.iter().filter_map(|k| ekey(db, k).ok()).collect();
         ekeys.sort();
         ekeys.dedup();
+        let lines = &shared.wait_lines;
         {
-            let mut lines = LINES.lock();
+            let mut map = lines.lines.lock();
             for ekey in &ekeys {
-                lines
-                    .entry((server, ekey.clone()))
-                    .or_default()
-                    .push_back(client);
+                map.entry(ekey.clone()).or_default().push_back(client);
             }
-            IN_LINES.fetch_add(ekeys.len(), Ordering::SeqCst);
+            lines.waiting.fetch_add(ekeys.len(), Ordering::SeqCst);
         }
         InLine {
-            server,
             client,
             ekeys,
+            lines: lines.clone(),
             keyspace: shared.keyspace.clone(),
         }
     }
@@ -134,18 +144,17 @@ impl Drop for InLine {
     fn drop(&mut self) {
         let mut behind = Vec::new();
         {
-            let mut lines = LINES.lock();
+            let mut map = self.lines.lines.lock();
             for ekey in &self.ekeys {
-                let entry = (self.server, ekey.clone());
-                let Some(line) = lines.get_mut(&entry) else {
+                let Some(line) = map.get_mut(ekey) else {
                     continue;
                 };
                 if let Some(at) = line.iter().position(|&c| c == self.client) {
                     line.remove(at);
-                    IN_LINES.fetch_sub(1, Ordering::SeqCst);
+                    self.lines.waiting.fetch_sub(1, Ordering::SeqCst);
                 }
                 if line.is_empty() {
-                    lines.remove(&entry);
+                    map.remove(ekey);
                 } else {
                     behind.push(ekey.clone());
                 }
@@ -154,22 +163,5 @@ impl Drop for InLine {
         for ekey in behind {
             self.keyspace.signal_written(&ekey);
         }
-    }
-}
-
-/// Whether `client` may take from `ekey` now: nobody waits for it, or the
-/// client is first in its line. Others wait their turn (they were woken by
-/// the same write and the first of them takes it).
-pub fn first_in_line(shared: &Shared, client: u64, ekey: &[u8]) -> bool {
-    if IN_LINES.load(Ordering::SeqCst) == 0 {
-        return true;
-    }
-    let lines = LINES.lock();
-    match lines.get(&(server_id(shared), EKey::from_slice(ekey))) {
-        None => true,
-        Some(line) => match line.front() {
-            None => true,
-            Some(&first) => first == client,
-        },
     }
 }

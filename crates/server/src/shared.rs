@@ -12,6 +12,7 @@ use crate::clients::Registry;
 use crate::config::{Config, Runtime};
 use crate::durability::Durable;
 use crate::keyspace::Keyspace;
+use crate::session::WaitLines;
 
 pub struct Shared {
     pub keyspace: Arc<Keyspace>,
@@ -19,6 +20,8 @@ pub struct Shared {
     pub runtime: Arc<Runtime>,
     pub durable: Arc<Durable>,
     pub clients: Registry,
+    /// Clients blocked on each key, in the order they blocked.
+    pub wait_lines: Arc<WaitLines>,
     pub stats: ServerStats,
     /// Real persistent memory (MAP_SYNC): writes are durable on return.
     pub dax: bool,
@@ -76,6 +79,7 @@ impl Shared {
             runtime,
             durable,
             clients: Registry::default(),
+            wait_lines: Arc::default(),
             stats: ServerStats::default(),
             dax,
             started: Instant::now(),

@@ -14,7 +14,7 @@
 //!
 //! Clients blocked on a key are served in the order they blocked (Redis's
 //! rule): a woken client takes from a key only if it is first in that key's
-//! line (`session::first_in_line`). When tried again after a wakeup, a key
+//! line (`WaitLines::first_in_line`). When tried again after a wakeup, a key
 //! holding another type does not end the wait unless a list it could be
 //! served from follows it: Redis only runs the command again when a key it
 //! waits on holds a list, and the command then fails on the earlier key.
@@ -40,7 +40,7 @@ use super::{
 use crate::clients::ClientInfo;
 use crate::keyspace::{self, ckey, now_ms, CKind, Object, Txn};
 use crate::resp::{parse_int, Args, ReplyWriter};
-use crate::session::{first_in_line, Blocked};
+use crate::session::Blocked;
 
 pub fn commands() -> Vec<CommandSpec> {
     let g = Group("list");
@@ -465,7 +465,7 @@ fn pop_first(
                 Ok(Some(_)) => return Err(err(WRONGTYPE)),
             };
             let ekey = ckey(db, key)?;
-            if rules.wait_in_line && !first_in_line(shared, rules.client, &ekey) {
+            if rules.wait_in_line && !shared.wait_lines.first_in_line(rules.client, &ekey) {
                 continue;
             }
             if wrong_type {
@@ -774,7 +774,7 @@ fn move_one(
             Ok(Some(_)) => return Err(err(WRONGTYPE)),
         };
         let from = ckey(db, source)?;
-        if rules.wait_in_line && !first_in_line(shared, rules.client, &from) {
+        if rules.wait_in_line && !shared.wait_lines.first_in_line(rules.client, &from) {
             return Ok(None);
         }
         let single = list.len() == 1;

@@ -8,12 +8,20 @@
 //! checks types before it logs, so on the frontend this never happens; on
 //! replay the state is the same, so it does not happen there either, and if
 //! a bug ever made it happen, replay would still agree with the frontend.
+//!
+//! An operation reads and changes the entries of its [`Op::keys`] and no
+//! others (the frontend's locked shards panic on any other key), so
+//! operations with no key in common commute: the checkpointer's replay
+//! order relies on it (`replay`).
 
-use crate::op::{Bytes, Op};
+use crate::op::{Bytes, Op, OpBytes};
 use crate::state::{Entry, Keys};
-use crate::types::{InsertPosition, Kind, List, Object, Score};
+use crate::types::{Hash, InsertPosition, Kind, List, Object, Score, Set};
 
-pub fn apply(keys: &mut impl Keys, op: Op) {
+/// Applies `op`, whether its byte strings are owned or borrowed from a log
+/// record (see [`OpBytes`]): the same changes either way, a borrowed
+/// string being copied only when it is stored.
+pub fn apply<B: OpBytes>(keys: &mut impl Keys, op: Op<B>) {
     match op {
         Op::Delete { key } => {
             keys.take(&key);
@@ -24,14 +32,14 @@ pub fn apply(keys: &mut impl Keys, op: Op) {
             }
         }
         Op::Rename { from, to } => {
-            if from != to {
+            if *from != *to {
                 if let Some(entry) = keys.take(&from) {
                     keys.put(&to, entry);
                 }
             }
         }
         Op::Copy { from, to } => {
-            if from != to {
+            if *from != *to {
                 if let Some(entry) = keys.get(&from).cloned() {
                     keys.put(&to, entry);
                 }
@@ -53,7 +61,7 @@ pub fn apply(keys: &mut impl Keys, op: Op) {
         Op::HashSet { key, pairs } => update(keys, &key, Kind::Hash, |object| {
             if let Object::Hash(hash) = object {
                 for (field, value) in pairs {
-                    hash.insert(field, value);
+                    set_field(hash, field, value.into());
                 }
             }
         }),
@@ -67,7 +75,7 @@ pub fn apply(keys: &mut impl Keys, op: Op) {
         Op::SetAdd { key, members } => update(keys, &key, Kind::Set, |object| {
             if let Object::Set(set) = object {
                 for member in members {
-                    set.insert(member);
+                    add_member(set, member);
                 }
             }
         }),
@@ -96,6 +104,7 @@ pub fn apply(keys: &mut impl Keys, op: Op) {
         }),
         Op::ListPush { key, front, values } => update(keys, &key, Kind::List, |object| {
             if let Object::List(list) = object {
+                let values = values.into_iter().map(Into::into);
                 if front {
                     list.push_front(values);
                 } else {
@@ -115,7 +124,7 @@ pub fn apply(keys: &mut impl Keys, op: Op) {
         }),
         Op::ListSet { key, index, value } => update_existing(keys, &key, |object| {
             if let (Object::List(list), Ok(index)) = (object, i64::try_from(index)) {
-                let _ = list.set(index, value);
+                let _ = list.set(index, value.into());
             }
         }),
         Op::ListInsert {
@@ -130,7 +139,7 @@ pub fn apply(keys: &mut impl Keys, op: Op) {
                 } else {
                     InsertPosition::After
                 };
-                list.insert(position, &pivot, value);
+                list.insert(position, &pivot, value.into());
             }
         }),
         Op::ListRemove { key, count, value } => update_existing(keys, &key, |object| {
@@ -170,6 +179,23 @@ pub fn apply(keys: &mut impl Keys, op: Op) {
                 });
             }
         }
+    }
+}
+
+/// HSET of one field: takes an owned field whole (one descent); looks a
+/// borrowed one up first and copies it only when it is new.
+fn set_field<B: OpBytes>(hash: &mut Hash, field: B, value: Bytes) {
+    if B::OWNED {
+        hash.insert(field.into(), value);
+    } else if let Err(value) = hash.replace(&field, value) {
+        hash.insert(field.into(), value);
+    }
+}
+
+/// SADD of one member, copying a borrowed member only when it is new.
+fn add_member<B: OpBytes>(set: &mut Set, member: B) {
+    if B::OWNED || !set.contains(&member) {
+        set.insert(member.into());
     }
 }
 

@@ -37,14 +37,21 @@ const VALUE_HEADER_BYTES: usize = 10;
 
 pub fn image_key(version: u64, key: &[u8]) -> Vec<u8> {
     let mut image_key = Vec::with_capacity(9 + key.len());
-    image_key.push(IMAGE_TAG);
-    image_key.extend_from_slice(&version.to_be_bytes());
-    image_key.extend_from_slice(key);
+    image_key_into(version, key, &mut image_key);
     image_key
 }
 
+/// [`image_key`] into `out` (replacing its contents), for callers that
+/// reuse one buffer for many keys.
+pub fn image_key_into(version: u64, key: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.push(IMAGE_TAG);
+    out.extend_from_slice(&version.to_be_bytes());
+    out.extend_from_slice(key);
+}
+
 /// (version, user key) of an image key.
-fn parse_image_key(image_key: &[u8]) -> Option<(u64, &[u8])> {
+pub fn parse_image_key(image_key: &[u8]) -> Option<(u64, &[u8])> {
     if image_key.len() < 9 || image_key[0] != IMAGE_TAG {
         return None;
     }
@@ -54,6 +61,16 @@ fn parse_image_key(image_key: &[u8]) -> Option<(u64, &[u8])> {
 
 pub fn encode_image(entry: Option<&Entry>) -> Vec<u8> {
     let mut value = Vec::with_capacity(64);
+    encode_image_into(entry, &mut value);
+    value
+}
+
+/// [`encode_image`] into `value` (replacing its contents): the checkpointer
+/// encodes every image into one buffer, which after the first few images
+/// no longer grows (no reallocation and copy per image as a fresh vector
+/// doubles its way up, and the buffer stays in cache).
+pub fn encode_image_into(entry: Option<&Entry>, value: &mut Vec<u8>) {
+    value.clear();
     value.push(FORMAT);
     match entry {
         None => {
@@ -63,10 +80,9 @@ pub fn encode_image(entry: Option<&Entry>) -> Vec<u8> {
         Some(entry) => {
             value.push(0);
             value.extend_from_slice(&entry.expire_at_ms.to_le_bytes());
-            entry.object.encode(&mut value);
+            entry.object.encode(value);
         }
     }
-    value
 }
 
 /// The entry an image holds (`None`: a tombstone).

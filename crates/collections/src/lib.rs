@@ -46,8 +46,10 @@ mod error;
 pub mod images;
 pub mod op;
 pub mod oplog;
+mod replay;
 pub mod state;
 pub mod types;
+mod working;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -303,10 +305,7 @@ impl Collections {
             map,
             sequencer,
             world: RwLock::new(()),
-            checkpoint: Mutex::new(checkpoint::State {
-                root: loaded.root,
-                versions: loaded.versions,
-            }),
+            checkpoint: Mutex::new(checkpoint::State::new(loaded.root, loaded.versions)),
             checkpointed_through: AtomicU64::new(loaded.root),
             log_bytes_since_cut: AtomicU64::new(log_bytes),
             checkpoints: AtomicU64::new(0),

@@ -19,112 +19,152 @@
 //!           bool   = 1 byte (0 or 1), object = bytes holding its image
 //! ```
 
+use std::ops::Deref;
+
 use crate::types::Object;
 
 pub type Bytes = Box<[u8]>;
 
+/// The byte strings an [`Op`] carries: [`Bytes`], owned (what the frontend
+/// builds and logs, and what [`decode_batch`] returns), or `&[u8]`,
+/// borrowed from the record they were decoded from
+/// ([`decode_batch_borrowed`]): the checkpointer's replay, which reads
+/// most of them only (a key to look up, a field that already exists) and
+/// so need not copy them. [`crate::apply::apply`] takes either and copies
+/// a borrowed string only to store it.
+pub trait OpBytes: Deref<Target = [u8]> + Into<Bytes> {
+    /// Whether `into()` is free (the bytes are already owned): then a
+    /// store takes them whole instead of looking before it copies.
+    const OWNED: bool;
+}
+
+impl OpBytes for Bytes {
+    const OWNED: bool = true;
+}
+
+impl OpBytes for &[u8] {
+    const OWNED: bool = false;
+}
+
+/// How decoding makes an operation's byte strings out of the record's.
+trait FromPayload<'a>: OpBytes {
+    fn from_payload(bytes: &'a [u8]) -> Self;
+}
+
+impl<'a> FromPayload<'a> for Bytes {
+    fn from_payload(bytes: &'a [u8]) -> Self {
+        bytes.into()
+    }
+}
+
+impl<'a> FromPayload<'a> for &'a [u8] {
+    fn from_payload(bytes: &'a [u8]) -> Self {
+        bytes
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
-pub enum Op {
+pub enum Op<B = Bytes> {
     /// Removes a key of any type (absent: nothing).
     Delete {
-        key: Bytes,
+        key: B,
     },
     /// Sets (or with 0 clears) the expiry time of an existing key.
     Expire {
-        key: Bytes,
+        key: B,
         at_ms: u64,
     },
     /// Moves `from` (object and expiry) to `to`, replacing what `to` held.
     Rename {
-        from: Bytes,
-        to: Bytes,
+        from: B,
+        to: B,
     },
     /// Copies `from` to `to`, replacing what `to` held.
     Copy {
-        from: Bytes,
-        to: Bytes,
+        from: B,
+        to: B,
     },
     /// Makes `key` hold `object` (no expiry), replacing what it held. For
     /// results computed from several keys (SUNIONSTORE, ZINTERSTORE...).
     Replace {
-        key: Bytes,
+        key: B,
         object: Object,
     },
     /// Sets fields (creates the hash).
     HashSet {
-        key: Bytes,
-        pairs: Vec<(Bytes, Bytes)>,
+        key: B,
+        pairs: Vec<(B, B)>,
     },
     /// Removes fields (removes the hash when it empties).
     HashDelete {
-        key: Bytes,
-        fields: Vec<Bytes>,
+        key: B,
+        fields: Vec<B>,
     },
     SetAdd {
-        key: Bytes,
-        members: Vec<Bytes>,
+        key: B,
+        members: Vec<B>,
     },
     SetRemove {
-        key: Bytes,
-        members: Vec<Bytes>,
+        key: B,
+        members: Vec<B>,
     },
     /// Sets members' scores (creates the sorted set).
     SortedSetAdd {
-        key: Bytes,
-        pairs: Vec<(f64, Bytes)>,
+        key: B,
+        pairs: Vec<(f64, B)>,
     },
     SortedSetRemove {
-        key: Bytes,
-        members: Vec<Bytes>,
+        key: B,
+        members: Vec<B>,
     },
     /// Pushes values one by one at the head (`front`) or tail.
     ListPush {
-        key: Bytes,
+        key: B,
         front: bool,
-        values: Vec<Bytes>,
+        values: Vec<B>,
     },
     /// Pops up to `count` values from the head or tail.
     ListPop {
-        key: Bytes,
+        key: B,
         front: bool,
         count: u64,
     },
     /// Replaces the value at a resolved (non-negative, in range) index.
     ListSet {
-        key: Bytes,
+        key: B,
         index: u64,
-        value: Bytes,
+        value: B,
     },
     /// LINSERT: inserts `value` before (or after) the first `pivot` from
     /// the head; nothing when there is none.
     ListInsert {
-        key: Bytes,
+        key: B,
         before: bool,
-        pivot: Bytes,
-        value: Bytes,
+        pivot: B,
+        value: B,
     },
     /// LREM: removes `count` occurrences from the head (>0), tail (<0), or all (0).
     ListRemove {
-        key: Bytes,
+        key: B,
         count: i64,
-        value: Bytes,
+        value: B,
     },
     /// LTRIM, Redis semantics: keeps `start..=stop` (negative: from the tail).
     ListTrim {
-        key: Bytes,
+        key: B,
         start: i64,
         stop: i64,
     },
     /// LMOVE: pops one value from `from` and pushes it onto `to`.
     ListMove {
-        from: Bytes,
-        to: Bytes,
+        from: B,
+        to: B,
         from_front: bool,
         to_front: bool,
     },
 }
 
-impl Op {
+impl<B: OpBytes> Op<B> {
     /// The keys the operation touches (the checkpointer loads their images).
     pub fn keys(&self) -> [Option<&[u8]>; 2] {
         use Op::*;
@@ -166,6 +206,35 @@ pub fn encode_batch(ops: &[Op]) -> Vec<u8> {
 }
 
 pub fn decode_batch(bytes: &[u8]) -> Result<Vec<Op>, DecodeError> {
+    decode(bytes)
+}
+
+/// [`decode_batch`] with the operations' byte strings borrowed from
+/// `bytes` rather than copied (see [`OpBytes`]).
+pub fn decode_batch_borrowed(bytes: &[u8]) -> Result<Vec<Op<&[u8]>>, DecodeError> {
+    decode(bytes)
+}
+
+/// The key of a batch that is one operation on one key (nearly every
+/// record), read without decoding the rest; `None` for anything else:
+/// several operations, an operation on two keys, or bytes that do not
+/// start like a batch (decoding it in full says what is wrong). Agrees
+/// with [`Op::keys`] (a test checks every operation).
+pub fn single_key(bytes: &[u8]) -> Option<&[u8]> {
+    let mut reader = Reader { bytes, at: 0 };
+    if reader.varint().ok()? != 1 {
+        return None;
+    }
+    match reader.byte().ok()? {
+        DELETE | EXPIRE | REPLACE | HASH_SET | HASH_DELETE | SET_ADD | SET_REMOVE | ZSET_ADD
+        | ZSET_REMOVE | LIST_PUSH | LIST_POP | LIST_SET | LIST_INSERT | LIST_REMOVE | LIST_TRIM => {
+            reader.bytes().ok()
+        }
+        _ => None,
+    }
+}
+
+fn decode<'a, B: FromPayload<'a>>(bytes: &'a [u8]) -> Result<Vec<Op<B>>, DecodeError> {
     let mut reader = Reader { bytes, at: 0 };
     let count = reader.varint()?;
     // Every operation takes at least two bytes: a bound before allocating.
@@ -405,9 +474,9 @@ impl<'a> Reader<'a> {
         Ok(bytes)
     }
 
-    fn bytes(&mut self) -> Result<Bytes, DecodeError> {
+    fn bytes<B: FromPayload<'a>>(&mut self) -> Result<B, DecodeError> {
         let len = self.varint()?;
-        Ok(self.take(len)?.into())
+        Ok(B::from_payload(self.take(len)?))
     }
 
     fn f64(&mut self) -> Result<f64, DecodeError> {
@@ -431,12 +500,12 @@ impl<'a> Reader<'a> {
         Ok(count as usize)
     }
 
-    fn list(&mut self) -> Result<Vec<Bytes>, DecodeError> {
+    fn list<B: FromPayload<'a>>(&mut self) -> Result<Vec<B>, DecodeError> {
         let count = self.count(1)?;
         (0..count).map(|_| self.bytes()).collect()
     }
 
-    fn op(&mut self) -> Result<Op, DecodeError> {
+    fn op<B: FromPayload<'a>>(&mut self) -> Result<Op<B>, DecodeError> {
         use Op::*;
         Ok(match self.byte()? {
             DELETE => Delete { key: self.bytes()? },
@@ -454,9 +523,9 @@ impl<'a> Reader<'a> {
             },
             REPLACE => {
                 let key = self.bytes()?;
-                let image = self.bytes()?;
+                let image: &[u8] = self.bytes()?;
                 let object =
-                    Object::decode(&image).map_err(|e| DecodeError(format!("object: {e}")))?;
+                    Object::decode(image).map_err(|e| DecodeError(format!("object: {e}")))?;
                 Replace { key, object }
             }
             HASH_SET => {
@@ -545,6 +614,10 @@ mod tests {
     fn every_operation_round_trips() {
         let ops = vec![
             Op::Delete { key: b("k") },
+            Op::Replace {
+                key: b("r"),
+                object: Object::new(crate::types::Kind::Set),
+            },
             Op::Expire {
                 key: b("k"),
                 at_ms: 1 << 40,
@@ -621,6 +694,20 @@ mod tests {
         ];
         let bytes = encode_batch(&ops);
         assert_eq!(decode_batch(&bytes).unwrap(), ops);
+        let borrowed = decode_batch_borrowed(&bytes).unwrap();
+        assert_eq!(borrowed.len(), ops.len());
+        for (op, borrowed) in ops.iter().zip(&borrowed) {
+            assert_eq!(op.keys(), borrowed.keys());
+            // One operation alone: its key, when it has exactly one.
+            let alone = encode_batch(std::slice::from_ref(op));
+            let expected = match op.keys() {
+                [Some(key), None] => Some(key),
+                _ => None,
+            };
+            assert_eq!(single_key(&alone), expected, "{op:?}");
+        }
+        assert_eq!(single_key(&bytes), None, "several operations");
+        assert_eq!(single_key(&encode_batch(&[])), None);
         for cut in 0..bytes.len() {
             assert!(
                 decode_batch(&bytes[..cut]).is_err(),

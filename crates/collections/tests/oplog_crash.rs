@@ -290,6 +290,27 @@ fn truncation_voids_the_uncommitted_suffix_only() {
             )
             .unwrap();
         }
+        // A checkpoint reads the same records out of the archive as
+        // recovery does below, and locates them in place alike.
+        let cut = log.cut(&counter);
+        let read = log.read(&cut.segments);
+        let found: Vec<(String, Position)> = read
+            .iter()
+            .map(|r| (String::from_utf8(r.payload.clone()).unwrap(), r.position))
+            .collect();
+        let expected: Vec<(String, Position)> = [(1, 1), (1, 2), (1, 3), (2, 4), (2, 5), (2, 6)]
+            .into_iter()
+            .map(|(term, index)| (format!("t{term}-{index}"), Position { term, index }))
+            .collect();
+        assert_eq!(found, expected);
+        let mut located = Vec::new();
+        log.locate(&cut.segments, &mut located);
+        assert_eq!(located.len(), read.len());
+        for (place, record) in located.iter().zip(&read) {
+            assert_eq!(place.seq, record.seq);
+            assert_eq!(log.payload(place), &record.payload[..]);
+            assert_eq!(log.position(place), record.position);
+        }
     }
     let recovered = OpLog::open(dir.path(), options(None, 1), 0).unwrap();
     let found: Vec<String> = recovered

@@ -149,6 +149,8 @@ fn record_crc(generation: u32, header_tail: &[u8], payload: &[u8]) -> u32 {
 #[derive(Clone, Copy, Debug)]
 pub struct Parsed<'a> {
     pub header: RecordHeader,
+    /// Where the record starts in the file.
+    pub at: u64,
     pub payload: &'a [u8],
     /// Bytes the record occupies (the next one starts this far on).
     pub bytes: u64,
@@ -182,9 +184,20 @@ pub fn parse_record(region: &Region, at: u64, end: u64, generation: u32) -> Opti
             index: u64::from_le_bytes(head[24..32].try_into().expect("8 bytes")),
             kind: head[32],
         },
+        at,
         payload,
         bytes: record_bytes(len),
     })
+}
+
+/// The term and index of the record at `at`, which [`parse_record`] found
+/// valid.
+pub fn record_position(region: &Region, at: u64) -> (u64, u64) {
+    let bytes = region.read(PmemOffset(at + 24), 16);
+    (
+        u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes")),
+        u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes")),
+    )
 }
 
 #[cfg(test)]

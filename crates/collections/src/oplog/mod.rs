@@ -89,6 +89,22 @@ pub struct Record {
     pub payload: Vec<u8>,
 }
 
+/// A valid record of an archived segment, located rather than copied: what
+/// [`OpLog::locate`] returns, so that a checkpoint decodes each payload
+/// straight from the log ([`OpLog::payload`]) instead of copying every
+/// payload out first. Small (24 bytes), since a checkpoint sorts a few
+/// hundred thousand; the rest of the record stays in the log
+/// ([`OpLog::position`]). Only [`OpLog::locate`] makes one, so its offset
+/// is always that of a validated record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Located {
+    pub seq: u64,
+    /// The record's offset in the file, and its payload's length.
+    at: u64,
+    len: u32,
+    pub kind: RecordKind,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecordKind {
     /// An operation for the layer above.
@@ -481,10 +497,29 @@ impl OpLog {
     }
 
     /// The valid records of archived segments, in sequence order,
-    /// truncations applied. Only for segments handed out by [`OpLog::cut`]
-    /// (no one writes to them any more).
+    /// truncations applied, payloads copied. Only for segments handed out
+    /// by [`OpLog::cut`] (no one writes to them any more).
     pub fn read(&self, segments: &[u32]) -> Vec<Record> {
-        let mut records = Vec::new();
+        let mut located = Vec::new();
+        self.locate(segments, &mut located);
+        located
+            .iter()
+            .map(|record| Record {
+                seq: record.seq,
+                position: self.position(record),
+                kind: record.kind,
+                payload: self.payload(record).to_vec(),
+            })
+            .collect()
+    }
+
+    /// What [`OpLog::read`] returns, without the payloads: replaces the
+    /// contents of `out` (whose allocation a caller can keep from one
+    /// checkpoint to the next) with the records' places, in sequence order,
+    /// truncations applied. Read each payload with [`OpLog::payload`] while
+    /// the segments are still archived (before [`OpLog::release`]).
+    pub fn locate(&self, segments: &[u32], out: &mut Vec<Located>) {
+        out.clear();
         for &segment in segments {
             let start = self.segment_start(segment);
             let Some(generation) =
@@ -492,13 +527,43 @@ impl OpLog {
             else {
                 continue;
             };
-            records.extend(
-                SegmentRecords::new(&self.region, start, self.segment_bytes, generation)
-                    .map(|parsed| to_record(&parsed)),
+            out.extend(
+                SegmentRecords::new(&self.region, start, self.segment_bytes, generation).map(
+                    |parsed| Located {
+                        seq: parsed.header.seq,
+                        at: parsed.at,
+                        len: parsed.payload.len() as u32,
+                        kind: kind_of(&parsed),
+                    },
+                ),
             );
         }
-        records.sort_unstable_by_key(|r| r.seq);
-        void_truncated(records)
+        // Each segment is already in sequence order (one lane wrote it,
+        // taking each number under its lock): a stable sort merges these
+        // runs instead of sorting from scratch.
+        out.sort_by_key(|record| record.seq);
+        drop_truncated(
+            out,
+            |record| self.position(record).index,
+            |record| {
+                (record.kind == RecordKind::Truncate)
+                    .then(|| truncation_index(self.payload(record)))
+            },
+        );
+    }
+
+    /// The payload of a record [`OpLog::locate`] found, in place in the log.
+    pub fn payload(&self, record: &Located) -> &[u8] {
+        self.region.read(
+            PmemOffset(record.at + format::RECORD_HEADER_BYTES),
+            u64::from(record.len),
+        )
+    }
+
+    /// The term and index of a record [`OpLog::locate`] found.
+    pub fn position(&self, record: &Located) -> Position {
+        let (term, index) = format::record_position(&self.region, record.at);
+        Position { term, index }
     }
 
     /// Returns archived segments for reuse: call only once what they hold
@@ -590,39 +655,79 @@ impl<'r> Iterator for SegmentRecords<'r> {
     }
 }
 
+fn position_of(parsed: &format::Parsed<'_>) -> Position {
+    Position {
+        term: parsed.header.term,
+        index: parsed.header.index,
+    }
+}
+
+fn kind_of(parsed: &format::Parsed<'_>) -> RecordKind {
+    if parsed.header.kind == KIND_TRUNCATE {
+        RecordKind::Truncate
+    } else {
+        RecordKind::Operation
+    }
+}
+
 fn to_record(parsed: &format::Parsed<'_>) -> Record {
     Record {
         seq: parsed.header.seq,
-        position: Position {
-            term: parsed.header.term,
-            index: parsed.header.index,
-        },
-        kind: if parsed.header.kind == KIND_TRUNCATE {
-            RecordKind::Truncate
-        } else {
-            RecordKind::Operation
-        },
+        position: position_of(parsed),
+        kind: kind_of(parsed),
         payload: parsed.payload.to_vec(),
     }
+}
+
+/// The index a truncation record's payload names (a short payload voids
+/// nothing).
+fn truncation_index(payload: &[u8]) -> u64 {
+    payload.get(..8).map_or(u64::MAX, |b| {
+        u64::from_le_bytes(b.try_into().expect("8 bytes"))
+    })
 }
 
 /// Applies truncation records to records in sequence order: a truncation
 /// at index `i` voids the operations written before it whose index is above
 /// `i`. Returns the operations left (truncation records are dropped).
-pub fn void_truncated(records: Vec<Record>) -> Vec<Record> {
-    let mut kept: Vec<Record> = Vec::with_capacity(records.len());
-    for record in records {
-        match record.kind {
-            RecordKind::Operation => kept.push(record),
-            RecordKind::Truncate => {
-                let index = record.payload.get(..8).map_or(u64::MAX, |b| {
-                    u64::from_le_bytes(b.try_into().expect("8 bytes"))
-                });
-                kept.retain(|r| r.position.index <= index);
+pub fn void_truncated(mut records: Vec<Record>) -> Vec<Record> {
+    drop_truncated(
+        &mut records,
+        |record| record.position.index,
+        |record| (record.kind == RecordKind::Truncate).then(|| truncation_index(&record.payload)),
+    );
+    records
+}
+
+/// [`void_truncated`] in place, for records of either form: `index` gives
+/// a record's replication index, `truncation` a truncation record's
+/// payload index (`None` for an operation). Keeps the operations' order.
+fn drop_truncated<T>(
+    records: &mut Vec<T>,
+    index: impl Fn(&T) -> u64,
+    truncation: impl Fn(&T) -> Option<u64>,
+) {
+    // records[..kept] are the operations kept so far, in order.
+    let mut kept = 0;
+    for next in 0..records.len() {
+        match truncation(&records[next]) {
+            None => {
+                records.swap(kept, next);
+                kept += 1;
+            }
+            Some(limit) => {
+                let mut still = 0;
+                for at in 0..kept {
+                    if index(&records[at]) <= limit {
+                        records.swap(still, at);
+                        still += 1;
+                    }
+                }
+                kept = still;
             }
         }
     }
-    kept
+    records.truncate(kept);
 }
 
 fn no_space(error: engram_pmem::Error) -> Error {

@@ -1,0 +1,146 @@
+//! The checkpointer's working set: every key the archived log touches,
+//! with its collection as replay leaves it and the version of its image
+//! before the checkpoint.
+//!
+//! One map holds both, so replaying an operation costs one lookup to see
+//! whether its key is loaded and the lookups `apply` makes, and writing the
+//! images and updating the versions afterwards walks the map once, with no
+//! second set of touched keys to keep in step, and no copy of a key per
+//! operation just to ask whether it was seen.
+//!
+//! The map outlives a checkpoint (see `checkpoint::Scratch`): cleared, it
+//! keeps its table, so the next checkpoint neither reallocates nor faults
+//! it in again.
+
+use hashbrown::hash_map::EntryRef;
+use hashbrown::HashMap;
+
+use crate::error::Result;
+use crate::op::Bytes;
+use crate::state::{Entry, Keys};
+
+/// One touched key.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    /// The key's collection as replay has left it so far (`None`: absent).
+    pub entry: Option<Entry>,
+    /// The version of the key's image before this checkpoint, if it had
+    /// one (then the checkpoint supersedes it, or hides it by a tombstone).
+    pub imaged: Option<u64>,
+}
+
+#[derive(Default)]
+pub(crate) struct WorkingSet {
+    slots: HashMap<Bytes, Slot>,
+}
+
+impl WorkingSet {
+    /// Empties the set, keeping its table for the next checkpoint.
+    pub fn clear(&mut self) {
+        self.slots.clear();
+    }
+
+    /// Frees the table if it is far larger than `keep` keys need: enough
+    /// to skip the regrowth when checkpoints are alike, without one huge
+    /// checkpoint pinning its table for ever.
+    pub fn trim(&mut self, keep: usize) {
+        if self.slots.capacity() > 4 * keep {
+            self.slots.shrink_to(keep);
+        }
+    }
+
+    /// Makes sure `key` is in the set, loading it with `load` the first
+    /// time it is touched.
+    pub fn touch(&mut self, key: &[u8], load: impl FnOnce() -> Result<Slot>) -> Result<()> {
+        if let EntryRef::Vacant(vacant) = self.slots.entry_ref(key) {
+            vacant.insert(load()?);
+        }
+        Ok(())
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &Slot)> {
+        self.slots.iter()
+    }
+}
+
+/// What `apply` sees: the entries of the touched keys. Every key an
+/// operation touches is one of `Op::keys`, which the replay loop touches
+/// (loads) before applying it.
+impl Keys for WorkingSet {
+    fn get(&self, key: &[u8]) -> Option<&Entry> {
+        self.slots.get(key)?.entry.as_ref()
+    }
+
+    fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
+        self.slots.get_mut(key)?.entry.as_mut()
+    }
+
+    fn take(&mut self, key: &[u8]) -> Option<Entry> {
+        self.slots.get_mut(key)?.entry.take()
+    }
+
+    fn put(&mut self, key: &[u8], entry: Entry) {
+        match self.slots.get_mut(key) {
+            Some(slot) => slot.entry = Some(entry),
+            // Not reached (see above); were it, the key would get an image
+            // and the older one it has, if any, would be left for
+            // recovery's garbage collection.
+            None => {
+                debug_assert!(false, "a key put before it was touched");
+                self.slots.insert(
+                    key.into(),
+                    Slot {
+                        entry: Some(entry),
+                        imaged: None,
+                    },
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{Kind, Object};
+
+    fn entry() -> Entry {
+        Entry {
+            object: Object::new(Kind::List),
+            expire_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_key_is_loaded_once_and_take_leaves_it_touched() {
+        let mut set = WorkingSet::default();
+        let mut loads = 0;
+        for _ in 0..3 {
+            set.touch(b"k", || {
+                loads += 1;
+                Ok(Slot {
+                    entry: Some(entry()),
+                    imaged: Some(7),
+                })
+            })
+            .unwrap();
+        }
+        assert_eq!(loads, 1);
+        assert!(set.get(b"k").is_some());
+        assert!(set.take(b"k").is_some());
+        assert!(set.get(b"k").is_none());
+        // Gone, but still touched: its old image must be hidden.
+        assert_eq!(set.len(), 1);
+        let (_, slot) = set.iter().next().unwrap();
+        assert!(slot.entry.is_none());
+        assert_eq!(slot.imaged, Some(7));
+        set.put(b"k", entry());
+        assert!(set.get_mut(b"k").is_some());
+        set.clear();
+        assert_eq!(set.len(), 0);
+    }
+}

@@ -192,10 +192,31 @@ pub(crate) struct Inner {
 /// Durable collections in one directory. See the crate docs.
 pub struct Collections {
     inner: Arc<Inner>,
+    threads: Threads,
+    report: RecoveryReport,
+}
+
+/// The background threads; dropping this stops them. (A field of its own,
+/// not `Drop` on `Collections`, so that `close` can take `inner` apart.)
+struct Threads {
+    inner: Arc<Inner>,
     checkpointer: Option<JoinHandle<()>>,
     /// Keeps free log segments in reserve (`OpLog::run_provisioner`).
     provisioner: Option<JoinHandle<()>>,
-    report: RecoveryReport,
+}
+
+impl Drop for Threads {
+    fn drop(&mut self) {
+        if let Some(handle) = self.checkpointer.take() {
+            *self.inner.wake.0.lock() = true;
+            self.inner.wake.1.notify_all();
+            let _ = handle.join();
+        }
+        if let Some(handle) = self.provisioner.take() {
+            self.inner.log.stop_provisioner();
+            let _ = handle.join();
+        }
+    }
 }
 
 impl Collections {
@@ -349,9 +370,12 @@ impl Collections {
             )
         };
         Ok(Collections {
+            threads: Threads {
+                inner: Arc::clone(&inner),
+                checkpointer,
+                provisioner,
+            },
             inner,
-            checkpointer,
-            provisioner,
             report,
         })
     }
@@ -557,32 +581,26 @@ impl Collections {
         &self.inner.dir
     }
 
-    /// Stops the checkpointer, makes the log durable and closes the images.
-    pub fn close(mut self) -> Result<()> {
-        self.stop_threads();
-        self.inner.log.sync()?;
-        self.inner.images.sync()?;
+    /// Stops the background threads, makes the log durable and closes the
+    /// images store cleanly (its redundancy refreshed, its session closed:
+    /// a store only dropped, with sync `never`, is left as after a crash,
+    /// and the next scrub could not verify the pages written last).
+    pub fn close(self) -> Result<()> {
+        let Collections { inner, threads, .. } = self;
+        drop(threads);
+        inner.log.sync()?;
+        match Arc::try_unwrap(inner) {
+            Ok(inner) => inner.images.close()?,
+            // Not reached: the threads' handles were the only other owners.
+            Err(inner) => inner.images.sync()?,
+        }
         Ok(())
     }
 
     /// Testing: stops like a killed process would (no sync, no checkpoint).
     #[doc(hidden)]
-    pub fn crash(mut self) {
-        self.stop_threads();
-    }
-
-    /// Stops the background threads: the checkpointer, and the one that
-    /// keeps log segments in reserve.
-    fn stop_threads(&mut self) {
-        if let Some(handle) = self.checkpointer.take() {
-            *self.inner.wake.0.lock() = true;
-            self.inner.wake.1.notify_all();
-            let _ = handle.join();
-        }
-        if let Some(handle) = self.provisioner.take() {
-            self.inner.log.stop_provisioner();
-            let _ = handle.join();
-        }
+    pub fn crash(self) {
+        drop(self.threads);
     }
 }
 
@@ -654,12 +672,6 @@ impl<'c> Writer<'c> {
         self.inner
             .logged(oplog::format::record_bytes(payload.len()));
         Ok(())
-    }
-}
-
-impl Drop for Collections {
-    fn drop(&mut self) {
-        self.stop_threads();
     }
 }
 

@@ -47,5 +47,5 @@ pub use options::{
 pub use record::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use store::{
     AffectedKey, ImageRecovery, IndexImageReport, RecoveryReport, ScrubReport, Stats, Store,
-    ValueRef,
+    ValueRef, DATA_FILE,
 };

@@ -345,3 +345,57 @@ fn a_store_without_an_integrity_file_says_nothing_older_was_verified() {
         "the first scrub built it: {json}"
     );
 }
+
+#[test]
+fn collections_images_are_scrubbed_and_damage_there_names_the_collection() {
+    let (_dir, data) = data_dir();
+    let server = start(&data);
+    let mut con = connect(&server);
+    let n = 200;
+    for i in 0..n {
+        let _: () = redis::cmd("HSET")
+            .arg(format!("h{i}"))
+            .arg("field")
+            .arg(value_of(i))
+            .query(&mut con)
+            .unwrap();
+    }
+    // A checkpoint: each hash gets its image in DIR/collections/images.
+    let _: () = redis::cmd("SAVE").query(&mut con).unwrap();
+    drop(con);
+    server.shutdown().unwrap();
+    let file = data.join("collections").join("images").join("values.pmem");
+    let starts = value_offsets(&file, n);
+
+    // One bad page: rebuilt from parity; the strings store is clean.
+    let at = starts[10] + 300;
+    let original = flip(&file, at);
+    let output = engram_scrub(&data, true);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["ok"], true, "{json}");
+    assert_eq!(json["corrupt_pages"], 0, "{json}");
+    let images = &json["collections_images"];
+    assert_eq!(images["corrupt_pages"], 1, "{json}");
+    assert!(images["pages_checked"].as_u64().unwrap() > 0, "{json}");
+    assert_eq!(byte_at(&file, at), original, "the images file is repaired");
+
+    // Two bad pages of one stripe: the hash whose image lies there is
+    // named as a client knows it, and the scrub exits 1.
+    let page = starts[50] / PAGE + 1;
+    let (at_a, at_b) = (page * PAGE + 100, (page ^ 1) * PAGE + 100);
+    flip(&file, at_a);
+    flip(&file, at_b);
+    let output = engram_scrub(&data, false);
+    let report = stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "{report}{}", stderr(&output));
+    let owner = (0..n)
+        .find(|&i| starts[i] <= page * PAGE && page * PAGE < starts[i] + value_of(i).len())
+        .expect("a value spans the damaged page");
+    assert!(
+        report.contains(&format!("    h{owner} (image of checkpoint ")),
+        "{report}"
+    );
+    assert!(report.contains("collections/images"), "{report}");
+    assert!(report.contains("result: DAMAGED: 2 pages"), "{report}");
+}

@@ -6,7 +6,11 @@
 //! stale redundancy, verify every page and stripe, rebuild what parity can),
 //! names the keys with data on pages it could not rebuild the way the server
 //! names them (`db<N>:<key>` outside database 0), closes the store and
-//! reports. Exit status: 0 when nothing is unrepairable, 1 when something
+//! reports. Then the same for the collections' checkpoint images
+//! (`DIR/collections/images`, an engine store of its own), when the
+//! directory has them; damage there names the hash, set, sorted set or list
+//! whose image it hit. (The collections' operation log is not under the
+//! integrity layer: its records carry their own checksums.) Exit status: 0 when nothing is unrepairable, 1 when something
 //! is, 2 when the scrub could not run (no store there, the directory locked
 //! by a running server, an I/O error).
 //!
@@ -24,9 +28,11 @@ use std::time::Duration;
 
 use engram_engine::{
     CompactionOptions, Error, IntegrityMode, IntegrityOptions, Options, ScrubReport, Store,
+    DATA_FILE as VALUES_FILE,
 };
 
 use crate::keyspace::client_key_name;
+use crate::serve::COLLECTIONS_DIR;
 
 /// Exit status: nothing unrepairable.
 pub const EXIT_CLEAN: i32 = 0;
@@ -38,6 +44,27 @@ pub const EXIT_ERROR: i32 = 2;
 /// What one `engram scrub` found.
 #[derive(Debug)]
 pub struct Findings {
+    /// The strings store (`DIR`).
+    pub strings: StoreFindings,
+    /// The collections' checkpoint images, when `DIR` has them.
+    pub images: Option<StoreFindings>,
+}
+
+impl Findings {
+    pub fn unrepairable_pages(&self) -> usize {
+        self.stores().map(|(_, f)| f.unrepairable.len()).sum()
+    }
+
+    /// Each store scrubbed, with the name the report gives it.
+    fn stores(&self) -> impl Iterator<Item = (&'static str, &StoreFindings)> {
+        std::iter::once(("strings", &self.strings))
+            .chain(self.images.as_ref().map(|f| ("collections images", f)))
+    }
+}
+
+/// What the scrub of one engine store found.
+#[derive(Debug)]
+pub struct StoreFindings {
     /// The integrity file did not exist: redundancy was built from the data
     /// as it is, so nothing older could be verified.
     pub created: bool,
@@ -73,7 +100,7 @@ pub fn run(dir: &Path, json: bool) -> i32 {
             } else {
                 print!("{}", render_text(dir, &findings));
             }
-            if findings.unrepairable.is_empty() {
+            if findings.unrepairable_pages() == 0 {
                 EXIT_CLEAN
             } else {
                 EXIT_UNREPAIRABLE
@@ -89,15 +116,30 @@ pub fn run(dir: &Path, json: bool) -> i32 {
     }
 }
 
-/// Scrubs the store in `dir` (see the module docs).
+/// Scrubs the store in `dir`, and its collections' images (module docs).
 pub fn scrub(dir: &Path) -> Result<Findings, String> {
     // Opening would create an empty store: refuse anything that is not one.
-    if !dir.join("values.pmem").is_file() {
+    if !dir.join(VALUES_FILE).is_file() {
         return Err(format!(
-            "{} holds no Engram store (no values.pmem there)",
+            "{} holds no Engram store (no {VALUES_FILE} there)",
             dir.display()
         ));
     }
+    let strings = scrub_store(dir, client_key_name)?;
+    let images_dir = dir
+        .join(COLLECTIONS_DIR)
+        .join(engram_collections::IMAGES_DIR);
+    let images = if images_dir.join(VALUES_FILE).is_file() {
+        Some(scrub_store(&images_dir, image_owner_name)?)
+    } else {
+        None
+    };
+    Ok(Findings { strings, images })
+}
+
+/// Scrubs the engine store in `dir`; `name` turns an engine key of a
+/// damaged record into what a client would call it.
+fn scrub_store(dir: &Path, name: fn(&[u8]) -> Vec<u8>) -> Result<StoreFindings, String> {
     let options = Options {
         integrity: IntegrityOptions {
             mode: IntegrityMode::Lazy,
@@ -126,7 +168,7 @@ pub fn scrub(dir: &Path) -> Result<Findings, String> {
     let closed = store.close();
     let report = report.map_err(|e| format!("scrubbing {}: {e}", dir.display()))?;
     closed.map_err(|e| format!("closing the store in {}: {e}", dir.display()))?;
-    Ok(Findings {
+    Ok(StoreFindings {
         created: recovery.integrity.as_ref().is_some_and(|i| i.created),
         stripe_pages: totals.stripe_pages,
         pages_checked: report.pages_checked,
@@ -140,22 +182,33 @@ pub fn scrub(dir: &Path) -> Result<Findings, String> {
         unrepairable: report.unrepairable_pages.clone(),
         parity_rewritten: report.parity_rewritten,
         metadata_rebuilt: opened.metadata_rebuilt + report.metadata_rebuilt,
-        affected: names(&report),
+        affected: names(&report, name),
         damaged_records: recovery.damaged_records,
         duration: report.duration,
     })
 }
 
-fn names(report: &ScrubReport) -> Vec<(u64, Option<Vec<u8>>)> {
+/// An images-store key as a client knows the collection it belongs to:
+/// `<key> (image of checkpoint N)`, or what else it is.
+fn image_owner_name(image_key: &[u8]) -> Vec<u8> {
+    if image_key == engram_collections::images::ROOT_KEY {
+        return b"(the collections' checkpoint root)".to_vec();
+    }
+    match engram_collections::images::parse_image_key(image_key) {
+        Some((version, key)) => {
+            let mut name = client_key_name(key);
+            name.extend_from_slice(format!(" (image of checkpoint {version})").as_bytes());
+            name
+        }
+        None => client_key_name(image_key),
+    }
+}
+
+fn names(report: &ScrubReport, name: fn(&[u8]) -> Vec<u8>) -> Vec<(u64, Option<Vec<u8>>)> {
     report
         .affected_keys
         .iter()
-        .map(|affected| {
-            (
-                affected.offset,
-                affected.key.as_deref().map(client_key_name),
-            )
-        })
+        .map(|affected| (affected.offset, affected.key.as_deref().map(name)))
         .collect()
 }
 
@@ -164,8 +217,32 @@ fn printable(key: &[u8]) -> String {
     key.escape_ascii().to_string()
 }
 
-pub fn render_text(dir: &Path, f: &Findings) -> String {
+pub fn render_text(dir: &Path, findings: &Findings) -> String {
     let mut out = String::new();
+    for (which, f) in findings.stores() {
+        let path = match which {
+            "strings" => dir.to_path_buf(),
+            _ => dir
+                .join(COLLECTIONS_DIR)
+                .join(engram_collections::IMAGES_DIR),
+        };
+        render_store(&mut out, &path, f);
+    }
+    let corrupt: u64 = findings.stores().map(|(_, f)| f.corrupt_pages).sum();
+    let verdict = match (findings.unrepairable_pages(), corrupt) {
+        (0, 0) => "clean: every page matches its checksum".to_string(),
+        (0, _) => "clean: every corrupt page was rebuilt from parity".to_string(),
+        (n, _) => format!(
+            "DAMAGED: {n} pages could not be rebuilt from parity (two or more bad pages in one \
+             stripe); restore the keys named above from elsewhere"
+        ),
+    };
+    let _ = writeln!(out, "result: {verdict}");
+    out
+}
+
+/// One store's part of the text report.
+fn render_store(out: &mut String, dir: &Path, f: &StoreFindings) {
     let pages = |n: u64| format!("{n} ({:.1} MiB)", (n * 4096) as f64 / (1 << 20) as f64);
     let _ = writeln!(
         out,
@@ -248,19 +325,26 @@ pub fn render_text(dir: &Path, f: &Findings) -> String {
             f.damaged_records
         );
     }
-    let verdict = match (f.unrepairable.len(), f.corrupt_pages) {
-        (0, 0) => "clean: every page matches its checksum".to_string(),
-        (0, _) => "clean: every corrupt page was rebuilt from parity".to_string(),
-        (n, _) => format!(
-            "DAMAGED: {n} pages could not be rebuilt from parity (two or more bad pages in one \
-             stripe); restore the keys named above from elsewhere"
-        ),
-    };
-    let _ = writeln!(out, "result: {verdict}");
-    out
 }
 
-pub fn render_json(dir: &Path, f: &Findings) -> String {
+/// The strings store's findings at the top level (as before collections
+/// had images), the images' in `collections_images` (null when there are
+/// none), and `ok` for both.
+pub fn render_json(dir: &Path, findings: &Findings) -> String {
+    let images = findings
+        .images
+        .as_ref()
+        .map_or("null".to_string(), |f| format!("{{{}}}", json_fields(f)));
+    format!(
+        "{{\"dir\":{},\"ok\":{},{},\"collections_images\":{images}}}",
+        json_string(&dir.display().to_string()),
+        findings.unrepairable_pages() == 0,
+        json_fields(&findings.strings),
+    )
+}
+
+/// One store's findings as JSON object members.
+fn json_fields(f: &StoreFindings) -> String {
     let offsets = |list: &[u64]| {
         list.iter()
             .map(u64::to_string)
@@ -280,13 +364,11 @@ pub fn render_json(dir: &Path, f: &Findings) -> String {
         .collect::<Vec<_>>()
         .join(",");
     format!(
-        "{{\"dir\":{},\"ok\":{},\"integrity_file_created\":{},\"stripe_pages\":{},\
+        "\"integrity_file_created\":{},\"stripe_pages\":{},\
          \"pages_checked\":{},\"pages_stale\":{},\"corrupt_pages\":{},\
          \"repaired_at_open\":{},\"repaired_pages\":[{}],\"unrepairable_pages\":[{}],\
          \"parity_rewritten\":{},\"metadata_rebuilt\":{},\"affected_keys\":[{affected}],\
-         \"damaged_records_at_open\":{},\"duration_ms\":{:.3}}}",
-        json_string(&dir.display().to_string()),
-        f.unrepairable.is_empty(),
+         \"damaged_records_at_open\":{},\"duration_ms\":{:.3}",
         f.created,
         f.stripe_pages,
         f.pages_checked,

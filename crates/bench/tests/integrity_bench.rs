@@ -47,6 +47,7 @@ fn tiny_run_measures_every_configuration_on_every_workload() {
         dir: dir.path().to_path_buf(),
         progress: false,
         command: "engram bench integrity (test)".into(),
+        paired: None,
     };
     let report = integrity::run(&config).unwrap();
     let json: serde_json::Value = serde_json::from_str(&report.json()).unwrap();
@@ -210,4 +211,65 @@ fn defaults_are_the_issue_s_experiment() {
     assert!(refused(&["--threads", "0"]).contains("--threads"));
     assert!(refused(&["--records", "0"]).contains("--records"));
     assert!(refused(&["--key-bytes", "4"]).contains("--key-bytes"));
+}
+
+#[test]
+fn paired_slices_measure_each_lazy_period_against_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config {
+        records: 20_000,
+        key_bytes: 16,
+        value_bytes: 200,
+        threads: 2,
+        duration: Duration::from_millis(1000),
+        runs: 1,
+        distribution: Distribution::Zipfian,
+        workloads: vec![Workload::YcsbA],
+        lazy_periods: vec![Duration::from_millis(200), Duration::from_secs(30)],
+        stripe_pages: 4,
+        flush: FlushInstruction::None,
+        background_scrub: Duration::ZERO,
+        quiet_wait: Duration::ZERO,
+        quiet_share: 0.1,
+        dir: dir.path().to_path_buf(),
+        progress: false,
+        command: "engram bench integrity --paired 250ms (test)".into(),
+        paired: Some(Duration::from_millis(250)),
+    };
+    let report = integrity::run(&config).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&report.json()).unwrap();
+    assert!(json["results"].as_array().unwrap().is_empty(), "{json}");
+    let paired = json["paired"].as_array().unwrap();
+    let names: Vec<&str> = paired
+        .iter()
+        .map(|p| p["configuration"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["lazy-200ms", "lazy-30s"], "{json}");
+    for p in paired {
+        // 1 s in slices of 250 ms: four pairs, each with both sides run.
+        let pairs = p["pairs"].as_array().unwrap();
+        assert_eq!(pairs.len(), 4, "{p}");
+        for pair in pairs {
+            assert!(pair[0].as_f64().unwrap() > 0.0 && pair[1].as_f64().unwrap() > 0.0);
+        }
+        let median = p["median_ratio"].as_f64().unwrap();
+        assert!(median.is_finite() && median > 0.0, "{p}");
+        assert!(p["worst_ratio"].as_f64().unwrap() <= median, "{p}");
+        assert!(median <= p["best_ratio"].as_f64().unwrap(), "{p}");
+    }
+    let table = report.table();
+    assert!(
+        table.contains("paired: off and the configuration"),
+        "{table}"
+    );
+    assert!(table.contains("lazy-30s"), "{table}");
+    // The stores are gone.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn a_paired_slice_longer_than_the_run_is_refused() {
+    let cli = Cli::try_parse_from(["bench", "--seconds", "1", "--paired", "2s"]).unwrap();
+    let error = cli.args.config("test".into()).unwrap_err().to_string();
+    assert!(error.contains("paired"), "{error}");
 }

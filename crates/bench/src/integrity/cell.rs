@@ -163,7 +163,7 @@ pub fn measure(
         Some(config.duration.as_millis() as u64),
         label,
     );
-    let timed = timed_run(config, values, workload, &store, &bar);
+    let timed = timed_run(config, values, workload, &store, &bar, 0);
     bar.finish_and_clear();
     let timed = timed?;
     let coverage = match (before, store.integrity_stats()) {
@@ -271,7 +271,7 @@ fn stats(store: &Store) -> IntegrityStats {
 
 /// Engram as `systems::engram` opens it (emulated memory by default, sync
 /// `never`, the flush asked for), with this configuration's integrity.
-fn open(
+pub(super) fn open(
     config: &Config,
     dir: &std::path::Path,
     configuration: Configuration,
@@ -313,7 +313,12 @@ impl KvSystem for Prefilling<'_> {
 }
 
 /// Loads records `0..records` with the shared runner; returns its speed.
-fn prefill(config: &Config, values: &ValuePool, store: &Store, label: &str) -> Result<f64> {
+pub(super) fn prefill(
+    config: &Config,
+    values: &ValuePool,
+    store: &Store,
+    label: &str,
+) -> Result<f64> {
     let workload = runner::Workload {
         records: config.records,
         ops: 0,
@@ -342,10 +347,10 @@ fn prefill(config: &Config, values: &ValuePool, store: &Store, label: &str) -> R
 }
 
 /// What the timed run measured.
-struct Timed {
-    reads: u64,
-    updates: u64,
-    elapsed: Duration,
+pub(super) struct Timed {
+    pub reads: u64,
+    pub updates: u64,
+    pub elapsed: Duration,
     /// When the last client stopped.
     ended: Instant,
     update_ns: Histogram<u64>,
@@ -378,12 +383,13 @@ struct Sampled {
     moves_by_window: Vec<u64>,
 }
 
-fn timed_run(
+pub(super) fn timed_run(
     config: &Config,
     values: &ValuePool,
     workload: Workload,
     store: &Store,
     bar: &ProgressBar,
+    seed: u64,
 ) -> Result<Timed> {
     let threads = config.threads;
     let start = Barrier::new(threads + 1);
@@ -396,7 +402,8 @@ fn timed_run(
             .map(|thread| {
                 let (start, stop, done) = (&start, &stop, &done[thread]);
                 scope.spawn(move || {
-                    client(config, values, workload, store, thread, start, stop, done)
+                    let stream = Stream { thread, seed };
+                    client(config, values, workload, store, stream, start, stop, done)
                 })
             })
             .collect();
@@ -489,6 +496,17 @@ fn sample(
     }
 }
 
+/// Which stretch of keys and coin flips a client draws: its thread's, in
+/// timed run `seed` (0 for a cell's one run; the paired slices count up).
+#[derive(Clone, Copy)]
+struct Stream {
+    thread: usize,
+    seed: u64,
+}
+
+/// Streams of one timed run are seeded apart by less than this.
+const SEEDS_PER_RUN: u64 = 1 << 20;
+
 /// One client: operations until `stop`.
 #[allow(clippy::too_many_arguments)]
 fn client(
@@ -496,17 +514,18 @@ fn client(
     values: &ValuePool,
     workload: Workload,
     store: &Store,
-    thread: usize,
+    stream: Stream,
     start: &Barrier,
     stop: &AtomicBool,
     done: &AtomicU64,
 ) -> Result<Client> {
+    let offset = stream.seed * SEEDS_PER_RUN + stream.thread as u64;
     let mut chooser = KeyChooser::new(
         config.distribution,
         config.records,
-        KEY_CHOICE_SEED + thread as u64,
+        KEY_CHOICE_SEED + offset,
     );
-    let mut coin = SmallRng::seed_from_u64(MIX_SEED + thread as u64);
+    let mut coin = SmallRng::seed_from_u64(MIX_SEED + offset);
     let read_percent = workload.read_percent();
     let mut key = vec![0u8; config.key_bytes];
     let mut update_ns = new_histogram();
@@ -585,7 +604,7 @@ fn drain(store: &Store, writes_ended: Instant, patience: Duration) -> Option<Dur
 /// Waits until other processes used less than `config.quiet_share` of the
 /// machine over [`QUIET_SPAN`], for at most `config.quiet_wait`; returns
 /// how long it waited.
-fn wait_for_quiet(config: &Config, label: &str) -> Duration {
+pub(super) fn wait_for_quiet(config: &Config, label: &str) -> Duration {
     let started = Instant::now();
     if config.quiet_wait.is_zero() {
         return Duration::ZERO;
@@ -674,7 +693,7 @@ fn nanos(elapsed: Duration) -> u64 {
     u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)
 }
 
-fn remove_if_present(dir: &std::path::Path) -> Result<()> {
+pub(super) fn remove_if_present(dir: &std::path::Path) -> Result<()> {
     match std::fs::remove_dir_all(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             Err(BenchError::io("removing store directory", dir, e))

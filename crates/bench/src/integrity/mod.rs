@@ -42,10 +42,17 @@
 //! the default 60 s lets the 30 s period fire at least once. The table says
 //! so when `--seconds` is not above the longest period.
 //!
+//! ## Paired slices (`--paired`)
+//!
+//! Instead of the cells: off and each lazy period on two stores open side
+//! by side, in alternating slices of one run ([`paired`]), for a host
+//! whose speed changes between runs.
+//!
 //! Modules: [`cell`] (one cell: the store, the timed threads, the sampler,
-//! the drain, the scrub), [`report`] (the JSON and the table).
+//! the drain, the scrub), [`paired`], [`report`] (the JSON and the table).
 
 pub mod cell;
+pub mod paired;
 pub mod report;
 
 use std::io::{IsTerminal, Write as _};
@@ -270,6 +277,12 @@ pub struct IntegrityBenchArgs {
     pub quiet_wait: Duration,
     #[arg(long, default_value_t = 10.0)]
     pub quiet_percent: f64,
+    /// Instead of the cells: off against each lazy period, two stores open
+    /// side by side taking turns in slices of this length (1s, 500ms) for
+    /// --seconds each; the median of the per-pair ratios (see the module
+    /// docs: for a host whose speed changes between runs).
+    #[arg(long, value_parser = parse_period)]
+    pub paired: Option<Duration>,
     /// Where the stores go [default: a fresh temporary directory under the
     /// current one, removed at the end].
     #[arg(long)]
@@ -309,6 +322,8 @@ pub struct Config {
     pub progress: bool,
     /// The command line, quoted in the report.
     pub command: String,
+    /// Paired slices of this length instead of the cells.
+    pub paired: Option<Duration>,
 }
 
 impl Config {
@@ -337,6 +352,14 @@ impl Config {
 
     pub fn validate(&self) -> Result<()> {
         at_least("records", self.records, 1)?;
+        if let Some(slice) = self.paired {
+            at_most(
+                "paired (ms)",
+                slice.as_millis() as u64,
+                self.duration.as_millis() as u64,
+                "--seconds: each configuration runs that long, in slices",
+            )?;
+        }
         at_least("threads", self.threads as u64, 1)?;
         at_most(
             "threads",
@@ -441,6 +464,7 @@ impl IntegrityBenchArgs {
             dir: self.dir.clone().unwrap_or_default(),
             progress: std::io::stderr().is_terminal(),
             command,
+            paired: self.paired,
         };
         config.validate()?;
         Ok(config)
@@ -508,6 +532,18 @@ pub fn run(config: &Config) -> Result<Report> {
     let configurations = config.configurations();
     let workloads = config.workloads();
     let mut report = Report::new(config, Machine::this());
+    if let Some(slice) = config.paired {
+        for &workload in &workloads {
+            for &configuration in &configurations {
+                if let Configuration::Lazy(_) = configuration {
+                    let paired = paired::measure(config, &values, configuration, workload, slice)?;
+                    report.paired.push(paired);
+                }
+            }
+        }
+        report.finish();
+        return Ok(report);
+    }
     let mut block = 0;
     for run in 0..config.runs {
         for &workload in &workloads {

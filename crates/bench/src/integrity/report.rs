@@ -42,6 +42,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::cell::{BackgroundScrub, Measured};
+use super::paired::PairedResult;
 use super::{Config, Configuration, Workload, SAMPLE_EVERY};
 use crate::machine::Machine;
 
@@ -52,6 +53,9 @@ const PAGE_BYTES: u64 = 4096;
 pub struct Report {
     pub config: ReportConfig,
     pub results: Vec<CellResult>,
+    /// `--paired`: each lazy configuration against off in alternating
+    /// slices (then `results` is empty).
+    pub paired: Vec<PairedResult>,
     pub scrub: ScrubSummary,
     /// Filled by `run` before `finish`.
     #[serde(skip)]
@@ -211,6 +215,7 @@ impl Report {
                 machine,
             },
             results: Vec::new(),
+            paired: Vec::new(),
             scrub: ScrubSummary {
                 gb_per_sec: None,
                 measurements: Vec::new(),
@@ -549,6 +554,34 @@ impl Report {
                     x(row.coverage_max_over_period),
                     x(row.drain_over_period),
                     others,
+                );
+            }
+        }
+        if !self.paired.is_empty() {
+            let _ = writeln!(
+                text,
+                "\npaired: off and the configuration on two stores side by side, taking turns \
+                 in slices (off, lazy, lazy, off, ...);\n× off: the median over quads (two pairs, \
+                 ABBA) of the configuration's operations over off's; total: all its operations over all of \
+                 off's.\nThe lazy store's background pass falls in either store's slices: \
+                 this measures the foreground's cost (module docs)."
+            );
+            let _ = writeln!(
+                text,
+                "  {:<11}{:<12}{:>8}{:>7}{:>9}{:>9}{:>16}",
+                "config", "workload", "slice", "pairs", "× off", "total", "pairs × off"
+            );
+            for p in &self.paired {
+                let _ = writeln!(
+                    text,
+                    "  {:<11}{:<12}{:>8}{:>7}{:>9}{:>9}{:>16}",
+                    p.configuration,
+                    p.workload,
+                    millis(p.slice_ms),
+                    p.pairs.len(),
+                    format!("{:.3}", p.median_ratio),
+                    format!("{:.3}", p.total_ratio),
+                    format!("{:.2}–{:.2}", p.worst_ratio, p.best_ratio),
                 );
             }
         }

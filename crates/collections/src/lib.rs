@@ -121,6 +121,14 @@ impl Default for CollectionsOptions {
 /// an engine store.
 pub struct OwnSequencer(AtomicU64);
 
+impl OwnSequencer {
+    /// A sequencer whose first number is `first` (tests start logs of
+    /// their own at 1).
+    pub fn starting_at(first: u64) -> OwnSequencer {
+        OwnSequencer(AtomicU64::new(first))
+    }
+}
+
 impl Sequencer for OwnSequencer {
     fn next_seq(&self) -> u64 {
         self.0.fetch_add(1, Ordering::Relaxed)
@@ -299,7 +307,7 @@ impl Collections {
                 advance(max_seq + 1);
                 sequencer
             }
-            None => Arc::new(OwnSequencer(AtomicU64::new(max_seq + 1))),
+            None => Arc::new(OwnSequencer::starting_at(max_seq + 1)),
         };
         let mut log_bytes = 0;
         for record in recovered.records {

@@ -131,26 +131,14 @@ impl Groups {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicU64, Ordering};
-
     use rand::{Rng, SeedableRng};
 
     use super::*;
     use crate::apply::apply;
     use crate::op::{encode_batch, Bytes, Op};
-    use crate::oplog::{OpLogOptions, Position, Sequencer};
+    use crate::oplog::{OpLogOptions, Position};
     use crate::state::Entry;
-
-    struct Counter(AtomicU64);
-
-    impl Sequencer for Counter {
-        fn next_seq(&self) -> u64 {
-            self.0.fetch_add(1, Ordering::Relaxed)
-        }
-        fn peek_seq(&self) -> u64 {
-            self.0.load(Ordering::Relaxed)
-        }
-    }
+    use crate::OwnSequencer;
 
     /// A random operation on one of `keys` keys, touching two keys (and
     /// so joining their groups) `joins` times in a hundred.
@@ -218,7 +206,7 @@ mod tests {
                 ..OpLogOptions::default()
             };
             let log = OpLog::open(dir.path(), options, 0).unwrap().log;
-            let counter = Counter(AtomicU64::new(1));
+            let counter = OwnSequencer::starting_at(1);
             // Single-key records mostly, as in practice, and a few that
             // join keys (few enough that most groups stay apart), or many
             // (then nearly everything is one group).

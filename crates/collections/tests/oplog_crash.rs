@@ -12,10 +12,10 @@
 //! a segment's previous life, nothing twice.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use engram_collections::oplog::{OpLog, OpLogOptions, Position, Sequencer};
+use engram_collections::oplog::{OpLog, OpLogOptions, Position};
+use engram_collections::OwnSequencer;
 use engram_pmem::{CrashPoint, CrashSim, ModeChoice, PersistObserver, RegionOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -25,17 +25,6 @@ const SEEDS: u64 = 6;
 const APPENDS_PER_SEED: usize = 150;
 const EXHAUSTIVE_LIMIT: u128 = 32;
 const SAMPLES_PER_POINT: usize = 4;
-
-struct Counter(AtomicU64);
-
-impl Sequencer for Counter {
-    fn next_seq(&self) -> u64 {
-        self.0.fetch_add(1, Ordering::Relaxed)
-    }
-    fn peek_seq(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
 
 fn options(observer: Option<Arc<CrashSim>>, lanes: usize) -> OpLogOptions {
     OpLogOptions {
@@ -159,7 +148,7 @@ fn run_seed(seed: u64, base: &Path) -> (u64, Vec<String>) {
     let log = OpLog::open(&dir, options(Some(Arc::clone(&sim)), 1), 0)
         .unwrap()
         .log;
-    let counter = Counter(AtomicU64::new(1));
+    let counter = OwnSequencer::starting_at(1);
     let shared = Arc::new(Mutex::new(Shared {
         expect: Expect::default(),
         rng: StdRng::seed_from_u64(seed ^ 0x5eed),
@@ -223,7 +212,7 @@ fn no_crash_image_replays_a_torn_stale_or_unacknowledged_record() {
 fn concurrent_appenders_recover_in_sequence_order_and_cut_splits_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let log = Arc::new(OpLog::open(dir.path(), options(None, 4), 0).unwrap().log);
-    let counter = Arc::new(Counter(AtomicU64::new(1)));
+    let counter = Arc::new(OwnSequencer::starting_at(1));
     let mut cut_at = 0;
     std::thread::scope(|scope| {
         for t in 0..4u8 {
@@ -269,7 +258,7 @@ fn concurrent_appenders_recover_in_sequence_order_and_cut_splits_exactly() {
 #[test]
 fn truncation_voids_the_uncommitted_suffix_only() {
     let dir = tempfile::tempdir().unwrap();
-    let counter = Counter(AtomicU64::new(1));
+    let counter = OwnSequencer::starting_at(1);
     {
         let log = OpLog::open(dir.path(), options(None, 1), 0).unwrap().log;
         for index in 1..=5 {
@@ -339,7 +328,7 @@ fn bad_files_and_options_are_clear_errors() {
 
     let dir = tempfile::tempdir().unwrap();
     let log = OpLog::open(dir.path(), options(None, 1), 0).unwrap().log;
-    let counter = Counter(AtomicU64::new(1));
+    let counter = OwnSequencer::starting_at(1);
     let too_big = vec![0u8; log.max_payload() + 1];
     let error = log
         .append(&counter, Position::default(), &too_big)
@@ -382,7 +371,7 @@ fn a_full_disk_stops_the_reserve_before_the_writers() {
         ..options(None, 1)
     };
     let log = Arc::new(OpLog::open(dir.path(), options.clone(), 0).unwrap().log);
-    let counter = Counter(AtomicU64::new(1));
+    let counter = OwnSequencer::starting_at(1);
     log.append(&counter, Position::default(), b"first").unwrap();
     // Room for one more segment, not for the reserve of three.
     log.set_file_limit(Some(log.stats().file_bytes + SEGMENT_BYTES));

@@ -23,10 +23,9 @@ struct Cli {
     args: IntegrityBenchArgs,
 }
 
-#[test]
-fn tiny_run_measures_every_configuration_on_every_workload() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = Config {
+/// Toy sizes: every configuration on every workload in seconds.
+fn tiny_config(dir: &std::path::Path) -> Config {
+    Config {
         records: 20_000,
         key_bytes: 16,
         value_bytes: 200,
@@ -44,11 +43,17 @@ fn tiny_run_measures_every_configuration_on_every_workload() {
         background_scrub: Duration::from_millis(300),
         quiet_wait: Duration::ZERO,
         quiet_share: 0.1,
-        dir: dir.path().to_path_buf(),
+        dir: dir.to_path_buf(),
         progress: false,
         command: "engram bench integrity (test)".into(),
         paired: None,
-    };
+    }
+}
+
+#[test]
+fn tiny_run_measures_every_configuration_on_every_workload() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_config(dir.path());
     let report = integrity::run(&config).unwrap();
     let json: serde_json::Value = serde_json::from_str(&report.json()).unwrap();
     let results = json["results"].as_array().unwrap();
@@ -217,24 +222,13 @@ fn defaults_are_the_issue_s_experiment() {
 fn paired_slices_measure_each_lazy_period_against_off() {
     let dir = tempfile::tempdir().unwrap();
     let config = Config {
-        records: 20_000,
-        key_bytes: 16,
-        value_bytes: 200,
-        threads: 2,
         duration: Duration::from_millis(1000),
-        runs: 1,
-        distribution: Distribution::Zipfian,
         workloads: vec![Workload::YcsbA],
         lazy_periods: vec![Duration::from_millis(200), Duration::from_secs(30)],
-        stripe_pages: 4,
-        flush: FlushInstruction::None,
         background_scrub: Duration::ZERO,
-        quiet_wait: Duration::ZERO,
-        quiet_share: 0.1,
-        dir: dir.path().to_path_buf(),
-        progress: false,
         command: "engram bench integrity --paired 250ms (test)".into(),
         paired: Some(Duration::from_millis(250)),
+        ..tiny_config(dir.path())
     };
     let report = integrity::run(&config).unwrap();
     let json: serde_json::Value = serde_json::from_str(&report.json()).unwrap();

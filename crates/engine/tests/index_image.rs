@@ -30,6 +30,17 @@ fn value(i: u64, version: u64) -> Vec<u8> {
     value
 }
 
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// Puts version `version` of every key in `keys`, into the store and the
+/// model alike.
+fn put_range(store: &Store, model: &mut Model, keys: std::ops::Range<u64>, version: u64) {
+    for i in keys {
+        store.put(&key(i), &value(i, version)).unwrap();
+        model.insert(key(i), value(i, version));
+    }
+}
+
 fn without_images() -> Options {
     Options {
         index_image: IndexImageOptions {
@@ -53,7 +64,7 @@ fn assert_refused(store: &Store, why: &str) {
 }
 
 /// Every key of the model has its value, nothing else is there.
-fn assert_matches(store: &Store, model: &BTreeMap<Vec<u8>, Vec<u8>>, what: &str) {
+fn assert_matches(store: &Store, model: &Model, what: &str) {
     for (k, v) in model {
         let found = store.get(k).unwrap();
         assert_eq!(
@@ -78,10 +89,7 @@ fn recovery_reads_the_image_and_scans_only_the_blocks_claimed_since() {
     let dir = tempfile::tempdir().unwrap();
     let mut model = BTreeMap::new();
     let store = Store::open(dir.path(), small_options()).unwrap();
-    for i in 0..20_000 {
-        store.put(&key(i), &value(i, 1)).unwrap();
-        model.insert(key(i), value(i, 1));
-    }
+    put_range(&store, &mut model, 0..20_000, 1);
     let image = store.write_index_image().unwrap();
     assert_eq!(image.entries, 20_000);
     let blocks_at_image = store.stats().blocks_total;
@@ -123,10 +131,7 @@ fn recovery_reads_the_image_and_scans_only_the_blocks_claimed_since() {
     );
     assert_matches(&store, &model, "from the image");
     // The store goes on as usual: writes, compaction, another crash.
-    for i in 0..500 {
-        store.put(&key(i), &value(i, 99)).unwrap();
-        model.insert(key(i), value(i, 99));
-    }
+    put_range(&store, &mut model, 0..500, 99);
     store.crash();
 
     // The same blocks, recovered by scanning all of them: the same store.
@@ -141,10 +146,7 @@ fn a_torn_or_damaged_image_is_not_used() {
     let dir = tempfile::tempdir().unwrap();
     let mut model = BTreeMap::new();
     let store = Store::open(dir.path(), small_options()).unwrap();
-    for i in 0..5_000 {
-        store.put(&key(i), &value(i, 1)).unwrap();
-        model.insert(key(i), value(i, 1));
-    }
+    put_range(&store, &mut model, 0..5_000, 1);
     let first = store.write_index_image().unwrap();
     store.crash();
 
@@ -157,10 +159,7 @@ fn a_torn_or_damaged_image_is_not_used() {
         ..small_options()
     };
     let store = Store::open(dir.path(), torn).unwrap();
-    for i in 2_500..7_500 {
-        store.put(&key(i), &value(i, 2)).unwrap();
-        model.insert(key(i), value(i, 2));
-    }
+    put_range(&store, &mut model, 2_500..7_500, 2);
     store.write_index_image().unwrap();
     store.crash();
 
@@ -202,10 +201,7 @@ fn an_image_naming_a_damaged_record_is_abandoned_for_a_full_scan() {
     let dir = tempfile::tempdir().unwrap();
     let mut model = BTreeMap::new();
     let store = Store::open(dir.path(), small_options()).unwrap();
-    for i in 0..3_000 {
-        store.put(&key(i), &value(i, 1)).unwrap();
-        model.insert(key(i), value(i, 1));
-    }
+    put_range(&store, &mut model, 0..3_000, 1);
     store.write_index_image().unwrap();
     store.refresh_redundancy_now();
     store.crash();
@@ -237,10 +233,7 @@ fn an_image_of_another_store_is_refused() {
     store.close().unwrap();
     let mut model = BTreeMap::new();
     let store = Store::open(two.path(), without_images()).unwrap();
-    for i in 500..800 {
-        store.put(&key(i), &value(i, 3)).unwrap();
-        model.insert(key(i), value(i, 3));
-    }
+    put_range(&store, &mut model, 500..800, 3);
     store.close().unwrap();
     for name in INDEX_IMAGE_FILES {
         let from = one.path().join(name);
@@ -343,19 +336,13 @@ fn images_are_written_in_the_background_and_at_close() {
     };
     let store = Store::open(dir.path(), options.clone()).unwrap();
     let mut model = BTreeMap::new();
-    for i in 0..15_000 {
-        store.put(&key(i), &value(i, 1)).unwrap();
-        model.insert(key(i), value(i, 1));
-    }
+    put_range(&store, &mut model, 0..15_000, 1);
     let deadline = Instant::now() + Duration::from_secs(20);
     while store.stats().index_images == 0 {
         assert!(Instant::now() < deadline, "no image in the background");
         std::thread::sleep(Duration::from_millis(20));
     }
-    for i in 0..1_000 {
-        store.put(&key(i), &value(i, 2)).unwrap();
-        model.insert(key(i), value(i, 2));
-    }
+    put_range(&store, &mut model, 0..1_000, 2);
     let blocks = store.stats().blocks_total;
     store.close().unwrap();
 

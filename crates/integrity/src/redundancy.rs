@@ -226,6 +226,11 @@ impl Redundancy {
     /// [`Self::mark_range`] within one group.
     fn mark_in_group(&self, group: u64, first: u64, end: u64) {
         const WORDS: usize = (layout::MAX_GROUP_PAGES / 64) as usize;
+        // Most multi-page stores land in a block marked when it was
+        // started: like a single page's, their check takes no lock.
+        if (first..end).all(|page| self.is_stale(page)) {
+            return;
+        }
         let g = self.geometry;
         let _lock = self.mark_locks[group as usize % MARK_LOCKS].lock();
         // The group's persistent mark words count pages from the group's

@@ -52,14 +52,19 @@ pub struct Findings {
 
 impl Findings {
     pub fn unrepairable_pages(&self) -> usize {
-        self.stores().map(|(_, f)| f.unrepairable.len()).sum()
+        self.stores().map(|f| f.unrepairable.len()).sum()
     }
 
-    /// Each store scrubbed, with the name the report gives it.
-    fn stores(&self) -> impl Iterator<Item = (&'static str, &StoreFindings)> {
-        std::iter::once(("strings", &self.strings))
-            .chain(self.images.as_ref().map(|f| ("collections images", f)))
+    /// Each store scrubbed.
+    fn stores(&self) -> impl Iterator<Item = &StoreFindings> {
+        std::iter::once(&self.strings).chain(self.images.as_ref())
     }
+}
+
+/// Where the collections' checkpoint images of the store in `dir` live.
+fn images_dir(dir: &Path) -> std::path::PathBuf {
+    dir.join(COLLECTIONS_DIR)
+        .join(engram_collections::IMAGES_DIR)
 }
 
 /// What the scrub of one engine store found.
@@ -126,9 +131,7 @@ pub fn scrub(dir: &Path) -> Result<Findings, String> {
         ));
     }
     let strings = scrub_store(dir, client_key_name)?;
-    let images_dir = dir
-        .join(COLLECTIONS_DIR)
-        .join(engram_collections::IMAGES_DIR);
+    let images_dir = images_dir(dir);
     let images = if images_dir.join(VALUES_FILE).is_file() {
         Some(scrub_store(&images_dir, image_owner_name)?)
     } else {
@@ -219,16 +222,11 @@ fn printable(key: &[u8]) -> String {
 
 pub fn render_text(dir: &Path, findings: &Findings) -> String {
     let mut out = String::new();
-    for (which, f) in findings.stores() {
-        let path = match which {
-            "strings" => dir.to_path_buf(),
-            _ => dir
-                .join(COLLECTIONS_DIR)
-                .join(engram_collections::IMAGES_DIR),
-        };
-        render_store(&mut out, &path, f);
+    render_store(&mut out, dir, &findings.strings);
+    if let Some(images) = &findings.images {
+        render_store(&mut out, &images_dir(dir), images);
     }
-    let corrupt: u64 = findings.stores().map(|(_, f)| f.corrupt_pages).sum();
+    let corrupt: u64 = findings.stores().map(|f| f.corrupt_pages).sum();
     let verdict = match (findings.unrepairable_pages(), corrupt) {
         (0, 0) => "clean: every page matches its checksum".to_string(),
         (0, _) => "clean: every corrupt page was rebuilt from parity".to_string(),

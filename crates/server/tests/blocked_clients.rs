@@ -120,6 +120,19 @@ fn llen(con: &mut Connection, key: &str) -> i64 {
     redis::cmd("LLEN").arg(key).query(con).unwrap()
 }
 
+/// RPUSH `values` onto `key`; the list's length after.
+fn rpush(con: &mut Connection, key: &str, values: &[&str]) -> i64 {
+    redis::cmd("RPUSH").arg(key).arg(values).query(con).unwrap()
+}
+
+/// What BLPOP/BRPOP reply when they pop `value` from `key`.
+fn popped(key: &str, value: &str) -> Value {
+    Value::Array(vec![
+        Value::BulkString(key.as_bytes().to_vec()),
+        Value::BulkString(value.as_bytes().to_vec()),
+    ])
+}
+
 #[test]
 fn info_counts_clients_while_they_block() {
     let (server, _dir) = start();
@@ -141,38 +154,18 @@ fn info_counts_clients_while_they_block() {
     wait_blocked(&mut observer, second_id);
 
     // One push serves the first to block; the other still waits.
-    let pushed: i64 = redis::cmd("RPUSH")
-        .arg("k")
-        .arg("a")
-        .query(&mut observer)
-        .unwrap();
+    let pushed = rpush(&mut observer, "k", &["a"]);
     assert_eq!(pushed, 1);
     let (_first, reply) = first.join();
-    assert_eq!(
-        reply.unwrap(),
-        Value::Array(vec![
-            Value::BulkString(b"k".to_vec()),
-            Value::BulkString(b"a".to_vec())
-        ])
-    );
+    assert_eq!(reply.unwrap(), popped("k", "a"));
     // A served client is no longer blocked by the time it has its reply.
     assert_eq!(blocked_clients(&mut observer), 1);
     assert_eq!(field(&client_line(&mut observer, first_id), "flags"), "N");
     assert_eq!(field(&client_line(&mut observer, second_id), "flags"), "b");
 
-    let pushed: i64 = redis::cmd("RPUSH")
-        .arg("k")
-        .arg("b")
-        .query(&mut observer)
-        .unwrap();
+    let pushed = rpush(&mut observer, "k", &["b"]);
     assert_eq!(pushed, 1);
-    assert_eq!(
-        second.reply().unwrap(),
-        Value::Array(vec![
-            Value::BulkString(b"k".to_vec()),
-            Value::BulkString(b"b".to_vec())
-        ])
-    );
+    assert_eq!(second.reply().unwrap(), popped("k", "b"));
     assert_eq!(blocked_clients(&mut observer), 0);
 
     // A wait that times out, and one whose client hangs up, end too.
@@ -279,12 +272,7 @@ fn unblock_timeout_replies_nil_and_takes_nothing() {
     // Not blocked any more: a second unblock does nothing.
     assert_eq!(unblock(&mut observer, id, None), 0);
     // What is pushed later stays in the list: nobody waits for it.
-    let pushed: i64 = redis::cmd("RPUSH")
-        .arg("k")
-        .arg("a")
-        .arg("b")
-        .query(&mut observer)
-        .unwrap();
+    let pushed = rpush(&mut observer, "k", &["a", "b"]);
     assert_eq!(pushed, 2);
     let items: Vec<String> = redis::cmd("LRANGE")
         .arg("k")
@@ -350,11 +338,7 @@ fn unblock_error_fails_brpop_and_blmove() {
     assert_eq!(unblock(&mut observer, id, Some("error")), 1);
     let error = waiter.reply().unwrap_err();
     assert_eq!(error.code(), Some("UNBLOCKED"), "{error}");
-    let pushed: i64 = redis::cmd("RPUSH")
-        .arg("src")
-        .arg("x")
-        .query(&mut observer)
-        .unwrap();
+    let pushed = rpush(&mut observer, "src", &["x"]);
     assert_eq!(pushed, 1);
     assert_eq!(llen(&mut observer, "src"), 1);
     assert_eq!(llen(&mut observer, "dst"), 0);
@@ -449,19 +433,9 @@ fn an_unblocked_client_gives_way_to_the_next_in_line() {
     // The first in line leaves: the next push is the second's.
     assert_eq!(unblock(&mut observer, first_id, None), 1);
     assert_eq!(first.reply().unwrap(), Value::Nil);
-    let pushed: i64 = redis::cmd("RPUSH")
-        .arg("k")
-        .arg("x")
-        .query(&mut observer)
-        .unwrap();
+    let pushed = rpush(&mut observer, "k", &["x"]);
     assert_eq!(pushed, 1);
-    assert_eq!(
-        second.reply().unwrap(),
-        Value::Array(vec![
-            Value::BulkString(b"k".to_vec()),
-            Value::BulkString(b"x".to_vec())
-        ])
-    );
+    assert_eq!(second.reply().unwrap(), popped("k", "x"));
     assert_eq!(llen(&mut observer, "k"), 0);
     server.shutdown().unwrap();
 }

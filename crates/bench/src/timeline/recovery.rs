@@ -38,8 +38,31 @@ use super::stats;
 use super::{records, remove_if_present, tail, Config};
 use crate::integrity::progress_bar;
 
-/// Keys checked element by element after each recovery (spread evenly).
+/// Keys checked element by element (or value by value) after each
+/// recovery, spread evenly.
 const SAMPLED_KEYS: u64 = 1000;
+
+/// After a recovery of `store` (its name in errors): the key count must be
+/// `expected`; returns the ids to check one by one (evenly spread, the
+/// last included).
+pub(super) fn check_count(
+    store: &'static str,
+    found: u64,
+    expected: u64,
+) -> Result<impl Iterator<Item = u64>> {
+    if found != expected {
+        return Err(TimelineError::WrongKeyCount {
+            store,
+            when: "after recovery",
+            found,
+            expected,
+        });
+    }
+    let step = (expected / SAMPLED_KEYS).max(1);
+    Ok((0..expected)
+        .step_by(step as usize)
+        .chain(expected.checked_sub(1)))
+}
 /// Elements carry their number in their first 8 bytes.
 pub const MIN_MEMBER_BYTES: usize = 8;
 const GOLDEN_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -300,18 +323,10 @@ fn recover(
     spinner.finish_and_clear();
     let collections = collections?;
     let found = collections.len();
-    if found != expected {
-        return Err(TimelineError::WrongKeyCount {
-            store: "collections",
-            when: "after recovery",
-            found,
-            expected,
-        });
-    }
+    let ids = check_count("collections", found, expected)?;
     let data = config.recovery;
-    let step = (expected / SAMPLED_KEYS).max(1);
     let mut sampled = 0;
-    for id in (0..expected).step_by(step as usize).chain([expected - 1]) {
+    for id in ids {
         if !data.holds(&collections, id) {
             return Err(TimelineError::LostWrite {
                 store: "collections",

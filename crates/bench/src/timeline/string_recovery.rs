@@ -20,11 +20,9 @@ use engram_engine::{IndexImageOptions, Options, RecoveryReport, Store};
 use indicatif::ProgressBar;
 
 use super::error::{Result, TimelineError};
+use super::recovery::check_count;
 use super::{records, remove_if_present, Config};
 use crate::integrity::progress_bar;
-
-/// Keys checked value by value after each recovery (spread evenly).
-const SAMPLED_KEYS: u64 = 1000;
 
 /// One timed engine recovery.
 #[derive(Clone, Debug)]
@@ -130,16 +128,7 @@ fn recover(
     let store = Store::open(dir, options(config, images))?;
     let open = began.elapsed();
     let found = store.len();
-    if found != expected {
-        return Err(TimelineError::WrongKeyCount {
-            store: "strings",
-            when: "after recovery",
-            found,
-            expected,
-        });
-    }
-    let step = (expected / SAMPLED_KEYS).max(1);
-    for id in (0..expected).step_by(step as usize).chain([expected - 1]) {
+    for id in check_count("strings", found, expected)? {
         if store.get(&key(id))? != Some(value(id, value_bytes)) {
             return Err(TimelineError::LostWrite {
                 store: "strings",

@@ -382,16 +382,25 @@ fn collections_images_are_scrubbed_and_damage_there_names_the_collection() {
 
     // Two bad pages of one stripe: the hash whose image lies there is
     // named as a client knows it, and the scrub exits 1.
-    let page = starts[50] / PAGE + 1;
+    // A page with value bytes of some hash where the flip lands, and its
+    // stripe neighbour: which hash owns which page depends on the order
+    // the checkpoint wrote the images in, so look rather than assume.
+    let owner_of =
+        |at: usize| (0..n).find(|&i| starts[i] <= at && at < starts[i] + value_of(i).len());
+    let last_page = starts.iter().max().unwrap() / PAGE;
+    let (page, owner) = (starts[0] / PAGE..last_page)
+        .find_map(|page| {
+            let owner = owner_of(page * PAGE + 100)?;
+            owner_of((page ^ 1) * PAGE + 100)?;
+            Some((page, owner))
+        })
+        .expect("two pages of one stripe holding image values");
     let (at_a, at_b) = (page * PAGE + 100, (page ^ 1) * PAGE + 100);
     flip(&file, at_a);
     flip(&file, at_b);
     let output = engram_scrub(&data, false);
     let report = stdout(&output);
     assert_eq!(output.status.code(), Some(1), "{report}{}", stderr(&output));
-    let owner = (0..n)
-        .find(|&i| starts[i] <= page * PAGE && page * PAGE < starts[i] + value_of(i).len())
-        .expect("a value spans the damaged page");
     assert!(
         report.contains(&format!("    h{owner} (image of checkpoint ")),
         "{report}"

@@ -110,6 +110,16 @@ fn unblock(con: &mut Connection, id: u64, reason: Option<&str>) -> i64 {
     cmd.query(con).unwrap()
 }
 
+/// A fresh client that runs `command` and waits in it: its id, and the
+/// command's thread.
+fn block(addr: SocketAddr, observer: &mut Connection, command: redis::Cmd) -> (u64, Blocking) {
+    let mut client = con(addr);
+    let id = id_of(&mut client);
+    let blocking = Blocking::spawn(client, command);
+    wait_blocked(observer, id);
+    (id, blocking)
+}
+
 fn blpop(key: &str) -> redis::Cmd {
     let mut cmd = redis::cmd("BLPOP");
     cmd.arg(key).arg(0);
@@ -171,10 +181,7 @@ fn info_counts_clients_while_they_block() {
     // A wait that times out, and one whose client hangs up, end too.
     let mut raw = Client::connect(&server);
     assert_eq!(raw.call("BLPOP k 0.05"), "(nil array)");
-    let mut leaver = con(server.addr);
-    let leaver_id = id_of(&mut leaver);
-    let leaver = Blocking::spawn(leaver, blpop("k"));
-    wait_blocked(&mut observer, leaver_id);
+    let (leaver_id, leaver) = block(server.addr, &mut observer, blpop("k"));
     assert_eq!(blocked_clients(&mut observer), 1);
     redis::cmd("CLIENT")
         .arg("KILL")
@@ -197,10 +204,7 @@ fn client_list_flags_only_the_blocked_client() {
     let observer_id = id_of(&mut observer);
     let mut idle = con(server.addr);
     let idle_id = id_of(&mut idle);
-    let mut waiter = con(server.addr);
-    let waiter_id = id_of(&mut waiter);
-    let waiter = Blocking::spawn(waiter, blpop("k"));
-    wait_blocked(&mut observer, waiter_id);
+    let (waiter_id, waiter) = block(server.addr, &mut observer, blpop("k"));
 
     let list: String = redis::cmd("CLIENT")
         .arg("LIST")
@@ -258,10 +262,7 @@ fn client_list_flags_only_the_blocked_client() {
 fn unblock_timeout_replies_nil_and_takes_nothing() {
     let (server, _dir) = start();
     let mut observer = con(server.addr);
-    let mut waiter = con(server.addr);
-    let id = id_of(&mut waiter);
-    let waiter = Blocking::spawn(waiter, blpop("k"));
-    wait_blocked(&mut observer, id);
+    let (id, waiter) = block(server.addr, &mut observer, blpop("k"));
     assert_eq!(blocked_clients(&mut observer), 1);
 
     assert_eq!(unblock(&mut observer, id, None), 1);
@@ -421,14 +422,8 @@ fn unblock_argument_errors() {
 fn an_unblocked_client_gives_way_to_the_next_in_line() {
     let (server, _dir) = start();
     let mut observer = con(server.addr);
-    let mut first = con(server.addr);
-    let first_id = id_of(&mut first);
-    let first = Blocking::spawn(first, blpop("k"));
-    wait_blocked(&mut observer, first_id);
-    let mut second = con(server.addr);
-    let second_id = id_of(&mut second);
-    let second = Blocking::spawn(second, blpop("k"));
-    wait_blocked(&mut observer, second_id);
+    let (first_id, first) = block(server.addr, &mut observer, blpop("k"));
+    let (_, second) = block(server.addr, &mut observer, blpop("k"));
 
     // The first in line leaves: the next push is the second's.
     assert_eq!(unblock(&mut observer, first_id, None), 1);
@@ -444,10 +439,7 @@ fn an_unblocked_client_gives_way_to_the_next_in_line() {
 fn unblock_inside_exec_wins_over_the_push_before_it() {
     let (server, _dir) = start();
     let mut observer = con(server.addr);
-    let mut waiter = con(server.addr);
-    let id = id_of(&mut waiter);
-    let waiter = Blocking::spawn(waiter, blpop("k"));
-    wait_blocked(&mut observer, id);
+    let (id, waiter) = block(server.addr, &mut observer, blpop("k"));
 
     // EXEC holds k's lock while it runs CLIENT UNBLOCK, so the waiter
     // cannot take the element first; the unblock must not wait for it

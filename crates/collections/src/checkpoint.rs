@@ -204,8 +204,7 @@ fn run_checkpoint(inner: &Inner, state: &mut State) -> Result<CheckpointReport> 
     match fold(inner, state, cut.through_seq, &cut.segments) {
         Ok(mut report) => {
             // 5. The archived log is covered: reuse it.
-            report.segments_freed = segments.len() as u64;
-            inner.log.release(segments);
+            report.segments_freed = inner.log.release(segments);
             report.duration = began.elapsed();
             Ok(report)
         }

@@ -3,7 +3,8 @@
 //! the pattern).
 //!
 //! A seeded single-threaded workload appends records of random sizes (small
-//! segments, so records cross into fresh and reused segments), and now and
+//! segments, so records cross into fresh and reused segments, and now and
+//! then one too large for a segment takes a run of them), and now and
 //! then cuts the log and releases the archive as a checkpoint would, moving
 //! the checkpointed-through mark. At crash points (every fence, and the end
 //! of every append) images a power failure could leave are recovered, and
@@ -172,7 +173,9 @@ fn run_seed(seed: u64, base: &Path) -> (u64, Vec<String>) {
             archived = cut.segments;
             shared.lock().unwrap().expect.mark = cut.through_seq;
         }
-        let len = if rng.random_ratio(1, 10) {
+        let len = if rng.random_ratio(1, 30) {
+            rng.random_range(70_000..200_000)
+        } else if rng.random_ratio(1, 10) {
             rng.random_range(4000..9000)
         } else {
             rng.random_range(0..300)
@@ -329,6 +332,8 @@ fn bad_files_and_options_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let log = OpLog::open(dir.path(), options(None, 1), 0).unwrap().log;
     let counter = OwnSequencer::starting_at(1);
+    // Beyond what a record's length field holds (the pages of this
+    // allocation are never touched: the size is refused first).
     let too_big = vec![0u8; log.max_payload() + 1];
     let error = log
         .append(&counter, Position::default(), &too_big)
@@ -338,8 +343,9 @@ fn bad_files_and_options_are_clear_errors() {
         error.contains("larger than the operation log's limit"),
         "{error}"
     );
-    log.append(&counter, Position::default(), &too_big[1..])
-        .unwrap();
+    drop(too_big);
+    let first = vec![3u8; log.segment_payload() + 1];
+    log.append(&counter, Position::default(), &first).unwrap();
 
     // A full disk: the append fails cleanly and what was logged survives.
     log.set_file_limit(Some(log.stats().file_bytes));
@@ -357,7 +363,7 @@ fn bad_files_and_options_are_clear_errors() {
     drop(log);
     let recovered = OpLog::open(dir.path(), options(None, 1), 0).unwrap();
     assert!(!recovered.records.is_empty());
-    assert_eq!(recovered.records[0].payload.len(), too_big.len() - 1);
+    assert_eq!(recovered.records[0].payload, first);
 }
 
 /// On a nearly full disk the reserve thread's growth fails; a lane that
@@ -406,4 +412,231 @@ fn a_full_disk_stops_the_reserve_before_the_writers() {
     drop(log);
     let recovered = OpLog::open(dir.path(), options, 0).unwrap();
     assert_eq!(recovered.records.len(), appended);
+}
+
+/// A payload that needs a run of `segments` segments, with a header word
+/// and a committed record (sequence number huge) planted where each
+/// interior segment starts: what a run's interior would replay if it were
+/// ever read as segments of its own.
+fn jumbo_with_planted_records(segments: u64) -> Vec<u8> {
+    use engram_collections::oplog::format;
+    let len = ((segments - 1) * SEGMENT_BYTES) as usize;
+    let mut payload: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+    // The record's payload starts after the run's header and its own.
+    let payload_start = format::SEGMENT_HEADER_BYTES + format::RECORD_HEADER_BYTES;
+    for interior in 1.. {
+        let at = (interior * SEGMENT_BYTES - payload_start) as usize;
+        let fake = b"planted";
+        let header = format::RecordHeader {
+            seq: u64::MAX / 2,
+            term: 0,
+            index: 0,
+            kind: format::KIND_OPERATION,
+        };
+        let record_at = at + format::SEGMENT_HEADER_BYTES as usize;
+        if record_at + 48 + fake.len() > payload.len() {
+            break;
+        }
+        payload[at..at + 8].copy_from_slice(&format::segment_header_word(9).to_le_bytes());
+        payload[record_at..record_at + 8].copy_from_slice(&header.seq.to_le_bytes());
+        payload[record_at + 8..record_at + 48]
+            .copy_from_slice(&format::encode_header(&header, 9, fake));
+        payload[record_at + 48..record_at + 48 + fake.len()].copy_from_slice(fake);
+    }
+    payload
+}
+
+/// Asserts that `recovered` holds exactly `expected`, in order, saying
+/// only lengths and first bytes when it does not (payloads are large).
+fn assert_payloads(
+    recovered: &engram_collections::oplog::Recovered,
+    expected: &[Vec<u8>],
+    what: &str,
+) {
+    let summary = |payloads: &mut dyn Iterator<Item = &Vec<u8>>| -> Vec<(usize, Option<u8>)> {
+        payloads.map(|p| (p.len(), p.first().copied())).collect()
+    };
+    let found: Vec<&Vec<u8>> = recovered.records.iter().map(|r| &r.payload).collect();
+    assert!(
+        found.iter().copied().eq(expected.iter()),
+        "{what}: found (len, first byte) {:?}, expected {:?}",
+        summary(&mut found.iter().copied()),
+        summary(&mut expected.iter())
+    );
+}
+
+/// A record larger than a segment takes a run of consecutive segments:
+/// it is read back whole, archived by a cut like any segment, its release
+/// frees the whole run for reuse (by another run without growing the
+/// file), and its interior never reads as segments of its own, neither
+/// while the run lives nor after its head is reused.
+#[test]
+fn records_larger_than_a_segment_take_a_run_of_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = OpLog::open(dir.path(), options(None, 1), 0).unwrap().log;
+    let counter = OwnSequencer::starting_at(1);
+    let small = b"small".to_vec();
+    let jumbo = jumbo_with_planted_records(4);
+    log.append(&counter, Position::default(), &small).unwrap();
+    let jumbo_seq = log.append(&counter, Position::default(), &jumbo).unwrap();
+    let after = b"after".to_vec();
+    log.append(&counter, Position::default(), &after).unwrap();
+    let stats = log.stats();
+    assert_eq!(
+        stats.segments_total,
+        1 + 4,
+        "one segment, then a run of 4: {stats:?}"
+    );
+    drop(log);
+
+    // Recovery reads the run as one record and skips its interior.
+    let recovered = OpLog::open(dir.path(), options(None, 1), 0).unwrap();
+    assert_payloads(
+        &recovered,
+        &[small.clone(), jumbo.clone(), after.clone()],
+        "reopened",
+    );
+    let log = recovered.log;
+
+    // A cut archives the run; reading the archive finds the record whole.
+    let cut = log.cut(&counter);
+    let archived = log.read(&cut.segments);
+    let archived_payloads: Vec<&Vec<u8>> = archived.iter().map(|r| &r.payload).collect();
+    assert!(
+        archived_payloads == [&small, &jumbo, &after],
+        "the archive holds the three records"
+    );
+    assert_eq!(archived[1].seq, jumbo_seq);
+    assert_eq!(
+        log.release(cut.segments),
+        5,
+        "the run's four segments and the other one"
+    );
+    assert_eq!(log.stats().segments_free, 5);
+
+    // Small records reuse freed segments; the old run's head is gone, so
+    // nothing hides the planted headers but their clearing.
+    let fillers: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 20_000]).collect();
+    for filler in &fillers {
+        log.append(&counter, Position::default(), filler).unwrap();
+    }
+    drop(log);
+    let recovered = OpLog::open(dir.path(), options(None, 1), cut.through_seq).unwrap();
+    assert_payloads(
+        &recovered,
+        &fillers,
+        "nothing planted in the old run's interior is replayed",
+    );
+
+    // A new run fits in the three segments left free, side by side: the
+    // file does not grow.
+    let log = recovered.log;
+    let second = vec![5u8; 2 * SEGMENT_BYTES as usize];
+    log.append(&counter, Position::default(), &second).unwrap();
+    assert_eq!(log.stats().segments_total, 5);
+    drop(log);
+    let recovered = OpLog::open(dir.path(), options(None, 1), cut.through_seq).unwrap();
+    let mut expected = fillers;
+    expected.push(second);
+    assert_payloads(&recovered, &expected, "the second run after the fillers");
+}
+
+/// A checkpoint covered a run but the process stopped before releasing
+/// it: recovery frees the run and clears its interior, so reusing its
+/// head later replays nothing planted in it.
+#[test]
+fn a_covered_run_left_unreleased_is_freed_and_cleared_at_recovery() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = OpLog::open(dir.path(), options(None, 1), 0).unwrap().log;
+    let counter = OwnSequencer::starting_at(1);
+    let jumbo = jumbo_with_planted_records(3);
+    let seq = log.append(&counter, Position::default(), &jumbo).unwrap();
+    drop(log);
+    let recovered = OpLog::open(dir.path(), options(None, 1), seq).unwrap();
+    assert!(recovered.records.is_empty());
+    assert_eq!(recovered.log.stats().segments_free, 3);
+    let log = recovered.log;
+    // Three fit in the old head: the interior after it stays as left.
+    let fillers: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i; 20_000]).collect();
+    for filler in &fillers {
+        log.append(&counter, Position::default(), filler).unwrap();
+    }
+    drop(log);
+    let recovered = OpLog::open(dir.path(), options(None, 1), seq).unwrap();
+    assert_payloads(&recovered, &fillers, "nothing planted is replayed");
+}
+
+/// A run that needs more than the disk has fails cleanly, and what was
+/// logged before survives.
+#[test]
+fn a_run_on_a_full_disk_fails_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = OpLog::open(dir.path(), options(None, 1), 0).unwrap().log;
+    let counter = OwnSequencer::starting_at(1);
+    log.append(&counter, Position::default(), b"kept").unwrap();
+    log.set_file_limit(Some(log.stats().file_bytes + 2 * SEGMENT_BYTES));
+    let error = log
+        .append(
+            &counter,
+            Position::default(),
+            &vec![1u8; 3 * SEGMENT_BYTES as usize],
+        )
+        .unwrap_err();
+    assert!(
+        matches!(error, engram_collections::Error::NoSpace(_)),
+        "{error}"
+    );
+    // What fits still goes in.
+    let fits = vec![2u8; SEGMENT_BYTES as usize];
+    log.append(&counter, Position::default(), &fits).unwrap();
+    drop(log);
+    let recovered = OpLog::open(dir.path(), options(None, 1), 0).unwrap();
+    assert_payloads(
+        &recovered,
+        &[b"kept".to_vec(), fits],
+        "after the failed run",
+    );
+}
+
+/// A version 1 file (no runs) opens and is marked version 2; a run whose
+/// length runs past the file's end is a clear error.
+#[test]
+fn version_one_files_are_upgraded_and_impossible_runs_refused() {
+    use engram_collections::oplog::format;
+    let dir = tempfile::tempdir().unwrap();
+    let log = OpLog::open(dir.path(), options(None, 1), 0).unwrap().log;
+    let counter = OwnSequencer::starting_at(1);
+    log.append(&counter, Position::default(), b"old").unwrap();
+    drop(log);
+    let path = dir.path().join("oplog.pmem");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let crc = crc32c::crc32c(&bytes[0..16]);
+    bytes[16..20].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    assert_eq!(
+        format::parse_superblock(&bytes[..20]),
+        Ok((SEGMENT_BYTES, 1))
+    );
+
+    let recovered = OpLog::open(dir.path(), options(None, 1), 0).unwrap();
+    assert_payloads(&recovered, &[b"old".to_vec()], "a version 1 file");
+    drop(recovered);
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(
+        format::parse_superblock(&bytes[..20]),
+        Ok((SEGMENT_BYTES, format::VERSION))
+    );
+
+    // Segment 0 made the head of a run of 1000 segments in a file of one.
+    let mut bytes = bytes;
+    let start = format::SUPERBLOCK_BYTES as usize;
+    bytes[start..start + 8].copy_from_slice(&format::run_header_word(1).to_le_bytes());
+    bytes[start + 8..start + 16].copy_from_slice(&1000u64.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let error = OpLog::open(dir.path(), options(None, 1), 0)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("heads a run of 1000 segments"), "{error}");
 }

@@ -6,13 +6,20 @@
 //! superblock
 //!   offset size field
 //!        0    8 magic "ENGROPLG"
-//!        8    4 version (1)
+//!        8    4 version (2; version 1, which has no runs, is read and
+//!                  upgraded at open)
 //!       12    4 segment_bytes (a power of two, 64 KiB ..= 1 GiB)
 //!       16    4 crc32c of bytes 0..16
 //!
 //! segment  = header (64 bytes), then records packed back to back
 //!   offset size field
 //!        0    8 header word: SEGMENT_TAG << 32 | generation (u32, nonzero)
+//!
+//! run      = a record too large for one segment: `length` consecutive
+//!            segments, one header, then the one record
+//!   offset size field
+//!        0    8 header word: RUN_TAG << 32 | generation (u32, nonzero)
+//!        8    8 length (segments, >= 2), persisted before the header word
 //!
 //! record   (8-byte aligned; 48-byte header, then the payload, padded to 8)
 //!   offset size field
@@ -28,6 +35,11 @@
 //!                            KIND_TRUNCATE the 8-byte index after which
 //!                            earlier-written records are void
 //! ```
+//!
+//! The segments after a run's head (its interior) hold record bytes where
+//! a header would be. Recovery skips them while the head is valid, and
+//! releasing a run zeroes their header words before any of its segments
+//! is reused, so they are never read as segments of their own.
 //!
 //! ## Commit rule (DIPPER 3.4)
 //!
@@ -52,11 +64,18 @@
 use engram_pmem::{PmemOffset, Region};
 
 pub const MAGIC: &[u8; 8] = b"ENGROPLG";
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
+/// The first version, without runs: a file of this version is read as is
+/// and its superblock rewritten as [`VERSION`] at open.
+pub const VERSION_WITHOUT_RUNS: u32 = 1;
 pub const SUPERBLOCK_BYTES: u64 = 4096;
 pub const SEGMENT_HEADER_BYTES: u64 = 64;
 pub const RECORD_HEADER_BYTES: u64 = 48;
 pub const SEGMENT_TAG: u64 = 0x5345_474d; // "SEGM"
+pub const RUN_TAG: u64 = 0x5255_4e53; // "RUNS"
+/// The largest payload of one record: its length is a u32, and the record
+/// (header, payload padded to 8) must fit in a u32 as well.
+pub const MAX_PAYLOAD_BYTES: usize = (u32::MAX as usize - RECORD_HEADER_BYTES as usize) & !7;
 pub const MIN_SEGMENT_BYTES: u64 = 64 << 10;
 pub const MAX_SEGMENT_BYTES: u64 = 1 << 30;
 
@@ -75,8 +94,9 @@ pub fn encode_superblock(segment_bytes: u64) -> [u8; 20] {
     bytes
 }
 
-/// What is wrong with a superblock, or the segment size it records.
-pub fn parse_superblock(bytes: &[u8]) -> Result<u64, String> {
+/// What is wrong with a superblock, or the segment size and the version it
+/// records.
+pub fn parse_superblock(bytes: &[u8]) -> Result<(u64, u32), String> {
     if bytes.len() < 20 || &bytes[0..8] != MAGIC {
         return Err("not an operation log (bad magic)".into());
     }
@@ -85,16 +105,16 @@ pub fn parse_superblock(bytes: &[u8]) -> Result<u64, String> {
         return Err("superblock checksum mismatch".into());
     }
     let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-    if version != VERSION {
+    if version != VERSION && version != VERSION_WITHOUT_RUNS {
         return Err(format!(
-            "unsupported version {version} (this build reads {VERSION})"
+            "unsupported version {version} (this build reads {VERSION_WITHOUT_RUNS} and {VERSION})"
         ));
     }
     let segment_bytes = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as u64;
     if !valid_segment_bytes(segment_bytes) {
         return Err(format!("invalid segment size {segment_bytes}"));
     }
-    Ok(segment_bytes)
+    Ok((segment_bytes, version))
 }
 
 pub fn valid_segment_bytes(bytes: u64) -> bool {
@@ -105,10 +125,32 @@ pub fn segment_header_word(generation: u32) -> u64 {
     SEGMENT_TAG << 32 | generation as u64
 }
 
-/// The generation of a claimed segment, or `None` (never claimed, or not a
-/// header at all).
-pub fn parse_segment_header(word: u64) -> Option<u32> {
-    (word >> 32 == SEGMENT_TAG && word as u32 != 0).then_some(word as u32)
+pub fn run_header_word(generation: u32) -> u64 {
+    RUN_TAG << 32 | generation as u64
+}
+
+/// What a segment's header word says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Header {
+    /// A segment claimed with this generation.
+    Segment(u32),
+    /// The head of a run claimed with this generation (its length is the
+    /// next word).
+    Run(u32),
+}
+
+/// What a header word says, or `None` (never claimed, or not a header at
+/// all).
+pub fn parse_segment_header(word: u64) -> Option<Header> {
+    let generation = word as u32;
+    if generation == 0 {
+        return None;
+    }
+    match word >> 32 {
+        SEGMENT_TAG => Some(Header::Segment(generation)),
+        RUN_TAG => Some(Header::Run(generation)),
+        _ => None,
+    }
 }
 
 /// Bytes a record with `payload_len` payload bytes occupies.
@@ -207,7 +249,7 @@ mod tests {
     #[test]
     fn superblock_round_trips_and_rejects_damage() {
         let bytes = encode_superblock(1 << 20);
-        assert_eq!(parse_superblock(&bytes), Ok(1 << 20));
+        assert_eq!(parse_superblock(&bytes), Ok((1 << 20, VERSION)));
         let mut bad = bytes;
         bad[13] ^= 1;
         assert!(parse_superblock(&bad).unwrap_err().contains("checksum"));
@@ -218,9 +260,17 @@ mod tests {
 
     #[test]
     fn segment_headers_need_the_tag_and_a_generation() {
-        assert_eq!(parse_segment_header(segment_header_word(7)), Some(7));
+        assert_eq!(
+            parse_segment_header(segment_header_word(7)),
+            Some(Header::Segment(7))
+        );
+        assert_eq!(
+            parse_segment_header(run_header_word(7)),
+            Some(Header::Run(7))
+        );
         assert_eq!(parse_segment_header(0), None);
         assert_eq!(parse_segment_header(SEGMENT_TAG << 32), None);
+        assert_eq!(parse_segment_header(RUN_TAG << 32), None);
         assert_eq!(parse_segment_header(7), None);
     }
 }

@@ -17,6 +17,12 @@
 //! records up to the cut. When the checkpoint that folds them into images is
 //! durable, [`OpLog::release`] returns its segments for reuse.
 //!
+//! A record too large for one segment gets a run of consecutive segments of
+//! its own ([`format`]), claimed from the free ones when enough of them lie
+//! side by side and from the file's end otherwise; the writer holds a lane
+//! while it writes, so a cut sees the run whole or not at all, and a
+//! checkpoint releases it like any other archived segment.
+//!
 //! For replication, records carry a term and an index, appending never
 //! applies anything, and [`OpLog::truncate_after`] voids an uncommitted
 //! suffix by appending a truncation record (recovery drops the records it
@@ -24,6 +30,7 @@
 
 pub mod format;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -31,7 +38,7 @@ use engram_pmem::{PmemOffset, Region, RegionOptions};
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
-use format::{RecordHeader, KIND_OPERATION, KIND_TRUNCATE};
+use format::{Header, RecordHeader, KIND_OPERATION, KIND_TRUNCATE};
 
 /// The file name of the operation log inside a store's directory.
 pub const FILE_NAME: &str = "oplog.pmem";
@@ -48,7 +55,8 @@ pub trait Sequencer: Send + Sync {
 #[derive(Clone, Debug)]
 pub struct OpLogOptions {
     /// Segment size for a new log (a power of two, 64 KiB ..= 1 GiB); an
-    /// existing log keeps its own. One operation must fit in a segment.
+    /// existing log keeps its own. An operation larger than a segment gets
+    /// a run of segments of its own.
     pub segment_bytes: u64,
     /// Lanes (concurrent appenders that never wait for one another).
     pub lanes: usize,
@@ -158,6 +166,9 @@ struct Segments {
     /// Segments in the file.
     count: u32,
     next_generation: u32,
+    /// The runs among `sealed` (and those handed out by a cut), by head:
+    /// their length in segments.
+    runs: HashMap<u32, u32>,
 }
 
 pub struct OpLog {
@@ -230,8 +241,16 @@ impl OpLog {
         if region.len() < format::SUPERBLOCK_BYTES {
             return Err(corrupt(&path, "file is shorter than its superblock"));
         }
-        let segment_bytes = format::parse_superblock(region.read(PmemOffset(0), 20))
+        let (segment_bytes, version) = format::parse_superblock(region.read(PmemOffset(0), 20))
             .map_err(|what| corrupt(&path, &what))?;
+        if version != format::VERSION {
+            // Version 1 is version 2 without runs: say that runs may follow
+            // (a build that reads only version 1 then refuses the file
+            // instead of misreading a run's interior).
+            region.write(PmemOffset(0), &format::encode_superblock(segment_bytes));
+            region.persist(PmemOffset(0), format::SUPERBLOCK_BYTES);
+            region.sync_all()?;
+        }
         // A segment the file only partly holds was being added when the
         // process stopped: it was never claimed, so it is ignored (and
         // overwritten when the file grows again).
@@ -248,6 +267,7 @@ impl OpLog {
                 sealed: Vec::new(),
                 count,
                 next_generation: 1,
+                runs: HashMap::new(),
             }),
             grow: Mutex::new(()),
             reserve_segments: options.reserve_segments,
@@ -258,25 +278,24 @@ impl OpLog {
             records: AtomicU64::new(0),
             payload_bytes: AtomicU64::new(0),
         };
-        let records = log.recover(count, checkpointed_through);
+        let records = log.recover(count, checkpointed_through)?;
         Ok(Recovered { log, records })
     }
 
-    fn recover(&mut self, count: u32, checkpointed_through: u64) -> Vec<Record> {
+    fn recover(&mut self, count: u32, checkpointed_through: u64) -> Result<Vec<Record>> {
         let mut records = Vec::new();
         let mut max_generation = 0;
-        let (mut free, mut sealed) = (Vec::new(), Vec::new());
-        for segment in 0..count {
-            let start = self.segment_start(segment);
-            let Some(generation) =
-                format::parse_segment_header(self.region.load_u64(PmemOffset(start)))
-            else {
+        let (mut free, mut sealed, mut runs) = (Vec::new(), Vec::new(), HashMap::new());
+        let mut segment = 0;
+        while segment < count {
+            let Some(span) = self.span(segment)? else {
                 free.push(segment);
+                segment += 1;
                 continue;
             };
-            max_generation = max_generation.max(generation);
+            max_generation = max_generation.max(span.generation);
             let mut live = false;
-            for parsed in SegmentRecords::new(&self.region, start, self.segment_bytes, generation) {
+            for parsed in span.records(&self.region) {
                 if parsed.header.seq > checkpointed_through {
                     live = true;
                     records.push(to_record(&parsed));
@@ -284,18 +303,74 @@ impl OpLog {
             }
             if live {
                 sealed.push(segment);
+                if span.length > 1 {
+                    runs.insert(segment, span.length);
+                }
             } else {
-                free.push(segment);
+                // A covered run whose release did not finish.
+                if span.length > 1 {
+                    self.dissolve_run(segment, span.length);
+                }
+                free.extend(segment..segment + span.length);
             }
+            segment += span.length;
         }
         let segments = self.segments.get_mut();
         segments.free = free;
         segments.sealed = sealed;
+        segments.runs = runs;
         segments.next_generation = max_generation.wrapping_add(1).max(1);
         // Claim low segments first, so the file's tail stays cold.
         segments.free.sort_unstable_by(|a, b| b.cmp(a));
         records.sort_unstable_by_key(|r| r.seq);
-        void_truncated(records)
+        Ok(void_truncated(records))
+    }
+
+    /// What `segment` holds: `None` if it was never claimed (or is a run's
+    /// interior, whose header word was cleared); an error if it heads a
+    /// run that the file does not hold.
+    fn span(&self, segment: u32) -> Result<Option<Span>> {
+        let start = self.segment_start(segment);
+        let (generation, length) =
+            match format::parse_segment_header(self.region.load_u64(PmemOffset(start))) {
+                None => return Ok(None),
+                Some(Header::Segment(generation)) => (generation, 1),
+                Some(Header::Run(generation)) => {
+                    let length = self.region.load_u64(PmemOffset(start + 8));
+                    let count = self.segments.lock().count;
+                    if length < 2 || length > u64::from(count - segment) {
+                        return Err(corrupt(
+                            &self.path,
+                            &format!(
+                                "segment {segment} heads a run of {length} segments, \
+                                 but the file holds {count}"
+                            ),
+                        ));
+                    }
+                    (generation, length as u32)
+                }
+            };
+        Ok(Some(Span {
+            start,
+            end: start + u64::from(length) * self.segment_bytes,
+            generation,
+            length,
+        }))
+    }
+
+    /// Turns a covered run back into unclaimed segments before any of them
+    /// is reused: first the interior's header words are zeroed (they hold
+    /// record bytes that could read as headers once no head hides them),
+    /// then the head's (a head left valid would hide the records of a
+    /// reused interior segment). Each store persisted in that order, so a
+    /// crash between leaves a head over a cleared interior, which recovery
+    /// dissolves again.
+    fn dissolve_run(&self, head: u32, length: u32) {
+        for segment in (head + 1..head + length).chain([head]) {
+            let start = self.segment_start(segment);
+            self.region.store_u64(PmemOffset(start), 0);
+            self.region.persist(PmemOffset(start), 8);
+        }
     }
 
     /// Appends one operation and makes it durable (on DAX: persisted; on
@@ -324,8 +399,14 @@ impl OpLog {
         )
     }
 
-    /// The largest payload one record can carry.
+    /// The largest payload one record can carry (in a run of segments if
+    /// it does not fit in one).
     pub fn max_payload(&self) -> usize {
+        format::MAX_PAYLOAD_BYTES
+    }
+
+    /// The largest payload that fits in one segment; larger ones get a run.
+    pub fn segment_payload(&self) -> usize {
         (self.segment_bytes - format::SEGMENT_HEADER_BYTES - format::RECORD_HEADER_BYTES) as usize
     }
 
@@ -342,6 +423,9 @@ impl OpLog {
                 max: self.max_payload(),
             });
         }
+        if payload.len() > self.segment_payload() {
+            return self.append_run(sequencer, position, kind, payload);
+        }
         let needed = format::record_bytes(payload.len());
         let mut lane = self.acquire_lane();
         if lane.segment.is_none() || lane.used + needed > self.segment_bytes {
@@ -349,6 +433,24 @@ impl OpLog {
         }
         let segment = lane.segment.expect("claimed above");
         let at = self.segment_start(segment) + lane.used;
+        let seq = self.write_record(at, lane.generation, sequencer, position, kind, payload);
+        lane.used += needed;
+        drop(lane);
+        self.count_record(payload);
+        Ok(seq)
+    }
+
+    /// Writes and commits one record at `at`, numbered from `sequencer`
+    /// (the caller holds a lane: see [`OpLog::cut`]).
+    fn write_record(
+        &self,
+        at: u64,
+        generation: u32,
+        sequencer: &dyn Sequencer,
+        position: Position,
+        kind: u8,
+        payload: &[u8],
+    ) -> u64 {
         let seq = sequencer.next_seq();
         let header = RecordHeader {
             seq,
@@ -356,7 +458,7 @@ impl OpLog {
             index: position.index,
             kind,
         };
-        let head = format::encode_header(&header, lane.generation, payload);
+        let head = format::encode_header(&header, generation, payload);
         // Body first, persisted; then the commit word (DIPPER 3.4).
         self.region.write(PmemOffset(at + 8), &head);
         self.region
@@ -367,12 +469,75 @@ impl OpLog {
         );
         self.region.store_u64(PmemOffset(at), seq);
         self.region.persist(PmemOffset(at), 8);
-        lane.used += needed;
+        seq
+    }
+
+    /// Appends a record too large for a segment in a run of its own. A
+    /// lane is held throughout, so that a cut cannot fall between the
+    /// record's number and the run's sealing: the cut then either archives
+    /// the run or numbers itself before the record.
+    fn append_run(
+        &self,
+        sequencer: &dyn Sequencer,
+        position: Position,
+        kind: u8,
+        payload: &[u8],
+    ) -> Result<u64> {
+        let needed = format::SEGMENT_HEADER_BYTES + format::record_bytes(payload.len());
+        let length = needed.div_ceil(self.segment_bytes) as u32;
+        let lane = self.acquire_lane();
+        let (head, generation) = self.claim_run(length)?;
+        let start = self.segment_start(head);
+        // The length first: whenever the header word says "run", the length
+        // beside it is this run's.
+        self.region
+            .store_u64(PmemOffset(start + 8), u64::from(length));
+        self.region.persist(PmemOffset(start + 8), 8);
+        self.region
+            .store_u64(PmemOffset(start), format::run_header_word(generation));
+        self.region.persist(PmemOffset(start), 8);
+        let at = start + format::SEGMENT_HEADER_BYTES;
+        let seq = self.write_record(at, generation, sequencer, position, kind, payload);
+        {
+            let mut segments = self.segments.lock();
+            segments.sealed.push(head);
+            segments.runs.insert(head, length);
+        }
         drop(lane);
+        self.count_record(payload);
+        Ok(seq)
+    }
+
+    /// `length` consecutive segments and a generation for them: free ones
+    /// if enough lie side by side, else new ones at the file's end.
+    fn claim_run(&self, length: u32) -> Result<(u32, u32)> {
+        let mut segments = self.segments.lock();
+        let head = match take_consecutive(&mut segments.free, length) {
+            Some(head) => head,
+            None => {
+                drop(segments);
+                let _one_grower = self.grow.lock();
+                let first = self.segments.lock().count;
+                let end = first.checked_add(length).ok_or_else(|| {
+                    Error::InvalidOption("operation log has too many segments".into())
+                })?;
+                self.region
+                    .grow_to(self.segment_start(end))
+                    .map_err(no_space)?;
+                segments = self.segments.lock();
+                segments.count = end;
+                first
+            }
+        };
+        let generation = segments.next_generation;
+        segments.next_generation = generation.wrapping_add(1).max(1);
+        Ok((head, generation))
+    }
+
+    fn count_record(&self, payload: &[u8]) {
         self.records.fetch_add(1, Ordering::Relaxed);
         self.payload_bytes
             .fetch_add(payload.len() as u64, Ordering::Relaxed);
-        Ok(seq)
     }
 
     fn acquire_lane(&self) -> MutexGuard<'_, Lane> {
@@ -521,22 +686,16 @@ impl OpLog {
     pub fn locate(&self, segments: &[u32], out: &mut Vec<Located>) {
         out.clear();
         for &segment in segments {
-            let start = self.segment_start(segment);
-            let Some(generation) =
-                format::parse_segment_header(self.region.load_u64(PmemOffset(start)))
-            else {
+            // A cut hands out only segments this log claimed and checked.
+            let Ok(Some(span)) = self.span(segment) else {
                 continue;
             };
-            out.extend(
-                SegmentRecords::new(&self.region, start, self.segment_bytes, generation).map(
-                    |parsed| Located {
-                        seq: parsed.header.seq,
-                        at: parsed.at,
-                        len: parsed.payload.len() as u32,
-                        kind: kind_of(&parsed),
-                    },
-                ),
-            );
+            out.extend(span.records(&self.region).map(|parsed| Located {
+                seq: parsed.header.seq,
+                at: parsed.at,
+                len: parsed.payload.len() as u32,
+                kind: kind_of(&parsed),
+            }));
         }
         // Each segment is already in sequence order (one lane wrote it,
         // taking each number under its lock): a stable sort merges these
@@ -568,8 +727,22 @@ impl OpLog {
 
     /// Returns archived segments for reuse: call only once what they hold
     /// is durable elsewhere (a checkpoint), since reuse destroys it.
-    pub fn release(&self, segments: Vec<u32>) {
-        self.segments.lock().free.extend(segments);
+    /// Returns how many segments that frees (a run counts all of its own).
+    pub fn release(&self, archived: Vec<u32>) -> u64 {
+        let mut segments = self.segments.lock();
+        let mut freed = 0;
+        for head in archived {
+            let length = match segments.runs.remove(&head) {
+                Some(length) => {
+                    self.dissolve_run(head, length);
+                    length
+                }
+                None => 1,
+            };
+            segments.free.extend(head..head + length);
+            freed += u64::from(length);
+        }
+        freed
     }
 
     /// Gives back archived segments whose checkpoint failed: the next cut
@@ -600,7 +773,15 @@ impl OpLog {
     /// will replay), a bound from above: whole sealed segments plus each
     /// lane's fill.
     pub fn active_bytes(&self) -> u64 {
-        let sealed = self.segments.lock().sealed.len() as u64 * self.segment_bytes;
+        let sealed = {
+            let segments = self.segments.lock();
+            let count: u64 = segments
+                .sealed
+                .iter()
+                .map(|head| u64::from(segments.runs.get(head).copied().unwrap_or(1)))
+                .sum();
+            count * self.segment_bytes
+        };
         let lanes: u64 = self
             .lanes
             .iter()
@@ -625,24 +806,53 @@ impl OpLog {
     }
 }
 
-/// The valid records of one segment, in the order written; stops at the
-/// first invalid one (the commit rule: nothing valid follows it).
+/// A claimed segment, or a run of them: where its records lie.
+struct Span {
+    start: u64,
+    end: u64,
+    generation: u32,
+    /// Segments it covers (1 for a plain segment).
+    length: u32,
+}
+
+impl Span {
+    fn records<'r>(&self, region: &'r Region) -> SegmentRecords<'r> {
+        SegmentRecords {
+            region,
+            at: self.start + format::SEGMENT_HEADER_BYTES,
+            end: self.end,
+            generation: self.generation,
+        }
+    }
+}
+
+/// Removes `length` consecutive segments from `free` (kept in descending
+/// order, claimed from its end) and returns the first; the lowest such
+/// stretch, so the file's tail stays cold. `None` if there is none.
+fn take_consecutive(free: &mut Vec<u32>, length: u32) -> Option<u32> {
+    let mut ascending = free.clone();
+    ascending.sort_unstable();
+    let mut first = 0;
+    for at in 0..ascending.len() {
+        if at > 0 && ascending[at] != ascending[at - 1] + 1 {
+            first = at;
+        }
+        if at + 1 - first == length as usize {
+            let head = ascending[first];
+            free.retain(|&segment| segment < head || segment >= head + length);
+            return Some(head);
+        }
+    }
+    None
+}
+
+/// The valid records of one segment (or run), in the order written; stops
+/// at the first invalid one (the commit rule: nothing valid follows it).
 struct SegmentRecords<'r> {
     region: &'r Region,
     at: u64,
     end: u64,
     generation: u32,
-}
-
-impl<'r> SegmentRecords<'r> {
-    fn new(region: &'r Region, start: u64, segment_bytes: u64, generation: u32) -> Self {
-        SegmentRecords {
-            region,
-            at: start + format::SEGMENT_HEADER_BYTES,
-            end: start + segment_bytes,
-            generation,
-        }
-    }
 }
 
 impl<'r> Iterator for SegmentRecords<'r> {

@@ -100,6 +100,13 @@ pub struct Options {
     pub block_size_bytes: u64,
     /// How much the data file grows at a time (rounded up to whole blocks).
     pub grow_bytes: u64,
+    /// Grow the data file a step ahead of need, on a thread of its own
+    /// (`engram-space-reserve`), when a claim leaves fewer than a quarter
+    /// step of blocks free: writers then rarely grow (allocate, map,
+    /// pre-fault) the file themselves. Off: a writer that finds no free
+    /// block grows it (the crash explorer turns it off, so that growth
+    /// happens in operation order).
+    pub grow_ahead: bool,
     /// Address space reserved for the data file: its maximum size.
     pub reserve_bytes: u64,
     /// Threads used by recovery; 0 means one per available core.
@@ -158,6 +165,7 @@ impl Default for Options {
             sync: SyncPolicy::Never,
             block_size_bytes: 1 << 20,
             grow_bytes: 64 << 20,
+            grow_ahead: true,
             reserve_bytes: engram_pmem::DEFAULT_RESERVE_BYTES,
             recovery_threads: 0,
             write_lanes: 0,

@@ -15,14 +15,14 @@
 //! when an allocator drains the queue.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::SegQueue;
 use engram_integrity::Integrity;
 use engram_pmem::{PmemOffset, Region};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::block::{state, BlockHeader, BlockKind, BlockMeta, BlockTable, BLOCK_HEADER_BYTES};
 use crate::counter::StripedCounter;
@@ -44,6 +44,15 @@ pub struct Space {
     free_count: AtomicU64,
     block_count: AtomicU64,
     grow_blocks: u64,
+    /// One growth at a time; taken before `free`, never after it.
+    grow: Mutex<()>,
+    /// Fewer free blocks than this after a claim ask the reserve thread
+    /// ([`Space::run_provisioner`]) to grow the file by a step, so that
+    /// writers find blocks ready instead of growing it themselves
+    /// (allocate, map, pre-fault: tens of milliseconds for a 64 MiB step).
+    low_water: u64,
+    provision: (Mutex<ProvisionRequests>, Condvar),
+    provision_requested: AtomicBool,
     /// Sum of `live_bytes` over all blocks.
     live_bytes: StripedCounter,
     /// Next block generation (see `block`).
@@ -57,6 +66,12 @@ pub struct Space {
     ready: SegQueue<u32>,
     /// Dead blocks still waiting for their epoch.
     pending_frees: AtomicU64,
+}
+
+#[derive(Default)]
+struct ProvisionRequests {
+    refill: bool,
+    stop: bool,
 }
 
 struct FreeBlocks {
@@ -77,6 +92,10 @@ impl Space {
             metas: BlockTable::new(max_blocks),
             block_count: AtomicU64::new(superblock.block_count),
             grow_blocks: grow_bytes.div_ceil(block_bytes).max(1),
+            grow: Mutex::new(()),
+            low_water: (grow_bytes.div_ceil(block_bytes) / 4).max(1),
+            provision: (Mutex::new(ProvisionRequests::default()), Condvar::new()),
+            provision_requested: AtomicBool::new(false),
             free: Mutex::new(FreeBlocks {
                 set: BTreeSet::new(),
                 superblock,
@@ -181,8 +200,17 @@ impl Space {
         self.release_ready();
         let mut free = self.free.lock();
         let id = free.set.pop_first()?;
-        self.free_count.fetch_sub(1, Ordering::Relaxed);
+        self.claimed_one(&free);
         Some(id)
+    }
+
+    /// Books a block just taken from `free`, and asks for growth ahead of
+    /// need when that leaves few.
+    fn claimed_one(&self, free: &FreeBlocks) {
+        self.free_count.fetch_sub(1, Ordering::Relaxed);
+        if (free.set.len() as u64) < self.low_water {
+            self.request_provision();
+        }
     }
 
     /// Takes a free block, growing the file when there is none. A full disk
@@ -207,11 +235,77 @@ impl Space {
         self.release_ready();
         let mut free = self.free.lock();
         if free.set.is_empty() {
-            self.grow_locked(&mut free, 1)?;
+            // The reserve ran dry: grow here, after any growth under way.
+            drop(free);
+            let _one_grower = self.grow.lock();
+            free = self.free.lock();
+            if free.set.is_empty() {
+                self.grow_locked(&mut free, 1)?;
+            }
         }
         let id = free.set.pop_first().expect("growth added blocks");
-        self.free_count.fetch_sub(1, Ordering::Relaxed);
+        self.claimed_one(&free);
         Ok(id)
+    }
+
+    /// Keeps at least `low_water` blocks free by growing the file a step at
+    /// a time whenever a claim asks and `may_grow` agrees (the store's space
+    /// budget: at it, writers compact before they grow), until
+    /// [`Space::stop_provisioner`]. For a thread of its own. A failed growth
+    /// (a full disk) is left for the write path to meet and report.
+    pub fn run_provisioner(&self, may_grow: impl Fn(&Space) -> bool) {
+        loop {
+            {
+                let mut requests = self.provision.0.lock();
+                while !requests.refill && !requests.stop {
+                    self.provision.1.wait(&mut requests);
+                }
+                if requests.stop {
+                    return;
+                }
+                requests.refill = false;
+            }
+            self.provision_requested.store(false, Ordering::Release);
+            if may_grow(self) {
+                let _ = self.grow_ahead();
+            }
+        }
+    }
+
+    /// Ends [`Space::run_provisioner`] (at once, or after its growth).
+    pub fn stop_provisioner(&self) {
+        self.provision.0.lock().stop = true;
+        self.provision.1.notify_all();
+    }
+
+    fn request_provision(&self) {
+        // One request until the thread takes it: claims in a row below the
+        // low-water mark cost an atomic load each, not a lock.
+        if self.provision_requested.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let mut requests = self.provision.0.lock();
+        requests.refill = true;
+        self.provision.1.notify_one();
+    }
+
+    /// One growth step if fewer than `low_water` blocks are free. The file
+    /// grows (allocation, mapping, pre-faulting) without `free` locked, so
+    /// writers keep claiming the blocks that are left meanwhile.
+    fn grow_ahead(&self) -> Result<()> {
+        let _one_grower = self.grow.lock();
+        if self.free_count.load(Ordering::Relaxed) >= self.low_water {
+            return Ok(());
+        }
+        // Only the holder of `grow` changes the block count.
+        let old_count = self.block_count();
+        let new_count = old_count + self.grow_blocks;
+        self.region
+            .grow_to((new_count + 1) * self.block_bytes)
+            .map_err(Error::from_growth)?;
+        let mut free = self.free.lock();
+        self.add_blocks(&mut free, old_count, new_count);
+        Ok(())
     }
 
     /// Takes `n` contiguous free blocks (an extent), growing if no run fits.
@@ -221,6 +315,7 @@ impl Space {
 
     fn try_take_run(&self, n: u32) -> Result<u32> {
         self.release_ready();
+        let _one_grower = self.grow.lock();
         let mut free = self.free.lock();
         let head = match find_run(&free.set, n) {
             Some(head) => head,
@@ -238,12 +333,21 @@ impl Space {
         Ok(head)
     }
 
+    /// Grows the file on the write path (the caller holds `grow` and
+    /// `free`).
     fn grow_locked(&self, free: &mut FreeBlocks, min_blocks: u64) -> Result<()> {
         let old_count = self.block_count();
         let new_count = old_count + self.grow_blocks.max(min_blocks);
         self.region
             .grow_to((new_count + 1) * self.block_bytes)
             .map_err(Error::from_growth)?;
+        self.add_blocks(free, old_count, new_count);
+        Ok(())
+    }
+
+    /// Records a growth from `old_count` to `new_count` blocks: the
+    /// superblock's count, then the new blocks as free.
+    fn add_blocks(&self, free: &mut FreeBlocks, old_count: u64, new_count: u64) {
         free.superblock.record_block_count(&self.region, new_count);
         for id in old_count..new_count {
             free.set.insert(id as u32);
@@ -251,7 +355,6 @@ impl Space {
         self.free_count
             .fetch_add(new_count - old_count, Ordering::Relaxed);
         self.block_count.store(new_count, Ordering::Release);
-        Ok(())
     }
 
     /// Blocks being reused hold nothing anyone will read again: pages of

@@ -270,6 +270,15 @@ impl Store {
             space,
         });
         let mut background = Vec::new();
+        if inner.options.grow_ahead {
+            let inner = Arc::clone(&inner);
+            background.push(spawn("engram-space-reserve", move || {
+                let compaction = &inner.options.compaction;
+                inner.space.run_provisioner(|space| {
+                    !compaction.enabled || space.may_grow(compaction.max_space_amplification)
+                })
+            }));
+        }
         if inner.options.compaction.enabled {
             let inner = Arc::clone(&inner);
             background.push(spawn("engram-compact", move || compaction::run(&inner)));
@@ -566,6 +575,7 @@ impl Store {
             let _guard = self.inner.wake.0.lock();
             self.inner.wake.1.notify_all();
         }
+        self.inner.space.stop_provisioner();
         for handle in self.background.drain(..) {
             let _ = handle.join();
         }

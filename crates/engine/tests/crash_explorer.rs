@@ -54,6 +54,7 @@ fn options(observer: Option<Arc<CrashSim>>, faults: FaultInjection) -> Options {
         mode: ModeChoice::Emulated,
         block_size_bytes: 64 << 10,
         grow_bytes: 128 << 10,
+        grow_ahead: false,
         reserve_bytes: 256 << 20,
         recovery_threads: 1,
         write_lanes: 1,

@@ -1,0 +1,85 @@
+//! The data file grows ahead of need: when claims leave fewer than a
+//! quarter of a growth step of blocks free, the `engram-space-reserve`
+//! thread grows it by a step, so writers find blocks ready instead of
+//! allocating, mapping and pre-faulting the file themselves. Off, the
+//! file grows only when a writer finds no free block.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use engram_engine::{CompactionOptions, Options, Store};
+
+const BLOCK: u64 = 64 << 10;
+/// A growth step of 16 blocks: the reserve keeps at least 4 free.
+const STEP: u64 = 16 * BLOCK;
+const LOW_WATER: u64 = 4;
+
+fn options(grow_ahead: bool) -> Options {
+    Options {
+        grow_bytes: STEP,
+        grow_ahead,
+        // One lane fills one block at a time: blocks used = values / 4.
+        write_lanes: 1,
+        compaction: CompactionOptions {
+            enabled: false,
+            ..CompactionOptions::default()
+        },
+        ..common::small_options()
+    }
+}
+
+/// Values that fill a 64 KiB block four at a time.
+const VALUE: usize = 16_000;
+
+/// Writes distinct keys that fill `blocks` blocks.
+fn fill(store: &Store, from: usize, blocks: u64) {
+    let value = vec![7u8; VALUE];
+    for i in from..from + 4 * blocks as usize {
+        store.put(format!("key-{i}").as_bytes(), &value).unwrap();
+    }
+}
+
+#[test]
+fn the_reserve_grows_the_file_before_writers_run_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options(true)).unwrap();
+    // Past the first step: claims go below the low-water mark again and
+    // again, and each time the reserve thread adds a step.
+    for round in 0..4 {
+        fill(&store, round * 1000, 15);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let stats = store.stats();
+            if stats.blocks_free >= LOW_WATER {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: the reserve never refilled: {stats:?}"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let stats = store.stats();
+    assert!(stats.blocks_total >= 4 * 15, "{stats:?}");
+    store.close().unwrap();
+    // What was written before and after each growth is all there.
+    let store = Store::open(dir.path(), options(true)).unwrap();
+    assert_eq!(store.len(), 4 * 4 * 15);
+    store.close().unwrap();
+}
+
+#[test]
+fn without_the_reserve_the_file_grows_only_when_no_block_is_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options(false)).unwrap();
+    // 14 of the first 16 blocks written (and a 15th open): 1 free, below
+    // the low-water mark, and nothing grows the file until it is used up.
+    fill(&store, 0, 14);
+    std::thread::sleep(Duration::from_millis(100));
+    let stats = store.stats();
+    assert!(stats.blocks_free < LOW_WATER, "{stats:?}");
+    assert_eq!(stats.blocks_total, STEP / BLOCK, "{stats:?}");
+    store.close().unwrap();
+}

@@ -154,6 +154,11 @@ impl Peer {
         &self.log
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Fails if the server has exited; `when` says at what point, for the
     /// error ("before redis-benchmark").
     pub fn check_alive(&mut self, when: &'static str) -> Result<()> {
@@ -350,19 +355,27 @@ pub fn find_program(program: &Path) -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-/// Makes sure redis-server and redis-benchmark can be run. When they are
-/// the default names and missing from PATH, installs Debian's packages
-/// (`redis-server`, `redis-tools`) with apt-get, as root or through
-/// `sudo -n`; anything else that is missing is an error saying what to do.
+/// Makes sure redis-server and redis-benchmark can be run (see
+/// [`ensure_redis_programs`]).
 pub fn ensure_redis_tools(redis_server: &Path, redis_benchmark: &Path) -> Result<()> {
-    let missing = |program: &Path| find_program(program).is_none();
-    if !missing(redis_server) && !missing(redis_benchmark) {
-        return Ok(());
-    }
-    for (program, flag) in [
+    ensure_redis_programs(&[
         (redis_server, "redis-server"),
         (redis_benchmark, "redis-benchmark"),
-    ] {
+    ])
+}
+
+/// Makes sure each of Redis's `programs` can be run: `(program, name)`, where
+/// `name` is both the program's default and the flag that names another
+/// (`redis-server`, `redis-benchmark`). When the missing ones are their
+/// defaults and not on PATH, installs Debian's packages (`redis-server`,
+/// `redis-tools`) with apt-get, as root or through `sudo -n`; anything else
+/// that is missing is an error saying what to do.
+pub fn ensure_redis_programs(programs: &[(&Path, &'static str)]) -> Result<()> {
+    let missing = |program: &Path| find_program(program).is_none();
+    if programs.iter().all(|&(program, _)| !missing(program)) {
+        return Ok(());
+    }
+    for &(program, flag) in programs {
         if missing(program) && program != Path::new(flag) {
             return Err(ServerBenchError::flag(
                 flag,
@@ -370,11 +383,23 @@ pub fn ensure_redis_tools(redis_server: &Path, redis_benchmark: &Path) -> Result
             ));
         }
     }
-    let manual = "install Redis 6.2 or later (Debian/Ubuntu: apt-get install redis-server \
-                  redis-tools) or pass --redis-server and --redis-benchmark";
+    let names = programs
+        .iter()
+        .map(|&(_, name)| name)
+        .collect::<Vec<_>>()
+        .join(" or ");
+    let flags = programs
+        .iter()
+        .map(|&(_, name)| format!("--{name}"))
+        .collect::<Vec<_>>()
+        .join(" and ");
+    let manual = format!(
+        "install Redis 6.2 or later (Debian/Ubuntu: apt-get install redis-server \
+         redis-tools) or pass {flags}"
+    );
     if find_program(Path::new("apt-get")).is_none() {
         return Err(ServerBenchError::Install(format!(
-            "redis-server or redis-benchmark is not on PATH and there is no apt-get: {manual}"
+            "{names} is not on PATH and there is no apt-get: {manual}"
         )));
     }
     let sudo = if is_root() {
@@ -383,8 +408,7 @@ pub fn ensure_redis_tools(redis_server: &Path, redis_benchmark: &Path) -> Result
         Some("sudo")
     } else {
         return Err(ServerBenchError::Install(format!(
-            "redis-server or redis-benchmark is not on PATH, and installing it needs root \
-             (no sudo found): {manual}"
+            "{names} is not on PATH, and installing it needs root (no sudo found): {manual}"
         )));
     };
     let steps: [&[&str]; 2] = [
@@ -397,10 +421,7 @@ pub fn ensure_redis_tools(redis_server: &Path, redis_benchmark: &Path) -> Result
             None => Vec::new(),
         };
         words.extend_from_slice(step);
-        eprintln!(
-            "redis-server or redis-benchmark is not on PATH; running: {}",
-            words.join(" ")
-        );
+        eprintln!("{names} is not on PATH; running: {}", words.join(" "));
         // apt's chatter goes to standard error: standard output may be
         // carrying the JSON report.
         let status = Command::new(words[0])
@@ -420,10 +441,9 @@ pub fn ensure_redis_tools(redis_server: &Path, redis_benchmark: &Path) -> Result
             )));
         }
     }
-    if missing(redis_server) || missing(redis_benchmark) {
+    if programs.iter().any(|&(program, _)| missing(program)) {
         return Err(ServerBenchError::Install(format!(
-            "installed redis-server and redis-tools, but redis-server or redis-benchmark is \
-             still not on PATH: {manual}"
+            "installed redis-server and redis-tools, but {names} is still not on PATH: {manual}"
         )));
     }
     Ok(())

@@ -1,11 +1,12 @@
 //! What can go wrong in `engram bench timeline`, by what went wrong: a bad
 //! flag, a store (or the server and its clients) that failed or lost a
-//! write, a recovery that found a different data set, the plot, or the file
-//! system.
+//! write, the Redis peer missing or failing, a recovery that found a
+//! different data set, the plot, or the file system.
 
 use std::path::PathBuf;
 
 use crate::error::BenchError;
+use crate::server::ServerBenchError;
 
 pub type Result<T, E = TimelineError> = std::result::Result<T, E>;
 
@@ -54,6 +55,22 @@ pub enum TimelineError {
 
     #[error("a Redis client of the server")]
     Redis(#[from] redis::RedisError),
+
+    /// `--peers redis`: redis-server is not there and could not be
+    /// installed.
+    #[error(
+        "redis-server, which --target server measures beside Engram, could not be found or \
+         installed; --peers none measures Engram alone"
+    )]
+    RedisMissing(#[source] ServerBenchError),
+
+    /// `--peers redis`: Redis would not start or died.
+    #[error("the Redis peer failed (--peers none measures Engram alone)")]
+    Peer(#[from] ServerBenchError),
+
+    /// `--peers redis`: Redis answered what the benchmark did not expect.
+    #[error("the Redis peer: {0} (--peers none measures Engram alone)")]
+    PeerFailed(String),
 
     #[error(transparent)]
     Bench(#[from] BenchError),

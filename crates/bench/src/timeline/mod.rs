@@ -53,7 +53,11 @@
 //! and output, labelled `target: server`, with the server's `INFO
 //! collections` counters at the end of each run. The server checkpoints in
 //! the background only: part 1's `off` and `stop-the-world`, and part 3,
-//! are skipped with a note.
+//! are skipped with a note. Each of these runs is then repeated against a
+//! fresh `redis-server` (`--peers redis`, the default; AOF with
+//! `appendfsync no`, the server's `process` durability): the same prefill,
+//! clients, seeds, commands and duration, its rows beside Engram's and the
+//! ratios Engram / Redis ([`peer_report`]). `--peers none` leaves Redis out.
 //!
 //! ## Output
 //!
@@ -63,9 +67,11 @@
 //!
 //! Modules: [`records`] (the data set), [`timed`] (the timed run),
 //! [`series`] (spans, windows, ratios), the three parts, [`server`] (the
-//! server target), [`report`], [`plot`].
+//! server target and its Redis peer), [`report`], [`peer_report`] (Redis's
+//! rows and the ratios), [`plot`].
 
 pub mod error;
+pub mod peer_report;
 pub mod plot;
 pub mod records;
 pub mod recovery;
@@ -92,6 +98,7 @@ pub use error::{Result, TimelineError};
 use records::Shape;
 use recovery::{DataSet, Types};
 pub use report::Report;
+pub use server::peer::Peers;
 pub use server::Target;
 use tail::Configuration;
 use ycsb::{StoreKind, Workload};
@@ -150,6 +157,15 @@ pub struct TimelineBenchArgs {
     /// Redis clients; background checkpoints only, no recovery part).
     #[arg(long, value_enum, default_value = "embedded")]
     pub target: Target,
+    /// With --target server, also measure each run against: redis (a fresh
+    /// redis-server per run, AOF with appendfsync no, on the same workload;
+    /// the default) or none. Ignored with --target embedded.
+    #[arg(long, value_enum)]
+    pub peers: Option<Peers>,
+    /// --peers redis: the redis-server to run; installed with apt-get if
+    /// it is this default and not on PATH.
+    #[arg(long, default_value = "redis-server")]
+    pub redis_server: PathBuf,
     /// Client threads (also the prefill's and the recovery build's writers).
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
@@ -240,6 +256,10 @@ pub struct TimelineBenchArgs {
 pub struct Config {
     pub parts: Vec<Part>,
     pub target: Target,
+    /// Measured beside the server target (always `None` when embedded).
+    pub peers: Peers,
+    /// `--peers redis`: the program.
+    pub redis_server: PathBuf,
     pub threads: usize,
     pub shape: Shape,
     pub duration: Duration,
@@ -390,6 +410,11 @@ impl TimelineBenchArgs {
         let config = Config {
             parts: Config::unique(&self.parts),
             target: self.target,
+            peers: match self.target {
+                Target::Embedded => Peers::None,
+                Target::Server => self.peers.unwrap_or_default(),
+            },
+            redis_server: self.redis_server.clone(),
             threads: self.threads,
             shape: Shape {
                 records: self.records,
@@ -470,7 +495,8 @@ pub fn cli(args: TimelineBenchArgs, command: String) -> Result<()> {
             .map_err(|e| TimelineError::io("writing the JSON report", path, e))?;
     }
     if let (Some(path), Some(tail)) = (&args.plot, &report.tail) {
-        plot::draw(path, tail)?;
+        let peer = report.peer.as_ref().map_or(&[][..], |peer| &peer.tail[..]);
+        plot::draw(path, tail, peer)?;
     }
     if let Some(temporary) = temporary {
         temporary
@@ -487,14 +513,43 @@ pub fn run(config: &Config) -> Result<Report> {
     std::fs::create_dir_all(&config.dir)
         .map_err(|e| TimelineError::io("creating benchmark directory", &config.dir, e))?;
     let mut report = Report::new(config, Machine::this());
+    // The Redis peer, found (or installed) before anything is measured.
+    let redis = match (config.target, config.peers) {
+        (Target::Server, Peers::Redis) if config.runs(Part::Tail) || config.runs(Part::Ycsb) => {
+            Some(server::peer::RedisServer::find(&config.redis_server)?)
+        }
+        _ => None,
+    };
+    let mut peer = redis.as_ref().map(peer_report::PeerReport::new);
+    // Neither server pays for the write-back of the one measured before it.
+    let settle = || {
+        if redis.is_some() {
+            crate::server::peers::sync_file_systems();
+        }
+    };
     let field_values = ValuePool::new(config.shape.field_bytes, VALUE_SEED);
     if config.runs(Part::Tail) {
         let mut measured = Vec::new();
+        let mut peer_measured = Vec::new();
         for &configuration in &config.configurations {
             measured.push(match config.target {
                 Target::Embedded => tail::measure(config, &field_values, configuration)?,
                 Target::Server if configuration == Configuration::Background => {
-                    server::tail::measure(config, &field_values, configuration)?
+                    settle();
+                    let engram = server::tail::measure(config, &field_values, configuration)?;
+                    if let Some(redis) = &redis {
+                        settle();
+                        peer_measured.push((
+                            configuration,
+                            server::tail::measure_peer(
+                                config,
+                                &field_values,
+                                configuration,
+                                redis,
+                            )?,
+                        ));
+                    }
+                    engram
                 }
                 Target::Server => {
                     let why = server::ONLY_BACKGROUND;
@@ -503,7 +558,13 @@ pub fn run(config: &Config) -> Result<Report> {
                 }
             });
         }
-        report.tail = Some(report::TailReport::new(&measured));
+        let tail = report::TailReport::new(&measured);
+        if let Some(peer) = &mut peer {
+            for (configuration, measured) in &peer_measured {
+                peer.add_tail(&tail, *configuration, measured);
+            }
+        }
+        report.tail = Some(tail);
     }
     if config.runs(Part::Ycsb) {
         let record_values = ValuePool::new(config.shape.record_bytes(), VALUE_SEED);
@@ -521,6 +582,7 @@ pub fn run(config: &Config) -> Result<Report> {
                         Target::Embedded => ycsb::measure,
                         Target::Server => server::ycsb::measure,
                     };
+                    settle();
                     let measured = measure(
                         config,
                         &field_values,
@@ -530,11 +592,26 @@ pub fn run(config: &Config) -> Result<Report> {
                         distribution,
                     )?;
                     ycsb.add(&measured);
+                    if let (Some(redis), Some(peer)) = (&redis, &mut peer) {
+                        settle();
+                        let measured = server::ycsb::measure_peer(
+                            config,
+                            &field_values,
+                            &record_values,
+                            store,
+                            workload,
+                            distribution,
+                            redis,
+                        )?;
+                        let engram = ycsb.results.last().expect("just added");
+                        peer.add_ycsb(engram, workload, &measured);
+                    }
                 }
             }
         }
         report.ycsb = Some(ycsb);
     }
+    report.peer = peer;
     if config.runs(Part::Recovery) && config.target == Target::Server {
         let why = server::NO_RECOVERY;
         report.skipped.push(format!("recovery: {why}"));

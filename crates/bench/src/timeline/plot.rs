@@ -1,5 +1,6 @@
 //! `--plot FILE.png`: the tail part's throughput over time, one line per
-//! configuration (operations per second in each 10 ms window). Checkpoint
+//! configuration (operations per second in each 10 ms window), and one for
+//! Redis beside each configuration it ran beside (`--peers redis`). Checkpoint
 //! spans: each configuration's as bars in a lane of its own above the
 //! lines, in its colour, and the background configuration's (the one the
 //! quiescence target is about) also shaded over the whole height.
@@ -17,6 +18,7 @@ use plotters::prelude::*;
 use plotters::style::FontStyle;
 
 use super::error::{Result, TimelineError};
+use super::peer_report::PeerTailResult;
 use super::report::TailReport;
 use super::tail::Configuration;
 
@@ -59,8 +61,8 @@ fn font() -> bool {
     })
 }
 
-/// Draws `tail` into `path`.
-pub fn draw(path: &Path, tail: &TailReport) -> Result<()> {
+/// Draws `tail`, and Redis's runs `peer` beside it, into `path`.
+pub fn draw(path: &Path, tail: &TailReport, peer: &[PeerTailResult]) -> Result<()> {
     let with_text = font();
     if !with_text {
         eprintln!(
@@ -70,28 +72,62 @@ pub fn draw(path: &Path, tail: &TailReport) -> Result<()> {
         );
     }
     let mut pixels = vec![255u8; (WIDTH * HEIGHT * 3) as usize];
-    render(&mut pixels, tail, with_text).map_err(|e| TimelineError::Plot(e.to_string()))?;
+    render(&mut pixels, tail, peer, with_text).map_err(|e| TimelineError::Plot(e.to_string()))?;
     encode(path, &pixels)
+}
+
+/// One line of the chart.
+struct Line<'a> {
+    label: String,
+    window_ms: f64,
+    ops_by_window: &'a [u64],
+}
+
+impl Line<'_> {
+    fn per_second(&self, ops: u64) -> f64 {
+        ops as f64 / (self.window_ms / 1e3)
+    }
 }
 
 fn render(
     pixels: &mut [u8],
     tail: &TailReport,
+    peer: &[PeerTailResult],
     with_text: bool,
 ) -> std::result::Result<(), Box<dyn std::error::Error>> {
     let area = BitMapBackend::with_buffer(pixels, (WIDTH, HEIGHT)).into_drawing_area();
     area.fill(&WHITE)?;
-    let seconds = tail
+    let lines: Vec<Line> = tail
         .configurations
         .iter()
-        .map(|r| r.ops_by_window.len() as f64 * r.window_ms / 1e3)
+        .map(|r| Line {
+            label: format!(
+                "{}{} ({} checkpoints)",
+                r.configuration,
+                if r.server.is_some() { " (server)" } else { "" },
+                r.checkpoints
+            ),
+            window_ms: r.window_ms,
+            ops_by_window: &r.ops_by_window,
+        })
+        .chain(peer.iter().map(|r| Line {
+            label: format!("{} (redis)", r.configuration),
+            window_ms: r.window_ms,
+            ops_by_window: &r.ops_by_window,
+        }))
+        .collect();
+    let seconds = lines
+        .iter()
+        .map(|line| line.ops_by_window.len() as f64 * line.window_ms / 1e3)
         .fold(0.0, f64::max)
         .max(0.01);
-    let per_second = |r: &super::report::TailResult, ops: u64| ops as f64 / (r.window_ms / 1e3);
-    let highest = tail
-        .configurations
+    let highest = lines
         .iter()
-        .flat_map(|r| r.ops_by_window.iter().map(move |&ops| per_second(r, ops)))
+        .flat_map(|line| {
+            line.ops_by_window
+                .iter()
+                .map(move |&ops| line.per_second(ops))
+        })
         .fold(0.0, f64::max)
         .max(1.0)
         / 1e6
@@ -144,27 +180,17 @@ fn render(
             )
         }))?;
     }
-    for (n, result) in tail.configurations.iter().enumerate() {
+    for (n, line) in lines.iter().enumerate() {
         let colour = COLOURS[n % COLOURS.len()];
-        let window_s = result.window_ms / 1e3;
-        let points = result
+        let window_s = line.window_ms / 1e3;
+        let points = line
             .ops_by_window
             .iter()
             .enumerate()
-            .map(|(i, &ops)| ((i as f64 + 0.5) * window_s, per_second(result, ops) / 1e6));
+            .map(|(i, &ops)| ((i as f64 + 0.5) * window_s, line.per_second(ops) / 1e6));
         let series = chart.draw_series(LineSeries::new(points, colour.stroke_width(1)))?;
         if with_text {
-            let label = format!(
-                "{}{} ({} checkpoints)",
-                result.configuration,
-                if result.server.is_some() {
-                    " (server)"
-                } else {
-                    ""
-                },
-                result.checkpoints
-            );
-            series.label(label).legend(move |(x, y)| {
+            series.label(line.label.clone()).legend(move |(x, y)| {
                 Rectangle::new([(x, y - 4), (x + 24, y + 4)], colour.filled())
             });
         }
@@ -271,10 +297,10 @@ mod tests {
             corrected_checks: Vec::new(),
         };
         let mut pixels = vec![255u8; (WIDTH * HEIGHT * 3) as usize];
-        render(&mut pixels, &tail, false).unwrap();
+        render(&mut pixels, &tail, &[], false).unwrap();
         assert!(pixels.iter().any(|&p| p != 255), "nothing drawn");
         if font() {
-            render(&mut pixels, &tail, true).unwrap();
+            render(&mut pixels, &tail, &[], true).unwrap();
         }
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("plot.png");

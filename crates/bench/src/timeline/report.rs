@@ -4,7 +4,7 @@
 //! JSON shape (field names are a contract; the tests pin the main ones):
 //!
 //! ```text
-//! { "config":   { command, parts, target, threads, records, fields, field_bytes,
+//! { "config":   { command, parts, target, peers, threads, records, fields, field_bytes,
 //!                 key_bytes, distribution, read_percent, configurations,
 //!                 checkpoint_log_bytes, seconds, window_ms, sample_every_ms,
 //!                 ycsb_seconds, workloads, ycsb_distributions, ycsb_stores,
@@ -43,7 +43,8 @@
 //!                   image_seconds, image_entries, tail_keys,
 //!                   from_scan: { open_seconds, blocks_scanned, records,
 //!                   keys_found, image, image_keys_named }, from_image: { ... },
-//!                   speedup } | null, checks: [ ... ] } }
+//!                   speedup } | null, checks: [ ... ] },
+//!   "peer":     { system: "redis", ..., tail: [ ... ], ycsb: [ ... ], ratios: [ ... ] } }
 //! ```
 //!
 //! A latency is `{ count, mean, p50, p99, p999, p9999, max }` in
@@ -55,6 +56,10 @@
 //! backpressure_waits, ... } }` (the numeric fields of `INFO collections`
 //! when the timed run ended; `last_checkpoint` is then `null`: INFO has no
 //! image bytes). `skipped` names what `--target` left out, and why.
+//! `peers` is `redis` or `none` (always `none` on the embedded target);
+//! `peer` is `null` without a peer, and otherwise holds Redis's rows and the
+//! ratios Engram / Redis ([`super::peer_report`] has its shape): `tail` and
+//! `ycsb` hold Engram's results only.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -62,13 +67,14 @@ use std::fmt::Write as _;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use super::peer_report::{self, PeerReport};
 use super::recovery::{Recovered, RecoveryMeasured};
 use super::series::{self, Check, Quiescence, Span};
 use super::server::{ServerCounters, Target};
 use super::string_recovery::{StringRecovered, StringRecoveryMeasured};
 use super::tail::{Configuration, TailMeasured};
 use super::timed::{Kind, Measured, SAMPLE_EVERY, WINDOW};
-use super::ycsb::YcsbMeasured;
+use super::ycsb::{Workload, YcsbMeasured};
 use super::{records, Config, Part};
 use crate::machine::Machine;
 
@@ -87,6 +93,8 @@ pub struct Report {
     pub tail: Option<TailReport>,
     pub ycsb: Option<YcsbReport>,
     pub recovery: Option<RecoveryReport>,
+    /// `--target server --peers redis`: Redis's rows and the ratios.
+    pub peer: Option<PeerReport>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -94,6 +102,7 @@ pub struct ReportConfig {
     pub command: String,
     pub parts: Vec<&'static str>,
     pub target: &'static str,
+    pub peers: &'static str,
     pub threads: usize,
     pub records: u64,
     pub fields: usize,
@@ -157,7 +166,7 @@ pub struct LatencySet {
 }
 
 impl LatencySet {
-    fn of(timed: &Measured, corrected: bool) -> LatencySet {
+    pub(super) fn of(timed: &Measured, corrected: bool) -> LatencySet {
         let kinds = if corrected {
             &timed.corrected_ns
         } else {
@@ -346,13 +355,7 @@ pub struct YcsbResult {
 impl YcsbReport {
     pub fn add(&mut self, m: &YcsbMeasured) {
         let timed = &m.timed;
-        let mut latency_us = BTreeMap::new();
-        latency_us.insert("all", Latency::of(&timed.all(false)));
-        for &(kind, _) in m.workload.mix() {
-            latency_us.insert(kind.name(), Latency::of(&timed.latency_ns[kind.index()]));
-        }
-        let mut corrected_latency_us = BTreeMap::new();
-        corrected_latency_us.insert("all", Latency::of(&timed.all(true)));
+        let (latency_us, corrected_latency_us) = ycsb_latencies(timed, m.workload);
         self.results.push(YcsbResult {
             store: m.store.name(),
             target: m.target.name(),
@@ -373,6 +376,21 @@ impl YcsbReport {
             server: m.server.clone(),
         });
     }
+}
+
+/// A YCSB run's latencies: `all` and one entry per kind of operation
+/// `workload` has; corrected, `all`.
+pub(super) type Latencies = BTreeMap<&'static str, Option<Latency>>;
+
+pub(super) fn ycsb_latencies(timed: &Measured, workload: Workload) -> (Latencies, Latencies) {
+    let mut latency_us = BTreeMap::new();
+    latency_us.insert("all", Latency::of(&timed.all(false)));
+    for &(kind, _) in workload.mix() {
+        latency_us.insert(kind.name(), Latency::of(&timed.latency_ns[kind.index()]));
+    }
+    let mut corrected_latency_us = BTreeMap::new();
+    corrected_latency_us.insert("all", Latency::of(&timed.all(true)));
+    (latency_us, corrected_latency_us)
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -535,6 +553,7 @@ impl Report {
                 command: config.command.clone(),
                 parts: config.parts.iter().map(|p| p.name()).collect(),
                 target: config.target.name(),
+                peers: config.peers.name(),
                 threads: config.threads,
                 records: config.shape.records,
                 fields: config.shape.fields,
@@ -567,6 +586,7 @@ impl Report {
             tail: None,
             ycsb: None,
             recovery: None,
+            peer: None,
         }
     }
 
@@ -582,6 +602,14 @@ impl Report {
         let _ = writeln!(text, "{} cores, {}, {}", m.cores, m.cpu, m.kernel);
         if c.target == Target::Server.name() {
             let _ = writeln!(text, "{SERVER_TARGET}");
+        }
+        if let Some(peer) = &self.peer {
+            let _ = writeln!(
+                text,
+                "peer: {} ({}) per run on 127.0.0.1, matching durability {}: {}; before each \
+                 timed run {}; no checkpoint watcher (its checkpoint columns: –)",
+                peer.system, peer.version, peer.durability, peer.settings, peer.before_timed_run
+            );
         }
         for note in &self.skipped {
             let _ = writeln!(text, "skipped: {note}");
@@ -628,67 +656,155 @@ impl Report {
              others: CPU other\nprocesses used during the run.",
             c.window_ms
         );
-        let _ = writeln!(
+        let peer = self.peer.as_ref();
+        // With a peer, each row says whose it is.
+        let label = |configuration: &str, system: &str| match peer {
+            Some(_) => format!("{configuration} {system}"),
+            None => configuration.to_string(),
+        };
+        let width = tail
+            .configurations
+            .iter()
+            .map(|r| label(r.configuration, "engram").len() + 2)
+            .max()
+            .unwrap_or(0)
+            .max(15);
+        let row = |text: &mut String, cells: [&str; 14]| {
+            let _ = writeln!(
+                text,
+                "  {:<width$}{:>11}{:>6}{:>10}{:>9}{:>8}{:>11}{:>11}{:>11}{:>11}{:>11}{:>11}{:>11}{:>7}",
+                cells[0],
+                cells[1],
+                cells[2],
+                cells[3],
+                cells[4],
+                cells[5],
+                cells[6],
+                cells[7],
+                cells[8],
+                cells[9],
+                cells[10],
+                cells[11],
+                cells[12],
+                cells[13],
+            );
+        };
+        row(
             text,
-            "  {:<15}{:>11}{:>6}{:>10}{:>9}{:>8}{:>11}{:>11}{:>11}{:>11}{:>11}{:>11}{:>11}{:>7}",
-            "config",
-            "ops/s",
-            "ckpt",
-            "ckpt time",
-            "win min",
-            "quiesc",
-            "read p99",
-            "rd p99.99",
-            "write p99",
-            "wr p99.99",
-            "all p99.9",
-            "all p99.99",
-            "all max",
-            "others"
+            [
+                "config",
+                "ops/s",
+                "ckpt",
+                "ckpt time",
+                "win min",
+                "quiesc",
+                "read p99",
+                "rd p99.99",
+                "write p99",
+                "wr p99.99",
+                "all p99.9",
+                "all p99.99",
+                "all max",
+                "others",
+            ],
         );
         let p = |l: &Option<Latency>, f: fn(&Latency) -> f64| {
             l.as_ref().map_or(String::new(), |l| micros(f(l)))
         };
+        let others = |share: Option<f64>| share.map_or(String::new(), |p| format!("{p:.0}%"));
+        // The cells of a row from a latency set on.
+        let latencies = |set: &LatencySet| {
+            [
+                p(&set.read, |l| l.p99),
+                p(&set.read, |l| l.p9999),
+                p(&set.write, |l| l.p99),
+                p(&set.write, |l| l.p9999),
+                p(&set.all, |l| l.p999),
+                p(&set.all, |l| l.p9999),
+                p(&set.all, |l| l.max),
+            ]
+        };
+        let none = "–".to_string();
         for r in &tail.configurations {
             let q = &r.quiescence;
+            let l = latencies(&r.latency_us);
+            row(
+                text,
+                [
+                    &label(r.configuration, "engram"),
+                    &thousands(r.ops_per_sec),
+                    &r.checkpoints.to_string(),
+                    &millis(r.checkpoint_running_ms),
+                    &q.ratio.map_or(none.clone(), |v| format!("{v:.2}")),
+                    &q.windows_without_writes.to_string(),
+                    &l[0],
+                    &l[1],
+                    &l[2],
+                    &l[3],
+                    &l[4],
+                    &l[5],
+                    &l[6],
+                    &others(r.other_cpu_percent),
+                ],
+            );
+            if let Some(redis) = peer.and_then(|peer| peer.tail_row(r.configuration)) {
+                let l = latencies(&redis.latency_us);
+                row(
+                    text,
+                    [
+                        &label(r.configuration, "redis"),
+                        &thousands(redis.ops_per_sec),
+                        &none,
+                        &none,
+                        &none,
+                        &redis.windows.windows_without_writes.to_string(),
+                        &l[0],
+                        &l[1],
+                        &l[2],
+                        &l[3],
+                        &l[4],
+                        &l[5],
+                        &l[6],
+                        &others(redis.other_cpu_percent),
+                    ],
+                );
+            }
+        }
+        let corrected = |text: &mut String, name: &str, set: &LatencySet| {
             let _ = writeln!(
                 text,
-                "  {:<15}{:>11}{:>6}{:>10}{:>9}{:>8}{:>11}{:>11}{:>11}{:>11}{:>11}{:>11}{:>11}{:>7}",
-                r.configuration,
-                thousands(r.ops_per_sec),
-                r.checkpoints,
-                millis(r.checkpoint_running_ms),
-                q.ratio.map_or("–".to_string(), |v| format!("{v:.2}")),
-                q.windows_without_writes,
-                p(&r.latency_us.read, |l| l.p99),
-                p(&r.latency_us.read, |l| l.p9999),
-                p(&r.latency_us.write, |l| l.p99),
-                p(&r.latency_us.write, |l| l.p9999),
-                p(&r.latency_us.all, |l| l.p999),
-                p(&r.latency_us.all, |l| l.p9999),
-                p(&r.latency_us.all, |l| l.max),
-                r.other_cpu_percent
-                    .map_or(String::new(), |p| format!("{p:.0}%")),
+                "  {:<width$}{:>44}{:>11}{:>11}{:>11}",
+                name,
+                p(&set.all, |l| l.p99),
+                p(&set.all, |l| l.p999),
+                p(&set.all, |l| l.p9999),
+                p(&set.all, |l| l.max),
             );
-        }
+        };
         let _ = writeln!(
             text,
-            "  {:<15}{:>44}{:>11}{:>11}{:>11}",
+            "  {:<width$}{:>44}{:>11}{:>11}{:>11}",
             "corrected:", "all p99", "all p99.9", "all p99.99", "all max"
         );
         for r in &tail.configurations {
-            let _ = writeln!(
+            corrected(
                 text,
-                "  {:<15}{:>44}{:>11}{:>11}{:>11}",
-                r.configuration,
-                p(&r.corrected_latency_us.all, |l| l.p99),
-                p(&r.corrected_latency_us.all, |l| l.p999),
-                p(&r.corrected_latency_us.all, |l| l.p9999),
-                p(&r.corrected_latency_us.all, |l| l.max),
+                &label(r.configuration, "engram"),
+                &r.corrected_latency_us,
             );
+            if let Some(redis) = peer.and_then(|peer| peer.tail_row(r.configuration)) {
+                corrected(
+                    text,
+                    &label(r.configuration, "redis"),
+                    &redis.corrected_latency_us,
+                );
+            }
         }
         for r in &tail.configurations {
             server_line(text, r.configuration, r.server.as_ref());
+        }
+        if let Some(peer) = peer {
+            peer.lines(text, Part::Tail.name());
         }
         check_lines(text, "targets", &tail.checks);
         check_lines(
@@ -714,35 +830,98 @@ impl Report {
             c.ycsb_seconds,
             c.checkpoint_log_bytes >> 20
         );
-        let _ = writeln!(
-            text,
-            "  {:<12}{:<8}{:<9}{:<31}{:>11}{:>10}{:>10}{:>11}{:>13}{:>6}",
-            "store", "ycsb", "dist", "mix", "ops/s", "p50", "p99", "p99.99", "corr p99.99", "ckpt"
-        );
-        for r in &ycsb.results {
-            let all = r.latency_us.get("all").and_then(|l| l.as_ref());
-            let corrected = r.corrected_latency_us.get("all").and_then(|l| l.as_ref());
-            let us = |l: Option<&Latency>, f: fn(&Latency) -> f64| {
-                l.map_or(String::new(), |l| micros(f(l)))
-            };
+        let peer = self.peer.as_ref();
+        let label = |store: &str, system: &str| match peer {
+            Some(_) => format!("{store} {system}"),
+            None => store.to_string(),
+        };
+        let width = ycsb
+            .results
+            .iter()
+            .map(|r| label(r.store, "engram").len() + 1)
+            .max()
+            .unwrap_or(0)
+            .max(12);
+        let row = |text: &mut String, cells: [&str; 10]| {
             let _ = writeln!(
                 text,
-                "  {:<12}{:<8}{:<9}{:<31}{:>11}{:>10}{:>10}{:>11}{:>13}{:>6}",
-                r.store,
-                r.workload.trim_start_matches("ycsb-").to_uppercase(),
-                r.distribution,
-                r.mix,
-                thousands(r.ops_per_sec),
-                us(all, |l| l.p50),
-                us(all, |l| l.p99),
-                us(all, |l| l.p9999),
-                us(corrected, |l| l.p9999),
-                r.checkpoints.map_or("–".to_string(), |n| n.to_string()),
+                "  {:<width$}{:<8}{:<9}{:<31}{:>11}{:>10}{:>10}{:>11}{:>13}{:>6}",
+                cells[0],
+                cells[1],
+                cells[2],
+                cells[3],
+                cells[4],
+                cells[5],
+                cells[6],
+                cells[7],
+                cells[8],
+                cells[9],
             );
+        };
+        row(
+            text,
+            [
+                "store",
+                "ycsb",
+                "dist",
+                "mix",
+                "ops/s",
+                "p50",
+                "p99",
+                "p99.99",
+                "corr p99.99",
+                "ckpt",
+            ],
+        );
+        let us =
+            |l: Option<&Latency>, f: fn(&Latency) -> f64| l.map_or(String::new(), |l| micros(f(l)));
+        fn all(map: &Latencies) -> Option<&Latency> {
+            map.get("all").and_then(|l| l.as_ref())
+        }
+        for r in &ycsb.results {
+            let workload = r.workload.trim_start_matches("ycsb-").to_uppercase();
+            let (measured, corrected) = (all(&r.latency_us), all(&r.corrected_latency_us));
+            row(
+                text,
+                [
+                    &label(r.store, "engram"),
+                    &workload,
+                    &r.distribution,
+                    &r.mix,
+                    &thousands(r.ops_per_sec),
+                    &us(measured, |l| l.p50),
+                    &us(measured, |l| l.p99),
+                    &us(measured, |l| l.p9999),
+                    &us(corrected, |l| l.p9999),
+                    &r.checkpoints.map_or("–".to_string(), |n| n.to_string()),
+                ],
+            );
+            if let Some(redis) = peer.and_then(|peer| peer.ycsb_row(r)) {
+                let (measured, corrected) =
+                    (all(&redis.latency_us), all(&redis.corrected_latency_us));
+                row(
+                    text,
+                    [
+                        &label(r.store, "redis"),
+                        &workload,
+                        &redis.distribution,
+                        &redis.mix,
+                        &thousands(redis.ops_per_sec),
+                        &peer_report::cell(measured, |l| l.p50),
+                        &peer_report::cell(measured, |l| l.p99),
+                        &peer_report::cell(measured, |l| l.p9999),
+                        &peer_report::cell(corrected, |l| l.p9999),
+                        "–",
+                    ],
+                );
+            }
         }
         for r in &ycsb.results {
             let name = format!("{} {} {}", r.store, r.workload, r.distribution);
             server_line(text, &name, r.server.as_ref());
+        }
+        if let Some(peer) = peer {
+            peer.lines(text, Part::Ycsb.name());
         }
         for note in &ycsb.skipped {
             let _ = writeln!(text, "  skipped: {note}");
@@ -895,7 +1074,7 @@ fn check_lines(text: &mut String, title: &str, checks: &[Check]) {
 }
 
 /// 1234567.8 -> "1,234,568".
-fn thousands(value: f64) -> String {
+pub(super) fn thousands(value: f64) -> String {
     let digits = format!("{:.0}", value.max(0.0));
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, digit) in digits.chars().enumerate() {
@@ -907,7 +1086,7 @@ fn thousands(value: f64) -> String {
     out
 }
 
-fn micros(us: f64) -> String {
+pub(super) fn micros(us: f64) -> String {
     if us >= 1000.0 {
         format!("{:.1} ms", us / 1e3)
     } else if us >= 10.0 {

@@ -27,6 +27,8 @@ fn toy(parts: &[Part], dir: &Path) -> Config {
     Config {
         parts: parts.to_vec(),
         target: Target::Embedded,
+        peers: Peers::None,
+        redis_server: "redis-server".into(),
         threads: 2,
         shape: Shape {
             records: 2_000,
@@ -178,7 +180,7 @@ fn tail_part_measures_three_configurations_and_plots_them() {
     assert!(table.contains("PASS") || table.contains("FAIL"), "{table}");
 
     let png = dir.path().join("tail.png");
-    plot::draw(&png, report.tail.as_ref().unwrap()).unwrap();
+    plot::draw(&png, report.tail.as_ref().unwrap(), &[]).unwrap();
     let bytes = std::fs::read(&png).unwrap();
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
     // The stores are gone; the plot is what is left.
@@ -319,18 +321,24 @@ fn flags_have_the_documented_defaults_and_limits() {
     }
 }
 
-/// `--target server`: the tail part's background configuration (the
-/// others and recovery skipped with a note) and YCSB over both stores,
-/// against in-process servers over TCP, at toy sizes.
+/// `--target server --peers none`: the tail part's background
+/// configuration (the others and recovery skipped with a note) and YCSB
+/// over both stores, against in-process servers over TCP, at toy sizes;
+/// Redis is neither looked for nor run.
 #[test]
 fn server_target_measures_tail_and_ycsb_over_tcp() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = toy(&[Part::Tail, Part::Ycsb, Part::Recovery], dir.path());
     config.target = Target::Server;
+    config.peers = Peers::None;
+    // Were Redis looked for, this would fail the run.
+    config.redis_server = dir.path().join("no-such-redis-server");
     config.workloads = vec![Workload::A, Workload::E, Workload::F];
     let report = run(&config).unwrap();
     let value = json(&report);
     assert_eq!(value["config"]["target"], "server");
+    assert_eq!(value["config"]["peers"], "none");
+    assert!(value["peer"].is_null());
     assert!(value["recovery"].is_null());
     let skipped = items(&value["skipped"], Value::as_str);
     assert_eq!(skipped.len(), 3, "{skipped:?}");
@@ -411,6 +419,9 @@ fn server_target_measures_tail_and_ycsb_over_tcp() {
     ] {
         assert!(table.contains(text), "{text} missing from\n{table}");
     }
+    for text in ["redis", "engram / redis"] {
+        assert!(!table.contains(text), "{text} in\n{table}");
+    }
     // The servers are stopped and their directories gone.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 
@@ -422,4 +433,195 @@ fn server_target_measures_tail_and_ycsb_over_tcp() {
         .unwrap();
     assert_eq!(config.target, Target::Server);
     assert!(parse(&["--target", "cloud"]).is_err());
+}
+
+#[test]
+fn peers_default_to_redis_on_the_server_target_only() {
+    let config = |args: &[&str]| parse(args).unwrap().config("t".into()).unwrap();
+    assert_eq!(config(&["--target", "server"]).peers, Peers::Redis);
+    assert_eq!(
+        config(&["--target", "server", "--peers", "none"]).peers,
+        Peers::None
+    );
+    assert_eq!(
+        config(&["--target", "server", "--peers", "redis"]).peers,
+        Peers::Redis
+    );
+    // Ignored when embedded.
+    assert_eq!(config(&[]).peers, Peers::None);
+    assert_eq!(config(&["--peers", "redis"]).peers, Peers::None);
+    assert_eq!(
+        config(&["--redis-server", "/opt/redis/bin/redis-server"]).redis_server,
+        Path::new("/opt/redis/bin/redis-server")
+    );
+    assert!(parse(&["--peers", "memcached"]).is_err());
+}
+
+/// A redis-server that is not there fails the run before anything is
+/// measured, with an error that says how to go without it.
+#[test]
+fn a_missing_redis_server_names_peers_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = toy(&[Part::Tail], dir.path());
+    config.target = Target::Server;
+    config.peers = Peers::Redis;
+    config.redis_server = dir.path().join("no-such-redis-server");
+    let error = run(&config).unwrap_err();
+    assert!(matches!(error, TimelineError::RedisMissing(_)), "{error:?}");
+    assert!(error.to_string().contains("--peers none"), "{error}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+/// The numbers a comparison pairs: both present, positive and finite, and
+/// the ratio theirs.
+fn check_pair(pair: &Value) {
+    let (engram, redis) = (number(pair, "engram"), number(pair, "redis"));
+    let ratio = number(pair, "engram_over_redis");
+    for value in [engram, redis, ratio] {
+        assert!(value.is_finite() && value > 0.0, "{pair}");
+    }
+    assert!((ratio - engram / redis).abs() <= 1e-9 * ratio, "{pair}");
+}
+
+/// `--target server --peers redis`: every run measured against Engram's
+/// server is measured against a fresh redis-server too (installed with
+/// apt-get when missing, as `engram bench server` does), and the report
+/// pairs them.
+#[test]
+fn server_target_measures_redis_beside_engram() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = toy(&[Part::Tail, Part::Ycsb], dir.path());
+    config.target = Target::Server;
+    config.peers = Peers::Redis;
+    config.shape.records = 300;
+    config.duration = Duration::from_millis(300);
+    config.ycsb_duration = Duration::from_millis(300);
+    config.workloads = vec![Workload::A, Workload::E];
+    let report = run(&config).unwrap();
+    let value = json(&report);
+    assert_eq!(value["config"]["peers"], "redis");
+    // Engram's results are where they were, and only Engram's.
+    let engram_tail = &value["tail"]["configurations"];
+    assert_eq!(engram_tail.as_array().unwrap().len(), 1);
+    assert_eq!(engram_tail[0]["target"], "server");
+    assert_eq!(value["ycsb"]["results"].as_array().unwrap().len(), 3);
+
+    let peer = &value["peer"];
+    assert_eq!(peer["system"], "redis");
+    assert_eq!(peer["durability"], "process");
+    let settings = peer["settings"].as_str().unwrap();
+    assert!(
+        settings.contains("--appendonly yes --appendfsync no"),
+        "{settings}"
+    );
+    assert!(peer["version"].as_str().unwrap().contains("v="), "{peer}");
+
+    let tail = peer["tail"].as_array().unwrap();
+    assert_eq!(tail.len(), 1);
+    let redis = &tail[0];
+    assert_eq!(redis["configuration"], "background");
+    assert!(number(redis, "ops_per_sec") > 0.0);
+    assert!(redis["reads"].as_u64().unwrap() > 0);
+    assert!(redis["writes"].as_u64().unwrap() > 0);
+    for set in ["latency_us", "corrected_latency_us"] {
+        for kind in ["all", "read", "write"] {
+            check_latency(&redis[set][kind]);
+        }
+    }
+    assert_eq!(items(&redis["ops_by_window"], Value::as_u64).len(), 30);
+    assert_eq!(redis["windows"]["windows"], 30);
+    assert!(redis.get("checkpoints").is_none(), "{redis}");
+    assert_eq!(redis["redis"]["appendfsync"], "no");
+    let info = &redis["redis"]["info_at_end"];
+    // The prefill's rewrite made the base; the run's writes went after it.
+    assert!(info["aof_base_size"].as_u64().unwrap() > 0, "{info}");
+    assert!(redis["redis"]["aof_rewrites_in_run"].is_u64(), "{redis}");
+    // Redis served the clients: it used CPU, which is not counted as other
+    // processes'.
+    let cpu = number(&redis["redis"], "cpu_percent");
+    assert!(cpu > 0.0 && cpu <= 100.0, "{redis}");
+
+    let ycsb = peer["ycsb"].as_array().unwrap();
+    assert_eq!(ycsb.len(), 3, "A and E over collections, A over strings");
+    for result in ycsb {
+        assert!(number(result, "ops_per_sec") > 0.0, "{result}");
+        check_latency(&result["latency_us"]["all"]);
+        check_latency(&result["corrected_latency_us"]["all"]);
+        if result["workload"] == "ycsb-e" {
+            assert_eq!(result["store"], "collections");
+            assert!(result["inserted"].as_u64().unwrap() > 0);
+            check_latency(&result["latency_us"]["scan"]);
+        }
+    }
+
+    let ratios = peer["ratios"].as_array().unwrap();
+    assert_eq!(ratios.len(), 4, "{ratios:?}");
+    for ratio in ratios {
+        for figure in [
+            "ops_per_sec",
+            "p99_us",
+            "p9999_us",
+            "corrected_p99_us",
+            "corrected_p9999_us",
+        ] {
+            check_pair(&ratio[figure]);
+        }
+    }
+    let tail_ratio = &ratios[0];
+    assert_eq!(tail_ratio["part"], "tail");
+    assert_eq!(tail_ratio["run"], "background");
+    assert_eq!(
+        tail_ratio["ops_per_sec"]["engram"],
+        engram_tail[0]["ops_per_sec"]
+    );
+    assert_eq!(tail_ratio["ops_per_sec"]["redis"], redis["ops_per_sec"]);
+    let windows = &tail_ratio["min_window_over_median"];
+    for side in ["engram", "redis"] {
+        let share = number(windows, side);
+        assert!((0.0..=1.0).contains(&share), "{windows}");
+    }
+    let runs: Vec<&str> = ratios[1..]
+        .iter()
+        .map(|r| {
+            assert_eq!(r["part"], "ycsb");
+            assert!(r["min_window_over_median"].is_null());
+            r["run"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            "collections ycsb-a zipfian",
+            "collections ycsb-e zipfian",
+            "strings ycsb-a zipfian"
+        ]
+    );
+
+    let table = report.table();
+    let line = |start: &str| {
+        table
+            .lines()
+            .find(|line| line.trim_start().starts_with(start))
+            .unwrap_or_else(|| panic!("no line for {start} in\n{table}"))
+    };
+    assert!(line("background engram").contains("background engram"));
+    // Redis's row has no checkpoint columns.
+    assert!(line("background redis").contains('–'), "{table}");
+    line("collections redis");
+    line("strings redis");
+    for text in [
+        "peer: redis (",
+        "engram / redis",
+        "redis at the end of background: ",
+        "redis at the end of collections ycsb-e zipfian: ",
+    ] {
+        assert!(table.contains(text), "{text} missing from\n{table}");
+    }
+    // Both servers are stopped and their directories gone.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    // The plot draws Redis's line beside Engram's.
+    let png = dir.path().join("tail.png");
+    let peer = report.peer.as_ref().unwrap();
+    plot::draw(&png, report.tail.as_ref().unwrap(), &peer.tail).unwrap();
+    assert_eq!(&std::fs::read(&png).unwrap()[..8], b"\x89PNG\r\n\x1a\n");
 }

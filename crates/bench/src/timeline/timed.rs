@@ -405,28 +405,11 @@ pub(super) struct CpuTimes {
 
 impl CpuTimes {
     pub(super) fn now() -> Option<CpuTimes> {
-        let stat = std::fs::read_to_string("/proc/stat").ok()?;
-        // cpu user nice system idle iowait irq softirq steal
-        let ticks: Vec<u64> = stat
-            .lines()
-            .next()?
-            .split_whitespace()
-            .skip(1)
-            .take(8)
-            .map(|field| field.parse().ok())
-            .collect::<Option<_>>()?;
-        let idle = ticks.get(3)? + ticks.get(4)?;
-        let total: u64 = ticks.iter().sum();
-        let own = std::fs::read_to_string("/proc/self/stat").ok()?;
-        // After the command name (in parentheses, which may hold spaces):
-        // utime and stime are fields 14 and 15.
-        let fields: Vec<&str> = own.rsplit_once(')')?.1.split_whitespace().collect();
-        let this_process =
-            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        let (machine_busy, machine_total) = machine_ticks()?;
         Some(CpuTimes {
-            machine_busy: total - idle,
-            machine_total: total,
-            this_process,
+            machine_busy,
+            machine_total,
+            this_process: process_ticks("self")?,
         })
     }
 
@@ -441,6 +424,34 @@ impl CpuTimes {
         let ours = self.this_process.saturating_sub(earlier.this_process);
         Some(busy.saturating_sub(ours) as f64 / total as f64)
     }
+}
+
+/// The whole machine's busy and total CPU time so far, in clock ticks,
+/// from /proc/stat.
+pub(crate) fn machine_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    // cpu user nice system idle iowait irq softirq steal
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|field| field.parse().ok())
+        .collect::<Option<_>>()?;
+    let idle = ticks.get(3)? + ticks.get(4)?;
+    let total: u64 = ticks.iter().sum();
+    Some((total - idle, total))
+}
+
+/// The CPU time (user and system, clock ticks) process `pid` (or `self`)
+/// has used so far, from /proc.
+pub(crate) fn process_ticks(pid: &str) -> Option<u64> {
+    let own = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name (in parentheses, which may hold spaces):
+    // utime and stime are fields 14 and 15.
+    let fields: Vec<&str> = own.rsplit_once(')')?.1.split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! `--target server`: the tail and YCSB parts against the server, over
-//! TCP, with real Redis clients.
+//! TCP, with real Redis clients, and the same clients against Redis.
 //!
-//! ## The server
+//! ## The servers
 //!
 //! Each configuration (a tail configuration, a YCSB store × workload ×
 //! distribution) starts an [`engram_server::Server`] in this process, on
@@ -12,6 +12,14 @@
 //! server sets it). It is shut down (which syncs) and its directory removed
 //! once measured.
 //!
+//! With `--peers redis` (the default on this target) the same run is then
+//! measured against a fresh `redis-server` ([`peer`]: AOF on, `appendfsync
+//! no` to match `process`, Redis's defaults otherwise): the same prefill,
+//! the same client threads with the same seeds, the same commands, the same
+//! duration. The file systems are synced before each of the two runs, so
+//! that neither pays for the other's write-back. `--peers none` measures
+//! Engram alone.
+//!
 //! ## The clients
 //!
 //! Every client thread of the timed run has a connection of its own (the
@@ -21,7 +29,9 @@
 //! built before the clock starts (as the embedded part builds its
 //! operation). The operations are the embedded part's, as commands: see
 //! [`tail`] and [`ycsb`]. The prefill pipelines (a pipeline per 1024
-//! records and connection) and then checks `DBSIZE`.
+//! records and connection) and then checks `DBSIZE`. The clients know a
+//! server only by its address ([`endpoint`]): Engram's and Redis's get the
+//! same code.
 //!
 //! ## Checkpoints
 //!
@@ -38,15 +48,21 @@
 //! the stores, which costs an msync of what was written since). With
 //! `--checkpoint-log-mib` 64 or more, the server's own trigger comes first.
 //! Backpressure follows the server's settings (writes slow down past 4 ×
-//! 64 MiB of log not yet checkpointed).
+//! 64 MiB of log not yet checkpointed). The watcher is Engram's: Redis
+//! runs without one, and rewrites its AOF when its own rule says.
 //!
 //! ## Reported
 //!
 //! The embedded part's numbers, labelled `target: server`, and the server's
 //! `INFO collections` counters at the end of each timed run (checkpoints,
 //! backpressure waits, ...) with the BGSAVEs the watcher sent
-//! ([`ServerCounters`]).
+//! ([`ServerCounters`]). Redis's rows sit beside Engram's, without the
+//! checkpoint columns, with its `INFO persistence` counters
+//! ([`peer::RedisCounters`]) and the ratios Engram / Redis
+//! ([`crate::timeline::peer_report`]).
 
+pub mod endpoint;
+pub mod peer;
 pub mod tail;
 pub mod ycsb;
 
@@ -55,16 +71,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use engram_server::{Config as ServerConfig, LogLevel, Server};
-use parking_lot::Mutex;
 use redis::{Connection, Pipeline};
 use serde::Serialize;
 
 use super::error::{Result, TimelineError};
 use super::records::{self, Shape};
-use super::stats::STALL_LIMIT;
-use super::{remove_if_present, Config};
-use crate::integrity::progress_bar;
+use super::remove_if_present;
+use crate::server::System;
 use crate::workload::ValuePool;
+use endpoint::Endpoint;
 
 /// What the timed parts measure.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -121,7 +136,7 @@ pub struct ServerCounters {
 pub struct Instance {
     server: Option<Server>,
     dir: PathBuf,
-    url: String,
+    endpoint: Endpoint,
     durability: &'static str,
 }
 
@@ -139,60 +154,16 @@ impl Instance {
         let durability = config.durability.name();
         let server = Server::start(config)?;
         Ok(Instance {
-            url: format!("redis://{}/", server.addr),
+            endpoint: Endpoint::new(System::Engram, server.addr),
             server: Some(server),
             dir: dir.to_path_buf(),
             durability,
         })
     }
 
-    /// A new connection. A reply that takes longer than [`STALL_LIMIT`]
-    /// fails the run rather than hanging it.
-    pub fn connect(&self) -> Result<Connection> {
-        let connection = redis::Client::open(self.url.as_str())?.get_connection()?;
-        connection.set_read_timeout(Some(STALL_LIMIT))?;
-        Ok(connection)
-    }
-
-    /// One connection per client thread, taken by [`Connections::take`].
-    pub fn connect_all(&self, threads: usize) -> Result<Connections> {
-        let all = (0..threads)
-            .map(|_| self.connect().map(|c| Mutex::new(Some(c))))
-            .collect::<Result<_>>()?;
-        Ok(Connections(all))
-    }
-
-    /// Writes records `0..config.shape.records` with `config.threads`
-    /// connections, a pipeline per chunk, `commands(id, pipeline)` adding
-    /// each record's commands, under a progress bar labelled `label`; then
-    /// checks that the server holds the records and `extra_keys` keys more.
-    pub fn prefill(
-        &self,
-        config: &Config,
-        label: &str,
-        commands: &(dyn Fn(u64, &mut Pipeline) + Sync),
-        extra_keys: u64,
-    ) -> Result<Duration> {
-        let records = config.shape.records;
-        let bar = progress_bar(config.progress, Some(records), &format!("{label} prefill"));
-        let elapsed = records::write_in_parallel(
-            records,
-            config.threads,
-            &bar,
-            |_| self.connect(),
-            |connection, ids| {
-                let mut pipeline = redis::pipe();
-                for id in ids {
-                    commands(id, &mut pipeline);
-                }
-                pipeline.query::<()>(connection)?;
-                Ok(())
-            },
-        );
-        bar.finish_and_clear();
-        let keys: u64 = redis::cmd("DBSIZE").query(&mut self.connect()?)?;
-        records::check_prefilled("server", keys, records + extra_keys)?;
-        elapsed
+    /// Where the clients connect.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
     }
 
     /// Ends a timed run's watching: `INFO collections` now (on the
@@ -224,19 +195,6 @@ impl Drop for Instance {
         if let Some(server) = self.server.take() {
             let _ = server.shutdown();
         }
-    }
-}
-
-/// The client threads' connections, one each.
-pub struct Connections(Vec<Mutex<Option<Connection>>>);
-
-impl Connections {
-    /// Thread `thread`'s connection (once).
-    pub fn take(&self, thread: usize) -> Connection {
-        self.0[thread]
-            .lock()
-            .take()
-            .expect("one connection per thread, taken once")
     }
 }
 

@@ -10,17 +10,25 @@
 //! in flight. The sampler reads `INFO collections` every millisecond for
 //! the checkpoint spans, and sends BGSAVE when the log calls for a
 //! checkpoint ([`super::Watcher`]).
+//!
+//! The Redis peer ([`measure_peer`]) gets the same prefill and the same
+//! clients; `BGREWRITEAOF` takes the place of `SAVE` ([`super::peer`]), and
+//! nothing samples it during the run.
 
 use std::time::{Duration, Instant};
 
 use redis::Connection;
 
+use super::endpoint::Endpoint;
+use super::peer::{PeerMeasured, RedisPeer, RedisServer};
 use super::{record_command, Info, Instance, Target, Watcher};
 use crate::integrity::progress_bar;
+use crate::server::System;
 use crate::timeline::error::{Result, TimelineError};
 use crate::timeline::records;
+use crate::timeline::series::Span;
 use crate::timeline::tail::{run_with_spans, Configuration, Mix, Sample, Step, TailMeasured};
-use crate::timeline::timed::{self, Kind, SAMPLE_EVERY};
+use crate::timeline::timed::{self, Kind, Measured, SAMPLE_EVERY};
 use crate::timeline::Config;
 use crate::workload::ValuePool;
 
@@ -41,28 +49,21 @@ pub fn measure(
         .dir
         .join(format!("server-tail-{}", configuration.name()));
     let instance = Instance::start(&dir)?;
-    let shape = config.shape;
-    let names = records::field_names(shape.fields);
     let label = format!("server tail {configuration}");
-    let prefill = instance.prefill(
-        config,
-        &label,
-        &|id, pipeline| record_command(pipeline, &names, values, &shape, id),
-        0,
-    )?;
-    let mut control = instance.connect()?;
+    let prefill = prefill(config, values, instance.endpoint(), &label)?;
+    let mut control = instance.endpoint().connect()?;
     let spinner = progress_bar(config.progress, None, &format!("{label} SAVE"));
     let saved = redis::cmd("SAVE").query::<()>(&mut control);
     spinner.finish_and_clear();
     saved?;
     let before = Info::read(&mut control)?;
-    let connections = instance.connect_all(config.threads)?;
     let mut watcher = Watcher::new(control, Some(config.checkpoint_log_bytes), SAMPLE_EVERY);
-    let (timed, spans) = run_with_spans(
+    let (timed, spans) = timed_run(
         config,
+        values,
+        instance.endpoint(),
         &label,
         before.checkpoints(),
-        |thread| client(Mix::new(config, thread), values, connections.take(thread)),
         || {
             let (at, info) = watcher.poll()?;
             Some(Sample {
@@ -94,11 +95,79 @@ pub fn measure(
     })
 }
 
+/// Runs `configuration` as [`measure`] does, on a fresh Redis in
+/// `config.dir/redis-tail-<name>`.
+pub fn measure_peer(
+    config: &Config,
+    values: &ValuePool,
+    configuration: Configuration,
+    redis: &RedisServer,
+) -> Result<PeerMeasured> {
+    let dir = config
+        .dir
+        .join(format!("redis-tail-{}", configuration.name()));
+    let peer = RedisPeer::start(redis, &dir)?;
+    let label = format!("redis tail {configuration}");
+    let prefill = prefill(config, values, peer.endpoint(), &label)?;
+    peer.rewrite_aof(config.progress, &label)?;
+    let before = peer.mark()?;
+    let (mut timed, _) = timed_run(config, values, peer.endpoint(), &label, 0, || None)?;
+    let redis = peer.stop(&before, &mut timed)?;
+    Ok(PeerMeasured {
+        prefill,
+        timed,
+        inserted: 0,
+        redis,
+    })
+}
+
+/// The records, an HSET of every field each, pipelined into `endpoint`.
+fn prefill(
+    config: &Config,
+    values: &ValuePool,
+    endpoint: &Endpoint,
+    label: &str,
+) -> Result<Duration> {
+    let shape = config.shape;
+    let names = records::field_names(shape.fields);
+    endpoint.prefill(
+        config,
+        label,
+        &|id, pipeline| record_command(pipeline, &names, values, &shape, id),
+        0,
+    )
+}
+
+/// The timed run against `endpoint`, with `sample` as
+/// [`run_with_spans`] takes it.
+fn timed_run(
+    config: &Config,
+    values: &ValuePool,
+    endpoint: &Endpoint,
+    label: &str,
+    checkpoints: u64,
+    sample: impl FnMut() -> Option<Sample> + Send,
+) -> Result<(Measured, Vec<Span>)> {
+    let connections = endpoint.connect_all(config.threads)?;
+    let system = endpoint.system;
+    run_with_spans(
+        config,
+        label,
+        checkpoints,
+        |thread| {
+            let mix = Mix::new(config, thread);
+            client(mix, values, connections.take(thread), system)
+        },
+        sample,
+    )
+}
+
 /// One client: HGET or HSET of one field, as the embedded client.
 fn client<'a>(
     mut mix: Mix,
     values: &'a ValuePool,
     mut connection: Connection,
+    system: System,
 ) -> impl FnMut() -> Result<(Kind, Instant)> + 'a {
     move || match mix.next() {
         Step::Read { id, field } => {
@@ -109,7 +178,7 @@ fn client<'a>(
             let found = found.map(|value| value.len());
             if found != Some(mix.shape.field_bytes) {
                 return Err(timed::lost(
-                    "server",
+                    system.name(),
                     format!("HGET {id} field{field} found {found:?} bytes"),
                 ));
             }

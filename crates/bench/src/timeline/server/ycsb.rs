@@ -16,15 +16,22 @@
 //! checkpoints during its prefill; the server does not before 64 MiB, so a
 //! prefill that left `--checkpoint-log-mib` of log or more is folded with
 //! `SAVE` before the timed run.
+//!
+//! The Redis peer ([`measure_peer`]) gets the same prefill and the same
+//! clients (collections are Redis hashes, E's index Redis sorted sets),
+//! its AOF rewritten after the prefill ([`super::peer`]), and no watcher.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use redis::{Connection, Pipeline};
 
+use super::endpoint::Endpoint;
+use super::peer::{PeerMeasured, RedisPeer, RedisServer};
 use super::{record_command, Info, Instance, Target, Watcher, YCSB_WATCH_EVERY};
+use crate::server::System;
 use crate::timeline::error::Result;
 use crate::timeline::records::{self, Shape, KEY_BYTES};
-use crate::timeline::timed::{self, Kind};
+use crate::timeline::timed::{self, Kind, Measured};
 use crate::timeline::ycsb::{
     index_buckets, index_key, modified, Choices, Inserts, StoreKind, Workload, YcsbMeasured,
     MAX_SCAN_LENGTH, SCAN_BUCKET_RECORDS,
@@ -47,28 +54,18 @@ pub fn measure(
         .dir
         .join(format!("server-ycsb-{store}-{workload}-{distribution}"));
     let instance = Instance::start(&dir)?;
-    let label = format!("server {store} {workload} {distribution}");
-    let shape = config.shape;
-    let names = records::field_names(shape.fields);
-    let indexed = store == StoreKind::Collections && workload == Workload::E;
-    let commands = |id: u64, pipeline: &mut Pipeline| match store {
-        StoreKind::Collections => {
-            record_command(pipeline, &names, field_values, &shape, id);
-            if indexed {
-                index_command(pipeline, id).ignore();
-            }
-        }
-        StoreKind::Strings => {
-            pipeline
-                .cmd("SET")
-                .arg(&records::key(id)[..])
-                .arg(records::string_value(record_values, id, 0))
-                .ignore();
-        }
+    let run = Run {
+        config,
+        field_values,
+        record_values,
+        store,
+        workload,
+        distribution,
+        label: format!("server {store} {workload} {distribution}"),
+        names: records::field_names(config.shape.fields),
     };
-    let buckets = index_buckets(indexed, shape.records);
-    let prefill = instance.prefill(config, &label, &commands, buckets)?;
-    let mut control = instance.connect()?;
+    let prefill = run.prefill(instance.endpoint())?;
+    let mut control = instance.endpoint().connect()?;
     let collections = store == StoreKind::Collections;
     let pending = Info::read(&mut control)?.get("oplog_bytes_since_checkpoint");
     if collections && pending >= config.checkpoint_log_bytes {
@@ -83,33 +80,11 @@ pub fn measure(
         collections.then_some(config.checkpoint_log_bytes),
         YCSB_WATCH_EVERY,
     );
-    let connections = instance.connect_all(config.threads)?;
-    let inserts = Inserts::new(shape.records, config.threads);
-    let timed = timed::run(
-        config.progress,
-        &label,
-        config.threads,
-        config.ycsb_duration,
-        |thread| {
-            let choices = Choices::new(config, &inserts, workload, distribution, thread);
-            let client = Client {
-                connection: connections.take(thread),
-                shape,
-                names: &names,
-                workload,
-                key: [0u8; KEY_BYTES],
-            };
-            match store {
-                StoreKind::Collections => client.over_collections(choices, field_values),
-                StoreKind::Strings => client.over_strings(choices, record_values),
-            }
-        },
-        &mut |_| {
-            if collections {
-                watcher.poll();
-            }
-        },
-    )?;
+    let (timed, inserted) = run.timed(instance.endpoint(), &mut |_| {
+        if collections {
+            watcher.poll();
+        }
+    })?;
     let (after, counters) = instance.counters(watcher)?;
     instance.stop()?;
     Ok(YcsbMeasured {
@@ -119,10 +94,122 @@ pub fn measure(
         prefill,
         timed,
         checkpoints: collections.then(|| after.since(&before, "checkpoints")),
-        inserted: inserts.total(),
+        inserted,
         target: Target::Server,
         server: Some(counters),
     })
+}
+
+/// Runs `workload` over `store` as [`measure`] does, on a fresh Redis in
+/// `config.dir/redis-ycsb-<store>-<workload>-<distribution>`.
+pub fn measure_peer(
+    config: &Config,
+    field_values: &ValuePool,
+    record_values: &ValuePool,
+    store: StoreKind,
+    workload: Workload,
+    distribution: Distribution,
+    redis: &RedisServer,
+) -> Result<PeerMeasured> {
+    assert!(store.runs(workload), "strings run no scans");
+    let dir = config
+        .dir
+        .join(format!("redis-ycsb-{store}-{workload}-{distribution}"));
+    let peer = RedisPeer::start(redis, &dir)?;
+    let run = Run {
+        config,
+        field_values,
+        record_values,
+        store,
+        workload,
+        distribution,
+        label: format!("redis {store} {workload} {distribution}"),
+        names: records::field_names(config.shape.fields),
+    };
+    let prefill = run.prefill(peer.endpoint())?;
+    peer.rewrite_aof(config.progress, &run.label)?;
+    let before = peer.mark()?;
+    let (mut timed, inserted) = run.timed(peer.endpoint(), &mut |_| {})?;
+    let redis = peer.stop(&before, &mut timed)?;
+    Ok(PeerMeasured {
+        prefill,
+        timed,
+        inserted,
+        redis,
+    })
+}
+
+/// One store × workload × distribution, against either server.
+struct Run<'a> {
+    config: &'a Config,
+    field_values: &'a ValuePool,
+    record_values: &'a ValuePool,
+    store: StoreKind,
+    workload: Workload,
+    distribution: Distribution,
+    label: String,
+    names: Vec<Box<[u8]>>,
+}
+
+impl Run<'_> {
+    /// The records (and E's index over collections) into `endpoint`.
+    fn prefill(&self, endpoint: &Endpoint) -> Result<Duration> {
+        let shape = self.config.shape;
+        let indexed = self.store == StoreKind::Collections && self.workload == Workload::E;
+        let commands = |id: u64, pipeline: &mut Pipeline| match self.store {
+            StoreKind::Collections => {
+                record_command(pipeline, &self.names, self.field_values, &shape, id);
+                if indexed {
+                    index_command(pipeline, id).ignore();
+                }
+            }
+            StoreKind::Strings => {
+                pipeline
+                    .cmd("SET")
+                    .arg(&records::key(id)[..])
+                    .arg(records::string_value(self.record_values, id, 0))
+                    .ignore();
+            }
+        };
+        let buckets = index_buckets(indexed, shape.records);
+        endpoint.prefill(self.config, &self.label, &commands, buckets)
+    }
+
+    /// The timed run against `endpoint`, `sample` called as
+    /// [`timed::run`] calls it: what it measured, and the records inserted.
+    fn timed(
+        &self,
+        endpoint: &Endpoint,
+        sample: &mut (dyn FnMut(Instant) + Send),
+    ) -> Result<(Measured, u64)> {
+        let config = self.config;
+        let connections = endpoint.connect_all(config.threads)?;
+        let inserts = Inserts::new(config.shape.records, config.threads);
+        let timed = timed::run(
+            config.progress,
+            &self.label,
+            config.threads,
+            config.ycsb_duration,
+            |thread| {
+                let choices =
+                    Choices::new(config, &inserts, self.workload, self.distribution, thread);
+                let client = Client {
+                    connection: connections.take(thread),
+                    system: endpoint.system,
+                    shape: config.shape,
+                    names: &self.names,
+                    workload: self.workload,
+                    key: [0u8; KEY_BYTES],
+                };
+                match self.store {
+                    StoreKind::Collections => client.over_collections(choices, self.field_values),
+                    StoreKind::Strings => client.over_strings(choices, self.record_values),
+                }
+            },
+            sample,
+        )?;
+        Ok((timed, inserts.total()))
+    }
 }
 
 /// E's index entry for record `id` (score its number, member its key),
@@ -138,6 +225,8 @@ fn index_command(pipeline: &mut Pipeline, id: u64) -> &mut Pipeline {
 /// What one client thread holds.
 struct Client<'a> {
     connection: Connection,
+    /// Named in the errors of reads that did not find what was written.
+    system: System,
     shape: Shape,
     names: &'a [Box<[u8]>],
     workload: Workload,
@@ -156,9 +245,9 @@ impl<'a> Client<'a> {
             .query(&mut self.connection)?;
         if all.len() != 2 * self.shape.fields {
             return Err(timed::lost(
-                "server collections",
+                self.system.name(),
                 format!(
-                    "{} {} found {} fields",
+                    "collections: {} {} found {} fields",
                     self.workload,
                     what(),
                     all.len() / 2
@@ -216,8 +305,10 @@ impl<'a> Client<'a> {
                     self.scan(start, length, &mut members)?;
                     if members.is_empty() {
                         return Err(timed::lost(
-                            "server collections",
-                            format!("scan from record {start} found nothing in the index"),
+                            self.system.name(),
+                            format!(
+                                "collections: scan from record {start} found nothing in the index"
+                            ),
                         ));
                     }
                     for member in &members {
@@ -228,7 +319,8 @@ impl<'a> Client<'a> {
                             )
                         };
                         if member.len() != KEY_BYTES {
-                            return Err(timed::lost("server collections", what()));
+                            let what = format!("collections: {}", what());
+                            return Err(timed::lost(self.system.name(), what));
                         }
                         self.key.copy_from_slice(member);
                         self.read_record(what)?;
@@ -247,8 +339,11 @@ impl<'a> Client<'a> {
                         .map(|pair| modified(&pair[1]))
                         .ok_or_else(|| {
                             timed::lost(
-                                "server collections",
-                                format!("read-modify-write of record {id} found no field{field}"),
+                                self.system.name(),
+                                format!(
+                                    "collections: read-modify-write of record {id} found no \
+                                     field{field}"
+                                ),
                             )
                         })?;
                     redis::cmd("HSET")
@@ -293,7 +388,8 @@ impl<'a> Client<'a> {
     fn over_strings(mut self, mut choices: Choices<'a>, values: &'a ValuePool) -> Operation<'a> {
         let record_bytes = self.shape.record_bytes();
         let workload = self.workload;
-        let lost = move |what: String| timed::lost("server strings", what);
+        let system = self.system.name();
+        let lost = move |what: String| timed::lost(system, format!("strings: {what}"));
         Box::new(move || {
             let kind = choices.kind();
             let (id, value) = match kind {

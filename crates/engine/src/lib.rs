@@ -29,6 +29,7 @@ mod lock;
 mod options;
 pub mod record;
 mod recovery;
+pub mod refill;
 mod space;
 mod store;
 pub mod superblock;

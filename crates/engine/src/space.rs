@@ -15,17 +15,18 @@
 //! when an allocator drains the queue.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::SegQueue;
 use engram_integrity::Integrity;
 use engram_pmem::{PmemOffset, Region};
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Mutex, MutexGuard, RwLock};
 
 use crate::block::{state, BlockHeader, BlockKind, BlockMeta, BlockTable, BLOCK_HEADER_BYTES};
 use crate::counter::StripedCounter;
+use crate::refill::RefillSignal;
 use crate::superblock::Superblock;
 use crate::{Error, Result};
 
@@ -51,8 +52,7 @@ pub struct Space {
     /// writers find blocks ready instead of growing it themselves
     /// (allocate, map, pre-fault: tens of milliseconds for a 64 MiB step).
     low_water: u64,
-    provision: (Mutex<ProvisionRequests>, Condvar),
-    provision_requested: AtomicBool,
+    refill: RefillSignal,
     /// Sum of `live_bytes` over all blocks.
     live_bytes: StripedCounter,
     /// Next block generation (see `block`).
@@ -66,12 +66,6 @@ pub struct Space {
     ready: SegQueue<u32>,
     /// Dead blocks still waiting for their epoch.
     pending_frees: AtomicU64,
-}
-
-#[derive(Default)]
-struct ProvisionRequests {
-    refill: bool,
-    stop: bool,
 }
 
 struct FreeBlocks {
@@ -88,14 +82,14 @@ impl Space {
     ) -> Space {
         let block_bytes = superblock.block_bytes;
         let max_blocks = region.reserve_bytes() / block_bytes;
+        let grow_blocks = grow_bytes.div_ceil(block_bytes).max(1);
         Space {
             metas: BlockTable::new(max_blocks),
             block_count: AtomicU64::new(superblock.block_count),
-            grow_blocks: grow_bytes.div_ceil(block_bytes).max(1),
+            grow_blocks,
             grow: Mutex::new(()),
-            low_water: (grow_bytes.div_ceil(block_bytes) / 4).max(1),
-            provision: (Mutex::new(ProvisionRequests::default()), Condvar::new()),
-            provision_requested: AtomicBool::new(false),
+            low_water: (grow_blocks / 4).max(1),
+            refill: RefillSignal::new(),
             free: Mutex::new(FreeBlocks {
                 set: BTreeSet::new(),
                 superblock,
@@ -209,7 +203,7 @@ impl Space {
     fn claimed_one(&self, free: &FreeBlocks) {
         self.free_count.fetch_sub(1, Ordering::Relaxed);
         if (free.set.len() as u64) < self.low_water {
-            self.request_provision();
+            self.refill.request();
         }
     }
 
@@ -235,13 +229,13 @@ impl Space {
         self.release_ready();
         let mut free = self.free.lock();
         if free.set.is_empty() {
-            // The reserve ran dry: grow here, after any growth under way.
+            // The reserve ran dry: grow here.
             drop(free);
-            let _one_grower = self.grow.lock();
-            free = self.free.lock();
-            if free.set.is_empty() {
-                self.grow_locked(&mut free, 1)?;
+            let (_one_grower, mut locked) = self.lock_for_growth();
+            if locked.set.is_empty() {
+                self.grow_locked(&mut locked, 1)?;
             }
+            free = locked;
         }
         let id = free.set.pop_first().expect("growth added blocks");
         self.claimed_one(&free);
@@ -254,18 +248,7 @@ impl Space {
     /// [`Space::stop_provisioner`]. For a thread of its own. A failed growth
     /// (a full disk) is left for the write path to meet and report.
     pub fn run_provisioner(&self, may_grow: impl Fn(&Space) -> bool) {
-        loop {
-            {
-                let mut requests = self.provision.0.lock();
-                while !requests.refill && !requests.stop {
-                    self.provision.1.wait(&mut requests);
-                }
-                if requests.stop {
-                    return;
-                }
-                requests.refill = false;
-            }
-            self.provision_requested.store(false, Ordering::Release);
+        while self.refill.wait() {
             if may_grow(self) {
                 let _ = self.grow_ahead();
             }
@@ -274,19 +257,7 @@ impl Space {
 
     /// Ends [`Space::run_provisioner`] (at once, or after its growth).
     pub fn stop_provisioner(&self) {
-        self.provision.0.lock().stop = true;
-        self.provision.1.notify_all();
-    }
-
-    fn request_provision(&self) {
-        // One request until the thread takes it: claims in a row below the
-        // low-water mark cost an atomic load each, not a lock.
-        if self.provision_requested.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let mut requests = self.provision.0.lock();
-        requests.refill = true;
-        self.provision.1.notify_one();
+        self.refill.stop();
     }
 
     /// One growth step if fewer than `low_water` blocks are free. The file
@@ -315,15 +286,16 @@ impl Space {
 
     fn try_take_run(&self, n: u32) -> Result<u32> {
         self.release_ready();
-        let _one_grower = self.grow.lock();
         let mut free = self.free.lock();
         let head = match find_run(&free.set, n) {
             Some(head) => head,
             None => {
-                // Make the tail of the file a run: grow by at least `n` and
-                // start the run at the first free block that reaches the end.
-                self.grow_locked(&mut free, n as u64)?;
-                find_run(&free.set, n).expect("growth made room for the run")
+                // No run fits: grow here.
+                drop(free);
+                let (_one_grower, mut locked) = self.lock_for_growth();
+                let head = self.run_after_growth(&mut locked, n)?;
+                free = locked;
+                head
             }
         };
         for id in head..head + n {
@@ -331,6 +303,24 @@ impl Space {
         }
         self.free_count.fetch_sub(n as u64, Ordering::Relaxed);
         Ok(head)
+    }
+
+    /// For a writer that found no room: `grow`, then `free` again, so that
+    /// it grows after any growth under way (which may have made its room).
+    fn lock_for_growth(&self) -> (MutexGuard<'_, ()>, MutexGuard<'_, FreeBlocks>) {
+        let grow = self.grow.lock();
+        (grow, self.free.lock())
+    }
+
+    /// A run of `n` free blocks, making the tail of the file one (growing
+    /// by at least `n`) unless a growth under way made room already. The
+    /// caller holds `grow` and `free`.
+    fn run_after_growth(&self, free: &mut FreeBlocks, n: u32) -> Result<u32> {
+        if let Some(head) = find_run(&free.set, n) {
+            return Ok(head);
+        }
+        self.grow_locked(free, n as u64)?;
+        Ok(find_run(&free.set, n).expect("growth made room for the run"))
     }
 
     /// Grows the file on the write path (the caller holds `grow` and

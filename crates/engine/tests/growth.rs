@@ -83,3 +83,31 @@ fn without_the_reserve_the_file_grows_only_when_no_block_is_free() {
     assert_eq!(stats.blocks_total, STEP / BLOCK, "{stats:?}");
     store.close().unwrap();
 }
+
+/// At the space budget (here: 1.2 times the live data, past the slack
+/// of four steps) the reserve does not grow the file: writers compact
+/// first there, and grow it themselves only when that frees nothing.
+#[test]
+fn the_reserve_does_not_grow_past_the_space_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(
+        dir.path(),
+        Options {
+            compaction: CompactionOptions {
+                enabled: true,
+                interval: Duration::from_secs(3600),
+                max_space_amplification: 1.2,
+                ..CompactionOptions::default()
+            },
+            ..options(true)
+        },
+    )
+    .unwrap();
+    // Four steps and 14 blocks of the fifth, all live: 1 block free.
+    fill(&store, 0, 4 * 16 + 14);
+    std::thread::sleep(Duration::from_millis(100));
+    let stats = store.stats();
+    assert!(stats.blocks_free < LOW_WATER, "{stats:?}");
+    assert_eq!(stats.blocks_total, 5 * STEP / BLOCK, "{stats:?}");
+    store.close().unwrap();
+}

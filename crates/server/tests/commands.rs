@@ -528,11 +528,7 @@ fn mset_is_seen_whole_by_concurrent_readers() {
 #[test]
 fn expiry_is_lazy_active_and_survives_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let config = || Config {
-        port: 0,
-        dir: dir.path().join("data"),
-        ..Config::default()
-    };
+    let config = || common::config_in(dir.path());
     let server = Server::start(config()).unwrap();
     let mut c = Client::connect(&server);
     c.script(&[

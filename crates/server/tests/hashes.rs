@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use common::{arity, start, Client, NOT_FLOAT, NOT_INT, SYNTAX, WRONGTYPE};
-use engram_server::{Config, Server};
+use engram_server::Server;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -663,11 +663,7 @@ fn transactions() {
 #[test]
 fn survives_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let config = || Config {
-        port: 0,
-        dir: dir.path().join("data"),
-        ..Config::default()
-    };
+    let config = || common::config_in(dir.path());
     let server = Server::start(config()).unwrap();
     let mut c = Client::connect(&server);
     let mut args = vec!["HSET".to_string(), "big".to_string()];
@@ -783,10 +779,7 @@ fn bulk(text: &str) -> Reply {
 #[test]
 fn randomized_against_a_model() {
     let (server, _dir) = start();
-    let mut con = redis::Client::open(format!("redis://{}", server.addr))
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut con = common::redis_con(server.addr);
     let mut rng = StdRng::seed_from_u64(0x4a5b_6c7d);
     let mut model: HashMap<String, BTreeMap<String, String>> = HashMap::new();
     let keys = ["h0", "h1", "h2"];

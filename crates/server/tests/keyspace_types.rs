@@ -281,11 +281,7 @@ fn multi_mixing_strings_and_collections_and_watch_on_a_collection() {
 #[test]
 fn collections_survive_a_restart_with_and_without_a_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
-    let config = || Config {
-        port: 0,
-        dir: dir.path().join("data"),
-        ..Config::default()
-    };
+    let config = || common::config_in(dir.path());
     let server = Server::start(config()).unwrap();
     let mut c = Client::connect(&server);
     fill(&mut c);

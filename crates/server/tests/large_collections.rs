@@ -3,7 +3,10 @@
 //! SUNIONSTORE that copies them, through a real Redis client, answered and
 //! still there after a restart.
 
-use engram_server::{Config, Server};
+mod common;
+
+use common::{config_in, redis_con};
+use engram_server::Server;
 use redis::Commands;
 
 const FIELD_BYTES: usize = 20 << 20;
@@ -16,16 +19,8 @@ fn member(i: usize) -> String {
 #[test]
 fn writes_larger_than_a_log_segment_are_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let config = || Config {
-        port: 0,
-        dir: dir.path().join("data"),
-        ..Config::default()
-    };
-    let server = Server::start(config()).unwrap();
-    let mut con = redis::Client::open(format!("redis://{}/", server.addr))
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let server = Server::start(config_in(dir.path())).unwrap();
+    let mut con = redis_con(server.addr);
     let field: Vec<u8> = (0..FIELD_BYTES).map(|i| (i % 251) as u8).collect();
     let added: i64 = con.hset("h", "f", &field).unwrap();
     assert_eq!(added, 1);
@@ -44,11 +39,8 @@ fn writes_larger_than_a_log_segment_are_kept() {
     assert!(read == field, "the field reads back whole");
     server.shutdown().unwrap();
 
-    let server = Server::start(config()).unwrap();
-    let mut con = redis::Client::open(format!("redis://{}/", server.addr))
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let server = Server::start(config_in(dir.path())).unwrap();
+    let mut con = redis_con(server.addr);
     let read: Vec<u8> = con.hget("h", "f").unwrap();
     assert!(read == field, "the field survives a restart whole");
     for key in ["s", "u"] {

@@ -922,10 +922,7 @@ fn random_command(
 #[test]
 fn random_commands_match_a_model() {
     let (server, _dir) = start();
-    let mut con = redis::Client::open(format!("redis://{}", server.addr))
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut con = common::redis_con(server.addr);
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x1157);
     let mut model = Model::new();
     for step in 0..600 {
@@ -980,10 +977,7 @@ fn blpop_waits_for_a_push_and_serves_clients_in_order() {
     // A push from a third connection, on another thread.
     let addr = server.addr;
     let pusher = thread::spawn(move || {
-        let mut con = redis::Client::open(format!("redis://{addr}"))
-            .unwrap()
-            .get_connection()
-            .unwrap();
+        let mut con = common::redis_con(addr);
         redis::cmd("RPUSH")
             .arg("k")
             .arg("one")
@@ -1083,10 +1077,7 @@ fn blmove_moves_atomically_when_woken() {
     let movers: Vec<_> = (0..3)
         .map(|_| {
             thread::spawn(move || {
-                let mut con = redis::Client::open(format!("redis://{addr}"))
-                    .unwrap()
-                    .get_connection()
-                    .unwrap();
+                let mut con = common::redis_con(addr);
                 let mut got = Vec::new();
                 for _ in 0..20 {
                     let v: String = redis::cmd("BLMOVE")
@@ -1103,10 +1094,7 @@ fn blmove_moves_atomically_when_woken() {
             })
         })
         .collect();
-    let mut con = redis::Client::open(format!("redis://{addr}"))
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut con = common::redis_con(addr);
     for i in 0..60 {
         redis::cmd("RPUSH")
             .arg("q")

@@ -11,7 +11,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use common::{arity, start, Client, NOT_INT, SYNTAX, WRONGTYPE};
-use engram_server::{Config, Server};
+use engram_server::Server;
 use rand::{Rng, SeedableRng};
 
 /// The members of a flat array reply, sorted (set replies come in hash
@@ -474,10 +474,7 @@ fn intersection_union_difference_and_stores() {
 #[test]
 fn large_sets_across_chunks() {
     let (server, _dir) = start();
-    let mut con = redis::Client::open(format!("redis://{}", server.addr))
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut con = common::redis_con(server.addr);
     // a: 0..5000, b: even numbers below 8000, c: multiples of 3 below 3000.
     let a: BTreeSet<u32> = (0..5000).collect();
     let b: BTreeSet<u32> = (0..8000).filter(|n| n % 2 == 0).collect();
@@ -795,11 +792,7 @@ fn multi_exec() {
 #[test]
 fn sets_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let config = || Config {
-        port: 0,
-        dir: dir.path().join("data"),
-        ..Config::default()
-    };
+    let config = || common::config_in(dir.path());
     let server = Server::start(config()).unwrap();
     let mut c = Client::connect(&server);
     c.script(&[
@@ -857,10 +850,7 @@ fn sets_survive_a_restart() {
 #[test]
 fn randomized_against_a_model() {
     let (server, _dir) = start();
-    let mut con = redis::Client::open(format!("redis://{}", server.addr))
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut con = common::redis_con(server.addr);
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x5e75);
     let keys = ["k0", "k1", "k2", "k3"];
     let mut model: Vec<BTreeSet<String>> = vec![BTreeSet::new(); keys.len()];

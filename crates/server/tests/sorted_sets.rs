@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use common::{arity, start, Client, NOT_FLOAT, NOT_INT, SYNTAX, WRONGTYPE};
-use engram_server::{Config, Server};
+use engram_server::Server;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -892,11 +892,7 @@ fn dump(c: &mut Client, keys: &[&str]) -> Vec<String> {
 #[test]
 fn survives_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let config = || Config {
-        port: 0,
-        dir: dir.path().join("data"),
-        ..Config::default()
-    };
+    let config = || common::config_in(dir.path());
     let keys = ["a", "b", "u", "emptied", "popped", "lex"];
     let before;
     {
@@ -947,10 +943,7 @@ fn survives_restart() {
 #[test]
 fn top_k_votes() {
     let (server, _dir) = start();
-    let mut con = redis::Client::open(format!("redis://{}", server.addr))
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut con = common::redis_con(server.addr);
     let mut rng = StdRng::seed_from_u64(7);
     let mut model: HashMap<String, i64> = HashMap::new();
     let mut pipe = redis::pipe();
@@ -1099,10 +1092,7 @@ fn lex_below_max(member: &str, b: &(String, Option<(String, bool)>, i8)) -> bool
 #[test]
 fn randomized_against_a_model() {
     let (server, _dir) = start();
-    let mut con = redis::Client::open(format!("redis://{}", server.addr))
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut con = common::redis_con(server.addr);
     let mut rng = StdRng::seed_from_u64(0x5eed);
     let mut model: Model = HashMap::new();
     let keys = ["k1", "k2", "k3"];

@@ -34,6 +34,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use engram_engine::refill::RefillSignal;
 use engram_pmem::{PmemOffset, Region, RegionOptions};
 use parking_lot::{Mutex, MutexGuard};
 
@@ -142,13 +143,6 @@ pub struct OpLogStats {
 }
 
 #[derive(Default)]
-struct ProvisionRequests {
-    /// A claim left fewer than `reserve_segments` segments free.
-    refill: bool,
-    stop: bool,
-}
-
-#[derive(Default)]
 struct Lane {
     segment: Option<u32>,
     generation: u32,
@@ -183,7 +177,7 @@ pub struct OpLog {
     grow: Mutex<()>,
     reserve_segments: usize,
     /// Requests to the thread running [`OpLog::run_provisioner`].
-    provision: (Mutex<ProvisionRequests>, parking_lot::Condvar),
+    provision: RefillSignal,
     records: AtomicU64,
     payload_bytes: AtomicU64,
 }
@@ -271,10 +265,7 @@ impl OpLog {
             }),
             grow: Mutex::new(()),
             reserve_segments: options.reserve_segments,
-            provision: (
-                Mutex::new(ProvisionRequests::default()),
-                parking_lot::Condvar::new(),
-            ),
+            provision: RefillSignal::new(),
             records: AtomicU64::new(0),
             payload_bytes: AtomicU64::new(0),
         };
@@ -559,7 +550,7 @@ impl OpLog {
             let mut segments = self.segments.lock();
             if let Some(segment) = segments.free.pop() {
                 if segments.free.len() < self.reserve_segments {
-                    self.request_provision();
+                    self.provision.request();
                 }
                 break (segment, segments);
             }
@@ -613,33 +604,14 @@ impl OpLog {
     /// [`OpLog::stop_provisioner`]. For a thread of its own. A failed
     /// growth (a full disk) is left for the write path to meet and report.
     pub fn run_provisioner(&self) {
-        loop {
-            {
-                let mut requests = self.provision.0.lock();
-                while !requests.refill && !requests.stop {
-                    self.provision.1.wait(&mut requests);
-                }
-                if requests.stop {
-                    return;
-                }
-                requests.refill = false;
-            }
+        while self.provision.wait() {
             let _ = self.ensure_free(self.reserve_segments);
         }
     }
 
     /// Ends [`OpLog::run_provisioner`] (at once, or after its growth).
     pub fn stop_provisioner(&self) {
-        self.provision.0.lock().stop = true;
-        self.provision.1.notify_all();
-    }
-
-    fn request_provision(&self) {
-        let mut requests = self.provision.0.lock();
-        if !requests.refill {
-            requests.refill = true;
-            self.provision.1.notify_one();
-        }
+        self.provision.stop();
     }
 
     /// The swap of the active and archived logs: every record appended so

@@ -109,6 +109,24 @@ impl Client {
     }
 }
 
+/// The configuration of a server on a free port keeping its data under
+/// `dir`: starting it again with the same `dir` is a restart.
+pub fn config_in(dir: &std::path::Path) -> Config {
+    Config {
+        port: 0,
+        dir: dir.join("data"),
+        ..Config::default()
+    }
+}
+
+/// A `redis` crate connection to the server at `addr`.
+pub fn redis_con(addr: std::net::SocketAddr) -> redis::Connection {
+    redis::Client::open(format!("redis://{addr}/"))
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
 pub fn start() -> (Server, tempfile::TempDir) {
     start_with(Config::default())
 }

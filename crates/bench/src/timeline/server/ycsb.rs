@@ -50,20 +50,19 @@ pub fn measure(
     distribution: Distribution,
 ) -> Result<YcsbMeasured> {
     assert!(store.runs(workload), "strings run no scans");
-    let dir = config
-        .dir
-        .join(format!("server-ycsb-{store}-{workload}-{distribution}"));
-    let instance = Instance::start(&dir)?;
-    let run = Run {
+    let run = Run::new(
         config,
         field_values,
         record_values,
         store,
         workload,
         distribution,
-        label: format!("server {store} {workload} {distribution}"),
-        names: records::field_names(config.shape.fields),
-    };
+        "server",
+    );
+    let dir = config
+        .dir
+        .join(format!("server-ycsb-{store}-{workload}-{distribution}"));
+    let instance = Instance::start(&dir)?;
     let prefill = run.prefill(instance.endpoint())?;
     let mut control = instance.endpoint().connect()?;
     let collections = store == StoreKind::Collections;
@@ -112,20 +111,19 @@ pub fn measure_peer(
     redis: &RedisServer,
 ) -> Result<PeerMeasured> {
     assert!(store.runs(workload), "strings run no scans");
-    let dir = config
-        .dir
-        .join(format!("redis-ycsb-{store}-{workload}-{distribution}"));
-    let peer = RedisPeer::start(redis, &dir)?;
-    let run = Run {
+    let run = Run::new(
         config,
         field_values,
         record_values,
         store,
         workload,
         distribution,
-        label: format!("redis {store} {workload} {distribution}"),
-        names: records::field_names(config.shape.fields),
-    };
+        "redis",
+    );
+    let dir = config
+        .dir
+        .join(format!("redis-ycsb-{store}-{workload}-{distribution}"));
+    let peer = RedisPeer::start(redis, &dir)?;
     let prefill = run.prefill(peer.endpoint())?;
     peer.rewrite_aof(config.progress, &run.label)?;
     let before = peer.mark()?;
@@ -151,7 +149,30 @@ struct Run<'a> {
     names: Vec<Box<[u8]>>,
 }
 
-impl Run<'_> {
+impl<'a> Run<'a> {
+    /// A run of `workload` over `store` against `system`'s server (which
+    /// its progress label names).
+    fn new(
+        config: &'a Config,
+        field_values: &'a ValuePool,
+        record_values: &'a ValuePool,
+        store: StoreKind,
+        workload: Workload,
+        distribution: Distribution,
+        system: &str,
+    ) -> Run<'a> {
+        Run {
+            config,
+            field_values,
+            record_values,
+            store,
+            workload,
+            distribution,
+            label: format!("{system} {store} {workload} {distribution}"),
+            names: records::field_names(config.shape.fields),
+        }
+    }
+
     /// The records (and E's index over collections) into `endpoint`.
     fn prefill(&self, endpoint: &Endpoint) -> Result<Duration> {
         let shape = self.config.shape;

@@ -103,9 +103,12 @@ pub struct Options {
     /// Grow the data file a step ahead of need, on a thread of its own
     /// (`engram-space-reserve`), when a claim leaves fewer than a quarter
     /// step of blocks free: writers then rarely grow (allocate, map,
-    /// pre-fault) the file themselves. Off: a writer that finds no free
-    /// block grows it (the crash explorer turns it off, so that growth
-    /// happens in operation order).
+    /// pre-fault) the file themselves. One that finds no free block grows
+    /// it by a sixteenth of a step and leaves the step to the thread, which
+    /// then grows even past the space budget (compaction has not kept up).
+    /// Off: a writer that finds no free block grows the file by a step (the
+    /// crash explorer turns it off, so that growth happens in operation
+    /// order).
     pub grow_ahead: bool,
     /// Address space reserved for the data file: its maximum size.
     pub reserve_bytes: u64,

@@ -3,8 +3,17 @@
 //! Free blocks sit in one ordered set under a mutex. Taking the lowest free
 //! block first keeps data packed towards the start of the file. The mutex is
 //! taken once per block (a block holds thousands of small records), so it is
-//! off the per-record path; growth happens under it too, which keeps extents
-//! (runs of contiguous blocks) simple to allocate.
+//! off the per-record path.
+//!
+//! Growing the file (allocate, map, pre-fault: tens of milliseconds for a
+//! 64 MiB step) never happens under that mutex: one grower at a time holds
+//! `grow`, extends the region, and only then takes `free` to add the new
+//! blocks. Most growth happens a step ahead of need on the reserve thread
+//! ([`Space::run_provisioner`]), in pieces of a sixteenth of a step, each
+//! handed out as soon as it is mapped; a writer that finds nothing free
+//! grows by one such piece itself and leaves the step to the reserve. A
+//! writer waiting for a growth thus waits a few milliseconds, not for a
+//! whole step.
 //!
 //! Freed blocks return to the set only after an epoch has passed
 //! (crossbeam-epoch), so a reader that found an offset just before its record
@@ -15,7 +24,7 @@
 //! when an allocator drains the queue.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,14 +54,24 @@ pub struct Space {
     free_count: AtomicU64,
     block_count: AtomicU64,
     grow_blocks: u64,
+    /// What a writer that found no free block grows the file by itself
+    /// (a whole step when no reserve thread runs).
+    urgent_blocks: u64,
     /// One growth at a time; taken before `free`, never after it.
     grow: Mutex<()>,
-    /// Fewer free blocks than this after a claim ask the reserve thread
-    /// ([`Space::run_provisioner`]) to grow the file by a step, so that
-    /// writers find blocks ready instead of growing it themselves
-    /// (allocate, map, pre-fault: tens of milliseconds for a 64 MiB step).
+    /// A claim that leaves fewer free blocks than this (where there were
+    /// this many before) asks the reserve thread ([`Space::run_provisioner`])
+    /// to grow the file by a step, so that writers find blocks ready
+    /// instead of growing it themselves. Asking once per crossing, not per
+    /// claim, keeps a reserve that declines (at the space budget) from
+    /// being woken for every block.
     low_water: u64,
     refill: RefillSignal,
+    /// Set by a writer that had to grow the file: the reserve's next step
+    /// goes ahead even past the space budget. Compaction has not kept the
+    /// file within it, so the writers would grow the file anyway; better
+    /// on the reserve thread than under their feet.
+    overdue: AtomicBool,
     /// Sum of `live_bytes` over all blocks.
     live_bytes: StripedCounter,
     /// Next block generation (see `block`).
@@ -78,6 +97,7 @@ impl Space {
         region: Arc<Region>,
         superblock: Superblock,
         grow_bytes: u64,
+        grow_ahead: bool,
         integrity: Option<Arc<Integrity>>,
     ) -> Space {
         let block_bytes = superblock.block_bytes;
@@ -87,9 +107,16 @@ impl Space {
             metas: BlockTable::new(max_blocks),
             block_count: AtomicU64::new(superblock.block_count),
             grow_blocks,
+            // Without a reserve thread, writers grow by whole steps.
+            urgent_blocks: if grow_ahead {
+                (grow_blocks / 16).max(1)
+            } else {
+                grow_blocks
+            },
             grow: Mutex::new(()),
             low_water: (grow_blocks / 4).max(1),
             refill: RefillSignal::new(),
+            overdue: AtomicBool::new(false),
             free: Mutex::new(FreeBlocks {
                 set: BTreeSet::new(),
                 superblock,
@@ -194,15 +221,16 @@ impl Space {
         self.release_ready();
         let mut free = self.free.lock();
         let id = free.set.pop_first()?;
-        self.claimed_one(&free);
+        self.claimed(&free, 1);
         Some(id)
     }
 
-    /// Books a block just taken from `free`, and asks for growth ahead of
-    /// need when that leaves few.
-    fn claimed_one(&self, free: &FreeBlocks) {
-        self.free_count.fetch_sub(1, Ordering::Relaxed);
-        if (free.set.len() as u64) < self.low_water {
+    /// Books `n` blocks just taken from `free`, and asks for growth ahead
+    /// of need when that takes the free blocks below the low-water mark.
+    fn claimed(&self, free: &FreeBlocks, n: u64) {
+        self.free_count.fetch_sub(n, Ordering::Relaxed);
+        let left = free.set.len() as u64;
+        if left < self.low_water && left + n >= self.low_water {
             self.refill.request();
         }
     }
@@ -229,27 +257,30 @@ impl Space {
         self.release_ready();
         let mut free = self.free.lock();
         if free.set.is_empty() {
-            // The reserve ran dry: grow here.
+            // The reserve ran dry: grow here, after any growth under way
+            // (which may have made room).
             drop(free);
-            let (_one_grower, mut locked) = self.lock_for_growth();
-            if locked.set.is_empty() {
-                self.grow_locked(&mut locked, 1)?;
+            let _one_grower = self.grow.lock();
+            free = self.free.lock();
+            if free.set.is_empty() {
+                drop(free);
+                free = self.grow_urgently(1)?;
             }
-            free = locked;
         }
         let id = free.set.pop_first().expect("growth added blocks");
-        self.claimed_one(&free);
+        self.claimed(&free, 1);
         Ok(id)
     }
 
     /// Keeps at least `low_water` blocks free by growing the file a step at
     /// a time whenever a claim asks and `may_grow` agrees (the store's space
-    /// budget: at it, writers compact before they grow), until
+    /// budget: at it, writers compact before they grow) or a writer had to
+    /// grow the file itself (see `overdue`), until
     /// [`Space::stop_provisioner`]. For a thread of its own. A failed growth
     /// (a full disk) is left for the write path to meet and report.
     pub fn run_provisioner(&self, may_grow: impl Fn(&Space) -> bool) {
         while self.refill.wait() {
-            if may_grow(self) {
+            if self.overdue.swap(false, Ordering::AcqRel) || may_grow(self) {
                 let _ = self.grow_ahead();
             }
         }
@@ -260,22 +291,21 @@ impl Space {
         self.refill.stop();
     }
 
-    /// One growth step if fewer than `low_water` blocks are free. The file
-    /// grows (allocation, mapping, pre-faulting) without `free` locked, so
-    /// writers keep claiming the blocks that are left meanwhile.
+    /// One growth step if fewer than `low_water` blocks are free, in
+    /// pieces of the urgent step, each handed to the writers as it is
+    /// ready: a writer that runs dry meanwhile waits for one piece (a few
+    /// milliseconds), not for the step (tens of them).
     fn grow_ahead(&self) -> Result<()> {
-        let _one_grower = self.grow.lock();
         if self.free_count.load(Ordering::Relaxed) >= self.low_water {
             return Ok(());
         }
-        // Only the holder of `grow` changes the block count.
-        let old_count = self.block_count();
-        let new_count = old_count + self.grow_blocks;
-        self.region
-            .grow_to((new_count + 1) * self.block_bytes)
-            .map_err(Error::from_growth)?;
-        let mut free = self.free.lock();
-        self.add_blocks(&mut free, old_count, new_count);
+        let mut grown = 0;
+        while grown < self.grow_blocks {
+            let piece = self.urgent_blocks.min(self.grow_blocks - grown);
+            let _one_grower = self.grow.lock();
+            drop(self.grow_by(piece)?);
+            grown += piece;
+        }
         Ok(())
     }
 
@@ -290,49 +320,54 @@ impl Space {
         let head = match find_run(&free.set, n) {
             Some(head) => head,
             None => {
-                // No run fits: grow here.
+                // No run fits: grow here, after any growth under way
+                // (which may have made room).
                 drop(free);
-                let (_one_grower, mut locked) = self.lock_for_growth();
-                let head = self.run_after_growth(&mut locked, n)?;
-                free = locked;
-                head
+                let _one_grower = self.grow.lock();
+                free = self.free.lock();
+                match find_run(&free.set, n) {
+                    Some(head) => head,
+                    None => {
+                        drop(free);
+                        free = self.grow_urgently(n as u64)?;
+                        // The new blocks alone are such a run.
+                        find_run(&free.set, n).expect("growth made room for the run")
+                    }
+                }
             }
         };
         for id in head..head + n {
             free.set.remove(&id);
         }
-        self.free_count.fetch_sub(n as u64, Ordering::Relaxed);
+        self.claimed(&free, n as u64);
         Ok(head)
     }
 
-    /// For a writer that found no room: `grow`, then `free` again, so that
-    /// it grows after any growth under way (which may have made its room).
-    fn lock_for_growth(&self) -> (MutexGuard<'_, ()>, MutexGuard<'_, FreeBlocks>) {
-        let grow = self.grow.lock();
-        (grow, self.free.lock())
+    /// Grows the file on the write path by the urgent step (at least
+    /// `min_blocks`), and asks the reserve for a full step past the space
+    /// budget (see `overdue`). The caller holds `grow`, not `free`: other
+    /// writers keep claiming blocks that compaction frees meanwhile.
+    /// Returns `free` locked, with the new blocks in it.
+    fn grow_urgently(&self, min_blocks: u64) -> Result<MutexGuard<'_, FreeBlocks>> {
+        let free = self.grow_by(self.urgent_blocks.max(min_blocks))?;
+        self.overdue.store(true, Ordering::Release);
+        self.refill.request();
+        Ok(free)
     }
 
-    /// A run of `n` free blocks, making the tail of the file one (growing
-    /// by at least `n`) unless a growth under way made room already. The
-    /// caller holds `grow` and `free`.
-    fn run_after_growth(&self, free: &mut FreeBlocks, n: u32) -> Result<u32> {
-        if let Some(head) = find_run(&free.set, n) {
-            return Ok(head);
-        }
-        self.grow_locked(free, n as u64)?;
-        Ok(find_run(&free.set, n).expect("growth made room for the run"))
-    }
-
-    /// Grows the file on the write path (the caller holds `grow` and
-    /// `free`).
-    fn grow_locked(&self, free: &mut FreeBlocks, min_blocks: u64) -> Result<()> {
+    /// Grows the file by `blocks` (allocation, mapping, pre-faulting)
+    /// without `free` locked, then adds them to the free set. The caller
+    /// holds `grow`. Returns `free` locked, with the new blocks in it.
+    fn grow_by(&self, blocks: u64) -> Result<MutexGuard<'_, FreeBlocks>> {
+        // Only the holder of `grow` changes the block count.
         let old_count = self.block_count();
-        let new_count = old_count + self.grow_blocks.max(min_blocks);
+        let new_count = old_count + blocks;
         self.region
             .grow_to((new_count + 1) * self.block_bytes)
             .map_err(Error::from_growth)?;
-        self.add_blocks(free, old_count, new_count);
-        Ok(())
+        let mut free = self.free.lock();
+        self.add_blocks(&mut free, old_count, new_count);
+        Ok(free)
     }
 
     /// Records a growth from `old_count` to `new_count` blocks: the

@@ -218,6 +218,7 @@ impl Store {
             region,
             superblock,
             options.grow_bytes,
+            options.grow_ahead,
             integrity.clone(),
         ));
         let index = Index::new();

@@ -1,8 +1,9 @@
 //! The data file grows ahead of need: when claims leave fewer than a
 //! quarter of a growth step of blocks free, the `engram-space-reserve`
 //! thread grows it by a step, so writers find blocks ready instead of
-//! allocating, mapping and pre-faulting the file themselves. Off, the
-//! file grows only when a writer finds no free block.
+//! allocating, mapping and pre-faulting the file themselves. A writer that
+//! does find none grows it by a sixteenth of a step and leaves the step to
+//! the reserve. Off, the file grows only when a writer finds no free block.
 
 mod common;
 
@@ -37,6 +38,19 @@ fn fill(store: &Store, from: usize, blocks: u64) {
     let value = vec![7u8; VALUE];
     for i in from..from + 4 * blocks as usize {
         store.put(format!("key-{i}").as_bytes(), &value).unwrap();
+    }
+}
+
+/// Like `fill`, a block at a time, each time waiting (up to 200 ms) for
+/// the reserve to bring the free blocks back to the low-water mark, so
+/// that a writer never outruns a growth the reserve would make.
+fn fill_settled(store: &Store, from: usize, blocks: u64) {
+    for block in 0..blocks as usize {
+        fill(store, from + 4 * block, 1);
+        let deadline = Instant::now() + Duration::from_millis(200);
+        while store.stats().blocks_free < LOW_WATER && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
 
@@ -90,8 +104,57 @@ fn without_the_reserve_the_file_grows_only_when_no_block_is_free() {
 #[test]
 fn the_reserve_does_not_grow_past_the_space_budget() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(
-        dir.path(),
+    let store = at_a_tight_budget(dir.path());
+    // Within the slack of four steps the reserve grows the file step by
+    // step; at four steps, 61 blocks written take the free blocks below
+    // the low-water mark (3 left) past the slack, and the file stays as it
+    // is.
+    fill_settled(&store, 0, 4 * 16 - 3);
+    std::thread::sleep(Duration::from_millis(100));
+    let stats = store.stats();
+    assert!(stats.blocks_free < LOW_WATER, "{stats:?}");
+    assert_eq!(stats.blocks_total, 4 * STEP / BLOCK, "{stats:?}");
+    store.close().unwrap();
+}
+
+/// Past the budget, a writer that finds no block (and nothing to compact)
+/// grows the file by the urgent step only (a sixteenth of a step: one
+/// block here), and the reserve then adds a whole step: the writers would
+/// grow the file anyway, and this way the next ones find blocks ready.
+#[test]
+fn a_writer_that_runs_dry_grows_a_little_and_the_reserve_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = at_a_tight_budget(dir.path());
+    // As above (3 free), then four blocks more: the writer takes the
+    // last free ones, then grows the file itself.
+    fill_settled(&store, 0, 4 * 16 - 3);
+    fill(&store, 100_000, 4);
+    let expected = 4 * STEP / BLOCK + 1 + STEP / BLOCK;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.stats().blocks_total < expected {
+        assert!(
+            Instant::now() < deadline,
+            "the reserve never added its step: {:?}",
+            store.stats()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // Once: the step left enough free that nothing asks again.
+    std::thread::sleep(Duration::from_millis(100));
+    let stats = store.stats();
+    assert_eq!(stats.blocks_total, expected, "{stats:?}");
+    assert!(stats.blocks_free >= LOW_WATER, "{stats:?}");
+    store.close().unwrap();
+    let store = at_a_tight_budget(dir.path());
+    assert_eq!(store.len(), 4 * (4 * 16 - 3 + 4));
+    store.close().unwrap();
+}
+
+/// The reserve on, compaction on but idle, and a budget of 1.2 times the
+/// live data.
+fn at_a_tight_budget(dir: &std::path::Path) -> Store {
+    Store::open(
+        dir,
         Options {
             compaction: CompactionOptions {
                 enabled: true,
@@ -102,12 +165,5 @@ fn the_reserve_does_not_grow_past_the_space_budget() {
             ..options(true)
         },
     )
-    .unwrap();
-    // Four steps and 14 blocks of the fifth, all live: 1 block free.
-    fill(&store, 0, 4 * 16 + 14);
-    std::thread::sleep(Duration::from_millis(100));
-    let stats = store.stats();
-    assert!(stats.blocks_free < LOW_WATER, "{stats:?}");
-    assert_eq!(stats.blocks_total, 5 * STEP / BLOCK, "{stats:?}");
-    store.close().unwrap();
+    .unwrap()
 }

@@ -49,6 +49,7 @@ pub mod oplog;
 mod replay;
 pub mod state;
 pub mod types;
+pub mod undo;
 mod working;
 
 use std::path::{Path, PathBuf};
@@ -64,6 +65,7 @@ pub use error::{Error, Result};
 pub use op::Op;
 pub use oplog::{OpLogOptions, Sequencer};
 pub use state::{Entry, Keys};
+pub use undo::Undo;
 
 use op::Bytes;
 use oplog::OpLog;

@@ -286,8 +286,8 @@ fn scan(ctx: &mut Ctx, args: Args) -> CmdResult {
 /// RENAME and RENAMENX: moves the value (with its TTL) to the new name.
 /// A collection moves by one logged Rename, in O(1); a string by a put and
 /// a delete made atomic by a batch. The kind is peeked first so that a
-/// collection's move does not take an atomic transaction's undo copy; if
-/// it changed meanwhile, the move starts over.
+/// collection moves in a direct transaction (its Rename logged at once,
+/// no batch); if it changed meanwhile, the move starts over.
 fn rename_with(ctx: &mut Ctx, args: Args, only_if_absent: bool) -> Result<bool, CmdError> {
     let (from, to) = (args.get(1), args.get(2));
     loop {

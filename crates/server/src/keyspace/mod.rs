@@ -978,6 +978,90 @@ mod tests {
         assert_eq!(ks.dbsize(0), 2);
     }
 
+    /// Existing keys changed by an atomic transaction dropped without its
+    /// commit come back as they were: members, fields, elements, names,
+    /// expiry, and the key counts.
+    #[test]
+    fn an_uncommitted_atomic_transaction_puts_existing_keys_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, collections) = open_stores(dir.path());
+        let ks = Keyspace::open(store, collections, 16).unwrap();
+        let far = now_ms() + 3_600_000;
+        let k = |name: &[u8]| ckey(0, name).unwrap();
+        let b = |bytes: &[u8]| -> engram_collections::op::Bytes { bytes.into() };
+        let names: [&[u8]; 4] = [b"s", b"h", b"l", b"n"];
+        let mut txn = ks.lock(names.iter().map(|n| (0, *n)), false).unwrap();
+        txn.log(vec![
+            Op::SetAdd {
+                key: k(b"s"),
+                members: vec![b(b"a"), b(b"b")],
+            },
+            Op::Expire {
+                key: k(b"s"),
+                at_ms: far,
+            },
+            Op::HashSet {
+                key: k(b"h"),
+                pairs: vec![(b(b"f"), b(b"1"))],
+            },
+            Op::ListPush {
+                key: k(b"l"),
+                front: false,
+                values: vec![b(b"x"), b(b"y"), b(b"z")],
+            },
+        ])
+        .unwrap();
+        txn.commit().unwrap();
+        let entries = || -> Vec<Option<engram_collections::Entry>> {
+            names
+                .iter()
+                .map(|n| {
+                    let key = k(n);
+                    let writer = ks.collections().writer(&[&key]);
+                    writer.keys().get(&key).cloned()
+                })
+                .collect()
+        };
+        let before = entries();
+        assert_eq!((ks.dbsize(0), ks.expiring(0)), (3, 1));
+        {
+            let mut txn = ks.lock(names.iter().map(|n| (0, *n)), true).unwrap();
+            txn.log(vec![
+                Op::SetAdd {
+                    key: k(b"s"),
+                    members: vec![b(b"c")],
+                },
+                // Empties the set: the key goes, with its expiry.
+                Op::SetRemove {
+                    key: k(b"s"),
+                    members: vec![b(b"a"), b(b"b"), b(b"c")],
+                },
+                Op::HashSet {
+                    key: k(b"h"),
+                    pairs: vec![(b(b"f"), b(b"2")), (b(b"g"), b(b"3"))],
+                },
+                Op::ListPop {
+                    key: k(b"l"),
+                    front: true,
+                    count: 2,
+                },
+                Op::Rename {
+                    from: k(b"l"),
+                    to: k(b"n"),
+                },
+            ])
+            .unwrap();
+            assert_eq!((ks.dbsize(0), ks.expiring(0)), (2, 0));
+        }
+        assert_eq!(entries(), before);
+        assert_eq!((ks.dbsize(0), ks.expiring(0)), (3, 1));
+        assert_eq!(
+            ks.read(0, b"s", now_ms(), |meta, _| meta.expire_at())
+                .unwrap(),
+            Some(Some(far))
+        );
+    }
+
     /// A string written over a collection replaces it (and its expiry), and
     /// a collection renamed over a string replaces that.
     #[test]

@@ -9,9 +9,10 @@
 //!
 //! A direct transaction logs each `log` call's operations as one record of
 //! the collections' operation log, then applies them. An atomic one
-//! applies them to DRAM at once (keeping each touched key's prior state,
-//! to undo them if the commit fails) and logs them all as one record at
-//! commit, so a MULTI's collection writes are one record.
+//! applies them to DRAM at once (recording their inverses in an
+//! [`Undo`], which costs what they change, to take them back if the commit
+//! fails) and logs them all as one record at commit, so a MULTI's
+//! collection writes are one record.
 //!
 //! ## Type changes and crashes
 //!
@@ -31,7 +32,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
-use engram_collections::{apply, op::Bytes, Entry, Keys, Op, Writer};
+use engram_collections::{apply, op::Bytes, Entry, Op, Undo, Writer};
 use parking_lot::MutexGuard;
 use smallvec::SmallVec;
 
@@ -89,10 +90,13 @@ pub struct Txn<'a> {
     /// The collections' shards of `ekeys`, taken at the first collection
     /// access.
     coll: Option<Writer<'a>>,
-    /// Atomic transactions: collection operations applied but not logged...
+    /// Atomic transactions: collection operations applied but not logged,
     pending: Vec<Op>,
-    /// ...and the state of each key they touched before the first of them.
-    undo: Vec<(Bytes, Option<Entry>)>,
+    /// how to take them back,
+    undo: Undo,
+    /// and each key they touched, with its expiry before the first of them
+    /// (None: the key held no collection).
+    touched: Vec<(Bytes, Option<u64>)>,
     wrote: bool,
     scratch: Vec<u8>,
 }
@@ -111,7 +115,8 @@ impl<'a> Txn<'a> {
             batch: atomic.then(BTreeMap::new),
             coll: None,
             pending: Vec::new(),
-            undo: Vec::new(),
+            undo: Undo::new(),
+            touched: Vec::new(),
             wrote: false,
             scratch: Vec::new(),
         }
@@ -279,15 +284,14 @@ impl<'a> Txn<'a> {
             .map(|k| writer.keys().get(k).map(|e| e.expire_at_ms))
             .collect();
         if atomic {
-            for key in &touched {
-                if !self.undo.iter().any(|(k, _)| k == key) {
-                    let prior = self.coll.as_ref().expect("held").keys().get(key).cloned();
-                    self.undo.push((key.clone(), prior));
+            for (key, before) in touched.iter().zip(&before) {
+                if !self.touched.iter().any(|(k, _)| k == key) {
+                    self.touched.push((key.clone(), *before));
                 }
             }
             let writer = self.coll.as_mut().expect("held");
             for op in &ops {
-                apply::apply(writer.keys_mut(), op.clone());
+                self.undo.apply(writer.keys_mut(), op.clone());
             }
             self.pending.extend(ops);
         } else {
@@ -533,11 +537,13 @@ impl<'a> Txn<'a> {
     fn commit_buffered(&mut self) -> Result<()> {
         let batch = self.batch.take().unwrap_or_default();
         if self.pending.is_empty() {
-            self.undo.clear();
+            self.undo = Undo::new();
+            self.touched.clear();
             return self.apply_batch(batch, None);
         }
         let pending = std::mem::take(&mut self.pending);
         let undo = std::mem::take(&mut self.undo);
+        let touched = std::mem::take(&mut self.touched);
         let writer = self
             .coll
             .as_ref()
@@ -552,7 +558,7 @@ impl<'a> Txn<'a> {
                 .iter()
                 .map(|(k, v)| (k.to_vec(), Write::Engine(v.clone())))
                 .collect();
-            for (key, _) in &undo {
+            for (key, _) in &touched {
                 let state = writer.keys().get(key).map(|e| {
                     let mut image = Vec::new();
                     e.object.encode(&mut image);
@@ -563,7 +569,7 @@ impl<'a> Txn<'a> {
             match self.ks.write_intent(&ops) {
                 Ok(key) => Some(key),
                 Err(e) => {
-                    self.undo_collections(undo);
+                    self.undo_collections(undo, touched);
                     return Err(e);
                 }
             }
@@ -572,7 +578,7 @@ impl<'a> Txn<'a> {
         };
         let writer = self.coll.as_ref().expect("held");
         if let Err(e) = writer.log(&pending) {
-            self.undo_collections(undo);
+            self.undo_collections(undo, touched);
             if let Some(intent) = intent {
                 self.ks.delete_intent(&intent)?;
             }
@@ -599,22 +605,19 @@ impl<'a> Txn<'a> {
 
     /// Puts back the collection keys an uncommitted atomic transaction
     /// changed, and their books.
-    fn undo_collections(&mut self, undo: Vec<(Bytes, Option<Entry>)>) {
-        for (key, prior) in undo {
-            let Some(writer) = self.coll.as_mut() else {
-                return;
-            };
-            let now = writer.keys().get(&key).map(|e| e.expire_at_ms);
-            let before = prior.as_ref().map(|e| e.expire_at_ms);
-            match prior {
-                Some(entry) => writer.keys_mut().put(&key, entry),
-                None => {
-                    writer.keys_mut().take(&key);
-                }
-            }
+    fn undo_collections(&mut self, undo: Undo, touched: Vec<(Bytes, Option<u64>)>) {
+        let Some(writer) = self.coll.as_mut() else {
+            return;
+        };
+        let now: Vec<bool> = touched
+            .iter()
+            .map(|(key, _)| writer.keys().get(key).is_some())
+            .collect();
+        undo.undo(writer.keys_mut());
+        for ((key, before), now) in touched.into_iter().zip(now) {
             let db = db_of(&key);
             let slot = &self.ks.stripes[Keyspace::slot_index(&key)];
-            match (now.is_some(), before.is_some()) {
+            match (now, before.is_some()) {
                 (true, false) => slot.counts[db].fetch_sub(1, Ordering::Relaxed),
                 (false, true) => slot.counts[db].fetch_add(1, Ordering::Relaxed),
                 _ => 0,
@@ -753,7 +756,8 @@ impl Drop for Txn<'_> {
         if !self.pending.is_empty() {
             self.pending.clear();
             let undo = std::mem::take(&mut self.undo);
-            self.undo_collections(undo);
+            let touched = std::mem::take(&mut self.touched);
+            self.undo_collections(undo, touched);
         }
     }
 }

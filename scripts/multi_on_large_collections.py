@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""MULTI/EXEC on large collections: Engram against Redis in the same run.
+
+A transaction that changes one member of a large sorted set should cost
+what it changes, not what the set holds. For each size, both servers get
+the same sorted set; then the script times MULTI / ZINCRBY / EXEC and a
+plain ZINCRBY, one client, and prints both servers' latencies and the
+Engram/Redis ratio.
+
+    scripts/multi_on_large_collections.py [--engram target/release/engram]
+        [--redis-server redis-server] [--sizes 1000,100000] [--rounds 2000]
+
+Starts both servers on free loopback ports in a temporary directory (Redis
+with AOF and appendfsync no, Engram with durability process: the same
+promise) and stops them at the end. Installs redis-py with pip if missing.
+"""
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+try:
+    import redis
+except ImportError:
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "redis"])
+    import redis
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(port, proc):
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"server on port {port} exited with {proc.returncode}")
+        try:
+            if redis.Redis(port=port).ping():
+                return
+        except redis.exceptions.ConnectionError:
+            time.sleep(0.05)
+    sys.exit(f"server on port {port} did not start")
+
+
+def measure(port, size, rounds):
+    r = redis.Redis(port=port)
+    key = f"z{size}"
+    r.delete(key)
+    pipe = r.pipeline(transaction=False)
+    for i in range(size):
+        pipe.zadd(key, {f"m{i}": i})
+        if i % 10_000 == 9_999:
+            pipe.execute()
+    pipe.execute()
+    assert r.zcard(key) == size
+    started = time.perf_counter()
+    for i in range(rounds):
+        tx = r.pipeline(transaction=True)
+        tx.zincrby(key, 1, f"m{i % size}")
+        tx.execute()
+    multi = (time.perf_counter() - started) / rounds
+    started = time.perf_counter()
+    for i in range(rounds):
+        r.zincrby(key, 1, f"m{i % size}")
+    plain = (time.perf_counter() - started) / rounds
+    return multi * 1e6, plain * 1e6
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engram", default="target/release/engram")
+    parser.add_argument("--redis-server", default="redis-server")
+    parser.add_argument("--sizes", default="1000,100000")
+    parser.add_argument("--rounds", type=int, default=2000)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    with tempfile.TemporaryDirectory(prefix="engram-multi-") as tmp:
+        engram_port, redis_port = free_port(), free_port()
+        engram = subprocess.Popen(
+            [args.engram, "serve", "--port", str(engram_port),
+             "--dir", os.path.join(tmp, "engram"), "--durability", "process"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        redis_dir = os.path.join(tmp, "redis")
+        os.mkdir(redis_dir)
+        peer = subprocess.Popen(
+            [args.redis_server, "--port", str(redis_port), "--dir", redis_dir,
+             "--save", "", "--appendonly", "yes", "--appendfsync", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_ready(engram_port, engram)
+            wait_ready(redis_port, peer)
+            print(f"{'size':>8} {'command':<22} {'engram µs':>10} {'redis µs':>10} {'ratio':>6}")
+            for size in sizes:
+                e_multi, e_plain = measure(engram_port, size, args.rounds)
+                r_multi, r_plain = measure(redis_port, size, args.rounds)
+                for name, e, r in (("MULTI/ZINCRBY/EXEC", e_multi, r_multi),
+                                   ("ZINCRBY", e_plain, r_plain)):
+                    print(f"{size:>8} {name:<22} {e:>10.1f} {r:>10.1f} {e / r:>6.2f}")
+        finally:
+            for proc in (engram, peer):
+                proc.terminate()
+                proc.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()

@@ -10,7 +10,7 @@
 use std::cmp::Ordering;
 use std::ops::Range;
 
-use super::hashed;
+use super::hashed::{self, HashedKey};
 use super::ranked::RankedMap;
 
 /// A sorted-set score: an `f64` that is never NaN and never -0.0, so it has
@@ -126,9 +126,16 @@ type OrderKey = (Score, Box<[u8]>);
 /// A Redis sorted set: unique byte-string members, each with a [`Score`],
 /// ordered by `(score, member bytes)`. Ranks are 0-based and ascending; the
 /// server computes reverse ranks as `len - 1 - rank`.
+///
+/// Two trees hold the members: `order` by `(score, member)` for ranks and
+/// ranges, and `scores` by `(xxh3-64(member), member)` for score lookups
+/// and for ZSCAN, whose cursor is a hash as in [`Hash`](super::Hash) and
+/// [`Set`](super::Set): a step costs O(log n + count). (A hash map would
+/// make ZSCORE O(1) instead of O(log n), but has no order to resume a scan
+/// from, so every ZSCAN step would cost O(n).)
 #[derive(Clone, Default)]
 pub struct SortedSet {
-    scores: hashbrown::HashMap<Box<[u8]>, f64>,
+    scores: RankedMap<HashedKey, f64>,
     order: RankedMap<OrderKey, ()>,
     /// Sum of member lengths (each member is stored twice).
     payload_bytes: usize,
@@ -145,14 +152,22 @@ impl SortedSet {
     /// member already appeared (with another score), which the order check
     /// alone cannot see; the caller (the image decoder) checks the order.
     pub(crate) fn from_sorted(entries: Vec<OrderKey>) -> Result<Self, usize> {
-        let mut scores = hashbrown::HashMap::with_capacity(entries.len());
-        let mut payload_bytes = 0;
-        for (index, (score, member)) in entries.iter().enumerate() {
-            if scores.insert(member.clone(), score.get()).is_some() {
-                return Err(index);
-            }
-            payload_bytes += member.len();
+        let mut by_hash: Vec<(HashedKey, f64, usize)> = entries
+            .iter()
+            .enumerate()
+            .map(|(index, (score, member))| (hashed::key_of(member.clone()), score.get(), index))
+            .collect();
+        by_hash.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.2.cmp(&b.2)));
+        if let Some(pair) = by_hash
+            .windows(2)
+            .filter(|w| w[0].0 == w[1].0)
+            .min_by_key(|w| w[1].2)
+        {
+            return Err(pair[1].2);
         }
+        let payload_bytes = entries.iter().map(|(_, member)| member.len()).sum();
+        let scores =
+            RankedMap::from_sorted(by_hash.into_iter().map(|(key, score, _)| (key, score)));
         let order = RankedMap::from_sorted(entries.into_iter().map(|key| (key, ())));
         Ok(SortedSet {
             scores,
@@ -174,8 +189,9 @@ impl SortedSet {
     /// Adds `member` with `score` or moves it to `score` (ZADD); returns the
     /// previous score, `None` when the member is new.
     pub fn insert(&mut self, member: &[u8], score: Score) -> Option<f64> {
-        let Some(slot) = self.scores.get_mut(member) else {
-            self.scores.insert(member.into(), score.get());
+        let hash = hashed::hash_of(member);
+        let Some(slot) = self.scores.get_mut(&(hash, member)) else {
+            self.scores.insert((hash, member.into()), score.get());
             self.order.insert((score, member.into()), ());
             self.payload_bytes += member.len();
             return None;
@@ -199,7 +215,7 @@ impl SortedSet {
 
     /// Removes `member` (ZREM); returns its score if it was present.
     pub fn remove(&mut self, member: &[u8]) -> Option<f64> {
-        let score = self.scores.remove(member)?;
+        let score = self.scores.remove(&(hashed::hash_of(member), member))?;
         let removed = self.order.remove(&(Score(score), member));
         debug_assert!(
             removed.is_some(),
@@ -209,20 +225,20 @@ impl SortedSet {
         Some(score)
     }
 
-    /// The score of `member` (ZSCORE), in O(1).
+    /// The score of `member` (ZSCORE), in O(log n).
     pub fn score(&self, member: &[u8]) -> Option<f64> {
-        self.scores.get(member).copied()
+        self.scores.get(&(hashed::hash_of(member), member)).copied()
     }
 
     /// Whether `member` is present.
     pub fn contains(&self, member: &[u8]) -> bool {
-        self.scores.contains_key(member)
+        self.scores.contains_key(&(hashed::hash_of(member), member))
     }
 
     /// The ascending 0-based rank of `member` (ZRANK), in O(log n).
     pub fn rank(&self, member: &[u8]) -> Option<usize> {
-        let score = self.scores.get(member)?;
-        self.order.rank(&(Score(*score), member))
+        let score = self.score(member)?;
+        self.order.rank(&(Score(score), member))
     }
 
     /// The member and score at ascending rank `rank`.
@@ -333,7 +349,7 @@ impl SortedSet {
         removed
             .into_iter()
             .map(|((score, member), ())| {
-                let was_present = self.scores.remove(&member[..]);
+                let was_present = self.scores.remove(&(hashed::hash_of(&member), &member[..]));
                 debug_assert!(
                     was_present.is_some(),
                     "member in the order tree but not in the score map"
@@ -362,70 +378,25 @@ impl SortedSet {
     ///
     /// The order does not depend on scores, so a member present for a whole
     /// scan is returned by it however scores change or members come and go
-    /// meanwhile. The set keeps no index by hash, so a step costs O(n)
-    /// (two passes hashing every member; the batch is selected with a heap
-    /// of `count` hashes): callers should ask for big batches on big sets.
+    /// meanwhile. A step costs O(log n + count).
     pub fn scan_by_hash(&self, cursor: u64, count: usize) -> (u64, Vec<(&[u8], f64)>) {
-        let count = count.max(1);
-        // Pass 1: the `count` smallest hashes at or after the cursor.
-        let mut smallest = std::collections::BinaryHeap::with_capacity(count.min(self.len()));
-        for member in self.scores.keys() {
-            let hash = hashed::hash_of(member);
-            if hash < cursor {
-                continue;
-            }
-            if smallest.len() < count {
-                smallest.push(hash);
-            } else if smallest.peek().is_some_and(|&top| hash < top) {
-                smallest.pop();
-                smallest.push(hash);
-            }
-        }
-        let full = smallest.len() == count;
-        let threshold = match smallest.peek() {
-            Some(&top) if full => top,
-            Some(_) => u64::MAX,
-            None => return (0, Vec::new()),
-        };
-        // Pass 2: everything up to the threshold (all of its run), and
-        // whether anything lies beyond it.
-        let mut batch = Vec::with_capacity(smallest.len());
-        let mut more = false;
-        for (member, &score) in &self.scores {
-            let hash = hashed::hash_of(member);
-            if hash < cursor {
-                continue;
-            }
-            if hash <= threshold {
-                batch.push((hash, &member[..], score));
-            } else {
-                more = true;
-            }
-        }
-        batch.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
-        let next = if more {
-            threshold.checked_add(1).unwrap_or(0)
-        } else {
-            0
-        };
+        let (next, batch) = hashed::scan(&self.scores, cursor, count);
         (
             next,
             batch
                 .into_iter()
-                .map(|(_, member, score)| (member, score))
+                .map(|(member, &score)| (member, score))
                 .collect(),
         )
     }
 
     /// Estimated heap bytes owned by this sorted set, for memory accounting:
-    /// each member's bytes twice (map and tree) plus a per-allocation
-    /// allowance; the hash map's slots at its 7/8 load factor with one control
-    /// byte each; and the tree's nodes. O(1).
+    /// each member's bytes twice (both trees) plus a per-allocation
+    /// allowance, and both trees' nodes. O(1).
     pub fn approx_heap_bytes(&self) -> usize {
         let len = self.len();
-        let map_slot = std::mem::size_of::<(Box<[u8]>, f64)>() + 1;
         2 * (self.payload_bytes + hashed::ALLOCATION_OVERHEAD_BYTES * len)
-            + self.scores.capacity() * map_slot
+            + hashed::tree_bytes(len, std::mem::size_of::<(HashedKey, f64)>())
             + hashed::tree_bytes(len, std::mem::size_of::<OrderKey>())
     }
 
@@ -433,6 +404,17 @@ impl SortedSet {
     /// with the same scores, and the tree's own invariants. O(n); for tests.
     pub fn check_invariants(&self) -> Result<(), String> {
         self.order.check_invariants()?;
+        self.scores.check_invariants()?;
+        if let Some(((hash, member), _)) = self
+            .scores
+            .iter()
+            .find(|((hash, member), _)| *hash != hashed::hash_of(member))
+        {
+            return Err(format!(
+                "member {:?} sits under hash {hash:#x}",
+                String::from_utf8_lossy(member)
+            ));
+        }
         if self.scores.len() != self.order.len() {
             return Err(format!(
                 "{} scores but {} ordered members",
@@ -441,7 +423,7 @@ impl SortedSet {
             ));
         }
         for ((score, member), ()) in self.order.iter() {
-            if self.scores.get(&member[..]) != Some(&score.get()) {
+            if self.score(member) != Some(score.get()) {
                 return Err(format!(
                     "member {:?} has tree score {}",
                     String::from_utf8_lossy(member),
@@ -449,7 +431,13 @@ impl SortedSet {
                 ));
             }
         }
-        if self.payload_bytes != self.scores.keys().map(|member| member.len()).sum::<usize>() {
+        if self.payload_bytes
+            != self
+                .scores
+                .iter()
+                .map(|((_, member), _)| member.len())
+                .sum::<usize>()
+        {
             return Err("payload byte count drifted".to_string());
         }
         Ok(())

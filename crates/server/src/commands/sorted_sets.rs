@@ -1332,10 +1332,6 @@ fn zrandmember(ctx: &mut Ctx, args: Args) -> CmdResult {
 /// 0), as Redis does for its listpack encoding (`zset-max-listpack-entries`).
 const SCAN_WHOLE_MAX: usize = 128;
 
-/// Big sets are scanned in hash order; each step costs O(n), so a step
-/// returns at least 1/SCAN_STEPS of the set whatever COUNT says.
-const SCAN_STEPS: usize = 32;
-
 fn zscan(ctx: &mut Ctx, args: Args) -> CmdResult {
     let cursor = cursor_arg(args.get(2))?;
     ctx.reply_collection(args.get(1), CKind::SortedSet, |out, object| {
@@ -1368,7 +1364,9 @@ fn zscan(ctx: &mut Ctx, args: Args) -> CmdResult {
         let (next, batch): (u64, Vec<(&[u8], f64)>) = if zset.len() <= SCAN_WHOLE_MAX {
             (0, zset.iter().collect())
         } else {
-            zset.scan_by_hash(cursor, count.max(zset.len() / SCAN_STEPS))
+            // Big sets in hash order, COUNT at a time (more only to finish
+            // a run of equal hashes).
+            zset.scan_by_hash(cursor, count)
         };
         let matching: Vec<(&[u8], f64)> = batch
             .into_iter()

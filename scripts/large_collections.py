@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""MULTI/EXEC on large collections: Engram against Redis in the same run.
+"""Commands on large sorted sets: Engram against Redis in the same run.
 
-A transaction that changes one member of a large sorted set should cost
-what it changes, not what the set holds. For each size, both servers get
-the same sorted set; then the script times MULTI / ZINCRBY / EXEC and a
-plain ZINCRBY, one client, and prints both servers' latencies and the
-Engram/Redis ratio.
+What a command costs should depend on what it touches, not on the size of
+the set: a transaction changing one member (MULTI / ZINCRBY / EXEC), a
+plain ZINCRBY, ZSCORE, and a whole ZSCAN with COUNT 1000 (its total time
+and its slowest step: a step holds the key's shard). For each size both
+servers get the same sorted set; one client; the script prints both
+servers' numbers and the Engram/Redis ratio.
 
-    scripts/multi_on_large_collections.py [--engram target/release/engram]
+    scripts/large_collections.py [--engram target/release/engram]
         [--redis-server redis-server] [--sizes 1000,100000] [--rounds 2000]
 
 Starts both servers on free loopback ports in a temporary directory (Redis
@@ -70,7 +71,28 @@ def measure(port, size, rounds):
     for i in range(rounds):
         r.zincrby(key, 1, f"m{i % size}")
     plain = (time.perf_counter() - started) / rounds
-    return multi * 1e6, plain * 1e6
+    started = time.perf_counter()
+    for i in range(rounds):
+        r.zscore(key, f"m{i * 37 % size}")
+    score = (time.perf_counter() - started) / rounds
+    started = time.perf_counter()
+    cursor, seen, slowest = 0, 0, 0.0
+    while True:
+        step = time.perf_counter()
+        cursor, batch = r.zscan(key, cursor, count=1000)
+        slowest = max(slowest, time.perf_counter() - step)
+        seen += len(batch)
+        if cursor == 0:
+            break
+    scan = time.perf_counter() - started
+    assert seen >= size, f"ZSCAN returned {seen} of {size}"
+    return [
+        ("MULTI/ZINCRBY/EXEC", "µs", multi * 1e6),
+        ("ZINCRBY", "µs", plain * 1e6),
+        ("ZSCORE", "µs", score * 1e6),
+        ("ZSCAN COUNT 1000, all", "ms", scan * 1e3),
+        ("ZSCAN, slowest step", "ms", slowest * 1e3),
+    ]
 
 
 def main():
@@ -96,13 +118,12 @@ def main():
         try:
             wait_ready(engram_port, engram)
             wait_ready(redis_port, peer)
-            print(f"{'size':>8} {'command':<22} {'engram µs':>10} {'redis µs':>10} {'ratio':>6}")
+            print(f"{'size':>8} {'command':<24} {'unit':<4} {'engram':>10} {'redis':>10} {'ratio':>6}")
             for size in sizes:
-                e_multi, e_plain = measure(engram_port, size, args.rounds)
-                r_multi, r_plain = measure(redis_port, size, args.rounds)
-                for name, e, r in (("MULTI/ZINCRBY/EXEC", e_multi, r_multi),
-                                   ("ZINCRBY", e_plain, r_plain)):
-                    print(f"{size:>8} {name:<22} {e:>10.1f} {r:>10.1f} {e / r:>6.2f}")
+                ours = measure(engram_port, size, args.rounds)
+                theirs = measure(redis_port, size, args.rounds)
+                for (name, unit, e), (_, _, r) in zip(ours, theirs):
+                    print(f"{size:>8} {name:<24} {unit:<4} {e:>10.1f} {r:>10.1f} {e / r:>6.2f}")
         finally:
             for proc in (engram, peer):
                 proc.terminate()

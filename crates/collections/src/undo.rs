@@ -130,14 +130,9 @@ impl Undo {
             Op::HashSet { key, pairs } => match keys.get(key).map(|e| &e.object) {
                 None => self.entry(key, None),
                 Some(Object::Hash(hash)) => {
-                    let mut restore = Vec::new();
-                    let mut added = Vec::new();
-                    for (field, _) in pairs {
-                        match hash.get(field) {
-                            Some(value) => restore.push((field.clone(), value.into())),
-                            None => added.push(field.clone()),
-                        }
-                    }
+                    let (restore, added) = split_by_prior(pairs.iter().map(|(f, _)| f), |f| {
+                        hash.get(f).map(Bytes::from)
+                    });
                     // The hash keeps at least the fields it had, so
                     // deleting the new ones never removes the key.
                     self.op(Op::HashDelete {
@@ -153,12 +148,7 @@ impl Undo {
             },
             Op::HashDelete { key, fields } => {
                 if let Some(Object::Hash(hash)) = keys.get(key).map(|e| &e.object) {
-                    let mut seen = HashSet::new();
-                    let removed: Vec<(Bytes, Bytes)> = fields
-                        .iter()
-                        .filter(|field| seen.insert(&field[..]))
-                        .filter_map(|field| Some((field.clone(), hash.get(field)?.into())))
-                        .collect();
+                    let removed = removed(fields, |f| hash.get(f).map(Bytes::from));
                     if removed.len() == hash.len() {
                         return self.take_whole(keys, key);
                     }
@@ -171,11 +161,8 @@ impl Undo {
             Op::SetAdd { key, members } => match keys.get(key).map(|e| &e.object) {
                 None => self.entry(key, None),
                 Some(Object::Set(set)) => {
-                    let added = members
-                        .iter()
-                        .filter(|member| !set.contains(member))
-                        .cloned()
-                        .collect();
+                    let (_, added) =
+                        split_by_prior(members.iter(), |m| set.contains(m).then_some(()));
                     self.op(Op::SetRemove {
                         key: key.clone(),
                         members: added,
@@ -185,57 +172,41 @@ impl Undo {
             },
             Op::SetRemove { key, members } => {
                 if let Some(Object::Set(set)) = keys.get(key).map(|e| &e.object) {
-                    let mut seen = HashSet::new();
-                    let removed: Vec<Bytes> = members
-                        .iter()
-                        .filter(|member| seen.insert(&member[..]) && set.contains(member))
-                        .cloned()
-                        .collect();
+                    let removed = removed(members, |m| set.contains(m).then_some(()));
                     if removed.len() == set.len() {
                         return self.take_whole(keys, key);
                     }
                     self.op(Op::SetAdd {
                         key: key.clone(),
-                        members: removed,
+                        members: removed.into_iter().map(|(m, ())| m).collect(),
                     });
                 }
             }
             Op::SortedSetAdd { key, pairs } => match keys.get(key).map(|e| &e.object) {
                 None => self.entry(key, None),
                 Some(Object::SortedSet(zset)) => {
-                    let mut restore = Vec::new();
-                    let mut added = Vec::new();
-                    for (_, member) in pairs {
-                        match zset.score(member) {
-                            Some(score) => restore.push((score, member.clone())),
-                            None => added.push(member.clone()),
-                        }
-                    }
+                    let (restore, added) =
+                        split_by_prior(pairs.iter().map(|(_, m)| m), |m| zset.score(m));
                     self.op(Op::SortedSetRemove {
                         key: key.clone(),
                         members: added,
                     });
                     self.op(Op::SortedSetAdd {
                         key: key.clone(),
-                        pairs: restore,
+                        pairs: restore.into_iter().map(|(m, score)| (score, m)).collect(),
                     });
                 }
                 Some(_) => {}
             },
             Op::SortedSetRemove { key, members } => {
                 if let Some(Object::SortedSet(zset)) = keys.get(key).map(|e| &e.object) {
-                    let mut seen = HashSet::new();
-                    let removed: Vec<(f64, Bytes)> = members
-                        .iter()
-                        .filter(|member| seen.insert(&member[..]))
-                        .filter_map(|member| Some((zset.score(member)?, member.clone())))
-                        .collect();
+                    let removed = removed(members, |m| zset.score(m));
                     if removed.len() == zset.len() {
                         return self.take_whole(keys, key);
                     }
                     self.op(Op::SortedSetAdd {
                         key: key.clone(),
-                        pairs: removed,
+                        pairs: removed.into_iter().map(|(m, score)| (score, m)).collect(),
                     });
                 }
             }
@@ -388,4 +359,32 @@ impl Undo {
     fn op(&mut self, op: Op) {
         self.steps.push(Step::Op(op));
     }
+}
+
+/// The names an upsert writes (fields, members), split into those present
+/// before, with what `prior` says they held, and those it adds.
+fn split_by_prior<'n, T>(
+    names: impl Iterator<Item = &'n Bytes>,
+    prior: impl Fn(&[u8]) -> Option<T>,
+) -> (Vec<(Bytes, T)>, Vec<Bytes>) {
+    let mut present = Vec::new();
+    let mut added = Vec::new();
+    for name in names {
+        match prior(name) {
+            Some(held) => present.push((name.clone(), held)),
+            None => added.push(name.clone()),
+        }
+    }
+    (present, added)
+}
+
+/// What a removal of `names` takes away: each present name once (a name
+/// may repeat), with what `prior` says it held.
+fn removed<T>(names: &[Bytes], prior: impl Fn(&[u8]) -> Option<T>) -> Vec<(Bytes, T)> {
+    let mut seen = HashSet::new();
+    names
+        .iter()
+        .filter(|name| seen.insert(&name[..]))
+        .filter_map(|name| Some((name.clone(), prior(name)?)))
+        .collect()
 }

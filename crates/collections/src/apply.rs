@@ -165,6 +165,17 @@ pub fn apply<B: OpBytes>(keys: &mut impl Keys, op: Op<B>) {
             if !destination_ok {
                 return;
             }
+            if *from == *to {
+                // A rotation: the list never empties on the way, so the key
+                // keeps its expiry even with one element (Redis pushes
+                // before it checks the source for emptiness).
+                if let Some(Object::List(list)) = keys.get_mut(&from).map(|e| &mut e.object) {
+                    if let Some(value) = pop(list, from_front) {
+                        push(list, to_front, value);
+                    }
+                }
+                return;
+            }
             let mut moved = None;
             update_existing(keys, &from, |object| {
                 if let Object::List(list) = object {

@@ -293,23 +293,22 @@ impl Undo {
         if target == Some(false) {
             return;
         }
-        if source_len == 1 {
-            // The source empties (and a rotation of one element loses the
-            // key's expiry on the way): keep it whole, it is one element.
-            let prior = keys.get(from).cloned();
-            if from != to {
-                self.pop_or_remove(to, target.is_some(), to_front);
-            }
-            self.entry(from, prior);
-            return;
-        }
         if from == to {
+            // A rotation: rotate back.
             self.op(Op::ListMove {
                 from: to.clone(),
                 to: from.clone(),
                 from_front: to_front,
                 to_front: from_front,
             });
+            return;
+        }
+        if source_len == 1 {
+            // The source empties, expiry and all: keep it whole, it is one
+            // element.
+            let prior = keys.get(from).cloned();
+            self.pop_or_remove(to, target.is_some(), to_front);
+            self.entry(from, prior);
             return;
         }
         self.pop_or_remove(to, target.is_some(), to_front);

@@ -304,6 +304,23 @@ fn model_apply(model: &mut Model, op: &Op) {
             if !destination_ok {
                 return;
             }
+            if from == to {
+                // Rotates in place: the key (and its expiry) stays.
+                if let Some((MObj::List(l), _)) = model.get_mut(&from[..]) {
+                    if let Some(value) = if *from_front {
+                        l.pop_front()
+                    } else {
+                        l.pop_back()
+                    } {
+                        if *to_front {
+                            l.push_front(value)
+                        } else {
+                            l.push_back(value)
+                        }
+                    }
+                }
+                return;
+            }
             let mut moved = None;
             update(model, from, None, |o| {
                 if let MObj::List(l) = o {

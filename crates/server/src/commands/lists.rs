@@ -777,26 +777,16 @@ fn move_one(
         if rules.wait_in_line && !shared.wait_lines.first_in_line(rules.client, &from) {
             return Ok(None);
         }
-        let single = list.len() == 1;
         let Some(value) = take(list, from_front, 1).pop() else {
             return Ok(None);
         };
         let op = if source == destination {
-            if single {
-                // Rotating a one-element list changes nothing; popping and
-                // pushing it back would drop the key's expiry on the way.
-                Op::ListSet {
-                    key: from,
-                    index: 0,
-                    value: value.clone(),
-                }
-            } else {
-                Op::ListMove {
-                    from: from.clone(),
-                    to: from,
-                    from_front,
-                    to_front,
-                }
+            // A rotation (of one element too: the key keeps its expiry).
+            Op::ListMove {
+                from: from.clone(),
+                to: from,
+                from_front,
+                to_front,
             }
         } else {
             list_in(txn, db, destination, now)?;

@@ -34,6 +34,7 @@
 // (`tracker::kernel`, `tracker::memory`).
 #![deny(unsafe_code)]
 
+mod cpu_time;
 mod crash_image;
 pub mod engine;
 mod error;

@@ -42,10 +42,6 @@ impl Undo {
         Undo::default()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.steps.is_empty()
-    }
-
     /// Roughly the bytes the record holds (entries it keeps, the encoded
     /// size of its inverse operations): for tests and diagnostics.
     pub fn held_bytes(&self) -> usize {

@@ -36,6 +36,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::{progress_bar, Config, Configuration, Workload, SAMPLE_EVERY};
+use crate::cpu_time::CpuTimes;
 use crate::error::{BenchError, Result};
 use crate::runner::{self, new_histogram};
 use crate::systems::KvSystem;
@@ -630,54 +631,6 @@ pub(super) fn wait_for_quiet(config: &Config, label: &str) -> Duration {
     started.elapsed()
 }
 
-/// Cumulative CPU time (in the kernel's clock ticks) of the whole machine
-/// and of this process, from /proc.
-struct CpuTimes {
-    machine_busy: u64,
-    machine_total: u64,
-    this_process: u64,
-}
-
-impl CpuTimes {
-    fn now() -> Option<CpuTimes> {
-        let stat = std::fs::read_to_string("/proc/stat").ok()?;
-        // cpu user nice system idle iowait irq softirq steal guest guest_nice
-        let ticks: Vec<u64> = stat
-            .lines()
-            .next()?
-            .split_whitespace()
-            .skip(1)
-            .take(8)
-            .map(|field| field.parse().ok())
-            .collect::<Option<_>>()?;
-        let idle = ticks.get(3)? + ticks.get(4)?;
-        let total: u64 = ticks.iter().sum();
-        let own = std::fs::read_to_string("/proc/self/stat").ok()?;
-        // After the command name (in parentheses, which may hold spaces):
-        // state is field 3, utime 14 and stime 15.
-        let fields: Vec<&str> = own.rsplit_once(')')?.1.split_whitespace().collect();
-        let this_process =
-            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-        Some(CpuTimes {
-            machine_busy: total - idle,
-            machine_total: total,
-            this_process,
-        })
-    }
-
-    /// The share of the machine's time since `earlier` that processes
-    /// other than this one were running; `None` over too short a span.
-    fn others_share_since(&self, earlier: &CpuTimes) -> Option<f64> {
-        let total = self.machine_total.checked_sub(earlier.machine_total)?;
-        if total == 0 {
-            return None;
-        }
-        let busy = self.machine_busy.saturating_sub(earlier.machine_busy);
-        let ours = self.this_process.saturating_sub(earlier.this_process);
-        Some(busy.saturating_sub(ours) as f64 / total as f64)
-    }
-}
-
 /// Nearest-rank percentile of `samples` (zero when there are none).
 fn percentile(samples: &[Duration], quantile: f64) -> Duration {
     if samples.is_empty() {
@@ -714,20 +667,5 @@ mod tests {
         assert_eq!(percentile(&samples, 1.0), ms(100));
         assert_eq!(percentile(&[ms(7)], 0.99), ms(7));
         assert_eq!(percentile(&[], 0.99), Duration::ZERO);
-    }
-
-    #[test]
-    fn cpu_times_are_read_from_proc() {
-        let before = CpuTimes::now().expect("Linux has /proc/stat and /proc/self/stat");
-        let spin = Instant::now();
-        while spin.elapsed() < Duration::from_millis(50) {
-            std::hint::spin_loop();
-        }
-        let after = CpuTimes::now().unwrap();
-        assert!(after.machine_total >= before.machine_total);
-        assert!(after.this_process >= before.this_process);
-        if let Some(share) = after.others_share_since(&before) {
-            assert!((0.0..=1.0).contains(&share), "{share}");
-        }
     }
 }

@@ -45,6 +45,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 
 use super::error::{Result, TimelineError};
+use crate::cpu_time::CpuTimes;
 use crate::integrity::progress_bar;
 use crate::runner::new_histogram;
 
@@ -392,66 +393,6 @@ pub fn nanos(elapsed: Duration) -> u64 {
 /// Asks a client to stop with `error` (a helper for client closures).
 pub fn lost(store: &'static str, what: String) -> TimelineError {
     TimelineError::LostWrite { store, what }
-}
-
-/// Cumulative CPU time (in the kernel's clock ticks) of the whole machine
-/// and of this process, from /proc: on a shared machine, what others used
-/// during a run is the first thing to look at when a number surprises.
-pub(super) struct CpuTimes {
-    machine_busy: u64,
-    machine_total: u64,
-    this_process: u64,
-}
-
-impl CpuTimes {
-    pub(super) fn now() -> Option<CpuTimes> {
-        let (machine_busy, machine_total) = machine_ticks()?;
-        Some(CpuTimes {
-            machine_busy,
-            machine_total,
-            this_process: process_ticks("self")?,
-        })
-    }
-
-    /// The share of the machine's time since `earlier` that other
-    /// processes were running; `None` over too short a span.
-    pub(super) fn others_share_since(&self, earlier: &CpuTimes) -> Option<f64> {
-        let total = self.machine_total.checked_sub(earlier.machine_total)?;
-        if total == 0 {
-            return None;
-        }
-        let busy = self.machine_busy.saturating_sub(earlier.machine_busy);
-        let ours = self.this_process.saturating_sub(earlier.this_process);
-        Some(busy.saturating_sub(ours) as f64 / total as f64)
-    }
-}
-
-/// The whole machine's busy and total CPU time so far, in clock ticks,
-/// from /proc/stat.
-pub(crate) fn machine_ticks() -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    // cpu user nice system idle iowait irq softirq steal
-    let ticks: Vec<u64> = stat
-        .lines()
-        .next()?
-        .split_whitespace()
-        .skip(1)
-        .take(8)
-        .map(|field| field.parse().ok())
-        .collect::<Option<_>>()?;
-    let idle = ticks.get(3)? + ticks.get(4)?;
-    let total: u64 = ticks.iter().sum();
-    Some((total - idle, total))
-}
-
-/// The CPU time (user and system, clock ticks) process `pid` (or `self`)
-/// has used so far, from /proc.
-pub(crate) fn process_ticks(pid: &str) -> Option<u64> {
-    let own = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // After the command name (in parentheses, which may hold spaces):
-    // utime and stime are fields 14 and 15.
-    let fields: Vec<&str> = own.rsplit_once(')')?.1.split_whitespace().collect();
-    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
 }
 
 #[cfg(test)]

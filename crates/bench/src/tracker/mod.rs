@@ -77,6 +77,7 @@ pub use memory::MemoryKind;
 pub use report::Report;
 pub use workload::Workload;
 
+use crate::cpu_time::{self, CpuTimes};
 use crate::machine::Machine;
 use kernel::WriteTracker;
 use memory::{MapOptions, Mapping, PAGE_BYTES};
@@ -665,53 +666,6 @@ struct Timed {
     other_cores: Option<f64>,
 }
 
-/// CPU time so far: the machine's (busy and total, all cores) and this
-/// process's, in clock ticks.
-struct CpuTicks {
-    busy: u64,
-    total: u64,
-    own: u64,
-    cores: u64,
-}
-
-impl CpuTicks {
-    /// Cores' worth of CPU that processes other than this one used since
-    /// `before`.
-    fn others_since(&self, before: &CpuTicks) -> f64 {
-        let total = self.total.saturating_sub(before.total).max(1) as f64;
-        let busy = self.busy.saturating_sub(before.busy) as f64;
-        let own = self.own.saturating_sub(before.own) as f64;
-        ((busy - own) / total * self.cores as f64).max(0.0)
-    }
-}
-
-/// From `/proc/stat` (first line: user nice system idle iowait irq softirq
-/// steal ...) and `/proc/self/stat` (utime and stime, fields 14 and 15).
-fn cpu_ticks() -> Option<CpuTicks> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let mut lines = stat.lines();
-    let fields: Vec<u64> = lines
-        .next()?
-        .split_whitespace()
-        .skip(1)
-        .take(8)
-        .map(|field| field.parse().ok())
-        .collect::<Option<_>>()?;
-    let cores = lines.filter(|line| line.starts_with("cpu")).count() as u64;
-    let total: u64 = fields.iter().sum();
-    let idle = fields.get(3)? + fields.get(4)?;
-    let own_stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the parenthesised command name, which may hold spaces.
-    let after_name: Vec<&str> = own_stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let own = after_name.get(11)?.parse::<u64>().ok()? + after_name.get(12)?.parse::<u64>().ok()?;
-    Some(CpuTicks {
-        busy: total - idle,
-        total,
-        own,
-        cores: cores.max(1),
-    })
-}
-
 /// A counter of `/proc/vmstat`.
 fn vmstat(name: &str) -> Option<u64> {
     let text = std::fs::read_to_string("/proc/vmstat").ok()?;
@@ -745,7 +699,7 @@ where
             })
             .collect();
         let written_before = vmstat("nr_written");
-        let cpu_before = cpu_ticks();
+        let cpu_before = CpuTimes::now();
         barrier.wait();
         let start = Instant::now();
         let side = {
@@ -762,9 +716,12 @@ where
         let written_back_pages = vmstat("nr_written")
             .zip(written_before)
             .map(|(after, before)| after.saturating_sub(before));
-        let other_cores = cpu_ticks()
+        // Cores' worth of CPU that other processes used.
+        let other_cores = CpuTimes::now()
             .zip(cpu_before)
-            .map(|(after, before)| after.others_since(&before));
+            .and_then(|(after, before)| after.others_share_since(&before))
+            .zip(cpu_time::machine_cores())
+            .map(|(share, cores)| share * cores as f64);
         let side = side.join().expect("the collection thread panicked");
         Timed {
             ops,

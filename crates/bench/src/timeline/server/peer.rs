@@ -32,12 +32,13 @@ use redis::Connection;
 use serde::Serialize;
 
 use super::endpoint::Endpoint;
+use crate::cpu_time;
 use crate::integrity::progress_bar;
 use crate::server::peers::{self, Peer, System};
 use crate::server::Durability;
 use crate::timeline::error::{Result, TimelineError};
 use crate::timeline::remove_if_present;
-use crate::timeline::timed::{self, Measured};
+use crate::timeline::timed::Measured;
 
 /// The servers measured beside Engram's with `--target server`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -192,8 +193,8 @@ impl RedisPeer {
 
     /// Redis's CPU time so far and the machine's, in clock ticks.
     fn cpu_ticks(&self) -> Option<(u64, u64)> {
-        let redis = timed::process_ticks(&self.peer.pid().to_string())?;
-        Some((redis, timed::machine_ticks()?.1))
+        let redis = cpu_time::process_ticks(&self.peer.pid().to_string())?;
+        Some((redis, cpu_time::machine_ticks()?.1))
     }
 
     /// After the timed run `timed` (`before` taken just before it): stops

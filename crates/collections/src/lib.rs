@@ -353,14 +353,14 @@ impl Collections {
             CheckpointMode::Background | CheckpointMode::StopTheWorld => {
                 let inner = Arc::clone(&inner);
                 Some(
-                    std::thread::Builder::new()
-                        .name("engram-checkpoint".into())
-                        .spawn(move || checkpoint::run(&inner))
-                        .map_err(|source| Error::Io {
-                            context: "starting the checkpoint thread in",
-                            path: PathBuf::new(),
-                            source,
-                        })?,
+                    engram_pmem::background::spawn("engram-checkpoint", move || {
+                        checkpoint::run(&inner)
+                    })
+                    .map_err(|source| Error::Io {
+                        context: "starting the checkpoint thread in",
+                        path: PathBuf::new(),
+                        source,
+                    })?,
                 )
             }
         };
@@ -369,14 +369,14 @@ impl Collections {
         } else {
             let inner = Arc::clone(&inner);
             Some(
-                std::thread::Builder::new()
-                    .name("engram-oplog-reserve".into())
-                    .spawn(move || inner.log.run_provisioner())
-                    .map_err(|source| Error::Io {
-                        context: "starting the log reserve thread in",
-                        path: PathBuf::new(),
-                        source,
-                    })?,
+                engram_pmem::background::spawn("engram-oplog-reserve", move || {
+                    inner.log.run_provisioner()
+                })
+                .map_err(|source| Error::Io {
+                    context: "starting the log reserve thread in",
+                    path: PathBuf::new(),
+                    source,
+                })?,
             )
         };
         Ok(Collections {

@@ -619,11 +619,10 @@ fn remove_if_present(path: &Path) -> Result<()> {
     }
 }
 
+/// Starts one of the store's background threads, on the background cores
+/// ([`engram_pmem::background`]).
 fn spawn(name: &str, work: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(work)
-        .expect("spawning a background thread")
+    engram_pmem::background::spawn(name, work).expect("spawning a background thread")
 }
 
 fn periodic_sync(inner: &Inner, period: Duration) {

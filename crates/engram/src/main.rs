@@ -204,6 +204,12 @@ struct ServeArgs {
     /// (ENGRAM.SCRUB still works) [default: 64].
     #[arg(long)]
     integrity_scrub_rate_mb: Option<u64>,
+    /// Cores the background threads (checkpoints, compaction, the integrity
+    /// pass, expiry) start on: auto (the last quarter of this process's
+    /// cores; none set apart on one core), all, or a CPU list like 3 or
+    /// 2-3,6 [default: auto].
+    #[arg(long)]
+    background_cpus: Option<String>,
 }
 
 fn serve(args: ServeArgs) -> Result<()> {
@@ -211,7 +217,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         Some(path) => engram_server::Config::from_file(path).map_err(anyhow::Error::msg)?,
         None => engram_server::Config::default(),
     };
-    let overrides: [(&str, Option<String>); 15] = [
+    let overrides: [(&str, Option<String>); 16] = [
         ("bind", args.bind),
         ("port", args.port.map(|p| p.to_string())),
         ("dir", args.dir.map(|d| d.display().to_string())),
@@ -236,6 +242,7 @@ fn serve(args: ServeArgs) -> Result<()> {
             "integrity-scrub-rate-mb",
             args.integrity_scrub_rate_mb.map(|n| n.to_string()),
         ),
+        ("background-cpus", args.background_cpus),
     ];
     for (name, value) in overrides {
         if let Some(value) = value {

@@ -10,13 +10,15 @@
 //! the store opens and are fixed for the server's life: `CONFIG GET` shows
 //! them, `CONFIG SET` refuses them. So are the collections store's
 //! checkpoint settings (`collections-checkpoint-bytes`,
-//! `collections-backpressure-factor`).
+//! `collections-backpressure-factor`), and `background-cpus`, the cores the
+//! background threads start on.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use engram_engine::{IntegrityOptions, ModeChoice};
+use engram_pmem::background::{self, BackgroundCpus};
 use parking_lot::RwLock;
 
 use crate::resp::parse::{split_words, DEFAULT_MAX_BULK_BYTES};
@@ -173,6 +175,11 @@ pub struct Config {
     /// Writers to collections slow down, gradually, once the log not yet
     /// checkpointed passes this many checkpoints' worth (default 4).
     pub collections_backpressure_factor: u64,
+    /// The cores background threads (checkpoints, compaction, the
+    /// integrity pass, expiry) start on: `auto` (the last quarter of the
+    /// process's cores), `all`, or a CPU list. Process-wide
+    /// ([`engram_pmem::background`]).
+    pub background_cpus: BackgroundCpus,
 }
 
 impl Default for Config {
@@ -197,6 +204,7 @@ impl Default for Config {
             integrity: IntegrityOptions::default(),
             collections_checkpoint_bytes: 64 << 20,
             collections_backpressure_factor: 4,
+            background_cpus: BackgroundCpus::Auto,
         }
     }
 }
@@ -327,6 +335,13 @@ impl Config {
                     ));
                 }
                 self.collections_backpressure_factor = factor;
+            }
+            "background-cpus" => {
+                let choice: BackgroundCpus = one()?.parse().map_err(|e| format!("{e}"))?;
+                // Refuse cores this process may not use now, not at start.
+                background::resolve(&choice, &background::allowed_cpus())
+                    .map_err(|e| e.to_string())?;
+                self.background_cpus = choice;
             }
             // Accepted for redis.conf compatibility; they have no meaning
             // here (every write is persisted; there is no RDB/AOF).
@@ -547,6 +562,30 @@ mod tests {
         // A refused value changes nothing.
         assert_eq!(config.collections_checkpoint_bytes, 16 << 20);
         assert_eq!(config.collections_backpressure_factor, 8);
+    }
+
+    #[test]
+    fn background_cpus_setting() {
+        let mut config = Config::default();
+        assert_eq!(config.background_cpus, BackgroundCpus::Auto);
+        config.set("background-cpus", &["all".into()]).unwrap();
+        assert_eq!(config.background_cpus, BackgroundCpus::All);
+        let first = background::allowed_cpus()[0];
+        config.set("background-cpus", &[first.to_string()]).unwrap();
+        assert_eq!(config.background_cpus, BackgroundCpus::List(vec![first]));
+        for (value, error) in [
+            ("sometimes", "invalid background CPUs 'sometimes'"),
+            ("3-1", "invalid background CPUs '3-1'"),
+            (
+                "1000",
+                "CPU 1000 is not among the CPUs this process may use",
+            ),
+        ] {
+            let err = config.set("background-cpus", &[value.into()]).unwrap_err();
+            assert!(err.contains(error), "{value}: {err}");
+        }
+        // A refused value changes nothing.
+        assert_eq!(config.background_cpus, BackgroundCpus::List(vec![first]));
     }
 
     #[test]

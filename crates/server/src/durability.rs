@@ -148,6 +148,10 @@ pub fn sync_now(keyspace: &Keyspace, durable: &Durable) -> Result<(), crate::key
 /// The sync thread: group commit for `always`, the one-second sync for
 /// `everysec`. Ends when `stop` is set (after a final sync of pending
 /// tickets).
+///
+/// Not a background thread in [`engram_pmem::background`]'s sense: with
+/// `always`, clients wait for its `msync`, so it may run on any core rather
+/// than queue behind a checkpoint on the background ones.
 pub fn spawn_sync_thread(
     keyspace: Arc<Keyspace>,
     durable: Arc<Durable>,

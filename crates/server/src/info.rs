@@ -277,7 +277,8 @@ fn engram(shared: &Shared, out: &mut String) -> std::fmt::Result {
          recovery_threads:{}\r\n\
          keyspace_scan_ms:{}\r\n\
          batches_replayed:{}\r\n\
-         keys_in_hidden_dbs:{}\r\n",
+         keys_in_hidden_dbs:{}\r\n\
+         background_cpus:{}\r\n",
         stats.mode,
         stats.flush,
         shared.runtime.durability().name(),
@@ -303,6 +304,7 @@ fn engram(shared: &Shared, out: &mut String) -> std::fmt::Result {
             .stats
             .keys_in_hidden_dbs
             .load(Ordering::Relaxed),
+        engram_pmem::background::describe(&engram_pmem::background::placement()),
     )
 }
 

@@ -74,6 +74,9 @@ impl Server {
             )));
         }
         crate::config::check_integrity(&config.integrity).map_err(StartError::Config)?;
+        // Before the store opens: its background threads start on these.
+        let background_cpus = engram_pmem::background::configure(&config.background_cpus)
+            .map_err(|e| StartError::Config(e.to_string()))?;
         raise_fd_limit(config.maxclients);
         let started = Instant::now();
         let options = Options {
@@ -151,12 +154,14 @@ impl Server {
 
         let stats = keyspace.store().stats();
         log::info!(
-            "Engram {} ready on {local}: mode {} (flush {}), durability {}, data in {}",
+            "Engram {} ready on {local}: mode {} (flush {}), durability {}, data in {}, \
+             background threads on CPUs {}",
             env!("CARGO_PKG_VERSION"),
             stats.mode,
             stats.flush,
             config.durability.name(),
             config.dir.display(),
+            engram_pmem::background::describe(&background_cpus),
         );
         log::info!(
             "recovered {} keys in {:.3} s (engine {:.3} s with {} threads, keyspace scan {:.3} s){}",
@@ -291,18 +296,16 @@ async fn shutdown_on_signal(shared: Arc<Shared>) {
 }
 
 fn spawn_expiry_thread(keyspace: Arc<Keyspace>, stop: Arc<AtomicBool>) -> JoinHandle<()> {
-    std::thread::Builder::new()
-        .name("engram-expire".into())
-        .spawn(move || {
-            while !stop.load(Ordering::Acquire) {
-                std::thread::sleep(EXPIRE_PERIOD);
-                let deadline = Instant::now() + EXPIRE_BUDGET;
-                if let Err(e) = keyspace.expire_cycle(now_ms(), deadline) {
-                    log::error!("active expiry failed: {e}");
-                }
+    engram_pmem::background::spawn("engram-expire", move || {
+        while !stop.load(Ordering::Acquire) {
+            std::thread::sleep(EXPIRE_PERIOD);
+            let deadline = Instant::now() + EXPIRE_BUDGET;
+            if let Err(e) = keyspace.expire_cycle(now_ms(), deadline) {
+                log::error!("active expiry failed: {e}");
             }
-        })
-        .expect("spawning the expiry thread")
+        }
+    })
+    .expect("spawning the expiry thread")
 }
 
 /// The startup line about the integrity layer: its settings in force, and

@@ -91,6 +91,8 @@ use std::io::{IsTerminal, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use engram_pmem::background::{self, BackgroundCpus};
+
 use crate::integrity::parse_period;
 use crate::machine::Machine;
 use crate::workload::{Distribution, ValuePool};
@@ -200,6 +202,11 @@ pub struct TimelineBenchArgs {
     /// rewriting the images of most hot keys again.
     #[arg(long, default_value_t = 64)]
     pub checkpoint_log_mib: u64,
+    /// Cores the stores' background threads (checkpoints, compaction, the
+    /// integrity pass) start on: auto (the last quarter of this process's
+    /// cores), all, or a CPU list (as `engram serve --background-cpus`).
+    #[arg(long, default_value = "auto")]
+    pub background_cpus: BackgroundCpus,
     /// ycsb: length of each timed run.
     #[arg(long, default_value = "10", value_parser = parse_period)]
     pub ycsb_seconds: Duration,
@@ -267,6 +274,8 @@ pub struct Config {
     pub read_percent: u32,
     pub configurations: Vec<Configuration>,
     pub checkpoint_log_bytes: u64,
+    /// Applied process-wide when the run starts.
+    pub background_cpus: BackgroundCpus,
     pub ycsb_duration: Duration,
     pub workloads: Vec<Workload>,
     pub ycsb_distributions: Vec<Distribution>,
@@ -321,6 +330,10 @@ impl Config {
         }
         if self.read_percent > 100 {
             return Err(flag("read-percent", "must be from 0 to 100".into()));
+        }
+        if let Err(error) = background::resolve(&self.background_cpus, &background::allowed_cpus())
+        {
+            return Err(flag("background-cpus", error.to_string()));
         }
         if self.checkpoint_log_bytes < 1 << 20 {
             return Err(flag("checkpoint-log-mib", "must be at least 1".into()));
@@ -426,6 +439,7 @@ impl TimelineBenchArgs {
             read_percent: self.read_percent,
             configurations: Config::unique(&self.configurations),
             checkpoint_log_bytes: self.checkpoint_log_mib.saturating_mul(1 << 20),
+            background_cpus: self.background_cpus.clone(),
             ycsb_duration: self.ycsb_seconds,
             workloads: Config::unique(&self.workloads),
             ycsb_distributions: Config::unique(&self.ycsb_distributions),
@@ -510,6 +524,8 @@ pub fn cli(args: TimelineBenchArgs, command: String) -> Result<()> {
 /// it with tiny sizes).
 pub fn run(config: &Config) -> Result<Report> {
     config.validate()?;
+    background::configure(&config.background_cpus)
+        .map_err(|e| TimelineError::flag("background-cpus", e.to_string()))?;
     std::fs::create_dir_all(&config.dir)
         .map_err(|e| TimelineError::io("creating benchmark directory", &config.dir, e))?;
     let mut report = Report::new(config, Machine::this());

@@ -6,7 +6,8 @@
 //! ```text
 //! { "config":   { command, parts, target, peers, threads, records, fields, field_bytes,
 //!                 key_bytes, distribution, read_percent, configurations,
-//!                 checkpoint_log_bytes, seconds, window_ms, sample_every_ms,
+//!                 checkpoint_log_bytes, background_cpus, seconds, window_ms,
+//!                 sample_every_ms,
 //!                 ycsb_seconds, workloads, ycsb_distributions, ycsb_stores,
 //!                 recovery_keys, recovery_members, recovery_member_bytes,
 //!                 recovery_types, recovery_tail_percent, recovery_threads,
@@ -64,6 +65,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use engram_pmem::background;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -112,6 +114,8 @@ pub struct ReportConfig {
     pub read_percent: u32,
     pub configurations: Vec<&'static str>,
     pub checkpoint_log_bytes: u64,
+    /// The cores background threads were kept to: `all` or a CPU list.
+    pub background_cpus: String,
     pub seconds: f64,
     pub window_ms: f64,
     pub sample_every_ms: f64,
@@ -563,6 +567,11 @@ impl Report {
                 read_percent: config.read_percent,
                 configurations: config.configurations.iter().map(|c| c.name()).collect(),
                 checkpoint_log_bytes: config.checkpoint_log_bytes,
+                // As `run` applies it (validated already).
+                background_cpus: background::describe(
+                    &background::resolve(&config.background_cpus, &background::allowed_cpus())
+                        .unwrap_or(None),
+                ),
                 seconds: config.duration.as_secs_f64(),
                 window_ms: WINDOW.as_secs_f64() * 1e3,
                 sample_every_ms: SAMPLE_EVERY.as_secs_f64() * 1e3,

@@ -15,6 +15,7 @@ use super::tail::Configuration;
 use super::ycsb::{StoreKind, Workload};
 use super::*;
 use crate::workload::Distribution;
+use engram_pmem::background::BackgroundCpus;
 
 #[derive(Parser)]
 struct Cli {
@@ -41,6 +42,7 @@ fn toy(parts: &[Part], dir: &Path) -> Config {
         configurations: Configuration::ALL.to_vec(),
         // The smallest trigger: checkpoints every few thousand writes.
         checkpoint_log_bytes: 1 << 20,
+        background_cpus: BackgroundCpus::Auto,
         ycsb_duration: Duration::from_millis(300),
         workloads: Workload::ALL.to_vec(),
         ycsb_distributions: vec![Distribution::Zipfian],
@@ -291,6 +293,7 @@ fn flags_have_the_documented_defaults_and_limits() {
     assert_eq!(config.recovery.members, 10_000_000);
     assert_eq!(config.recovery_threads, 2);
     assert_eq!(config.recovery_string_keys, 10_000_000);
+    assert_eq!(config.background_cpus, BackgroundCpus::Auto);
     let args = parse(&["--parts", "recovery,recovery", "--workloads", "ycsb-c,f"]).unwrap();
     let config = args.config("test".into()).unwrap();
     assert_eq!(config.parts, [Part::Recovery]);
@@ -299,6 +302,7 @@ fn flags_have_the_documented_defaults_and_limits() {
     assert!(parse(&["--parts", "everything"]).is_err());
     assert!(parse(&["--configurations", "sometimes"]).is_err());
     assert!(parse(&["--recovery-types", "trees"]).is_err());
+    assert!(parse(&["--background-cpus", "some"]).is_err());
     for bad in [
         &["--plot", "x.png", "--parts", "ycsb"][..],
         &["--threads", "0"],
@@ -313,6 +317,8 @@ fn flags_have_the_documented_defaults_and_limits() {
         &["--recovery-keys", "1", "--recovery-members", "1000000"],
         &["--recovery-tail-percent", "101"],
         &["--recovery-threads", "0"],
+        // A core this process may not use.
+        &["--background-cpus", "1000"],
     ] {
         let outcome = parse(bad)
             .map_err(|e| e.to_string())
@@ -337,6 +343,15 @@ fn server_target_measures_tail_and_ycsb_over_tcp() {
     let report = run(&config).unwrap();
     let value = json(&report);
     assert_eq!(value["config"]["target"], "server");
+    let auto = engram_pmem::background::resolve(
+        &BackgroundCpus::Auto,
+        &engram_pmem::background::allowed_cpus(),
+    )
+    .unwrap();
+    assert_eq!(
+        value["config"]["background_cpus"],
+        engram_pmem::background::describe(&auto)
+    );
     assert_eq!(value["config"]["peers"], "none");
     assert!(value["peer"].is_null());
     assert!(value["recovery"].is_null());

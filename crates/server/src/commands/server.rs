@@ -285,6 +285,7 @@ fn parameters(ctx: &Ctx) -> Vec<(&'static str, String)> {
             "collections-backpressure-factor",
             config.collections_backpressure_factor.to_string(),
         ),
+        ("background-cpus", config.background_cpus.to_string()),
     ]
 }
 
@@ -306,6 +307,7 @@ const FIXED_AT_STARTUP: &[&str] = &[
     "integrity-scrub-rate-mb",
     "collections-checkpoint-bytes",
     "collections-backpressure-factor",
+    "background-cpus",
 ];
 
 fn config(ctx: &mut Ctx, args: Args) -> CmdResult {
@@ -564,12 +566,10 @@ fn bgsave(ctx: &mut Ctx, args: Args) -> CmdResult {
     ctx.shared.keyspace.collections().request_checkpoint();
     let keyspace = ctx.shared.keyspace.clone();
     let durable = ctx.shared.durable.clone();
-    std::thread::Builder::new()
-        .name("engram-bgsave".into())
-        .spawn(move || {
-            let _ = sync_now(&keyspace, &durable);
-        })
-        .map_err(|e| err(format!("ERR cannot start the background save: {e}")))?;
+    engram_pmem::background::spawn("engram-bgsave", move || {
+        let _ = sync_now(&keyspace, &durable);
+    })
+    .map_err(|e| err(format!("ERR cannot start the background save: {e}")))?;
     ctx.out.simple("Background saving started");
     Ok(())
 }

@@ -70,6 +70,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use engram_pmem::background::BackgroundCpus;
 use engram_server::{Config as ServerConfig, LogLevel, Server};
 use redis::{Connection, Pipeline};
 use serde::Serialize;
@@ -141,14 +142,17 @@ pub struct Instance {
 }
 
 impl Instance {
-    /// Starts a server on a fresh `dir`.
-    pub fn start(dir: &Path) -> Result<Instance> {
+    /// Starts a server on a fresh `dir`, its background threads on
+    /// `background_cpus` (the benchmark's choice, which the server applies
+    /// again process-wide).
+    pub fn start(dir: &Path, background_cpus: &BackgroundCpus) -> Result<Instance> {
         remove_if_present(dir)?;
         let config = ServerConfig {
             bind: "127.0.0.1".into(),
             port: 0,
             dir: dir.to_path_buf(),
             loglevel: LogLevel::Warning,
+            background_cpus: background_cpus.clone(),
             ..ServerConfig::default()
         };
         let durability = config.durability.name();

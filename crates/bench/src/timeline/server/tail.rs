@@ -48,7 +48,7 @@ pub fn measure(
     let dir = config
         .dir
         .join(format!("server-tail-{}", configuration.name()));
-    let instance = Instance::start(&dir)?;
+    let instance = Instance::start(&dir, &config.background_cpus)?;
     let label = format!("server tail {configuration}");
     let prefill = prefill(config, values, instance.endpoint(), &label)?;
     let mut control = instance.endpoint().connect()?;

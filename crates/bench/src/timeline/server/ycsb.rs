@@ -62,7 +62,7 @@ pub fn measure(
     let dir = config
         .dir
         .join(format!("server-ycsb-{store}-{workload}-{distribution}"));
-    let instance = Instance::start(&dir)?;
+    let instance = Instance::start(&dir, &config.background_cpus)?;
     let prefill = run.prefill(instance.endpoint())?;
     let mut control = instance.endpoint().connect()?;
     let collections = store == StoreKind::Collections;

@@ -644,7 +644,8 @@ impl Report {
         let _ = writeln!(
             text,
             "\n{}: {} records × {} fields × {} B, {}, {}% reads (HGET) / {}% writes (HSET of one \
-             field), {} threads, {} s per configuration; a checkpoint every {} MiB of log",
+             field), {} threads, {} s per configuration; a checkpoint every {} MiB of log; \
+             background threads on CPUs {}",
             Part::Tail.name(),
             thousands(c.records as f64),
             c.fields,
@@ -654,7 +655,8 @@ impl Report {
             100 - c.read_percent,
             c.threads,
             c.seconds,
-            c.checkpoint_log_bytes >> 20
+            c.checkpoint_log_bytes >> 20,
+            c.background_cpus
         );
         let _ = writeln!(
             text,

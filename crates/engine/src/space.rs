@@ -257,15 +257,8 @@ impl Space {
         self.release_ready();
         let mut free = self.free.lock();
         if free.set.is_empty() {
-            // The reserve ran dry: grow here, after any growth under way
-            // (which may have made room).
-            drop(free);
-            let _one_grower = self.grow.lock();
-            free = self.free.lock();
-            if free.set.is_empty() {
-                drop(free);
-                free = self.grow_urgently(1)?;
-            }
+            // The reserve ran dry.
+            free = self.make_room(free, |free| !free.set.is_empty(), 1)?;
         }
         let id = free.set.pop_first().expect("growth added blocks");
         self.claimed(&free, 1);
@@ -320,20 +313,9 @@ impl Space {
         let head = match find_run(&free.set, n) {
             Some(head) => head,
             None => {
-                // No run fits: grow here, after any growth under way
-                // (which may have made room).
-                drop(free);
-                let _one_grower = self.grow.lock();
-                free = self.free.lock();
-                match find_run(&free.set, n) {
-                    Some(head) => head,
-                    None => {
-                        drop(free);
-                        free = self.grow_urgently(n as u64)?;
-                        // The new blocks alone are such a run.
-                        find_run(&free.set, n).expect("growth made room for the run")
-                    }
-                }
+                free = self.make_room(free, |free| find_run(&free.set, n).is_some(), n.into())?;
+                // Growth's new blocks alone are such a run.
+                find_run(&free.set, n).expect("room was made for the run")
             }
         };
         for id in head..head + n {
@@ -341,6 +323,26 @@ impl Space {
         }
         self.claimed(&free, n as u64);
         Ok(head)
+    }
+
+    /// For a writer that found no room in `free` (`fits` false): waits for
+    /// any growth under way, which may have made room, and grows the file
+    /// itself (by at least `min_blocks`, see [`Space::grow_urgently`]) if
+    /// there still is none. Returns `free` locked again, with room in it.
+    fn make_room<'s>(
+        &'s self,
+        free: MutexGuard<'s, FreeBlocks>,
+        fits: impl Fn(&FreeBlocks) -> bool,
+        min_blocks: u64,
+    ) -> Result<MutexGuard<'s, FreeBlocks>> {
+        drop(free);
+        let _one_grower = self.grow.lock();
+        let free = self.free.lock();
+        if fits(&free) {
+            return Ok(free);
+        }
+        drop(free);
+        self.grow_urgently(min_blocks)
     }
 
     /// Grows the file on the write path by the urgent step (at least

@@ -10,9 +10,10 @@
 //! (`DIR/collections/images`, an engine store of its own), when the
 //! directory has them; damage there names the hash, set, sorted set or list
 //! whose image it hit. (The collections' operation log is not under the
-//! integrity layer: its records carry their own checksums.) Exit status: 0 when nothing is unrepairable, 1 when something
-//! is, 2 when the scrub could not run (no store there, the directory locked
-//! by a running server, an I/O error).
+//! integrity layer: its records carry their own checksums.) Exit status: 0
+//! when nothing is unrepairable, 1 when something is, 2 when the scrub
+//! could not run (no store there, the directory locked by a running server,
+//! an I/O error).
 //!
 //! Opening the store is part of the check: recovery, rebuilding the index,
 //! asks the integrity layer about every record it cannot parse, so damage

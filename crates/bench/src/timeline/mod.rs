@@ -594,31 +594,24 @@ pub fn run(config: &Config) -> Result<Report> {
                     continue;
                 }
                 for &distribution in &config.ycsb_distributions {
+                    let case = ycsb::Case {
+                        config,
+                        field_values: &field_values,
+                        record_values: &record_values,
+                        store,
+                        workload,
+                        distribution,
+                    };
                     let measure = match config.target {
                         Target::Embedded => ycsb::measure,
                         Target::Server => server::ycsb::measure,
                     };
                     settle();
-                    let measured = measure(
-                        config,
-                        &field_values,
-                        &record_values,
-                        store,
-                        workload,
-                        distribution,
-                    )?;
+                    let measured = measure(&case)?;
                     ycsb.add(&measured);
                     if let (Some(redis), Some(peer)) = (&redis, &mut peer) {
                         settle();
-                        let measured = server::ycsb::measure_peer(
-                            config,
-                            &field_values,
-                            &record_values,
-                            store,
-                            workload,
-                            distribution,
-                            redis,
-                        )?;
+                        let measured = server::ycsb::measure_peer(&case, redis)?;
                         let engram = ycsb.results.last().expect("just added");
                         peer.add_ycsb(engram, workload, &measured);
                     }

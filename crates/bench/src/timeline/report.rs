@@ -639,6 +639,15 @@ impl Report {
         })
     }
 
+    /// A table row's first cell: `name`, and with a peer in the report,
+    /// whose row it is (`system`).
+    fn row_label(&self, name: &str, system: &str) -> String {
+        match self.peer {
+            Some(_) => format!("{name} {system}"),
+            None => name.to_string(),
+        }
+    }
+
     fn tail_table(&self, tail: &TailReport, text: &mut String) {
         let c = &self.config;
         let _ = writeln!(
@@ -668,11 +677,7 @@ impl Report {
             c.window_ms
         );
         let peer = self.peer.as_ref();
-        // With a peer, each row says whose it is.
-        let label = |configuration: &str, system: &str| match peer {
-            Some(_) => format!("{configuration} {system}"),
-            None => configuration.to_string(),
-        };
+        let label = |configuration: &str, system: &str| self.row_label(configuration, system);
         let width = tail
             .configurations
             .iter()
@@ -680,26 +685,23 @@ impl Report {
             .max()
             .unwrap_or(0)
             .max(15);
-        let row = |text: &mut String, cells: [&str; 14]| {
-            let _ = writeln!(
-                text,
-                "  {:<width$}{:>11}{:>6}{:>10}{:>9}{:>8}{:>11}{:>11}{:>11}{:>11}{:>11}{:>11}{:>11}{:>7}",
-                cells[0],
-                cells[1],
-                cells[2],
-                cells[3],
-                cells[4],
-                cells[5],
-                cells[6],
-                cells[7],
-                cells[8],
-                cells[9],
-                cells[10],
-                cells[11],
-                cells[12],
-                cells[13],
-            );
-        };
+        let columns = [
+            Column::Left(width),
+            Column::Right(11),
+            Column::Right(6),
+            Column::Right(10),
+            Column::Right(9),
+            Column::Right(8),
+            Column::Right(11),
+            Column::Right(11),
+            Column::Right(11),
+            Column::Right(11),
+            Column::Right(11),
+            Column::Right(11),
+            Column::Right(11),
+            Column::Right(7),
+        ];
+        let row = |text: &mut String, cells: [&str; 14]| table_row(text, &columns, &cells);
         row(
             text,
             [
@@ -842,10 +844,7 @@ impl Report {
             c.checkpoint_log_bytes >> 20
         );
         let peer = self.peer.as_ref();
-        let label = |store: &str, system: &str| match peer {
-            Some(_) => format!("{store} {system}"),
-            None => store.to_string(),
-        };
+        let label = |store: &str, system: &str| self.row_label(store, system);
         let width = ycsb
             .results
             .iter()
@@ -853,22 +852,19 @@ impl Report {
             .max()
             .unwrap_or(0)
             .max(12);
-        let row = |text: &mut String, cells: [&str; 10]| {
-            let _ = writeln!(
-                text,
-                "  {:<width$}{:<8}{:<9}{:<31}{:>11}{:>10}{:>10}{:>11}{:>13}{:>6}",
-                cells[0],
-                cells[1],
-                cells[2],
-                cells[3],
-                cells[4],
-                cells[5],
-                cells[6],
-                cells[7],
-                cells[8],
-                cells[9],
-            );
-        };
+        let columns = [
+            Column::Left(width),
+            Column::Left(8),
+            Column::Left(9),
+            Column::Left(31),
+            Column::Right(11),
+            Column::Right(10),
+            Column::Right(10),
+            Column::Right(11),
+            Column::Right(13),
+            Column::Right(6),
+        ];
+        let row = |text: &mut String, cells: [&str; 10]| table_row(text, &columns, &cells);
         row(
             text,
             [
@@ -1115,6 +1111,26 @@ fn millis(ms: f64) -> String {
     } else {
         format!("{ms:.1} ms")
     }
+}
+
+/// A column of a text table: its width, and which side its cells keep to.
+#[derive(Clone, Copy)]
+enum Column {
+    Left(usize),
+    Right(usize),
+}
+
+/// One row of a text table: two spaces, then each cell padded to its
+/// column.
+fn table_row(text: &mut String, columns: &[Column], cells: &[&str]) {
+    text.push_str("  ");
+    for (column, cell) in columns.iter().zip(cells) {
+        let _ = match *column {
+            Column::Left(width) => write!(text, "{cell:<width$}"),
+            Column::Right(width) => write!(text, "{cell:>width$}"),
+        };
+    }
+    text.push('\n');
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@
 //! buckets, then reads every field of each record found, as YCSB's scan
 //! returns them.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -395,18 +396,47 @@ fn index_op(id: u64) -> Op {
     }
 }
 
-/// Runs `workload` over `store` in `config.dir/ycsb-<store>-<workload>-<distribution>`.
-pub fn measure(
-    config: &Config,
-    field_values: &ValuePool,
-    record_values: &ValuePool,
-    store: StoreKind,
-    workload: Workload,
-    distribution: Distribution,
-) -> Result<YcsbMeasured> {
-    let dir = config
-        .dir
-        .join(format!("ycsb-{store}-{workload}-{distribution}"));
+/// One YCSB measurement: a workload over a store with a key distribution,
+/// the values its records are made of, and the run's configuration. Each
+/// target (embedded, server, the server's Redis peer) measures the same
+/// case.
+#[derive(Clone, Copy)]
+pub struct Case<'a> {
+    pub config: &'a Config,
+    pub field_values: &'a ValuePool,
+    pub record_values: &'a ValuePool,
+    pub store: StoreKind,
+    pub workload: Workload,
+    pub distribution: Distribution,
+}
+
+impl Case<'_> {
+    /// `<store>-<workload>-<distribution>` after `prefix`, under the
+    /// configuration's directory: where this case's store goes.
+    pub fn dir(&self, prefix: &str) -> PathBuf {
+        let Case {
+            store,
+            workload,
+            distribution,
+            ..
+        } = self;
+        self.config
+            .dir
+            .join(format!("{prefix}-{store}-{workload}-{distribution}"))
+    }
+}
+
+/// Runs `case` in `config.dir/ycsb-<store>-<workload>-<distribution>`.
+pub fn measure(case: &Case) -> Result<YcsbMeasured> {
+    let Case {
+        config,
+        field_values,
+        record_values,
+        store,
+        workload,
+        distribution,
+    } = *case;
+    let dir = case.dir("ycsb");
     remove_if_present(&dir)?;
     let label = format!("{store} {workload} {distribution}");
     let shape = config.shape;

@@ -165,6 +165,16 @@ struct Segments {
     runs: HashMap<u32, u32>,
 }
 
+impl Segments {
+    /// A generation for a claim: never 0 (which marks a segment never
+    /// claimed), different from the last one handed out.
+    fn take_generation(&mut self) -> u32 {
+        let generation = self.next_generation;
+        self.next_generation = generation.wrapping_add(1).max(1);
+        generation
+    }
+}
+
 pub struct OpLog {
     region: Region,
     path: PathBuf,
@@ -508,21 +518,12 @@ impl OpLog {
             None => {
                 drop(segments);
                 let _one_grower = self.grow.lock();
-                let first = self.segments.lock().count;
-                let end = first.checked_add(length).ok_or_else(|| {
-                    Error::InvalidOption("operation log has too many segments".into())
-                })?;
-                self.region
-                    .grow_to(self.segment_start(end))
-                    .map_err(no_space)?;
-                segments = self.segments.lock();
-                segments.count = end;
+                let (first, grown) = self.grow_segments(length)?;
+                segments = grown;
                 first
             }
         };
-        let generation = segments.next_generation;
-        segments.next_generation = generation.wrapping_add(1).max(1);
-        Ok((head, generation))
+        Ok((head, segments.take_generation()))
     }
 
     fn count_record(&self, payload: &[u8]) {
@@ -557,8 +558,7 @@ impl OpLog {
             drop(segments);
             self.ensure_free(1)?;
         };
-        let generation = segments.next_generation;
-        segments.next_generation = generation.wrapping_add(1).max(1);
+        let generation = segments.take_generation();
         if let Some(full) = lane.segment.replace(segment) {
             segments.sealed.push(full);
         }
@@ -578,25 +578,33 @@ impl OpLog {
     /// find a free one, never wait for it.
     fn ensure_free(&self, wanted: usize) -> Result<()> {
         let _one_grower = self.grow.lock();
-        let (first, missing) = {
-            let segments = self.segments.lock();
-            (segments.count, wanted.saturating_sub(segments.free.len()))
-        };
+        let missing = wanted.saturating_sub(self.segments.lock().free.len());
         if missing == 0 {
             return Ok(());
         }
-        // Only the holder of `grow` changes `count`, so `first` is still
-        // the first segment past the file's end.
-        let end = first + missing as u32;
+        let missing = u32::try_from(missing).unwrap_or(u32::MAX);
+        let (first, mut segments) = self.grow_segments(missing)?;
+        // `free` is claimed from its end, lowest segment first: new
+        // (higher) segments go to the front.
+        segments.free.splice(0..0, (first..first + missing).rev());
+        Ok(())
+    }
+
+    /// Adds `n` segments at the file's end and returns the first of them,
+    /// with the segment list locked. The growth (allocation, mapping,
+    /// pre-faulting) runs without the list locked. The caller holds
+    /// `grow`: only its holder changes `count`.
+    fn grow_segments(&self, n: u32) -> Result<(u32, MutexGuard<'_, Segments>)> {
+        let first = self.segments.lock().count;
+        let end = first
+            .checked_add(n)
+            .ok_or_else(|| Error::InvalidOption("operation log has too many segments".into()))?;
         self.region
             .grow_to(self.segment_start(end))
             .map_err(no_space)?;
         let mut segments = self.segments.lock();
         segments.count = end;
-        // `free` is claimed from its end, lowest segment first: new
-        // (higher) segments go to the front.
-        segments.free.splice(0..0, (first..end).rev());
-        Ok(())
+        Ok((first, segments))
     }
 
     /// Refills the reserve of free segments (see

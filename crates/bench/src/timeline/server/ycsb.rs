@@ -33,35 +33,23 @@ use crate::timeline::error::Result;
 use crate::timeline::records::{self, Shape, KEY_BYTES};
 use crate::timeline::timed::{self, Kind, Measured};
 use crate::timeline::ycsb::{
-    index_buckets, index_key, modified, Choices, Inserts, StoreKind, Workload, YcsbMeasured,
+    index_buckets, index_key, modified, Case, Choices, Inserts, StoreKind, Workload, YcsbMeasured,
     MAX_SCAN_LENGTH, SCAN_BUCKET_RECORDS,
 };
-use crate::timeline::Config;
-use crate::workload::{Distribution, ValuePool};
+use crate::workload::ValuePool;
 
-/// Runs `workload` over `store` on a server in
+/// Runs `case` on a server in
 /// `config.dir/server-ycsb-<store>-<workload>-<distribution>`.
-pub fn measure(
-    config: &Config,
-    field_values: &ValuePool,
-    record_values: &ValuePool,
-    store: StoreKind,
-    workload: Workload,
-    distribution: Distribution,
-) -> Result<YcsbMeasured> {
-    assert!(store.runs(workload), "strings run no scans");
-    let run = Run::new(
+pub fn measure(case: &Case) -> Result<YcsbMeasured> {
+    let Case {
         config,
-        field_values,
-        record_values,
         store,
         workload,
         distribution,
-        "server",
-    );
-    let dir = config
-        .dir
-        .join(format!("server-ycsb-{store}-{workload}-{distribution}"));
+        ..
+    } = *case;
+    let run = Run::new(case, "server");
+    let dir = case.dir("server-ycsb");
     let instance = Instance::start(&dir, &config.background_cpus)?;
     let prefill = run.prefill(instance.endpoint())?;
     let mut control = instance.endpoint().connect()?;
@@ -99,33 +87,13 @@ pub fn measure(
     })
 }
 
-/// Runs `workload` over `store` as [`measure`] does, on a fresh Redis in
+/// Runs `case` as [`measure`] does, on a fresh Redis in
 /// `config.dir/redis-ycsb-<store>-<workload>-<distribution>`.
-pub fn measure_peer(
-    config: &Config,
-    field_values: &ValuePool,
-    record_values: &ValuePool,
-    store: StoreKind,
-    workload: Workload,
-    distribution: Distribution,
-    redis: &RedisServer,
-) -> Result<PeerMeasured> {
-    assert!(store.runs(workload), "strings run no scans");
-    let run = Run::new(
-        config,
-        field_values,
-        record_values,
-        store,
-        workload,
-        distribution,
-        "redis",
-    );
-    let dir = config
-        .dir
-        .join(format!("redis-ycsb-{store}-{workload}-{distribution}"));
-    let peer = RedisPeer::start(redis, &dir)?;
+pub fn measure_peer(case: &Case, redis: &RedisServer) -> Result<PeerMeasured> {
+    let run = Run::new(case, "redis");
+    let peer = RedisPeer::start(redis, &case.dir("redis-ycsb"))?;
     let prefill = run.prefill(peer.endpoint())?;
-    peer.rewrite_aof(config.progress, &run.label)?;
+    peer.rewrite_aof(case.config.progress, &run.label)?;
     let before = peer.mark()?;
     let (mut timed, inserted) = run.timed(peer.endpoint(), &mut |_| {})?;
     let redis = peer.stop(&before, &mut timed)?;
@@ -137,49 +105,39 @@ pub fn measure_peer(
     })
 }
 
-/// One store × workload × distribution, against either server.
+/// One case against either server.
 struct Run<'a> {
-    config: &'a Config,
-    field_values: &'a ValuePool,
-    record_values: &'a ValuePool,
-    store: StoreKind,
-    workload: Workload,
-    distribution: Distribution,
+    case: Case<'a>,
     label: String,
     names: Vec<Box<[u8]>>,
 }
 
 impl<'a> Run<'a> {
-    /// A run of `workload` over `store` against `system`'s server (which
-    /// its progress label names).
-    fn new(
-        config: &'a Config,
-        field_values: &'a ValuePool,
-        record_values: &'a ValuePool,
-        store: StoreKind,
-        workload: Workload,
-        distribution: Distribution,
-        system: &str,
-    ) -> Run<'a> {
-        Run {
-            config,
-            field_values,
-            record_values,
+    /// A run of `case` against `system`'s server (which its progress label
+    /// names).
+    fn new(case: &Case<'a>, system: &str) -> Run<'a> {
+        assert!(case.store.runs(case.workload), "strings run no scans");
+        let Case {
             store,
             workload,
             distribution,
+            ..
+        } = case;
+        Run {
+            case: *case,
             label: format!("{system} {store} {workload} {distribution}"),
-            names: records::field_names(config.shape.fields),
+            names: records::field_names(case.config.shape.fields),
         }
     }
 
     /// The records (and E's index over collections) into `endpoint`.
     fn prefill(&self, endpoint: &Endpoint) -> Result<Duration> {
-        let shape = self.config.shape;
-        let indexed = self.store == StoreKind::Collections && self.workload == Workload::E;
-        let commands = |id: u64, pipeline: &mut Pipeline| match self.store {
+        let shape = self.case.config.shape;
+        let indexed =
+            self.case.store == StoreKind::Collections && self.case.workload == Workload::E;
+        let commands = |id: u64, pipeline: &mut Pipeline| match self.case.store {
             StoreKind::Collections => {
-                record_command(pipeline, &self.names, self.field_values, &shape, id);
+                record_command(pipeline, &self.names, self.case.field_values, &shape, id);
                 if indexed {
                     index_command(pipeline, id).ignore();
                 }
@@ -188,12 +146,12 @@ impl<'a> Run<'a> {
                 pipeline
                     .cmd("SET")
                     .arg(&records::key(id)[..])
-                    .arg(records::string_value(self.record_values, id, 0))
+                    .arg(records::string_value(self.case.record_values, id, 0))
                     .ignore();
             }
         };
         let buckets = index_buckets(indexed, shape.records);
-        endpoint.prefill(self.config, &self.label, &commands, buckets)
+        endpoint.prefill(self.case.config, &self.label, &commands, buckets)
     }
 
     /// The timed run against `endpoint`, `sample` called as
@@ -203,7 +161,7 @@ impl<'a> Run<'a> {
         endpoint: &Endpoint,
         sample: &mut (dyn FnMut(Instant) + Send),
     ) -> Result<(Measured, u64)> {
-        let config = self.config;
+        let config = self.case.config;
         let connections = endpoint.connect_all(config.threads)?;
         let inserts = Inserts::new(config.shape.records, config.threads);
         let timed = timed::run(
@@ -212,19 +170,26 @@ impl<'a> Run<'a> {
             config.threads,
             config.ycsb_duration,
             |thread| {
-                let choices =
-                    Choices::new(config, &inserts, self.workload, self.distribution, thread);
+                let choices = Choices::new(
+                    config,
+                    &inserts,
+                    self.case.workload,
+                    self.case.distribution,
+                    thread,
+                );
                 let client = Client {
                     connection: connections.take(thread),
                     system: endpoint.system,
                     shape: config.shape,
                     names: &self.names,
-                    workload: self.workload,
+                    workload: self.case.workload,
                     key: [0u8; KEY_BYTES],
                 };
-                match self.store {
-                    StoreKind::Collections => client.over_collections(choices, self.field_values),
-                    StoreKind::Strings => client.over_strings(choices, self.record_values),
+                match self.case.store {
+                    StoreKind::Collections => {
+                        client.over_collections(choices, self.case.field_values)
+                    }
+                    StoreKind::Strings => client.over_strings(choices, self.case.record_values),
                 }
             },
             sample,

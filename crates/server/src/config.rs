@@ -23,60 +23,30 @@ use parking_lot::RwLock;
 
 use crate::resp::parse::{split_words, DEFAULT_MAX_BULK_BYTES};
 
-/// When a write is acknowledged, in Redis's terms.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Durability {
-    /// Survives a process crash as soon as it is applied (Redis's
-    /// `appendfsync no`); the kernel writes pages back in its own time.
-    #[default]
-    Process,
-    /// Power-fail durable within about a second (`appendfsync everysec`).
-    Everysec,
-    /// Power-fail durable before the reply (`appendfsync always`), with
-    /// group commit: one `msync` covers every client waiting at the time.
-    Always,
-}
+pub use engram_keyspace::Durability;
 
-impl Durability {
-    pub fn name(self) -> &'static str {
-        match self {
-            Durability::Process => "process",
-            Durability::Everysec => "everysec",
-            Durability::Always => "always",
-        }
-    }
-
-    /// The `appendfsync` value a Redis user would expect.
-    pub fn appendfsync_name(self) -> &'static str {
-        match self {
-            Durability::Process => "no",
-            Durability::Everysec => "everysec",
-            Durability::Always => "always",
-        }
-    }
-
-    fn from_u8(v: u8) -> Durability {
-        match v {
-            1 => Durability::Everysec,
-            2 => Durability::Always,
-            _ => Durability::Process,
-        }
+/// The `appendfsync` value a Redis user would expect for `durability`.
+pub fn appendfsync_name(durability: Durability) -> &'static str {
+    match durability {
+        Durability::Process => "no",
+        Durability::Everysec => "everysec",
+        Durability::Always => "always",
     }
 }
 
-impl std::str::FromStr for Durability {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "process" | "no" => Ok(Durability::Process),
-            "everysec" => Ok(Durability::Everysec),
-            "always" => Ok(Durability::Always),
-            _ => Err(format!(
-                "invalid durability '{s}' (expected process, everysec or always; \
-                 appendfsync's no, everysec, always also work)"
-            )),
-        }
+/// Reads a durability under Engram's names (`process`, `everysec`,
+/// `always`) or Redis's `appendfsync` ones (`no`, `everysec`, `always`):
+/// the protocol's edge, where the two vocabularies meet.
+pub fn parse_durability(text: &str) -> Result<Durability, String> {
+    if text.eq_ignore_ascii_case("no") {
+        return Ok(Durability::Process);
     }
+    text.parse().map_err(|_| {
+        format!(
+            "invalid durability '{text}' (expected process, everysec or always; \
+             appendfsync's no, everysec, always also work)"
+        )
+    })
 }
 
 /// Redis's log levels, mapped onto the `log` crate's.
@@ -256,7 +226,7 @@ impl Config {
             }
             "port" => self.port = parse_number(&name, one()?)?,
             "dir" => self.dir = PathBuf::from(one()?),
-            "durability" | "appendfsync" => self.durability = one()?.parse()?,
+            "durability" | "appendfsync" => self.durability = parse_durability(&one()?)?,
             "mode" => {
                 self.mode = match one()? {
                     "auto" => ModeChoice::Auto,
@@ -426,9 +396,9 @@ pub fn parse_memory(value: &str) -> Result<usize, String> {
 }
 
 /// The parameters that can change while the server runs (`CONFIG SET`),
-/// read on the request path without locks.
+/// read on the request path without locks. (Durability is the keyspace's:
+/// `Keyspace::commit`.)
 pub struct Runtime {
-    durability: AtomicU8,
     loglevel: AtomicU8,
     pub maxclients: AtomicUsize,
     pub timeout_secs: AtomicU64,
@@ -440,7 +410,6 @@ pub struct Runtime {
 impl Runtime {
     pub fn new(config: &Config) -> Runtime {
         Runtime {
-            durability: AtomicU8::new(config.durability as u8),
             loglevel: AtomicU8::new(config.loglevel as u8),
             maxclients: AtomicUsize::new(config.maxclients),
             timeout_secs: AtomicU64::new(config.timeout_secs),
@@ -448,14 +417,6 @@ impl Runtime {
             client_query_buffer_limit: AtomicUsize::new(config.client_query_buffer_limit),
             requirepass: RwLock::new(config.requirepass.clone()),
         }
-    }
-
-    pub fn durability(&self) -> Durability {
-        Durability::from_u8(self.durability.load(Ordering::Relaxed))
-    }
-
-    pub fn set_durability(&self, durability: Durability) {
-        self.durability.store(durability as u8, Ordering::Relaxed);
     }
 
     pub fn loglevel(&self) -> LogLevel {

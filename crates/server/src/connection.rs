@@ -306,11 +306,9 @@ async fn flush(
 ) -> std::io::Result<()> {
     if session.wrote {
         session.wrote = false;
-        if let Some(ticket) = shared
-            .durable
-            .wrote(shared.runtime.durability(), shared.dax)
-        {
-            shared.durable.wait(ticket).await;
+        let commit = shared.keyspace.commit();
+        if let Some(ticket) = commit.wrote() {
+            commit.wait(ticket).await;
         }
     }
     if out.is_empty() {

@@ -164,8 +164,9 @@ fn memory(out: &mut String) -> std::fmt::Result {
 }
 
 fn persistence(shared: &Shared, out: &mut String) -> std::fmt::Result {
-    let durable = &shared.durable;
-    let durability = shared.runtime.durability();
+    let commit = shared.keyspace.commit();
+    let durable = &commit.stats;
+    let durability = commit.durability();
     write!(
         out,
         "# Persistence\r\n\
@@ -194,7 +195,7 @@ fn persistence(shared: &Shared, out: &mut String) -> std::fmt::Result {
             "err"
         },
         durability.name(),
-        durability.appendfsync_name(),
+        crate::config::appendfsync_name(durability),
         durable.syncs.load(Ordering::Relaxed),
         durable.sync_failures.load(Ordering::Relaxed),
     )
@@ -281,7 +282,7 @@ fn engram(shared: &Shared, out: &mut String) -> std::fmt::Result {
          background_cpus:{}\r\n",
         stats.mode,
         stats.flush,
-        shared.runtime.durability().name(),
+        shared.keyspace.commit().durability().name(),
         shared.config.dir.display(),
         stats.file_bytes,
         stats.live_bytes,

@@ -3,8 +3,8 @@
 //! Layers, outside in: `connection` (a tokio task per client: read, parse,
 //! run, reply) → `resp` (the protocol) → `commands` (the command table and
 //! handlers) → `keyspace` (databases, types, expiry, locks, atomic batches
-//! over the engine) → the engine. `durability` decides when a reply may
-//! leave; `serve` starts and stops it all. `offline_scrub` is `engram scrub`,
+//! over the engine) → the engine. The keyspace's group commit decides when a
+//! reply may leave; `serve` starts and stops it all. `offline_scrub` is `engram scrub`,
 //! the integrity check of a stopped store.
 
 #![forbid(unsafe_code)]
@@ -13,10 +13,10 @@ mod clients;
 mod commands;
 pub mod config;
 mod connection;
-mod durability;
 pub mod glob;
 mod info;
-pub mod keyspace;
+/// The keyspace is a crate of its own (below the server, beside embedders).
+pub use engram_keyspace as keyspace;
 pub mod offline_scrub;
 pub mod resp;
 mod serve;

@@ -8,19 +8,14 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use engram_collections::{Collections, CollectionsOptions, OpLogOptions};
-use engram_engine::{Options, Store, SyncPolicy};
-use engram_pmem::RegionOptions;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
-use crate::config::{Config, Durability, Runtime};
-use crate::durability::{spawn_sync_thread, Durable};
-use crate::keyspace::{now_ms, Keyspace};
+use crate::config::{Config, Runtime};
+use crate::keyspace::{now_ms, Keyspace, KeyspaceOptions, OpenError, Opened};
 use crate::shared::Shared;
 
-/// Where the collections store lives inside the data directory.
-pub const COLLECTIONS_DIR: &str = "collections";
+pub use crate::keyspace::COLLECTIONS_DIR;
 
 /// How often the active expiry cycle runs, and its time budget per run
 /// (Redis: 10 Hz, 25% of a core at most).
@@ -31,18 +26,8 @@ const DRAIN_PATIENCE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("cannot open the data directory {dir}: {source}")]
-    Store {
-        dir: String,
-        source: engram_engine::Error,
-    },
-    #[error("cannot open the collections in {dir}: {source}")]
-    Collections {
-        dir: String,
-        source: engram_collections::Error,
-    },
-    #[error("cannot rebuild the keyspace: {0}")]
-    Keyspace(crate::keyspace::Error),
+    #[error("{0}")]
+    Open(OpenError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: String,
@@ -78,32 +63,12 @@ impl Server {
         let background_cpus = engram_pmem::background::configure(&config.background_cpus)
             .map_err(|e| StartError::Config(e.to_string()))?;
         raise_fd_limit(config.maxclients);
-        let started = Instant::now();
-        let options = Options {
-            mode: config.mode,
-            // The server decides when to msync (see `durability`).
-            sync: SyncPolicy::Never,
-            // Small, frequent syncs want single-page writeback; a sync a
-            // second (or none) is cheaper with the kernel's large folios.
-            // Switching to `always` at run time works, with more bytes
-            // written per sync until the next start.
-            fine_writeback: config.durability == Durability::Always,
-            integrity: config.integrity.clone(),
-            ..Options::default()
-        };
-        let store = Store::open(&config.dir, options).map_err(|source| StartError::Store {
-            dir: config.dir.display().to_string(),
-            source,
-        })?;
-        let recovery = started.elapsed();
-        let dax = store.stats().mode == "dax";
-        let scan_started = Instant::now();
-        let collections = open_collections(&config)?;
-        let keyspace = Arc::new(
-            Keyspace::open(store, collections, config.databases).map_err(StartError::Keyspace)?,
-        );
-        let keyspace_scan = scan_started.elapsed();
-        keyspace.set_sync_intents(config.durability == Durability::Always && !dax);
+        let Opened {
+            keyspace,
+            engine_recovery: recovery,
+            keyspace_scan,
+        } = Keyspace::open_dir(&config.dir, &keyspace_options(&config))
+            .map_err(StartError::Open)?;
 
         let threads = if config.threads > 0 {
             config.threads
@@ -130,23 +95,12 @@ impl Server {
 
         let runtime_config = Arc::new(Runtime::new(&config));
         runtime_config.set_loglevel(config.loglevel);
-        let durable = Arc::new(Durable::new());
-        let barrier_durable = durable.clone();
-        keyspace.set_intent_barrier(Box::new(move || barrier_durable.barrier()));
         let stop_background = Arc::new(AtomicBool::new(false));
-        let sync_thread = spawn_sync_thread(
-            keyspace.clone(),
-            durable.clone(),
-            runtime_config.clone(),
-            stop_background.clone(),
-        );
         let expiry_thread = spawn_expiry_thread(keyspace.clone(), stop_background.clone());
         let shared = Arc::new(Shared::new(
             keyspace.clone(),
             config.clone(),
             runtime_config,
-            durable.clone(),
-            dax,
             recovery,
             keyspace_scan,
             local.port(),
@@ -192,11 +146,9 @@ impl Server {
                 }
                 runtime.shutdown_timeout(Duration::from_secs(1));
                 stop_background.store(true, Ordering::Release);
-                durable.nudge();
-                let _ = sync_thread.join();
                 let _ = expiry_thread.join();
                 drop(main_shared);
-                close_store(keyspace)
+                close_keyspace(keyspace)
             })
             .map_err(StartError::Runtime)?;
         Ok(Server {
@@ -310,7 +262,7 @@ fn spawn_expiry_thread(keyspace: Arc<Keyspace>, stop: Arc<AtomicBool>) -> JoinHa
 
 /// The startup line about the integrity layer: its settings in force, and
 /// what opening its file found.
-fn log_integrity(config: &Config, store: &Store) {
+fn log_integrity(config: &Config, store: &engram_engine::Store) {
     let recovery = store.recovery_report();
     if recovery.torn_tails > 0 {
         // With integrity on, recovery has told tears from damage (below);
@@ -400,58 +352,29 @@ fn log_integrity(config: &Config, store: &Store) {
     }
 }
 
-/// Opens the collections store (hashes, sets, sorted sets, lists) in
-/// `DIR/collections`: its operation log and its checkpoint images, mapped
-/// the way the engine's data file is.
-fn open_collections(config: &Config) -> Result<Collections, StartError> {
-    let dir = config.dir.join(COLLECTIONS_DIR);
-    let fine_writeback = config.durability == Durability::Always;
-    let options = CollectionsOptions {
-        oplog: OpLogOptions {
-            region: RegionOptions {
-                mode: config.mode,
-                fine_writeback,
-                ..RegionOptions::default()
-            },
-            ..OpLogOptions::default()
-        },
-        images: Options {
-            mode: config.mode,
-            sync: SyncPolicy::Never,
-            fine_writeback,
-            integrity: config.integrity.clone(),
-            ..Options::default()
-        },
-        checkpoint_log_bytes: config.collections_checkpoint_bytes,
-        backpressure_factor: config.collections_backpressure_factor,
-        ..CollectionsOptions::default()
-    };
-    Collections::open(&dir, options).map_err(|source| StartError::Collections {
-        dir: dir.display().to_string(),
-        source,
-    })
+/// What the keyspace needs from the server's configuration.
+fn keyspace_options(config: &Config) -> KeyspaceOptions {
+    KeyspaceOptions {
+        mode: config.mode,
+        durability: config.durability,
+        databases: config.databases,
+        integrity: config.integrity.clone(),
+        collections_checkpoint_bytes: config.collections_checkpoint_bytes,
+        collections_backpressure_factor: config.collections_backpressure_factor,
+        ..KeyspaceOptions::default()
+    }
 }
 
-fn close_store(keyspace: Arc<Keyspace>) -> Result<(), String> {
-    match Arc::try_unwrap(keyspace) {
-        Ok(keyspace) => {
-            let (store, collections) = keyspace.into_stores();
-            collections
-                .close()
-                .map_err(|e| format!("closing the collections: {e}"))?;
-            store
-                .close()
-                .map_err(|e| format!("closing the store: {e}"))?;
+fn close_keyspace(keyspace: Arc<Keyspace>) -> Result<(), String> {
+    match Keyspace::close(keyspace) {
+        Ok(()) => {
             log::info!("data synced and store closed; bye");
             Ok(())
         }
-        Err(keyspace) => {
-            // A connection outlived the drain: sync what is there; the
-            // directory lock goes with the process.
-            keyspace
-                .sync()
-                .map_err(|e| format!("syncing the store: {e}"))?;
-            log::warn!("store synced but left open: a connection did not finish in time");
+        Err(e) => {
+            // A connection outlived the drain: what it wrote is synced;
+            // the directory lock goes with the process.
+            log::warn!("{e}");
             Ok(())
         }
     }

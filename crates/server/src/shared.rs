@@ -10,7 +10,6 @@ use tokio::sync::Notify;
 
 use crate::clients::Registry;
 use crate::config::{Config, Runtime};
-use crate::durability::Durable;
 use crate::keyspace::Keyspace;
 use crate::session::WaitLines;
 
@@ -18,13 +17,10 @@ pub struct Shared {
     pub keyspace: Arc<Keyspace>,
     pub config: Config,
     pub runtime: Arc<Runtime>,
-    pub durable: Arc<Durable>,
     pub clients: Registry,
     /// Clients blocked on each key, in the order they blocked.
     pub wait_lines: Arc<WaitLines>,
     pub stats: ServerStats,
-    /// Real persistent memory (MAP_SYNC): writes are durable on return.
-    pub dax: bool,
     pub started: Instant,
     /// How long opening the store (recovery) and the keyspace scan took.
     pub recovery: Duration,
@@ -62,13 +58,10 @@ impl ServerStats {
 }
 
 impl Shared {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         keyspace: Arc<Keyspace>,
         config: Config,
         runtime: Arc<Runtime>,
-        durable: Arc<Durable>,
-        dax: bool,
         recovery: Duration,
         keyspace_scan: Duration,
         port: u16,
@@ -77,11 +70,9 @@ impl Shared {
             keyspace,
             config,
             runtime,
-            durable,
             clients: Registry::default(),
             wait_lines: Arc::default(),
             stats: ServerStats::default(),
-            dax,
             started: Instant::now(),
             recovery,
             keyspace_scan,

@@ -926,21 +926,18 @@ mod tests {
     use crate::clients::Unblock;
     use crate::commands::execute;
     use crate::config::{Config, Runtime};
-    use crate::durability::Durable;
-    use crate::keyspace::{open_stores, Keyspace};
+    use crate::keyspace::{open_stores_for_tests, Durability, Keyspace};
     use crate::resp::{OwnedArgs, ReplyWriter};
     use crate::session::Session;
     use crate::shared::Shared;
 
     fn shared(dir: &std::path::Path) -> Shared {
-        let (store, collections) = open_stores(dir);
+        let (store, collections) = open_stores_for_tests(dir);
         let config = Config::default();
         Shared::new(
-            Arc::new(Keyspace::open(store, collections, 16).unwrap()),
+            Keyspace::open(store, collections, 16, Durability::Process).unwrap(),
             config.clone(),
             Arc::new(Runtime::new(&config)),
-            Arc::new(Durable::new()),
-            false,
             Duration::ZERO,
             Duration::ZERO,
             0,

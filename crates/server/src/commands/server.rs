@@ -7,8 +7,8 @@ use super::{
     err, is, lowercase, unknown_subcommand, wrong_sub_arity, CmdError, CmdResult, CommandSpec, Ctx,
     Group, ADMIN, FAST, NOT_QUEUED, READONLY, SYNTAX, TABLE, WHOLE_KEYSPACE, WRITE,
 };
-use crate::config::{parse_memory, Durability, LogLevel};
-use crate::durability::{sync_now, unix_now};
+use crate::config::{appendfsync_name, parse_durability, parse_memory, LogLevel};
+use crate::keyspace::durability::unix_now;
 use crate::resp::Args;
 use crate::{glob, info};
 
@@ -219,7 +219,7 @@ fn parameters(ctx: &Ctx) -> Vec<(&'static str, String)> {
     let shared = ctx.shared;
     let config = &shared.config;
     let runtime = &shared.runtime;
-    let durability = runtime.durability();
+    let durability = shared.keyspace.commit().durability();
     let integrity = &config.integrity;
     let stats = shared.keyspace.store().integrity_stats();
     vec![
@@ -229,7 +229,7 @@ fn parameters(ctx: &Ctx) -> Vec<(&'static str, String)> {
         ("databases", config.databases.to_string()),
         ("durability", durability.name().into()),
         ("appendonly", "yes".into()),
-        ("appendfsync", durability.appendfsync_name().into()),
+        ("appendfsync", appendfsync_name(durability).into()),
         ("save", String::new()),
         (
             "requirepass",
@@ -259,7 +259,15 @@ fn parameters(ctx: &Ctx) -> Vec<(&'static str, String)> {
                 .to_string(),
         ),
         ("maxmemory", "0".into()),
-        ("mode", if shared.dax { "dax" } else { "emulated" }.into()),
+        (
+            "mode",
+            if shared.keyspace.commit().is_dax() {
+                "dax"
+            } else {
+                "emulated"
+            }
+            .into(),
+        ),
         ("integrity", integrity.mode.name().into()),
         (
             "integrity-period-ms",
@@ -409,12 +417,9 @@ fn validate_setting(name: &str, value: &str) -> Result<Change, CmdError> {
     };
     Ok(match name {
         "durability" | "appendfsync" => {
-            let durability: Durability = value.parse().map_err(failed)?;
+            let durability = parse_durability(value).map_err(failed)?;
             Box::new(move |ctx: &mut Ctx| {
-                ctx.shared.runtime.set_durability(durability);
-                ctx.shared
-                    .keyspace
-                    .set_sync_intents(durability == Durability::Always && !ctx.shared.dax);
+                ctx.shared.keyspace.commit().set_durability(durability);
                 log::info!("durability set to {}", durability.name());
             })
         }
@@ -551,7 +556,10 @@ fn time(ctx: &mut Ctx, _args: Args) -> CmdResult {
 /// SAVE: everything durable now, and a checkpoint of the collections
 /// (waits for it), so the next start replays little.
 fn save(ctx: &mut Ctx, _args: Args) -> CmdResult {
-    sync_now(&ctx.shared.keyspace, &ctx.shared.durable).map_err(|e| err(format!("ERR {e}")))?;
+    ctx.shared
+        .keyspace
+        .sync()
+        .map_err(|e| err(format!("ERR {e}")))?;
     super::run_blocking(|| ctx.shared.keyspace.collections().checkpoint_now())
         .map_err(|e| err(format!("ERR checkpoint failed: {e}")))?;
     ctx.out.ok();
@@ -565,9 +573,8 @@ fn bgsave(ctx: &mut Ctx, args: Args) -> CmdResult {
     // The checkpoint runs on the collections' own background thread.
     ctx.shared.keyspace.collections().request_checkpoint();
     let keyspace = ctx.shared.keyspace.clone();
-    let durable = ctx.shared.durable.clone();
     engram_pmem::background::spawn("engram-bgsave", move || {
-        let _ = sync_now(&keyspace, &durable);
+        let _ = keyspace.sync();
     })
     .map_err(|e| err(format!("ERR cannot start the background save: {e}")))?;
     ctx.out.simple("Background saving started");
@@ -575,7 +582,13 @@ fn bgsave(ctx: &mut Ctx, args: Args) -> CmdResult {
 }
 
 fn lastsave(ctx: &mut Ctx, _args: Args) -> CmdResult {
-    let last = ctx.shared.durable.last_sync_unix.load(Ordering::Relaxed);
+    let last = ctx
+        .shared
+        .keyspace
+        .commit()
+        .stats
+        .last_sync_unix
+        .load(Ordering::Relaxed);
     ctx.out.int(last.min(unix_now()) as i64);
     Ok(())
 }

@@ -279,33 +279,8 @@ fn memchr_cr(bytes: &[u8]) -> Option<usize> {
     bytes.iter().position(|&b| b == b'\r')
 }
 
-/// Redis's `string2ll`: an optional '-', digits, no leading zeros, no '+'.
-pub fn parse_int(bytes: &[u8]) -> Option<i64> {
-    let (negative, digits) = match bytes {
-        [b'-', rest @ ..] => (true, rest),
-        _ => (false, bytes),
-    };
-    if digits.is_empty() || (digits.len() > 1 && digits[0] == b'0') {
-        return None;
-    }
-    if negative && digits == b"0" {
-        return None;
-    }
-    let mut value: i64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        let digit = (d - b'0') as i64;
-        value = value.checked_mul(10)?;
-        value = if negative {
-            value.checked_sub(digit)?
-        } else {
-            value.checked_add(digit)?
-        };
-    }
-    Some(value)
-}
+/// Redis's integer syntax lives with the stored integers (the keyspace).
+pub use engram_keyspace::value::parse_int;
 
 /// Splits an inline command like Redis's `sdssplitargs`: words separated by
 /// blanks, "double quotes" with C escapes and \xHH, 'single quotes' with \'.

@@ -3,7 +3,7 @@
 //!
 //! A batch is first written whole as one *intent* record under a reserved
 //! key (`0xFF 'J' seq`), then applied key by key, then the intent is
-//! deleted; the keys' stripes stay locked throughout. The engine makes the
+//! deleted; the keys' key groups stay locked throughout. The engine makes the
 //! intent appear atomically, so after a crash either there is no intent
 //! (the batch was never started, or fully applied) or there is one, and
 //! the batch is applied again from it at startup. Re-applying is safe:

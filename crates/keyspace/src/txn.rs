@@ -1,6 +1,6 @@
-//! A write context: the stripes of the keys it may touch are locked for its
+//! A write context: the key groups of the keys it may touch are locked for its
 //! whole life (and, once it touches a collection, the collections' shards
-//! of those keys too: stripes first, then shards, always). Direct
+//! of those keys too: key groups first, then shards, always). Direct
 //! transactions send each write to its store at once; atomic ones buffer
 //! engine writes (reads see them) and apply them at `commit` as one
 //! crash-atomic batch.
@@ -37,8 +37,8 @@ use parking_lot::MutexGuard;
 use smallvec::SmallVec;
 
 use super::journal::{self, Write};
-use super::stripe::{
-    apply_delete, apply_meta, apply_put, db_of, set_expiry, swap_word, touch, Stripe,
+use super::key_groups::{
+    apply_delete, apply_meta, apply_put, db_of, set_expiry, swap_word, touch, GroupState,
 };
 use super::value::{decode, encode_int, Meta, StringValue, META_BYTES};
 use super::{ekey, CKind, EKey, Error, Keyspace, Object, Result};
@@ -81,9 +81,9 @@ impl Stored {
 
 pub struct Txn<'a> {
     ks: &'a Keyspace,
-    /// Held stripes, ascending by index.
-    guards: Vec<(usize, MutexGuard<'a, Stripe>)>,
-    /// The keys whose stripes it holds (None: every stripe).
+    /// Held key groups, ascending by index.
+    guards: Vec<(usize, MutexGuard<'a, GroupState>)>,
+    /// The keys whose key groups it holds (None: every key group).
     ekeys: Option<Vec<EKey>>,
     /// Buffered writes of an atomic transaction (None: a delete).
     batch: Option<BTreeMap<EKey, Option<Vec<u8>>>>,
@@ -104,7 +104,7 @@ pub struct Txn<'a> {
 impl<'a> Txn<'a> {
     pub(super) fn new(
         ks: &'a Keyspace,
-        guards: Vec<(usize, MutexGuard<'a, Stripe>)>,
+        guards: Vec<(usize, MutexGuard<'a, GroupState>)>,
         ekeys: Option<Vec<EKey>>,
         atomic: bool,
     ) -> Txn<'a> {
@@ -132,8 +132,8 @@ impl<'a> Txn<'a> {
         self.wrote
     }
 
-    fn stripe(&mut self, ekey: &[u8]) -> Result<(usize, &mut Stripe)> {
-        stripe_of(&mut self.guards, ekey)
+    fn group(&mut self, ekey: &[u8]) -> Result<(usize, &mut GroupState)> {
+        group_of(&mut self.guards, ekey)
     }
 
     /// The live value of `key`, or None (absent or expired; an expired key
@@ -145,7 +145,7 @@ impl<'a> Txn<'a> {
 
     /// The live value of a key in either store (a collection as its kind
     /// and expiry only); an expired key is deleted on the way.
-    pub(crate) fn get_ekey(&mut self, ekey: &[u8], now_ms: u64) -> Result<Option<Stored>> {
+    pub fn get_ekey(&mut self, ekey: &[u8], now_ms: u64) -> Result<Option<Stored>> {
         match self.engine_get(ekey, now_ms)? {
             Some(stored) => Ok(Some(stored)),
             None => self.collection_stored(ekey, now_ms),
@@ -154,7 +154,7 @@ impl<'a> Txn<'a> {
 
     /// The live string at `ekey` (buffered writes first).
     fn engine_get(&mut self, ekey: &[u8], now_ms: u64) -> Result<Option<Stored>> {
-        self.stripe(ekey)?;
+        self.group(ekey)?;
         if let Some(batch) = &mut self.batch {
             if let Some(buffered) = batch.get(ekey) {
                 let stored = buffered.clone().map(Stored::new).transpose()?;
@@ -167,8 +167,8 @@ impl<'a> Txn<'a> {
         let stored = Stored::new(value)?;
         if stored.meta.is_expired(now_ms) {
             let ks = self.ks;
-            let (index, stripe) = stripe_of(&mut self.guards, ekey)?;
-            apply_delete(&ks.store, &ks.stripes[index], stripe, ekey)?;
+            let (index, group) = group_of(&mut self.guards, ekey)?;
+            apply_delete(&ks.store, &ks.groups[index], group, ekey)?;
             self.ks.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
             self.wrote = true;
             return Ok(None);
@@ -225,7 +225,7 @@ impl<'a> Txn<'a> {
         now_ms: u64,
     ) -> Result<Option<&Object>> {
         let ekey = ekey(db, key)?;
-        self.stripe(&ekey)?;
+        self.group(&ekey)?;
         self.writer();
         match self.collection_stored(&ekey, now_ms)? {
             Some(stored) if stored.meta.kind() != super::value::Kind::of_collection(kind) => {
@@ -257,7 +257,7 @@ impl<'a> Txn<'a> {
         let mut touched: SmallVec<[Bytes; 2]> = SmallVec::new();
         for op in &ops {
             for key in op.keys().into_iter().flatten() {
-                stripe_of(&mut self.guards, key)?;
+                group_of(&mut self.guards, key)?;
                 if !touched.iter().any(|k| &**k == key) {
                     touched.push(key.into());
                 }
@@ -319,7 +319,7 @@ impl<'a> Txn<'a> {
         let db = db_of(ekey);
         match (before, after) {
             (None, Some(_)) => {
-                self.ks.stripes[Keyspace::slot_index(ekey)].counts[db]
+                self.ks.groups[Keyspace::slot_index(ekey)].counts[db]
                     .fetch_add(1, Ordering::Relaxed);
                 // A new collection replaces a string: its record is logged
                 // (or pending) already, so the engine delete comes after.
@@ -328,16 +328,16 @@ impl<'a> Txn<'a> {
                 }
             }
             (Some(_), None) => {
-                self.ks.stripes[Keyspace::slot_index(ekey)].counts[db]
+                self.ks.groups[Keyspace::slot_index(ekey)].counts[db]
                     .fetch_sub(1, Ordering::Relaxed);
             }
             _ => {}
         }
         let ks = self.ks;
-        let (index, stripe) = stripe_of(&mut self.guards, ekey)?;
-        let slot = &ks.stripes[index];
-        set_expiry(slot, stripe, ekey, after.filter(|&at| at != 0));
-        touch(stripe, ekey);
+        let (index, group) = group_of(&mut self.guards, ekey)?;
+        let slot = &ks.groups[index];
+        set_expiry(slot, group, ekey, after.filter(|&at| at != 0));
+        touch(group, ekey);
         if after.is_some() {
             ks.signal_written(ekey);
         }
@@ -450,8 +450,8 @@ impl<'a> Txn<'a> {
             return self.apply_raw(&ekey, Some(&value));
         }
         let ks = self.ks;
-        let (index, stripe) = stripe_of(&mut self.guards, &ekey)?;
-        apply_meta(&ks.store, &ks.stripes[index], stripe, &ekey, old.meta, new)?;
+        let (index, group) = group_of(&mut self.guards, &ekey)?;
+        apply_meta(&ks.store, &ks.groups[index], group, &ekey, old.meta, new)?;
         self.wrote = true;
         Ok(())
     }
@@ -477,8 +477,8 @@ impl<'a> Txn<'a> {
             current as u64,
             new as u64,
         )?;
-        let (_, stripe) = self.stripe(&ekey)?;
-        touch(stripe, &ekey);
+        let (_, group) = self.group(&ekey)?;
+        touch(group, &ekey);
         self.wrote = true;
         Ok(())
     }
@@ -495,8 +495,8 @@ impl<'a> Txn<'a> {
                 // The Delete cleared the key's expiry; the string's stands.
                 let expire_at = decode(value).map_err(Error::Malformed)?.0.expire_at();
                 let ks = self.ks;
-                let (index, stripe) = stripe_of(&mut self.guards, ekey)?;
-                set_expiry(&ks.stripes[index], stripe, ekey, expire_at);
+                let (index, group) = group_of(&mut self.guards, ekey)?;
+                set_expiry(&ks.groups[index], group, ekey, expire_at);
             }
         }
         Ok(())
@@ -505,16 +505,16 @@ impl<'a> Txn<'a> {
     /// A write to the engine alone: buffered or applied.
     fn engine_write(&mut self, ekey: &[u8], value: Option<&[u8]>) -> Result<()> {
         let ks = self.ks;
-        let (index, stripe) = stripe_of(&mut self.guards, ekey)?;
+        let (index, group) = group_of(&mut self.guards, ekey)?;
         if let Some(batch) = &mut self.batch {
             batch.insert(EKey::from_slice(ekey), value.map(<[u8]>::to_vec));
             return Ok(());
         }
-        let slot = &ks.stripes[index];
+        let slot = &ks.groups[index];
         match value {
-            Some(value) => apply_put(&ks.store, slot, stripe, ekey, value)?,
+            Some(value) => apply_put(&ks.store, slot, group, ekey, value)?,
             None => {
-                apply_delete(&ks.store, slot, stripe, ekey)?;
+                apply_delete(&ks.store, slot, group, ekey)?;
             }
         }
         self.wrote = true;
@@ -596,8 +596,8 @@ impl<'a> Txn<'a> {
         for ekey in deleted {
             if let Some(at) = self.peek_collection(&ekey, |e| e.expire_at_ms) {
                 let ks = self.ks;
-                let (index, stripe) = stripe_of(&mut self.guards, &ekey)?;
-                set_expiry(&ks.stripes[index], stripe, &ekey, (at != 0).then_some(at));
+                let (index, group) = group_of(&mut self.guards, &ekey)?;
+                set_expiry(&ks.groups[index], group, &ekey, (at != 0).then_some(at));
             }
         }
         result
@@ -616,7 +616,7 @@ impl<'a> Txn<'a> {
         undo.undo(writer.keys_mut());
         for ((key, before), now) in touched.into_iter().zip(now) {
             let db = db_of(&key);
-            let slot = &self.ks.stripes[Keyspace::slot_index(&key)];
+            let slot = &self.ks.groups[Keyspace::slot_index(&key)];
             match (now, before.is_some()) {
                 (true, false) => slot.counts[db].fetch_sub(1, Ordering::Relaxed),
                 (false, true) => slot.counts[db].fetch_add(1, Ordering::Relaxed),
@@ -633,8 +633,8 @@ impl<'a> Txn<'a> {
                     .flatten()
                     .and_then(|m| m.expire_at()),
             };
-            if let Ok((_, stripe)) = stripe_of(&mut self.guards, &key) {
-                set_expiry(slot, stripe, &key, expiry);
+            if let Ok((_, group)) = group_of(&mut self.guards, &key) {
+                set_expiry(slot, group, &key, expiry);
             }
         }
     }
@@ -689,10 +689,10 @@ impl<'a> Txn<'a> {
     }
 
     /// Deletes every key of `db` (or of every database): FLUSHDB/FLUSHALL.
-    /// Needs every stripe locked (`Keyspace::lock_all`).
+    /// Needs every key group locked (`Keyspace::lock_all`).
     pub fn flush(&mut self, db: Option<usize>) -> Result<u64> {
-        if self.guards.len() != super::STRIPES {
-            return Err(Error::Internal("flush without every stripe locked".into()));
+        if self.guards.len() != super::KEY_GROUPS {
+            return Err(Error::Internal("flush without every group locked".into()));
         }
         self.apply_buffered()?;
         let databases = self.ks.databases;
@@ -708,8 +708,8 @@ impl<'a> Txn<'a> {
                 };
                 if wanted && !super::journal::is_intent_key(&ekey) {
                     let ks = self.ks;
-                    let (index, stripe) = stripe_of(&mut self.guards, &ekey)?;
-                    if apply_delete(&ks.store, &ks.stripes[index], stripe, &ekey)? {
+                    let (index, group) = group_of(&mut self.guards, &ekey)?;
+                    if apply_delete(&ks.store, &ks.groups[index], group, &ekey)? {
                         deleted += 1;
                         self.wrote = true;
                     }
@@ -768,12 +768,12 @@ pub fn ckey(db: usize, key: &[u8]) -> Result<Bytes> {
     Ok(ekey(db, key)?.as_slice().into())
 }
 
-/// The held stripe of `ekey`, or an error if the transaction did not lock
+/// The held key group of `ekey`, or an error if the transaction did not lock
 /// it (a command whose key list missed a key: a bug, not a crash).
-fn stripe_of<'g>(
-    guards: &'g mut [(usize, MutexGuard<'_, Stripe>)],
+fn group_of<'g>(
+    guards: &'g mut [(usize, MutexGuard<'_, GroupState>)],
     ekey: &[u8],
-) -> Result<(usize, &'g mut Stripe)> {
+) -> Result<(usize, &'g mut GroupState)> {
     let index = Keyspace::slot_index(ekey);
     match guards.binary_search_by_key(&index, |(i, _)| *i) {
         Ok(at) => Ok((index, &mut guards[at].1)),

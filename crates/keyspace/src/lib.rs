@@ -13,30 +13,39 @@
 //!
 //! Everything Redis keeps in memory beside the data (key counts, which keys
 //! expire, who watches what) is rebuilt at startup by one scan of each store.
+//!
+//! Every write is made durable through one group commit (`durability`),
+//! whatever the writer: the server's connections, atomic batches' intents,
+//! embedders. `Keyspace::open_dir` opens a data directory with the store
+//! options the durability implies.
 
+#![forbid(unsafe_code)]
+
+pub mod durability;
 mod journal;
-mod stripe;
+mod key_groups;
+mod open;
 mod txn;
 pub mod value;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_utils::CachePadded;
 use engram_collections::{Collections, Op};
 use engram_engine::{Store, MAX_KEY_BYTES};
+use parking_lot::Mutex;
 use smallvec::SmallVec;
 
+pub use durability::{Durability, GroupCommit, SyncStats, Ticket};
 pub use engram_collections::types::{Kind as CKind, Object};
-pub use stripe::STRIPES;
-use stripe::{apply_delete, StripeSlot, Watcher};
+pub use key_groups::KEY_GROUPS;
+use key_groups::{apply_delete, KeyGroup, Watcher};
+pub use open::{open_stores_for_tests, KeyspaceOptions, OpenError, Opened, COLLECTIONS_DIR};
 pub use txn::{ckey, Stored, Txn};
 use value::{decode, Malformed, Meta};
-
-/// Waits until everything written so far is durable (see
-/// `Keyspace::set_intent_barrier`).
-pub type IntentBarrier = Box<dyn Fn() + Send + Sync>;
 
 /// An engine key: the database byte, then the client's key.
 pub type EKey = SmallVec<[u8; 64]>;
@@ -96,15 +105,14 @@ pub struct KeyspaceStats {
 pub struct Keyspace {
     store: Store,
     collections: Collections,
-    stripes: Box<[CachePadded<StripeSlot>]>,
+    groups: Box<[CachePadded<KeyGroup>]>,
     databases: usize,
     journal_seq: AtomicU64,
-    /// Persist a batch's intent before applying it (emulated memory with
-    /// `always` durability: page write-back order is otherwise undefined).
-    sync_intents: AtomicBool,
-    /// How to persist it: the server's group commit, shared with other
-    /// writers (`None`: an `msync` of our own).
-    intent_barrier: OnceLock<IntentBarrier>,
+    /// When writes are durable: the one group commit every writer uses
+    /// (shared with the sync thread).
+    commit: Arc<GroupCommit>,
+    /// The thread that runs the group commit's syncs (joined by `stop_syncing`).
+    sync_thread: Mutex<Option<JoinHandle<()>>>,
     expire_cursor: AtomicUsize,
     /// Wakes clients blocked on collection keys (BLPOP...) after writes.
     written: Box<[WrittenBucket]>,
@@ -144,19 +152,27 @@ impl Drop for WrittenWaiter<'_> {
 
 impl Keyspace {
     /// Wraps the opened stores: scans them once to rebuild key counts and
-    /// the expiry index, and re-applies any batch a crash interrupted.
-    pub fn open(store: Store, collections: Collections, databases: usize) -> Result<Keyspace> {
+    /// the expiry index, re-applies any batch a crash interrupted, and
+    /// starts the group commit's sync thread (which holds the keyspace
+    /// weakly: dropping the last handle ends it).
+    pub fn open(
+        store: Store,
+        collections: Collections,
+        databases: usize,
+        durability: Durability,
+    ) -> Result<Arc<Keyspace>> {
         assert!((1..=255).contains(&databases), "databases must be 1..=255");
+        let dax = store.stats().mode == "dax";
         let keyspace = Keyspace {
             store,
             collections,
-            stripes: (0..STRIPES)
-                .map(|_| CachePadded::new(StripeSlot::new(databases)))
+            groups: (0..KEY_GROUPS)
+                .map(|_| CachePadded::new(KeyGroup::new(databases)))
                 .collect(),
             databases,
             journal_seq: AtomicU64::new(0),
-            sync_intents: AtomicBool::new(false),
-            intent_barrier: OnceLock::new(),
+            commit: Arc::new(GroupCommit::new(durability, dax)),
+            sync_thread: Mutex::new(None),
             expire_cursor: AtomicUsize::new(0),
             written: (0..WRITTEN_BUCKETS)
                 .map(|_| WrittenBucket::default())
@@ -165,6 +181,16 @@ impl Keyspace {
         };
         let intents = keyspace.rebuild()?;
         keyspace.replay(intents)?;
+        let keyspace = Arc::new(keyspace);
+        let (commit, weak) = (keyspace.commit.clone(), Arc::downgrade(&keyspace));
+        let thread = std::thread::Builder::new()
+            // Not a background thread in `engram_pmem::background`'s sense:
+            // with `always`, writers wait for its `msync`, so it may run on
+            // any core rather than queue behind a checkpoint.
+            .name("engram-sync".into())
+            .spawn(move || run_sync_thread(commit, weak))
+            .map_err(|e| Error::Internal(format!("cannot start the sync thread: {e}")))?;
+        *keyspace.sync_thread.lock() = Some(thread);
         Ok(keyspace)
     }
 
@@ -176,30 +202,56 @@ impl Keyspace {
         &self.collections
     }
 
-    /// Gives the stores back (for a clean close).
-    pub fn into_stores(self) -> (Store, Collections) {
-        (self.store, self.collections)
+    /// When writes are durable, and the tickets that wait for it.
+    pub fn commit(&self) -> &GroupCommit {
+        &self.commit
+    }
+
+    /// Stops the sync thread after it has synced every pending ticket.
+    /// Writes made after this are synced only by `sync` or `close`.
+    pub fn stop_syncing(&self) {
+        self.commit.stop();
+        if let Some(thread) = self.sync_thread.lock().take() {
+            let _ = thread.join();
+        }
+    }
+
+    /// Clean shutdown: stops the sync thread, then closes both stores
+    /// (each syncs what it holds). Fails, leaving the stores synced but
+    /// open, when other handles to the keyspace are still alive.
+    pub fn close(keyspace: Arc<Keyspace>) -> std::result::Result<(), String> {
+        keyspace.stop_syncing();
+        match Arc::try_unwrap(keyspace) {
+            Ok(keyspace) => {
+                keyspace
+                    .collections
+                    .close()
+                    .map_err(|e| format!("closing the collections: {e}"))?;
+                keyspace
+                    .store
+                    .close()
+                    .map_err(|e| format!("closing the store: {e}"))
+            }
+            Err(keyspace) => {
+                keyspace
+                    .sync()
+                    .map_err(|e| format!("syncing the store: {e}"))?;
+                Err("store synced but left open: another handle to it is still alive".into())
+            }
+        }
     }
 
     /// Makes everything written so far durable in both stores (an msync
-    /// each on emulated memory).
+    /// each on emulated memory), and records the outcome in the sync stats.
     pub fn sync(&self) -> Result<()> {
-        self.store.sync().map_err(Error::Engine)?;
-        self.collections.sync().map_err(Error::Collections)
+        self.commit.sync_with(|| {
+            self.store.sync().map_err(Error::Engine)?;
+            self.collections.sync().map_err(Error::Collections)
+        })
     }
 
     pub fn databases(&self) -> usize {
         self.databases
-    }
-
-    pub fn set_sync_intents(&self, on: bool) {
-        self.sync_intents.store(on, Ordering::Relaxed);
-    }
-
-    /// Lets intents be persisted by a shared group commit instead of an
-    /// `msync` each (set once, by the server).
-    pub fn set_intent_barrier(&self, barrier: IntentBarrier) {
-        let _ = self.intent_barrier.set(barrier);
     }
 
     fn rebuild(&self) -> Result<Vec<Vec<u8>>> {
@@ -213,7 +265,7 @@ impl Keyspace {
                     intents.push(key);
                     continue;
                 }
-                if key.is_empty() || stripe::db_of(&key) >= self.databases {
+                if key.is_empty() || key_groups::db_of(&key) >= self.databases {
                     self.stats
                         .keys_in_hidden_dbs
                         .fetch_add(1, Ordering::Relaxed);
@@ -237,10 +289,10 @@ impl Keyspace {
                     Err(e) => return Err(e),
                 };
                 let slot = self.slot(&key);
-                slot.counts[stripe::db_of(&key)].fetch_add(1, Ordering::Relaxed);
+                slot.counts[key_groups::db_of(&key)].fetch_add(1, Ordering::Relaxed);
                 if meta.expire_at().is_some() {
-                    let mut stripe = slot.lock.lock();
-                    stripe::set_expiry(slot, &mut stripe, &key, meta.expire_at());
+                    let mut group = slot.lock.lock();
+                    key_groups::set_expiry(slot, &mut group, &key, meta.expire_at());
                 }
             }
             if next == 0 {
@@ -272,21 +324,21 @@ impl Keyspace {
         }
         let mut resolved = 0u64;
         for (ekey, expire_at) in keys {
-            if ekey.is_empty() || stripe::db_of(&ekey) >= self.databases {
+            if ekey.is_empty() || key_groups::db_of(&ekey) >= self.databases {
                 self.stats
                     .keys_in_hidden_dbs
                     .fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             let slot = self.slot(&ekey);
-            let mut stripe = slot.lock.lock();
-            if apply_delete(&self.store, slot, &mut stripe, &ekey)? {
+            let mut group = slot.lock.lock();
+            if apply_delete(&self.store, slot, &mut group, &ekey)? {
                 resolved += 1;
             }
-            slot.counts[stripe::db_of(&ekey)].fetch_add(1, Ordering::Relaxed);
-            stripe::set_expiry(
+            slot.counts[key_groups::db_of(&ekey)].fetch_add(1, Ordering::Relaxed);
+            key_groups::set_expiry(
                 slot,
-                &mut stripe,
+                &mut group,
                 &ekey,
                 (expire_at != 0).then_some(expire_at),
             );
@@ -359,11 +411,11 @@ impl Keyspace {
     }
 
     fn slot_index(ekey: &[u8]) -> usize {
-        (xxhash_rust::xxh3::xxh3_64(ekey) as usize) & (STRIPES - 1)
+        (xxhash_rust::xxh3::xxh3_64(ekey) as usize) & (KEY_GROUPS - 1)
     }
 
-    fn slot(&self, ekey: &[u8]) -> &StripeSlot {
-        &self.stripes[Self::slot_index(ekey)]
+    fn slot(&self, ekey: &[u8]) -> &KeyGroup {
+        &self.groups[Self::slot_index(ekey)]
     }
 
     /// Reads a key without locks: `f` sees its meta word and payload. An
@@ -456,10 +508,10 @@ impl Keyspace {
     /// Deletes `ekey` if it has expired by `now_ms`; true if it did.
     fn expire_if_due(&self, ekey: &[u8], now_ms: u64) -> Result<bool> {
         let slot = self.slot(ekey);
-        let mut stripe = slot.lock.lock();
+        let mut group = slot.lock.lock();
         match self.meta_any(ekey)? {
             Some(meta) if meta.is_expired(now_ms) => {
-                self.delete_any(slot, &mut stripe, ekey)?;
+                self.delete_any(slot, &mut group, ekey)?;
                 self.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
                 Ok(true)
             }
@@ -468,14 +520,14 @@ impl Keyspace {
     }
 
     /// Deletes `ekey` from whichever store holds it (the caller holds its
-    /// stripe); true if it existed.
+    /// key group); true if it existed.
     fn delete_any(
         &self,
-        slot: &StripeSlot,
-        stripe: &mut stripe::Stripe,
+        slot: &KeyGroup,
+        group: &mut key_groups::GroupState,
         ekey: &[u8],
     ) -> Result<bool> {
-        if apply_delete(&self.store, slot, stripe, ekey)? {
+        if apply_delete(&self.store, slot, group, ekey)? {
             return Ok(true);
         }
         let mut writer = self.collections.writer(&[ekey]);
@@ -488,13 +540,13 @@ impl Keyspace {
             .map_err(Error::Collections)?;
         engram_collections::apply::apply(writer.keys_mut(), op);
         drop(writer);
-        slot.counts[stripe::db_of(ekey)].fetch_sub(1, Ordering::Relaxed);
-        stripe::set_expiry(slot, stripe, ekey, None);
-        stripe::touch(stripe, ekey);
+        slot.counts[key_groups::db_of(ekey)].fetch_sub(1, Ordering::Relaxed);
+        key_groups::set_expiry(slot, group, ekey, None);
+        key_groups::touch(group, ekey);
         Ok(true)
     }
 
-    /// Locks the stripes of `keys` (database, key) for a write.
+    /// Locks the key groups of `keys` (database, key) for a write.
     /// `atomic`: the writes are buffered and applied as one crash-atomic
     /// batch at `commit`; otherwise each goes to the engine at once.
     pub fn lock<'k>(
@@ -509,27 +561,23 @@ impl Keyspace {
         Ok(self.lock_ekeys(ekeys.iter().map(|k| k.as_slice()), atomic))
     }
 
-    pub(crate) fn lock_ekeys<'k>(
-        &self,
-        ekeys: impl Iterator<Item = &'k [u8]>,
-        atomic: bool,
-    ) -> Txn<'_> {
+    pub fn lock_ekeys<'k>(&self, ekeys: impl Iterator<Item = &'k [u8]>, atomic: bool) -> Txn<'_> {
         let ekeys: Vec<EKey> = ekeys.map(EKey::from_slice).collect();
         let mut indexes: SmallVec<[usize; 4]> = ekeys.iter().map(|k| Self::slot_index(k)).collect();
         indexes.sort_unstable();
         indexes.dedup();
         let guards = indexes
             .into_iter()
-            .map(|i| (i, self.stripes[i].lock.lock()))
+            .map(|i| (i, self.groups[i].lock.lock()))
             .collect();
         Txn::new(self, guards, Some(ekeys), atomic)
     }
 
-    /// Locks every stripe (FLUSHDB, and transactions that read or write
+    /// Locks every key group (FLUSHDB, and transactions that read or write
     /// the whole keyspace).
     pub fn lock_all(&self, atomic: bool) -> Txn<'_> {
-        let guards = (0..STRIPES)
-            .map(|i| (i, self.stripes[i].lock.lock()))
+        let guards = (0..KEY_GROUPS)
+            .map(|i| (i, self.groups[i].lock.lock()))
             .collect();
         Txn::new(self, guards, None, atomic)
     }
@@ -537,7 +585,7 @@ impl Keyspace {
     /// Keys in database `db`.
     pub fn dbsize(&self, db: usize) -> u64 {
         let total: i64 = self
-            .stripes
+            .groups
             .iter()
             .map(|s| s.counts[db].load(Ordering::Relaxed))
             .sum();
@@ -547,7 +595,7 @@ impl Keyspace {
     /// Keys with an expiry time in database `db`.
     pub fn expiring(&self, db: usize) -> u64 {
         let total: i64 = self
-            .stripes
+            .groups
             .iter()
             .map(|s| s.expiring[db].load(Ordering::Relaxed))
             .sum();
@@ -656,7 +704,7 @@ impl Keyspace {
 
     /// Wakes the clients blocked on keys of `ekey`'s bucket (cheap when
     /// there are none).
-    pub(crate) fn signal_written(&self, ekey: &[u8]) {
+    pub fn signal_written(&self, ekey: &[u8]) {
         let bucket = &self.written[(xxhash_rust::xxh3::xxh3_64(ekey) as usize) % WRITTEN_BUCKETS];
         if bucket.waiters.load(Ordering::SeqCst) > 0 {
             bucket.notify.notify_waiters();
@@ -666,8 +714,8 @@ impl Keyspace {
     /// Starts watching `key` for `flag`'s client.
     pub fn watch(&self, db: usize, key: &[u8], flag: &Arc<AtomicBool>) -> Result<EKey> {
         let ekey = ekey(db, key)?;
-        let mut stripe = self.slot(&ekey).lock.lock();
-        stripe.watchers.push(Watcher {
+        let mut group = self.slot(&ekey).lock.lock();
+        group.watchers.push(Watcher {
             key: ekey.as_slice().into(),
             flag: flag.clone(),
         });
@@ -677,8 +725,8 @@ impl Keyspace {
     /// Drops every watch of `flag`'s client on `ekeys`.
     pub fn unwatch(&self, ekeys: &[EKey], flag: &Arc<AtomicBool>) {
         for ekey in ekeys {
-            let mut stripe = self.slot(ekey).lock.lock();
-            stripe.watchers.retain(|w| !Arc::ptr_eq(&w.flag, flag));
+            let mut group = self.slot(ekey).lock.lock();
+            group.watchers.retain(|w| !Arc::ptr_eq(&w.flag, flag));
         }
     }
 
@@ -688,27 +736,27 @@ impl Keyspace {
     pub fn expire_cycle(&self, now_ms: u64, deadline: Instant) -> Result<u64> {
         let mut deleted = 0;
         let start = self.expire_cursor.load(Ordering::Relaxed);
-        for step in 0..STRIPES {
-            let i = (start + step) % STRIPES;
-            let slot = &self.stripes[i];
+        for step in 0..KEY_GROUPS {
+            let i = (start + step) % KEY_GROUPS;
+            let slot = &self.groups[i];
             if slot.next_due.load(Ordering::Relaxed) > now_ms {
                 continue;
             }
-            let mut stripe = slot.lock.lock();
-            let due: Vec<Box<[u8]>> = stripe
+            let mut group = slot.lock.lock();
+            let due: Vec<Box<[u8]>> = group
                 .expires
                 .iter()
                 .filter(|(_, &at)| at <= now_ms)
                 .map(|(k, _)| k.clone())
                 .collect();
             for ekey in due {
-                self.delete_any(slot, &mut stripe, &ekey)?;
+                self.delete_any(slot, &mut group, &ekey)?;
                 self.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
                 deleted += 1;
             }
-            let next = stripe.expires.values().copied().min().unwrap_or(u64::MAX);
+            let next = group.expires.values().copied().min().unwrap_or(u64::MAX);
             slot.next_due.store(next, Ordering::Relaxed);
-            drop(stripe);
+            drop(group);
             if Instant::now() >= deadline {
                 self.expire_cursor.store(i + 1, Ordering::Relaxed);
                 return Ok(deleted);
@@ -718,7 +766,7 @@ impl Keyspace {
     }
 
     /// Writes a batch as one crash-atomic unit (see `journal`). The caller
-    /// holds the stripes of every key in `ops`.
+    /// holds the key groups of every key in `ops`.
     fn write_intent(&self, ops: &[journal::Op]) -> Result<Vec<u8>> {
         let seq = self.journal_seq.fetch_add(1, Ordering::Relaxed);
         // Unique across restarts too: intents of the last run are gone
@@ -733,11 +781,11 @@ impl Keyspace {
             )));
         }
         self.store.put(&key, &bytes).map_err(Error::Engine)?;
-        if self.sync_intents.load(Ordering::Relaxed) {
-            match self.intent_barrier.get() {
-                Some(barrier) => barrier(),
-                None => self.sync()?,
-            }
+        // On emulated memory with `always`, page write-back order is
+        // undefined: the intent must be durable before the batch's writes
+        // start, or a power failure could expose half of it.
+        if self.commit.must_wait() {
+            self.commit.barrier();
         }
         Ok(key)
     }
@@ -786,21 +834,15 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Both stores in `dir` with default options and manual checkpoints, for
-/// the crate's unit tests.
-#[cfg(test)]
-pub(crate) fn open_stores(dir: &std::path::Path) -> (Store, Collections) {
-    use engram_collections::{CheckpointMode, CollectionsOptions};
-    let store = Store::open(dir, engram_engine::Options::default()).unwrap();
-    let collections = Collections::open(
-        dir.join("collections"),
-        CollectionsOptions {
-            checkpoints: CheckpointMode::Manual,
-            ..CollectionsOptions::default()
-        },
-    )
-    .unwrap();
-    (store, collections)
+/// The group commit's sync thread: syncs both stores when asked. It holds
+/// the keyspace weakly (a strong handle only for the length of a sync), so
+/// dropping the last handle closes the stores at once and ends the thread
+/// within its idle wake.
+fn run_sync_thread(commit: Arc<GroupCommit>, keyspace: Weak<Keyspace>) {
+    commit.run(
+        || keyspace.upgrade().map(|keyspace| keyspace.sync()),
+        || keyspace.strong_count() > 0,
+    );
 }
 
 #[cfg(test)]
@@ -839,7 +881,7 @@ mod tests {
     fn a_key_in_both_stores_keeps_its_collection() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let (store, collections) = open_stores(dir.path());
+            let (store, collections) = open_stores_for_tests(dir.path());
             let mut value = Vec::new();
             encode_string(&mut value, b"text", None);
             store.put(b"\0k", &value).unwrap();
@@ -853,8 +895,8 @@ mod tests {
             collections.close().unwrap();
             store.close().unwrap();
         }
-        let (store, collections) = open_stores(dir.path());
-        let ks = Keyspace::open(store, collections, 16).unwrap();
+        let (store, collections) = open_stores_for_tests(dir.path());
+        let ks = Keyspace::open(store, collections, 16, Durability::Process).unwrap();
         assert_eq!(kind_of(&ks, b"k"), Some(Kind::Set));
         assert_eq!(kind_of(&ks, b"s"), Some(Kind::String));
         assert!(ks.store().get(b"\0k").unwrap().is_none(), "the string went");
@@ -867,7 +909,7 @@ mod tests {
     fn an_interrupted_mixed_batch_is_replayed_from_its_intent() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let (store, collections) = open_stores(dir.path());
+            let (store, collections) = open_stores_for_tests(dir.path());
             // Before the crash: "h" was a set, "gone" a set, "str" a string.
             collections
                 .write(vec![
@@ -898,8 +940,8 @@ mod tests {
             collections.close().unwrap();
             store.close().unwrap();
         }
-        let (store, collections) = open_stores(dir.path());
-        let ks = Keyspace::open(store, collections, 16).unwrap();
+        let (store, collections) = open_stores_for_tests(dir.path());
+        let ks = Keyspace::open(store, collections, 16, Durability::Process).unwrap();
         assert_eq!(ks.stats.batches_replayed.load(Ordering::Relaxed), 1);
         assert_eq!(kind_of(&ks, b"str"), Some(Kind::String));
         assert_eq!(kind_of(&ks, b"gone"), None);
@@ -916,11 +958,9 @@ mod tests {
         assert_eq!(ks.dbsize(0), 2);
         assert_eq!(ks.expiring(0), 1);
         // The intent is gone: a second start replays nothing.
-        let (store, collections) = ks.into_stores();
-        collections.close().unwrap();
-        store.close().unwrap();
-        let (store, collections) = open_stores(dir.path());
-        let ks = Keyspace::open(store, collections, 16).unwrap();
+        Keyspace::close(ks).unwrap();
+        let (store, collections) = open_stores_for_tests(dir.path());
+        let ks = Keyspace::open(store, collections, 16, Durability::Process).unwrap();
         assert_eq!(ks.stats.batches_replayed.load(Ordering::Relaxed), 0);
         assert_eq!(ks.dbsize(0), 2);
     }
@@ -930,8 +970,8 @@ mod tests {
     #[test]
     fn an_uncommitted_atomic_transaction_leaves_no_trace() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, collections) = open_stores(dir.path());
-        let ks = Keyspace::open(store, collections, 16).unwrap();
+        let (store, collections) = open_stores_for_tests(dir.path());
+        let ks = Keyspace::open(store, collections, 16, Durability::Process).unwrap();
         let key = ckey(0, b"s").unwrap();
         {
             let mut txn = ks.lock([(0, b"s".as_slice())], true).unwrap();
@@ -984,8 +1024,8 @@ mod tests {
     #[test]
     fn an_uncommitted_atomic_transaction_puts_existing_keys_back() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, collections) = open_stores(dir.path());
-        let ks = Keyspace::open(store, collections, 16).unwrap();
+        let (store, collections) = open_stores_for_tests(dir.path());
+        let ks = Keyspace::open(store, collections, 16, Durability::Process).unwrap();
         let far = now_ms() + 3_600_000;
         let k = |name: &[u8]| ckey(0, name).unwrap();
         let b = |bytes: &[u8]| -> engram_collections::op::Bytes { bytes.into() };
@@ -1067,8 +1107,8 @@ mod tests {
     #[test]
     fn type_changes_keep_one_store_per_key() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, collections) = open_stores(dir.path());
-        let ks = Keyspace::open(store, collections, 16).unwrap();
+        let (store, collections) = open_stores_for_tests(dir.path());
+        let ks = Keyspace::open(store, collections, 16, Durability::Process).unwrap();
         let far = now_ms() + 3_600_000;
         let mut txn = ks.lock([(0, b"k".as_slice())], false).unwrap();
         txn.log(vec![

@@ -257,7 +257,35 @@ pub fn canonical_int(text: &[u8]) -> Option<i64> {
     if text.is_empty() || text.len() > 20 {
         return None;
     }
-    crate::resp::parse_int(text)
+    parse_int(text)
+}
+
+/// Redis's `string2ll`: an optional '-', digits, no leading zeros, no '+'.
+pub fn parse_int(bytes: &[u8]) -> Option<i64> {
+    let (negative, digits) = match bytes {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, bytes),
+    };
+    if digits.is_empty() || (digits.len() > 1 && digits[0] == b'0') {
+        return None;
+    }
+    if negative && digits == b"0" {
+        return None;
+    }
+    let mut value: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        let digit = (d - b'0') as i64;
+        value = value.checked_mul(10)?;
+        value = if negative {
+            value.checked_sub(digit)?
+        } else {
+            value.checked_add(digit)?
+        };
+    }
+    Some(value)
 }
 
 #[cfg(test)]

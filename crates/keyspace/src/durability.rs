@@ -1,0 +1,406 @@
+//! When an acknowledged write is durable: the keyspace's one group commit.
+//!
+//! Every writer of the keyspace (the server's connections, atomic batches'
+//! intents, embedders) goes through this module; nothing above it syncs on
+//! its own. One vocabulary, [`Durability`]: `process` (a write in the shared
+//! mapping survives a process crash as soon as it is applied), `everysec`
+//! (the sync thread calls `msync` once a second when something was written)
+//! and `always` (a writer takes a [`Ticket`] before acknowledging and waits
+//! until a sync that started after its writes has finished). Redis's
+//! `appendfsync` names are a protocol matter, mapped at the server's edge.
+//!
+//! The sync thread runs one `msync` of both stores for every ticket issued
+//! before it starts (group commit), so a thousand clients waiting at once
+//! cost one `msync`. Waiters either await (network tasks: they never block
+//! a worker) or block on a condition variable (embedders, intents).
+//!
+//! On real persistent memory (DAX) every write is power-fail durable when
+//! the engine returns, so tickets are never needed.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use tokio::sync::watch;
+
+/// How long the sync thread sleeps when nothing asks it to sync (it checks
+/// for `everysec` work and for shutdown this often).
+const IDLE_WAKE: Duration = Duration::from_millis(250);
+const EVERYSEC: Duration = Duration::from_secs(1);
+/// After a failed msync, wait this long before trying again.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(100);
+
+/// When a write is acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(u8)]
+pub enum Durability {
+    /// Survives a process crash as soon as it is applied; the kernel writes
+    /// pages back in its own time.
+    #[default]
+    Process = 0,
+    /// Power-fail durable within about a second.
+    Everysec = 1,
+    /// Power-fail durable before the acknowledgement, with group commit:
+    /// one `msync` covers every writer waiting at the time.
+    Always = 2,
+}
+
+impl Durability {
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::Process => "process",
+            Durability::Everysec => "everysec",
+            Durability::Always => "always",
+        }
+    }
+
+    fn from_u8(v: u8) -> Durability {
+        match v {
+            1 => Durability::Everysec,
+            2 => Durability::Always,
+            _ => Durability::Process,
+        }
+    }
+}
+
+impl std::str::FromStr for Durability {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Durability, String> {
+        match text.to_ascii_lowercase().as_str() {
+            "process" => Ok(Durability::Process),
+            "everysec" => Ok(Durability::Everysec),
+            "always" => Ok(Durability::Always),
+            _ => Err(format!(
+                "unknown durability '{text}' (expected process, everysec or always)"
+            )),
+        }
+    }
+}
+
+/// A place in the group commit's order: durable once a sync that read
+/// `issued` at or above it has finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Ticket(u64);
+
+/// Sync counters for INFO and LASTSAVE.
+#[derive(Default)]
+pub struct SyncStats {
+    pub syncs: AtomicU64,
+    pub sync_failures: AtomicU64,
+    /// Unix seconds of the last successful sync.
+    pub last_sync_unix: AtomicU64,
+    /// Writes since the last successful sync (Redis's
+    /// `rdb_changes_since_last_save`).
+    pub changes_since_sync: AtomicU64,
+}
+
+pub struct GroupCommit {
+    durability: AtomicU8,
+    /// Real persistent memory: every write is durable on return.
+    dax: bool,
+    /// Tickets issued: each is a batch of writes waiting for a sync.
+    issued: AtomicU64,
+    /// The highest ticket covered by a finished sync, for async waiters.
+    synced: watch::Sender<u64>,
+    /// The same, for blocking waiters.
+    synced_blocking: (Mutex<u64>, Condvar),
+    /// Written since the last sync (everysec).
+    dirty: AtomicBool,
+    /// Asks the sync thread to look now rather than at its next wake.
+    wake: (Mutex<bool>, Condvar),
+    stopping: AtomicBool,
+    pub stats: SyncStats,
+}
+
+impl GroupCommit {
+    pub fn new(durability: Durability, dax: bool) -> GroupCommit {
+        GroupCommit {
+            durability: AtomicU8::new(durability as u8),
+            dax,
+            issued: AtomicU64::new(0),
+            synced: watch::Sender::new(0),
+            synced_blocking: (Mutex::new(0), Condvar::new()),
+            dirty: AtomicBool::new(false),
+            wake: (Mutex::new(false), Condvar::new()),
+            stopping: AtomicBool::new(false),
+            stats: SyncStats {
+                last_sync_unix: AtomicU64::new(unix_now()),
+                ..SyncStats::default()
+            },
+        }
+    }
+
+    pub fn durability(&self) -> Durability {
+        Durability::from_u8(self.durability.load(Ordering::Relaxed))
+    }
+
+    /// Takes effect for writes acknowledged from now on.
+    pub fn set_durability(&self, durability: Durability) {
+        self.durability.store(durability as u8, Ordering::Relaxed);
+    }
+
+    pub fn is_dax(&self) -> bool {
+        self.dax
+    }
+
+    /// Whether an acknowledgement must wait for a sync (`always` on
+    /// emulated memory).
+    pub fn must_wait(&self) -> bool {
+        self.durability() == Durability::Always && !self.dax
+    }
+
+    /// Notes that a batch of writes was applied; returns the ticket to wait
+    /// for before acknowledging it, when one is needed.
+    pub fn wrote(&self) -> Option<Ticket> {
+        self.stats
+            .changes_since_sync
+            .fetch_add(1, Ordering::Relaxed);
+        if !self.must_wait() {
+            self.dirty.store(true, Ordering::Relaxed);
+            return None;
+        }
+        Some(self.ticket())
+    }
+
+    /// A ticket for everything written so far; wakes the sync thread.
+    pub fn ticket(&self) -> Ticket {
+        // SeqCst: the ticket is ordered after the caller's writes, so a
+        // sync that reads `issued` at or above it also covers them.
+        let ticket = self.issued.fetch_add(1, Ordering::SeqCst) + 1;
+        self.nudge();
+        Ticket(ticket)
+    }
+
+    /// Resolves once a sync covering `ticket` has finished.
+    pub async fn wait(&self, ticket: Ticket) {
+        let mut synced = self.synced.subscribe();
+        // The sender lives as long as `self`, so this cannot fail.
+        let _ = synced.wait_for(|&done| done >= ticket.0).await;
+    }
+
+    /// Blocks until a sync covering `ticket` has finished.
+    pub fn wait_blocking(&self, ticket: Ticket) {
+        let (lock, done) = &self.synced_blocking;
+        let mut synced = lock.lock();
+        while *synced < ticket.0 {
+            done.wait(&mut synced);
+        }
+    }
+
+    /// Blocks until everything written so far is synced, sharing the
+    /// `msync` with every other waiter (the ordering point of atomic
+    /// batches under `always`). On a tokio worker the runtime moves the
+    /// worker's other tasks elsewhere meanwhile.
+    pub fn barrier(&self) {
+        let ticket = self.ticket();
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| self.wait_blocking(ticket))
+            }
+            _ => self.wait_blocking(ticket),
+        }
+    }
+
+    /// Wakes the sync thread.
+    pub fn nudge(&self) {
+        let mut pending = self.wake.0.lock();
+        *pending = true;
+        self.wake.1.notify_one();
+    }
+
+    /// Runs `sync` (both stores' `msync`) and records the outcome.
+    pub fn sync_with<E: std::fmt::Display>(
+        &self,
+        sync: impl FnOnce() -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.dirty.store(false, Ordering::Relaxed);
+        let result = sync();
+        match &result {
+            Ok(()) => {
+                self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .last_sync_unix
+                    .store(unix_now(), Ordering::Relaxed);
+                self.stats.changes_since_sync.store(0, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.dirty.store(true, Ordering::Relaxed);
+                self.stats.sync_failures.fetch_add(1, Ordering::Relaxed);
+                log::error!("msync of the data files failed: {e}; writes wait until it succeeds");
+            }
+        }
+        result
+    }
+
+    fn publish_synced(&self, target: u64) {
+        self.synced.send_replace(target);
+        let (lock, done) = &self.synced_blocking;
+        *lock.lock() = target;
+        done.notify_all();
+    }
+
+    /// Asks the sync thread to finish: it syncs what tickets are pending,
+    /// then returns.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        self.nudge();
+    }
+
+    /// The sync thread's loop: group commit for `always`, the one-second
+    /// sync for `everysec`. `sync` returns `None`, and `alive` false, when
+    /// the stores are gone. Ends then, or after [`GroupCommit::stop`] once
+    /// no ticket is pending.
+    pub(crate) fn run<E: std::fmt::Display>(
+        &self,
+        sync: impl Fn() -> Option<Result<(), E>>,
+        alive: impl Fn() -> bool,
+    ) {
+        let mut last_periodic = Instant::now();
+        loop {
+            if !alive() {
+                return;
+            }
+            {
+                let mut pending = self.wake.0.lock();
+                if !*pending {
+                    self.wake.1.wait_for(&mut pending, IDLE_WAKE);
+                }
+                *pending = false;
+            }
+            let target = self.issued.load(Ordering::SeqCst);
+            if target > *self.synced.borrow() {
+                match sync() {
+                    None => return,
+                    Some(Ok(())) => self.publish_synced(target),
+                    Some(Err(_)) => {
+                        if self.stopping.load(Ordering::Acquire) {
+                            return;
+                        }
+                        std::thread::sleep(RETRY_AFTER_FAILURE);
+                        self.nudge();
+                        continue;
+                    }
+                }
+            } else if self.durability() == Durability::Everysec
+                && last_periodic.elapsed() >= EVERYSEC
+                && self.dirty.load(Ordering::Relaxed)
+            {
+                last_periodic = Instant::now();
+                if sync().is_none() {
+                    return;
+                }
+            }
+            if self.stopping.load(Ordering::Acquire)
+                && self.issued.load(Ordering::SeqCst) <= *self.synced.borrow()
+            {
+                return;
+            }
+        }
+    }
+}
+
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn durability_names_round_trip_and_redis_names_are_not_ours() {
+        for d in [
+            Durability::Process,
+            Durability::Everysec,
+            Durability::Always,
+        ] {
+            assert_eq!(d.name().parse::<Durability>(), Ok(d));
+        }
+        let error = "no".parse::<Durability>().unwrap_err();
+        assert!(error.contains("unknown durability 'no'"), "{error}");
+    }
+
+    #[test]
+    fn only_always_on_emulated_memory_takes_tickets() {
+        let emulated = GroupCommit::new(Durability::Process, false);
+        assert_eq!(emulated.wrote(), None);
+        emulated.set_durability(Durability::Everysec);
+        assert_eq!(emulated.wrote(), None);
+        emulated.set_durability(Durability::Always);
+        assert!(emulated.wrote().is_some());
+        let dax = GroupCommit::new(Durability::Always, true);
+        assert_eq!(dax.wrote(), None);
+        assert_eq!(emulated.stats.changes_since_sync.load(Ordering::Relaxed), 3);
+    }
+
+    /// Many blocking waiters are released by few syncs, and none before a
+    /// sync that started after its ticket.
+    #[test]
+    fn one_sync_covers_every_ticket_issued_before_it() {
+        let commit = Arc::new(GroupCommit::new(Durability::Always, false));
+        let syncs = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (commit, syncs) = (commit.clone(), syncs.clone());
+            std::thread::spawn(move || {
+                commit.run(
+                    || {
+                        syncs.fetch_add(1, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(5));
+                        Some(Ok::<(), String>(()))
+                    },
+                    || true,
+                )
+            })
+        };
+        let waiters: Vec<_> = (0..32)
+            .map(|_| {
+                let commit = commit.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..10 {
+                        commit.barrier();
+                    }
+                })
+            })
+            .collect();
+        for waiter in waiters {
+            waiter.join().unwrap();
+        }
+        let synced = syncs.load(Ordering::SeqCst);
+        assert!(synced >= 10, "each waiter's barriers need their own syncs");
+        assert!(synced < 320, "syncs were shared: {synced} for 320 barriers");
+        commit.stop();
+        thread.join().unwrap();
+    }
+
+    /// A failed sync releases nobody; the retry that succeeds does.
+    #[test]
+    fn a_failed_sync_is_retried_before_waiters_are_released() {
+        let commit = Arc::new(GroupCommit::new(Durability::Always, false));
+        let attempts = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (commit, attempts) = (commit.clone(), attempts.clone());
+            std::thread::spawn(move || {
+                commit.run(
+                    || {
+                        let n = attempts.fetch_add(1, Ordering::SeqCst);
+                        Some(if n == 0 {
+                            Err("disk".to_string())
+                        } else {
+                            Ok(())
+                        })
+                    },
+                    || true,
+                )
+            })
+        };
+        let ticket = commit.ticket();
+        commit.wait_blocking(ticket);
+        assert!(attempts.load(Ordering::SeqCst) >= 2);
+        commit.stop();
+        thread.join().unwrap();
+    }
+}

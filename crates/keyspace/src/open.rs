@@ -1,0 +1,166 @@
+//! Opening a keyspace from a data directory: both stores with the options
+//! the durability implies, decided here and nowhere else.
+//!
+//! ```text
+//! DIR/values.pmem, DIR/integrity.pmem, DIR/index-*.pmem, DIR/LOCK   strings (the engine)
+//! DIR/collections/oplog.pmem, DIR/collections/images/                 hashes, sets, sorted sets, lists
+//! ```
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use engram_collections::{CheckpointMode, Collections, CollectionsOptions, OpLogOptions};
+use engram_engine::{IntegrityOptions, ModeChoice, Options, Store, SyncPolicy};
+use engram_pmem::RegionOptions;
+
+use crate::{Durability, Keyspace};
+
+/// Where the collections store lives inside the data directory.
+pub const COLLECTIONS_DIR: &str = "collections";
+
+/// Everything a keyspace needs to open a data directory.
+#[derive(Clone, Debug)]
+pub struct KeyspaceOptions {
+    /// Persistent memory: detected, or forced to DAX or emulated.
+    pub mode: ModeChoice,
+    /// When writes are durable; changeable at run time through
+    /// [`crate::GroupCommit::set_durability`].
+    pub durability: Durability,
+    /// Logical databases (1 to 255).
+    pub databases: usize,
+    /// Checksums and parity over both stores' files.
+    pub integrity: IntegrityOptions,
+    /// A checkpoint of the collections starts every this many bytes of log.
+    pub collections_checkpoint_bytes: u64,
+    /// Collection writers slow down past this many checkpoints' worth of
+    /// log not yet checkpointed.
+    pub collections_backpressure_factor: u64,
+    /// Background checkpoints (the default), or only when asked.
+    pub checkpoints: CheckpointMode,
+}
+
+impl Default for KeyspaceOptions {
+    fn default() -> Self {
+        let collections = CollectionsOptions::default();
+        KeyspaceOptions {
+            mode: ModeChoice::default(),
+            durability: Durability::default(),
+            databases: 16,
+            integrity: IntegrityOptions::default(),
+            collections_checkpoint_bytes: collections.checkpoint_log_bytes,
+            collections_backpressure_factor: collections.backpressure_factor,
+            checkpoints: collections.checkpoints,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("cannot open the data directory {dir}: {source}")]
+    Store {
+        dir: String,
+        source: engram_engine::Error,
+    },
+    #[error("cannot open the collections in {dir}: {source}")]
+    Collections {
+        dir: String,
+        source: engram_collections::Error,
+    },
+    #[error("cannot rebuild the keyspace: {0}")]
+    Keyspace(crate::Error),
+    #[error("invalid keyspace options: {0}")]
+    Options(String),
+}
+
+/// An opened keyspace and how long each step of its recovery took.
+pub struct Opened {
+    pub keyspace: Arc<Keyspace>,
+    /// The engine's recovery of the strings store.
+    pub engine_recovery: Duration,
+    /// The collections' recovery and the keyspace's scan of both stores.
+    pub keyspace_scan: Duration,
+}
+
+impl Keyspace {
+    /// Opens (creating if needed) the keyspace in `dir`.
+    pub fn open_dir(dir: &Path, options: &KeyspaceOptions) -> Result<Opened, OpenError> {
+        if !(1..=255).contains(&options.databases) {
+            return Err(OpenError::Options(format!(
+                "databases must be 1 to 255, got {}",
+                options.databases
+            )));
+        }
+        // Frequent small syncs want single-page writeback; a sync a second
+        // (or none) is cheaper with the kernel's large folios. Switching to
+        // `always` at run time works, with more bytes written per sync
+        // until the next open.
+        let fine_writeback = options.durability == Durability::Always;
+        let started = Instant::now();
+        let store = Store::open(dir, store_options(options, fine_writeback)).map_err(|source| {
+            OpenError::Store {
+                dir: dir.display().to_string(),
+                source,
+            }
+        })?;
+        let engine_recovery = started.elapsed();
+        let scan_started = Instant::now();
+        let collections_dir = dir.join(COLLECTIONS_DIR);
+        let collections = Collections::open(
+            &collections_dir,
+            CollectionsOptions {
+                oplog: OpLogOptions {
+                    region: RegionOptions {
+                        mode: options.mode,
+                        fine_writeback,
+                        ..RegionOptions::default()
+                    },
+                    ..OpLogOptions::default()
+                },
+                images: store_options(options, fine_writeback),
+                checkpoint_log_bytes: options.collections_checkpoint_bytes,
+                backpressure_factor: options.collections_backpressure_factor,
+                checkpoints: options.checkpoints,
+                ..CollectionsOptions::default()
+            },
+        )
+        .map_err(|source| OpenError::Collections {
+            dir: collections_dir.display().to_string(),
+            source,
+        })?;
+        let keyspace = Keyspace::open(store, collections, options.databases, options.durability)
+            .map_err(OpenError::Keyspace)?;
+        Ok(Opened {
+            keyspace,
+            engine_recovery,
+            keyspace_scan: scan_started.elapsed(),
+        })
+    }
+}
+
+fn store_options(options: &KeyspaceOptions, fine_writeback: bool) -> Options {
+    Options {
+        mode: options.mode,
+        // The keyspace's group commit decides when to msync.
+        sync: SyncPolicy::Never,
+        fine_writeback,
+        integrity: options.integrity.clone(),
+        ..Options::default()
+    }
+}
+
+/// Both stores in `dir` with default options and manual checkpoints, for
+/// unit tests here and in the server.
+#[doc(hidden)]
+pub fn open_stores_for_tests(dir: &Path) -> (Store, Collections) {
+    let store = Store::open(dir, Options::default()).unwrap();
+    let collections = Collections::open(
+        dir.join(COLLECTIONS_DIR),
+        CollectionsOptions {
+            checkpoints: CheckpointMode::Manual,
+            ..CollectionsOptions::default()
+        },
+    )
+    .unwrap();
+    (store, collections)
+}

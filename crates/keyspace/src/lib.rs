@@ -22,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 pub mod durability;
+pub mod format;
 mod journal;
 mod key_groups;
 mod open;
@@ -70,6 +71,10 @@ pub enum Error {
     KeyTooLong(usize),
     #[error("ERR internal error: {0}")]
     Internal(String),
+    /// The store holds keyspace layouts of a version this build does not
+    /// read (or a damaged format record): nothing was changed.
+    #[error("{0}")]
+    Format(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -254,7 +259,25 @@ impl Keyspace {
         self.databases
     }
 
+    /// Refuses a store whose meta words or intents are of a version this
+    /// build does not know; records the versions in a store without them.
+    fn check_format(&self) -> Result<()> {
+        let file = engram_engine::DATA_FILE;
+        match self.store.get(&format::KEY) {
+            Ok(Some(record)) => format::check(&record, file),
+            Ok(None) => self
+                .store
+                .put(&format::KEY, &format::encode())
+                .map(|_| ())
+                .map_err(Error::Engine),
+            Err(e) => Err(Error::Format(format!(
+                "{file}: the keyspace format record cannot be read: {e}"
+            ))),
+        }
+    }
+
     fn rebuild(&self) -> Result<Vec<Vec<u8>>> {
+        self.check_format()?;
         let mut intents = Vec::new();
         let mut damaged = 0u64;
         let mut cursor = 0;
@@ -263,6 +286,9 @@ impl Keyspace {
             for key in keys {
                 if journal::is_intent_key(&key) {
                     intents.push(key);
+                    continue;
+                }
+                if format::is_format_key(&key) {
                     continue;
                 }
                 if key.is_empty() || key_groups::db_of(&key) >= self.databases {
@@ -812,6 +838,9 @@ pub fn ekey(db: usize, key: &[u8]) -> Result<EKey> {
 /// `(multi-key write intent <seq>)` for the journal's intent records.
 /// For reports (ENGRAM.SCRUB, `engram scrub`), not for parsing back.
 pub fn client_key_name(ekey: &[u8]) -> Vec<u8> {
+    if format::is_format_key(ekey) {
+        return b"(keyspace format record)".to_vec();
+    }
     if journal::is_intent_key(ekey) {
         let seq = u64::from_be_bytes(ekey[2..].try_into().expect("8 bytes"));
         return format!("(multi-key write intent {seq})").into_bytes();
@@ -1151,5 +1180,46 @@ mod tests {
             ks.read_collection(0, b"k", CKind::Hash, now_ms(), |_| ()),
             Err(Error::WrongType)
         ));
+    }
+    /// A store without the format record gets one; a record of another
+    /// version is refused by name, and the store is left as it was.
+    #[test]
+    fn keyspace_format_versions_are_recorded_and_unknown_ones_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (store, collections) = open_stores_for_tests(dir.path());
+            let mut value = Vec::new();
+            encode_string(&mut value, b"v", None);
+            store.put(b"\0k", &value).unwrap();
+            let ks = Keyspace::open(store, collections, 16, Durability::Process).unwrap();
+            assert_eq!(
+                ks.store().get(&format::KEY).unwrap().as_deref(),
+                Some(&format::encode()[..]),
+                "a store from before the record gets it"
+            );
+            assert_eq!(ks.dbsize(0), 1, "the record is not a key");
+            let mut future = format::encode();
+            future[12..16].copy_from_slice(&9u32.to_le_bytes());
+            ks.store().put(&format::KEY, &future).unwrap();
+            Keyspace::close(ks).unwrap();
+        }
+        let (store, collections) = open_stores_for_tests(dir.path());
+        let error = match Keyspace::open(store, collections, 16, Durability::Process) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("an unknown intent version was accepted"),
+        };
+        assert!(
+            error.contains("values.pmem: keyspace intent record format version 9 is not supported"),
+            "{error}"
+        );
+        let (store, _collections) = open_stores_for_tests(dir.path());
+        let mut future = format::encode();
+        future[12..16].copy_from_slice(&9u32.to_le_bytes());
+        assert_eq!(
+            store.get(&format::KEY).unwrap().as_deref(),
+            Some(&future[..]),
+            "the refused record was left alone"
+        );
+        assert!(store.get(b"\0k").unwrap().is_some());
     }
 }

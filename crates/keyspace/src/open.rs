@@ -67,8 +67,8 @@ pub enum OpenError {
         dir: String,
         source: engram_collections::Error,
     },
-    #[error("cannot rebuild the keyspace: {0}")]
-    Keyspace(crate::Error),
+    #[error("cannot open the keyspace in {dir}: {source}")]
+    Keyspace { dir: String, source: crate::Error },
     #[error("invalid keyspace options: {0}")]
     Options(String),
 }
@@ -129,7 +129,10 @@ impl Keyspace {
             source,
         })?;
         let keyspace = Keyspace::open(store, collections, options.databases, options.durability)
-            .map_err(OpenError::Keyspace)?;
+            .map_err(|source| OpenError::Keyspace {
+                dir: dir.display().to_string(),
+                source,
+            })?;
         Ok(Opened {
             keyspace,
             engine_recovery,

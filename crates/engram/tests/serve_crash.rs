@@ -45,7 +45,7 @@ fn writer(port: u16, client: usize, start: &Acked, progress: &Progress) -> Acked
         }
         acked.sets += 1;
         progress.acked();
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             acked.incrs_sent += 1;
             if redis::cmd("INCR")
                 .arg(&counter)
@@ -56,7 +56,7 @@ fn writer(port: u16, client: usize, start: &Acked, progress: &Progress) -> Acked
             }
             acked.incrs_acked += 1;
         }
-        if i % 5 == 0 {
+        if i.is_multiple_of(5) {
             let m = acked.msets_sent;
             acked.msets_sent += 1;
             let mset: redis::RedisResult<()> = redis::cmd("MSET")

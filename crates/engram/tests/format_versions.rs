@@ -351,6 +351,8 @@ fn index_images_of_an_unknown_version_are_passed_over_by_name_and_nothing_is_los
         }
         let bumped: Vec<Vec<u8>> = images.iter().map(|p| std::fs::read(p).unwrap()).collect();
 
+        // Opened directly: the server keeps the recovery report to itself
+        // (it does not log why an image was passed over).
         let opened = engram::Store::open(&store, engram::Options::default()).unwrap();
         let report = opened.recovery_report();
         assert_eq!(report.index_image.image, None, "{report:?}");

@@ -149,7 +149,9 @@ pub fn load_newest(
                     best = Some(image);
                 }
             }
-            Err(why) => rejected.push(format!("{name}: {why}")),
+            // The whole path: a server holds two stores (strings, and the
+            // collections' images), each with its own image files.
+            Err(why) => rejected.push(format!("{}: {why}", path.display())),
         }
     }
     (best, rejected)
@@ -198,11 +200,17 @@ fn decode_header(bytes: &[u8]) -> std::result::Result<ImageHeader, Rejection> {
     if u64_at(0) != MAGIC {
         return Err("no image header (never completed)".to_string());
     }
+    // The version before the checksum: another version's header need not
+    // be checksummed as this one is, and the reason worth reporting is
+    // that the image is too new, not that it looks damaged.
+    if u32_at(8) != VERSION {
+        return Err(format!(
+            "format version {} is not supported (this build reads {VERSION})",
+            u32_at(8)
+        ));
+    }
     if crc32c::crc32c(&bytes[..56]) != u32_at(56) {
         return Err("header fails its checksum".to_string());
-    }
-    if u32_at(8) != VERSION {
-        return Err("unknown version".to_string());
     }
     Ok(ImageHeader {
         floor_generation: u32_at(12),
@@ -295,6 +303,13 @@ mod tests {
         bytes[30] ^= 1;
         assert!(decode_header(&bytes).is_err());
         assert!(decode_header(&[0u8; HEADER_BYTES]).is_err());
+        // Another version is named as such, its checksum notwithstanding.
+        let mut bytes = encode_header(&header, 0xabcd);
+        bytes[8..12].copy_from_slice(&9u32.to_le_bytes());
+        assert_eq!(
+            decode_header(&bytes).unwrap_err(),
+            "format version 9 is not supported (this build reads 1)"
+        );
     }
 
     #[test]
@@ -328,6 +343,8 @@ mod tests {
         let (other, rejected) = load_newest(dir.path(), 10, &template);
         assert!(other.is_none());
         assert!(rejected[0].contains("another store"), "{rejected:?}");
+        let path = dir.path().join(FILE_NAMES[0]).display().to_string();
+        assert!(rejected[0].starts_with(&path), "{rejected:?}");
         // A newer image cut short before its header: the older one wins.
         let newer = ImageHeader {
             number: 2,

@@ -64,6 +64,24 @@ fn value_of(i: usize) -> Vec<u8> {
     format!("<{i:04}>").repeat(150).into_bytes()
 }
 
+/// A value longer than four pages, with no `<NNNN>` token in it.
+fn big_value() -> Vec<u8> {
+    b"(big hash value)".repeat(5 * PAGE / 16 + 3)
+}
+
+/// Where `value` starts in `file`, which must hold it exactly once.
+fn find_once(file: &Path, value: &[u8]) -> usize {
+    let data = std::fs::read(file).unwrap();
+    let found: Vec<usize> = data
+        .windows(value.len())
+        .enumerate()
+        .filter(|(_, window)| *window == value)
+        .map(|(at, _)| at)
+        .collect();
+    assert_eq!(found.len(), 1, "the value is in {} once", file.display());
+    found[0]
+}
+
 fn strings(n: usize) -> Vec<(String, Vec<u8>)> {
     (0..n).map(|i| (format!("k{i}"), value_of(i))).collect()
 }
@@ -191,20 +209,28 @@ fn an_unrepairable_stripe_names_its_keys_and_exits_1() {
     populate(&data, &keys);
     let file = data.join("values.pmem");
     let starts = value_offsets(&file, keys.len());
-    // Pages p and p ^ 1 (one stripe of 4), each with value bytes of a key.
-    let value_on = |page: usize| {
-        (0..keys.len()).find_map(|i| {
+    // Pages p and p ^ 1 (one stripe of 4), each with value bytes of a
+    // different key. Every page between the first value and the last is
+    // searched, not just from key 0's: the server's writes may go through
+    // more than one lane (tokio moves a connection between threads), so
+    // key order need not be file order.
+    let (keys, starts) = (&keys, &starts);
+    let values_on = |page: usize| {
+        (0..keys.len()).filter_map(move |i| {
             let (start, end) = (starts[i], starts[i] + keys[i].1.len());
             let (lo, hi) = (start.max(page * PAGE), end.min((page + 1) * PAGE));
             (hi > lo + 16).then(|| (i, lo + (hi - lo) / 2))
         })
     };
-    let last_page = starts.iter().max().unwrap() / PAGE;
-    let ((a, at_a), (b, at_b)) = (starts[0] / PAGE..last_page)
+    let first_page = starts.iter().min().unwrap() / PAGE;
+    let last_page = (0..keys.len())
+        .map(|i| (starts[i] + keys[i].1.len()) / PAGE)
+        .max()
+        .unwrap();
+    let ((a, at_a), (b, at_b)) = (first_page..=last_page)
         .filter(|page| page % 2 == 0)
         .find_map(|page| {
-            let (a, b) = (value_on(page)?, value_on(page ^ 1)?);
-            (a.0 != b.0).then_some((a, b))
+            values_on(page).find_map(|a| values_on(page ^ 1).find(|b| b.0 != a.0).map(|b| (a, b)))
         })
         .expect("values of two keys on two pages of one stripe");
     flip(&file, at_a);
@@ -277,9 +303,11 @@ fn an_unrepairable_stripe_names_its_keys_and_exits_1() {
             "{err}"
         );
     }
+    // A key well away from the damaged stripe, on either side: 400 values
+    // span over 90 pages, so one lies more than 8 pages from any page.
     let far = (0..keys.len())
-        .find(|&i| starts[i] / PAGE > at_a / PAGE + 8)
-        .unwrap();
+        .find(|&i| (starts[i] / PAGE).abs_diff(at_a / PAGE) > 8)
+        .expect("a key more than 8 pages from the damage");
     let got: Vec<u8> = redis::cmd("GET").arg(&keys[far].0).query(&mut con).unwrap();
     assert_eq!(got, keys[far].1);
     drop(con);
@@ -360,12 +388,24 @@ fn collections_images_are_scrubbed_and_damage_there_names_the_collection() {
             .query(&mut con)
             .unwrap();
     }
+    // One hash whose image spans more than four pages: wherever the
+    // checkpoint puts it (images are written in the order of a hash map,
+    // which varies run to run), its value covers two whole pages of one
+    // stripe, an even page and the next.
+    let big = big_value();
+    let _: () = redis::cmd("HSET")
+        .arg("hbig")
+        .arg("field")
+        .arg(&big)
+        .query(&mut con)
+        .unwrap();
     // A checkpoint: each hash gets its image in DIR/collections/images.
     let _: () = redis::cmd("SAVE").query(&mut con).unwrap();
     drop(con);
     server.shutdown().unwrap();
     let file = data.join("collections").join("images").join("values.pmem");
     let starts = value_offsets(&file, n);
+    let big_start = find_once(&file, &big);
 
     // One bad page: rebuilt from parity; the strings store is clean.
     let at = starts[10] + 300;
@@ -380,29 +420,20 @@ fn collections_images_are_scrubbed_and_damage_there_names_the_collection() {
     assert!(images["pages_checked"].as_u64().unwrap() > 0, "{json}");
     assert_eq!(byte_at(&file, at), original, "the images file is repaired");
 
-    // Two bad pages of one stripe: the hash whose image lies there is
-    // named as a client knows it, and the scrub exits 1.
-    // A page with value bytes of some hash where the flip lands, and its
-    // stripe neighbour: which hash owns which page depends on the order
-    // the checkpoint wrote the images in, so look rather than assume.
-    let owner_of =
-        |at: usize| (0..n).find(|&i| starts[i] <= at && at < starts[i] + value_of(i).len());
-    let last_page = starts.iter().max().unwrap() / PAGE;
-    let (page, owner) = (starts[0] / PAGE..last_page)
-        .find_map(|page| {
-            let owner = owner_of(page * PAGE + 100)?;
-            owner_of((page ^ 1) * PAGE + 100)?;
-            Some((page, owner))
-        })
-        .expect("two pages of one stripe holding image values");
-    let (at_a, at_b) = (page * PAGE + 100, (page ^ 1) * PAGE + 100);
+    // Two bad pages of one stripe, both inside hbig's value: the hash is
+    // named as a client knows it, and the scrub exits 1. The first whole
+    // even page of the value and the one after it lie inside it, since it
+    // is longer than four pages (stripes are of four).
+    let page = big_start.div_ceil(PAGE).next_multiple_of(2);
+    assert!((page + 2) * PAGE <= big_start + big.len());
+    let (at_a, at_b) = (page * PAGE + 100, (page + 1) * PAGE + 100);
     flip(&file, at_a);
     flip(&file, at_b);
     let output = engram_scrub(&data, false);
     let report = stdout(&output);
     assert_eq!(output.status.code(), Some(1), "{report}{}", stderr(&output));
     assert!(
-        report.contains(&format!("    h{owner} (image of checkpoint ")),
+        report.contains("    hbig (image of checkpoint "),
         "{report}"
     );
     assert!(report.contains("collections/images"), "{report}");

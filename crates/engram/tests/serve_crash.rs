@@ -4,9 +4,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
-use common::{connect, kill_cycles};
+use common::{connect, kill_cycles, Progress};
 
 const CLIENTS: usize = 4;
 const KILL_CYCLES: usize = 3;
@@ -26,7 +24,7 @@ struct Acked {
 }
 
 /// Writes until the connection fails (the server was killed).
-fn writer(port: u16, client: usize, start: &Acked, stop: &AtomicBool) -> Acked {
+fn writer(port: u16, client: usize, start: &Acked, progress: &Progress) -> Acked {
     let mut con = connect(port);
     let mut acked = Acked {
         sets: start.sets,
@@ -36,7 +34,7 @@ fn writer(port: u16, client: usize, start: &Acked, stop: &AtomicBool) -> Acked {
         msets_unacked: start.msets_unacked.clone(),
     };
     let counter = format!("c{client}:counter");
-    while !stop.load(Ordering::Relaxed) {
+    while !progress.stopped() {
         let i = acked.sets;
         let set: redis::RedisResult<()> = redis::cmd("SET")
             .arg(format!("c{client}:{i}"))
@@ -46,7 +44,8 @@ fn writer(port: u16, client: usize, start: &Acked, stop: &AtomicBool) -> Acked {
             break;
         }
         acked.sets += 1;
-        if i % 3 == 0 {
+        progress.acked();
+        if i.is_multiple_of(3) {
             acked.incrs_sent += 1;
             if redis::cmd("INCR")
                 .arg(&counter)
@@ -57,7 +56,7 @@ fn writer(port: u16, client: usize, start: &Acked, stop: &AtomicBool) -> Acked {
             }
             acked.incrs_acked += 1;
         }
-        if i % 5 == 0 {
+        if i.is_multiple_of(5) {
             let m = acked.msets_sent;
             acked.msets_sent += 1;
             let mset: redis::RedisResult<()> = redis::cmd("MSET")
@@ -139,7 +138,6 @@ fn sigkill_during_writes_loses_no_acknowledged_write() {
         acked,
         writer,
         check,
-        |a| a.sets > 0,
         |_, _| {},
     );
 }

@@ -6,9 +6,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
-use common::{connect, kill_cycles};
+use common::{connect, kill_cycles, Progress};
 
 const CLIENTS: usize = 3;
 const KILL_CYCLES: usize = 3;
@@ -36,11 +34,11 @@ struct Acked {
     flip_in_flight: bool,
 }
 
-fn writer(port: u16, n: usize, start: &Acked, stop: &AtomicBool) -> Acked {
+fn writer(port: u16, n: usize, start: &Acked, progress: &Progress) -> Acked {
     let mut con = connect(port);
     let mut acked = start.clone();
     let key = |name: &str| format!("c{n}:{name}");
-    while !stop.load(Ordering::Relaxed) {
+    while !progress.stopped() {
         let i = acked.steps;
         let pushed: redis::RedisResult<i64> =
             redis::cmd("RPUSH").arg(key("list")).arg(i).query(&mut con);
@@ -56,6 +54,7 @@ fn writer(port: u16, n: usize, start: &Acked, stop: &AtomicBool) -> Acked {
             break;
         }
         acked.steps += 1;
+        progress.acked();
 
         acked.votes_sent += 1;
         let voted: redis::RedisResult<f64> = redis::cmd("ZINCRBY")
@@ -68,7 +67,7 @@ fn writer(port: u16, n: usize, start: &Acked, stop: &AtomicBool) -> Acked {
         }
         acked.votes_acked += 1;
 
-        if i % 4 == 0 {
+        if i.is_multiple_of(4) {
             let m = acked.multis_sent;
             acked.multis_sent += 1;
             let done: redis::RedisResult<()> = redis::pipe()
@@ -93,10 +92,10 @@ fn writer(port: u16, n: usize, start: &Acked, stop: &AtomicBool) -> Acked {
             }
         }
 
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             let k = acked.flips_acked;
             acked.flip_in_flight = true;
-            let flipped: redis::RedisResult<()> = if k % 2 == 0 {
+            let flipped: redis::RedisResult<()> = if k.is_multiple_of(2) {
                 redis::cmd("SET").arg(key("flip")).arg(k).query(&mut con)
             } else {
                 redis::pipe()
@@ -236,7 +235,7 @@ fn check(port: u16, n: usize, acked: &mut Acked) {
             other => panic!("client {n}: flip key is {other:?}"),
         };
         assert_eq!(
-            k % 2 == 0,
+            k.is_multiple_of(2),
             kind == "string",
             "client {n}: flip state {k} has the wrong type {kind}"
         );
@@ -261,7 +260,6 @@ fn sigkill_during_collection_writes_loses_no_acknowledged_write() {
         acked,
         writer,
         check,
-        |a| a.steps > 0,
         |cycle, port| {
             if cycle == 1 {
                 // A checkpoint folds the log so far; the rest replays on top.

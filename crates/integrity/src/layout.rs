@@ -170,11 +170,14 @@ pub fn decode_header(bytes: &[u8]) -> Result<(Geometry, u64), HeaderProblem> {
     if bytes[0..8] != MAGIC {
         return Err(HeaderProblem::Magic);
     }
-    if u32_at(32) != crc32c::crc32c(&bytes[..HEADER_CRC_COVERS]) {
-        return Err(HeaderProblem::Checksum);
-    }
+    // The version before the checksum: another version may lay out (or
+    // checksum) its header differently, so its checksum means nothing to
+    // this build, and "too new" is the problem to name, not "damaged".
     if u32_at(8) != VERSION {
         return Err(HeaderProblem::Version(u32_at(8)));
+    }
+    if u32_at(32) != crc32c::crc32c(&bytes[..HEADER_CRC_COVERS]) {
+        return Err(HeaderProblem::Checksum);
     }
     let stripe = u32_at(16);
     if u32_at(12) as u64 != PAGE_BYTES || !(MIN_STRIPE_PAGES..=MAX_STRIPE_PAGES).contains(&stripe) {
@@ -215,6 +218,18 @@ mod tests {
             bad[at] ^= 0x10;
             assert!(decode_header(&bad).is_err(), "flip at byte {at} accepted");
         }
+    }
+
+    #[test]
+    fn another_version_is_named_whatever_its_checksum() {
+        let mut bytes = encode_header(Geometry::new(4), 0xfeed);
+        bytes[8..12].copy_from_slice(&9u32.to_le_bytes());
+        // The checksum still describes version 1: a future file need not
+        // checksum its header as this build does.
+        assert_eq!(decode_header(&bytes), Err(HeaderProblem::Version(9)));
+        let crc = crc32c::crc32c(&bytes[..HEADER_CRC_COVERS]);
+        bytes[32..36].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode_header(&bytes), Err(HeaderProblem::Version(9)));
     }
 
     #[test]

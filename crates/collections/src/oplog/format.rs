@@ -82,7 +82,8 @@ pub const MAX_SEGMENT_BYTES: u64 = 1 << 30;
 pub const KIND_OPERATION: u8 = 0;
 pub const KIND_TRUNCATE: u8 = 1;
 
-const _: () = assert!(RECORD_HEADER_BYTES % 8 == 0 && SEGMENT_HEADER_BYTES % 8 == 0);
+const _: () =
+    assert!(RECORD_HEADER_BYTES.is_multiple_of(8) && SEGMENT_HEADER_BYTES.is_multiple_of(8));
 
 pub fn encode_superblock(segment_bytes: u64) -> [u8; 20] {
     let mut bytes = [0u8; 20];
@@ -100,15 +101,19 @@ pub fn parse_superblock(bytes: &[u8]) -> Result<(u64, u32), String> {
     if bytes.len() < 20 || &bytes[0..8] != MAGIC {
         return Err("not an operation log (bad magic)".into());
     }
-    let crc = u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"));
-    if crc != crc32c::crc32c(&bytes[0..16]) {
-        return Err("superblock checksum mismatch".into());
-    }
+    // The version before the checksum: a later version may lay out (or
+    // checksum) its superblock differently, so "too new" is what to say
+    // about it, not "damaged".
     let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
     if version != VERSION && version != VERSION_WITHOUT_RUNS {
         return Err(format!(
-            "unsupported version {version} (this build reads {VERSION_WITHOUT_RUNS} and {VERSION})"
+            "format version {version} is not supported (this build reads versions \
+             {VERSION_WITHOUT_RUNS} and {VERSION})"
         ));
+    }
+    let crc = u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"));
+    if crc != crc32c::crc32c(&bytes[0..16]) {
+        return Err("superblock checksum mismatch".into());
     }
     let segment_bytes = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as u64;
     if !valid_segment_bytes(segment_bytes) {
@@ -256,6 +261,25 @@ mod tests {
         let mut bad = bytes;
         bad[0] = b'X';
         assert!(parse_superblock(&bad).unwrap_err().contains("magic"));
+    }
+
+    /// A later version is named as such even though its checksum (computed
+    /// over version 2's layout) no longer matches.
+    #[test]
+    fn an_unknown_version_is_named_before_the_checksum() {
+        let mut bytes = encode_superblock(1 << 20);
+        bytes[8..12].copy_from_slice(&9u32.to_le_bytes());
+        assert_eq!(
+            parse_superblock(&bytes).unwrap_err(),
+            "format version 9 is not supported (this build reads versions 1 and 2)"
+        );
+        bytes[8..12].copy_from_slice(&VERSION_WITHOUT_RUNS.to_le_bytes());
+        let crc = crc32c::crc32c(&bytes[0..16]);
+        bytes[16..20].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            parse_superblock(&bytes),
+            Ok((1 << 20, VERSION_WITHOUT_RUNS))
+        );
     }
 
     #[test]

@@ -5,10 +5,10 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A running `engram serve`, the port it listens on, and its log lines
 /// (for failure messages).
@@ -79,19 +79,43 @@ pub fn connect(port: u16) -> redis::Connection {
         .expect("connecting to engram serve")
 }
 
+/// What a writer of [`kill_cycles`] shares with the loop during a cycle:
+/// when to stop, and how many of its writes were acknowledged.
+#[derive(Default)]
+pub struct Progress {
+    stop: AtomicBool,
+    acked: AtomicU64,
+}
+
+impl Progress {
+    /// Whether the writer should stop (the server has been killed).
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Counts one acknowledged write.
+    pub fn acked(&self) {
+        self.acked.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// The kill loop both crash suites run: `cycles` times, start `engram
 /// serve` on `data`, `check` what each client had acknowledged, run
 /// `before_writes` (a hook: e.g. a SAVE), let one `writer` thread per client
 /// write for a while, SIGKILL the server mid-stream and collect what each
-/// acknowledged (`wrote` must hold for each: the cycle did work). Then a
-/// last start checks everything and shuts down cleanly.
+/// acknowledged. Then a last start checks everything and shuts down
+/// cleanly.
+///
+/// The kill waits until every writer has had a write acknowledged in the
+/// cycle (counted through [`Progress::acked`]), however slow the machine:
+/// a fixed sleep alone could let a starved writer through a cycle with
+/// nothing written, and the cycle would test nothing for it.
 pub fn kill_cycles<A: Send + 'static>(
     data: &Path,
     cycles: usize,
     mut acked: Vec<A>,
-    writer: fn(u16, usize, &A, &AtomicBool) -> A,
+    writer: fn(u16, usize, &A, &Progress) -> A,
     check: fn(u16, usize, &mut A),
-    wrote: fn(&A) -> bool,
     before_writes: impl Fn(usize, u16),
 ) {
     for cycle in 0..cycles {
@@ -101,27 +125,37 @@ pub fn kill_cycles<A: Send + 'static>(
             check(served.port, client, a);
         }
         before_writes(cycle, served.port);
-        let stop = Arc::new(AtomicBool::new(false));
         let port = served.port;
+        let progress: Vec<Arc<Progress>> = acked.iter().map(|_| Arc::default()).collect();
         let handles: Vec<_> = acked
             .into_iter()
+            .zip(&progress)
             .enumerate()
-            .map(|(client, start)| {
-                let stop = stop.clone();
-                thread::spawn(move || writer(port, client, &start, &stop))
+            .map(|(client, (start, progress))| {
+                let progress = progress.clone();
+                thread::spawn(move || writer(port, client, &start, &progress))
             })
             .collect();
-        // Let the writers get going, then kill the server mid-stream.
+        // Let the writers get going (a later kill each cycle), and make
+        // sure each has written, then kill the server mid-stream.
         thread::sleep(Duration::from_millis(700 + 300 * cycle as u64));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for (client, (progress, handle)) in progress.iter().zip(&handles).enumerate() {
+            while progress.acked.load(Ordering::Relaxed) == 0 {
+                assert!(
+                    !handle.is_finished() && Instant::now() < deadline,
+                    "client {client} had no write acknowledged in cycle {cycle}:\n{}",
+                    served.log_text()
+                );
+                thread::sleep(Duration::from_millis(10));
+            }
+        }
         served.child.kill().expect("SIGKILL");
         served.child.wait().unwrap();
-        stop.store(true, Ordering::Relaxed);
+        for progress in &progress {
+            progress.stop.store(true, Ordering::Relaxed);
+        }
         acked = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        assert!(
-            acked.iter().all(wrote),
-            "every client wrote something in cycle {cycle}:\n{}",
-            served.log_text()
-        );
     }
     let mut served = serve(data, &[]);
     for (client, a) in acked.iter_mut().enumerate() {

@@ -48,6 +48,9 @@ pub use open::{open_stores_for_tests, KeyspaceOptions, OpenError, Opened, COLLEC
 pub use txn::{ckey, Stored, Txn};
 use value::{decode, Malformed, Meta};
 
+/// A client's key and its meta word, as SCAN finds them.
+pub type KeyMeta = (Vec<u8>, Meta);
+
 /// An engine key: the database byte, then the client's key.
 pub type EKey = SmallVec<[u8; 64]>;
 
@@ -644,7 +647,7 @@ impl Keyspace {
         cursor: u64,
         count: usize,
         now_ms: u64,
-    ) -> Result<(u64, Vec<(Vec<u8>, Meta)>)> {
+    ) -> Result<(u64, Vec<KeyMeta>)> {
         let (next, ekeys) = self.store.scan(cursor, count.max(1));
         let mut found = Vec::with_capacity(ekeys.len());
         for ekey in ekeys {

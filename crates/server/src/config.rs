@@ -226,7 +226,7 @@ impl Config {
             }
             "port" => self.port = parse_number(&name, one()?)?,
             "dir" => self.dir = PathBuf::from(one()?),
-            "durability" | "appendfsync" => self.durability = parse_durability(&one()?)?,
+            "durability" | "appendfsync" => self.durability = parse_durability(one()?)?,
             "mode" => {
                 self.mode = match one()? {
                     "auto" => ModeChoice::Auto,

@@ -378,7 +378,7 @@ fn client_kill(ctx: &mut Ctx, args: Args) -> CmdResult {
         ctx.out.ok();
         return Ok(());
     }
-    if argc < 4 || argc % 2 != 0 {
+    if argc < 4 || !argc.is_multiple_of(2) {
         return Err(err(SYNTAX));
     }
     let (mut id, mut addr, mut laddr, mut skip_me) = (None, None, None, true);

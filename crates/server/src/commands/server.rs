@@ -342,7 +342,7 @@ fn config(ctx: &mut Ctx, args: Args) -> CmdResult {
             }
         }
         "set" => {
-            if args.len() < 4 || args.len() % 2 != 0 {
+            if args.len() < 4 || !args.len().is_multiple_of(2) {
                 return Err(wrong_sub_arity("config", sub));
             }
             // Validate everything first so a bad pair changes nothing.

@@ -430,8 +430,11 @@ fn mget(ctx: &mut Ctx, args: Args) -> CmdResult {
     Ok(())
 }
 
-fn mset_pairs<'a>(args: &Args<'a>, command: &str) -> Result<Vec<(&'a [u8], &'a [u8])>, CmdError> {
-    if args.len() % 2 == 0 {
+/// A key and the value to write under it.
+type Pair<'a> = (&'a [u8], &'a [u8]);
+
+fn mset_pairs<'a>(args: &Args<'a>, command: &str) -> Result<Vec<Pair<'a>>, CmdError> {
+    if args.len().is_multiple_of(2) {
         return Err(super::wrong_arity(command));
     }
     let mut pairs = Vec::with_capacity(args.len() / 2);
@@ -723,11 +726,10 @@ fn getex(ctx: &mut Ctx, args: Args) -> CmdResult {
             Some(Some(at)) if at <= now => {
                 txn.delete(db, key, now)?;
             }
-            Some(at) => {
-                if old.meta.expire_at() != at {
-                    txn.set_meta(db, key, &old, old.meta.with_expire(at))?;
-                }
+            Some(at) if old.meta.expire_at() != at => {
+                txn.set_meta(db, key, &old, old.meta.with_expire(at))?;
             }
+            Some(_) => {}
         }
         Ok(Some(old))
     })?;

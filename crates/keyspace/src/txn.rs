@@ -688,6 +688,21 @@ impl<'a> Txn<'a> {
         Ok(self.wrote)
     }
 
+    /// Commits, releases the keys, then waits until what was written is
+    /// durable in the keyspace's durability mode (for embedders: the
+    /// server awaits the group commit per pipelined batch instead). Under
+    /// `always` the wait shares one `msync` with every writer waiting.
+    pub fn commit_durable(self) -> Result<bool> {
+        let ks = self.ks;
+        let wrote = self.commit()?;
+        if wrote {
+            if let Some(ticket) = ks.commit().wrote() {
+                ks.commit().wait_blocking(ticket);
+            }
+        }
+        Ok(wrote)
+    }
+
     /// Deletes every key of `db` (or of every database): FLUSHDB/FLUSHALL.
     /// Needs every key group locked (`Keyspace::lock_all`).
     pub fn flush(&mut self, db: Option<usize>) -> Result<u64> {

@@ -1,4 +1,4 @@
-//! `engram bench engine`: Viper's micro-benchmarks (VLDB 2021, 5.3.1) over
+//! `engram-bench engine`: Viper's micro-benchmarks (VLDB 2021, 5.3.1) over
 //! Engram and its peers, in one process, one system at a time.
 //!
 //! One run of one system: open a fresh store, prefill it, measure insert,

@@ -19,7 +19,7 @@ pub enum BenchError {
 
     #[error(
         "{system} is not compiled into this binary; rebuild with \
-         `cargo build --release -p engram --features peers`"
+         `cargo build --release -p engram-bench --features peers`"
     )]
     PeerNotCompiled { system: &'static str },
 

@@ -328,7 +328,7 @@ mod tests {
             distribution: Distribution::Zipfian,
             dir: PathBuf::from("."),
             progress: false,
-            command: "engram bench engine --runs 3".into(),
+            command: "engram-bench engine --runs 3".into(),
         };
         let sample = |ops_per_sec| Sample {
             ops_per_sec,

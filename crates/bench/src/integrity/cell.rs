@@ -1,4 +1,4 @@
-//! One cell of `engram bench integrity`: a configuration on a workload, on
+//! One cell of `engram-bench integrity`: a configuration on a workload, on
 //! a fresh store (module docs of [`super`] for the sequence).
 //!
 //! ## Threads

@@ -1,4 +1,4 @@
-//! `engram bench integrity`: what lazy redundancy costs and how quickly it
+//! `engram-bench integrity`: what lazy redundancy costs and how quickly it
 //! protects a write (issue 5, item 6; the paper's section 5.1: YCSB with
 //! Redis, throughput and update latency against a baseline without
 //! redundancy, periods of 1 s and 30 s, and a redundancy-at-every-write
@@ -223,7 +223,7 @@ impl std::str::FromStr for Workload {
     }
 }
 
-/// The flags of `engram bench integrity`.
+/// The flags of `engram-bench integrity`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct IntegrityBenchArgs {
     /// Records prefilled into each fresh store.
@@ -471,13 +471,13 @@ impl IntegrityBenchArgs {
     }
 }
 
-/// `engram bench integrity`: runs the benchmark, prints the table, writes
+/// `engram-bench integrity`: runs the benchmark, prints the table, writes
 /// the JSON.
 pub fn cli(args: IntegrityBenchArgs, command: String) -> Result<()> {
     let mut config = args.config(command)?;
     if cfg!(debug_assertions) {
         eprintln!(
-            "warning: this is a debug build; build with `cargo build --release -p engram` \
+            "warning: this is a debug build; build with `cargo build --release -p engram-bench` \
              for numbers worth quoting"
         );
     }

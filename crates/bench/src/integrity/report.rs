@@ -1,4 +1,4 @@
-//! The report of `engram bench integrity`: JSON for machines, a table for
+//! The report of `engram-bench integrity`: JSON for machines, a table for
 //! people.
 //!
 //! JSON shape (field names are a contract; the test pins the main ones):

@@ -1,4 +1,4 @@
-//! What can go wrong in `engram bench server`, by what went wrong: a bad
+//! What can go wrong in `engram-bench server`, by what went wrong: a bad
 //! flag, Redis's tools missing and not installable, a server that did not
 //! start or died, redis-benchmark failing or printing something unparsable,
 //! or the file system. Errors that concern a server carry the end of its log,

@@ -1,4 +1,4 @@
-//! `engram bench server`: redis-benchmark against `engram serve` and
+//! `engram-bench server`: redis-benchmark against `engram serve` and
 //! against `redis-server`, in the same run, at matching durability.
 //!
 //! | durability | Engram                         | Redis                                  |
@@ -105,7 +105,7 @@ impl std::fmt::Display for Durability {
     }
 }
 
-/// The flags of `engram bench server`.
+/// The flags of `engram-bench server`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct ServerBenchArgs {
     /// Durability levels to compare, comma-separated: process (against Redis
@@ -152,7 +152,8 @@ pub struct ServerBenchArgs {
     /// Keep the servers' data directories and logs.
     #[arg(long)]
     pub keep: bool,
-    /// The engram binary run as `engram serve` [default: this one].
+    /// The engram binary run as `engram serve` [default: the `engram` beside
+    /// this engram-bench, as cargo builds both into one target directory].
     #[arg(long)]
     pub engram_bin: Option<PathBuf>,
     /// redis-server to compare against; installed with apt-get if it is
@@ -168,7 +169,7 @@ pub struct ServerBenchArgs {
     pub timeout: u64,
 }
 
-/// A validated `engram bench server` run.
+/// A validated `engram-bench server` run.
 #[derive(Clone, Debug)]
 pub struct Config {
     pub durabilities: Vec<Durability>,
@@ -264,8 +265,7 @@ impl ServerBenchArgs {
             .collect();
         let engram_bin = match &self.engram_bin {
             Some(path) => path.clone(),
-            None => std::env::current_exe()
-                .map_err(|e| ServerBenchError::io("finding this executable", "engram", e))?,
+            None => engram_beside_this_program()?,
         };
         Ok(Config {
             durabilities,
@@ -292,8 +292,9 @@ pub fn cli(args: ServerBenchArgs, command: String) -> Result<()> {
     check_programs(&config)?;
     if args.engram_bin.is_none() && cfg!(debug_assertions) {
         eprintln!(
-            "warning: this engram is a debug build, and it is the server measured; \
-             build with `cargo build --release -p engram` for numbers worth quoting"
+            "warning: this is a debug build, and so is likely the engram beside it, the server \
+             measured; build with `cargo build --release -p engram -p engram-bench` for numbers \
+             worth quoting"
         );
     }
     // Create the JSON file now, so a bad path fails before the run, not after.
@@ -479,6 +480,16 @@ pub fn run(config: &Config, dir: &Path) -> Result<Report> {
     Ok(report)
 }
 
+/// Where `engram` is when nobody says: in the directory of this program,
+/// where `cargo build -p engram -p engram-bench` puts both (and where an
+/// installation puts both, as Redis's puts redis-benchmark beside
+/// redis-server).
+pub fn engram_beside_this_program() -> Result<PathBuf> {
+    let this = std::env::current_exe()
+        .map_err(|e| ServerBenchError::io("finding this executable", "engram-bench", e))?;
+    Ok(this.with_file_name("engram"))
+}
+
 /// Makes sure the three programs can be run, installing Redis's if they are
 /// missing (see [`peers::ensure_redis_tools`]).
 pub fn check_programs(config: &Config) -> Result<()> {
@@ -486,7 +497,11 @@ pub fn check_programs(config: &Config) -> Result<()> {
     if peers::find_program(&config.engram_bin).is_none() {
         return Err(ServerBenchError::flag(
             "engram-bin",
-            format!("{} does not exist", config.engram_bin.display()),
+            format!(
+                "{} does not exist; build it beside engram-bench (`cargo build --release -p \
+                 engram -p engram-bench`) or name another",
+                config.engram_bin.display()
+            ),
         ));
     }
     Ok(())

@@ -1,4 +1,4 @@
-//! The report of `engram bench server`: JSON for machines (`--json`), a
+//! The report of `engram-bench server`: JSON for machines (`--json`), a
 //! table for people.
 //!
 //! JSON shape (field names are a contract; tests pin them):

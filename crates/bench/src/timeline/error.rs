@@ -1,4 +1,4 @@
-//! What can go wrong in `engram bench timeline`, by what went wrong: a bad
+//! What can go wrong in `engram-bench timeline`, by what went wrong: a bad
 //! flag, a store (or the server and its clients) that failed or lost a
 //! write, the Redis peer missing or failing, a recovery that found a
 //! different data set, the plot, or the file system.

@@ -1,4 +1,4 @@
-//! `engram bench timeline`: the collections layer (DIPPER) over time — what
+//! `engram-bench timeline`: the collections layer (DIPPER) over time — what
 //! checkpoints cost the clients while they run, YCSB over collections and
 //! strings, and how long recovery takes. It mirrors the DIPPER paper's
 //! evaluation (Chen et al., sections 5.3 to 5.5) on the embedded store,
@@ -147,7 +147,7 @@ impl std::str::FromStr for Part {
     }
 }
 
-/// The flags of `engram bench timeline`.
+/// The flags of `engram-bench timeline`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct TimelineBenchArgs {
     /// Parts to run, comma-separated: tail (checkpoints' cost over time),
@@ -462,13 +462,13 @@ impl TimelineBenchArgs {
     }
 }
 
-/// `engram bench timeline`: runs the parts, prints the table, writes the
+/// `engram-bench timeline`: runs the parts, prints the table, writes the
 /// JSON and the plot.
 pub fn cli(args: TimelineBenchArgs, command: String) -> Result<()> {
     let mut config = args.config(command)?;
     if cfg!(debug_assertions) {
         eprintln!(
-            "warning: this is a debug build; build with `cargo build --release -p engram` \
+            "warning: this is a debug build; build with `cargo build --release -p engram-bench` \
              for numbers worth quoting"
         );
     }

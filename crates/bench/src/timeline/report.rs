@@ -1,4 +1,4 @@
-//! The report of `engram bench timeline`: JSON for machines, a table for
+//! The report of `engram-bench timeline`: JSON for machines, a table for
 //! people.
 //!
 //! JSON shape (field names are a contract; the tests pin the main ones):

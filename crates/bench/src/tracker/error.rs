@@ -1,4 +1,4 @@
-//! What can go wrong in `engram bench tracker`: a bad flag, the file system,
+//! What can go wrong in `engram-bench tracker`: a bad flag, the file system,
 //! or Engram's region or integrity layer. A kernel interface that refuses
 //! is not an error: it is a result, recorded in the report.
 

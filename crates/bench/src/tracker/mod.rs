@@ -1,4 +1,4 @@
-//! `engram bench tracker`: is the kernel's dirty-page tracking (userfaultfd
+//! `engram-bench tracker`: is the kernel's dirty-page tracking (userfaultfd
 //! write protection in async mode, collected with `PAGEMAP_SCAN`, Linux
 //! 6.7+) cheaper than Engram's software marks? (Issue 5.)
 //!
@@ -181,7 +181,7 @@ impl std::fmt::Display for TrackerKind {
     }
 }
 
-/// The flags of `engram bench tracker`.
+/// The flags of `engram-bench tracker`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct TrackerBenchArgs {
     /// Size of the tracked region, MiB.
@@ -283,7 +283,7 @@ impl TrackerConfig {
             runs: 1,
             fine_writeback: false,
             progress: false,
-            command: "engram bench tracker (test)".into(),
+            command: "engram-bench tracker (test)".into(),
         }
     }
 
@@ -1301,7 +1301,7 @@ fn software_reopen(config: &TrackerConfig, dir: &Path) -> Result<SoftwareReopen>
     })
 }
 
-/// `engram bench tracker`: runs, prints the table, writes the JSON.
+/// `engram-bench tracker`: runs, prints the table, writes the JSON.
 pub fn cli(args: TrackerBenchArgs, command: String) -> Result<()> {
     if !(args.seconds.is_finite() && args.seconds > 0.0) {
         return Err(TrackerBenchError::flag(

@@ -1,4 +1,4 @@
-//! The report of `engram bench tracker`: JSON for machines (`--json`), a
+//! The report of `engram-bench tracker`: JSON for machines (`--json`), a
 //! table for people.
 //!
 //! JSON shape (field names are a contract; the test pins the main ones):
@@ -276,7 +276,7 @@ impl Report {
         let c = &self.config;
         let _ = writeln!(
             out,
-            "engram bench tracker: software marks vs uffd-wp async + PAGEMAP_SCAN"
+            "engram-bench tracker: software marks vs uffd-wp async + PAGEMAP_SCAN"
         );
         let _ = writeln!(out, "command: {}", c.command);
         let _ = writeln!(

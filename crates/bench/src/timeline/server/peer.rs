@@ -3,7 +3,7 @@
 //! the same clients as Engram's server ([`super::endpoint`]).
 //!
 //! Redis is found, or installed with apt-get, and started with the helpers
-//! of `engram bench server` ([`crate::server::peers`]): on 127.0.0.1 and a
+//! of `engram-bench server` ([`crate::server::peers`]): on 127.0.0.1 and a
 //! free port, AOF on with `appendfsync` matching the in-process server's
 //! default durability (`process`: `appendfsync no`), RDB snapshots off, and
 //! Redis's defaults otherwise (its automatic AOF rewrite stays on, as its

@@ -1,5 +1,5 @@
 //! What can go wrong in `engram-bench server`, by what went wrong: a bad
-//! flag, Redis's tools missing and not installable, a server that did not
+//! flag, Redis's tools not installed, a server that did not
 //! start or died, redis-benchmark failing or printing something unparsable,
 //! or the file system. Errors that concern a server carry the end of its log,
 //! so the cause is on screen without opening the file.
@@ -13,8 +13,9 @@ pub enum ServerBenchError {
     #[error("--{flag}: {reason}")]
     Flag { flag: &'static str, reason: String },
 
+    /// Redis's tools are not on PATH (the message says how to install them).
     #[error("{0}")]
-    Install(String),
+    NotInstalled(String),
 
     #[error("cannot start {program}")]
     Spawn {

@@ -16,8 +16,7 @@
 //! other's write-back or profits from going first. The servers are stopped
 //! with SIGTERM after the run.
 //!
-//! Modules: [`peers`] (the server processes, and installing Redis when it is
-//! missing), [`redis_benchmark`] (running it, parsing `--csv`), [`report`]
+//! Modules: [`peers`] (the server processes, and finding Redis's tools), [`redis_benchmark`] (running it, parsing `--csv`), [`report`]
 //! (the table and the JSON).
 
 mod error;
@@ -156,12 +155,12 @@ pub struct ServerBenchArgs {
     /// this engram-bench, as cargo builds both into one target directory].
     #[arg(long)]
     pub engram_bin: Option<PathBuf>,
-    /// redis-server to compare against; installed with apt-get if it is
-    /// this default and not on PATH.
+    /// redis-server to compare against (this default: found on PATH; not
+    /// installed by the benchmark).
     #[arg(long, default_value = "redis-server")]
     pub redis_server: PathBuf,
-    /// redis-benchmark to measure with; installed with apt-get (redis-tools)
-    /// if it is this default and not on PATH.
+    /// redis-benchmark to measure with (this default: found on PATH, from
+    /// Debian's redis-tools; not installed by the benchmark).
     #[arg(long, default_value = "redis-benchmark")]
     pub redis_benchmark: PathBuf,
     /// Seconds one redis-benchmark invocation may take before it is killed.
@@ -490,10 +489,10 @@ pub fn engram_beside_this_program() -> Result<PathBuf> {
     Ok(this.with_file_name("engram"))
 }
 
-/// Makes sure the three programs can be run, installing Redis's if they are
-/// missing (see [`peers::ensure_redis_tools`]).
+/// Makes sure the three programs can be run (see
+/// [`peers::check_redis_tools`]).
 pub fn check_programs(config: &Config) -> Result<()> {
-    peers::ensure_redis_tools(&config.redis_server, &config.redis_benchmark)?;
+    peers::check_redis_tools(&config.redis_server, &config.redis_benchmark)?;
     if peers::find_program(&config.engram_bin).is_none() {
         return Err(ServerBenchError::flag(
             "engram-bin",

@@ -1,5 +1,5 @@
-//! The two servers as child processes: finding (or installing) Redis's
-//! tools, picking ports, starting `engram serve` and `redis-server` at a
+//! The two servers as child processes: finding Redis's tools, picking
+//! ports, starting `engram serve` and `redis-server` at a
 //! given durability, waiting until they answer PING, and stopping them.
 //!
 //! Each server writes its stdout and stderr to its own log file and its data
@@ -355,10 +355,16 @@ pub fn find_program(program: &Path) -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
+/// What to do about a missing Redis: the benchmarks install nothing
+/// themselves (they also run under `cargo test`, which must not change the
+/// machine).
+pub const INSTALL_REDIS: &str =
+    "install Redis 6.2 or later (Debian/Ubuntu: apt-get install redis-server redis-tools)";
+
 /// Makes sure redis-server and redis-benchmark can be run (see
-/// [`ensure_redis_programs`]).
-pub fn ensure_redis_tools(redis_server: &Path, redis_benchmark: &Path) -> Result<()> {
-    ensure_redis_programs(&[
+/// [`check_redis_programs`]).
+pub fn check_redis_tools(redis_server: &Path, redis_benchmark: &Path) -> Result<()> {
+    check_redis_programs(&[
         (redis_server, "redis-server"),
         (redis_benchmark, "redis-benchmark"),
     ])
@@ -366,100 +372,23 @@ pub fn ensure_redis_tools(redis_server: &Path, redis_benchmark: &Path) -> Result
 
 /// Makes sure each of Redis's `programs` can be run: `(program, name)`, where
 /// `name` is both the program's default and the flag that names another
-/// (`redis-server`, `redis-benchmark`). When the missing ones are their
-/// defaults and not on PATH, installs Debian's packages (`redis-server`,
-/// `redis-tools`) with apt-get, as root or through `sudo -n`; anything else
-/// that is missing is an error saying what to do.
-pub fn ensure_redis_programs(programs: &[(&Path, &'static str)]) -> Result<()> {
-    let missing = |program: &Path| find_program(program).is_none();
-    if programs.iter().all(|&(program, _)| !missing(program)) {
-        return Ok(());
-    }
-    for &(program, flag) in programs {
-        if missing(program) && program != Path::new(flag) {
-            return Err(ServerBenchError::flag(
-                flag,
-                format!("{} does not exist", program.display()),
-            ));
+/// (`redis-server`, `redis-benchmark`). A default missing from PATH is an
+/// error that says how to install it; a named program that does not exist,
+/// an error about its flag.
+pub fn check_redis_programs(programs: &[(&Path, &'static str)]) -> Result<()> {
+    for &(program, name) in programs {
+        if find_program(program).is_some() {
+            continue;
         }
-    }
-    let names = programs
-        .iter()
-        .map(|&(_, name)| name)
-        .collect::<Vec<_>>()
-        .join(" or ");
-    let flags = programs
-        .iter()
-        .map(|&(_, name)| format!("--{name}"))
-        .collect::<Vec<_>>()
-        .join(" and ");
-    let manual = format!(
-        "install Redis 6.2 or later (Debian/Ubuntu: apt-get install redis-server \
-         redis-tools) or pass {flags}"
-    );
-    if find_program(Path::new("apt-get")).is_none() {
-        return Err(ServerBenchError::Install(format!(
-            "{names} is not on PATH and there is no apt-get: {manual}"
-        )));
-    }
-    let sudo = if is_root() {
-        None
-    } else if find_program(Path::new("sudo")).is_some() {
-        Some("sudo")
-    } else {
-        return Err(ServerBenchError::Install(format!(
-            "{names} is not on PATH, and installing it needs root (no sudo found): {manual}"
-        )));
-    };
-    let steps: [&[&str]; 2] = [
-        &["apt-get", "update"],
-        &["apt-get", "install", "-y", "redis-server", "redis-tools"],
-    ];
-    for step in steps {
-        let mut words: Vec<&str> = match sudo {
-            Some(sudo) => vec![sudo, "-n"],
-            None => Vec::new(),
-        };
-        words.extend_from_slice(step);
-        eprintln!("{names} is not on PATH; running: {}", words.join(" "));
-        // apt's chatter goes to standard error: standard output may be
-        // carrying the JSON report.
-        let status = Command::new(words[0])
-            .args(&words[1..])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(std::io::stderr()))
-            .status()
-            .map_err(|source| ServerBenchError::Spawn {
-                program: words[0].into(),
-                source,
-            })?;
-        if !status.success() {
-            return Err(ServerBenchError::Install(format!(
-                "`{}` failed ({status}): {manual}",
-                words.join(" ")
-            )));
-        }
-    }
-    if programs.iter().any(|&(program, _)| missing(program)) {
-        return Err(ServerBenchError::Install(format!(
-            "installed redis-server and redis-tools, but {names} is still not on PATH: {manual}"
-        )));
+        return Err(if program == Path::new(name) {
+            ServerBenchError::NotInstalled(format!(
+                "{name} is not on PATH: {INSTALL_REDIS}, or pass --{name}"
+            ))
+        } else {
+            ServerBenchError::flag(name, format!("{} does not exist", program.display()))
+        });
     }
     Ok(())
-}
-
-/// Whether this process runs as root, from /proc (no libc call needed).
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix("Uid:"))
-                .and_then(|ids| ids.split_whitespace().nth(1).map(|euid| euid == "0"))
-        })
-        .unwrap_or(false)
 }
 
 /// The first line `program --version` prints, or why there is none.

@@ -56,11 +56,11 @@ pub enum TimelineError {
     #[error("a Redis client of the server")]
     Redis(#[from] redis::RedisError),
 
-    /// `--peers redis`: redis-server is not there and could not be
-    /// installed.
+    /// `--peers redis`: redis-server is not there (the source says how to
+    /// install it).
     #[error(
-        "redis-server, which --target server measures beside Engram, could not be found or \
-         installed; --peers none measures Engram alone"
+        "redis-server, which --target server measures beside Engram, was not found; \
+         --peers none measures Engram alone"
     )]
     RedisMissing(#[source] ServerBenchError),
 

@@ -164,8 +164,8 @@ pub struct TimelineBenchArgs {
     /// the default) or none. Ignored with --target embedded.
     #[arg(long, value_enum)]
     pub peers: Option<Peers>,
-    /// --peers redis: the redis-server to run; installed with apt-get if
-    /// it is this default and not on PATH.
+    /// --peers redis: the redis-server to run (this default: found on
+    /// PATH; not installed by the benchmark).
     #[arg(long, default_value = "redis-server")]
     pub redis_server: PathBuf,
     /// Client threads (also the prefill's and the recovery build's writers).
@@ -529,7 +529,7 @@ pub fn run(config: &Config) -> Result<Report> {
     std::fs::create_dir_all(&config.dir)
         .map_err(|e| TimelineError::io("creating benchmark directory", &config.dir, e))?;
     let mut report = Report::new(config, Machine::this());
-    // The Redis peer, found (or installed) before anything is measured.
+    // The Redis peer, found before anything is measured.
     let redis = match (config.target, config.peers) {
         (Target::Server, Peers::Redis) if config.runs(Part::Tail) || config.runs(Part::Ycsb) => {
             Some(server::peer::RedisServer::find(&config.redis_server)?)

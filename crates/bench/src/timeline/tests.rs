@@ -499,9 +499,8 @@ fn check_pair(pair: &Value) {
 }
 
 /// `--target server --peers redis`: every run measured against Engram's
-/// server is measured against a fresh redis-server too (installed with
-/// apt-get when missing, as `engram-bench server` does), and the report
-/// pairs them.
+/// server is measured against a fresh redis-server too (from PATH: CI's
+/// .ci/run installs it), and the report pairs them.
 #[test]
 fn server_target_measures_redis_beside_engram() {
     let dir = tempfile::tempdir().unwrap();

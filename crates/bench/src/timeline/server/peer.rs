@@ -2,7 +2,7 @@
 //! real `redis-server` started fresh for each measured run and driven by
 //! the same clients as Engram's server ([`super::endpoint`]).
 //!
-//! Redis is found, or installed with apt-get, and started with the helpers
+//! Redis is found on PATH (or at `--redis-server`) and started with the helpers
 //! of `engram-bench server` ([`crate::server::peers`]): on 127.0.0.1 and a
 //! free port, AOF on with `appendfsync` matching the in-process server's
 //! default durability (`process`: `appendfsync no`), RDB snapshots off, and
@@ -72,7 +72,7 @@ pub fn durability() -> Durability {
         .unwrap_or_else(|_| panic!("the server's durability {engram} has a Redis counterpart"))
 }
 
-/// The redis-server program, found (or installed) once per benchmark.
+/// The redis-server program, found once per benchmark.
 #[derive(Clone, Debug)]
 pub struct RedisServer {
     pub program: PathBuf,
@@ -81,10 +81,10 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// Finds `program` (`--redis-server`), installing Redis when it is the
-    /// default and missing ([`peers::ensure_redis_programs`]).
+    /// Finds `program` (`--redis-server`; the default on PATH), or says how
+    /// to install it ([`peers::check_redis_programs`]).
     pub fn find(program: &Path) -> Result<RedisServer> {
-        peers::ensure_redis_programs(&[(program, "redis-server")])
+        peers::check_redis_programs(&[(program, "redis-server")])
             .map_err(TimelineError::RedisMissing)?;
         let program = peers::find_program(program).unwrap_or_else(|| program.to_path_buf());
         Ok(RedisServer {

@@ -7,8 +7,7 @@
 //! next and a failure can be diagnosed from the log afterwards.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -176,8 +175,7 @@ impl Peer {
     /// The number of keys in database 0 (`DBSIZE`), a sanity check that the
     /// writes landed; `None` if the server does not answer it.
     pub fn key_count(&self) -> Option<u64> {
-        let reply = request(self.port, &["DBSIZE"], Duration::from_secs(10)).ok()?;
-        reply.strip_prefix(':')?.parse().ok()
+        request(self.port, &redis::cmd("DBSIZE"), Duration::from_secs(10)).ok()
     }
 
     /// SIGTERM, as an init system would stop it; then a kill if it has not
@@ -230,8 +228,9 @@ impl Peer {
         let start = Instant::now();
         loop {
             self.check_alive("before answering PING")?;
-            let last = match request(self.port, &["PING"], Duration::from_secs(1)) {
-                Ok(reply) if reply == "+PONG" => {
+            let ping = request::<String>(self.port, &redis::cmd("PING"), Duration::from_secs(1));
+            let last = match ping {
+                Ok(reply) if reply == "PONG" => {
                     // Another process on this port could have answered (the
                     // port was free a moment ago, not reserved): make sure
                     // ours is still up, which it would not be had it failed
@@ -239,8 +238,8 @@ impl Peer {
                     std::thread::sleep(Duration::from_millis(50));
                     return self.check_alive("just after answering PING");
                 }
-                // Redis answers -LOADING while it reads its AOF.
                 Ok(reply) => format!("reply {reply:?}"),
+                // Redis answers -LOADING while it reads its AOF.
                 Err(e) => e.to_string(),
             };
             if start.elapsed() >= timeout {
@@ -280,35 +279,19 @@ impl Drop for Peer {
     }
 }
 
-/// Sends one command as a RESP array and returns the first line of the
-/// reply without its CRLF ("+PONG", ":42", "-LOADING ...").
-pub fn request(port: u16, words: &[&str], timeout: Duration) -> std::io::Result<String> {
-    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let mut stream = TcpStream::connect_timeout(&address, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    stream.write_all(&encode_command(words))?;
-    let mut line = String::new();
-    BufReader::new(stream)
-        .take(64 * 1024)
-        .read_line(&mut line)?;
-    if !line.ends_with("\r\n") {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            format!("incomplete reply {line:?}"),
-        ));
-    }
-    line.truncate(line.len() - 2);
-    Ok(line)
-}
-
-/// `["PING"]` -> `*1\r\n$4\r\nPING\r\n`.
-pub fn encode_command(words: &[&str]) -> Vec<u8> {
-    let mut bytes = format!("*{}\r\n", words.len()).into_bytes();
-    for word in words {
-        bytes.extend_from_slice(format!("${}\r\n{word}\r\n", word.len()).as_bytes());
-    }
-    bytes
+/// Sends `command` to the server on `port` over a fresh connection and
+/// returns its reply; an error reply (Redis's `-LOADING` while it reads its
+/// AOF) is an error.
+fn request<T: redis::FromRedisValue>(
+    port: u16,
+    command: &redis::Cmd,
+    timeout: Duration,
+) -> redis::RedisResult<T> {
+    let client = redis::Client::open(format!("redis://{HOST}:{port}/"))?;
+    let mut connection = client.get_connection_with_timeout(timeout)?;
+    connection.set_read_timeout(Some(timeout))?;
+    connection.set_write_timeout(Some(timeout))?;
+    command.query(&mut connection)
 }
 
 /// A port nothing listens on now: the kernel's pick for port 0, released
@@ -426,15 +409,6 @@ pub fn sync_file_systems() {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn commands_are_resp_arrays() {
-        assert_eq!(encode_command(&["PING"]), b"*1\r\n$4\r\nPING\r\n");
-        assert_eq!(
-            encode_command(&["SET", "k", "vv"]),
-            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nvv\r\n"
-        );
-    }
 
     #[test]
     fn redis_gets_aof_at_the_matching_fsync_policy() {

@@ -9,12 +9,14 @@
 //! cache, frequency, other tenants) spreads over all of them instead of
 //! landing on whichever ran last; each result is the median run.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use engram_engine::FlushInstruction;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::command::{ReportOutput, RunDir};
 use crate::crash_image;
 use crate::error::{BenchError, Result};
 use crate::report::{Report, Sample};
@@ -30,6 +32,105 @@ pub const MAX_THREADS: usize = 1024;
 pub const MAX_RUNS: usize = 1000;
 /// Seeds the value pool, so every run and every system stores the same bytes.
 const VALUE_SEED: u64 = 0xBEEF;
+/// `--quick`: a run for demonstrations and smoke tests, seconds not minutes.
+const QUICK_RECORDS: u64 = 200_000;
+const QUICK_RUNS: usize = 1;
+/// Without `--quick`: a data set whose index does not fit in the CPU caches
+/// (Viper prefills 100 M; pass `--records 100000000` to match it).
+const DEFAULT_RECORDS: u64 = 1_000_000;
+/// Without `--quick`: enough runs for a median to mean something.
+const DEFAULT_RUNS: usize = 3;
+
+/// The flags of `engram-bench engine`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct EngineBenchArgs {
+    /// Records prefilled before the measured phases [default: 1000000, or
+    /// 200000 with --quick].
+    #[arg(long)]
+    pub records: Option<u64>,
+    /// Operations per measured phase [default: half the records].
+    #[arg(long)]
+    pub ops: Option<u64>,
+    /// Client threads [default: one per core].
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Runs per system, each on a fresh store; the median is reported
+    /// [default: 3, or 1 with --quick].
+    #[arg(long)]
+    pub runs: Option<usize>,
+    /// Systems measured besides Engram, comma-separated: rocksdb, lmdb,
+    /// volatile [default: all compiled in].
+    #[arg(long, value_delimiter = ',')]
+    pub peers: Option<Vec<SystemKind>>,
+    /// Flush instruction Engram issues per persisted cache line (clwb,
+    /// clflushopt or none).
+    #[arg(long, default_value = "none")]
+    pub flush: FlushInstruction,
+    #[arg(long, default_value_t = 16)]
+    pub key_bytes: usize,
+    #[arg(long, default_value_t = 200)]
+    pub value_bytes: usize,
+    /// Which prefilled keys get and update touch: uniform or zipfian (s = 0.99).
+    #[arg(long, default_value = "uniform")]
+    pub distribution: Distribution,
+    /// Where the stores go [default: a fresh temporary directory under the
+    /// current one, removed at the end].
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// A small run for demonstrations and smoke tests (200000 records, one
+    /// run, unless --records or --runs say otherwise).
+    #[arg(long)]
+    pub quick: bool,
+    /// Also write the results as JSON to this file, or to standard output
+    /// with `-` (the table then goes to standard error).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+impl EngineBenchArgs {
+    /// The run the flags ask for, defaults filled in; `dir` is left empty
+    /// for [`cli`] to fill, and nothing is checked yet ([`Config::validate`]).
+    pub fn config(&self, command: String) -> Config {
+        let records = self.records.unwrap_or(if self.quick {
+            QUICK_RECORDS
+        } else {
+            DEFAULT_RECORDS
+        });
+        Config {
+            records,
+            ops: self.ops.unwrap_or((records / 2).max(1)),
+            threads: self.threads.unwrap_or_else(|| {
+                std::thread::available_parallelism().map_or(1, |cores| cores.get())
+            }),
+            runs: self
+                .runs
+                .unwrap_or(if self.quick { QUICK_RUNS } else { DEFAULT_RUNS }),
+            peers: self.peers.clone().unwrap_or_else(SystemKind::default_peers),
+            flush: self.flush,
+            key_bytes: self.key_bytes,
+            value_bytes: self.value_bytes,
+            distribution: self.distribution,
+            dir: PathBuf::new(),
+            progress: std::io::stderr().is_terminal(),
+            command,
+        }
+    }
+}
+
+/// `engram-bench engine`: checks the flags, runs the benchmark in a fresh
+/// directory (or `--dir`), prints the table and writes the JSON.
+pub fn cli(args: EngineBenchArgs, command: String) -> Result<()> {
+    let mut config = args.config(command);
+    // Refuse bad flags before anything is created on disk.
+    config.validate()?;
+    let output = ReportOutput::create(args.json.as_deref())?;
+    let run_dir = RunDir::new(args.dir.as_deref(), "engram-bench-")?;
+    config.dir = run_dir.path().to_path_buf();
+    let report = run(&config)?;
+    output.write(&report.table(), || report.json())?;
+    run_dir.close()?;
+    Ok(())
+}
 
 #[derive(Clone, Debug)]
 pub struct Config {

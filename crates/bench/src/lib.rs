@@ -41,6 +41,7 @@
 // (`tracker::kernel`, `tracker::memory`).
 #![deny(unsafe_code)]
 
+pub mod command;
 mod cpu_time;
 mod crash_image;
 pub mod engine;
@@ -56,7 +57,7 @@ pub mod tracker;
 pub mod workload;
 
 pub use engine::{run, Config};
-pub use error::{BenchError, Result};
+pub use error::{BenchError, IoError, Result};
 pub use machine::Machine;
 pub use report::Report;
 pub use systems::SystemKind;

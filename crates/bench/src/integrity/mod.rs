@@ -55,13 +55,14 @@ pub mod cell;
 pub mod paired;
 pub mod report;
 
-use std::io::{IsTerminal, Write as _};
-use std::path::{Path, PathBuf};
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use engram_engine::{FlushInstruction, IntegrityMode, IntegrityOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::command::{warn_if_debug_build, ReportOutput, RunDir};
 use crate::error::{BenchError, Result};
 use crate::machine::Machine;
 use crate::workload::{Distribution, ValuePool, MIN_KEY_BYTES};
@@ -475,50 +476,13 @@ impl IntegrityBenchArgs {
 /// the JSON.
 pub fn cli(args: IntegrityBenchArgs, command: String) -> Result<()> {
     let mut config = args.config(command)?;
-    if cfg!(debug_assertions) {
-        eprintln!(
-            "warning: this is a debug build; build with `cargo build --release -p engram-bench` \
-             for numbers worth quoting"
-        );
-    }
-    // Create the JSON file now, so a bad path fails before the run, not after.
-    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
-    let json_file = match &args.json {
-        Some(path) if !json_to_stdout => Some((
-            std::fs::File::create(path)
-                .map_err(|e| BenchError::io("creating the JSON report", path, e))?,
-            path,
-        )),
-        _ => None,
-    };
-    // Held to the end: dropping it (also on an error) removes the stores.
-    let temporary = match &args.dir {
-        Some(_) => None,
-        None => {
-            let temporary = tempfile::Builder::new()
-                .prefix("engram-bench-integrity-")
-                .tempdir_in(".")
-                .map_err(|e| BenchError::io("creating a temporary directory in", ".", e))?;
-            config.dir = temporary.path().to_path_buf();
-            Some(temporary)
-        }
-    };
+    warn_if_debug_build();
+    let output = ReportOutput::create(args.json.as_deref())?;
+    let run_dir = RunDir::new(args.dir.as_deref(), "engram-bench-integrity-")?;
+    config.dir = run_dir.path().to_path_buf();
     let report = run(&config)?;
-    if json_to_stdout {
-        println!("{}", report.json());
-        eprint!("{}", report.table());
-    } else {
-        print!("{}", report.table());
-    }
-    if let Some((mut file, path)) = json_file {
-        writeln!(file, "{}", report.json())
-            .map_err(|e| BenchError::io("writing the JSON report", path, e))?;
-    }
-    if let Some(temporary) = temporary {
-        temporary
-            .close()
-            .map_err(|e| BenchError::io("removing", &config.dir, e))?;
-    }
+    output.write(&report.table(), || report.json())?;
+    run_dir.close()?;
     Ok(())
 }
 

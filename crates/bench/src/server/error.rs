@@ -6,6 +6,8 @@
 
 use std::path::PathBuf;
 
+use crate::error::IoError;
+
 pub type Result<T, E = ServerBenchError> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
@@ -68,13 +70,8 @@ pub enum ServerBenchError {
     #[error("redis-benchmark --csv output, line {line}: {reason}")]
     Csv { line: usize, reason: String },
 
-    #[error("{action} {}", path.display())]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] IoError),
 }
 
 impl ServerBenchError {
@@ -83,11 +80,7 @@ impl ServerBenchError {
         path: impl Into<PathBuf>,
         source: std::io::Error,
     ) -> Self {
-        ServerBenchError::Io {
-            action,
-            path: path.into(),
-            source,
-        }
+        IoError::new(action, path, source).into()
     }
 
     pub(crate) fn flag(flag: &'static str, reason: impl Into<String>) -> Self {

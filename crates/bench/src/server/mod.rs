@@ -25,7 +25,6 @@ pub mod redis_benchmark;
 pub mod report;
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -34,6 +33,7 @@ pub use peers::System;
 pub use redis_benchmark::{parse_csv, CsvRow, Invocation};
 pub use report::Report;
 
+use crate::command::{ReportOutput, RunDir};
 use crate::machine::Machine;
 use peers::Peer;
 use report::{Pairing, PipelineRequests, ReportConfig};
@@ -296,64 +296,28 @@ pub fn cli(args: ServerBenchArgs, command: String) -> Result<()> {
              worth quoting"
         );
     }
-    // Create the JSON file now, so a bad path fails before the run, not after.
-    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
-    let json_file = match &args.json {
-        Some(path) if !json_to_stdout => Some((
-            std::fs::File::create(path)
-                .map_err(|e| ServerBenchError::io("creating the JSON report", path, e))?,
-            path,
-        )),
-        _ => None,
-    };
-    let (dir, temporary) = match &args.dir {
-        Some(dir) => {
-            std::fs::create_dir_all(dir).map_err(|e| ServerBenchError::io("creating", dir, e))?;
-            (dir.clone(), None)
-        }
-        None => {
-            let temporary = tempfile::Builder::new()
-                .prefix("engram-bench-server-")
-                .tempdir_in(".")
-                .map_err(|e| ServerBenchError::io("creating a temporary directory in", ".", e))?;
-            (temporary.path().to_path_buf(), Some(temporary))
-        }
-    };
+    let output = ReportOutput::create(args.json.as_deref())?;
+    let run_dir = RunDir::new(args.dir.as_deref(), "engram-bench-server-")?;
     // Absolute, so the servers (Redis changes into its --dir) and the
     // messages agree on where things are.
-    let dir =
-        std::fs::canonicalize(&dir).map_err(|e| ServerBenchError::io("resolving", &dir, e))?;
+    let dir = std::fs::canonicalize(run_dir.path())
+        .map_err(|e| ServerBenchError::io("resolving", run_dir.path(), e))?;
     let report = match run(&config, &dir) {
         Ok(report) => report,
         Err(e) => {
             // The logs say what went wrong: keep them (the data directories
             // are gone already unless --keep).
-            if let Some(temporary) = temporary {
-                let _ = temporary.keep();
-            }
+            run_dir.keep();
             eprintln!("the servers' logs are in {}", dir.display());
             return Err(e);
         }
     };
-    if json_to_stdout {
-        println!("{}", report.json());
-        eprint!("{}", report.table());
-    } else {
-        print!("{}", report.table());
-    }
-    if let Some((mut file, path)) = json_file {
-        writeln!(file, "{}", report.json())
-            .map_err(|e| ServerBenchError::io("writing the JSON report", path, e))?;
-    }
-    match temporary {
-        Some(temporary) if !args.keep => temporary
-            .close()
-            .map_err(|e| ServerBenchError::io("removing", &dir, e))?,
-        Some(temporary) => {
-            let _ = temporary.keep();
-            eprintln!("data and logs kept in {}", dir.display());
-        }
-        None => {}
+    output.write(&report.table(), || report.json())?;
+    if !args.keep {
+        run_dir.close()?;
+    } else if run_dir.is_temporary() {
+        run_dir.keep();
+        eprintln!("data and logs kept in {}", dir.display());
     }
     Ok(())
 }

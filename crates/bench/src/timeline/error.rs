@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use crate::error::BenchError;
+use crate::error::{BenchError, IoError};
 use crate::server::ServerBenchError;
 
 pub type Result<T, E = TimelineError> = std::result::Result<T, E>;
@@ -31,13 +31,8 @@ pub enum TimelineError {
     #[error("drawing the plot: {0}")]
     Plot(String),
 
-    #[error("{action} {}", path.display())]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] IoError),
 
     #[error("collections failed")]
     Collections(#[from] engram_collections::Error),
@@ -82,11 +77,7 @@ impl TimelineError {
         path: impl Into<PathBuf>,
         source: std::io::Error,
     ) -> Self {
-        TimelineError::Io {
-            action,
-            path: path.into(),
-            source,
-        }
+        IoError::new(action, path, source).into()
     }
 
     pub(crate) fn flag(flag: &'static str, reason: impl Into<String>) -> Self {

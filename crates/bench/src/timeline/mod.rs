@@ -87,12 +87,13 @@ pub mod ycsb;
 #[cfg(test)]
 mod tests;
 
-use std::io::{IsTerminal, Write as _};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use engram_pmem::background::{self, BackgroundCpus};
 
+use crate::command::{warn_if_debug_build, ReportOutput, RunDir};
 use crate::integrity::parse_period;
 use crate::machine::Machine;
 use crate::workload::{Distribution, ValuePool};
@@ -466,57 +467,21 @@ impl TimelineBenchArgs {
 /// JSON and the plot.
 pub fn cli(args: TimelineBenchArgs, command: String) -> Result<()> {
     let mut config = args.config(command)?;
-    if cfg!(debug_assertions) {
-        eprintln!(
-            "warning: this is a debug build; build with `cargo build --release -p engram-bench` \
-             for numbers worth quoting"
-        );
-    }
-    // Create the output files now, so a bad path fails before the run.
-    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
-    let json_file = match &args.json {
-        Some(path) if !json_to_stdout => Some((
-            std::fs::File::create(path)
-                .map_err(|e| TimelineError::io("creating the JSON report", path, e))?,
-            path,
-        )),
-        _ => None,
-    };
+    warn_if_debug_build();
+    let output = ReportOutput::create(args.json.as_deref())?;
+    // Created now too, so a bad path fails before the run.
     if let Some(path) = &args.plot {
         std::fs::File::create(path).map_err(|e| TimelineError::io("creating the plot", path, e))?;
     }
-    // Held to the end: dropping it (also on an error) removes the stores.
-    let temporary = match &args.dir {
-        Some(_) => None,
-        None => {
-            let temporary = tempfile::Builder::new()
-                .prefix("engram-bench-timeline-")
-                .tempdir_in(".")
-                .map_err(|e| TimelineError::io("creating a temporary directory in", ".", e))?;
-            config.dir = temporary.path().to_path_buf();
-            Some(temporary)
-        }
-    };
+    let run_dir = RunDir::new(args.dir.as_deref(), "engram-bench-timeline-")?;
+    config.dir = run_dir.path().to_path_buf();
     let report = run(&config)?;
-    if json_to_stdout {
-        println!("{}", report.json());
-        eprint!("{}", report.table());
-    } else {
-        print!("{}", report.table());
-    }
-    if let Some((mut file, path)) = json_file {
-        writeln!(file, "{}", report.json())
-            .map_err(|e| TimelineError::io("writing the JSON report", path, e))?;
-    }
+    output.write(&report.table(), || report.json())?;
     if let (Some(path), Some(tail)) = (&args.plot, &report.tail) {
         let peer = report.peer.as_ref().map_or(&[][..], |peer| &peer.tail[..]);
         plot::draw(path, tail, peer)?;
     }
-    if let Some(temporary) = temporary {
-        temporary
-            .close()
-            .map_err(|e| TimelineError::io("removing", &config.dir, e))?;
-    }
+    run_dir.close()?;
     Ok(())
 }
 

@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+use crate::error::IoError;
+
 pub type Result<T, E = TrackerBenchError> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
@@ -11,13 +13,8 @@ pub enum TrackerBenchError {
     #[error("--{flag}: {reason}")]
     Flag { flag: &'static str, reason: String },
 
-    #[error("{action} {}", path.display())]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] IoError),
 
     #[error("engram region")]
     Region(#[from] engram_pmem::Error),
@@ -32,11 +29,7 @@ impl TrackerBenchError {
         path: impl Into<PathBuf>,
         source: std::io::Error,
     ) -> Self {
-        TrackerBenchError::Io {
-            action,
-            path: path.into(),
-            source,
-        }
+        IoError::new(action, path, source).into()
     }
 
     pub(crate) fn flag(flag: &'static str, reason: impl Into<String>) -> Self {

@@ -60,7 +60,6 @@ pub mod report;
 pub mod support;
 pub mod workload;
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -77,6 +76,7 @@ pub use memory::MemoryKind;
 pub use report::Report;
 pub use workload::Workload;
 
+use crate::command::ReportOutput;
 use crate::cpu_time::{self, CpuTimes};
 use crate::machine::Machine;
 use kernel::WriteTracker;
@@ -1309,16 +1309,7 @@ pub fn cli(args: TrackerBenchArgs, command: String) -> Result<()> {
             "must be a positive number",
         ));
     }
-    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
-    // Create the JSON file now, so a bad path fails before the run.
-    let json_file = match &args.json {
-        Some(path) if !json_to_stdout => Some((
-            std::fs::File::create(path)
-                .map_err(|e| TrackerBenchError::io("creating the JSON report", path, e))?,
-            path.clone(),
-        )),
-        _ => None,
-    };
+    let output = ReportOutput::create(args.json.as_deref())?;
     let dir = match &args.dir {
         Some(dir) => dir.clone(),
         None => std::env::current_dir().map_err(|e| TrackerBenchError::io("finding", ".", e))?,
@@ -1340,15 +1331,6 @@ pub fn cli(args: TrackerBenchArgs, command: String) -> Result<()> {
         command,
     };
     let report = run(&config)?;
-    if json_to_stdout {
-        println!("{}", report.json());
-        eprint!("{}", report.table());
-    } else {
-        print!("{}", report.table());
-    }
-    if let Some((mut file, path)) = json_file {
-        writeln!(file, "{}", report.json())
-            .map_err(|e| TrackerBenchError::io("writing the JSON report", path, e))?;
-    }
+    output.write(&report.table(), || report.json())?;
     Ok(())
 }

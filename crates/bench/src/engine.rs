@@ -18,7 +18,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::command::{ReportOutput, RunDir};
 use crate::crash_image;
-use crate::error::{BenchError, Result};
+use crate::error::{at_least, at_most, BenchError, Result};
 use crate::report::{Report, Sample};
 use crate::runner::{self, Workload};
 use crate::systems::{self, KvSystem, OpenSettings, SystemKind};
@@ -213,25 +213,6 @@ impl Config {
         )?;
         Ok(())
     }
-}
-
-fn at_least(flag: &'static str, got: u64, min: u64) -> Result<()> {
-    if got < min {
-        return Err(BenchError::BelowMinimum { flag, min, got });
-    }
-    Ok(())
-}
-
-fn at_most(flag: &'static str, got: u64, max: u64, why: &'static str) -> Result<()> {
-    if got > max {
-        return Err(BenchError::AboveMaximum {
-            flag,
-            max,
-            got,
-            why,
-        });
-    }
-    Ok(())
 }
 
 /// What one system's runs measured.

@@ -105,3 +105,24 @@ impl BenchError {
         IoError::new(action, path, source).into()
     }
 }
+
+/// `--flag` must be at least `min`.
+pub(crate) fn at_least(flag: &'static str, got: u64, min: u64) -> Result<()> {
+    if got < min {
+        return Err(BenchError::BelowMinimum { flag, min, got });
+    }
+    Ok(())
+}
+
+/// `--flag` may be at most `max`, for the reason `why`.
+pub(crate) fn at_most(flag: &'static str, got: u64, max: u64, why: &'static str) -> Result<()> {
+    if got > max {
+        return Err(BenchError::AboveMaximum {
+            flag,
+            max,
+            got,
+            why,
+        });
+    }
+    Ok(())
+}

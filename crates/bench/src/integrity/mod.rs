@@ -63,7 +63,7 @@ use engram_engine::{FlushInstruction, IntegrityMode, IntegrityOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::command::{warn_if_debug_build, ReportOutput, RunDir};
-use crate::error::{BenchError, Result};
+use crate::error::{at_least, at_most, BenchError, Result};
 use crate::machine::Machine;
 use crate::workload::{Distribution, ValuePool, MIN_KEY_BYTES};
 pub use report::Report;
@@ -423,25 +423,6 @@ impl Config {
     pub fn longest_period(&self) -> Option<Duration> {
         self.lazy_periods.iter().copied().max()
     }
-}
-
-fn at_least(flag: &'static str, got: u64, min: u64) -> Result<()> {
-    if got < min {
-        return Err(BenchError::BelowMinimum { flag, min, got });
-    }
-    Ok(())
-}
-
-fn at_most(flag: &'static str, got: u64, max: u64, why: &'static str) -> Result<()> {
-    if got > max {
-        return Err(BenchError::AboveMaximum {
-            flag,
-            max,
-            got,
-            why,
-        });
-    }
-    Ok(())
 }
 
 impl IntegrityBenchArgs {

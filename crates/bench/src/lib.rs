@@ -52,6 +52,7 @@ pub mod report;
 pub mod runner;
 pub mod server;
 pub mod systems;
+pub mod table;
 pub mod timeline;
 pub mod tracker;
 pub mod workload;

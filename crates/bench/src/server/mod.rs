@@ -395,7 +395,7 @@ pub fn run(config: &Config, dir: &Path) -> Result<Report> {
                             .map(|row| format!(
                                 "{} {}/s",
                                 row.test,
-                                report::thousands(row.ops_per_sec)
+                                crate::table::thousands(row.ops_per_sec)
                             ))
                             .collect::<Vec<_>>()
                             .join(", "),

@@ -32,6 +32,20 @@ use super::peers::System;
 use super::redis_benchmark::CsvRow;
 use super::Durability;
 use crate::machine::Machine;
+use crate::table::{decimals, thousands, Column, Table};
+
+/// The table's columns: test, pipeline depth, both systems' ops/s, their
+/// ratio, both systems' p50/p99, their p99s' ratio.
+const COLUMNS: [Column; 8] = [
+    Column::Left(6),
+    Column::Right(4),
+    Column::Right(14),
+    Column::Right(14),
+    Column::Right(8),
+    Column::Right(20),
+    Column::Right(20),
+    Column::Right(8),
+];
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -273,17 +287,19 @@ impl Report {
                 "\n{durability}: {} vs {}",
                 pairing.engram, pairing.redis
             );
-            let _ = writeln!(
-                text,
-                "{:<6}{:>4}{:>14}{:>14}{:>8}{:>20}{:>20}{:>8}",
-                "test",
-                "-P",
-                "engram ops/s",
-                "redis ops/s",
-                "ops ×",
-                "engram p50/p99 ms",
-                "redis p50/p99 ms",
-                "p99 ×"
+            let table = Table::new("", &COLUMNS);
+            table.row(
+                &mut text,
+                &[
+                    "test",
+                    "-P",
+                    "engram ops/s",
+                    "redis ops/s",
+                    "ops ×",
+                    "engram p50/p99 ms",
+                    "redis p50/p99 ms",
+                    "p99 ×",
+                ],
             );
             for engram in engram_rows {
                 let redis = self.find(System::Redis, durability, &engram.test, engram.pipeline);
@@ -296,17 +312,18 @@ impl Report {
                     ),
                     None => ("-".into(), "-".into(), "-".into(), "-".into()),
                 };
-                let _ = writeln!(
-                    text,
-                    "{:<6}{:>4}{:>14}{:>14}{:>8}{:>20}{:>20}{:>8}",
-                    engram.test,
-                    engram.pipeline,
-                    thousands(engram.ops_per_sec),
-                    redis_ops,
-                    ops_ratio,
-                    latencies(engram),
-                    redis_latency,
-                    p99_ratio
+                table.row(
+                    &mut text,
+                    &[
+                        &engram.test,
+                        &engram.pipeline.to_string(),
+                        &thousands(engram.ops_per_sec),
+                        &redis_ops,
+                        &ops_ratio,
+                        &latencies(engram),
+                        &redis_latency,
+                        &p99_ratio,
+                    ],
                 );
             }
             let counts: Vec<String> = self
@@ -334,24 +351,7 @@ fn latencies(result: &TestResult) -> String {
     format!("{:.3}/{:.3}", result.p50_ms, result.p99_ms)
 }
 
-/// 1234567.8 -> "1,234,568".
-pub fn thousands(value: f64) -> String {
-    let digits = format!("{:.0}", value.max(0.0));
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
-}
-
 /// A ratio with two decimals, or "-" when it has no value (a zero latency).
-pub fn multiple(value: f64) -> String {
-    if value.is_finite() {
-        format!("{value:.2}")
-    } else {
-        "-".into()
-    }
+fn multiple(value: f64) -> String {
+    decimals(Some(value).filter(|v| v.is_finite()), 2, "-")
 }

@@ -14,11 +14,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use engram_engine::FlushInstruction;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::command::{ReportOutput, RunDir};
 use crate::crash_image;
 use crate::error::{at_least, at_most, BenchError, Result};
+use crate::progress::progress_bar;
 use crate::report::{Report, Sample};
 use crate::runner::{self, Workload};
 use crate::systems::{self, KvSystem, OpenSettings, SystemKind};
@@ -282,7 +282,7 @@ fn one_run(
     let system = systems::open(kind, &dir, settings)?;
     for (op, phases) in Op::ALL.iter().zip(&mut samples.phases) {
         let label = format!("{kind} {op} (run {}/{})", run + 1, config.runs);
-        let bar = progress_bar(config.progress, Some(workload.total(*op)), label);
+        let bar = progress_bar(config.progress, Some(workload.total(*op)), &label);
         let phase = runner::measure(system.as_ref(), kind.name(), *op, workload, &bar)?;
         bar.finish_and_clear();
         phases.push(Sample::of(&phase));
@@ -316,7 +316,7 @@ fn one_run(
         .zip(&images)
     {
         let label = format!("{kind} recovery, {threads} thread(s)");
-        let spinner = progress_bar(config.progress, None, label);
+        let spinner = progress_bar(config.progress, None, &label);
         let started = Instant::now();
         let recovered = systems::reopen(kind, image, settings, *threads)?;
         durations.push(started.elapsed());
@@ -354,31 +354,6 @@ fn remove_if_present(dir: &Path) -> Result<()> {
         }
         _ => Ok(()),
     }
-}
-
-/// A bar over `total` operations, or a spinner when the length is unknown;
-/// hidden unless `enabled` (indicatif also hides it when standard error is
-/// not a terminal).
-fn progress_bar(enabled: bool, total: Option<u64>, label: String) -> ProgressBar {
-    if !enabled {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::with_draw_target(total, ProgressDrawTarget::stderr());
-    let template = match total {
-        // Under 80 columns, so the bar never wraps.
-        Some(_) => "{msg:<30} [{bar:25}] {percent:>3}% eta {eta}",
-        None => "{msg:<30} {spinner} {elapsed}",
-    };
-    bar.set_style(
-        ProgressStyle::with_template(template)
-            .expect("constant progress template is valid")
-            .progress_chars("=> "),
-    );
-    bar.set_message(label);
-    if total.is_none() {
-        bar.enable_steady_tick(Duration::from_millis(100));
-    }
-    bar
 }
 
 #[cfg(test)]

@@ -48,6 +48,7 @@ pub mod engine;
 mod error;
 pub mod integrity;
 mod machine;
+mod progress;
 pub mod report;
 pub mod runner;
 pub mod server;

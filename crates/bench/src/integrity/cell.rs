@@ -35,9 +35,10 @@ use indicatif::ProgressBar;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::{progress_bar, Config, Configuration, Workload, SAMPLE_EVERY};
+use super::{Config, Configuration, Workload, SAMPLE_EVERY};
 use crate::cpu_time::CpuTimes;
 use crate::error::{BenchError, Result};
+use crate::progress::progress_bar;
 use crate::runner::{self, new_histogram};
 use crate::systems::KvSystem;
 use crate::workload::{fill_key, KeyChooser, Op, ValuePool};

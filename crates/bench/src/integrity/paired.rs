@@ -42,8 +42,9 @@ use engram_engine::Store;
 use serde::Serialize;
 
 use super::cell::{self, open, prefill, remove_if_present, timed_run};
-use super::{progress_bar, Config, Configuration, Workload};
+use super::{Config, Configuration, Workload};
 use crate::error::Result;
+use crate::progress::progress_bar;
 use crate::workload::ValuePool;
 
 /// One configuration paired with off on one workload.

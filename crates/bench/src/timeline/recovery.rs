@@ -36,7 +36,7 @@ use indicatif::ProgressBar;
 use super::error::{Result, TimelineError};
 use super::stats;
 use super::{records, remove_if_present, tail, Config};
-use crate::integrity::progress_bar;
+use crate::progress::progress_bar;
 
 /// Keys checked element by element (or value by value) after each
 /// recovery, spread evenly.

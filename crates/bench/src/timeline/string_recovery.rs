@@ -22,7 +22,7 @@ use indicatif::ProgressBar;
 use super::error::{Result, TimelineError};
 use super::recovery::check_count;
 use super::{records, remove_if_present, Config};
-use crate::integrity::progress_bar;
+use crate::progress::progress_bar;
 
 /// One timed engine recovery.
 #[derive(Clone, Debug)]

@@ -25,7 +25,7 @@ use super::server::{ServerCounters, Target};
 use super::stats;
 use super::timed::{self, Kind, Measured};
 use super::{remove_if_present, Config};
-use crate::integrity::progress_bar;
+use crate::progress::progress_bar;
 use crate::workload::{KeyChooser, ValuePool};
 
 /// Seeds of the record choice and of the read/write and field coins; each

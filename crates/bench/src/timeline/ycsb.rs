@@ -56,7 +56,7 @@ use super::server::{ServerCounters, Target};
 use super::stats;
 use super::timed::{self, Kind, Measured};
 use super::{remove_if_present, tail, Config};
-use crate::integrity::progress_bar;
+use crate::progress::progress_bar;
 use crate::workload::{Distribution, KeyChooser, ValuePool, ZIPF_EXPONENT};
 
 /// Records per sorted set of E's range index.

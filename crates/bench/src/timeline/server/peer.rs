@@ -33,7 +33,7 @@ use serde::Serialize;
 
 use super::endpoint::Endpoint;
 use crate::cpu_time;
-use crate::integrity::progress_bar;
+use crate::progress::progress_bar;
 use crate::server::peers::{self, Peer, System};
 use crate::server::Durability;
 use crate::timeline::error::{Result, TimelineError};

@@ -178,7 +178,6 @@ impl Report {
     pub fn table(&self) -> String {
         let mut text = String::new();
         let c = &self.config;
-        let m = &c.machine;
         let _ = writeln!(text, "{}", c.command);
         let _ = writeln!(
             text,
@@ -193,7 +192,7 @@ impl Report {
             c.distribution,
             c.flush
         );
-        let _ = writeln!(text, "{} cores, {}, {}", m.cores, m.cpu, m.kernel);
+        let _ = writeln!(text, "{}", c.machine);
         let _ = writeln!(
             text,
             "engram ×: Engram's throughput (recovery: speed) as a multiple of the peer's"

@@ -463,7 +463,6 @@ impl Report {
     pub fn table(&self) -> String {
         let mut text = String::new();
         let c = &self.config;
-        let m = &c.machine;
         let _ = writeln!(text, "{}", c.command);
         let _ = writeln!(
             text,
@@ -479,7 +478,7 @@ impl Report {
             c.flush,
             c.stripe_pages
         );
-        let _ = writeln!(text, "{} cores, {}, {}", m.cores, m.cpu, m.kernel);
+        let _ = writeln!(text, "{}", c.machine);
         let _ = writeln!(
             text,
             "Background scrubbing is off during the timed runs (scrub_bytes_per_sec 0): \

@@ -243,7 +243,6 @@ impl Report {
     pub fn table(&self) -> String {
         let mut text = String::new();
         let c = &self.config;
-        let m = &c.machine;
         let _ = writeln!(text, "{}", c.command);
         let requests: Vec<String> = c
             .requests
@@ -266,7 +265,7 @@ impl Report {
             "redis: {}; {}",
             c.redis_server_version, c.redis_benchmark_version
         );
-        let _ = writeln!(text, "{} cores, {}, {}", m.cores, m.cpu, m.kernel);
+        let _ = writeln!(text, "{}", c.machine);
         let _ = writeln!(
             text,
             "ops ×: Engram's ops/s over Redis's (above 1: Engram faster); \

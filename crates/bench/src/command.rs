@@ -146,6 +146,17 @@ impl RunDir {
     }
 }
 
+/// Removes a store directory an earlier run (or step) left, if there is
+/// one: every measured store starts from nothing.
+pub(crate) fn remove_if_present(dir: &Path) -> Result<(), IoError> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(IoError::new("removing store directory", dir, e))
+        }
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

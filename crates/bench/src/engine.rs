@@ -10,12 +10,12 @@
 //! landing on whichever ran last; each result is the median run.
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use engram_engine::FlushInstruction;
 
-use crate::command::{ReportOutput, RunDir};
+use crate::command::{remove_if_present, ReportOutput, RunDir};
 use crate::crash_image;
 use crate::error::{at_least, at_most, BenchError, Result};
 use crate::progress::progress_bar;
@@ -295,7 +295,7 @@ fn one_run(
     )?;
     if !kind.survives_crash() {
         drop(system);
-        return remove_if_present(&dir);
+        return Ok(remove_if_present(&dir)?);
     }
     system.crash()?;
     // One crash image per recovery: the store's own directory for the first,
@@ -347,17 +347,10 @@ fn check_key_count(
     }
 }
 
-fn remove_if_present(dir: &Path) -> Result<()> {
-    match std::fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(BenchError::io("removing store directory", dir, e))
-        }
-        _ => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     fn tiny(dir: &Path) -> Config {

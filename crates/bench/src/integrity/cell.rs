@@ -36,6 +36,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::{Config, Configuration, Workload, SAMPLE_EVERY};
+use crate::command::remove_if_present;
 use crate::cpu_time::CpuTimes;
 use crate::error::{BenchError, Result};
 use crate::progress::progress_bar;
@@ -645,15 +646,6 @@ fn percentile(samples: &[Duration], quantile: f64) -> Duration {
 
 fn nanos(elapsed: Duration) -> u64 {
     u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)
-}
-
-pub(super) fn remove_if_present(dir: &std::path::Path) -> Result<()> {
-    match std::fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(BenchError::io("removing store directory", dir, e))
-        }
-        _ => Ok(()),
-    }
 }
 
 #[cfg(test)]

@@ -88,7 +88,7 @@ pub mod ycsb;
 mod tests;
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use engram_pmem::background::{self, BackgroundCpus};
@@ -593,13 +593,4 @@ pub fn run(config: &Config) -> Result<Report> {
         report.recovery = Some(report::RecoveryReport::new(&recovery::measure(config)?));
     }
     Ok(report)
-}
-
-fn remove_if_present(dir: &Path) -> Result<()> {
-    match std::fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(TimelineError::io("removing store directory", dir, e))
-        }
-        _ => Ok(()),
-    }
 }

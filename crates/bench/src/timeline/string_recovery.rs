@@ -21,7 +21,8 @@ use indicatif::ProgressBar;
 
 use super::error::{Result, TimelineError};
 use super::recovery::check_count;
-use super::{records, remove_if_present, Config};
+use super::{records, Config};
+use crate::command::remove_if_present;
 use crate::progress::progress_bar;
 
 /// One timed engine recovery.

@@ -32,12 +32,12 @@ use redis::Connection;
 use serde::Serialize;
 
 use super::endpoint::Endpoint;
+use crate::command::remove_if_present;
 use crate::cpu_time;
 use crate::progress::progress_bar;
 use crate::server::peers::{self, Peer, System};
 use crate::server::Durability;
 use crate::timeline::error::{Result, TimelineError};
-use crate::timeline::remove_if_present;
 use crate::timeline::timed::Measured;
 
 /// The servers measured beside Engram's with `--target server`.

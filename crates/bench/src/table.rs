@@ -54,6 +54,17 @@ impl<'a> Table<'a> {
     }
 }
 
+/// The width of a column of labels: the longest of their `lengths` and
+/// `space` more, and at least `min`.
+pub fn width_to_fit(lengths: impl IntoIterator<Item = usize>, space: usize, min: usize) -> usize {
+    lengths
+        .into_iter()
+        .map(|length| length + space)
+        .max()
+        .unwrap_or(0)
+        .max(min)
+}
+
 /// `text` without blanks at the ends of its lines (which empty cells at the
 /// end of a row leave).
 pub fn trim_line_ends(text: &str) -> String {
@@ -155,6 +166,8 @@ mod tests {
             .row(&mut text, &["toolong", "1"]);
         assert_eq!(text, "  get      12   x\ntoolong|    1\n");
         assert_eq!(trim_line_ends("a  \nb\n"), "a\nb\n");
+        assert_eq!(width_to_fit([3, 7], 2, 5), 9);
+        assert_eq!(width_to_fit([], 2, 5), 5);
     }
 
     #[test]

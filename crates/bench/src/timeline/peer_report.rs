@@ -49,7 +49,7 @@ use super::server::peer::{self, PeerMeasured, RedisCounters, RedisServer};
 use super::tail::Configuration;
 use super::timed::{Kind, WINDOW};
 use super::ycsb::Workload;
-use crate::table::{decimals, thousands, Column, Table};
+use crate::table::{decimals, thousands, width_to_fit, Column, Table};
 
 /// What Redis did before each timed run.
 pub const BEFORE_TIMED_RUN: &str = "the prefill, then BGREWRITEAOF, waited for (as SAVE folds \
@@ -325,12 +325,7 @@ impl PeerReport {
                 ""
             }
         );
-        let width = ratios
-            .iter()
-            .map(|r| r.run.len() + 2)
-            .max()
-            .unwrap_or(0)
-            .max(16);
+        let width = width_to_fit(ratios.iter().map(|r| r.run.len()), 2, 16);
         // The last two columns, each side's min win/med, are the tail part's
         // (only its ratios have them).
         let columns = [

@@ -79,7 +79,9 @@ use super::timed::{Kind, Measured, SAMPLE_EVERY, WINDOW};
 use super::ycsb::{Workload, YcsbMeasured};
 use super::{records, Config, Part};
 use crate::machine::Machine;
-use crate::table::{decimals, micros, millis, thousands, trim_line_ends, Column, Table};
+use crate::table::{
+    decimals, micros, millis, thousands, trim_line_ends, width_to_fit, Column, Table,
+};
 
 /// Targets of the tail part (DIPPER's claims, as the issue states them).
 pub const QUIESCENCE_TARGET: f64 = 0.5;
@@ -674,13 +676,13 @@ impl Report {
         );
         let peer = self.peer.as_ref();
         let label = |configuration: &str, system: &str| self.row_label(configuration, system);
-        let width = tail
-            .configurations
-            .iter()
-            .map(|r| label(r.configuration, "engram").len() + 2)
-            .max()
-            .unwrap_or(0)
-            .max(15);
+        let width = width_to_fit(
+            tail.configurations
+                .iter()
+                .map(|r| label(r.configuration, "engram").len()),
+            2,
+            15,
+        );
         let columns = [
             Column::Left(width),
             Column::Right(11),
@@ -855,13 +857,11 @@ impl Report {
         );
         let peer = self.peer.as_ref();
         let label = |store: &str, system: &str| self.row_label(store, system);
-        let width = ycsb
-            .results
-            .iter()
-            .map(|r| label(r.store, "engram").len() + 1)
-            .max()
-            .unwrap_or(0)
-            .max(12);
+        let width = width_to_fit(
+            ycsb.results.iter().map(|r| label(r.store, "engram").len()),
+            1,
+            12,
+        );
         let columns = [
             Column::Left(width),
             Column::Left(8),

@@ -41,9 +41,9 @@ enum Command {
     /// What lazy redundancy costs: YCSB A, B and write-only with integrity
     /// off, lazy (1 s, 30 s) and inline, time to coverage, scrub speed.
     Integrity(integrity::IntegrityBenchArgs),
-    /// Dirty-page tracking: Engram's software marks against uffd-wp async
-    /// + PAGEMAP_SCAN, per workload and memory type, and the cost of each
-    /// after a crash.
+    /// Dirty-page tracking: Engram's software marks against uffd-wp
+    /// async + PAGEMAP_SCAN, per workload and memory type, and the cost of
+    /// each after a crash.
     Tracker(tracker::TrackerBenchArgs),
     /// The collections layer over time: throughput per 10 ms window and
     /// tail latency with background, no and stop-the-world checkpoints,

@@ -46,7 +46,7 @@ fn writer(port: u16, client: usize, start: &Acked, stop: &AtomicBool) -> Acked {
             break;
         }
         acked.sets += 1;
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             acked.incrs_sent += 1;
             if redis::cmd("INCR")
                 .arg(&counter)
@@ -57,7 +57,7 @@ fn writer(port: u16, client: usize, start: &Acked, stop: &AtomicBool) -> Acked {
             }
             acked.incrs_acked += 1;
         }
-        if i % 5 == 0 {
+        if i.is_multiple_of(5) {
             let m = acked.msets_sent;
             acked.msets_sent += 1;
             let mset: redis::RedisResult<()> = redis::cmd("MSET")

@@ -68,7 +68,7 @@ fn writer(port: u16, n: usize, start: &Acked, stop: &AtomicBool) -> Acked {
         }
         acked.votes_acked += 1;
 
-        if i % 4 == 0 {
+        if i.is_multiple_of(4) {
             let m = acked.multis_sent;
             acked.multis_sent += 1;
             let done: redis::RedisResult<()> = redis::pipe()
@@ -93,10 +93,10 @@ fn writer(port: u16, n: usize, start: &Acked, stop: &AtomicBool) -> Acked {
             }
         }
 
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             let k = acked.flips_acked;
             acked.flip_in_flight = true;
-            let flipped: redis::RedisResult<()> = if k % 2 == 0 {
+            let flipped: redis::RedisResult<()> = if k.is_multiple_of(2) {
                 redis::cmd("SET").arg(key("flip")).arg(k).query(&mut con)
             } else {
                 redis::pipe()
@@ -236,7 +236,7 @@ fn check(port: u16, n: usize, acked: &mut Acked) {
             other => panic!("client {n}: flip key is {other:?}"),
         };
         assert_eq!(
-            k % 2 == 0,
+            k.is_multiple_of(2),
             kind == "string",
             "client {n}: flip state {k} has the wrong type {kind}"
         );

@@ -288,7 +288,9 @@ impl TrackerConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
-        if self.region_bytes < MIN_REGION_BYTES || self.region_bytes % REGION_GRANULE_BYTES != 0 {
+        if self.region_bytes < MIN_REGION_BYTES
+            || !self.region_bytes.is_multiple_of(REGION_GRANULE_BYTES)
+        {
             return Err(TrackerBenchError::flag(
                 "region-mib",
                 format!(

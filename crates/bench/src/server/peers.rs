@@ -1,6 +1,6 @@
 //! The two servers as child processes: finding Redis's tools, picking
-//! ports, starting `engram serve` and `redis-server` at a
-//! given durability, waiting until they answer PING, and stopping them.
+//! ports, starting `engram serve` and `redis-server` at a given durability,
+//! waiting until they answer PING, and stopping them.
 //!
 //! Each server writes its stdout and stderr to its own log file and its data
 //! to its own fresh directory, so nothing carries over from one run to the

@@ -1,4 +1,4 @@
-//! `engram bench engine`: Viper's micro-benchmarks (VLDB 2021, 5.3.1) over
+//! `engram-bench engine`: Viper's micro-benchmarks (VLDB 2021, 5.3.1) over
 //! Engram and its peers, in one process, one system at a time.
 //!
 //! One run of one system: open a fresh store, prefill it, measure insert,
@@ -9,14 +9,16 @@
 //! cache, frequency, other tenants) spreads over all of them instead of
 //! landing on whichever ran last; each result is the median run.
 
-use std::path::{Path, PathBuf};
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use engram_engine::FlushInstruction;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::command::{remove_if_present, ReportOutput, RunDir};
 use crate::crash_image;
-use crate::error::{BenchError, Result};
+use crate::error::{at_least, at_most, BenchError, Result};
+use crate::progress::progress_bar;
 use crate::report::{Report, Sample};
 use crate::runner::{self, Workload};
 use crate::systems::{self, KvSystem, OpenSettings, SystemKind};
@@ -30,6 +32,105 @@ pub const MAX_THREADS: usize = 1024;
 pub const MAX_RUNS: usize = 1000;
 /// Seeds the value pool, so every run and every system stores the same bytes.
 const VALUE_SEED: u64 = 0xBEEF;
+/// `--quick`: a run for demonstrations and smoke tests, seconds not minutes.
+const QUICK_RECORDS: u64 = 200_000;
+const QUICK_RUNS: usize = 1;
+/// Without `--quick`: a data set whose index does not fit in the CPU caches
+/// (Viper prefills 100 M; pass `--records 100000000` to match it).
+const DEFAULT_RECORDS: u64 = 1_000_000;
+/// Without `--quick`: enough runs for a median to mean something.
+const DEFAULT_RUNS: usize = 3;
+
+/// The flags of `engram-bench engine`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct EngineBenchArgs {
+    /// Records prefilled before the measured phases [default: 1000000, or
+    /// 200000 with --quick].
+    #[arg(long)]
+    pub records: Option<u64>,
+    /// Operations per measured phase [default: half the records].
+    #[arg(long)]
+    pub ops: Option<u64>,
+    /// Client threads [default: one per core].
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Runs per system, each on a fresh store; the median is reported
+    /// [default: 3, or 1 with --quick].
+    #[arg(long)]
+    pub runs: Option<usize>,
+    /// Systems measured besides Engram, comma-separated: rocksdb, lmdb,
+    /// volatile [default: all compiled in].
+    #[arg(long, value_delimiter = ',')]
+    pub peers: Option<Vec<SystemKind>>,
+    /// Flush instruction Engram issues per persisted cache line (clwb,
+    /// clflushopt or none).
+    #[arg(long, default_value = "none")]
+    pub flush: FlushInstruction,
+    #[arg(long, default_value_t = 16)]
+    pub key_bytes: usize,
+    #[arg(long, default_value_t = 200)]
+    pub value_bytes: usize,
+    /// Which prefilled keys get and update touch: uniform or zipfian (s = 0.99).
+    #[arg(long, default_value = "uniform")]
+    pub distribution: Distribution,
+    /// Where the stores go [default: a fresh temporary directory under the
+    /// current one, removed at the end].
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// A small run for demonstrations and smoke tests (200000 records, one
+    /// run, unless --records or --runs say otherwise).
+    #[arg(long)]
+    pub quick: bool,
+    /// Also write the results as JSON to this file, or to standard output
+    /// with `-` (the table then goes to standard error).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+impl EngineBenchArgs {
+    /// The run the flags ask for, defaults filled in; `dir` is left empty
+    /// for [`cli`] to fill, and nothing is checked yet ([`Config::validate`]).
+    pub fn config(&self, command: String) -> Config {
+        let records = self.records.unwrap_or(if self.quick {
+            QUICK_RECORDS
+        } else {
+            DEFAULT_RECORDS
+        });
+        Config {
+            records,
+            ops: self.ops.unwrap_or((records / 2).max(1)),
+            threads: self.threads.unwrap_or_else(|| {
+                std::thread::available_parallelism().map_or(1, |cores| cores.get())
+            }),
+            runs: self
+                .runs
+                .unwrap_or(if self.quick { QUICK_RUNS } else { DEFAULT_RUNS }),
+            peers: self.peers.clone().unwrap_or_else(SystemKind::default_peers),
+            flush: self.flush,
+            key_bytes: self.key_bytes,
+            value_bytes: self.value_bytes,
+            distribution: self.distribution,
+            dir: PathBuf::new(),
+            progress: std::io::stderr().is_terminal(),
+            command,
+        }
+    }
+}
+
+/// `engram-bench engine`: checks the flags, runs the benchmark in a fresh
+/// directory (or `--dir`), prints the table and writes the JSON.
+pub fn cli(args: EngineBenchArgs, command: String) -> Result<()> {
+    let mut config = args.config(command);
+    // Refuse bad flags before anything is created on disk.
+    config.validate()?;
+    let output = ReportOutput::create(args.json.as_deref())?;
+    let run_dir = RunDir::new(args.dir.as_deref(), "engram-bench-")?;
+    config.dir = run_dir.path().to_path_buf();
+    let report = run(&config)?;
+    output.write(&report.table(), || report.json())?;
+    run_dir.close()?;
+    Ok(())
+}
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -114,25 +215,6 @@ impl Config {
     }
 }
 
-fn at_least(flag: &'static str, got: u64, min: u64) -> Result<()> {
-    if got < min {
-        return Err(BenchError::BelowMinimum { flag, min, got });
-    }
-    Ok(())
-}
-
-fn at_most(flag: &'static str, got: u64, max: u64, why: &'static str) -> Result<()> {
-    if got > max {
-        return Err(BenchError::AboveMaximum {
-            flag,
-            max,
-            got,
-            why,
-        });
-    }
-    Ok(())
-}
-
 /// What one system's runs measured.
 struct Samples {
     kind: SystemKind,
@@ -200,7 +282,7 @@ fn one_run(
     let system = systems::open(kind, &dir, settings)?;
     for (op, phases) in Op::ALL.iter().zip(&mut samples.phases) {
         let label = format!("{kind} {op} (run {}/{})", run + 1, config.runs);
-        let bar = progress_bar(config.progress, Some(workload.total(*op)), label);
+        let bar = progress_bar(config.progress, Some(workload.total(*op)), &label);
         let phase = runner::measure(system.as_ref(), kind.name(), *op, workload, &bar)?;
         bar.finish_and_clear();
         phases.push(Sample::of(&phase));
@@ -213,7 +295,7 @@ fn one_run(
     )?;
     if !kind.survives_crash() {
         drop(system);
-        return remove_if_present(&dir);
+        return Ok(remove_if_present(&dir)?);
     }
     system.crash()?;
     // One crash image per recovery: the store's own directory for the first,
@@ -234,7 +316,7 @@ fn one_run(
         .zip(&images)
     {
         let label = format!("{kind} recovery, {threads} thread(s)");
-        let spinner = progress_bar(config.progress, None, label);
+        let spinner = progress_bar(config.progress, None, &label);
         let started = Instant::now();
         let recovered = systems::reopen(kind, image, settings, *threads)?;
         durations.push(started.elapsed());
@@ -265,42 +347,10 @@ fn check_key_count(
     }
 }
 
-fn remove_if_present(dir: &Path) -> Result<()> {
-    match std::fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(BenchError::io("removing store directory", dir, e))
-        }
-        _ => Ok(()),
-    }
-}
-
-/// A bar over `total` operations, or a spinner when the length is unknown;
-/// hidden unless `enabled` (indicatif also hides it when standard error is
-/// not a terminal).
-fn progress_bar(enabled: bool, total: Option<u64>, label: String) -> ProgressBar {
-    if !enabled {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::with_draw_target(total, ProgressDrawTarget::stderr());
-    let template = match total {
-        // Under 80 columns, so the bar never wraps.
-        Some(_) => "{msg:<30} [{bar:25}] {percent:>3}% eta {eta}",
-        None => "{msg:<30} {spinner} {elapsed}",
-    };
-    bar.set_style(
-        ProgressStyle::with_template(template)
-            .expect("constant progress template is valid")
-            .progress_chars("=> "),
-    );
-    bar.set_message(label);
-    if total.is_none() {
-        bar.enable_steady_tick(Duration::from_millis(100));
-    }
-    bar
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     fn tiny(dir: &Path) -> Config {

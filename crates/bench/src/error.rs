@@ -1,6 +1,6 @@
 //! What can go wrong in a benchmark run, by what went wrong: a bad flag, a
 //! peer this binary was built without, a system that failed or lost a
-//! write, or the file system.
+//! write, or the file system ([`IoError`], shared by every benchmark).
 
 use std::path::PathBuf;
 
@@ -19,7 +19,7 @@ pub enum BenchError {
 
     #[error(
         "{system} is not compiled into this binary; rebuild with \
-         `cargo build --release -p engram --features peers`"
+         `cargo build --release -p engram-bench --features peers`"
     )]
     PeerNotCompiled { system: &'static str },
 
@@ -58,13 +58,8 @@ pub enum BenchError {
     #[error("{system} keeps nothing across a crash, so it has no recovery to time")]
     NoRecovery { system: &'static str },
 
-    #[error("{action} {}", path.display())]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] IoError),
 
     #[error("engram failed")]
     Engram(#[from] engram_engine::Error),
@@ -78,16 +73,56 @@ pub enum BenchError {
     Lmdb(#[from] heed::Error),
 }
 
+/// A file-system operation that failed: what was being done, to what, and
+/// the system's error. Every benchmark's error type holds one as its `Io`
+/// case, so the helpers all commands share ([`crate::command`]) can fail
+/// the same way in each.
+#[derive(Debug, thiserror::Error)]
+#[error("{action} {}", path.display())]
+pub struct IoError {
+    pub action: &'static str,
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl IoError {
+    pub fn new(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        IoError {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+}
+
 impl BenchError {
     pub(crate) fn io(
         action: &'static str,
         path: impl Into<PathBuf>,
         source: std::io::Error,
     ) -> Self {
-        BenchError::Io {
-            action,
-            path: path.into(),
-            source,
-        }
+        IoError::new(action, path, source).into()
     }
+}
+
+/// `--flag` must be at least `min`.
+pub(crate) fn at_least(flag: &'static str, got: u64, min: u64) -> Result<()> {
+    if got < min {
+        return Err(BenchError::BelowMinimum { flag, min, got });
+    }
+    Ok(())
+}
+
+/// `--flag` may be at most `max`, for the reason `why`.
+pub(crate) fn at_most(flag: &'static str, got: u64, max: u64, why: &'static str) -> Result<()> {
+    if got > max {
+        return Err(BenchError::AboveMaximum {
+            flag,
+            max,
+            got,
+            why,
+        });
+    }
+    Ok(())
 }

@@ -13,20 +13,27 @@
 //! [`runner`], the JSON and the table in [`report`]. Each timed recovery
 //! starts from its own copy of the crash image (`crash_image`).
 //!
-//! [`tracker`] (`engram bench tracker`) measures dirty-page tracking:
+//! [`tracker`] (`engram-bench tracker`) measures dirty-page tracking:
 //! Engram's software marks against the kernel's (userfaultfd async write
 //! protection collected with `PAGEMAP_SCAN`), and what each costs after a
 //! crash.
 //!
-//! [`integrity`] (`engram bench integrity`) measures the integrity layer:
+//! [`integrity`] (`engram-bench integrity`) measures the integrity layer:
 //! YCSB A, B and write-only over the embedded store with integrity off,
 //! lazy (1 s, 30 s) and inline, time to coverage, and scrub speed.
 //!
-//! [`timeline`] (`engram bench timeline`) measures the collections layer
+//! [`timeline`] (`engram-bench timeline`) measures the collections layer
 //! (DIPPER, `engram-collections`) over time: throughput per 10 ms window
 //! and tail latency with background, no and stop-the-world checkpoints
 //! (quiescent freedom), YCSB A–F over collections and strings, and
 //! recovery from the log alone and from checkpoint images.
+//!
+//! [`server`] (`engram-bench server`) runs redis-benchmark against
+//! `engram serve` and redis-server; it starts the `engram` binary found
+//! beside `engram-bench`.
+//!
+//! The command line is the `engram-bench` binary (`src/main.rs`), separate
+//! from `engram` so that the server links none of this crate.
 
 // Unsafe code is allowed in two places, each saying why it is sound: heed's
 // (opening an LMDB environment and setting its flags are `unsafe fn`s), and
@@ -34,22 +41,25 @@
 // (`tracker::kernel`, `tracker::memory`).
 #![deny(unsafe_code)]
 
+pub mod command;
 mod cpu_time;
 mod crash_image;
 pub mod engine;
 mod error;
 pub mod integrity;
 mod machine;
+mod progress;
 pub mod report;
 pub mod runner;
 pub mod server;
 pub mod systems;
+pub mod table;
 pub mod timeline;
 pub mod tracker;
 pub mod workload;
 
 pub use engine::{run, Config};
-pub use error::{BenchError, Result};
+pub use error::{BenchError, IoError, Result};
 pub use machine::Machine;
 pub use report::Report;
 pub use systems::SystemKind;

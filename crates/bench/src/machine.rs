@@ -23,6 +23,14 @@ impl Machine {
     }
 }
 
+/// The line the reports print under their command: "2 cores, AMD EPYC,
+/// Linux 6.8.0".
+impl std::fmt::Display for Machine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} cores, {}, {}", self.cores, self.cpu, self.kernel)
+    }
+}
+
 /// `uname -sr` without a libc call: Linux exposes both fields in /proc.
 fn kernel() -> String {
     let read = |path| std::fs::read_to_string(path).map(|s: String| s.trim().to_string());

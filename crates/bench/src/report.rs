@@ -23,7 +23,19 @@ use crate::engine::Config;
 use crate::machine::Machine;
 use crate::runner::Phase;
 use crate::systems::SystemKind;
+use crate::table::{nanos, significant, thousands, trim_line_ends, Column, Table};
 use crate::workload::Op;
+
+/// The table's columns: a name, throughput, three latencies, the multiple;
+/// recovery uses the first four (a name, threads, time, the multiple).
+const COLUMNS: [Column; 6] = [
+    Column::Left(10),
+    Column::Right(14),
+    Column::Right(11),
+    Column::Right(11),
+    Column::Right(11),
+    Column::Right(11),
+];
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -166,7 +178,6 @@ impl Report {
     pub fn table(&self) -> String {
         let mut text = String::new();
         let c = &self.config;
-        let m = &c.machine;
         let _ = writeln!(text, "{}", c.command);
         let _ = writeln!(
             text,
@@ -181,11 +192,13 @@ impl Report {
             c.distribution,
             c.flush
         );
-        let _ = writeln!(text, "{} cores, {}, {}", m.cores, m.cpu, m.kernel);
+        let _ = writeln!(text, "{}", c.machine);
         let _ = writeln!(
             text,
             "engram ×: Engram's throughput (recovery: speed) as a multiple of the peer's"
         );
+        // A system's rows are indented under its operation's name.
+        let table = Table::new("", &COLUMNS);
         for op in Op::ALL {
             let rows: Vec<&OpResult> = self.results.iter().filter(|r| r.op == op.name()).collect();
             if rows.is_empty() {
@@ -195,32 +208,28 @@ impl Report {
                 .iter()
                 .find(|r| r.system == SystemKind::Engram.name())
                 .map(|r| r.ops_per_sec);
-            let _ = writeln!(
-                text,
-                "\n{:<10}{:>14}{:>11}{:>11}{:>11}{:>11}",
-                op.name(),
-                "ops/s",
-                "p50",
-                "p99",
-                "p99.9",
-                "engram ×"
+            text.push('\n');
+            table.row(
+                &mut text,
+                &[op.name(), "ops/s", "p50", "p99", "p99.9", "engram ×"],
             );
             for row in rows {
                 let multiple = match engram {
                     Some(engram) if row.system != SystemKind::Engram.name() => {
-                        ratio(engram / row.ops_per_sec)
+                        significant(engram / row.ops_per_sec)
                     }
                     _ => String::new(),
                 };
-                let _ = writeln!(
-                    text,
-                    "  {:<8}{:>14}{:>11}{:>11}{:>11}{:>11}",
-                    row.system,
-                    thousands(row.ops_per_sec),
-                    nanos(row.p50_ns),
-                    nanos(row.p99_ns),
-                    nanos(row.p999_ns),
-                    multiple
+                table.row(
+                    &mut text,
+                    &[
+                        &format!("  {}", row.system),
+                        &thousands(row.ops_per_sec),
+                        &nanos(row.p50_ns),
+                        &nanos(row.p99_ns),
+                        &nanos(row.p999_ns),
+                        &multiple,
+                    ],
                 );
             }
         }
@@ -231,11 +240,8 @@ impl Report {
                 "\nrecovery: reopen after a crash, {} records",
                 thousands(records as f64)
             );
-            let _ = writeln!(
-                text,
-                "{:<10}{:>14}{:>11}{:>11}",
-                "", "threads", "time", "engram ×"
-            );
+            let recovery = Table::new("", &COLUMNS[..4]);
+            recovery.row(&mut text, &["", "threads", "time", "engram ×"]);
             for row in &self.recovery {
                 let engram = self
                     .recovery
@@ -244,67 +250,23 @@ impl Report {
                     .map(|r| r.seconds);
                 let multiple = match engram {
                     Some(engram) if row.system != SystemKind::Engram.name() => {
-                        ratio(row.seconds / engram)
+                        significant(row.seconds / engram)
                     }
                     _ => String::new(),
                 };
-                let _ = writeln!(
-                    text,
-                    "  {:<8}{:>14}{:>11}{:>11}",
-                    row.system,
-                    row.threads,
-                    nanos((row.seconds * 1e9) as u64),
-                    multiple
+                recovery.row(
+                    &mut text,
+                    &[
+                        &format!("  {}", row.system),
+                        &row.threads.to_string(),
+                        &nanos((row.seconds * 1e9) as u64),
+                        &multiple,
+                    ],
                 );
             }
         }
         // Empty ratio cells would leave trailing blanks.
-        text.lines().fold(String::new(), |mut out, line| {
-            out.push_str(line.trim_end());
-            out.push('\n');
-            out
-        })
-    }
-}
-
-/// 1234567.8 -> "1,234,568".
-fn thousands(value: f64) -> String {
-    let digits = format!("{:.0}", value.max(0.0));
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
-}
-
-/// Two significant digits below 10 (0.0042, 0.53, 2.6), one decimal above.
-fn ratio(value: f64) -> String {
-    if !value.is_finite() {
-        return "-".into();
-    }
-    if value >= 10.0 {
-        return format!("{value:.1}");
-    }
-    let decimals = if value > 0.0 {
-        (1.0 - value.log10().floor()).clamp(1.0, 6.0) as usize
-    } else {
-        1
-    };
-    format!("{value:.decimals$}")
-}
-
-fn nanos(ns: u64) -> String {
-    if ns >= 1_000_000_000 {
-        format!("{:.2} s", ns as f64 / 1e9)
-    } else if ns >= 1_000_000 {
-        format!("{:.1} ms", ns as f64 / 1e6)
-    } else if ns >= 1_000 {
-        format!("{:.1} µs", ns as f64 / 1e3)
-    } else {
-        format!("{ns} ns")
+        trim_line_ends(&text)
     }
 }
 
@@ -328,7 +290,7 @@ mod tests {
             distribution: Distribution::Zipfian,
             dir: PathBuf::from("."),
             progress: false,
-            command: "engram bench engine --runs 3".into(),
+            command: "engram-bench engine --runs 3".into(),
         };
         let sample = |ops_per_sec| Sample {
             ops_per_sec,
@@ -417,22 +379,5 @@ mod tests {
         // Engram at 2 M ops/s against the map's 4 M: 0.50.
         assert!(table.contains("0.50"), "{table}");
         assert!(table.contains("recovery"), "{table}");
-    }
-
-    #[test]
-    fn ratios_keep_two_significant_digits() {
-        assert_eq!(ratio(0.0042), "0.0042");
-        assert_eq!(ratio(0.5), "0.50");
-        assert_eq!(ratio(2.61), "2.6");
-        assert_eq!(ratio(29.15), "29.1");
-        assert_eq!(ratio(f64::INFINITY), "-");
-    }
-
-    #[test]
-    fn thousands_are_separated() {
-        assert_eq!(thousands(0.0), "0");
-        assert_eq!(thousands(999.4), "999");
-        assert_eq!(thousands(1000.0), "1,000");
-        assert_eq!(thousands(1234567.8), "1,234,568");
     }
 }

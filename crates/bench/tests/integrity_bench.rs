@@ -1,4 +1,4 @@
-//! `engram bench integrity` end to end at toy sizes: every configuration on
+//! `engram-bench integrity` end to end at toy sizes: every configuration on
 //! every workload measured, lazy stores refreshed within a few periods, the
 //! scrubs timed, the stores removed; and the flags' defaults.
 
@@ -45,7 +45,7 @@ fn tiny_config(dir: &std::path::Path) -> Config {
         quiet_share: 0.1,
         dir: dir.to_path_buf(),
         progress: false,
-        command: "engram bench integrity (test)".into(),
+        command: "engram-bench integrity (test)".into(),
         paired: None,
     }
 }
@@ -162,7 +162,7 @@ fn tiny_run_measures_every_configuration_on_every_workload() {
 #[test]
 fn defaults_are_the_issue_s_experiment() {
     let args = Cli::parse_from(["bench-integrity"]).args;
-    let config = args.config("engram bench integrity".into()).unwrap();
+    let config = args.config("engram-bench integrity".into()).unwrap();
     assert_eq!(config.records, 1_000_000);
     assert_eq!(config.value_bytes, 200);
     assert_eq!(config.threads, 2);
@@ -226,7 +226,7 @@ fn paired_slices_measure_each_lazy_period_against_off() {
         workloads: vec![Workload::YcsbA],
         lazy_periods: vec![Duration::from_millis(200), Duration::from_secs(30)],
         background_scrub: Duration::ZERO,
-        command: "engram bench integrity --paired 250ms (test)".into(),
+        command: "engram-bench integrity --paired 250ms (test)".into(),
         paired: Some(Duration::from_millis(250)),
         ..tiny_config(dir.path())
     };

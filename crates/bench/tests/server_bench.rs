@@ -1,4 +1,4 @@
-//! `engram bench server` without servers: parsing redis-benchmark's CSV,
+//! `engram-bench server` without servers: parsing redis-benchmark's CSV,
 //! the flags' defaults, and the report's table and JSON contract.
 
 use clap::Parser;
@@ -85,7 +85,7 @@ fn csv_without_percentiles_or_with_garbage_is_an_error() {
 
 #[test]
 fn defaults_follow_the_issue_and_quick_shrinks_the_run() {
-    let config = args(&[]).config("engram bench server".into()).unwrap();
+    let config = args(&[]).config("engram-bench server".into()).unwrap();
     assert_eq!(config.durabilities, Durability::ALL);
     assert_eq!(config.tests, ["set", "get", "incr", "mset"]);
     assert_eq!(config.clients, 50);
@@ -156,7 +156,7 @@ fn row(test: &str, ops_per_sec: f64, p50_ms: f64, p99_ms: f64) -> CsvRow {
 
 fn report() -> Report {
     let mut report = Report::new(ReportConfig {
-        command: "engram bench server --runs 3".into(),
+        command: "engram-bench server --runs 3".into(),
         durabilities: vec!["process", "always"],
         pipelines: vec![1, 16],
         tests: vec!["set".into(), "get".into()],
@@ -314,7 +314,7 @@ fn json_has_the_documented_field_names() {
 #[test]
 fn the_table_shows_both_systems_and_the_ratios() {
     let table = report().table();
-    assert!(table.contains("engram bench server --runs 3"), "{table}");
+    assert!(table.contains("engram-bench server --runs 3"), "{table}");
     assert!(table.contains("redis-benchmark 7.0.15"), "{table}");
     assert!(table.contains("appendfsync no"), "{table}");
     // SET at -P 16: Engram's median 200,000 against Redis's 100,000.
@@ -338,4 +338,15 @@ fn the_table_shows_both_systems_and_the_ratios() {
     assert!(table.contains("redis run 1: -"), "{table}");
     // No results for `always`: no section for it.
     assert!(!table.contains("always:"), "{table}");
+}
+
+#[test]
+fn engram_is_looked_for_beside_this_program_unless_named() {
+    let config = args(&[]).config(String::new()).unwrap();
+    let this = std::env::current_exe().unwrap();
+    assert_eq!(config.engram_bin, this.with_file_name("engram"));
+    let named = args(&["--engram-bin", "/opt/engram"])
+        .config(String::new())
+        .unwrap();
+    assert_eq!(named.engram_bin, std::path::Path::new("/opt/engram"));
 }

@@ -1,4 +1,4 @@
-//! `engram bench tracker` end to end on a tiny region: the software
+//! `engram-bench tracker` end to end on a tiny region: the software
 //! tracker is always measured; the kernel tracker is measured where this
 //! kernel supports uffd-wp async, and otherwise says why not. Nothing here
 //! depends on the kernel's support.

@@ -1,4 +1,4 @@
-//! One cell of `engram bench integrity`: a configuration on a workload, on
+//! One cell of `engram-bench integrity`: a configuration on a workload, on
 //! a fresh store (module docs of [`super`] for the sequence).
 //!
 //! ## Threads
@@ -35,9 +35,11 @@ use indicatif::ProgressBar;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::{progress_bar, Config, Configuration, Workload, SAMPLE_EVERY};
+use super::{Config, Configuration, Workload, SAMPLE_EVERY};
+use crate::command::remove_if_present;
 use crate::cpu_time::CpuTimes;
 use crate::error::{BenchError, Result};
+use crate::progress::progress_bar;
 use crate::runner::{self, new_histogram};
 use crate::systems::KvSystem;
 use crate::workload::{fill_key, KeyChooser, Op, ValuePool};
@@ -644,15 +646,6 @@ fn percentile(samples: &[Duration], quantile: f64) -> Duration {
 
 fn nanos(elapsed: Duration) -> u64 {
     u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)
-}
-
-pub(super) fn remove_if_present(dir: &std::path::Path) -> Result<()> {
-    match std::fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(BenchError::io("removing store directory", dir, e))
-        }
-        _ => Ok(()),
-    }
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! `engram bench integrity`: what lazy redundancy costs and how quickly it
+//! `engram-bench integrity`: what lazy redundancy costs and how quickly it
 //! protects a write (issue 5, item 6; the paper's section 5.1: YCSB with
 //! Redis, throughput and update latency against a baseline without
 //! redundancy, periods of 1 s and 30 s, and a redundancy-at-every-write
@@ -55,14 +55,14 @@ pub mod cell;
 pub mod paired;
 pub mod report;
 
-use std::io::{IsTerminal, Write as _};
-use std::path::{Path, PathBuf};
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use engram_engine::{FlushInstruction, IntegrityMode, IntegrityOptions};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::error::{BenchError, Result};
+use crate::command::{warn_if_debug_build, ReportOutput, RunDir};
+use crate::error::{at_least, at_most, BenchError, Result};
 use crate::machine::Machine;
 use crate::workload::{Distribution, ValuePool, MIN_KEY_BYTES};
 pub use report::Report;
@@ -223,7 +223,7 @@ impl std::str::FromStr for Workload {
     }
 }
 
-/// The flags of `engram bench integrity`.
+/// The flags of `engram-bench integrity`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct IntegrityBenchArgs {
     /// Records prefilled into each fresh store.
@@ -424,25 +424,6 @@ impl Config {
     }
 }
 
-fn at_least(flag: &'static str, got: u64, min: u64) -> Result<()> {
-    if got < min {
-        return Err(BenchError::BelowMinimum { flag, min, got });
-    }
-    Ok(())
-}
-
-fn at_most(flag: &'static str, got: u64, max: u64, why: &'static str) -> Result<()> {
-    if got > max {
-        return Err(BenchError::AboveMaximum {
-            flag,
-            max,
-            got,
-            why,
-        });
-    }
-    Ok(())
-}
-
 impl IntegrityBenchArgs {
     /// Checks the flags and fills in what the command line leaves open.
     pub fn config(&self, command: String) -> Result<Config> {
@@ -471,54 +452,17 @@ impl IntegrityBenchArgs {
     }
 }
 
-/// `engram bench integrity`: runs the benchmark, prints the table, writes
+/// `engram-bench integrity`: runs the benchmark, prints the table, writes
 /// the JSON.
 pub fn cli(args: IntegrityBenchArgs, command: String) -> Result<()> {
     let mut config = args.config(command)?;
-    if cfg!(debug_assertions) {
-        eprintln!(
-            "warning: this is a debug build; build with `cargo build --release -p engram` \
-             for numbers worth quoting"
-        );
-    }
-    // Create the JSON file now, so a bad path fails before the run, not after.
-    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
-    let json_file = match &args.json {
-        Some(path) if !json_to_stdout => Some((
-            std::fs::File::create(path)
-                .map_err(|e| BenchError::io("creating the JSON report", path, e))?,
-            path,
-        )),
-        _ => None,
-    };
-    // Held to the end: dropping it (also on an error) removes the stores.
-    let temporary = match &args.dir {
-        Some(_) => None,
-        None => {
-            let temporary = tempfile::Builder::new()
-                .prefix("engram-bench-integrity-")
-                .tempdir_in(".")
-                .map_err(|e| BenchError::io("creating a temporary directory in", ".", e))?;
-            config.dir = temporary.path().to_path_buf();
-            Some(temporary)
-        }
-    };
+    warn_if_debug_build();
+    let output = ReportOutput::create(args.json.as_deref())?;
+    let run_dir = RunDir::new(args.dir.as_deref(), "engram-bench-integrity-")?;
+    config.dir = run_dir.path().to_path_buf();
     let report = run(&config)?;
-    if json_to_stdout {
-        println!("{}", report.json());
-        eprint!("{}", report.table());
-    } else {
-        print!("{}", report.table());
-    }
-    if let Some((mut file, path)) = json_file {
-        writeln!(file, "{}", report.json())
-            .map_err(|e| BenchError::io("writing the JSON report", path, e))?;
-    }
-    if let Some(temporary) = temporary {
-        temporary
-            .close()
-            .map_err(|e| BenchError::io("removing", &config.dir, e))?;
-    }
+    output.write(&report.table(), || report.json())?;
+    run_dir.close()?;
     Ok(())
 }
 
@@ -577,30 +521,6 @@ pub fn run(config: &Config) -> Result<Report> {
     }
     report.finish();
     Ok(report)
-}
-
-/// A bar over `total` steps, or a spinner without one; hidden unless
-/// `enabled` (indicatif also hides it when standard error is no terminal).
-pub(crate) fn progress_bar(enabled: bool, total: Option<u64>, label: &str) -> ProgressBar {
-    if !enabled {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::with_draw_target(total, ProgressDrawTarget::stderr());
-    let template = match total {
-        // Under 80 columns, so the bar never wraps.
-        Some(_) => "{msg:<34} [{bar:25}] {percent:>3}% eta {eta}",
-        None => "{msg:<34} {spinner} {elapsed}",
-    };
-    bar.set_style(
-        ProgressStyle::with_template(template)
-            .expect("constant progress template is valid")
-            .progress_chars("=> "),
-    );
-    bar.set_message(label.to_string());
-    if total.is_none() {
-        bar.enable_steady_tick(Duration::from_millis(100));
-    }
-    bar
 }
 
 #[cfg(test)]

@@ -41,9 +41,11 @@ use std::time::Duration;
 use engram_engine::Store;
 use serde::Serialize;
 
-use super::cell::{self, open, prefill, remove_if_present, timed_run};
-use super::{progress_bar, Config, Configuration, Workload};
+use super::cell::{self, open, prefill, timed_run};
+use super::{Config, Configuration, Workload};
+use crate::command::remove_if_present;
 use crate::error::Result;
+use crate::progress::progress_bar;
 use crate::workload::ValuePool;
 
 /// One configuration paired with off on one workload.

@@ -1,4 +1,4 @@
-//! The report of `engram bench integrity`: JSON for machines, a table for
+//! The report of `engram-bench integrity`: JSON for machines, a table for
 //! people.
 //!
 //! JSON shape (field names are a contract; the test pins the main ones):
@@ -45,9 +45,40 @@ use super::cell::{BackgroundScrub, Measured};
 use super::paired::PairedResult;
 use super::{Config, Configuration, Workload, SAMPLE_EVERY};
 use crate::machine::Machine;
+use crate::table::{decimals, micros, thousands, trim_line_ends, whole_millis, Column, Table};
 
 /// Bytes in a page the integrity layer checksums.
 const PAGE_BYTES: u64 = 4096;
+
+/// The cells table's columns: configuration, ops/s, the three ratios to
+/// off, update latencies, coverage and drain, over the period, others.
+const CELL_COLUMNS: [Column; 14] = [
+    Column::Left(11),
+    Column::Right(12),
+    Column::Right(7),
+    Column::Right(11),
+    Column::Right(12),
+    Column::Right(9),
+    Column::Right(9),
+    Column::Right(10),
+    Column::Right(10),
+    Column::Right(10),
+    Column::Right(9),
+    Column::Right(7),
+    Column::Right(8),
+    Column::Right(7),
+];
+
+/// The paired table's: configuration, workload, slice, pairs, the ratios.
+const PAIRED_COLUMNS: [Column; 7] = [
+    Column::Left(11),
+    Column::Left(12),
+    Column::Right(8),
+    Column::Right(7),
+    Column::Right(9),
+    Column::Right(9),
+    Column::Right(16),
+];
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -432,7 +463,6 @@ impl Report {
     pub fn table(&self) -> String {
         let mut text = String::new();
         let c = &self.config;
-        let m = &c.machine;
         let _ = writeln!(text, "{}", c.command);
         let _ = writeln!(
             text,
@@ -448,7 +478,7 @@ impl Report {
             c.flush,
             c.stripe_pages
         );
-        let _ = writeln!(text, "{} cores, {}, {}", m.cores, m.cpu, m.kernel);
+        let _ = writeln!(text, "{}", c.machine);
         let _ = writeln!(
             text,
             "Background scrubbing is off during the timed runs (scrub_bytes_per_sec 0): \
@@ -476,7 +506,7 @@ impl Report {
                 "NOTE: runs of {} s are not longer than the {} period: its first pass may not \
                  come during the run, which flatters it.",
                 c.seconds,
-                millis(longest)
+                whole_millis(longest)
             );
         }
         for workload in &c.workloads {
@@ -493,27 +523,29 @@ impl Report {
                 first.read_percent,
                 100 - first.read_percent
             );
-            let _ = writeln!(
-                text,
-                "  {:<11}{:>12}{:>7}{:>11}{:>12}{:>9}{:>9}{:>10}{:>10}{:>10}{:>9}{:>7}{:>8}{:>7}",
-                "config",
-                "ops/s",
-                "× off",
-                "× off (s)",
-                "runs × off",
-                "upd p50",
-                "upd p99",
-                "upd p99.9",
-                "cover max",
-                "cover p99",
-                "drain",
-                "cov/P",
-                "drain/P",
-                "others"
+            let table = Table::new("  ", &CELL_COLUMNS);
+            table.row(
+                &mut text,
+                &[
+                    "config",
+                    "ops/s",
+                    "× off",
+                    "× off (s)",
+                    "runs × off",
+                    "upd p50",
+                    "upd p99",
+                    "upd p99.9",
+                    "cover max",
+                    "cover p99",
+                    "drain",
+                    "cov/P",
+                    "drain/P",
+                    "others",
+                ],
             );
             for row in rows {
-                let ms = |v: Option<f64>| v.map_or(String::new(), millis);
-                let x = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.2}"));
+                let ms = |v: Option<f64>| v.map_or(String::new(), whole_millis);
+                let x = |v: Option<f64>| decimals(v, 2, "");
                 let spread = match row.runs_ratio_to_off.len() {
                     0 | 1 => String::new(),
                     _ => {
@@ -534,26 +566,28 @@ impl Report {
                         Some(max.map_or(p, |m| m.max(p)))
                     })
                     .map_or(String::new(), |p| format!("{p:.0}%"));
-                let _ = writeln!(
-                    text,
-                    "  {:<11}{:>12}{:>7}{:>11}{:>12}{:>9}{:>9}{:>10}{:>10}{:>10}{:>9}{:>7}{:>8}{:>7}",
-                    row.configuration,
-                    thousands(row.ops_per_sec),
-                    format!("{:.3}", row.ratio_to_off),
-                    format!("{:.3}", row.median_second_ratio_to_off),
-                    spread,
-                    micros(row.update_p50_us),
-                    micros(row.update_p99_us),
-                    micros(row.update_p999_us),
-                    ms(row.coverage_max_ms),
-                    ms(row.coverage_p99_ms),
-                    match (row.coverage_max_ms, row.drain_ms) {
-                        (Some(_), None) => "not yet".to_string(),
-                        (_, drain) => ms(drain),
-                    },
-                    x(row.coverage_max_over_period),
-                    x(row.drain_over_period),
-                    others,
+                let drain = match (row.coverage_max_ms, row.drain_ms) {
+                    (Some(_), None) => "not yet".to_string(),
+                    (_, drain) => ms(drain),
+                };
+                table.row(
+                    &mut text,
+                    &[
+                        &row.configuration,
+                        &thousands(row.ops_per_sec),
+                        &format!("{:.3}", row.ratio_to_off),
+                        &format!("{:.3}", row.median_second_ratio_to_off),
+                        &spread,
+                        &micros(row.update_p50_us),
+                        &micros(row.update_p99_us),
+                        &micros(row.update_p999_us),
+                        &ms(row.coverage_max_ms),
+                        &ms(row.coverage_p99_ms),
+                        &drain,
+                        &x(row.coverage_max_over_period),
+                        &x(row.drain_over_period),
+                        &others,
+                    ],
                 );
             }
         }
@@ -566,22 +600,31 @@ impl Report {
                  off's.\nThe lazy store's background pass falls in either store's slices: \
                  this measures the foreground's cost (module docs)."
             );
-            let _ = writeln!(
-                text,
-                "  {:<11}{:<12}{:>8}{:>7}{:>9}{:>9}{:>16}",
-                "config", "workload", "slice", "pairs", "× off", "total", "pairs × off"
+            let table = Table::new("  ", &PAIRED_COLUMNS);
+            table.row(
+                &mut text,
+                &[
+                    "config",
+                    "workload",
+                    "slice",
+                    "pairs",
+                    "× off",
+                    "total",
+                    "pairs × off",
+                ],
             );
             for p in &self.paired {
-                let _ = writeln!(
-                    text,
-                    "  {:<11}{:<12}{:>8}{:>7}{:>9}{:>9}{:>16}",
-                    p.configuration,
-                    p.workload,
-                    millis(p.slice_ms),
-                    p.pairs.len(),
-                    format!("{:.3}", p.median_ratio),
-                    format!("{:.3}", p.total_ratio),
-                    format!("{:.2}–{:.2}", p.worst_ratio, p.best_ratio),
+                table.row(
+                    &mut text,
+                    &[
+                        &p.configuration,
+                        p.workload,
+                        &whole_millis(p.slice_ms),
+                        &p.pairs.len().to_string(),
+                        &format!("{:.3}", p.median_ratio),
+                        &format!("{:.3}", p.total_ratio),
+                        &format!("{:.2}–{:.2}", p.worst_ratio, p.best_ratio),
+                    ],
                 );
             }
         }
@@ -600,7 +643,7 @@ impl Report {
                 s.measurements.len(),
                 thousands(median(&pages).unwrap_or(0.0)),
                 median(&pages).unwrap_or(0.0) * PAGE_BYTES as f64 / 1e6,
-                millis(median(&seconds).unwrap_or(0.0) * 1e3)
+                whole_millis(median(&seconds).unwrap_or(0.0) * 1e3)
             );
         }
         if let Some(b) = &s.background {
@@ -647,11 +690,7 @@ impl Report {
                  nothing wrote behind: a bug (see the JSON's coverage and scrub entries)."
             );
         }
-        text.lines().fold(String::new(), |mut out, line| {
-            out.push_str(line.trim_end());
-            out.push('\n');
-            out
-        })
+        trim_line_ends(&text)
     }
 }
 
@@ -665,50 +704,13 @@ fn median(values: &[f64]) -> Option<f64> {
     Some(sorted[sorted.len() / 2])
 }
 
-/// 1234567.8 -> "1,234,568".
-fn thousands(value: f64) -> String {
-    let digits = format!("{:.0}", value.max(0.0));
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
-}
-
-fn micros(us: f64) -> String {
-    if us >= 1000.0 {
-        format!("{:.1} ms", us / 1e3)
-    } else if us >= 10.0 {
-        format!("{us:.0} µs")
-    } else {
-        format!("{us:.1} µs")
-    }
-}
-
-fn millis(ms: f64) -> String {
-    if ms >= 1000.0 {
-        format!("{:.2} s", ms / 1e3)
-    } else {
-        format!("{ms:.0} ms")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn medians_and_formats() {
+    fn medians_ignore_nan() {
         assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(&[f64::NAN]), None);
-        assert_eq!(thousands(1234567.8), "1,234,568");
-        assert_eq!(micros(1.25), "1.2 µs");
-        assert_eq!(micros(13.4), "13 µs");
-        assert_eq!(micros(2500.0), "2.5 ms");
-        assert_eq!(millis(850.0), "850 ms");
-        assert_eq!(millis(1020.0), "1.02 s");
     }
 }

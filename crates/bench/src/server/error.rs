@@ -1,10 +1,12 @@
-//! What can go wrong in `engram bench server`, by what went wrong: a bad
-//! flag, Redis's tools missing and not installable, a server that did not
+//! What can go wrong in `engram-bench server`, by what went wrong: a bad
+//! flag, Redis's tools not installed, a server that did not
 //! start or died, redis-benchmark failing or printing something unparsable,
 //! or the file system. Errors that concern a server carry the end of its log,
 //! so the cause is on screen without opening the file.
 
 use std::path::PathBuf;
+
+use crate::error::IoError;
 
 pub type Result<T, E = ServerBenchError> = std::result::Result<T, E>;
 
@@ -13,8 +15,9 @@ pub enum ServerBenchError {
     #[error("--{flag}: {reason}")]
     Flag { flag: &'static str, reason: String },
 
+    /// Redis's tools are not on PATH (the message says how to install them).
     #[error("{0}")]
-    Install(String),
+    NotInstalled(String),
 
     #[error("cannot start {program}")]
     Spawn {
@@ -67,13 +70,8 @@ pub enum ServerBenchError {
     #[error("redis-benchmark --csv output, line {line}: {reason}")]
     Csv { line: usize, reason: String },
 
-    #[error("{action} {}", path.display())]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] IoError),
 }
 
 impl ServerBenchError {
@@ -82,11 +80,7 @@ impl ServerBenchError {
         path: impl Into<PathBuf>,
         source: std::io::Error,
     ) -> Self {
-        ServerBenchError::Io {
-            action,
-            path: path.into(),
-            source,
-        }
+        IoError::new(action, path, source).into()
     }
 
     pub(crate) fn flag(flag: &'static str, reason: impl Into<String>) -> Self {

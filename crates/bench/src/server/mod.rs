@@ -1,4 +1,4 @@
-//! `engram bench server`: redis-benchmark against `engram serve` and
+//! `engram-bench server`: redis-benchmark against `engram serve` and
 //! against `redis-server`, in the same run, at matching durability.
 //!
 //! | durability | Engram                         | Redis                                  |
@@ -16,8 +16,7 @@
 //! other's write-back or profits from going first. The servers are stopped
 //! with SIGTERM after the run.
 //!
-//! Modules: [`peers`] (the server processes, and installing Redis when it is
-//! missing), [`redis_benchmark`] (running it, parsing `--csv`), [`report`]
+//! Modules: [`peers`] (the server processes, and finding Redis's tools), [`redis_benchmark`] (running it, parsing `--csv`), [`report`]
 //! (the table and the JSON).
 
 mod error;
@@ -26,7 +25,6 @@ pub mod redis_benchmark;
 pub mod report;
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -35,6 +33,7 @@ pub use peers::System;
 pub use redis_benchmark::{parse_csv, CsvRow, Invocation};
 pub use report::Report;
 
+use crate::command::{ReportOutput, RunDir};
 use crate::machine::Machine;
 use peers::Peer;
 use report::{Pairing, PipelineRequests, ReportConfig};
@@ -105,7 +104,7 @@ impl std::fmt::Display for Durability {
     }
 }
 
-/// The flags of `engram bench server`.
+/// The flags of `engram-bench server`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct ServerBenchArgs {
     /// Durability levels to compare, comma-separated: process (against Redis
@@ -152,15 +151,16 @@ pub struct ServerBenchArgs {
     /// Keep the servers' data directories and logs.
     #[arg(long)]
     pub keep: bool,
-    /// The engram binary run as `engram serve` [default: this one].
+    /// The engram binary run as `engram serve` [default: the `engram` beside
+    /// this engram-bench, as cargo builds both into one target directory].
     #[arg(long)]
     pub engram_bin: Option<PathBuf>,
-    /// redis-server to compare against; installed with apt-get if it is
-    /// this default and not on PATH.
+    /// redis-server to compare against (this default: found on PATH; not
+    /// installed by the benchmark).
     #[arg(long, default_value = "redis-server")]
     pub redis_server: PathBuf,
-    /// redis-benchmark to measure with; installed with apt-get (redis-tools)
-    /// if it is this default and not on PATH.
+    /// redis-benchmark to measure with (this default: found on PATH, from
+    /// Debian's redis-tools; not installed by the benchmark).
     #[arg(long, default_value = "redis-benchmark")]
     pub redis_benchmark: PathBuf,
     /// Seconds one redis-benchmark invocation may take before it is killed.
@@ -168,7 +168,7 @@ pub struct ServerBenchArgs {
     pub timeout: u64,
 }
 
-/// A validated `engram bench server` run.
+/// A validated `engram-bench server` run.
 #[derive(Clone, Debug)]
 pub struct Config {
     pub durabilities: Vec<Durability>,
@@ -264,8 +264,7 @@ impl ServerBenchArgs {
             .collect();
         let engram_bin = match &self.engram_bin {
             Some(path) => path.clone(),
-            None => std::env::current_exe()
-                .map_err(|e| ServerBenchError::io("finding this executable", "engram", e))?,
+            None => engram_beside_this_program()?,
         };
         Ok(Config {
             durabilities,
@@ -292,68 +291,33 @@ pub fn cli(args: ServerBenchArgs, command: String) -> Result<()> {
     check_programs(&config)?;
     if args.engram_bin.is_none() && cfg!(debug_assertions) {
         eprintln!(
-            "warning: this engram is a debug build, and it is the server measured; \
-             build with `cargo build --release -p engram` for numbers worth quoting"
+            "warning: this is a debug build, and so is likely the engram beside it, the server \
+             measured; build with `cargo build --release -p engram -p engram-bench` for numbers \
+             worth quoting"
         );
     }
-    // Create the JSON file now, so a bad path fails before the run, not after.
-    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
-    let json_file = match &args.json {
-        Some(path) if !json_to_stdout => Some((
-            std::fs::File::create(path)
-                .map_err(|e| ServerBenchError::io("creating the JSON report", path, e))?,
-            path,
-        )),
-        _ => None,
-    };
-    let (dir, temporary) = match &args.dir {
-        Some(dir) => {
-            std::fs::create_dir_all(dir).map_err(|e| ServerBenchError::io("creating", dir, e))?;
-            (dir.clone(), None)
-        }
-        None => {
-            let temporary = tempfile::Builder::new()
-                .prefix("engram-bench-server-")
-                .tempdir_in(".")
-                .map_err(|e| ServerBenchError::io("creating a temporary directory in", ".", e))?;
-            (temporary.path().to_path_buf(), Some(temporary))
-        }
-    };
+    let output = ReportOutput::create(args.json.as_deref())?;
+    let run_dir = RunDir::new(args.dir.as_deref(), "engram-bench-server-")?;
     // Absolute, so the servers (Redis changes into its --dir) and the
     // messages agree on where things are.
-    let dir =
-        std::fs::canonicalize(&dir).map_err(|e| ServerBenchError::io("resolving", &dir, e))?;
+    let dir = std::fs::canonicalize(run_dir.path())
+        .map_err(|e| ServerBenchError::io("resolving", run_dir.path(), e))?;
     let report = match run(&config, &dir) {
         Ok(report) => report,
         Err(e) => {
             // The logs say what went wrong: keep them (the data directories
             // are gone already unless --keep).
-            if let Some(temporary) = temporary {
-                let _ = temporary.keep();
-            }
+            run_dir.keep();
             eprintln!("the servers' logs are in {}", dir.display());
             return Err(e);
         }
     };
-    if json_to_stdout {
-        println!("{}", report.json());
-        eprint!("{}", report.table());
-    } else {
-        print!("{}", report.table());
-    }
-    if let Some((mut file, path)) = json_file {
-        writeln!(file, "{}", report.json())
-            .map_err(|e| ServerBenchError::io("writing the JSON report", path, e))?;
-    }
-    match temporary {
-        Some(temporary) if !args.keep => temporary
-            .close()
-            .map_err(|e| ServerBenchError::io("removing", &dir, e))?,
-        Some(temporary) => {
-            let _ = temporary.keep();
-            eprintln!("data and logs kept in {}", dir.display());
-        }
-        None => {}
+    output.write(&report.table(), || report.json())?;
+    if !args.keep {
+        run_dir.close()?;
+    } else if run_dir.is_temporary() {
+        run_dir.keep();
+        eprintln!("data and logs kept in {}", dir.display());
     }
     Ok(())
 }
@@ -431,7 +395,7 @@ pub fn run(config: &Config, dir: &Path) -> Result<Report> {
                             .map(|row| format!(
                                 "{} {}/s",
                                 row.test,
-                                report::thousands(row.ops_per_sec)
+                                crate::table::thousands(row.ops_per_sec)
                             ))
                             .collect::<Vec<_>>()
                             .join(", "),
@@ -479,14 +443,28 @@ pub fn run(config: &Config, dir: &Path) -> Result<Report> {
     Ok(report)
 }
 
-/// Makes sure the three programs can be run, installing Redis's if they are
-/// missing (see [`peers::ensure_redis_tools`]).
+/// Where `engram` is when nobody says: in the directory of this program,
+/// where `cargo build -p engram -p engram-bench` puts both (and where an
+/// installation puts both, as Redis's puts redis-benchmark beside
+/// redis-server).
+pub fn engram_beside_this_program() -> Result<PathBuf> {
+    let this = std::env::current_exe()
+        .map_err(|e| ServerBenchError::io("finding this executable", "engram-bench", e))?;
+    Ok(this.with_file_name("engram"))
+}
+
+/// Makes sure the three programs can be run (see
+/// [`peers::check_redis_tools`]).
 pub fn check_programs(config: &Config) -> Result<()> {
-    peers::ensure_redis_tools(&config.redis_server, &config.redis_benchmark)?;
+    peers::check_redis_tools(&config.redis_server, &config.redis_benchmark)?;
     if peers::find_program(&config.engram_bin).is_none() {
         return Err(ServerBenchError::flag(
             "engram-bin",
-            format!("{} does not exist", config.engram_bin.display()),
+            format!(
+                "{} does not exist; build it beside engram-bench (`cargo build --release -p \
+                 engram -p engram-bench`) or name another",
+                config.engram_bin.display()
+            ),
         ));
     }
     Ok(())

@@ -1,14 +1,13 @@
-//! The two servers as child processes: finding (or installing) Redis's
-//! tools, picking ports, starting `engram serve` and `redis-server` at a
-//! given durability, waiting until they answer PING, and stopping them.
+//! The two servers as child processes: finding Redis's tools, picking
+//! ports, starting `engram serve` and `redis-server` at a given durability,
+//! waiting until they answer PING, and stopping them.
 //!
 //! Each server writes its stdout and stderr to its own log file and its data
 //! to its own fresh directory, so nothing carries over from one run to the
 //! next and a failure can be diagnosed from the log afterwards.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -176,8 +175,7 @@ impl Peer {
     /// The number of keys in database 0 (`DBSIZE`), a sanity check that the
     /// writes landed; `None` if the server does not answer it.
     pub fn key_count(&self) -> Option<u64> {
-        let reply = request(self.port, &["DBSIZE"], Duration::from_secs(10)).ok()?;
-        reply.strip_prefix(':')?.parse().ok()
+        request(self.port, &redis::cmd("DBSIZE"), Duration::from_secs(10)).ok()
     }
 
     /// SIGTERM, as an init system would stop it; then a kill if it has not
@@ -230,8 +228,9 @@ impl Peer {
         let start = Instant::now();
         loop {
             self.check_alive("before answering PING")?;
-            let last = match request(self.port, &["PING"], Duration::from_secs(1)) {
-                Ok(reply) if reply == "+PONG" => {
+            let ping = request::<String>(self.port, &redis::cmd("PING"), Duration::from_secs(1));
+            let last = match ping {
+                Ok(reply) if reply == "PONG" => {
                     // Another process on this port could have answered (the
                     // port was free a moment ago, not reserved): make sure
                     // ours is still up, which it would not be had it failed
@@ -239,8 +238,8 @@ impl Peer {
                     std::thread::sleep(Duration::from_millis(50));
                     return self.check_alive("just after answering PING");
                 }
-                // Redis answers -LOADING while it reads its AOF.
                 Ok(reply) => format!("reply {reply:?}"),
+                // Redis answers -LOADING while it reads its AOF.
                 Err(e) => e.to_string(),
             };
             if start.elapsed() >= timeout {
@@ -280,35 +279,19 @@ impl Drop for Peer {
     }
 }
 
-/// Sends one command as a RESP array and returns the first line of the
-/// reply without its CRLF ("+PONG", ":42", "-LOADING ...").
-pub fn request(port: u16, words: &[&str], timeout: Duration) -> std::io::Result<String> {
-    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let mut stream = TcpStream::connect_timeout(&address, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    stream.write_all(&encode_command(words))?;
-    let mut line = String::new();
-    BufReader::new(stream)
-        .take(64 * 1024)
-        .read_line(&mut line)?;
-    if !line.ends_with("\r\n") {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            format!("incomplete reply {line:?}"),
-        ));
-    }
-    line.truncate(line.len() - 2);
-    Ok(line)
-}
-
-/// `["PING"]` -> `*1\r\n$4\r\nPING\r\n`.
-pub fn encode_command(words: &[&str]) -> Vec<u8> {
-    let mut bytes = format!("*{}\r\n", words.len()).into_bytes();
-    for word in words {
-        bytes.extend_from_slice(format!("${}\r\n{word}\r\n", word.len()).as_bytes());
-    }
-    bytes
+/// Sends `command` to the server on `port` over a fresh connection and
+/// returns its reply; an error reply (Redis's `-LOADING` while it reads its
+/// AOF) is an error.
+fn request<T: redis::FromRedisValue>(
+    port: u16,
+    command: &redis::Cmd,
+    timeout: Duration,
+) -> redis::RedisResult<T> {
+    let client = redis::Client::open(format!("redis://{HOST}:{port}/"))?;
+    let mut connection = client.get_connection_with_timeout(timeout)?;
+    connection.set_read_timeout(Some(timeout))?;
+    connection.set_write_timeout(Some(timeout))?;
+    command.query(&mut connection)
 }
 
 /// A port nothing listens on now: the kernel's pick for port 0, released
@@ -355,10 +338,16 @@ pub fn find_program(program: &Path) -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
+/// What to do about a missing Redis: the benchmarks install nothing
+/// themselves (they also run under `cargo test`, which must not change the
+/// machine).
+pub const INSTALL_REDIS: &str =
+    "install Redis 6.2 or later (Debian/Ubuntu: apt-get install redis-server redis-tools)";
+
 /// Makes sure redis-server and redis-benchmark can be run (see
-/// [`ensure_redis_programs`]).
-pub fn ensure_redis_tools(redis_server: &Path, redis_benchmark: &Path) -> Result<()> {
-    ensure_redis_programs(&[
+/// [`check_redis_programs`]).
+pub fn check_redis_tools(redis_server: &Path, redis_benchmark: &Path) -> Result<()> {
+    check_redis_programs(&[
         (redis_server, "redis-server"),
         (redis_benchmark, "redis-benchmark"),
     ])
@@ -366,100 +355,23 @@ pub fn ensure_redis_tools(redis_server: &Path, redis_benchmark: &Path) -> Result
 
 /// Makes sure each of Redis's `programs` can be run: `(program, name)`, where
 /// `name` is both the program's default and the flag that names another
-/// (`redis-server`, `redis-benchmark`). When the missing ones are their
-/// defaults and not on PATH, installs Debian's packages (`redis-server`,
-/// `redis-tools`) with apt-get, as root or through `sudo -n`; anything else
-/// that is missing is an error saying what to do.
-pub fn ensure_redis_programs(programs: &[(&Path, &'static str)]) -> Result<()> {
-    let missing = |program: &Path| find_program(program).is_none();
-    if programs.iter().all(|&(program, _)| !missing(program)) {
-        return Ok(());
-    }
-    for &(program, flag) in programs {
-        if missing(program) && program != Path::new(flag) {
-            return Err(ServerBenchError::flag(
-                flag,
-                format!("{} does not exist", program.display()),
-            ));
+/// (`redis-server`, `redis-benchmark`). A default missing from PATH is an
+/// error that says how to install it; a named program that does not exist,
+/// an error about its flag.
+pub fn check_redis_programs(programs: &[(&Path, &'static str)]) -> Result<()> {
+    for &(program, name) in programs {
+        if find_program(program).is_some() {
+            continue;
         }
-    }
-    let names = programs
-        .iter()
-        .map(|&(_, name)| name)
-        .collect::<Vec<_>>()
-        .join(" or ");
-    let flags = programs
-        .iter()
-        .map(|&(_, name)| format!("--{name}"))
-        .collect::<Vec<_>>()
-        .join(" and ");
-    let manual = format!(
-        "install Redis 6.2 or later (Debian/Ubuntu: apt-get install redis-server \
-         redis-tools) or pass {flags}"
-    );
-    if find_program(Path::new("apt-get")).is_none() {
-        return Err(ServerBenchError::Install(format!(
-            "{names} is not on PATH and there is no apt-get: {manual}"
-        )));
-    }
-    let sudo = if is_root() {
-        None
-    } else if find_program(Path::new("sudo")).is_some() {
-        Some("sudo")
-    } else {
-        return Err(ServerBenchError::Install(format!(
-            "{names} is not on PATH, and installing it needs root (no sudo found): {manual}"
-        )));
-    };
-    let steps: [&[&str]; 2] = [
-        &["apt-get", "update"],
-        &["apt-get", "install", "-y", "redis-server", "redis-tools"],
-    ];
-    for step in steps {
-        let mut words: Vec<&str> = match sudo {
-            Some(sudo) => vec![sudo, "-n"],
-            None => Vec::new(),
-        };
-        words.extend_from_slice(step);
-        eprintln!("{names} is not on PATH; running: {}", words.join(" "));
-        // apt's chatter goes to standard error: standard output may be
-        // carrying the JSON report.
-        let status = Command::new(words[0])
-            .args(&words[1..])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(std::io::stderr()))
-            .status()
-            .map_err(|source| ServerBenchError::Spawn {
-                program: words[0].into(),
-                source,
-            })?;
-        if !status.success() {
-            return Err(ServerBenchError::Install(format!(
-                "`{}` failed ({status}): {manual}",
-                words.join(" ")
-            )));
-        }
-    }
-    if programs.iter().any(|&(program, _)| missing(program)) {
-        return Err(ServerBenchError::Install(format!(
-            "installed redis-server and redis-tools, but {names} is still not on PATH: {manual}"
-        )));
+        return Err(if program == Path::new(name) {
+            ServerBenchError::NotInstalled(format!(
+                "{name} is not on PATH: {INSTALL_REDIS}, or pass --{name}"
+            ))
+        } else {
+            ServerBenchError::flag(name, format!("{} does not exist", program.display()))
+        });
     }
     Ok(())
-}
-
-/// Whether this process runs as root, from /proc (no libc call needed).
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix("Uid:"))
-                .and_then(|ids| ids.split_whitespace().nth(1).map(|euid| euid == "0"))
-        })
-        .unwrap_or(false)
 }
 
 /// The first line `program --version` prints, or why there is none.
@@ -497,15 +409,6 @@ pub fn sync_file_systems() {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn commands_are_resp_arrays() {
-        assert_eq!(encode_command(&["PING"]), b"*1\r\n$4\r\nPING\r\n");
-        assert_eq!(
-            encode_command(&["SET", "k", "vv"]),
-            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nvv\r\n"
-        );
-    }
 
     #[test]
     fn redis_gets_aof_at_the_matching_fsync_policy() {

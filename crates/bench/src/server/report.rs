@@ -1,4 +1,4 @@
-//! The report of `engram bench server`: JSON for machines (`--json`), a
+//! The report of `engram-bench server`: JSON for machines (`--json`), a
 //! table for people.
 //!
 //! JSON shape (field names are a contract; tests pin them):
@@ -32,6 +32,20 @@ use super::peers::System;
 use super::redis_benchmark::CsvRow;
 use super::Durability;
 use crate::machine::Machine;
+use crate::table::{decimals, thousands, Column, Table};
+
+/// The table's columns: test, pipeline depth, both systems' ops/s, their
+/// ratio, both systems' p50/p99, their p99s' ratio.
+const COLUMNS: [Column; 8] = [
+    Column::Left(6),
+    Column::Right(4),
+    Column::Right(14),
+    Column::Right(14),
+    Column::Right(8),
+    Column::Right(20),
+    Column::Right(20),
+    Column::Right(8),
+];
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -229,7 +243,6 @@ impl Report {
     pub fn table(&self) -> String {
         let mut text = String::new();
         let c = &self.config;
-        let m = &c.machine;
         let _ = writeln!(text, "{}", c.command);
         let requests: Vec<String> = c
             .requests
@@ -252,7 +265,7 @@ impl Report {
             "redis: {}; {}",
             c.redis_server_version, c.redis_benchmark_version
         );
-        let _ = writeln!(text, "{} cores, {}, {}", m.cores, m.cpu, m.kernel);
+        let _ = writeln!(text, "{}", c.machine);
         let _ = writeln!(
             text,
             "ops ×: Engram's ops/s over Redis's (above 1: Engram faster); \
@@ -273,17 +286,19 @@ impl Report {
                 "\n{durability}: {} vs {}",
                 pairing.engram, pairing.redis
             );
-            let _ = writeln!(
-                text,
-                "{:<6}{:>4}{:>14}{:>14}{:>8}{:>20}{:>20}{:>8}",
-                "test",
-                "-P",
-                "engram ops/s",
-                "redis ops/s",
-                "ops ×",
-                "engram p50/p99 ms",
-                "redis p50/p99 ms",
-                "p99 ×"
+            let table = Table::new("", &COLUMNS);
+            table.row(
+                &mut text,
+                &[
+                    "test",
+                    "-P",
+                    "engram ops/s",
+                    "redis ops/s",
+                    "ops ×",
+                    "engram p50/p99 ms",
+                    "redis p50/p99 ms",
+                    "p99 ×",
+                ],
             );
             for engram in engram_rows {
                 let redis = self.find(System::Redis, durability, &engram.test, engram.pipeline);
@@ -296,17 +311,18 @@ impl Report {
                     ),
                     None => ("-".into(), "-".into(), "-".into(), "-".into()),
                 };
-                let _ = writeln!(
-                    text,
-                    "{:<6}{:>4}{:>14}{:>14}{:>8}{:>20}{:>20}{:>8}",
-                    engram.test,
-                    engram.pipeline,
-                    thousands(engram.ops_per_sec),
-                    redis_ops,
-                    ops_ratio,
-                    latencies(engram),
-                    redis_latency,
-                    p99_ratio
+                table.row(
+                    &mut text,
+                    &[
+                        &engram.test,
+                        &engram.pipeline.to_string(),
+                        &thousands(engram.ops_per_sec),
+                        &redis_ops,
+                        &ops_ratio,
+                        &latencies(engram),
+                        &redis_latency,
+                        &p99_ratio,
+                    ],
                 );
             }
             let counts: Vec<String> = self
@@ -334,24 +350,7 @@ fn latencies(result: &TestResult) -> String {
     format!("{:.3}/{:.3}", result.p50_ms, result.p99_ms)
 }
 
-/// 1234567.8 -> "1,234,568".
-pub fn thousands(value: f64) -> String {
-    let digits = format!("{:.0}", value.max(0.0));
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
-}
-
 /// A ratio with two decimals, or "-" when it has no value (a zero latency).
-pub fn multiple(value: f64) -> String {
-    if value.is_finite() {
-        format!("{value:.2}")
-    } else {
-        "-".into()
-    }
+fn multiple(value: f64) -> String {
+    decimals(Some(value).filter(|v| v.is_finite()), 2, "-")
 }

@@ -1,11 +1,11 @@
-//! What can go wrong in `engram bench timeline`, by what went wrong: a bad
+//! What can go wrong in `engram-bench timeline`, by what went wrong: a bad
 //! flag, a store (or the server and its clients) that failed or lost a
 //! write, the Redis peer missing or failing, a recovery that found a
 //! different data set, the plot, or the file system.
 
 use std::path::PathBuf;
 
-use crate::error::BenchError;
+use crate::error::{BenchError, IoError};
 use crate::server::ServerBenchError;
 
 pub type Result<T, E = TimelineError> = std::result::Result<T, E>;
@@ -31,13 +31,8 @@ pub enum TimelineError {
     #[error("drawing the plot: {0}")]
     Plot(String),
 
-    #[error("{action} {}", path.display())]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] IoError),
 
     #[error("collections failed")]
     Collections(#[from] engram_collections::Error),
@@ -56,11 +51,11 @@ pub enum TimelineError {
     #[error("a Redis client of the server")]
     Redis(#[from] redis::RedisError),
 
-    /// `--peers redis`: redis-server is not there and could not be
-    /// installed.
+    /// `--peers redis`: redis-server is not there (the source says how to
+    /// install it).
     #[error(
-        "redis-server, which --target server measures beside Engram, could not be found or \
-         installed; --peers none measures Engram alone"
+        "redis-server, which --target server measures beside Engram, was not found; \
+         --peers none measures Engram alone"
     )]
     RedisMissing(#[source] ServerBenchError),
 
@@ -82,11 +77,7 @@ impl TimelineError {
         path: impl Into<PathBuf>,
         source: std::io::Error,
     ) -> Self {
-        TimelineError::Io {
-            action,
-            path: path.into(),
-            source,
-        }
+        IoError::new(action, path, source).into()
     }
 
     pub(crate) fn flag(flag: &'static str, reason: impl Into<String>) -> Self {

@@ -1,4 +1,4 @@
-//! `engram bench timeline`: the collections layer (DIPPER) over time — what
+//! `engram-bench timeline`: the collections layer (DIPPER) over time — what
 //! checkpoints cost the clients while they run, YCSB over collections and
 //! strings, and how long recovery takes. It mirrors the DIPPER paper's
 //! evaluation (Chen et al., sections 5.3 to 5.5) on the embedded store,
@@ -87,12 +87,13 @@ pub mod ycsb;
 #[cfg(test)]
 mod tests;
 
-use std::io::{IsTerminal, Write as _};
-use std::path::{Path, PathBuf};
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use engram_pmem::background::{self, BackgroundCpus};
 
+use crate::command::{warn_if_debug_build, ReportOutput, RunDir};
 use crate::integrity::parse_period;
 use crate::machine::Machine;
 use crate::workload::{Distribution, ValuePool};
@@ -147,7 +148,7 @@ impl std::str::FromStr for Part {
     }
 }
 
-/// The flags of `engram bench timeline`.
+/// The flags of `engram-bench timeline`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct TimelineBenchArgs {
     /// Parts to run, comma-separated: tail (checkpoints' cost over time),
@@ -164,8 +165,8 @@ pub struct TimelineBenchArgs {
     /// the default) or none. Ignored with --target embedded.
     #[arg(long, value_enum)]
     pub peers: Option<Peers>,
-    /// --peers redis: the redis-server to run; installed with apt-get if
-    /// it is this default and not on PATH.
+    /// --peers redis: the redis-server to run (this default: found on
+    /// PATH; not installed by the benchmark).
     #[arg(long, default_value = "redis-server")]
     pub redis_server: PathBuf,
     /// Client threads (also the prefill's and the recovery build's writers).
@@ -462,61 +463,25 @@ impl TimelineBenchArgs {
     }
 }
 
-/// `engram bench timeline`: runs the parts, prints the table, writes the
+/// `engram-bench timeline`: runs the parts, prints the table, writes the
 /// JSON and the plot.
 pub fn cli(args: TimelineBenchArgs, command: String) -> Result<()> {
     let mut config = args.config(command)?;
-    if cfg!(debug_assertions) {
-        eprintln!(
-            "warning: this is a debug build; build with `cargo build --release -p engram` \
-             for numbers worth quoting"
-        );
-    }
-    // Create the output files now, so a bad path fails before the run.
-    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
-    let json_file = match &args.json {
-        Some(path) if !json_to_stdout => Some((
-            std::fs::File::create(path)
-                .map_err(|e| TimelineError::io("creating the JSON report", path, e))?,
-            path,
-        )),
-        _ => None,
-    };
+    warn_if_debug_build();
+    let output = ReportOutput::create(args.json.as_deref())?;
+    // Created now too, so a bad path fails before the run.
     if let Some(path) = &args.plot {
         std::fs::File::create(path).map_err(|e| TimelineError::io("creating the plot", path, e))?;
     }
-    // Held to the end: dropping it (also on an error) removes the stores.
-    let temporary = match &args.dir {
-        Some(_) => None,
-        None => {
-            let temporary = tempfile::Builder::new()
-                .prefix("engram-bench-timeline-")
-                .tempdir_in(".")
-                .map_err(|e| TimelineError::io("creating a temporary directory in", ".", e))?;
-            config.dir = temporary.path().to_path_buf();
-            Some(temporary)
-        }
-    };
+    let run_dir = RunDir::new(args.dir.as_deref(), "engram-bench-timeline-")?;
+    config.dir = run_dir.path().to_path_buf();
     let report = run(&config)?;
-    if json_to_stdout {
-        println!("{}", report.json());
-        eprint!("{}", report.table());
-    } else {
-        print!("{}", report.table());
-    }
-    if let Some((mut file, path)) = json_file {
-        writeln!(file, "{}", report.json())
-            .map_err(|e| TimelineError::io("writing the JSON report", path, e))?;
-    }
+    output.write(&report.table(), || report.json())?;
     if let (Some(path), Some(tail)) = (&args.plot, &report.tail) {
         let peer = report.peer.as_ref().map_or(&[][..], |peer| &peer.tail[..]);
         plot::draw(path, tail, peer)?;
     }
-    if let Some(temporary) = temporary {
-        temporary
-            .close()
-            .map_err(|e| TimelineError::io("removing", &config.dir, e))?;
-    }
+    run_dir.close()?;
     Ok(())
 }
 
@@ -529,7 +494,7 @@ pub fn run(config: &Config) -> Result<Report> {
     std::fs::create_dir_all(&config.dir)
         .map_err(|e| TimelineError::io("creating benchmark directory", &config.dir, e))?;
     let mut report = Report::new(config, Machine::this());
-    // The Redis peer, found (or installed) before anything is measured.
+    // The Redis peer, found before anything is measured.
     let redis = match (config.target, config.peers) {
         (Target::Server, Peers::Redis) if config.runs(Part::Tail) || config.runs(Part::Ycsb) => {
             Some(server::peer::RedisServer::find(&config.redis_server)?)
@@ -628,13 +593,4 @@ pub fn run(config: &Config) -> Result<Report> {
         report.recovery = Some(report::RecoveryReport::new(&recovery::measure(config)?));
     }
     Ok(report)
-}
-
-fn remove_if_present(dir: &Path) -> Result<()> {
-    match std::fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(TimelineError::io("removing store directory", dir, e))
-        }
-        _ => Ok(()),
-    }
 }

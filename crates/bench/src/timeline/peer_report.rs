@@ -43,14 +43,13 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::report::{
-    micros, thousands, ycsb_latencies, Latency, LatencySet, TailResult, YcsbResult,
-};
+use super::report::{ycsb_latencies, Latency, LatencySet, TailResult, YcsbResult};
 use super::series::{median, ratio};
 use super::server::peer::{self, PeerMeasured, RedisCounters, RedisServer};
 use super::tail::Configuration;
 use super::timed::{Kind, WINDOW};
 use super::ycsb::Workload;
+use crate::table::{decimals, thousands, width_to_fit, Column, Table};
 
 /// What Redis did before each timed run.
 pub const BEFORE_TIMED_RUN: &str = "the prefill, then BGREWRITEAOF, waited for (as SAVE folds \
@@ -326,42 +325,53 @@ impl PeerReport {
                 ""
             }
         );
-        let width = ratios
-            .iter()
-            .map(|r| r.run.len() + 2)
-            .max()
-            .unwrap_or(0)
-            .max(16);
-        let _ = write!(
+        let width = width_to_fit(ratios.iter().map(|r| r.run.len()), 2, 16);
+        // The last two columns, each side's min win/med, are the tail part's
+        // (only its ratios have them).
+        let columns = [
+            Column::Left(width),
+            Column::Right(8),
+            Column::Right(8),
+            Column::Right(8),
+            Column::Right(11),
+            Column::Right(14),
+            Column::Right(22),
+            Column::Right(8),
+        ];
+        let table = Table::new("    ", &columns[..if tail { 8 } else { 6 }]);
+        table.row(
             text,
-            "    {:<width$}{:>8}{:>8}{:>8}{:>11}{:>14}",
-            "run", "ops/s", "p99", "p99.99", "corr p99", "corr p99.99"
+            &[
+                "run",
+                "ops/s",
+                "p99",
+                "p99.99",
+                "corr p99",
+                "corr p99.99",
+                "min win/med engram",
+                "redis",
+            ],
         );
-        if tail {
-            let _ = write!(text, "{:>22}{:>8}", "min win/med engram", "redis");
-        }
-        let _ = writeln!(text);
-        let value = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.2}"));
+        let value = |v: Option<f64>| decimals(v, 2, "–");
         for r in &ratios {
-            let _ = write!(
+            let windows = r
+                .min_window_over_median
+                .map_or([String::new(), String::new()], |w| {
+                    [value(w.engram), value(w.redis)]
+                });
+            table.row(
                 text,
-                "    {:<width$}{:>8}{:>8}{:>8}{:>11}{:>14}",
-                r.run,
-                value(r.ops_per_sec.engram_over_redis),
-                value(r.p99_us.engram_over_redis),
-                value(r.p9999_us.engram_over_redis),
-                value(r.corrected_p99_us.engram_over_redis),
-                value(r.corrected_p9999_us.engram_over_redis),
+                &[
+                    &r.run,
+                    &value(r.ops_per_sec.engram_over_redis),
+                    &value(r.p99_us.engram_over_redis),
+                    &value(r.p9999_us.engram_over_redis),
+                    &value(r.corrected_p99_us.engram_over_redis),
+                    &value(r.corrected_p9999_us.engram_over_redis),
+                    &windows[0],
+                    &windows[1],
+                ],
             );
-            if let Some(windows) = &r.min_window_over_median {
-                let _ = write!(
-                    text,
-                    "{:>22}{:>8}",
-                    value(windows.engram),
-                    value(windows.redis)
-                );
-            }
-            let _ = writeln!(text);
         }
         let counters = self
             .tail
@@ -425,9 +435,4 @@ fn counters_line(text: &mut String, run: &str, redis: &RedisCounters) {
         thousands(info("aof_base_size") as f64),
         redis.appendfsync,
     );
-}
-
-/// A latency cell of a Redis row.
-pub(super) fn cell(latency: Option<&Latency>, percentile: fn(&Latency) -> f64) -> String {
-    latency.map_or(String::new(), |l| micros(percentile(l)))
 }

@@ -35,8 +35,9 @@ use indicatif::ProgressBar;
 
 use super::error::{Result, TimelineError};
 use super::stats;
-use super::{records, remove_if_present, tail, Config};
-use crate::integrity::progress_bar;
+use super::{records, tail, Config};
+use crate::command::remove_if_present;
+use crate::progress::progress_bar;
 
 /// Keys checked element by element (or value by value) after each
 /// recovery, spread evenly.

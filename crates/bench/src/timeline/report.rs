@@ -1,4 +1,4 @@
-//! The report of `engram bench timeline`: JSON for machines, a table for
+//! The report of `engram-bench timeline`: JSON for machines, a table for
 //! people.
 //!
 //! JSON shape (field names are a contract; the tests pin the main ones):
@@ -69,7 +69,7 @@ use engram_pmem::background;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::peer_report::{self, PeerReport};
+use super::peer_report::PeerReport;
 use super::recovery::{Recovered, RecoveryMeasured};
 use super::series::{self, Check, Quiescence, Span};
 use super::server::{ServerCounters, Target};
@@ -79,6 +79,9 @@ use super::timed::{Kind, Measured, SAMPLE_EVERY, WINDOW};
 use super::ycsb::{Workload, YcsbMeasured};
 use super::{records, Config, Part};
 use crate::machine::Machine;
+use crate::table::{
+    decimals, micros, millis, thousands, trim_line_ends, width_to_fit, Column, Table,
+};
 
 /// Targets of the tail part (DIPPER's claims, as the issue states them).
 pub const QUIESCENCE_TARGET: f64 = 0.5;
@@ -606,9 +609,8 @@ impl Report {
     pub fn table(&self) -> String {
         let mut text = String::new();
         let c = &self.config;
-        let m = &c.machine;
         let _ = writeln!(text, "{}", c.command);
-        let _ = writeln!(text, "{} cores, {}, {}", m.cores, m.cpu, m.kernel);
+        let _ = writeln!(text, "{}", c.machine);
         if c.target == Target::Server.name() {
             let _ = writeln!(text, "{SERVER_TARGET}");
         }
@@ -632,11 +634,7 @@ impl Report {
         if let Some(recovery) = &self.recovery {
             recovery_table(recovery, &mut text);
         }
-        text.lines().fold(String::new(), |mut out, line| {
-            out.push_str(line.trim_end());
-            out.push('\n');
-            out
-        })
+        trim_line_ends(&text)
     }
 
     /// A table row's first cell: `name`, and with a peer in the report,
@@ -678,13 +676,13 @@ impl Report {
         );
         let peer = self.peer.as_ref();
         let label = |configuration: &str, system: &str| self.row_label(configuration, system);
-        let width = tail
-            .configurations
-            .iter()
-            .map(|r| label(r.configuration, "engram").len() + 2)
-            .max()
-            .unwrap_or(0)
-            .max(15);
+        let width = width_to_fit(
+            tail.configurations
+                .iter()
+                .map(|r| label(r.configuration, "engram").len()),
+            2,
+            15,
+        );
         let columns = [
             Column::Left(width),
             Column::Right(11),
@@ -701,10 +699,10 @@ impl Report {
             Column::Right(11),
             Column::Right(7),
         ];
-        let row = |text: &mut String, cells: [&str; 14]| table_row(text, &columns, &cells);
-        row(
+        let table = Table::new("  ", &columns);
+        table.row(
             text,
-            [
+            &[
                 "config",
                 "ops/s",
                 "ckpt",
@@ -721,9 +719,7 @@ impl Report {
                 "others",
             ],
         );
-        let p = |l: &Option<Latency>, f: fn(&Latency) -> f64| {
-            l.as_ref().map_or(String::new(), |l| micros(f(l)))
-        };
+        let p = |l: &Option<Latency>, f| latency_cell(l.as_ref(), f);
         let others = |share: Option<f64>| share.map_or(String::new(), |p| format!("{p:.0}%"));
         // The cells of a row from a latency set on.
         let latencies = |set: &LatencySet| {
@@ -741,14 +737,14 @@ impl Report {
         for r in &tail.configurations {
             let q = &r.quiescence;
             let l = latencies(&r.latency_us);
-            row(
+            table.row(
                 text,
-                [
+                &[
                     &label(r.configuration, "engram"),
                     &thousands(r.ops_per_sec),
                     &r.checkpoints.to_string(),
                     &millis(r.checkpoint_running_ms),
-                    &q.ratio.map_or(none.clone(), |v| format!("{v:.2}")),
+                    &decimals(q.ratio, 2, &none),
                     &q.windows_without_writes.to_string(),
                     &l[0],
                     &l[1],
@@ -762,9 +758,9 @@ impl Report {
             );
             if let Some(redis) = peer.and_then(|peer| peer.tail_row(r.configuration)) {
                 let l = latencies(&redis.latency_us);
-                row(
+                table.row(
                     text,
-                    [
+                    &[
                         &label(r.configuration, "redis"),
                         &thousands(redis.ops_per_sec),
                         &none,
@@ -783,21 +779,37 @@ impl Report {
                 );
             }
         }
+        // The corrected latencies of all operations, right-aligned with the
+        // table's last columns.
+        let corrected_columns = [
+            Column::Left(width),
+            Column::Right(44),
+            Column::Right(11),
+            Column::Right(11),
+            Column::Right(11),
+        ];
+        let corrected_table = Table::new("  ", &corrected_columns);
         let corrected = |text: &mut String, name: &str, set: &LatencySet| {
-            let _ = writeln!(
+            corrected_table.row(
                 text,
-                "  {:<width$}{:>44}{:>11}{:>11}{:>11}",
-                name,
-                p(&set.all, |l| l.p99),
-                p(&set.all, |l| l.p999),
-                p(&set.all, |l| l.p9999),
-                p(&set.all, |l| l.max),
+                &[
+                    name,
+                    &p(&set.all, |l| l.p99),
+                    &p(&set.all, |l| l.p999),
+                    &p(&set.all, |l| l.p9999),
+                    &p(&set.all, |l| l.max),
+                ],
             );
         };
-        let _ = writeln!(
+        corrected_table.row(
             text,
-            "  {:<width$}{:>44}{:>11}{:>11}{:>11}",
-            "corrected:", "all p99", "all p99.9", "all p99.99", "all max"
+            &[
+                "corrected:",
+                "all p99",
+                "all p99.9",
+                "all p99.99",
+                "all max",
+            ],
         );
         for r in &tail.configurations {
             corrected(
@@ -845,13 +857,11 @@ impl Report {
         );
         let peer = self.peer.as_ref();
         let label = |store: &str, system: &str| self.row_label(store, system);
-        let width = ycsb
-            .results
-            .iter()
-            .map(|r| label(r.store, "engram").len() + 1)
-            .max()
-            .unwrap_or(0)
-            .max(12);
+        let width = width_to_fit(
+            ycsb.results.iter().map(|r| label(r.store, "engram").len()),
+            1,
+            12,
+        );
         let columns = [
             Column::Left(width),
             Column::Left(8),
@@ -864,10 +874,10 @@ impl Report {
             Column::Right(13),
             Column::Right(6),
         ];
-        let row = |text: &mut String, cells: [&str; 10]| table_row(text, &columns, &cells);
-        row(
+        let table = Table::new("  ", &columns);
+        table.row(
             text,
-            [
+            &[
                 "store",
                 "ycsb",
                 "dist",
@@ -880,44 +890,42 @@ impl Report {
                 "ckpt",
             ],
         );
-        let us =
-            |l: Option<&Latency>, f: fn(&Latency) -> f64| l.map_or(String::new(), |l| micros(f(l)));
         fn all(map: &Latencies) -> Option<&Latency> {
             map.get("all").and_then(|l| l.as_ref())
         }
         for r in &ycsb.results {
             let workload = r.workload.trim_start_matches("ycsb-").to_uppercase();
             let (measured, corrected) = (all(&r.latency_us), all(&r.corrected_latency_us));
-            row(
+            table.row(
                 text,
-                [
+                &[
                     &label(r.store, "engram"),
                     &workload,
                     &r.distribution,
                     &r.mix,
                     &thousands(r.ops_per_sec),
-                    &us(measured, |l| l.p50),
-                    &us(measured, |l| l.p99),
-                    &us(measured, |l| l.p9999),
-                    &us(corrected, |l| l.p9999),
+                    &latency_cell(measured, |l| l.p50),
+                    &latency_cell(measured, |l| l.p99),
+                    &latency_cell(measured, |l| l.p9999),
+                    &latency_cell(corrected, |l| l.p9999),
                     &r.checkpoints.map_or("–".to_string(), |n| n.to_string()),
                 ],
             );
             if let Some(redis) = peer.and_then(|peer| peer.ycsb_row(r)) {
                 let (measured, corrected) =
                     (all(&redis.latency_us), all(&redis.corrected_latency_us));
-                row(
+                table.row(
                     text,
-                    [
+                    &[
                         &label(r.store, "redis"),
                         &workload,
                         &redis.distribution,
                         &redis.mix,
                         &thousands(redis.ops_per_sec),
-                        &peer_report::cell(measured, |l| l.p50),
-                        &peer_report::cell(measured, |l| l.p99),
-                        &peer_report::cell(measured, |l| l.p9999),
-                        &peer_report::cell(corrected, |l| l.p9999),
+                        &latency_cell(measured, |l| l.p50),
+                        &latency_cell(measured, |l| l.p99),
+                        &latency_cell(measured, |l| l.p9999),
+                        &latency_cell(corrected, |l| l.p9999),
                         "–",
                     ],
                 );
@@ -1080,72 +1088,15 @@ fn check_lines(text: &mut String, title: &str, checks: &[Check]) {
     }
 }
 
-/// 1234567.8 -> "1,234,568".
-pub(super) fn thousands(value: f64) -> String {
-    let digits = format!("{:.0}", value.max(0.0));
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
-}
-
-pub(super) fn micros(us: f64) -> String {
-    if us >= 1000.0 {
-        format!("{:.1} ms", us / 1e3)
-    } else if us >= 10.0 {
-        format!("{us:.0} µs")
-    } else {
-        format!("{us:.1} µs")
-    }
-}
-
-fn millis(ms: f64) -> String {
-    if ms >= 1000.0 {
-        format!("{:.2} s", ms / 1e3)
-    } else if ms >= 10.0 {
-        format!("{ms:.0} ms")
-    } else {
-        format!("{ms:.1} ms")
-    }
-}
-
-/// A column of a text table: its width, and which side its cells keep to.
-#[derive(Clone, Copy)]
-enum Column {
-    Left(usize),
-    Right(usize),
-}
-
-/// One row of a text table: two spaces, then each cell padded to its
-/// column.
-fn table_row(text: &mut String, columns: &[Column], cells: &[&str]) {
-    text.push_str("  ");
-    for (column, cell) in columns.iter().zip(cells) {
-        let _ = match *column {
-            Column::Left(width) => write!(text, "{cell:<width$}"),
-            Column::Right(width) => write!(text, "{cell:>width$}"),
-        };
-    }
-    text.push('\n');
+/// A latency cell: `percentile` of `latency` in microseconds, empty
+/// without operations.
+pub(super) fn latency_cell(latency: Option<&Latency>, percentile: fn(&Latency) -> f64) -> String {
+    latency.map_or(String::new(), |l| micros(percentile(l)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn formats() {
-        assert_eq!(thousands(1234567.8), "1,234,568");
-        assert_eq!(micros(1.25), "1.2 µs");
-        assert_eq!(micros(2500.0), "2.5 ms");
-        assert_eq!(millis(850.0), "850 ms");
-        assert_eq!(millis(1020.0), "1.02 s");
-        assert_eq!(millis(2.5), "2.5 ms");
-    }
 
     #[test]
     fn latencies_in_microseconds() {

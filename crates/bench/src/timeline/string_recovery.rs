@@ -21,8 +21,9 @@ use indicatif::ProgressBar;
 
 use super::error::{Result, TimelineError};
 use super::recovery::check_count;
-use super::{records, remove_if_present, Config};
-use crate::integrity::progress_bar;
+use super::{records, Config};
+use crate::command::remove_if_present;
+use crate::progress::progress_bar;
 
 /// One timed engine recovery.
 #[derive(Clone, Debug)]

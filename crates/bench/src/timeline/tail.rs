@@ -24,8 +24,9 @@ use super::series::{Span, SpanRecorder};
 use super::server::{ServerCounters, Target};
 use super::stats;
 use super::timed::{self, Kind, Measured};
-use super::{remove_if_present, Config};
-use crate::integrity::progress_bar;
+use super::Config;
+use crate::command::remove_if_present;
+use crate::progress::progress_bar;
 use crate::workload::{KeyChooser, ValuePool};
 
 /// Seeds of the record choice and of the read/write and field coins; each

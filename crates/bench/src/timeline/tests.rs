@@ -1,4 +1,4 @@
-//! `engram bench timeline` end to end at toy sizes, about a second per
+//! `engram-bench timeline` end to end at toy sizes, about a second per
 //! timed run: each part's JSON has its fields, the background
 //! configuration checkpointed during its run, recovery found every key, the
 //! plot is a PNG; and the flags' defaults and limits.
@@ -58,7 +58,7 @@ fn toy(parts: &[Part], dir: &Path) -> Config {
         recovery_string_keys: 200_000,
         dir: dir.to_path_buf(),
         progress: false,
-        command: "engram bench timeline (test)".into(),
+        command: "engram-bench timeline (test)".into(),
     }
 }
 
@@ -499,9 +499,8 @@ fn check_pair(pair: &Value) {
 }
 
 /// `--target server --peers redis`: every run measured against Engram's
-/// server is measured against a fresh redis-server too (installed with
-/// apt-get when missing, as `engram bench server` does), and the report
-/// pairs them.
+/// server is measured against a fresh redis-server too (from PATH: CI's
+/// .ci/run installs it), and the report pairs them.
 #[test]
 fn server_target_measures_redis_beside_engram() {
     let dir = tempfile::tempdir().unwrap();

@@ -46,7 +46,7 @@ use hdrhistogram::Histogram;
 
 use super::error::{Result, TimelineError};
 use crate::cpu_time::CpuTimes;
-use crate::integrity::progress_bar;
+use crate::progress::progress_bar;
 use crate::runner::new_histogram;
 
 /// How often the sampler runs during a timed run.

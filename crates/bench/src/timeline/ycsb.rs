@@ -55,8 +55,9 @@ use super::records::{self, Shape, KEY_BYTES};
 use super::server::{ServerCounters, Target};
 use super::stats;
 use super::timed::{self, Kind, Measured};
-use super::{remove_if_present, tail, Config};
-use crate::integrity::progress_bar;
+use super::{tail, Config};
+use crate::command::remove_if_present;
+use crate::progress::progress_bar;
 use crate::workload::{Distribution, KeyChooser, ValuePool, ZIPF_EXPONENT};
 
 /// Records per sorted set of E's range index.

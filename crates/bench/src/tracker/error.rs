@@ -1,8 +1,10 @@
-//! What can go wrong in `engram bench tracker`: a bad flag, the file system,
+//! What can go wrong in `engram-bench tracker`: a bad flag, the file system,
 //! or Engram's region or integrity layer. A kernel interface that refuses
 //! is not an error: it is a result, recorded in the report.
 
 use std::path::PathBuf;
+
+use crate::error::IoError;
 
 pub type Result<T, E = TrackerBenchError> = std::result::Result<T, E>;
 
@@ -11,13 +13,8 @@ pub enum TrackerBenchError {
     #[error("--{flag}: {reason}")]
     Flag { flag: &'static str, reason: String },
 
-    #[error("{action} {}", path.display())]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] IoError),
 
     #[error("engram region")]
     Region(#[from] engram_pmem::Error),
@@ -32,11 +29,7 @@ impl TrackerBenchError {
         path: impl Into<PathBuf>,
         source: std::io::Error,
     ) -> Self {
-        TrackerBenchError::Io {
-            action,
-            path: path.into(),
-            source,
-        }
+        IoError::new(action, path, source).into()
     }
 
     pub(crate) fn flag(flag: &'static str, reason: impl Into<String>) -> Self {

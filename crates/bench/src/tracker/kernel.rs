@@ -315,7 +315,7 @@ impl WriteTracker {
     /// keeps for the tracker's whole life) for asynchronous write tracking.
     /// Nothing is protected yet: call [`WriteTracker::protect_all`].
     pub fn register(start: u64, len: u64) -> Result<WriteTracker, KernelError> {
-        assert!(start % PAGE_BYTES == 0 && len % PAGE_BYTES == 0 && len > 0);
+        assert!(start.is_multiple_of(PAGE_BYTES) && len.is_multiple_of(PAGE_BYTES) && len > 0);
         let offered = offered_features()?;
         if offered & UFFD_FEATURE_WP_ASYNC == 0 {
             return Err(KernelError {

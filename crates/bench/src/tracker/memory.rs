@@ -180,7 +180,10 @@ impl Mapping {
         flags: libc::c_int,
         options: MapOptions,
     ) -> io::Result<Mapping> {
-        assert!(len > 0 && len % PAGE_BYTES == 0, "mapping of {len} bytes");
+        assert!(
+            len > 0 && len.is_multiple_of(PAGE_BYTES),
+            "mapping of {len} bytes"
+        );
         let fd = file.as_ref().map_or(-1, |file| file.as_raw_fd());
         // SAFETY: a new mapping at an address of the kernel's choosing; it
         // overlaps nothing we hold.
@@ -251,7 +254,10 @@ impl Mapping {
     #[inline]
     pub fn store_u64(&self, offset: u64, value: u64) {
         self.check(offset, 8);
-        assert!(offset % 8 == 0, "unaligned 8-byte store at {offset}");
+        assert!(
+            offset.is_multiple_of(8),
+            "unaligned 8-byte store at {offset}"
+        );
         // SAFETY: in bounds and 8-byte aligned (checked; the base is page
         // aligned); AtomicU64 has u64's layout, and the mapping outlives
         // `self`'s borrow.
@@ -280,7 +286,7 @@ impl Mapping {
     pub fn copy_racy(&self, offset: u64, buffer: &mut [u8]) {
         self.check(offset, buffer.len() as u64);
         assert!(
-            offset % 8 == 0 && buffer.len() % 8 == 0,
+            offset.is_multiple_of(8) && buffer.len().is_multiple_of(8),
             "racy copies are of whole aligned words"
         );
         // SAFETY: in bounds and aligned (checked above; the base is page

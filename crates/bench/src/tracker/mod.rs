@@ -1,4 +1,4 @@
-//! `engram bench tracker`: is the kernel's dirty-page tracking (userfaultfd
+//! `engram-bench tracker`: is the kernel's dirty-page tracking (userfaultfd
 //! write protection in async mode, collected with `PAGEMAP_SCAN`, Linux
 //! 6.7+) cheaper than Engram's software marks? (Issue 5.)
 //!
@@ -60,7 +60,6 @@ pub mod report;
 pub mod support;
 pub mod workload;
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -77,6 +76,7 @@ pub use memory::MemoryKind;
 pub use report::Report;
 pub use workload::Workload;
 
+use crate::command::ReportOutput;
 use crate::cpu_time::{self, CpuTimes};
 use crate::machine::Machine;
 use kernel::WriteTracker;
@@ -181,7 +181,7 @@ impl std::fmt::Display for TrackerKind {
     }
 }
 
-/// The flags of `engram bench tracker`.
+/// The flags of `engram-bench tracker`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct TrackerBenchArgs {
     /// Size of the tracked region, MiB.
@@ -283,12 +283,14 @@ impl TrackerConfig {
             runs: 1,
             fine_writeback: false,
             progress: false,
-            command: "engram bench tracker (test)".into(),
+            command: "engram-bench tracker (test)".into(),
         }
     }
 
     pub fn validate(&self) -> Result<()> {
-        if self.region_bytes < MIN_REGION_BYTES || self.region_bytes % REGION_GRANULE_BYTES != 0 {
+        if self.region_bytes < MIN_REGION_BYTES
+            || !self.region_bytes.is_multiple_of(REGION_GRANULE_BYTES)
+        {
             return Err(TrackerBenchError::flag(
                 "region-mib",
                 format!(
@@ -1301,7 +1303,7 @@ fn software_reopen(config: &TrackerConfig, dir: &Path) -> Result<SoftwareReopen>
     })
 }
 
-/// `engram bench tracker`: runs, prints the table, writes the JSON.
+/// `engram-bench tracker`: runs, prints the table, writes the JSON.
 pub fn cli(args: TrackerBenchArgs, command: String) -> Result<()> {
     if !(args.seconds.is_finite() && args.seconds > 0.0) {
         return Err(TrackerBenchError::flag(
@@ -1309,16 +1311,7 @@ pub fn cli(args: TrackerBenchArgs, command: String) -> Result<()> {
             "must be a positive number",
         ));
     }
-    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
-    // Create the JSON file now, so a bad path fails before the run.
-    let json_file = match &args.json {
-        Some(path) if !json_to_stdout => Some((
-            std::fs::File::create(path)
-                .map_err(|e| TrackerBenchError::io("creating the JSON report", path, e))?,
-            path.clone(),
-        )),
-        _ => None,
-    };
+    let output = ReportOutput::create(args.json.as_deref())?;
     let dir = match &args.dir {
         Some(dir) => dir.clone(),
         None => std::env::current_dir().map_err(|e| TrackerBenchError::io("finding", ".", e))?,
@@ -1340,15 +1333,6 @@ pub fn cli(args: TrackerBenchArgs, command: String) -> Result<()> {
         command,
     };
     let report = run(&config)?;
-    if json_to_stdout {
-        println!("{}", report.json());
-        eprint!("{}", report.table());
-    } else {
-        print!("{}", report.table());
-    }
-    if let Some((mut file, path)) = json_file {
-        writeln!(file, "{}", report.json())
-            .map_err(|e| TrackerBenchError::io("writing the JSON report", path, e))?;
-    }
+    output.write(&report.table(), || report.json())?;
     Ok(())
 }

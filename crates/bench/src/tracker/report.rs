@@ -1,4 +1,4 @@
-//! The report of `engram bench tracker`: JSON for machines (`--json`), a
+//! The report of `engram-bench tracker`: JSON for machines (`--json`), a
 //! table for people.
 //!
 //! JSON shape (field names are a contract; the test pins the main ones):
@@ -48,6 +48,58 @@ use super::support::Support;
 use super::workload::Workload;
 use super::TrackerKind;
 use crate::machine::Machine;
+use crate::table::{decimals, thousands, Column, Table};
+
+/// The uffd-wp support table's columns: memory, file system, supported,
+/// the three probes, refault, and the notes.
+const SUPPORT_COLUMNS: [Column; 8] = [
+    Column::Left(7),
+    Column::Left(6),
+    Column::Left(9),
+    Column::Left(7),
+    Column::Left(10),
+    Column::Left(10),
+    Column::Left(9),
+    Column::Left(0),
+];
+
+/// The per-page costs table's: memory, a plain store, `|`, the kernel
+/// tracker's five figures, `|`, the software tracker's three.
+const COST_COLUMNS: [Column; 13] = [
+    Column::Left(7),
+    Column::Right(7),
+    Column::Left(1),
+    Column::Right(10),
+    Column::Right(8),
+    Column::Right(9),
+    Column::Right(9),
+    Column::Right(8),
+    Column::Right(9),
+    Column::Left(1),
+    Column::Right(10),
+    Column::Right(8),
+    Column::Right(9),
+];
+
+/// The throughput table's: workload, memory, tracker, ops/s, the two
+/// ratios, the passes (count, size, time, busy share), the scans,
+/// written-back pages, others.
+const RUN_COLUMNS: [Column; 14] = [
+    Column::Left(8),
+    Column::Left(6),
+    Column::Left(13),
+    Column::Right(12),
+    Column::Right(6),
+    Column::Right(6),
+    Column::Right(6),
+    Column::Right(10),
+    Column::Right(11),
+    Column::Right(5),
+    Column::Right(7),
+    Column::Right(7),
+    Column::Right(9),
+    Column::Right(6),
+];
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -241,29 +293,12 @@ pub struct SoftwareReopen {
     pub refresh_ms: f64,
 }
 
-fn grouped(value: f64) -> String {
-    let whole = value.round() as u64;
-    let digits = whole.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 fn yes_no(value: Option<bool>) -> &'static str {
     match value {
         Some(true) => "yes",
         Some(false) => "no",
         None => "-",
     }
-}
-
-fn opt(value: Option<f64>, decimals: usize) -> String {
-    value.map_or_else(|| "-".into(), |v| format!("{v:.decimals$}"))
 }
 
 impl Report {
@@ -276,7 +311,7 @@ impl Report {
         let c = &self.config;
         let _ = writeln!(
             out,
-            "engram bench tracker: software marks vs uffd-wp async + PAGEMAP_SCAN"
+            "engram-bench tracker: software marks vs uffd-wp async + PAGEMAP_SCAN"
         );
         let _ = writeln!(out, "command: {}", c.command);
         let _ = writeln!(
@@ -322,30 +357,40 @@ impl Report {
             out,
             "uffd-wp async, by memory (probe: 64 pages written and scanned)"
         );
-        let _ = writeln!(
-            out,
-            "{:<7} {:<6} {:<9} {:<7} {:<10} {:<10} {:<9}  why not / notes",
-            "memory", "fs", "supported", "tracks", "kept over", "kept over", "refault"
+        // The notes stand two spaces off: the gap and a space of their own.
+        let support = Table::new("", &SUPPORT_COLUMNS).gap(" ");
+        support.row(
+            &mut out,
+            &[
+                "memory",
+                "fs",
+                "supported",
+                "tracks",
+                "kept over",
+                "kept over",
+                "refault",
+                " why not / notes",
+            ],
         );
-        let _ = writeln!(
-            out,
-            "{:<7} {:<6} {:<9} {:<7} {:<10} {:<10} {:<9}",
-            "", "", "", "writes", "msync", "reclaim", "reports"
+        support.row(
+            &mut out,
+            &["", "", "", "writes", "msync", "reclaim", "reports"],
         );
         for s in &self.support {
             let mut notes = s.reason.clone().into_iter().collect::<Vec<_>>();
             notes.extend(s.notes.iter().cloned());
-            let _ = writeln!(
-                out,
-                "{:<7} {:<6} {:<9} {:<7} {:<10} {:<10} {:<9}  {}",
-                s.memory.name(),
-                s.file_system.as_deref().unwrap_or("-"),
-                if s.supported { "yes" } else { "NO" },
-                yes_no(s.tracks_writes),
-                yes_no(s.written_survives_writeback),
-                yes_no(s.written_survives_reclaim),
-                yes_no(s.reclaimed_reported_after_refault),
-                notes.join("; ")
+            support.row(
+                &mut out,
+                &[
+                    s.memory.name(),
+                    s.file_system.as_deref().unwrap_or("-"),
+                    if s.supported { "yes" } else { "NO" },
+                    yes_no(s.tracks_writes),
+                    yes_no(s.written_survives_writeback),
+                    yes_no(s.written_survives_reclaim),
+                    yes_no(s.reclaimed_reported_after_refault),
+                    &format!(" {}", notes.join("; ")),
+                ],
             );
         }
         if !self.costs.is_empty() {
@@ -354,43 +399,52 @@ impl Report {
                 out,
                 "Per page, one thread, nothing else running (one 8-byte store to every page of the region)"
             );
-            let _ = writeln!(
-                out,
-                "{:<7} {:>7} | {:>10} {:>8} {:>9} {:>9} {:>8} {:>9} | {:>10} {:>8} {:>9}",
-                "memory",
-                "plain",
-                "kernel 1st",
-                "later",
-                "scan idle",
-                "scan all",
-                "scan",
-                "full pass",
-                "sw 1st",
-                "later",
-                "full pass"
+            let costs = Table::new("", &COST_COLUMNS).gap(" ");
+            costs.row(
+                &mut out,
+                &[
+                    "memory",
+                    "plain",
+                    "|",
+                    "kernel 1st",
+                    "later",
+                    "scan idle",
+                    "scan all",
+                    "scan",
+                    "full pass",
+                    "|",
+                    "sw 1st",
+                    "later",
+                    "full pass",
+                ],
             );
-            let _ = writeln!(
-                out,
-                "{:<7} {:>7} | {:>10} {:>8} {:>9} {:>9} {:>8} {:>9} | {:>10} {:>8} {:>9}",
-                "", "ns", "store ns", "ns", "ms", "ms", "ns/page", "ms", "store ns", "ns", "ms"
+            costs.row(
+                &mut out,
+                &[
+                    "", "ns", "|", "store ns", "ns", "ms", "ms", "ns/page", "ms", "|", "store ns",
+                    "ns", "ms",
+                ],
             );
             for cost in &self.costs {
                 let k = cost.kernel.as_ref();
                 let s = cost.software.as_ref();
-                let _ = writeln!(
-                    out,
-                    "{:<7} {:>7.1} | {:>10} {:>8} {:>9} {:>9} {:>8} {:>9} | {:>10} {:>8} {:>9}",
-                    cost.memory.name(),
-                    cost.plain_store_ns,
-                    opt(k.map(|k| k.first_store_ns), 0),
-                    opt(k.map(|k| k.later_store_ns), 1),
-                    opt(k.map(|k| k.scan_idle_ms), 2),
-                    opt(k.map(|k| k.scan_all_written_ms), 1),
-                    opt(k.map(|k| k.scan_ns_per_page), 0),
-                    opt(k.map(|k| k.full_pass_ms), 0),
-                    opt(s.map(|s| s.first_store_ns), 0),
-                    opt(s.map(|s| s.later_store_ns), 1),
-                    opt(s.map(|s| s.full_pass_ms), 0),
+                costs.row(
+                    &mut out,
+                    &[
+                        cost.memory.name(),
+                        &format!("{:.1}", cost.plain_store_ns),
+                        "|",
+                        &decimals(k.map(|k| k.first_store_ns), 0, "-"),
+                        &decimals(k.map(|k| k.later_store_ns), 1, "-"),
+                        &decimals(k.map(|k| k.scan_idle_ms), 2, "-"),
+                        &decimals(k.map(|k| k.scan_all_written_ms), 1, "-"),
+                        &decimals(k.map(|k| k.scan_ns_per_page), 0, "-"),
+                        &decimals(k.map(|k| k.full_pass_ms), 0, "-"),
+                        "|",
+                        &decimals(s.map(|s| s.first_store_ns), 0, "-"),
+                        &decimals(s.map(|s| s.later_store_ns), 1, "-"),
+                        &decimals(s.map(|s| s.full_pass_ms), 0, "-"),
+                    ],
                 );
             }
         }
@@ -402,55 +456,76 @@ impl Report {
              processes used",
             c.threads, c.seconds, c.runs, c.period_ms
         );
-        let _ = writeln!(
-            out,
-            "{:<8} {:<6} {:<13} {:>12} {:>6} {:>6} {:>6} {:>10} {:>11} {:>5} {:>7} {:>7} {:>9} {:>6}",
-            "workload", "memory", "tracker", "ops/s", "x none", "x reg", "passes", "pages/pass", "pass ms",
-            "busy", "scan ms", "scan ns", "wrback", "others"
+        let runs = Table::new("", &RUN_COLUMNS).gap(" ");
+        // A run not measured: its name, then why, unpadded.
+        let unmeasured_columns = [
+            RUN_COLUMNS[0],
+            RUN_COLUMNS[1],
+            RUN_COLUMNS[2],
+            Column::Left(0),
+        ];
+        let unmeasured = Table::new("", &unmeasured_columns).gap(" ");
+        runs.row(
+            &mut out,
+            &[
+                "workload",
+                "memory",
+                "tracker",
+                "ops/s",
+                "x none",
+                "x reg",
+                "passes",
+                "pages/pass",
+                "pass ms",
+                "busy",
+                "scan ms",
+                "scan ns",
+                "wrback",
+                "others",
+            ],
         );
-        let _ = writeln!(
-            out,
-            "{:<8} {:<6} {:<13} {:>12} {:>6} {:>6} {:>6} {:>10} {:>11} {:>5} {:>7} {:>7} {:>9} {:>6}",
-            "", "", "", "", "", "", "", "", "mean/max", "", "mean", "/page", "pages", "cores"
+        runs.row(
+            &mut out,
+            &[
+                "", "", "", "", "", "", "", "", "mean/max", "", "mean", "/page", "pages", "cores",
+            ],
         );
         for r in &self.runs {
+            let names = [r.workload.name(), r.memory.name(), r.tracker.name()];
             if let Some(why) = &r.unsupported {
-                let _ = writeln!(
-                    out,
-                    "{:<8} {:<6} {:<13} not measured: {why}",
-                    r.workload.name(),
-                    r.memory.name(),
-                    r.tracker.name()
-                );
+                let why = format!("not measured: {why}");
+                unmeasured.row(&mut out, &[names[0], names[1], names[2], &why]);
                 continue;
             }
             let passes = if r.tracker.has_pass() {
-                (
+                [
                     r.passes.to_string(),
-                    grouped(r.pages_per_pass),
+                    thousands(r.pages_per_pass.round()),
                     format!("{:.0}/{:.0}", r.pass_ms_mean, r.pass_ms_max),
                     format!("{:.0}%", r.pass_busy_fraction * 100.0),
-                )
+                ]
             } else {
-                ("-".into(), "-".into(), "-".into(), "-".into())
+                ["-".into(), "-".into(), "-".into(), "-".into()]
             };
-            let _ = writeln!(
-                out,
-                "{:<8} {:<6} {:<13} {:>12} {:>6} {:>6} {:>6} {:>10} {:>11} {:>5} {:>7} {:>7} {:>9} {:>6}",
-                r.workload.name(),
-                r.memory.name(),
-                r.tracker.name(),
-                grouped(r.ops_per_sec),
-                opt(r.ratio_to_baseline, 2),
-                opt(r.ratio_to_region, 2),
-                passes.0,
-                passes.1,
-                passes.2,
-                passes.3,
-                opt(r.scan_ms_mean, 1),
-                opt(r.scan_ns_per_written_page, 0),
-                r.written_back_pages.map_or_else(|| "-".into(), |pages| grouped(pages as f64)),
-                opt(r.other_cores, 2),
+            runs.row(
+                &mut out,
+                &[
+                    names[0],
+                    names[1],
+                    names[2],
+                    &thousands(r.ops_per_sec.round()),
+                    &decimals(r.ratio_to_baseline, 2, "-"),
+                    &decimals(r.ratio_to_region, 2, "-"),
+                    &passes[0],
+                    &passes[1],
+                    &passes[2],
+                    &passes[3],
+                    &decimals(r.scan_ms_mean, 1, "-"),
+                    &decimals(r.scan_ns_per_written_page, 0, "-"),
+                    &r.written_back_pages
+                        .map_or_else(|| "-".into(), |pages| thousands(pages as f64)),
+                    &decimals(r.other_cores, 2, "-"),
+                ],
             );
         }
         if let Some(gap) = &self.crash_gap {
@@ -474,8 +549,8 @@ impl Report {
                          pages ({} written before the crash), refreshed in {:.0} ms",
                         s.region_open_ms,
                         s.integrity_open_ms,
-                        grouped(s.stale_pages_found as f64),
-                        grouped(s.pages_written_before_crash as f64),
+                        thousands(s.stale_pages_found as f64),
+                        thousands(s.pages_written_before_crash as f64),
                         s.refresh_ms
                     );
                 }

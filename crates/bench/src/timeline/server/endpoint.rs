@@ -8,7 +8,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use redis::{Connection, Pipeline};
 
-use crate::integrity::progress_bar;
+use crate::progress::progress_bar;
 use crate::server::System;
 use crate::timeline::error::Result;
 use crate::timeline::records;

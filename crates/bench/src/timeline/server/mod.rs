@@ -77,7 +77,7 @@ use serde::Serialize;
 
 use super::error::{Result, TimelineError};
 use super::records::{self, Shape};
-use super::remove_if_present;
+use crate::command::remove_if_present;
 use crate::server::System;
 use crate::workload::ValuePool;
 use endpoint::Endpoint;
@@ -189,7 +189,7 @@ impl Instance {
         if let Some(server) = self.server.take() {
             server.shutdown().map_err(TimelineError::Server)?;
         }
-        remove_if_present(&self.dir)
+        Ok(remove_if_present(&self.dir)?)
     }
 }
 

@@ -2,8 +2,8 @@
 //! real `redis-server` started fresh for each measured run and driven by
 //! the same clients as Engram's server ([`super::endpoint`]).
 //!
-//! Redis is found, or installed with apt-get, and started with the helpers
-//! of `engram bench server` ([`crate::server::peers`]): on 127.0.0.1 and a
+//! Redis is found on PATH (or at `--redis-server`) and started with the helpers
+//! of `engram-bench server` ([`crate::server::peers`]): on 127.0.0.1 and a
 //! free port, AOF on with `appendfsync` matching the in-process server's
 //! default durability (`process`: `appendfsync no`), RDB snapshots off, and
 //! Redis's defaults otherwise (its automatic AOF rewrite stays on, as its
@@ -32,12 +32,12 @@ use redis::Connection;
 use serde::Serialize;
 
 use super::endpoint::Endpoint;
+use crate::command::remove_if_present;
 use crate::cpu_time;
-use crate::integrity::progress_bar;
+use crate::progress::progress_bar;
 use crate::server::peers::{self, Peer, System};
 use crate::server::Durability;
 use crate::timeline::error::{Result, TimelineError};
-use crate::timeline::remove_if_present;
 use crate::timeline::timed::Measured;
 
 /// The servers measured beside Engram's with `--target server`.
@@ -72,7 +72,7 @@ pub fn durability() -> Durability {
         .unwrap_or_else(|_| panic!("the server's durability {engram} has a Redis counterpart"))
 }
 
-/// The redis-server program, found (or installed) once per benchmark.
+/// The redis-server program, found once per benchmark.
 #[derive(Clone, Debug)]
 pub struct RedisServer {
     pub program: PathBuf,
@@ -81,10 +81,10 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// Finds `program` (`--redis-server`), installing Redis when it is the
-    /// default and missing ([`peers::ensure_redis_programs`]).
+    /// Finds `program` (`--redis-server`; the default on PATH), or says how
+    /// to install it ([`peers::check_redis_programs`]).
     pub fn find(program: &Path) -> Result<RedisServer> {
-        peers::ensure_redis_programs(&[(program, "redis-server")])
+        peers::check_redis_programs(&[(program, "redis-server")])
             .map_err(TimelineError::RedisMissing)?;
         let program = peers::find_program(program).unwrap_or_else(|| program.to_path_buf());
         Ok(RedisServer {

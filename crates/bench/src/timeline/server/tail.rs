@@ -22,7 +22,7 @@ use redis::Connection;
 use super::endpoint::Endpoint;
 use super::peer::{PeerMeasured, RedisPeer, RedisServer};
 use super::{record_command, Info, Instance, Target, Watcher};
-use crate::integrity::progress_bar;
+use crate::progress::progress_bar;
 use crate::server::System;
 use crate::timeline::error::{Result, TimelineError};
 use crate::timeline::records;

@@ -1,13 +1,13 @@
-//! The `engram` binary, run as a user would.
+//! The `engram-bench` binary, run as a user would.
 
 use std::process::{Command, Output};
 
-fn engram(args: &[&str], dir: &std::path::Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_engram"))
+fn engram_bench(args: &[&str], dir: &std::path::Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_engram-bench"))
         .args(args)
         .current_dir(dir)
         .output()
-        .expect("running the engram binary")
+        .expect("running the engram-bench binary")
 }
 
 fn stderr(output: &Output) -> String {
@@ -17,9 +17,8 @@ fn stderr(output: &Output) -> String {
 #[test]
 fn bench_engine_quick_prints_json_with_engram_and_the_baseline() {
     let dir = tempfile::tempdir().unwrap();
-    let output = engram(
+    let output = engram_bench(
         &[
-            "bench",
             "engine",
             "--quick",
             "--records",
@@ -71,9 +70,8 @@ fn bench_engine_quick_prints_json_with_engram_and_the_baseline() {
 #[test]
 fn json_to_a_file_keeps_the_table_on_stdout() {
     let dir = tempfile::tempdir().unwrap();
-    let output = engram(
+    let output = engram_bench(
         &[
-            "bench",
             "engine",
             "--records",
             "2000",
@@ -103,7 +101,7 @@ fn json_to_a_file_keeps_the_table_on_stdout() {
 #[test]
 fn unknown_peer_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
-    let output = engram(&["bench", "engine", "--peers", "mongodb"], dir.path());
+    let output = engram_bench(&["engine", "--peers", "mongodb"], dir.path());
     assert!(!output.status.success());
     assert!(
         stderr(&output).contains("unknown system 'mongodb'"),
@@ -115,10 +113,7 @@ fn unknown_peer_is_a_clear_error() {
 #[test]
 fn a_bad_flag_value_names_the_flag() {
     let dir = tempfile::tempdir().unwrap();
-    let output = engram(
-        &["bench", "engine", "--quick", "--key-bytes", "4"],
-        dir.path(),
-    );
+    let output = engram_bench(&["engine", "--quick", "--key-bytes", "4"], dir.path());
     assert!(!output.status.success());
     assert!(
         stderr(&output).contains("--key-bytes must be at least 8"),
@@ -131,9 +126,8 @@ fn a_bad_flag_value_names_the_flag() {
 #[test]
 fn peers_not_compiled_in_are_named_with_the_fix() {
     let dir = tempfile::tempdir().unwrap();
-    let output = engram(
+    let output = engram_bench(
         &[
-            "bench",
             "engine",
             "--quick",
             "--records",

@@ -353,7 +353,7 @@ impl Collections {
             CheckpointMode::Background | CheckpointMode::StopTheWorld => {
                 let inner = Arc::clone(&inner);
                 Some(
-                    engram_pmem::background::spawn("engram-checkpoint", move || {
+                    engram_threads::spawn("engram-checkpoint", move || {
                         checkpoint::run(&inner)
                     })
                     .map_err(|source| Error::Io {
@@ -369,7 +369,7 @@ impl Collections {
         } else {
             let inner = Arc::clone(&inner);
             Some(
-                engram_pmem::background::spawn("engram-oplog-reserve", move || {
+                engram_threads::spawn("engram-oplog-reserve", move || {
                     inner.log.run_provisioner()
                 })
                 .map_err(|source| Error::Io {

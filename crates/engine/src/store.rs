@@ -620,9 +620,9 @@ fn remove_if_present(path: &Path) -> Result<()> {
 }
 
 /// Starts one of the store's background threads, on the background cores
-/// ([`engram_pmem::background`]).
+/// ([`engram_threads`]).
 fn spawn(name: &str, work: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
-    engram_pmem::background::spawn(name, work).expect("spawning a background thread")
+    engram_threads::spawn(name, work).expect("spawning a background thread")
 }
 
 fn periodic_sync(inner: &Inner, period: Duration) {

@@ -219,7 +219,7 @@ impl Integrity {
             shared.options.mode == IntegrityMode::Lazy || shared.options.scrub_bytes_per_sec > 0;
         let thread = needs_thread.then(|| {
             let shared = Arc::clone(&shared);
-            engram_pmem::background::spawn("engram-integrity", move || background(&shared))
+            engram_threads::spawn("engram-integrity", move || background(&shared))
                 .expect("spawning the integrity thread")
         });
         Ok((

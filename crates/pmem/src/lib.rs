@@ -36,7 +36,6 @@
 //! internal lock; the mapped length only increases and the base address never
 //! moves, so offsets and slices handed out stay valid for the region's life.
 
-pub mod background;
 pub mod barrier;
 pub mod crashsim;
 mod error;
@@ -57,3 +56,10 @@ pub use region::{
     sync_directory, Region, RegionOptions, CACHE_LINE_BYTES, DEFAULT_RESERVE_BYTES, OS_PAGE_BYTES,
 };
 pub use tracker::{zeroed_atomic_words, StoreTicket, StoreTracker};
+
+/// Thread placement moved to its own crate, `engram-threads` (process
+/// policy, not persistent memory). This path remains only until the bench
+/// crate and the server's remaining qualified paths use that crate; remove
+/// it then (nothing in this crate uses it).
+#[doc(hidden)]
+pub use engram_threads as background;

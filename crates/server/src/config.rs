@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use engram_engine::{IntegrityOptions, ModeChoice};
-use engram_pmem::background::{self, BackgroundCpus};
+use engram_threads::{self as background, BackgroundCpus};
 use parking_lot::RwLock;
 
 use crate::resp::parse::{split_words, DEFAULT_MAX_BULK_BYTES};

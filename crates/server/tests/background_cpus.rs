@@ -5,7 +5,7 @@
 mod common;
 
 use common::{start_with, Client};
-use engram_pmem::background::{self, BackgroundCpus};
+use engram_threads::{self as background, BackgroundCpus};
 use engram_server::{Config, Server, StartError};
 
 /// The cores the threads named `comm` (as the kernel truncates it) may run

@@ -107,6 +107,43 @@ impl LoadedImage {
     }
 }
 
+/// Where the images stand (under `StoreState::image`, which also
+/// serialises writing them).
+#[derive(Debug, Default)]
+pub struct ImageState {
+    /// Which file the next image replaces: never the newest valid one.
+    pub next_slot: usize,
+    /// The largest image number seen or written.
+    pub last_number: u64,
+    /// Floor of the newest image recovery can use (0: none).
+    pub floor: u32,
+    /// The sequence counter when that image was taken.
+    pub next_seq: u64,
+}
+
+impl ImageState {
+    /// After recovery found `image` (and started from it if `used`): the
+    /// next image replaces the file recovery did not use (an older or
+    /// unusable image), and numbers go on from the largest seen.
+    pub fn after_recovery(image: Option<&LoadedImage>, used: bool) -> ImageState {
+        match image {
+            Some(image) if used => ImageState {
+                next_slot: 1 - image.slot,
+                last_number: image.header.number,
+                floor: image.header.floor_generation,
+                next_seq: image.header.next_seq,
+            },
+            // Unusable against these blocks: overwrite it first.
+            Some(image) => ImageState {
+                next_slot: image.slot,
+                last_number: image.header.number,
+                ..ImageState::default()
+            },
+            None => ImageState::default(),
+        }
+    }
+}
+
 /// Decodes entry `i` of [`LoadedImage::entries`].
 pub fn entry_at(bytes: &[u8], i: usize) -> (u64, u64) {
     let at = i * ENTRY_BYTES as usize;

@@ -45,13 +45,13 @@ pub use engram_integrity::{
 };
 pub use engram_pmem::{CrashPoint, CrashSim, FlushInstruction, Mode, ModeChoice, PersistObserver};
 pub use error::{Error, Result};
+pub use image_writer::IndexImageReport;
 pub use index_image::FILE_NAMES as INDEX_IMAGE_FILES;
 pub use options::{
     CompactionOptions, FaultInjection, IndexImageOptions, Observer, Options, SyncPolicy,
 };
-pub use record::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
-pub use image_writer::IndexImageReport;
 pub use read::ValueRef;
+pub use record::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use recovery::{ImageRecovery, RecoveryReport};
 pub use scrub::{AffectedKey, ScrubReport};
 pub use store::{Stats, Store, DATA_FILE};

@@ -243,10 +243,10 @@ impl Store {
         expected: u64,
         new: u64,
     ) -> Result<u64> {
-        write::update_word(&self.state, key, field_offset, |region, word| {
-            match region.compare_exchange_u64(word, expected, new) {
-                Ok(found) | Err(found) => found,
-            }
+        write::update_word(&self.state, key, field_offset, |region, word| match region
+            .compare_exchange_u64(word, expected, new)
+        {
+            Ok(found) | Err(found) => found,
         })
     }
 
@@ -527,8 +527,8 @@ fn create_data_file(dir: &Path, path: &Path, options: &Options) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
     use crate::{CompactionOptions, ModeChoice};
+    use std::time::Instant;
 
     fn small() -> Options {
         Options {

@@ -4,10 +4,12 @@
 use engram_threads::{BackgroundCpus, PlacementError};
 
 fn cores_of_a_background_thread() -> Vec<usize> {
-    engram_threads::spawn("engram-test-bg", || engram_threads::this_thread_cpus().unwrap())
-        .unwrap()
-        .join()
-        .unwrap()
+    engram_threads::spawn("engram-test-bg", || {
+        engram_threads::this_thread_cpus().unwrap()
+    })
+    .unwrap()
+    .join()
+    .unwrap()
 }
 
 #[test]

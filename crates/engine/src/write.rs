@@ -21,6 +21,7 @@ use engram_pmem::{PmemOffset, Region};
 use crate::append;
 use crate::compaction;
 use crate::index::{entry_hash, hash_key, shard_of, Entry};
+use crate::read;
 use crate::record::{self, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 use crate::store_state::StoreState;
 use crate::{Error, Result};
@@ -76,7 +77,9 @@ pub fn update_word<R>(
         })
         .ok_or(Error::KeyNotFound)?;
     let at = PmemOffset(entry.offset);
-    let header = record::read_header(region, at);
+    // As a read would: a header on a page damaged beyond repair, or whose
+    // lengths run past the file, says nothing a write may trust.
+    let header = read::checked_header(store, at)?;
     let value_len = header.value_len as u64;
     if field_offset % 8 != 0
         || field_offset

@@ -54,9 +54,11 @@ pub fn append_to_lane(
     let seq = seq.unwrap_or_else(|| store.seq.fetch_add(1, Ordering::Relaxed));
     let region = store.region();
     record::write(region, at, lane.generation, seq, key, value);
-    if !store.options.faults.skip_record_persist {
-        region.persist(at, size);
+    #[cfg(feature = "fault-injection")]
+    if store.options.faults.skip_record_persist {
+        return Ok((at.0, seq));
     }
+    region.persist(at, size);
     Ok((at.0, seq))
 }
 

@@ -70,13 +70,20 @@ pub fn write_image(store: &StoreState) -> Result<IndexImageReport> {
     };
     // Recovery reads the named records in file order.
     entries.sort_unstable_by_key(|entry| entry.offset);
-    let written = index_image::write(
+    #[cfg(feature = "fault-injection")]
+    let write = if store.options.faults.skip_index_image_header {
+        index_image::write_without_header
+    } else {
+        index_image::write
+    };
+    #[cfg(not(feature = "fault-injection"))]
+    let write = index_image::write;
+    let written = write(
         &store.dir,
         images.next_slot,
         &header,
         &entries,
         &store.image_region_options,
-        store.options.faults.skip_index_image_header,
     );
     if let Err(error) = written {
         // Leave no half-written file behind (the other one still holds

@@ -268,16 +268,44 @@ fn encode_header(header: &ImageHeader, entries_crc: u32) -> [u8; HEADER_BYTES] {
 }
 
 /// Writes an image into `FILE_NAMES[slot]`, replacing what was there:
-/// entries first (persisted and synced), header last. `skip_header` leaves
-/// the image as a crash before its header would (fault injection).
+/// entries first (persisted and synced), header last.
 pub fn write(
     dir: &Path,
     slot: usize,
     header: &ImageHeader,
     entries: &[Entry],
     template: &RegionOptions,
-    skip_header: bool,
 ) -> Result<()> {
+    let (region, entries_crc) = write_entries(dir, slot, header, entries, template)?;
+    region.write(PmemOffset(0), &encode_header(header, entries_crc));
+    region.persist(PmemOffset(0), HEADER_BYTES as u64);
+    region.sync(PmemOffset(0), HEADER_BYTES as u64)?;
+    sync_directory(dir).map_err(|e| Error::io("syncing directory of index image", dir, e))
+}
+
+/// [`write`] cut short before the header, as a crash there would leave
+/// the file (fault injection).
+#[cfg(any(test, feature = "fault-injection"))]
+pub fn write_without_header(
+    dir: &Path,
+    slot: usize,
+    header: &ImageHeader,
+    entries: &[Entry],
+    template: &RegionOptions,
+) -> Result<()> {
+    write_entries(dir, slot, header, entries, template)?;
+    sync_directory(dir).map_err(|e| Error::io("syncing directory of index image", dir, e))
+}
+
+/// A new `FILE_NAMES[slot]` holding `entries`, persisted and synced, with
+/// no header yet; returns it and the entries' checksum.
+fn write_entries(
+    dir: &Path,
+    slot: usize,
+    header: &ImageHeader,
+    entries: &[Entry],
+    template: &RegionOptions,
+) -> Result<(Region, u32)> {
     debug_assert_eq!(header.entries, entries.len() as u64);
     let path = dir.join(FILE_NAMES[slot]);
     match std::fs::remove_file(&path) {
@@ -305,12 +333,7 @@ pub fn write(
     }
     region.persist(PmemOffset(ENTRIES_AT), entry_bytes);
     region.sync(PmemOffset(ENTRIES_AT), entry_bytes)?;
-    if !skip_header {
-        region.write(PmemOffset(0), &encode_header(header, crc));
-        region.persist(PmemOffset(0), HEADER_BYTES as u64);
-        region.sync(PmemOffset(0), HEADER_BYTES as u64)?;
-    }
-    sync_directory(dir).map_err(|e| Error::io("syncing directory of index image", dir, e))
+    Ok((region, crc))
 }
 
 #[cfg(test)]
@@ -352,7 +375,7 @@ mod tests {
             entries: entries.len() as u64,
         };
         let template = RegionOptions::default();
-        write(dir.path(), 0, &header, &entries, &template, false).unwrap();
+        write(dir.path(), 0, &header, &entries, &template).unwrap();
         let (image, rejected) = load_newest(dir.path(), 9, &template);
         assert!(rejected.is_empty(), "{rejected:?}");
         let image = image.expect("image loads");
@@ -370,7 +393,7 @@ mod tests {
             number: 2,
             ..header
         };
-        write(dir.path(), 1, &newer, &entries, &template, true).unwrap();
+        write_without_header(dir.path(), 1, &newer, &entries, &template).unwrap();
         let (image, rejected) = load_newest(dir.path(), 9, &template);
         assert_eq!(image.unwrap().header.number, 1);
         assert!(rejected[0].contains("never completed"), "{rejected:?}");

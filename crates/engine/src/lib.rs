@@ -47,9 +47,9 @@ pub use engram_pmem::{CrashPoint, CrashSim, FlushInstruction, Mode, ModeChoice, 
 pub use error::{Error, Result};
 pub use image_writer::IndexImageReport;
 pub use index_image::FILE_NAMES as INDEX_IMAGE_FILES;
-pub use options::{
-    CompactionOptions, FaultInjection, IndexImageOptions, Observer, Options, SyncPolicy,
-};
+#[cfg(feature = "fault-injection")]
+pub use options::FaultInjection;
+pub use options::{CompactionOptions, IndexImageOptions, Observer, Options, SyncPolicy};
 pub use read::ValueRef;
 pub use record::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use recovery::{ImageRecovery, RecoveryReport};

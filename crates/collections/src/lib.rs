@@ -353,14 +353,12 @@ impl Collections {
             CheckpointMode::Background | CheckpointMode::StopTheWorld => {
                 let inner = Arc::clone(&inner);
                 Some(
-                    engram_pmem::background::spawn("engram-checkpoint", move || {
-                        checkpoint::run(&inner)
-                    })
-                    .map_err(|source| Error::Io {
-                        context: "starting the checkpoint thread in",
-                        path: PathBuf::new(),
-                        source,
-                    })?,
+                    engram_threads::spawn("engram-checkpoint", move || checkpoint::run(&inner))
+                        .map_err(|source| Error::Io {
+                            context: "starting the checkpoint thread in",
+                            path: PathBuf::new(),
+                            source,
+                        })?,
                 )
             }
         };
@@ -369,14 +367,12 @@ impl Collections {
         } else {
             let inner = Arc::clone(&inner);
             Some(
-                engram_pmem::background::spawn("engram-oplog-reserve", move || {
-                    inner.log.run_provisioner()
-                })
-                .map_err(|source| Error::Io {
-                    context: "starting the log reserve thread in",
-                    path: PathBuf::new(),
-                    source,
-                })?,
+                engram_threads::spawn("engram-oplog-reserve", move || inner.log.run_provisioner())
+                    .map_err(|source| Error::Io {
+                        context: "starting the log reserve thread in",
+                        path: PathBuf::new(),
+                        source,
+                    })?,
             )
         };
         Ok(Collections {

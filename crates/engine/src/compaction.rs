@@ -17,31 +17,36 @@ use std::sync::atomic::Ordering;
 
 use engram_pmem::PmemOffset;
 
+use crate::append;
 use crate::block::{state, BLOCK_HEADER_BYTES};
 use crate::index::hash_key;
 use crate::record::{self, Header};
-use crate::store::Inner;
-use crate::write::Writer;
+use crate::space::flush_epochs;
+use crate::store_state::StoreState;
+use crate::Result;
 
 /// Blocks one background round compacts at most before sleeping again.
 const MAX_BLOCKS_PER_ROUND: usize = 64;
+/// How many blocks a writer compacts itself, when the file is at its space
+/// budget and no block is free, before it grows the file anyway.
+const MAX_ASSISTS_PER_BLOCK: usize = 4;
 
 /// The compactor thread.
-pub fn run(inner: &Inner) {
-    while inner.sleep(inner.options.compaction.interval) {
-        round(inner, MAX_BLOCKS_PER_ROUND);
+pub fn run(store: &StoreState) {
+    while store.sleep(store.options.compaction.interval) {
+        round(store, MAX_BLOCKS_PER_ROUND);
         flush_epochs();
     }
 }
 
 /// Compacts up to `max_blocks` of the best candidates; returns how many.
-pub fn round(inner: &Inner, max_blocks: usize) -> usize {
+pub fn round(store: &StoreState, max_blocks: usize) -> usize {
     let mut compacted = 0;
-    for id in candidates(inner, max_blocks) {
-        if inner.shutdown.load(Ordering::Acquire) {
+    for id in candidates(store, max_blocks) {
+        if store.shutdown.load(Ordering::Acquire) {
             break;
         }
-        if compact_block(inner, id) {
+        if compact_block(store, id) {
             compacted += 1;
         }
     }
@@ -49,24 +54,37 @@ pub fn round(inner: &Inner, max_blocks: usize) -> usize {
 }
 
 /// Compacts the single best candidate; false if there is none.
-pub fn compact_one(inner: &Inner) -> bool {
-    candidates(inner, 1)
+pub fn compact_one(store: &StoreState) -> bool {
+    candidates(store, 1)
         .first()
-        .is_some_and(|id| compact_block(inner, *id))
+        .is_some_and(|id| compact_block(store, *id))
 }
 
-/// Lets deferred frees run: pinning and flushing a few times advances the
-/// epoch past every guard taken before (when no reader is pinned meanwhile).
-pub fn flush_epochs() {
-    for _ in 0..4 {
-        crossbeam_epoch::pin().flush();
+/// A block for an application lane. When the file is at its space budget
+/// and nothing is free, the writer compacts a block or two itself before
+/// growing: an overwrite-heavy load then keeps the file bounded instead of
+/// outrunning the background compactor.
+pub fn block_for_writer(store: &StoreState) -> Result<u32> {
+    let budget = store.options.compaction.max_space_amplification;
+    for _ in 0..MAX_ASSISTS_PER_BLOCK {
+        if let Some(id) = store.space.take_free() {
+            return Ok(id);
+        }
+        if !store.options.compaction.enabled || store.space.may_grow(budget) {
+            break;
+        }
+        if !compact_one(store) {
+            break;
+        }
+        flush_epochs();
     }
+    store.space.take_free_or_grow()
 }
 
-fn candidates(inner: &Inner, max_blocks: usize) -> Vec<u32> {
-    let space = &inner.space;
+fn candidates(store: &StoreState, max_blocks: usize) -> Vec<u32> {
+    let space = &store.space;
     let threshold =
-        (space.log_payload_bytes() as f64 * inner.options.compaction.max_live_ratio) as u64;
+        (space.log_payload_bytes() as f64 * store.options.compaction.max_live_ratio) as u64;
     let mut sealed: Vec<(u64, u32)> = (0..space.block_count() as u32)
         .filter_map(|id| {
             let meta = space.meta(id);
@@ -84,8 +102,8 @@ fn candidates(inner: &Inner, max_blocks: usize) -> Vec<u32> {
 
 /// Moves every live record out of block `id`. False if another thread
 /// claimed the block first.
-fn compact_block(inner: &Inner, id: u32) -> bool {
-    let space = &inner.space;
+fn compact_block(store: &StoreState, id: u32) -> bool {
+    let space = &store.space;
     let meta = space.meta(id);
     if meta
         .state
@@ -107,7 +125,7 @@ fn compact_block(inner: &Inner, id: u32) -> bool {
         let start = space.block_offset(id).0;
         let end = start + space.block_bytes;
         let mut at = start + BLOCK_HEADER_BYTES;
-        while !inner.shutdown.load(Ordering::Acquire) {
+        while !store.shutdown.load(Ordering::Acquire) {
             let Ok(header) = record::parse(&space.region, PmemOffset(at), end, generation) else {
                 break;
             };
@@ -117,7 +135,7 @@ fn compact_block(inner: &Inner, id: u32) -> bool {
                 .integrity
                 .as_ref()
                 .is_some_and(|i| i.overlaps_unrepairable(at, header.encoded_bytes()));
-            if damaged || (!header.is_deleted() && !move_record(inner, at, &header)) {
+            if damaged || (!header.is_deleted() && !move_record(store, at, &header)) {
                 break;
             }
             at += header.encoded_bytes();
@@ -129,31 +147,48 @@ fn compact_block(inner: &Inner, id: u32) -> bool {
         Ordering::AcqRel,
         Ordering::Acquire,
     );
-    inner.compactions.fetch_add(1, Ordering::Relaxed);
+    store.compactions.fetch_add(1, Ordering::Relaxed);
     space.free_if_dead(id);
     true
 }
 
 /// Moves the record at `at` if the index still points at it. False when
 /// there is no space to move it to (compaction stops for now).
-fn move_record(inner: &Inner, at: u64, header: &Header) -> bool {
-    let region = &inner.space.region;
+fn move_record(store: &StoreState, at: u64, header: &Header) -> bool {
+    let region = &store.space.region;
     let key = record::key(region, PmemOffset(at), header);
     let hash = hash_key(key);
-    let mut table = inner.index.shard(hash).write();
+    let mut table = store.index.shard(hash).write();
     let Ok(mut occupied) = table.find_entry(hash, |e| e.hash == hash && e.offset == at) else {
         // Superseded or deleted since we read it, or not yet published.
         return true;
     };
     // Under the write lock no in-place update runs, so this is the value.
     let value = record::value(region, PmemOffset(at), header);
-    match inner.append(key, value, Some(header.seq), Writer::Compaction) {
-        Ok((new_at, _)) => {
+    match copy(store, key, value, header.seq) {
+        Ok(new_at) => {
             occupied.get_mut().offset = new_at;
-            inner.retire(at);
-            inner.records_moved.fetch_add(1, Ordering::Relaxed);
+            append::retire(store, at);
+            store.records_moved.fetch_add(1, Ordering::Relaxed);
             true
         }
         Err(_) => false,
     }
+}
+
+/// Appends a moved record (same key, value and sequence number) through
+/// the compaction lane; returns its new offset. The compactor claims
+/// blocks without assisting anyone: it is the assistance.
+fn copy(store: &StoreState, key: &[u8], value: &[u8], seq: u64) -> Result<u64> {
+    // Records of sealed log blocks always fit one; an extent is never
+    // compacted, but would go to an extent of its own.
+    let (at, _) = if append::fits_log_block(store, key, value) {
+        let mut lane = store.compaction_lane.lock();
+        append::append_to_lane(store, &mut lane, key, value, Some(seq), || {
+            store.space.take_free_or_grow()
+        })?
+    } else {
+        append::append_extent(store, key, value, Some(seq))?
+    };
+    Ok(at)
 }

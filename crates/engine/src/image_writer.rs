@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::compaction::flush_epochs;
 use crate::index_image::{self, ImageHeader};
-use crate::store::Inner;
+use crate::space::flush_epochs;
+use crate::store_state::StoreState;
 use crate::{Error, Result};
 
 /// How long an image waits for the writes in flight when it starts. Only a
@@ -18,20 +18,6 @@ const GRACE_PATIENCE: Duration = Duration::from_secs(10);
 const CHECK_INTERVAL: Duration = Duration::from_millis(500);
 /// After a failed image, the background thread waits this long to retry.
 const RETRY_AFTER: Duration = Duration::from_secs(10);
-
-/// Where the images stand (under `Inner::image`, which also serialises
-/// writing them).
-#[derive(Debug, Default)]
-pub(crate) struct ImageState {
-    /// Which file the next image replaces: never the newest valid one.
-    pub next_slot: usize,
-    /// The largest image number seen or written.
-    pub last_number: u64,
-    /// Floor of the newest image recovery can use (0: none).
-    pub floor: u32,
-    /// The sequence counter when that image was taken.
-    pub next_seq: u64,
-}
 
 /// What writing an index image did.
 #[derive(Clone, Debug)]
@@ -44,100 +30,105 @@ pub struct IndexImageReport {
     pub duration: Duration,
 }
 
-impl Inner {
-    /// Writes an index image of the store as it is now, without stopping
-    /// writers (they wait only while every lane is taken to read the floor).
-    pub fn write_index_image(&self) -> Result<IndexImageReport> {
-        let started = Instant::now();
-        let mut state = self.image.lock();
-        // 1. No record is being appended to a lane block while the floor is
-        //    read; every later append lands at or above it.
-        let floor = {
-            let lanes = self.lanes.lock_all();
-            let compaction = self.compaction_lane.lock();
-            let next = self.space.peek_generation();
-            lanes
-                .iter()
-                .map(|lane| &**lane)
-                .chain(std::iter::once(&*compaction))
-                .filter(|lane| lane.block.is_some())
-                .map(|lane| lane.generation)
-                .fold(next, u32::min)
-        };
-        // 2. Every write begun before step 1 has published (or retired) its
-        //    record: `put` is pinned from its append to its publish.
-        if !wait_for_writes_in_flight(GRACE_PATIENCE) {
-            return Err(Error::IndexImage(format!(
-                "writes in flight did not finish within {GRACE_PATIENCE:?} (a thread pinned too long?)"
-            )));
-        }
-        // 3. The copy; then the counters every named record is below.
-        let mut entries = self
-            .index
-            .copy_entries(self.keys.sum().max(0) as usize + 1024);
-        let header = ImageHeader {
-            number: state.last_number + 1,
-            store_id: self.store_id,
-            floor_generation: floor,
-            next_generation: self.space.peek_generation(),
-            next_seq: self.seq.load(Ordering::SeqCst),
-            entries: entries.len() as u64,
-        };
-        // Recovery reads the named records in file order.
-        entries.sort_unstable_by_key(|entry| entry.offset);
-        let written = index_image::write(
-            &self.dir,
-            state.next_slot,
-            &header,
-            &entries,
-            &self.image_region_options,
-            self.options.faults.skip_index_image_header,
-        );
-        if let Err(error) = written {
-            // Leave no half-written file behind (the other one still holds
-            // the newest image); the next attempt uses the same slot.
-            let _ = std::fs::remove_file(self.dir.join(index_image::FILE_NAMES[state.next_slot]));
-            return Err(error);
-        }
-        state.last_number = header.number;
-        state.next_slot = 1 - state.next_slot;
-        state.floor = floor;
-        state.next_seq = header.next_seq;
-        self.index_images.fetch_add(1, Ordering::Relaxed);
-        Ok(IndexImageReport {
-            number: header.number,
-            entries: header.entries,
-            floor_generation: floor,
-            duration: started.elapsed(),
-        })
+/// Writes an index image of the store as it is now, without stopping
+/// writers (they wait only while every lane is taken to read the floor).
+pub fn write_image(store: &StoreState) -> Result<IndexImageReport> {
+    let started = Instant::now();
+    let mut images = store.image.lock();
+    // 1. No record is being appended to a lane block while the floor is
+    //    read; every later append lands at or above it.
+    let floor = {
+        let lanes = store.lanes.lock_all();
+        let compaction = store.compaction_lane.lock();
+        let next = store.space.peek_generation();
+        lanes
+            .iter()
+            .map(|lane| &**lane)
+            .chain(std::iter::once(&*compaction))
+            .filter(|lane| lane.block.is_some())
+            .map(|lane| lane.generation)
+            .fold(next, u32::min)
+    };
+    // 2. Every write begun before step 1 has published (or retired) its
+    //    record: `put` is pinned from its append to its publish.
+    if !wait_for_writes_in_flight(GRACE_PATIENCE) {
+        return Err(Error::IndexImage(format!(
+            "writes in flight did not finish within {GRACE_PATIENCE:?} (a thread pinned too long?)"
+        )));
     }
+    // 3. The copy; then the counters every named record is below.
+    let mut entries = store
+        .index
+        .copy_entries(store.keys.sum().max(0) as usize + 1024);
+    let header = ImageHeader {
+        number: images.last_number + 1,
+        store_id: store.store_id,
+        floor_generation: floor,
+        next_generation: store.space.peek_generation(),
+        next_seq: store.seq.load(Ordering::SeqCst),
+        entries: entries.len() as u64,
+    };
+    // Recovery reads the named records in file order.
+    entries.sort_unstable_by_key(|entry| entry.offset);
+    #[cfg(feature = "fault-injection")]
+    let write = if store.options.faults.skip_index_image_header {
+        index_image::write_without_header
+    } else {
+        index_image::write
+    };
+    #[cfg(not(feature = "fault-injection"))]
+    let write = index_image::write;
+    let written = write(
+        &store.dir,
+        images.next_slot,
+        &header,
+        &entries,
+        &store.image_region_options,
+    );
+    if let Err(error) = written {
+        // Leave no half-written file behind (the other one still holds
+        // the newest image); the next attempt uses the same slot.
+        let _ = std::fs::remove_file(store.dir.join(index_image::FILE_NAMES[images.next_slot]));
+        return Err(error);
+    }
+    images.last_number = header.number;
+    images.next_slot = 1 - images.next_slot;
+    images.floor = floor;
+    images.next_seq = header.next_seq;
+    store.index_images.fetch_add(1, Ordering::Relaxed);
+    Ok(IndexImageReport {
+        number: header.number,
+        entries: header.entries,
+        floor_generation: floor,
+        duration: started.elapsed(),
+    })
+}
 
-    /// Whether the blocks claimed since the last image hold enough to make
-    /// a new one worth its cost (see `IndexImageOptions::every_bytes`).
-    fn index_image_due(&self) -> bool {
-        let floor = self.image.lock().floor;
-        let claimed = self.space.peek_generation().saturating_sub(floor) as u64;
-        let threshold = self
-            .options
-            .index_image
-            .every_bytes
-            .max(self.space.live_bytes() / 2);
-        claimed.saturating_mul(self.space.block_bytes) >= threshold
-    }
+/// Whether the blocks claimed since the last image hold enough to make
+/// a new one worth its cost (see `IndexImageOptions::every_bytes`).
+fn due(store: &StoreState) -> bool {
+    let floor = store.image.lock().floor;
+    let claimed = store.space.peek_generation().saturating_sub(floor) as u64;
+    let threshold = store
+        .options
+        .index_image
+        .every_bytes
+        .max(store.space.live_bytes() / 2);
+    claimed.saturating_mul(store.space.block_bytes) >= threshold
+}
 
-    /// Whether anything was written since the last image (or there is none).
-    pub fn written_since_index_image(&self) -> bool {
-        self.seq.load(Ordering::SeqCst) != self.image.lock().next_seq
-    }
+/// Whether anything was written since the last image (or there is none).
+pub fn written_since_last(store: &StoreState) -> bool {
+    store.seq.load(Ordering::SeqCst) != store.image.lock().next_seq
 }
 
 /// The index image thread: writes an image whenever one is due.
-pub fn run(inner: &Inner) {
+pub fn run(store: &StoreState) {
     let mut pause = CHECK_INTERVAL;
-    while inner.sleep(pause) {
+    while store.sleep(pause) {
         pause = CHECK_INTERVAL;
-        if inner.index_image_due() {
-            if let Err(error) = inner.write_index_image() {
+        if due(store) {
+            if let Err(error) = write_image(store) {
                 log::warn!("index image failed (recovery scans more until one succeeds): {error}");
                 pause = RETRY_AFTER;
             }

@@ -107,6 +107,43 @@ impl LoadedImage {
     }
 }
 
+/// Where the images stand (under `StoreState::image`, which also
+/// serialises writing them).
+#[derive(Debug, Default)]
+pub struct ImageState {
+    /// Which file the next image replaces: never the newest valid one.
+    pub next_slot: usize,
+    /// The largest image number seen or written.
+    pub last_number: u64,
+    /// Floor of the newest image recovery can use (0: none).
+    pub floor: u32,
+    /// The sequence counter when that image was taken.
+    pub next_seq: u64,
+}
+
+impl ImageState {
+    /// After recovery found `image` (and started from it if `used`): the
+    /// next image replaces the file recovery did not use (an older or
+    /// unusable image), and numbers go on from the largest seen.
+    pub fn after_recovery(image: Option<&LoadedImage>, used: bool) -> ImageState {
+        match image {
+            Some(image) if used => ImageState {
+                next_slot: 1 - image.slot,
+                last_number: image.header.number,
+                floor: image.header.floor_generation,
+                next_seq: image.header.next_seq,
+            },
+            // Unusable against these blocks: overwrite it first.
+            Some(image) => ImageState {
+                next_slot: image.slot,
+                last_number: image.header.number,
+                ..ImageState::default()
+            },
+            None => ImageState::default(),
+        }
+    }
+}
+
 /// Decodes entry `i` of [`LoadedImage::entries`].
 pub fn entry_at(bytes: &[u8], i: usize) -> (u64, u64) {
     let at = i * ENTRY_BYTES as usize;
@@ -239,16 +276,44 @@ fn encode_header(header: &ImageHeader, entries_crc: u32) -> [u8; HEADER_BYTES] {
 }
 
 /// Writes an image into `FILE_NAMES[slot]`, replacing what was there:
-/// entries first (persisted and synced), header last. `skip_header` leaves
-/// the image as a crash before its header would (fault injection).
+/// entries first (persisted and synced), header last.
 pub fn write(
     dir: &Path,
     slot: usize,
     header: &ImageHeader,
     entries: &[Entry],
     template: &RegionOptions,
-    skip_header: bool,
 ) -> Result<()> {
+    let (region, entries_crc) = write_entries(dir, slot, header, entries, template)?;
+    region.write(PmemOffset(0), &encode_header(header, entries_crc));
+    region.persist(PmemOffset(0), HEADER_BYTES as u64);
+    region.sync(PmemOffset(0), HEADER_BYTES as u64)?;
+    sync_directory(dir).map_err(|e| Error::io("syncing directory of index image", dir, e))
+}
+
+/// [`write`] cut short before the header, as a crash there would leave
+/// the file (fault injection).
+#[cfg(any(test, feature = "fault-injection"))]
+pub fn write_without_header(
+    dir: &Path,
+    slot: usize,
+    header: &ImageHeader,
+    entries: &[Entry],
+    template: &RegionOptions,
+) -> Result<()> {
+    write_entries(dir, slot, header, entries, template)?;
+    sync_directory(dir).map_err(|e| Error::io("syncing directory of index image", dir, e))
+}
+
+/// A new `FILE_NAMES[slot]` holding `entries`, persisted and synced, with
+/// no header yet; returns it and the entries' checksum.
+fn write_entries(
+    dir: &Path,
+    slot: usize,
+    header: &ImageHeader,
+    entries: &[Entry],
+    template: &RegionOptions,
+) -> Result<(Region, u32)> {
     debug_assert_eq!(header.entries, entries.len() as u64);
     let path = dir.join(FILE_NAMES[slot]);
     match std::fs::remove_file(&path) {
@@ -276,12 +341,7 @@ pub fn write(
     }
     region.persist(PmemOffset(ENTRIES_AT), entry_bytes);
     region.sync(PmemOffset(ENTRIES_AT), entry_bytes)?;
-    if !skip_header {
-        region.write(PmemOffset(0), &encode_header(header, crc));
-        region.persist(PmemOffset(0), HEADER_BYTES as u64);
-        region.sync(PmemOffset(0), HEADER_BYTES as u64)?;
-    }
-    sync_directory(dir).map_err(|e| Error::io("syncing directory of index image", dir, e))
+    Ok((region, crc))
 }
 
 #[cfg(test)]
@@ -330,7 +390,7 @@ mod tests {
             entries: entries.len() as u64,
         };
         let template = RegionOptions::default();
-        write(dir.path(), 0, &header, &entries, &template, false).unwrap();
+        write(dir.path(), 0, &header, &entries, &template).unwrap();
         let (image, rejected) = load_newest(dir.path(), 9, &template);
         assert!(rejected.is_empty(), "{rejected:?}");
         let image = image.expect("image loads");
@@ -350,7 +410,7 @@ mod tests {
             number: 2,
             ..header
         };
-        write(dir.path(), 1, &newer, &entries, &template, true).unwrap();
+        write_without_header(dir.path(), 1, &newer, &entries, &template).unwrap();
         let (image, rejected) = load_newest(dir.path(), 9, &template);
         assert_eq!(image.unwrap().header.number, 1);
         assert!(rejected[0].contains("never completed"), "{rejected:?}");

@@ -17,6 +17,7 @@
 
 #![forbid(unsafe_code)]
 
+mod append;
 pub mod block;
 mod compaction;
 mod counter;
@@ -24,14 +25,17 @@ mod error;
 mod image_writer;
 mod index;
 mod index_image;
-mod lanes;
+pub mod lanes;
 mod lock;
 mod options;
+mod read;
 pub mod record;
 mod recovery;
 pub mod refill;
+mod scrub;
 mod space;
 mod store;
+mod store_state;
 pub mod superblock;
 mod sync;
 mod write;
@@ -41,12 +45,13 @@ pub use engram_integrity::{
 };
 pub use engram_pmem::{CrashPoint, CrashSim, FlushInstruction, Mode, ModeChoice, PersistObserver};
 pub use error::{Error, Result};
+pub use image_writer::IndexImageReport;
 pub use index_image::FILE_NAMES as INDEX_IMAGE_FILES;
-pub use options::{
-    CompactionOptions, FaultInjection, IndexImageOptions, Observer, Options, SyncPolicy,
-};
+#[cfg(feature = "fault-injection")]
+pub use options::FaultInjection;
+pub use options::{CompactionOptions, IndexImageOptions, Observer, Options, SyncPolicy};
+pub use read::ValueRef;
 pub use record::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
-pub use store::{
-    AffectedKey, ImageRecovery, IndexImageReport, RecoveryReport, ScrubReport, Stats, Store,
-    ValueRef, DATA_FILE,
-};
+pub use recovery::{ImageRecovery, RecoveryReport};
+pub use scrub::{AffectedKey, ScrubReport};
+pub use store::{Stats, Store, DATA_FILE};

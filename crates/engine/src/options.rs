@@ -133,7 +133,9 @@ pub struct Options {
     /// Sees every store, flush and fence made to the data file: the hook of
     /// the crash simulator (`engram_pmem::CrashSim`). `None` in normal use.
     pub observer: Option<Observer>,
-    /// Deliberate defects, for tests that check the checkers.
+    /// Deliberate defects, for tests that check the checkers (only with
+    /// the `fault-injection` feature, which the crate's tests turn on).
+    #[cfg(feature = "fault-injection")]
     #[doc(hidden)]
     pub faults: FaultInjection,
 }
@@ -149,6 +151,7 @@ impl std::fmt::Debug for Observer {
 }
 
 /// Defects a test can switch on to prove that its checks catch them.
+#[cfg(feature = "fault-injection")]
 #[doc(hidden)]
 #[derive(Clone, Debug, Default)]
 pub struct FaultInjection {
@@ -179,6 +182,7 @@ impl Default for Options {
             populate: true,
             fine_writeback: false,
             observer: None,
+            #[cfg(feature = "fault-injection")]
             faults: FaultInjection::default(),
         }
     }

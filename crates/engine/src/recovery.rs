@@ -30,7 +30,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use engram_integrity::{Integrity, RangeHealth};
 use engram_pmem::PmemOffset;
@@ -40,8 +40,48 @@ use crate::index::{entry_hash, hash_key, shard_of, Entry, Index, SHARD_COUNT};
 use crate::index_image::{self, LoadedImage};
 use crate::record::{self, Invalid};
 use crate::space::Space;
-use crate::store::{ImageRecovery, RecoveryReport};
 use crate::Result;
+
+/// What the last open found and how long it took.
+#[derive(Clone, Debug, Default)]
+pub struct RecoveryReport {
+    pub records: u64,
+    pub blocks_scanned: u64,
+    pub threads: usize,
+    pub duration: Duration,
+    /// Records that lost to a newer version of their key and were retired.
+    pub superseded: u64,
+    /// Blocks whose log ended at a torn or damaged record.
+    pub torn_tails: u64,
+    /// Records on pages damaged beyond repair: indexed when their header
+    /// survived (reads of them fail with `Error::Unrepairable`), skipped
+    /// when it did not (their keys cannot be known).
+    pub damaged_records: u64,
+    /// Data-file offsets of pages the integrity layer rebuilt from parity
+    /// while recovery read them.
+    pub repaired_pages: Vec<u64>,
+    /// What the integrity layer found at open (`None` when it is off).
+    pub integrity: Option<engram_integrity::OpenReport>,
+    /// Block headers that were neither valid nor blank (torn claims).
+    pub damaged_headers: u64,
+    /// Whether recovery started from an index image, and how it went.
+    pub index_image: ImageRecovery,
+}
+
+/// Recovery's use of an index image.
+#[derive(Clone, Debug, Default)]
+pub struct ImageRecovery {
+    /// The number of the image recovery started from (`None`: it scanned
+    /// every block).
+    pub image: Option<u64>,
+    /// Keys the image named, and how many of them were still live.
+    pub named: u64,
+    pub live: u64,
+    /// Blocks claimed since the image, which recovery scanned.
+    pub tail_blocks: u64,
+    /// Why image files present were not used.
+    pub rejected: Vec<String>,
+}
 
 /// Shards are grouped so that phase 3 hands out work in sizeable pieces.
 const SHARD_GROUPS: usize = 256;

@@ -488,9 +488,7 @@ impl Space {
     pub fn settle_frees(&self, patience: Duration) -> bool {
         let deadline = Instant::now() + patience;
         loop {
-            for _ in 0..4 {
-                crossbeam_epoch::pin().flush();
-            }
+            flush_epochs();
             self.release_ready();
             if self.pending_frees.load(Ordering::Acquire) == 0 {
                 return true;
@@ -557,6 +555,14 @@ impl Space {
     /// Stops all further deferred work on this region.
     pub fn close(&self) {
         *self.closed.write() = true;
+    }
+}
+
+/// Lets deferred frees run: pinning and flushing a few times advances the
+/// epoch past every guard taken before (when no reader is pinned meanwhile).
+pub fn flush_epochs() {
+    for _ in 0..4 {
+        crossbeam_epoch::pin().flush();
     }
 }
 

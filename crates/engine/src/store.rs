@@ -1,13 +1,15 @@
-//! The public store handle: opening, the read API, shutdown.
+//! The public store handle: opening, the API, shutdown.
 //!
 //! ## Threads and ownership
 //!
-//! `Store` wraps an `Arc<Inner>` shared with two optional background threads:
-//! the compactor (always, unless disabled) and the periodic syncer (with
-//! `SyncPolicy::Periodic` on emulated memory). Application threads call the
-//! API directly; no operation hands work to another thread and waits for it,
-//! except `SyncPolicy::Always`, whose group commit lets one writer's `msync`
-//! cover its neighbours.
+//! `Store` wraps an `Arc<StoreState>` (`store_state.rs`) shared with its
+//! background threads: the space reserve (with `grow_ahead`), the compactor
+//! (unless disabled), the periodic syncer (with `SyncPolicy::Periodic` on
+//! emulated memory) and the index image writer (unless disabled).
+//! Application threads call the API directly; no operation hands work to
+//! another thread and waits for it, except `SyncPolicy::Always`, whose group
+//! commit lets one writer's `msync` cover its neighbours. The API calls the
+//! functions of `read`, `write`, `compaction`, `image_writer` and `scrub`.
 //!
 //! ## Lock order
 //!
@@ -19,23 +21,26 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use engram_integrity::{Integrity, IntegrityMode, IntegrityStats};
-use engram_pmem::{PmemOffset, Region, RegionOptions};
+use engram_pmem::{Region, RegionOptions};
 use parking_lot::{Condvar, Mutex};
 
 use crate::counter::StripedCounter;
-pub use crate::image_writer::IndexImageReport;
-use crate::image_writer::{self, ImageState};
+use crate::image_writer::{self, IndexImageReport};
 use crate::index::{hash_key, Index};
+use crate::index_image::{self, ImageState};
 use crate::lanes::{Lane, Lanes};
 use crate::lock::DirectoryLock;
-use crate::record;
+use crate::read::{self, ValueRef};
+use crate::recovery::{self, ImageRecovery, RecoveryReport};
+use crate::scrub::{self, ScrubReport};
 use crate::space::Space;
+use crate::store_state::StoreState;
 use crate::superblock::Superblock;
 use crate::sync::Syncer;
-use crate::{compaction, index_image, recovery, Error, Options, Result, SyncPolicy};
+use crate::{compaction, write, Error, Options, Result, SyncPolicy};
 
 /// The data file inside a store's directory.
 pub const DATA_FILE: &str = "values.pmem";
@@ -45,116 +50,10 @@ const SETTLE_FREES_PATIENCE: Duration = Duration::from_secs(2);
 /// An open store. Share it between threads by reference or `Arc`
 /// (`Store: Send + Sync`); every method takes `&self`.
 pub struct Store {
-    inner: Arc<Inner>,
+    state: Arc<StoreState>,
     background: Vec<JoinHandle<()>>,
     finished: bool,
     _lock: DirectoryLock,
-}
-
-pub(crate) struct Inner {
-    pub space: Arc<Space>,
-    pub index: Index,
-    pub lanes: Lanes,
-    pub compaction_lane: Mutex<Lane>,
-    /// Next record sequence number.
-    pub seq: AtomicU64,
-    pub keys: StripedCounter,
-    pub syncer: Syncer,
-    pub options: Options,
-    pub report: RecoveryReport,
-    pub compactions: AtomicU64,
-    pub records_moved: AtomicU64,
-    pub shutdown: AtomicBool,
-    /// Wakes background threads early (shutdown, or work to do).
-    pub wake: (Mutex<()>, Condvar),
-    /// The store's directory (index images are written there).
-    pub dir: PathBuf,
-    /// The superblock's store id, stamped on index images.
-    pub store_id: u64,
-    pub image: Mutex<ImageState>,
-    pub image_region_options: RegionOptions,
-    pub index_images: AtomicU64,
-}
-
-/// A value read in place, without copying. While it lives, the space it sits
-/// in is not reclaimed, so keep it short-lived. Aligned 8-byte words of the
-/// value may still change under it through `incr_by`/`compare_and_swap`.
-pub struct ValueRef<'a> {
-    bytes: &'a [u8],
-    _guard: crossbeam_epoch::Guard,
-}
-
-impl std::ops::Deref for ValueRef<'_> {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        self.bytes
-    }
-}
-
-/// What the last open found and how long it took.
-#[derive(Clone, Debug, Default)]
-pub struct RecoveryReport {
-    pub records: u64,
-    pub blocks_scanned: u64,
-    pub threads: usize,
-    pub duration: Duration,
-    /// Records that lost to a newer version of their key and were retired.
-    pub superseded: u64,
-    /// Blocks whose log ended at a torn or damaged record.
-    pub torn_tails: u64,
-    /// Records on pages damaged beyond repair: indexed when their header
-    /// survived (reads of them fail with `Error::Unrepairable`), skipped
-    /// when it did not (their keys cannot be known).
-    pub damaged_records: u64,
-    /// Data-file offsets of pages the integrity layer rebuilt from parity
-    /// while recovery read them.
-    pub repaired_pages: Vec<u64>,
-    /// What the integrity layer found at open (`None` when it is off).
-    pub integrity: Option<engram_integrity::OpenReport>,
-    /// Block headers that were neither valid nor blank (torn claims).
-    pub damaged_headers: u64,
-    /// Whether recovery started from an index image, and how it went.
-    pub index_image: ImageRecovery,
-}
-
-/// Recovery's use of an index image.
-#[derive(Clone, Debug, Default)]
-pub struct ImageRecovery {
-    /// The number of the image recovery started from (`None`: it scanned
-    /// every block).
-    pub image: Option<u64>,
-    /// Keys the image named, and how many of them were still live.
-    pub named: u64,
-    pub live: u64,
-    /// Blocks claimed since the image, which recovery scanned.
-    pub tail_blocks: u64,
-    /// Why image files present were not used.
-    pub rejected: Vec<String>,
-}
-
-/// What [`Store::scrub_now`] found.
-#[derive(Clone, Debug, Default)]
-pub struct ScrubReport {
-    pub pages_checked: u64,
-    /// Pages skipped because they were written during the scrub.
-    pub pages_stale: u64,
-    pub corrupt_pages: u64,
-    /// Data-file offsets of pages rebuilt from parity.
-    pub repaired_pages: Vec<u64>,
-    /// Data-file offsets of pages that could not be rebuilt.
-    pub unrepairable_pages: Vec<u64>,
-    pub parity_rewritten: u64,
-    pub metadata_rebuilt: u64,
-    /// Keys with a record on an unrepairable page. A record whose header
-    /// is itself damaged is named by its offset (`AffectedKey::key` None).
-    pub affected_keys: Vec<AffectedKey>,
-    pub duration: Duration,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AffectedKey {
-    pub offset: u64,
-    pub key: Option<Vec<u8>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -240,13 +139,16 @@ impl Store {
                 ..ImageRecovery::default()
             },
         )?;
-        let image_state = image_state_after_recovery(image.as_ref(), &recovered.report);
+        let image_state = ImageState::after_recovery(
+            image.as_ref(),
+            recovered.report.index_image.image.is_some(),
+        );
         drop(image);
         recovered.report.integrity = integrity_report;
         recovered.report.repaired_pages = integrity
             .as_ref()
             .map_or_else(Vec::new, |i| i.repaired_offsets());
-        let inner = Arc::new(Inner {
+        let state = Arc::new(StoreState {
             syncer: Syncer::new(options.sync, space.region.mode()),
             lanes: Lanes::new(Options::threads_or_cores(options.write_lanes, 2)),
             compaction_lane: Mutex::new(Lane::default()),
@@ -271,31 +173,31 @@ impl Store {
             space,
         });
         let mut background = Vec::new();
-        if inner.options.grow_ahead {
-            let inner = Arc::clone(&inner);
+        if state.options.grow_ahead {
+            let state = Arc::clone(&state);
             background.push(spawn("engram-space-reserve", move || {
-                let compaction = &inner.options.compaction;
-                inner.space.run_provisioner(|space| {
+                let compaction = &state.options.compaction;
+                state.space.run_provisioner(|space| {
                     !compaction.enabled || space.may_grow(compaction.max_space_amplification)
                 })
             }));
         }
-        if inner.options.compaction.enabled {
-            let inner = Arc::clone(&inner);
-            background.push(spawn("engram-compact", move || compaction::run(&inner)));
+        if state.options.compaction.enabled {
+            let state = Arc::clone(&state);
+            background.push(spawn("engram-compact", move || compaction::run(&state)));
         }
-        if let SyncPolicy::Periodic(period) = inner.syncer.policy() {
-            let inner = Arc::clone(&inner);
-            background.push(spawn("engram-sync", move || periodic_sync(&inner, period)));
+        if let SyncPolicy::Periodic(period) = state.syncer.policy() {
+            let state = Arc::clone(&state);
+            background.push(spawn("engram-sync", move || periodic_sync(&state, period)));
         }
-        if inner.options.index_image.enabled {
-            let inner = Arc::clone(&inner);
+        if state.options.index_image.enabled {
+            let state = Arc::clone(&state);
             background.push(spawn("engram-index-image", move || {
-                image_writer::run(&inner)
+                image_writer::run(&state)
             }));
         }
         Ok(Store {
-            inner,
+            state,
             background,
             finished: false,
             _lock: lock,
@@ -305,52 +207,29 @@ impl Store {
     /// Inserts or replaces; `Ok(true)` when the key is new. On return the
     /// write is durable in the configured mode.
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
-        self.inner.put(key, value)
+        write::put(&self.state, key, value)
     }
 
     /// The value of `key`, copied out. Verifies the record's checksum.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let _guard = crossbeam_epoch::pin();
-        let Some(at) = self.inner.lookup(key) else {
-            return Ok(None);
-        };
-        let region = &self.inner.space.region;
-        let header = self.inner.checked_header(at)?;
-        let value = record::value(region, at, &header).to_vec();
-        if header.is_in_place() || crc32c::crc32c(&value) == header.crc_value {
-            return Ok(Some(value));
-        }
-        self.inner.checked_after_mismatch(at).map(|()| Some(value))
+        read::get(&self.state, key)
     }
 
     /// The value of `key` in place, without copying. Verifies the checksum.
     pub fn get_ref(&self, key: &[u8]) -> Result<Option<ValueRef<'_>>> {
-        let guard = crossbeam_epoch::pin();
-        let Some(at) = self.inner.lookup(key) else {
-            return Ok(None);
-        };
-        let region = &self.inner.space.region;
-        let header = self.inner.checked_header(at)?;
-        let bytes = record::value(region, at, &header);
-        if !record::value_checksum_ok(region, at, &header) {
-            self.inner.checked_after_mismatch(at)?;
-        }
-        Ok(Some(ValueRef {
-            bytes,
-            _guard: guard,
-        }))
+        read::get_ref(&self.state, key)
     }
 
     /// Removes `key`; `Ok(true)` when it existed. Durable on return.
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
-        self.inner.delete(key)
+        write::delete(&self.state, key)
     }
 
     /// Atomically adds `delta` (wrapping) to the little-endian u64 at
     /// `field_offset` of the key's value, in place; returns the new value.
     pub fn incr_by(&self, key: &[u8], field_offset: u64, delta: i64) -> Result<u64> {
         let delta = delta as u64;
-        self.inner.update_word(key, field_offset, |region, word| {
+        write::update_word(&self.state, key, field_offset, |region, word| {
             region.fetch_add_u64(word, delta).wrapping_add(delta)
         })
     }
@@ -364,33 +243,33 @@ impl Store {
         expected: u64,
         new: u64,
     ) -> Result<u64> {
-        self.inner.update_word(key, field_offset, |region, word| {
-            match region.compare_exchange_u64(word, expected, new) {
-                Ok(found) | Err(found) => found,
-            }
+        write::update_word(&self.state, key, field_offset, |region, word| match region
+            .compare_exchange_u64(word, expected, new)
+        {
+            Ok(found) | Err(found) => found,
         })
     }
 
     pub fn len(&self) -> u64 {
-        self.inner.keys.sum().max(0) as u64
+        self.state.keys.sum().max(0) as u64
     }
 
     /// Takes a store-wide sequence number, for a layer that keeps records
     /// of its own (the collections' operation log) in one order with this
     /// store's writes.
     pub fn next_seq(&self) -> u64 {
-        self.inner.seq.fetch_add(1, Ordering::Relaxed)
+        self.state.seq.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The sequence number the next write will take.
     pub fn peek_seq(&self) -> u64 {
-        self.inner.seq.load(Ordering::Relaxed)
+        self.state.seq.load(Ordering::Relaxed)
     }
 
     /// Makes every later sequence number at least `at_least` (after a layer
     /// above recovered records numbered from this store's sequence).
     pub fn advance_seq(&self, at_least: u64) {
-        self.inner.seq.fetch_max(at_least, Ordering::Relaxed);
+        self.state.seq.fetch_max(at_least, Ordering::Relaxed);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -402,27 +281,11 @@ impl Store {
     /// for the whole scan is returned at least once; a key may be returned
     /// more than once only if it is deleted and written again meanwhile.
     pub fn scan(&self, cursor: u64, count: usize) -> (u64, Vec<Vec<u8>>) {
-        let _guard = crossbeam_epoch::pin();
-        let (next, offsets) = self.inner.index.scan(cursor, count);
-        let region = &self.inner.space.region;
-        // A record whose header no longer matches its checksum (damaged
-        // media) cannot name its key: it is left out rather than returned
-        // as garbage or read past the file.
-        let keys = offsets
-            .into_iter()
-            .filter_map(|offset| {
-                let at = PmemOffset(offset);
-                let header = record::read_header(region, at);
-                (region.contains(at, header.encoded_bytes())
-                    && record::header_intact(region, at, &header))
-                .then(|| record::key(region, at, &header).to_vec())
-            })
-            .collect();
-        (next, keys)
+        read::scan(&self.state, cursor, count)
     }
 
     pub fn stats(&self) -> Stats {
-        let space = &self.inner.space;
+        let space = &self.state.space;
         Stats {
             keys: self.len(),
             file_bytes: space.region.len(),
@@ -431,27 +294,27 @@ impl Store {
             blocks_total: space.block_count(),
             blocks_free: space.free_blocks(),
             blocks_freed: space.blocks_freed.load(Ordering::Relaxed),
-            compactions: self.inner.compactions.load(Ordering::Relaxed),
-            records_moved: self.inner.records_moved.load(Ordering::Relaxed),
-            syncs: self.inner.syncer.syncs.load(Ordering::Relaxed),
+            compactions: self.state.compactions.load(Ordering::Relaxed),
+            records_moved: self.state.records_moved.load(Ordering::Relaxed),
+            syncs: self.state.syncer.syncs.load(Ordering::Relaxed),
             mode: match space.region.mode() {
                 engram_pmem::Mode::Dax => "dax",
                 engram_pmem::Mode::Emulated => "emulated",
             },
             flush: space.region.flush_instruction().name(),
-            index_images: self.inner.index_images.load(Ordering::Relaxed),
+            index_images: self.state.index_images.load(Ordering::Relaxed),
         }
     }
 
     /// The integrity layer's counters (`None` when it is off).
     pub fn integrity_stats(&self) -> Option<IntegrityStats> {
-        self.inner.space.integrity.as_ref().map(|i| i.stats())
+        self.state.space.integrity.as_ref().map(|i| i.stats())
     }
 
     /// Refreshes the checksums and parity of every stale page now; returns
     /// how many (0 when integrity is off).
     pub fn refresh_redundancy_now(&self) -> u64 {
-        self.inner
+        self.state
             .space
             .integrity
             .as_ref()
@@ -463,34 +326,11 @@ impl Store {
     /// lie on pages that could not be rebuilt (reads of those keys fail
     /// with [`Error::Unrepairable`]; everything else stays readable).
     pub fn scrub_now(&self) -> Result<ScrubReport> {
-        let Some(integrity) = &self.inner.space.integrity else {
-            return Err(Error::InvalidOption(
-                "scrubbing needs integrity lazy or inline (it is off)".into(),
-            ));
-        };
-        let started = Instant::now();
-        let outcome = integrity.scrub_now();
-        let bad = integrity.unrepairable_offsets();
-        let affected = self.inner.records_on_pages(&bad);
-        Ok(ScrubReport {
-            pages_checked: outcome.pages_checked,
-            pages_stale: outcome.pages_stale,
-            corrupt_pages: outcome.corrupt.len() as u64,
-            repaired_pages: outcome
-                .repaired
-                .iter()
-                .map(|p| p * engram_integrity::layout::PAGE_BYTES)
-                .collect(),
-            unrepairable_pages: bad,
-            parity_rewritten: outcome.parity_rewritten,
-            metadata_rebuilt: outcome.metadata_rebuilt,
-            affected_keys: affected,
-            duration: started.elapsed(),
-        })
+        scrub::scrub(&self.state)
     }
 
     pub fn recovery_report(&self) -> RecoveryReport {
-        self.inner.report.clone()
+        self.state.report.clone()
     }
 
     /// Runs compaction now until no block qualifies, and waits for the
@@ -498,13 +338,13 @@ impl Store {
     pub fn compact_now(&self) -> Result<u64> {
         let mut total = 0;
         loop {
-            let compacted = compaction::round(&self.inner, usize::MAX);
+            let compacted = compaction::round(&self.state, usize::MAX);
             total += compacted as u64;
             if compacted == 0 {
                 break;
             }
         }
-        self.inner.space.settle_frees(SETTLE_FREES_PATIENCE);
+        self.state.space.settle_frees(SETTLE_FREES_PATIENCE);
         Ok(total)
     }
 
@@ -512,22 +352,22 @@ impl Store {
     /// as set by [`crate::IndexImageOptions`]), so that recovery reads it and
     /// scans only the blocks claimed after. Writers keep running.
     pub fn write_index_image(&self) -> Result<IndexImageReport> {
-        if !self.inner.options.index_image.enabled {
+        if !self.state.options.index_image.enabled {
             return Err(Error::InvalidOption(
                 "index images are disabled (index_image.enabled is false)".into(),
             ));
         }
-        self.inner.write_index_image()
+        image_writer::write_image(&self.state)
     }
 
     /// Makes everything written so far durable against power loss.
     pub fn sync(&self) -> Result<()> {
-        self.inner.syncer.sync_now(&self.inner.space.region)
+        self.state.syncer.sync_now(&self.state.space.region)
     }
 
     /// Sets or lifts the data-file quota (tests of the full-disk path).
     pub fn set_file_limit(&self, limit_bytes: Option<u64>) {
-        self.inner.space.region.set_file_limit(limit_bytes);
+        self.state.space.region.set_file_limit(limit_bytes);
     }
 
     /// Clean shutdown: stops background work, syncs everything, and writes
@@ -537,20 +377,20 @@ impl Store {
         self.stop_background();
         // Data first: the integrity file's clean close vouches for it.
         let result = self.sync();
-        let images = &self.inner.options.index_image;
+        let images = &self.state.options.index_image;
         if result.is_ok()
             && images.enabled
             && images.on_close
-            && self.inner.written_since_index_image()
+            && image_writer::written_since_last(&self.state)
         {
-            if let Err(error) = self.inner.write_index_image() {
+            if let Err(error) = image_writer::write_image(&self.state) {
                 log::warn!(
                     "index image at close failed (the next open scans every block): {error}"
                 );
             }
         }
         let integrity = self
-            .inner
+            .state
             .space
             .integrity
             .as_ref()
@@ -564,26 +404,26 @@ impl Store {
     #[doc(hidden)]
     pub fn crash(mut self) {
         self.stop_background();
-        if let Some(integrity) = &self.inner.space.integrity {
+        if let Some(integrity) = &self.state.space.integrity {
             integrity.abandon();
         }
         self.finish();
     }
 
     fn stop_background(&mut self) {
-        self.inner.shutdown.store(true, Ordering::Release);
+        self.state.shutdown.store(true, Ordering::Release);
         {
-            let _guard = self.inner.wake.0.lock();
-            self.inner.wake.1.notify_all();
+            let _guard = self.state.wake.0.lock();
+            self.state.wake.1.notify_all();
         }
-        self.inner.space.stop_provisioner();
+        self.state.space.stop_provisioner();
         for handle in self.background.drain(..) {
             let _ = handle.join();
         }
     }
 
     fn finish(&mut self) {
-        self.inner.space.close();
+        self.state.space.close();
         self.finished = true;
     }
 }
@@ -594,13 +434,13 @@ impl Drop for Store {
             return;
         }
         self.stop_background();
-        if self.inner.syncer.policy() != SyncPolicy::Never {
+        if self.state.syncer.policy() != SyncPolicy::Never {
             let _ = self.sync();
         }
-        if let Some(integrity) = &self.inner.space.integrity {
+        if let Some(integrity) = &self.state.space.integrity {
             // Without a data sync (policy never) the session stays open, as
             // after a crash: the marks, not a clean close, are then trusted.
-            if self.inner.syncer.policy() != SyncPolicy::Never {
+            if self.state.syncer.policy() != SyncPolicy::Never {
                 let _ = integrity.close();
             } else {
                 integrity.abandon();
@@ -620,54 +460,15 @@ fn remove_if_present(path: &Path) -> Result<()> {
 }
 
 /// Starts one of the store's background threads, on the background cores
-/// ([`engram_pmem::background`]).
+/// ([`engram_threads`]).
 fn spawn(name: &str, work: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
-    engram_pmem::background::spawn(name, work).expect("spawning a background thread")
+    engram_threads::spawn(name, work).expect("spawning a background thread")
 }
 
-fn periodic_sync(inner: &Inner, period: Duration) {
-    while inner.sleep(period) {
+fn periodic_sync(store: &StoreState, period: Duration) {
+    while store.sleep(period) {
         // A failure is retried next period; writers are not blocked by it.
-        let _ = inner.syncer.sync_now(&inner.space.region);
-    }
-}
-
-impl Inner {
-    /// A background thread's pause: sleeps for `pause`, woken early only by
-    /// shutdown. False when the store is shutting down (the thread ends).
-    pub fn sleep(&self, pause: Duration) -> bool {
-        let deadline = Instant::now() + pause;
-        let mut guard = self.wake.0.lock();
-        while !self.shutdown.load(Ordering::Acquire) {
-            if self.wake.1.wait_until(&mut guard, deadline).timed_out() {
-                return !self.shutdown.load(Ordering::Acquire);
-            }
-        }
-        false
-    }
-}
-
-/// Where the images stand after recovery: the next image replaces the file
-/// recovery did not use (an older or unusable image), and numbers go on
-/// from the largest seen.
-fn image_state_after_recovery(
-    image: Option<&index_image::LoadedImage>,
-    report: &RecoveryReport,
-) -> ImageState {
-    match image {
-        Some(image) if report.index_image.image.is_some() => ImageState {
-            next_slot: 1 - image.slot,
-            last_number: image.header.number,
-            floor: image.header.floor_generation,
-            next_seq: image.header.next_seq,
-        },
-        // Unusable against these blocks: overwrite it first.
-        Some(image) => ImageState {
-            next_slot: image.slot,
-            last_number: image.header.number,
-            ..ImageState::default()
-        },
-        None => ImageState::default(),
+        let _ = store.syncer.sync_now(store.region());
     }
 }
 
@@ -727,6 +528,7 @@ fn create_data_file(dir: &Path, path: &Path, options: &Options) -> Result<()> {
 mod tests {
     use super::*;
     use crate::{CompactionOptions, ModeChoice};
+    use std::time::Instant;
 
     fn small() -> Options {
         Options {
@@ -888,21 +690,14 @@ mod tests {
     /// one is still live too): recovery keeps the one with the larger seq.
     #[test]
     fn two_live_versions_resolve_to_the_newer_write() {
-        use crate::write::Writer;
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), small()).unwrap();
         store.put(b"newer-unpublished", b"old").unwrap();
         store.put(b"older-unpublished", b"current").unwrap();
         // A newer version written but not yet published when the crash hits.
-        store
-            .inner
-            .append(b"newer-unpublished", b"new", None, Writer::Application)
-            .unwrap();
+        write::append(&store.state, b"newer-unpublished", b"new", None).unwrap();
         // A stale version (smaller seq) that lost a race and was not yet retired.
-        store
-            .inner
-            .append(b"older-unpublished", b"stale", Some(0), Writer::Application)
-            .unwrap();
+        write::append(&store.state, b"older-unpublished", b"stale", Some(0)).unwrap();
         assert_eq!(store.get(b"newer-unpublished").unwrap().unwrap(), b"old");
         store.crash();
         let store = Store::open(dir.path(), small()).unwrap();

@@ -342,7 +342,63 @@ fn a_damaged_record_header_is_an_error_not_a_crash() {
         Err(Error::CorruptRecord { .. })
     ));
     assert!(store.get_ref(b"victim").is_err());
+    // In-place updates check the header as reads do: a field inside the
+    // damaged length but past the end of the file is an error, not a panic.
+    assert!(matches!(
+        store.incr_by(b"victim", 1 << 20, 1),
+        Err(Error::CorruptRecord { .. })
+    ));
     assert_eq!(store.get(b"bystander").unwrap(), Some(value(2)));
+    store.close().unwrap();
+}
+
+/// INCR-like in-place updates of a record whose header lies on a page
+/// damaged beyond repair are refused as its reads are, whatever the
+/// damaged lengths say (they used to write there, or panic when the field
+/// lay past the end of the file); records on sound pages still update.
+#[test]
+fn in_place_updates_of_a_record_on_an_unrepairable_page_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = filled(dir.path());
+    store.refresh_redundancy_now();
+    let file = std::fs::read(dir.path().join("values.pmem")).unwrap();
+    let records = record_offsets(&file);
+    let victim = records[1500];
+    // value_len (bytes 28..32 of the header) now runs a GiB past the file,
+    // and a second page of the stripe is damaged too: no repair.
+    let page = (victim + 31) / PAGE;
+    let other = if page % 4 == 3 { page - 1 } else { page + 1 };
+    flip(dir.path(), victim + 31, 0x40);
+    flip(dir.path(), other * PAGE + 2000, 0x01);
+    let report = store.scrub_now().unwrap();
+    assert!(
+        report.unrepairable_pages.contains(&(page * PAGE)),
+        "{report:?}"
+    );
+    let past_the_file = (file.len() as u64).next_multiple_of(8);
+    assert!(matches!(
+        store.incr_by(&key(1500), past_the_file, 1),
+        Err(Error::Unrepairable { .. })
+    ));
+    assert!(matches!(
+        store.incr_by(&key(1500), 0, 1),
+        Err(Error::Unrepairable { .. })
+    ));
+    assert!(matches!(
+        store.compare_and_swap(&key(1500), 0, 0, 1),
+        Err(Error::Unrepairable { .. })
+    ));
+    let sound = (0..KEYS)
+        .find(|&i| {
+            let (first, last) = (records[i] / PAGE, (records[i] + RECORD_BYTES - 1) / PAGE);
+            !(first..=last).any(|p| p == page || p == other)
+        })
+        .expect("a key on sound pages");
+    let before = u64::from_le_bytes(value(sound)[8..16].try_into().unwrap());
+    assert_eq!(
+        store.incr_by(&key(sound), 8, 1).unwrap(),
+        before.wrapping_add(1)
+    );
     store.close().unwrap();
 }
 

@@ -40,8 +40,10 @@ use engram_pmem::{Mode, ModeChoice, PersistObserver, PmemOffset, Region, RegionO
 use parking_lot::{Condvar, Mutex};
 
 pub use error::{Error, Result};
+#[cfg(feature = "fault-injection")]
+pub use options::IntegrityFaults;
 pub use options::{
-    IntegrityFaults, IntegrityMode, IntegrityOptions, DEFAULT_PERIOD, DEFAULT_SCRUB_BYTES_PER_SEC,
+    IntegrityMode, IntegrityOptions, DEFAULT_PERIOD, DEFAULT_SCRUB_BYTES_PER_SEC,
     DEFAULT_STRIPE_PAGES, MAX_PERIOD,
 };
 pub use scrub::ScrubOutcome;
@@ -168,6 +170,7 @@ impl Integrity {
             meta,
             geometry,
             options.mode,
+            #[cfg(feature = "fault-injection")]
             options.faults,
             data.reserve_bytes().max(data.len()),
         ));
@@ -219,7 +222,7 @@ impl Integrity {
             shared.options.mode == IntegrityMode::Lazy || shared.options.scrub_bytes_per_sec > 0;
         let thread = needs_thread.then(|| {
             let shared = Arc::clone(&shared);
-            engram_pmem::background::spawn("engram-integrity", move || background(&shared))
+            engram_threads::spawn("engram-integrity", move || background(&shared))
                 .expect("spawning the integrity thread")
         });
         Ok((

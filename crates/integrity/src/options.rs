@@ -54,13 +54,16 @@ pub struct IntegrityOptions {
     /// Background scrubbing speed; 0 turns background scrubbing off (an
     /// on-demand scrub still works).
     pub scrub_bytes_per_sec: u64,
-    /// Deliberate defects, for tests that check the checkers.
+    /// Deliberate defects, for tests that check the checkers (only with
+    /// the `fault-injection` feature, which the crate's tests turn on).
+    #[cfg(feature = "fault-injection")]
     #[doc(hidden)]
     pub faults: IntegrityFaults,
 }
 
 /// The two wrong orderings of the paper's Figure 4, to prove the crash
 /// tests catch them.
+#[cfg(feature = "fault-injection")]
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct IntegrityFaults {
@@ -84,6 +87,7 @@ impl Default for IntegrityOptions {
             period: DEFAULT_PERIOD,
             stripe_pages: DEFAULT_STRIPE_PAGES,
             scrub_bytes_per_sec: DEFAULT_SCRUB_BYTES_PER_SEC,
+            #[cfg(feature = "fault-injection")]
             faults: IntegrityFaults::default(),
         }
     }

@@ -39,7 +39,9 @@ use parking_lot::Mutex;
 use crate::gate::Gate;
 use crate::layout::{self, Geometry, PAGE_BYTES, SHADOW_GROUP_OFFSET, SHADOW_MARKS_OFFSET};
 use crate::stats::Counters;
-use crate::{IntegrityFaults, IntegrityMode};
+#[cfg(feature = "fault-injection")]
+use crate::IntegrityFaults;
+use crate::IntegrityMode;
 
 const MARK_LOCKS: usize = 256;
 
@@ -47,6 +49,8 @@ pub(crate) struct Redundancy {
     pub meta: Region,
     pub geometry: Geometry,
     pub mode: IntegrityMode,
+    /// The wrong orderings tests may switch on (`refresh_in_a_wrong_order`).
+    #[cfg(feature = "fault-injection")]
     pub faults: IntegrityFaults,
     pub gate: Gate,
     /// DRAM mirror of the persistent marks, one bit per data page (page
@@ -81,7 +85,7 @@ impl Redundancy {
         meta: Region,
         geometry: Geometry,
         mode: IntegrityMode,
-        faults: IntegrityFaults,
+        #[cfg(feature = "fault-injection")] faults: IntegrityFaults,
         max_data_bytes: u64,
     ) -> Redundancy {
         let max_groups = geometry.groups_for_pages(max_data_bytes.div_ceil(PAGE_BYTES)) as usize;
@@ -90,6 +94,7 @@ impl Redundancy {
             meta,
             geometry,
             mode,
+            #[cfg(feature = "fault-injection")]
             faults,
             gate: Gate::new(),
             dirty: engram_pmem::zeroed_atomic_words(max_pages.div_ceil(64) as usize),
@@ -371,28 +376,49 @@ impl Redundancy {
         if count == 0 {
             return 0;
         }
-        let figure_4a = self.faults.clear_marks_after_refresh;
-        let use_shadow = !self.faults.skip_shadow && !figure_4a;
-        if use_shadow {
-            let bytes: Vec<u8> = marks.iter().flat_map(|w| w.to_le_bytes()).collect();
-            self.meta.write(SHADOW_MARKS_OFFSET, &bytes);
-            self.meta.persist(SHADOW_MARKS_OFFSET, bytes.len() as u64);
-            self.meta.store_u64(SHADOW_GROUP_OFFSET, group + 1);
-            self.meta.persist(SHADOW_GROUP_OFFSET, 8);
+        let full_pass = mask.is_none();
+        #[cfg(feature = "fault-injection")]
+        if self.refresh_in_a_wrong_order(data, group, &marks, snapshot_ms, full_pass) {
+            return count;
         }
-        if !figure_4a {
-            self.clear_marks(group, &marks, snapshot_ms, mask.is_none());
-            self.gate.drain();
-        }
+        let bytes: Vec<u8> = marks.iter().flat_map(|w| w.to_le_bytes()).collect();
+        self.meta.write(SHADOW_MARKS_OFFSET, &bytes);
+        self.meta.persist(SHADOW_MARKS_OFFSET, bytes.len() as u64);
+        self.meta.store_u64(SHADOW_GROUP_OFFSET, group + 1);
+        self.meta.persist(SHADOW_GROUP_OFFSET, 8);
+        self.clear_marks(group, &marks, snapshot_ms, full_pass);
+        self.gate.drain();
         self.recompute(data, group, &marks);
-        if figure_4a {
-            self.clear_marks(group, &marks, snapshot_ms, mask.is_none());
-        }
-        if use_shadow {
-            self.meta.store_u64(SHADOW_GROUP_OFFSET, 0);
-            self.meta.persist(SHADOW_GROUP_OFFSET, 8);
-        }
+        self.meta.store_u64(SHADOW_GROUP_OFFSET, 0);
+        self.meta.persist(SHADOW_GROUP_OFFSET, 8);
         count
+    }
+
+    /// The orderings of the paper's Figure 4 that Algorithm 1 avoids, when
+    /// a test switched one on (`IntegrityFaults`); false (nothing done) when
+    /// none is on. No shadow either way: (a) refresh, then clear the marks
+    /// (and no gate); (b) clear the marks, then refresh.
+    #[cfg(feature = "fault-injection")]
+    fn refresh_in_a_wrong_order(
+        &self,
+        data: &Region,
+        group: u64,
+        marks: &[u64],
+        snapshot_ms: u64,
+        full_pass: bool,
+    ) -> bool {
+        if self.faults.clear_marks_after_refresh {
+            self.recompute(data, group, marks);
+            self.clear_marks(group, marks, snapshot_ms, full_pass);
+            return true;
+        }
+        if self.faults.skip_shadow {
+            self.clear_marks(group, marks, snapshot_ms, full_pass);
+            self.gate.drain();
+            self.recompute(data, group, marks);
+            return true;
+        }
+        false
     }
 
     /// Clears `marks` of `group`, persistent marks first (the shadow holds

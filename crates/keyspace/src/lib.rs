@@ -192,7 +192,7 @@ impl Keyspace {
         let keyspace = Arc::new(keyspace);
         let (commit, weak) = (keyspace.commit.clone(), Arc::downgrade(&keyspace));
         let thread = std::thread::Builder::new()
-            // Not a background thread in `engram_pmem::background`'s sense:
+            // Not a background thread in `engram_threads`'s sense:
             // with `always`, writers wait for its `msync`, so it may run on
             // any core rather than queue behind a checkpoint.
             .name("engram-sync".into())

@@ -36,7 +36,6 @@
 //! internal lock; the mapped length only increases and the base address never
 //! moves, so offsets and slices handed out stay valid for the region's life.
 
-pub mod background;
 pub mod barrier;
 pub mod crashsim;
 mod error;

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use engram_engine::{IntegrityOptions, ModeChoice};
-use engram_pmem::background::{self, BackgroundCpus};
+use engram_threads::{self as background, BackgroundCpus};
 use parking_lot::RwLock;
 
 use crate::resp::parse::{split_words, DEFAULT_MAX_BULK_BYTES};
@@ -148,7 +148,7 @@ pub struct Config {
     /// The cores background threads (checkpoints, compaction, the
     /// integrity pass, expiry) start on: `auto` (the last quarter of the
     /// process's cores), `all`, or a CPU list. Process-wide
-    /// ([`engram_pmem::background`]).
+    /// ([`engram_threads`]).
     pub background_cpus: BackgroundCpus,
 }
 

@@ -305,7 +305,7 @@ fn engram(shared: &Shared, out: &mut String) -> std::fmt::Result {
             .stats
             .keys_in_hidden_dbs
             .load(Ordering::Relaxed),
-        engram_pmem::background::describe(&engram_pmem::background::placement()),
+        engram_threads::describe(&engram_threads::placement()),
     )
 }
 

@@ -60,7 +60,7 @@ impl Server {
         }
         crate::config::check_integrity(&config.integrity).map_err(StartError::Config)?;
         // Before the store opens: its background threads start on these.
-        let background_cpus = engram_pmem::background::configure(&config.background_cpus)
+        let background_cpus = engram_threads::configure(&config.background_cpus)
             .map_err(|e| StartError::Config(e.to_string()))?;
         raise_fd_limit(config.maxclients);
         let Opened {
@@ -115,7 +115,7 @@ impl Server {
             stats.flush,
             config.durability.name(),
             config.dir.display(),
-            engram_pmem::background::describe(&background_cpus),
+            engram_threads::describe(&background_cpus),
         );
         log::info!(
             "recovered {} keys in {:.3} s (engine {:.3} s with {} threads, keyspace scan {:.3} s){}",
@@ -248,7 +248,7 @@ async fn shutdown_on_signal(shared: Arc<Shared>) {
 }
 
 fn spawn_expiry_thread(keyspace: Arc<Keyspace>, stop: Arc<AtomicBool>) -> JoinHandle<()> {
-    engram_pmem::background::spawn("engram-expire", move || {
+    engram_threads::spawn("engram-expire", move || {
         while !stop.load(Ordering::Acquire) {
             std::thread::sleep(EXPIRE_PERIOD);
             let deadline = Instant::now() + EXPIRE_BUDGET;

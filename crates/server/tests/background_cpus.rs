@@ -5,8 +5,8 @@
 mod common;
 
 use common::{start_with, Client};
-use engram_pmem::background::{self, BackgroundCpus};
 use engram_server::{Config, Server, StartError};
+use engram_threads::{self as background, BackgroundCpus};
 
 /// The cores the threads named `comm` (as the kernel truncates it) may run
 /// on, from /proc.

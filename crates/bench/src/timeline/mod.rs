@@ -91,7 +91,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use engram_pmem::background::{self, BackgroundCpus};
+use engram_threads::{self as background, BackgroundCpus};
 
 use crate::command::{warn_if_debug_build, ReportOutput, RunDir};
 use crate::integrity::parse_period;

@@ -65,7 +65,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use engram_pmem::background;
+use engram_threads as background;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 

@@ -15,7 +15,7 @@ use super::tail::Configuration;
 use super::ycsb::{StoreKind, Workload};
 use super::*;
 use crate::workload::Distribution;
-use engram_pmem::background::BackgroundCpus;
+use engram_threads::BackgroundCpus;
 
 #[derive(Parser)]
 struct Cli {
@@ -343,14 +343,11 @@ fn server_target_measures_tail_and_ycsb_over_tcp() {
     let report = run(&config).unwrap();
     let value = json(&report);
     assert_eq!(value["config"]["target"], "server");
-    let auto = engram_pmem::background::resolve(
-        &BackgroundCpus::Auto,
-        &engram_pmem::background::allowed_cpus(),
-    )
-    .unwrap();
+    let auto =
+        engram_threads::resolve(&BackgroundCpus::Auto, &engram_threads::allowed_cpus()).unwrap();
     assert_eq!(
         value["config"]["background_cpus"],
-        engram_pmem::background::describe(&auto)
+        engram_threads::describe(&auto)
     );
     assert_eq!(value["config"]["peers"], "none");
     assert!(value["peer"].is_null());

@@ -2,10 +2,10 @@
 //! region, each committed by persisting its sequence number last.
 //!
 //! The log is a set of fixed-size segments (format in [`format`]). Writers
-//! append through lanes, like the engine's value log: a thread has a home
-//! lane, each lane fills one segment at a time, so writers on different
-//! lanes never share a lock or a cache line and operations on different
-//! keys do not serialise on one another. A record takes its sequence number
+//! append through lanes, the engine's own ([`Lanes`], as for its value
+//! log): a thread has a home lane, each lane fills one segment at a time,
+//! so writers on different lanes never share a lock or a cache line and
+//! operations on different keys do not serialise on one another. A record takes its sequence number
 //! under its lane's lock; callers that hold a key's lock across append and
 //! apply thereby log operations on that key in the order they apply them
 //! (conflict order, DIPPER 3.7), which is all replay needs.
@@ -32,8 +32,9 @@ pub mod format;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use engram_engine::lanes::Lanes;
 use engram_engine::refill::RefillSignal;
 use engram_pmem::{PmemOffset, Region, RegionOptions};
 use parking_lot::{Mutex, MutexGuard};
@@ -179,7 +180,7 @@ pub struct OpLog {
     region: Region,
     path: PathBuf,
     segment_bytes: u64,
-    lanes: Box<[crossbeam_utils::CachePadded<Mutex<Lane>>]>,
+    lanes: Lanes<Lane>,
     segments: Mutex<Segments>,
     /// One file growth at a time, held while the file grows and taken
     /// before `segments` (which is held only to read the count and to
@@ -190,12 +191,6 @@ pub struct OpLog {
     provision: RefillSignal,
     records: AtomicU64,
     payload_bytes: AtomicU64,
-}
-
-static NEXT_THREAD_NUMBER: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    static THREAD_NUMBER: usize = NEXT_THREAD_NUMBER.fetch_add(1, Ordering::Relaxed);
 }
 
 /// What [`OpLog::open`] found.
@@ -263,9 +258,7 @@ impl OpLog {
             region,
             path,
             segment_bytes,
-            lanes: (0..options.lanes)
-                .map(|_| crossbeam_utils::CachePadded::new(Mutex::new(Lane::default())))
-                .collect(),
+            lanes: Lanes::new(options.lanes),
             segments: Mutex::new(Segments {
                 free: Vec::new(),
                 sealed: Vec::new(),
@@ -428,7 +421,7 @@ impl OpLog {
             return self.append_run(sequencer, position, kind, payload);
         }
         let needed = format::record_bytes(payload.len());
-        let mut lane = self.acquire_lane();
+        let mut lane = self.lanes.acquire();
         if lane.segment.is_none() || lane.used + needed > self.segment_bytes {
             self.claim_segment(&mut lane)?;
         }
@@ -486,7 +479,7 @@ impl OpLog {
     ) -> Result<u64> {
         let needed = format::SEGMENT_HEADER_BYTES + format::record_bytes(payload.len());
         let length = needed.div_ceil(self.segment_bytes) as u32;
-        let lane = self.acquire_lane();
+        let lane = self.lanes.acquire();
         let (head, generation) = self.claim_run(length)?;
         let start = self.segment_start(head);
         // The length first: whenever the header word says "run", the length
@@ -530,16 +523,6 @@ impl OpLog {
         self.records.fetch_add(1, Ordering::Relaxed);
         self.payload_bytes
             .fetch_add(payload.len() as u64, Ordering::Relaxed);
-    }
-
-    fn acquire_lane(&self) -> MutexGuard<'_, Lane> {
-        let home = THREAD_NUMBER.with(|n| *n) % self.lanes.len();
-        for step in 0..self.lanes.len() {
-            if let Some(guard) = self.lanes[(home + step) % self.lanes.len()].try_lock() {
-                return guard;
-            }
-        }
-        self.lanes[home].lock()
     }
 
     /// Gives `lane` a fresh segment (sealing its full one), its header
@@ -626,7 +609,7 @@ impl OpLog {
     /// far is in the returned segments, and no later one will be. Holds each
     /// lane for an instant (no record is half-written while it runs).
     pub fn cut(&self, sequencer: &dyn Sequencer) -> Cut {
-        let mut lanes: Vec<MutexGuard<'_, Lane>> = self.lanes.iter().map(|l| l.lock()).collect();
+        let mut lanes = self.lanes.lock_all();
         let mut segments = self.segments.lock();
         let through_seq = sequencer.peek_seq().saturating_sub(1);
         let mut archived = std::mem::take(&mut segments.sealed);

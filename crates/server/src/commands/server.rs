@@ -573,7 +573,7 @@ fn bgsave(ctx: &mut Ctx, args: Args) -> CmdResult {
     // The checkpoint runs on the collections' own background thread.
     ctx.shared.keyspace.collections().request_checkpoint();
     let keyspace = ctx.shared.keyspace.clone();
-    engram_pmem::background::spawn("engram-bgsave", move || {
+    engram_threads::spawn("engram-bgsave", move || {
         let _ = keyspace.sync();
     })
     .map_err(|e| err(format!("ERR cannot start the background save: {e}")))?;

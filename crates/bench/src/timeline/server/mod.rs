@@ -70,8 +70,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use engram_pmem::background::BackgroundCpus;
 use engram_server::{Config as ServerConfig, LogLevel, Server};
+use engram_threads::BackgroundCpus;
 use redis::{Connection, Pipeline};
 use serde::Serialize;
 

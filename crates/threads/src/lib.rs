@@ -1,4 +1,8 @@
-//! Background threads, and the cores they may run on.
+//! # engram-threads: background threads, and the cores they may run on
+//!
+//! Process policy, not persistent memory: every layer starts its
+//! maintenance threads through [`spawn`], so one choice of cores holds for
+//! the whole process.
 //!
 //! Maintenance work — checkpoints of the collections, compaction, the
 //! integrity pass, growing the log and the file ahead of need, index

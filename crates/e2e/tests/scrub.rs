@@ -12,7 +12,7 @@ use engram_server::{Config, Server};
 const PAGE: usize = 4096;
 
 fn engram_scrub(dir: &Path, json: bool) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_engram"));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_engram-e2e"));
     command.arg("scrub").arg(dir);
     if json {
         command.arg("--json");

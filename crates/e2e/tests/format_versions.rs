@@ -220,7 +220,7 @@ fn serve_and_check(data: &Path, expected: &Expected) {
 fn serve_must_fail(data: &Path) -> (ExitStatus, String) {
     let log_path = data.with_extension("stderr");
     let log = std::fs::File::create(&log_path).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_engram"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_engram-e2e"))
         .args(["serve", "--port", "0", "--dir"])
         .arg(data)
         .stdout(Stdio::null())

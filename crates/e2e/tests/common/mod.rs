@@ -34,7 +34,7 @@ impl Drop for Served {
 }
 
 pub fn serve(dir: &Path, extra: &[&str]) -> Served {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_engram"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_engram-e2e"))
         .args(["serve", "--port", "0", "--dir"])
         .arg(dir)
         .args(extra)

@@ -203,6 +203,13 @@ fn run_checkpoint(inner: &Inner, state: &mut State) -> Result<CheckpointReport> 
     crash_point(inner, Step::AfterCut)?;
     match fold(inner, state, cut.through_seq, &cut.segments) {
         Ok(mut report) => {
+            // C4: freed only once a durable root covers what it holds.
+            debug_assert!(
+                report.records == 0 || state.root >= cut.through_seq,
+                "C4: freeing the log through {} under root {}",
+                cut.through_seq,
+                state.root
+            );
             // 5. The archived log is covered: reuse it.
             report.segments_freed = inner.log.release(segments);
             report.duration = began.elapsed();
@@ -272,6 +279,11 @@ fn fold_into(
         image_key,
     } = scratch;
     inner.log.locate(segments, records);
+    // C3: the cut archived no record numbered after it.
+    debug_assert!(
+        records.iter().all(|record| record.seq <= version),
+        "C3: the archive of the cut through {version} holds a later record"
+    );
     let mut report = CheckpointReport {
         version,
         records: replay::order(&inner.log, records, *root, order)?,
@@ -318,6 +330,13 @@ fn fold_into(
     }
     inner.images.sync()?;
     crash_point(inner, Step::BeforeRoot)?;
+    // C4: every image the root is about to name is in the images store,
+    // which was synced after the last of them.
+    verify!(
+        images_written(inner, working, version, image_key)?,
+        "C4: the root would name checkpoint {version} before all its images are written"
+    );
+    debug_assert!(version > *root, "checkpoint {version} after root {root}");
     // 4. Commit.
     write_root(&inner.images, version)?;
     inner.images.sync()?;
@@ -349,6 +368,26 @@ fn fold_into(
         );
     }
     Ok(report)
+}
+
+/// Whether the images store holds checkpoint `version`'s image (or
+/// tombstone) of every key in `working` that gets one.
+fn images_written(
+    inner: &Inner,
+    working: &WorkingSet,
+    version: u64,
+    image_key: &mut Vec<u8>,
+) -> Result<bool> {
+    for (key, slot) in working.iter() {
+        if slot.entry.is_none() && slot.imaged.is_none() {
+            continue;
+        }
+        image_key_into(version, key, image_key);
+        if inner.images.get_ref(image_key)?.is_none() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Deletes the images `working`'s keys had before checkpoint `version`,

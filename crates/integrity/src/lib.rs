@@ -108,12 +108,14 @@ pub struct OpenReport {
 /// Redundancy for one data region: the tracker installed on it, the
 /// background pass and scrubber, and the on-demand operations.
 pub struct Integrity {
-    shared: Arc<Shared>,
+    shared: Arc<IntegrityState>,
     thread: Mutex<Option<JoinHandle<()>>>,
     closed: AtomicBool,
 }
 
-struct Shared {
+/// What the [`Integrity`] handle shares with its background thread (the
+/// pass and the scrubber).
+struct IntegrityState {
     data: Arc<Region>,
     redundancy: Arc<Redundancy>,
     options: IntegrityOptions,
@@ -223,7 +225,7 @@ impl Integrity {
                 "the data region already has a store tracker".into(),
             ));
         }
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(IntegrityState {
             data,
             redundancy,
             options,
@@ -479,7 +481,7 @@ fn restore_shadow(redundancy: &Redundancy) -> bool {
     true
 }
 
-fn background(shared: &Shared) {
+fn background(shared: &IntegrityState) {
     let lazy = shared.options.mode == IntegrityMode::Lazy;
     let scrub_rate = shared.options.scrub_bytes_per_sec;
     let mut next_pass = Instant::now() + shared.options.period;
@@ -522,7 +524,7 @@ fn background(shared: &Shared) {
 }
 
 /// Background scrubbing: about `budget_bytes` of stripes from the cursor.
-fn scrub_some(shared: &Shared, budget_bytes: u64) {
+fn scrub_some(shared: &IntegrityState, budget_bytes: u64) {
     let redundancy = &shared.redundancy;
     let g = redundancy.geometry;
     let stripes_per_group = g.group_pages / g.stripe_pages;

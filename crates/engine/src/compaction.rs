@@ -11,7 +11,8 @@
 //! It never stops the foreground: it holds one shard lock for one record at a
 //! time, and a block being compacted stays readable until an epoch after its
 //! last record moved. Writers help only when the file reaches its space budget
-//! with nothing free (see `write.rs`).
+//! with nothing free ([`block_for_writer`], where an application lane's next
+//! block comes from).
 
 use std::sync::atomic::Ordering;
 

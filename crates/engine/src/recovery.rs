@@ -85,7 +85,7 @@ pub struct ImageRecovery {
 
 /// Shards are grouped so that phase 3 hands out work in sizeable pieces.
 const SHARD_GROUPS: usize = 256;
-const _: () = assert!(SHARD_COUNT % SHARD_GROUPS == 0);
+const _: () = assert!(SHARD_COUNT.is_multiple_of(SHARD_GROUPS));
 
 pub struct Recovered {
     pub report: RecoveryReport,

@@ -83,7 +83,7 @@ pub fn update_word<R>(
     // lengths run past the file, says nothing a write may trust.
     let header = read::checked_header(store, at)?;
     let value_len = header.value_len as u64;
-    if field_offset % 8 != 0
+    if !field_offset.is_multiple_of(8)
         || field_offset
             .checked_add(8)
             .is_none_or(|end| end > value_len)

@@ -387,11 +387,9 @@ impl Integrity {
             pages_refreshed: c.pages_refreshed.load(Ordering::Relaxed),
             scrub_sweeps: c.scrub_sweeps.load(Ordering::Relaxed),
             pages_scrubbed: scrubbed,
-            scrub_bytes_per_sec_measured: if busy_us == 0 {
-                0
-            } else {
-                scrubbed * PAGE_BYTES * 1_000_000 / busy_us
-            },
+            scrub_bytes_per_sec_measured: (scrubbed * PAGE_BYTES * 1_000_000)
+                .checked_div(busy_us)
+                .unwrap_or(0),
             scrub_bytes_per_sec_limit: self.shared.options.scrub_bytes_per_sec,
             corruptions_found: c.corruptions_found.load(Ordering::Relaxed),
             repaired: c.repaired.load(Ordering::Relaxed),

@@ -125,7 +125,7 @@ impl Redundancy {
     fn group_dirty(&self, group: u64) -> Vec<u64> {
         let g = self.geometry;
         let first = group * g.group_pages;
-        if g.group_pages % 64 == 0 {
+        if g.group_pages.is_multiple_of(64) {
             let base = (first / 64) as usize;
             return (0..g.mark_words() as usize)
                 .map(|word| self.dirty[base + word].load(Ordering::SeqCst))
@@ -145,7 +145,7 @@ impl Redundancy {
     fn clear_group_dirty(&self, group: u64, marks: &[u64]) -> bool {
         let g = self.geometry;
         let first = group * g.group_pages;
-        if g.group_pages % 64 == 0 {
+        if g.group_pages.is_multiple_of(64) {
             let base = (first / 64) as usize;
             let mut left = 0;
             for (word, &bits) in marks.iter().enumerate() {

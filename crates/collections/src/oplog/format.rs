@@ -82,7 +82,8 @@ pub const MAX_SEGMENT_BYTES: u64 = 1 << 30;
 pub const KIND_OPERATION: u8 = 0;
 pub const KIND_TRUNCATE: u8 = 1;
 
-const _: () = assert!(RECORD_HEADER_BYTES % 8 == 0 && SEGMENT_HEADER_BYTES % 8 == 0);
+const _: () =
+    assert!(RECORD_HEADER_BYTES.is_multiple_of(8) && SEGMENT_HEADER_BYTES.is_multiple_of(8));
 
 pub fn encode_superblock(segment_bytes: u64) -> [u8; 20] {
     let mut bytes = [0u8; 20];

@@ -38,7 +38,7 @@ use crate::op::{decode_batch_borrowed, Bytes};
 use crate::oplog::Located;
 use crate::replay;
 use crate::working::{Slot, WorkingSet};
-use crate::Inner;
+use crate::CollectionsState;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CheckpointMode {
@@ -86,8 +86,8 @@ pub enum Step {
     BeforeTombstones,
 }
 
-fn crash_point(inner: &Inner, step: Step) -> Result<()> {
-    if inner.options.faults.checkpoint_crash_at == Some(step) {
+fn crash_point(shared: &CollectionsState, step: Step) -> Result<()> {
+    if shared.options.faults.checkpoint_crash_at == Some(step) {
         return Err(Error::InjectedCrash("checkpoint"));
     }
     Ok(())
@@ -146,22 +146,25 @@ pub struct CheckpointReport {
 
 /// The background thread: checkpoints when enough log has accumulated or
 /// one was requested, until told to stop.
-pub(crate) fn run(inner: &Inner) {
+pub(crate) fn run(shared: &CollectionsState) {
     loop {
         {
-            let mut stop = inner.wake.0.lock();
+            let mut stop = shared.wake.0.lock();
             if *stop {
                 return;
             }
-            if !due(inner) {
-                inner.wake.1.wait_for(&mut stop, Duration::from_millis(100));
+            if !due(shared) {
+                shared
+                    .wake
+                    .1
+                    .wait_for(&mut stop, Duration::from_millis(100));
             }
             if *stop {
                 return;
             }
         }
-        if due(inner) {
-            if let Err(error) = checkpoint(inner) {
+        if due(shared) {
+            if let Err(error) = checkpoint(shared) {
                 log::error!("checkpoint failed (will retry): {error}");
                 std::thread::sleep(Duration::from_secs(1));
             }
@@ -169,49 +172,56 @@ pub(crate) fn run(inner: &Inner) {
     }
 }
 
-fn due(inner: &Inner) -> bool {
-    inner.requested.load(Ordering::Relaxed)
-        || inner.log_bytes_since_cut.load(Ordering::Relaxed) >= inner.options.checkpoint_log_bytes
+fn due(shared: &CollectionsState) -> bool {
+    shared.requested.load(Ordering::Relaxed)
+        || shared.log_bytes_since_cut.load(Ordering::Relaxed) >= shared.options.checkpoint_log_bytes
 }
 
-pub(crate) fn checkpoint(inner: &Inner) -> Result<CheckpointReport> {
-    let mut state = inner.checkpoint.lock();
-    inner.requested.store(false, Ordering::Relaxed);
-    inner.checkpoint_running.store(true, Ordering::Relaxed);
+pub(crate) fn checkpoint(shared: &CollectionsState) -> Result<CheckpointReport> {
+    let mut state = shared.checkpoint.lock();
+    shared.requested.store(false, Ordering::Relaxed);
+    shared.checkpoint_running.store(true, Ordering::Relaxed);
     let _world =
-        (inner.options.checkpoints == CheckpointMode::StopTheWorld).then(|| inner.world.write());
-    let result = run_checkpoint(inner, &mut state);
-    inner.checkpoint_running.store(false, Ordering::Relaxed);
+        (shared.options.checkpoints == CheckpointMode::StopTheWorld).then(|| shared.world.write());
+    let result = run_checkpoint(shared, &mut state);
+    shared.checkpoint_running.store(false, Ordering::Relaxed);
     if let Ok(report) = &result {
         if report.records > 0 {
-            inner.checkpoints.fetch_add(1, Ordering::Relaxed);
-            *inner.last_checkpoint.lock() = Some(report.clone());
+            shared.checkpoints.fetch_add(1, Ordering::Relaxed);
+            *shared.last_checkpoint.lock() = Some(report.clone());
         }
     }
     result
 }
 
-fn run_checkpoint(inner: &Inner, state: &mut State) -> Result<CheckpointReport> {
+fn run_checkpoint(shared: &CollectionsState, state: &mut State) -> Result<CheckpointReport> {
     let began = Instant::now();
     // 1. Cut.
-    let pending = inner.log_bytes_since_cut.load(Ordering::Relaxed);
-    let cut = inner.log.cut(&*inner.sequencer);
-    inner
+    let pending = shared.log_bytes_since_cut.load(Ordering::Relaxed);
+    let cut = shared.log.cut(&*shared.sequencer);
+    shared
         .log_bytes_since_cut
         .fetch_sub(pending, Ordering::Relaxed);
     let segments = cut.segments.clone();
-    crash_point(inner, Step::AfterCut)?;
-    match fold(inner, state, cut.through_seq, &cut.segments) {
+    crash_point(shared, Step::AfterCut)?;
+    match fold(shared, state, cut.through_seq, &cut.segments) {
         Ok(mut report) => {
+            // C4: freed only once a durable root covers what it holds.
+            debug_assert!(
+                report.records == 0 || state.root >= cut.through_seq,
+                "C4: freeing the log through {} under root {}",
+                cut.through_seq,
+                state.root
+            );
             // 5. The archived log is covered: reuse it.
-            report.segments_freed = inner.log.release(segments);
+            report.segments_freed = shared.log.release(segments);
             report.duration = began.elapsed();
             Ok(report)
         }
         Err(error) => {
             // The records are not covered: the next checkpoint takes them.
-            inner.log.requeue(segments);
-            inner
+            shared.log.requeue(segments);
+            shared
                 .log_bytes_since_cut
                 .fetch_add(pending, Ordering::Relaxed);
             Err(error)
@@ -221,7 +231,7 @@ fn run_checkpoint(inner: &Inner, state: &mut State) -> Result<CheckpointReport> 
 
 /// Steps 2 to 4 (and the image clean-up after 4).
 fn fold(
-    inner: &Inner,
+    shared: &CollectionsState,
     state: &mut State,
     version: u64,
     segments: &[u32],
@@ -231,7 +241,7 @@ fn fold(
         versions,
         scratch,
     } = state;
-    let result = fold_into(inner, root, versions, scratch, version, segments);
+    let result = fold_into(shared, root, versions, scratch, version, segments);
     // Free the working set's collections now, not at the next checkpoint;
     // keep the allocations for the next one, unless far larger than this
     // one needed (an empty checkpoint says nothing about the next).
@@ -257,7 +267,7 @@ fn trim<T>(buffer: &mut Vec<T>, keep: usize) {
 /// [`fold`] on the parts of the state; leaves `scratch` for `fold` to
 /// clear, whatever the result.
 fn fold_into(
-    inner: &Inner,
+    shared: &CollectionsState,
     root: &mut u64,
     versions: &mut HashMap<Bytes, u64>,
     scratch: &mut Scratch,
@@ -271,10 +281,15 @@ fn fold_into(
         image,
         image_key,
     } = scratch;
-    inner.log.locate(segments, records);
+    shared.log.locate(segments, records);
+    // C3: the cut archived no record numbered after it.
+    debug_assert!(
+        records.iter().all(|record| record.seq <= version),
+        "C3: the archive of the cut through {version} holds a later record"
+    );
     let mut report = CheckpointReport {
         version,
-        records: replay::order(&inner.log, records, *root, order)?,
+        records: replay::order(&shared.log, records, *root, order)?,
         ..CheckpointReport::default()
     };
     if report.records == 0 {
@@ -283,7 +298,7 @@ fn fold_into(
     // 2. Replay onto the touched keys' previous images, key by key (see
     // `replay`), decoding each record in place in the log.
     for (_, record) in order.iter() {
-        let ops = decode_batch_borrowed(inner.log.payload(record)).map_err(|e| {
+        let ops = decode_batch_borrowed(shared.log.payload(record)).map_err(|e| {
             Error::CorruptOperation {
                 seq: record.seq,
                 what: e.0,
@@ -291,7 +306,7 @@ fn fold_into(
         })?;
         for op in ops {
             for key in op.keys().into_iter().flatten() {
-                working.touch(key, || load_image(inner, versions, key, image_key))?;
+                working.touch(key, || load_image(shared, versions, key, image_key))?;
             }
             apply(working, op);
         }
@@ -300,7 +315,7 @@ fn fold_into(
     let half = working.len() / 2;
     for (n, (key, slot)) in working.iter().enumerate() {
         if n == half {
-            crash_point(inner, Step::MidImages)?;
+            crash_point(shared, Step::MidImages)?;
         }
         match (&slot.entry, slot.imaged) {
             (Some(entry), _) => encode_image_into(Some(entry), image),
@@ -314,16 +329,25 @@ fn fold_into(
         report.image_bytes += image.len() as u64;
         report.keys_written += 1;
         image_key_into(version, key, image_key);
-        inner.images.put(image_key, image)?;
+        shared.images.put(image_key, image)?;
     }
-    inner.images.sync()?;
-    crash_point(inner, Step::BeforeRoot)?;
+    shared.images.sync()?;
+    crash_point(shared, Step::BeforeRoot)?;
+    // C4: every image the root is about to name is in the images store,
+    // which was synced after the last of them.
+    verify!(
+        images_written(shared, working, version, image_key)?,
+        "C4: the root would name checkpoint {version} before all its images are written"
+    );
+    debug_assert!(version > *root, "checkpoint {version} after root {root}");
     // 4. Commit.
-    write_root(&inner.images, version)?;
-    inner.images.sync()?;
+    write_root(&shared.images, version)?;
+    shared.images.sync()?;
     *root = version;
-    inner.checkpointed_through.store(version, Ordering::Relaxed);
-    crash_point(inner, Step::AfterRoot)?;
+    shared
+        .checkpointed_through
+        .store(version, Ordering::Relaxed);
+    crash_point(shared, Step::AfterRoot)?;
     for (key, slot) in working.iter() {
         if slot.entry.is_some() {
             match versions.get_mut(&key[..]) {
@@ -340,7 +364,7 @@ fn fold_into(
     // Superseded images go, then tombstones (a tombstone must outlive the
     // image it hides); a crash or an error in between leaves garbage that
     // the next recovery removes.
-    if let Err(error) = remove_garbage(inner, working, version, image_key) {
+    if let Err(error) = remove_garbage(shared, working, version, image_key) {
         if matches!(error, Error::InjectedCrash(_)) {
             return Err(error);
         }
@@ -351,10 +375,30 @@ fn fold_into(
     Ok(report)
 }
 
+/// Whether the images store holds checkpoint `version`'s image (or
+/// tombstone) of every key in `working` that gets one.
+fn images_written(
+    shared: &CollectionsState,
+    working: &WorkingSet,
+    version: u64,
+    image_key: &mut Vec<u8>,
+) -> Result<bool> {
+    for (key, slot) in working.iter() {
+        if slot.entry.is_none() && slot.imaged.is_none() {
+            continue;
+        }
+        image_key_into(version, key, image_key);
+        if shared.images.get_ref(image_key)?.is_none() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// Deletes the images `working`'s keys had before checkpoint `version`,
 /// then the tombstones of the keys it removed.
 fn remove_garbage(
-    inner: &Inner,
+    shared: &CollectionsState,
     working: &WorkingSet,
     version: u64,
     image_key: &mut Vec<u8>,
@@ -363,17 +407,17 @@ fn remove_garbage(
     for (key, slot) in working.iter() {
         if let Some(old) = slot.imaged {
             image_key_into(old, key, image_key);
-            inner.images.delete(image_key)?;
+            shared.images.delete(image_key)?;
             tombstones += usize::from(slot.entry.is_none());
         }
     }
-    crash_point(inner, Step::BeforeTombstones)?;
+    crash_point(shared, Step::BeforeTombstones)?;
     if tombstones > 0 {
-        inner.images.sync()?;
+        shared.images.sync()?;
         for (key, slot) in working.iter() {
             if slot.entry.is_none() && slot.imaged.is_some() {
                 image_key_into(version, key, image_key);
-                inner.images.delete(image_key)?;
+                shared.images.delete(image_key)?;
             }
         }
     }
@@ -383,7 +427,7 @@ fn remove_garbage(
 /// A key's entry as of the committed checkpoint: its image decoded straight
 /// from the images store (no copy of the value), `image_key` a buffer.
 fn load_image(
-    inner: &Inner,
+    shared: &CollectionsState,
     versions: &HashMap<Bytes, u64>,
     key: &[u8],
     image_key: &mut Vec<u8>,
@@ -395,7 +439,7 @@ fn load_image(
         });
     };
     image_key_into(version, key, image_key);
-    match inner.images.get_ref(image_key)? {
+    match shared.images.get_ref(image_key)? {
         Some(value) => Ok(Slot {
             entry: decode_image(key, &value)?,
             imaged: Some(version),

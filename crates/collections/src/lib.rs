@@ -40,6 +40,19 @@
 
 #![forbid(unsafe_code)]
 
+/// Asserts an invariant too costly to check in every debug build (one of
+/// ARCHITECTURE.md's numbered invariants, named in the message): checked
+/// with the `verify` feature, which the tests turn on. Without it the
+/// condition is never evaluated and the dead branch is compiled away, so a
+/// release build pays nothing. Cheap checks use `debug_assert!`.
+macro_rules! verify {
+    ($($assertion:tt)+) => {
+        if cfg!(feature = "verify") {
+            assert!($($assertion)+);
+        }
+    };
+}
+
 pub mod apply;
 pub mod checkpoint;
 mod error;
@@ -174,7 +187,9 @@ pub struct CollectionsStats {
     pub backpressure_wait_time: Duration,
 }
 
-pub(crate) struct Inner {
+/// What the [`Collections`] handle, its [`Writer`]s and its background
+/// threads (checkpointer, log reserve) share.
+pub(crate) struct CollectionsState {
     dir: PathBuf,
     log: OpLog,
     images: engram_engine::Store,
@@ -201,15 +216,15 @@ pub(crate) struct Inner {
 
 /// Durable collections in one directory. See the crate docs.
 pub struct Collections {
-    inner: Arc<Inner>,
+    shared: Arc<CollectionsState>,
     threads: Threads,
     report: RecoveryReport,
 }
 
 /// The background threads; dropping this stops them. (A field of its own,
-/// not `Drop` on `Collections`, so that `close` can take `inner` apart.)
+/// not `Drop` on `Collections`, so that `close` can take `shared` apart.)
 struct Threads {
-    inner: Arc<Inner>,
+    shared: Arc<CollectionsState>,
     checkpointer: Option<JoinHandle<()>>,
     /// Keeps free log segments in reserve (`OpLog::run_provisioner`).
     provisioner: Option<JoinHandle<()>>,
@@ -218,12 +233,12 @@ struct Threads {
 impl Drop for Threads {
     fn drop(&mut self) {
         if let Some(handle) = self.checkpointer.take() {
-            *self.inner.wake.0.lock() = true;
-            self.inner.wake.1.notify_all();
+            *self.shared.wake.0.lock() = true;
+            self.shared.wake.1.notify_all();
             let _ = handle.join();
         }
         if let Some(handle) = self.provisioner.take() {
-            self.inner.log.stop_provisioner();
+            self.shared.log.stop_provisioner();
             let _ = handle.join();
         }
     }
@@ -329,7 +344,7 @@ impl Collections {
         report.replay = replay_began.elapsed();
         report.total = began.elapsed();
 
-        let inner = Arc::new(Inner {
+        let shared = Arc::new(CollectionsState {
             dir,
             log: recovered.log,
             images,
@@ -348,12 +363,12 @@ impl Collections {
             wake: (Mutex::new(false), Condvar::new()),
             options,
         });
-        let checkpointer = match inner.options.checkpoints {
+        let checkpointer = match shared.options.checkpoints {
             CheckpointMode::Manual => None,
             CheckpointMode::Background | CheckpointMode::StopTheWorld => {
-                let inner = Arc::clone(&inner);
+                let shared = Arc::clone(&shared);
                 Some(
-                    engram_threads::spawn("engram-checkpoint", move || checkpoint::run(&inner))
+                    engram_threads::spawn("engram-checkpoint", move || checkpoint::run(&shared))
                         .map_err(|source| Error::Io {
                             context: "starting the checkpoint thread in",
                             path: PathBuf::new(),
@@ -362,12 +377,12 @@ impl Collections {
                 )
             }
         };
-        let provisioner = if inner.options.oplog.reserve_segments == 0 {
+        let provisioner = if shared.options.oplog.reserve_segments == 0 {
             None
         } else {
-            let inner = Arc::clone(&inner);
+            let shared = Arc::clone(&shared);
             Some(
-                engram_threads::spawn("engram-oplog-reserve", move || inner.log.run_provisioner())
+                engram_threads::spawn("engram-oplog-reserve", move || shared.log.run_provisioner())
                     .map_err(|source| Error::Io {
                         context: "starting the log reserve thread in",
                         path: PathBuf::new(),
@@ -377,18 +392,18 @@ impl Collections {
         };
         Ok(Collections {
             threads: Threads {
-                inner: Arc::clone(&inner),
+                shared: Arc::clone(&shared),
                 checkpointer,
                 provisioner,
             },
-            inner,
+            shared,
             report,
         })
     }
 
     /// Reads `key`'s entry (or its absence) under its shard's read lock.
     pub fn read<R>(&self, key: &[u8], f: impl FnOnce(Option<&Entry>) -> R) -> R {
-        let shard = self.inner.map.read(key);
+        let shard = self.shared.map.read(key);
         f(shard.get(key))
     }
 
@@ -432,11 +447,11 @@ impl Collections {
     /// fails, since no reader sees them until the writer is dropped.
     /// May pause briefly first (backpressure).
     pub fn writer(&self, keys: &[&[u8]]) -> Writer<'_> {
-        self.inner.backpressure();
-        let world = self.inner.world.read();
-        let locked = self.inner.map.lock(keys);
+        self.shared.backpressure();
+        let world = self.shared.world.read();
+        let locked = self.shared.map.lock(keys);
         Writer {
-            inner: &self.inner,
+            shared: &self.shared,
             locked,
             _world: world,
         }
@@ -444,11 +459,11 @@ impl Collections {
 
     /// A writer holding every shard (FLUSHALL, whole-keyspace transactions).
     pub fn writer_all(&self) -> Writer<'_> {
-        self.inner.backpressure();
-        let world = self.inner.world.read();
-        let locked = self.inner.map.lock_all();
+        self.shared.backpressure();
+        let world = self.shared.world.read();
+        let locked = self.shared.map.lock_all();
         Writer {
-            inner: &self.inner,
+            shared: &self.shared,
             locked,
             _world: world,
         }
@@ -466,23 +481,23 @@ impl Collections {
 
     /// Runs a checkpoint now (waiting for one in progress first).
     pub fn checkpoint_now(&self) -> Result<CheckpointReport> {
-        checkpoint::checkpoint(&self.inner)
+        checkpoint::checkpoint(&self.shared)
     }
 
     /// Asks the background checkpointer for a checkpoint (BGSAVE).
     pub fn request_checkpoint(&self) {
-        self.inner.requested.store(true, Ordering::Relaxed);
-        self.inner.wake_checkpointer();
+        self.shared.requested.store(true, Ordering::Relaxed);
+        self.shared.wake_checkpointer();
     }
 
     /// Makes every logged operation durable against power loss (on
     /// emulated memory, an msync of the log; nothing on DAX).
     pub fn sync(&self) -> Result<()> {
-        self.inner.log.sync()
+        self.shared.log.sync()
     }
 
     pub fn len(&self) -> u64 {
-        self.inner.map.len()
+        self.shared.map.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -492,7 +507,7 @@ impl Collections {
     /// Calls `f` for each key of shard `shard` (0..[`state::SHARDS`]) under
     /// its read lock: for SCAN-like walks that resume by shard.
     pub fn for_each_in_shard(&self, shard: usize, mut f: impl FnMut(&[u8], &Entry)) {
-        for (key, entry) in self.inner.map.shard(shard).read().iter() {
+        for (key, entry) in self.shared.map.shard(shard).read().iter() {
             f(key, entry);
         }
     }
@@ -517,7 +532,7 @@ impl Collections {
         }
         let mut found: Vec<Scanned> = Vec::new();
         for shard in (from >> SCAN_SHARD_SHIFT) as usize..=(last >> SCAN_SHARD_SHIFT) as usize {
-            for (key, entry) in self.inner.map.shard(shard).read().iter() {
+            for (key, entry) in self.shared.map.shard(shard).read().iter() {
                 let rank = scan_rank(key);
                 if rank >= from && rank <= last && wanted(key) {
                     found.push(Scanned {
@@ -549,7 +564,7 @@ impl Collections {
     pub fn random_key(&self, wanted: impl Fn(&[u8]) -> bool) -> Option<Vec<u8>> {
         let start = rand::random::<u64>() as usize;
         for step in 0..state::SHARDS {
-            let shard = self.inner.map.shard((start + step) % state::SHARDS).read();
+            let shard = self.shared.map.shard((start + step) % state::SHARDS).read();
             let candidates: Vec<&Bytes> = shard.keys().filter(|k| wanted(k)).collect();
             if !candidates.is_empty() {
                 let pick = rand::random::<u64>() as usize % candidates.len();
@@ -566,25 +581,25 @@ impl Collections {
     /// Never waits for a checkpoint in progress (each lock below is taken
     /// and released on its own).
     pub fn stats(&self) -> CollectionsStats {
-        let inner = &self.inner;
-        let last_checkpoint = inner.last_checkpoint.lock().clone();
+        let shared = &self.shared;
+        let last_checkpoint = shared.last_checkpoint.lock().clone();
         CollectionsStats {
-            keys: inner.map.len(),
-            log: inner.log.stats(),
-            log_bytes_since_checkpoint: inner.log_bytes_since_cut.load(Ordering::Relaxed),
-            checkpoints: inner.checkpoints.load(Ordering::Relaxed),
-            checkpoint_running: inner.checkpoint_running.load(Ordering::Relaxed),
+            keys: shared.map.len(),
+            log: shared.log.stats(),
+            log_bytes_since_checkpoint: shared.log_bytes_since_cut.load(Ordering::Relaxed),
+            checkpoints: shared.checkpoints.load(Ordering::Relaxed),
+            checkpoint_running: shared.checkpoint_running.load(Ordering::Relaxed),
             last_checkpoint,
-            checkpointed_through: inner.checkpointed_through.load(Ordering::Relaxed),
-            backpressure_waits: inner.backpressure_waits.load(Ordering::Relaxed),
+            checkpointed_through: shared.checkpointed_through.load(Ordering::Relaxed),
+            backpressure_waits: shared.backpressure_waits.load(Ordering::Relaxed),
             backpressure_wait_time: Duration::from_nanos(
-                inner.backpressure_nanos.load(Ordering::Relaxed),
+                shared.backpressure_nanos.load(Ordering::Relaxed),
             ),
         }
     }
 
     pub fn dir(&self) -> &Path {
-        &self.inner.dir
+        &self.shared.dir
     }
 
     /// Stops the background threads, makes the log durable and closes the
@@ -592,13 +607,15 @@ impl Collections {
     /// a store only dropped, with sync `never`, is left as after a crash,
     /// and the next scrub could not verify the pages written last).
     pub fn close(self) -> Result<()> {
-        let Collections { inner, threads, .. } = self;
+        let Collections {
+            shared, threads, ..
+        } = self;
         drop(threads);
-        inner.log.sync()?;
-        match Arc::try_unwrap(inner) {
-            Ok(inner) => inner.images.close()?,
+        shared.log.sync()?;
+        match Arc::try_unwrap(shared) {
+            Ok(shared) => shared.images.close()?,
             // Not reached: the threads' handles were the only other owners.
-            Err(inner) => inner.images.sync()?,
+            Err(shared) => shared.images.sync()?,
         }
         Ok(())
     }
@@ -638,7 +655,7 @@ pub struct Scanned {
 /// The write-locked shards of a step-by-step write (see
 /// [`Collections::writer`]).
 pub struct Writer<'c> {
-    inner: &'c Inner,
+    shared: &'c CollectionsState,
     // Field order: the shard locks go before the stop-the-world guard.
     locked: state::Locked<'c>,
     _world: parking_lot::RwLockReadGuard<'c, ()>,
@@ -672,16 +689,18 @@ impl<'c> Writer<'c> {
             return Ok(());
         }
         let payload = op::encode_batch(ops);
-        self.inner
-            .log
-            .append(&*self.inner.sequencer, oplog::Position::default(), &payload)?;
-        self.inner
+        self.shared.log.append(
+            &*self.shared.sequencer,
+            oplog::Position::default(),
+            &payload,
+        )?;
+        self.shared
             .logged(oplog::format::record_bytes(payload.len()));
         Ok(())
     }
 }
 
-impl Inner {
+impl CollectionsState {
     fn logged(&self, bytes: u64) {
         let total = self.log_bytes_since_cut.fetch_add(bytes, Ordering::Relaxed) + bytes;
         if total >= self.options.checkpoint_log_bytes

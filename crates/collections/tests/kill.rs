@@ -185,11 +185,11 @@ fn kill_child_workload() {
 fn check(dir: &Path, acknowledged: &[u64], cycle: u64) -> (Vec<u64>, u64) {
     let collections = Collections::open(dir, options())
         .unwrap_or_else(|e| panic!("cycle {cycle}: recovery failed: {e}"));
+    assert_eq!(acknowledged.len(), KEYS);
     let mut counts = Vec::with_capacity(KEYS);
-    for key in 0..KEYS {
+    for (key, &ack) in acknowledged.iter().enumerate() {
         let found = recovered_count(&collections, key)
             .unwrap_or_else(|e| panic!("cycle {cycle}, key {key}: {e}"));
-        let ack = acknowledged[key];
         assert!(
             found == ack || found == ack + 1,
             "cycle {cycle}, key {key}: recovered {found} operations, {ack} were acknowledged"

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 
 use engram_pmem::PmemOffset;
 
-use crate::block::{state, BLOCK_HEADER_BYTES};
+use crate::block::{state, BlockHeader, BlockKind, BLOCK_HEADER_BYTES};
 use crate::lanes::Lane;
 use crate::record;
 use crate::store_state::StoreState;
@@ -47,6 +47,19 @@ pub fn append_to_lane(
         lane.used_bytes = BLOCK_HEADER_BYTES;
     }
     let block = lane.block.expect("lane has a block");
+    // Invariant 1: the record repeats its block's generation, whose header
+    // went to the media before the block's first record.
+    debug_assert_eq!(
+        lane.generation,
+        store.space.meta(block).generation.load(Ordering::Relaxed)
+    );
+    verify!(
+        BlockHeader::read(store.region(), PmemOffset(lane.block_start)).is_some_and(
+            |header| header.kind == BlockKind::Log && header.generation == lane.generation
+        ),
+        "invariant 1: appending to block {block} before its header (generation {})",
+        lane.generation
+    );
     let at = PmemOffset(lane.block_start + lane.used_bytes);
     lane.used_bytes += size;
     debug_assert!(lane.used_bytes <= store.space.block_bytes);
@@ -86,11 +99,7 @@ pub fn append_extent(
 /// Hands the lane's block over to compaction (or frees it if all dead).
 pub fn seal(store: &StoreState, lane: &mut Lane) {
     if let Some(id) = lane.block.take() {
-        store
-            .space
-            .meta(id)
-            .state
-            .store(state::SEALED, Ordering::Release);
+        store.space.meta(id).set_state(state::SEALED);
         store.space.free_if_dead(id);
     }
 }

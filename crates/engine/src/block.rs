@@ -99,11 +99,16 @@ impl BlockHeader {
 /// ```text
 /// FREE -> OWNED (a lane fills it) -> SEALED -> [COMPACTING -> SEALED]* -> FREEING -> FREE
 /// FREE -> EXTENT_HEAD (+ EXTENT_TAIL for the rest) -> FREEING -> FREE
+///                        EXTENT_TAIL -> FREE (when its head is freed)
 /// ```
 ///
 /// Only a block whose live bytes are zero and that nobody fills any more goes
 /// to FREEING, by compare-and-swap, so exactly one thread frees it; the free
 /// itself waits for an epoch so that readers still copying from it finish.
+/// Recovery, before the store is shared, also gives a block found on the
+/// media the state a scan gives it (FREE -> SEALED) and frees a dead one at
+/// once (SEALED, EXTENT_HEAD or EXTENT_TAIL -> FREE, FREE -> FREE): no
+/// reader can hold it yet. [`BlockMeta`] checks every move against these.
 pub mod state {
     pub const FREE: u8 = 0;
     pub const OWNED: u8 = 1;
@@ -112,6 +117,44 @@ pub mod state {
     pub const FREEING: u8 = 4;
     pub const EXTENT_HEAD: u8 = 5;
     pub const EXTENT_TAIL: u8 = 6;
+
+    /// Whether `from -> to` is a move of the state machine above.
+    pub fn legal(from: u8, to: u8) -> bool {
+        matches!(
+            (from, to),
+            (FREE, OWNED)
+                | (OWNED, SEALED)
+                | (SEALED, COMPACTING)
+                | (COMPACTING, SEALED)
+                | (SEALED | COMPACTING | EXTENT_HEAD, FREEING)
+                | (FREEING, FREE)
+                | (FREE, EXTENT_HEAD | EXTENT_TAIL)
+                | (EXTENT_TAIL, FREE)
+        )
+    }
+
+    /// [`legal`], or one of recovery's own moves (see above).
+    pub fn legal_in_recovery(from: u8, to: u8) -> bool {
+        legal(from, to)
+            || matches!(
+                (from, to),
+                (FREE, SEALED | FREE) | (SEALED | EXTENT_HEAD | EXTENT_TAIL, FREE)
+            )
+    }
+
+    /// The state's name, for assertion messages.
+    pub fn name(state: u8) -> &'static str {
+        match state {
+            FREE => "FREE",
+            OWNED => "OWNED",
+            SEALED => "SEALED",
+            COMPACTING => "COMPACTING",
+            FREEING => "FREEING",
+            EXTENT_HEAD => "EXTENT_HEAD",
+            EXTENT_TAIL => "EXTENT_TAIL",
+            _ => "(not a state)",
+        }
+    }
 }
 
 #[derive(Default)]
@@ -119,7 +162,9 @@ pub struct BlockMeta {
     /// Bytes of records in this block that are not retired (for an extent,
     /// counted on its head). Includes records being published.
     pub live_bytes: AtomicU64,
-    pub state: AtomicU8,
+    /// One of [`state`]'s values; changed only through the methods below,
+    /// which check the move.
+    state: AtomicU8,
     pub generation: AtomicU32,
     pub extent_blocks: AtomicU32,
 }
@@ -127,6 +172,48 @@ pub struct BlockMeta {
 impl BlockMeta {
     pub fn state(&self) -> u8 {
         self.state.load(Ordering::Acquire)
+    }
+
+    /// Moves the block to `to`. For the thread that owns the block's state
+    /// (the lane filling it, the thread freeing or claiming it); moves that
+    /// threads race for go through [`BlockMeta::change_state`].
+    pub fn set_state(&self, to: u8) {
+        self.store_state(to, state::legal);
+    }
+
+    /// [`BlockMeta::set_state`] for recovery, which may also make its own
+    /// moves (see [`state`]).
+    pub fn set_state_in_recovery(&self, to: u8) {
+        self.store_state(to, state::legal_in_recovery);
+    }
+
+    /// Moves the block from `from` to `to` by compare-and-swap; false (and
+    /// no move) when it was not in `from`.
+    pub fn change_state(&self, from: u8, to: u8) -> bool {
+        debug_assert!(
+            state::legal(from, to),
+            "block state {} -> {} is not a move of the block state machine",
+            state::name(from),
+            state::name(to)
+        );
+        self.state
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    fn store_state(&self, to: u8, legal: fn(u8, u8) -> bool) {
+        if cfg!(feature = "verify") {
+            // A swap, so the state checked is the one replaced.
+            let from = self.state.swap(to, Ordering::AcqRel);
+            assert!(
+                legal(from, to),
+                "block state {} -> {} is not a move of the block state machine",
+                state::name(from),
+                state::name(to)
+            );
+        } else {
+            self.state.store(to, Ordering::Release);
+        }
     }
 }
 

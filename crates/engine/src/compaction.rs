@@ -11,7 +11,8 @@
 //! It never stops the foreground: it holds one shard lock for one record at a
 //! time, and a block being compacted stays readable until an epoch after its
 //! last record moved. Writers help only when the file reaches its space budget
-//! with nothing free (see `write.rs`).
+//! with nothing free ([`block_for_writer`], where an application lane's next
+//! block comes from).
 
 use std::sync::atomic::Ordering;
 
@@ -105,16 +106,7 @@ fn candidates(store: &StoreState, max_blocks: usize) -> Vec<u32> {
 fn compact_block(store: &StoreState, id: u32) -> bool {
     let space = &store.space;
     let meta = space.meta(id);
-    if meta
-        .state
-        .compare_exchange(
-            state::SEALED,
-            state::COMPACTING,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        )
-        .is_err()
-    {
+    if !meta.change_state(state::SEALED, state::COMPACTING) {
         return false;
     }
     {
@@ -141,12 +133,8 @@ fn compact_block(store: &StoreState, id: u32) -> bool {
             at += header.encoded_bytes();
         }
     }
-    let _ = meta.state.compare_exchange(
-        state::COMPACTING,
-        state::SEALED,
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    );
+    // Unless its last record's retirement already began to free it.
+    meta.change_state(state::COMPACTING, state::SEALED);
     store.compactions.fetch_add(1, Ordering::Relaxed);
     space.free_if_dead(id);
     true
@@ -167,6 +155,14 @@ fn move_record(store: &StoreState, at: u64, header: &Header) -> bool {
     let value = record::value(region, PmemOffset(at), header);
     match copy(store, key, value, header.seq) {
         Ok(new_at) => {
+            // Invariant 4: a copy keeps its record's seq (so either may
+            // survive a crash between here and the retirement below), and
+            // no other version of the key ties with it.
+            verify!(
+                record::read_header(region, PmemOffset(new_at)).seq == header.seq,
+                "invariant 4: the copy of the record at {at:#x} does not keep its seq {}",
+                header.seq
+            );
             occupied.get_mut().offset = new_at;
             append::retire(store, at);
             store.records_moved.fetch_add(1, Ordering::Relaxed);

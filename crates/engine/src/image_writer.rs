@@ -68,6 +68,9 @@ pub fn write_image(store: &StoreState) -> Result<IndexImageReport> {
         next_seq: store.seq.load(Ordering::SeqCst),
         entries: entries.len() as u64,
     };
+    // Invariant 11: every block claimed from now on is at or above the
+    // floor.
+    debug_assert!(floor <= header.next_generation);
     // Recovery reads the named records in file order.
     entries.sort_unstable_by_key(|entry| entry.offset);
     #[cfg(feature = "fault-injection")]

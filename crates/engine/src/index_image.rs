@@ -9,7 +9,7 @@
 //! was copied, sorted by offset, and a *generation floor* F. Every record
 //! that recovery needs and the image does not name lies in a block whose
 //! generation is at least F (a *tail* block). Taking an image
-//! (`Inner::write_index_image`) makes that true in three steps:
+//! (`image_writer::write_image`) makes that true in three steps:
 //!
 //! 1. Hold every write lane at once: no record is being appended. F is the
 //!    smallest of the next generation and the generations of the blocks the

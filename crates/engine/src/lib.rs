@@ -17,6 +17,19 @@
 
 #![forbid(unsafe_code)]
 
+/// Asserts an invariant too costly to check in every debug build (one of
+/// ARCHITECTURE.md's numbered invariants, named in the message): checked
+/// with the `verify` feature, which the tests turn on. Without it the
+/// condition is never evaluated and the dead branch is compiled away, so a
+/// release build pays nothing. Cheap checks use `debug_assert!`.
+macro_rules! verify {
+    ($($assertion:tt)+) => {
+        if cfg!(feature = "verify") {
+            assert!($($assertion)+);
+        }
+    };
+}
+
 mod append;
 pub mod block;
 mod compaction;

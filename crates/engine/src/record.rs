@@ -57,7 +57,7 @@ const FLAG_MASK: u64 = DELETED | IN_PLACE;
 
 const _: () = assert!(MAX_KEY_BYTES <= u32::MAX as usize);
 const _: () = assert!(MAX_VALUE_BYTES <= u32::MAX as usize);
-const _: () = assert!(HEADER_BYTES % 8 == 0);
+const _: () = assert!(HEADER_BYTES.is_multiple_of(8));
 
 pub const fn align8(n: u64) -> u64 {
     (n + 7) & !7
@@ -112,7 +112,7 @@ pub fn write(
 ) -> u64 {
     debug_assert!(key.len() <= MAX_KEY_BYTES);
     debug_assert!(value.len() <= MAX_VALUE_BYTES);
-    debug_assert!(at.0 % 8 == 0);
+    debug_assert!(at.0.is_multiple_of(8));
     let mut header = [0u8; HEADER_BYTES as usize];
     header[0..8].copy_from_slice(&((generation as u64) << 32).to_le_bytes());
     header[12..16].copy_from_slice(&crc32c::crc32c(value).to_le_bytes());

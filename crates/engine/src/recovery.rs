@@ -85,7 +85,7 @@ pub struct ImageRecovery {
 
 /// Shards are grouped so that phase 3 hands out work in sizeable pieces.
 const SHARD_GROUPS: usize = 256;
-const _: () = assert!(SHARD_COUNT % SHARD_GROUPS == 0);
+const _: () = assert!(SHARD_COUNT.is_multiple_of(SHARD_GROUPS));
 
 pub struct Recovered {
     pub report: RecoveryReport,
@@ -437,7 +437,7 @@ fn settle_old_blocks(space: &Space, tasks: &[Task], floor: u32, live: &[(u32, u6
     for task in tasks {
         match *task {
             Task::Log { id, generation } if generation < floor => {
-                space.meta(id).state.store(state::SEALED, Ordering::Release);
+                space.meta(id).set_state_in_recovery(state::SEALED);
             }
             Task::Extent {
                 head,
@@ -575,7 +575,7 @@ fn scan_task(space: &Space, task: &Task, integrity: Option<&Integrity>, result: 
                     }
                 }
             }
-            space.meta(id).state.store(state::SEALED, Ordering::Release);
+            space.meta(id).set_state_in_recovery(state::SEALED);
             space.add_live(id, live_bytes);
         }
         Task::Extent {
@@ -703,9 +703,18 @@ fn build_group(space: &Space, index: &Index, results: &[ScanResult], group: usiz
                 Ok(mut occupied) => {
                     let existing = occupied.get().offset;
                     let existing_seq = record::read_header(region, PmemOffset(existing)).seq;
-                    let loser = if existing_seq
-                        < record::read_header(region, PmemOffset(candidate.offset)).seq
-                    {
+                    let candidate_seq =
+                        record::read_header(region, PmemOffset(candidate.offset)).seq;
+                    // Invariant 4: equal numbers only from a compaction
+                    // copy and its original, which hold equal values.
+                    verify!(
+                        existing_seq != candidate_seq
+                            || same_value(region, existing, candidate.offset),
+                        "invariant 4: records at {existing:#x} and {:#x} share seq {existing_seq} \
+                         but not their value",
+                        candidate.offset
+                    );
+                    let loser = if existing_seq < candidate_seq {
                         occupied.get_mut().offset = candidate.offset;
                         existing
                     } else {
@@ -737,6 +746,14 @@ fn same_key(region: &engram_pmem::Region, a: u64, b: u64) -> bool {
         record::key(region, at, &record::read_header(region, at))
     };
     key_of(a) == key_of(b)
+}
+
+fn same_value(region: &engram_pmem::Region, a: u64, b: u64) -> bool {
+    let value_of = |offset: u64| {
+        let at = PmemOffset(offset);
+        record::value(region, at, &record::read_header(region, at))
+    };
+    value_of(a) == value_of(b)
 }
 
 fn retire_loser(space: &Space, offset: u64) {

@@ -171,6 +171,8 @@ impl Space {
     }
 
     pub fn set_next_generation(&self, generation: u32) {
+        // Invariant 11: generations never decrease.
+        debug_assert!(generation >= self.peek_generation());
         self.next_generation.store(generation, Ordering::Relaxed);
     }
 
@@ -185,9 +187,15 @@ impl Space {
 
     /// Recovery's hand-off: these blocks are free.
     pub fn add_free(&self, ids: impl IntoIterator<Item = u32>) {
+        self.insert_free(ids, BlockMeta::set_state_in_recovery);
+    }
+
+    /// Puts blocks into the free set, moving each to FREE with `set_state`
+    /// (recovery's moves, or the running store's).
+    fn insert_free(&self, ids: impl IntoIterator<Item = u32>, set_state: fn(&BlockMeta, u8)) {
         let mut free = self.free.lock();
         for id in ids {
-            self.meta(id).state.store(state::FREE, Ordering::Release);
+            set_state(self.meta(id), state::FREE);
             if free.set.insert(id) {
                 self.free_count.fetch_add(1, Ordering::Relaxed);
             }
@@ -413,7 +421,7 @@ impl Space {
         meta.generation.store(generation, Ordering::Relaxed);
         meta.extent_blocks.store(1, Ordering::Relaxed);
         meta.live_bytes.store(0, Ordering::Relaxed);
-        meta.state.store(state::OWNED, Ordering::Release);
+        meta.set_state(state::OWNED);
         generation
     }
 
@@ -437,12 +445,12 @@ impl Space {
         for id in head + 1..head + n {
             let meta = self.meta(id);
             meta.generation.store(generation, Ordering::Relaxed);
-            meta.state.store(state::EXTENT_TAIL, Ordering::Release);
+            meta.set_state(state::EXTENT_TAIL);
         }
         let meta = self.meta(head);
         meta.generation.store(generation, Ordering::Relaxed);
         meta.extent_blocks.store(n, Ordering::Relaxed);
-        meta.state.store(state::EXTENT_HEAD, Ordering::Release);
+        meta.set_state(state::EXTENT_HEAD);
     }
 
     /// Frees a block (or extent) whose live bytes reached zero, once no
@@ -460,11 +468,7 @@ impl Space {
         ) {
             return;
         }
-        if meta
-            .state
-            .compare_exchange(current, state::FREEING, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
+        if !meta.change_state(current, state::FREEING) {
             return;
         }
         // Weak: a store that is closed meanwhile is unmapped at once rather
@@ -517,6 +521,14 @@ impl Space {
             return;
         }
         let meta = self.meta(id);
+        // Invariant 5: only a block with nothing live was queued, after
+        // its epoch.
+        debug_assert_eq!(meta.state(), state::FREEING, "block {id} released");
+        debug_assert_eq!(
+            meta.live_bytes.load(Ordering::Relaxed),
+            0,
+            "invariant 5: block {id} is reused with live bytes"
+        );
         let n = meta.extent_blocks.load(Ordering::Relaxed).max(1);
         // Extents always span two blocks or more: a record that fits one
         // block goes into a log block.
@@ -528,7 +540,7 @@ impl Space {
             meta.extent_blocks.store(1, Ordering::Relaxed);
             meta.live_bytes.store(0, Ordering::Relaxed);
         }
-        self.add_free(id..id + n);
+        self.insert_free(id..id + n, BlockMeta::set_state);
         self.blocks_freed.fetch_add(n as u64, Ordering::Relaxed);
     }
 
@@ -550,6 +562,15 @@ impl Space {
             }
             .write(&self.region, self.block_offset(block));
         }
+        // Invariant 7: every block of the extent reads as FREE before any
+        // of them leaves it.
+        verify!(
+            (head..head + n).all(|block| {
+                BlockHeader::read(&self.region, self.block_offset(block))
+                    .is_some_and(|header| header.kind == BlockKind::Free)
+            }),
+            "invariant 7: extent at block {head} ({n} blocks) left without FREE headers"
+        );
     }
 
     /// Stops all further deferred work on this region.

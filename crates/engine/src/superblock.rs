@@ -133,7 +133,7 @@ impl Superblock {
         let needed_bytes = (block_count + 1)
             .checked_mul(block_bytes)
             .ok_or_else(|| corrupt(path, "block count out of range"))?;
-        if file_bytes < needed_bytes || file_bytes % block_bytes != 0 {
+        if file_bytes < needed_bytes || !file_bytes.is_multiple_of(block_bytes) {
             return Err(Error::Truncated {
                 path: path.into(),
                 expected_bytes: needed_bytes.max(file_bytes.next_multiple_of(block_bytes)),

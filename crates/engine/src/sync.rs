@@ -90,9 +90,7 @@ impl Syncer {
                 Err(_) => rounds.failed_up_to = rounds.failed_up_to.max(target),
             }
             self.done.notify_all();
-            if let Err(error) = result {
-                return Err(error);
-            }
+            result?;
         }
     }
 

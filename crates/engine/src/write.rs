@@ -16,6 +16,8 @@
 //! version is visible, the old one is durably dead, so deleting the new one
 //! can never let the old one come back after a crash.
 
+use std::sync::atomic::Ordering;
+
 use engram_pmem::{PmemOffset, Region};
 
 use crate::append;
@@ -81,7 +83,7 @@ pub fn update_word<R>(
     // lengths run past the file, says nothing a write may trust.
     let header = read::checked_header(store, at)?;
     let value_len = header.value_len as u64;
-    if field_offset % 8 != 0
+    if !field_offset.is_multiple_of(8)
         || field_offset
             .checked_add(8)
             .is_none_or(|end| end > value_len)
@@ -96,6 +98,8 @@ pub fn update_word<R>(
         // checksum no longer applies.
         record::set_flags(region, at, record::IN_PLACE);
     }
+    // Invariant 6: the flag is set (and persisted) before the value changes.
+    debug_assert!(record::read_header(region, at).is_in_place());
     let word = at.add(header.value_offset() + field_offset);
     let result = update(region, word);
     region.persist(word, 8);
@@ -126,17 +130,37 @@ pub(crate) fn append(
 /// one is already there; retires whichever lost. Returns true for a new key.
 fn publish(store: &StoreState, hash: u64, key: &[u8], offset: u64, seq: u64) -> bool {
     let region = store.region();
+    // Invariant 2: what the index is about to name is a record recovery
+    // would accept.
+    verify!(
+        record_is_valid(store, offset, key, seq),
+        "invariant 2: the record published at {offset:#x} (seq {seq}) does not validate"
+    );
     let mut table = store.index.shard(hash).write();
     match table.find_entry(hash, |e| {
         e.hash == hash && record::has_key(region, PmemOffset(e.offset), key)
     }) {
         Ok(mut occupied) => {
             let old = occupied.get().offset;
-            if record::read_header(region, PmemOffset(old)).seq > seq {
+            let old_seq = record::read_header(region, PmemOffset(old)).seq;
+            if old_seq > seq {
                 append::retire(store, offset);
             } else {
+                // Invariant 4: the version made visible outranks the one
+                // it replaces (only compaction copies tie, and they are
+                // not published here).
+                verify!(
+                    old_seq < seq,
+                    "invariant 4: publishing seq {seq} over seq {old_seq} for the same key"
+                );
                 occupied.get_mut().offset = offset;
                 append::retire(store, old);
+                // Invariant 3: retired (durably: retire persists the bit)
+                // before the shard lock lets anyone see the new version.
+                debug_assert!(
+                    record::read_header(region, PmemOffset(old)).is_deleted(),
+                    "invariant 3: the replaced record at {old:#x} is not retired"
+                );
             }
             false
         }
@@ -148,6 +172,20 @@ fn publish(store: &StoreState, hash: u64, key: &[u8], offset: u64, seq: u64) -> 
             true
         }
     }
+}
+
+/// Whether the record at `offset` validates as recovery would validate it
+/// (its block's generation, both checksums) and holds `key` at `seq`.
+fn record_is_valid(store: &StoreState, offset: u64, key: &[u8], seq: u64) -> bool {
+    let space = &store.space;
+    let block = space.block_of(offset);
+    let meta = space.meta(block);
+    let blocks = u64::from(meta.extent_blocks.load(Ordering::Relaxed).max(1));
+    let end = space.block_offset(block).0 + blocks * space.block_bytes;
+    let generation = meta.generation.load(Ordering::Relaxed);
+    let at = PmemOffset(offset);
+    record::parse(store.region(), at, end, generation)
+        .is_ok_and(|header| header.seq == seq && record::key(store.region(), at, &header) == key)
 }
 
 pub fn check_sizes(key: &[u8], value: &[u8]) -> Result<()> {

@@ -45,7 +45,7 @@ fn shared_key(key: usize) -> Vec<u8> {
 /// larger than a block (an extent).
 fn encode(key: usize, writer: usize, version: u64) -> Vec<u8> {
     let h = mix(key as u64, writer as u64, version);
-    let len = if h % 200 == 0 {
+    let len = if h.is_multiple_of(200) {
         70_000 + (h >> 16) as usize % 50_000
     } else {
         VALUE_HEADER_BYTES + (h >> 16) as usize % 2000
@@ -333,7 +333,7 @@ fn churn_key(thread: usize, i: usize) -> Vec<u8> {
 /// The churn key that step `i` deletes after inserting key `i`: three in
 /// four keys are deleted again soon after, some of them twice.
 fn churn_delete(i: usize) -> Option<usize> {
-    (i % 4 != 0 && (i / 2) % 4 != 0).then_some(i / 2)
+    (!i.is_multiple_of(4) && !(i / 2).is_multiple_of(4)).then_some(i / 2)
 }
 
 #[test]

@@ -73,7 +73,7 @@ fn mix(a: u64, b: u64) -> u64 {
 /// than a block's payload (a multi-block extent).
 fn value_len(key: usize, version: u64) -> usize {
     let h = mix(key as u64, version);
-    if h % 40 == 0 {
+    if h.is_multiple_of(40) {
         66_000 + (h >> 8) as usize % 100_000
     } else {
         VALUE_HEADER_BYTES + (h >> 8) as usize % 1500
@@ -401,7 +401,7 @@ impl Expectations {
         );
         // Pages the killed child was writing are stale (their marks were
         // persisted before the stores), never corrupt.
-        if self.cycle % 10 == 0 {
+        if self.cycle.is_multiple_of(10) {
             let report = store.scrub_now().expect("scrub after a kill");
             assert_eq!(
                 (

@@ -101,7 +101,7 @@ impl Gate {
     pub fn enter(&self) -> u64 {
         let slot = self.slot();
         let seq = slot.load(Ordering::Relaxed);
-        debug_assert!(seq % 2 == 0, "writer-gate brackets do not nest");
+        debug_assert!(seq.is_multiple_of(2), "writer-gate brackets do not nest");
         slot.store(seq + 1, Ordering::Relaxed);
         light_fence();
         0

@@ -22,6 +22,19 @@
 
 #![forbid(unsafe_code)]
 
+/// Asserts an invariant too costly to check in every debug build (one of
+/// ARCHITECTURE.md's numbered invariants, named in the message): checked
+/// with the `verify` feature, which the tests turn on. Without it the
+/// condition is never evaluated and the dead branch is compiled away, so a
+/// release build pays nothing. Cheap checks use `debug_assert!`.
+macro_rules! verify {
+    ($($assertion:tt)+) => {
+        if cfg!(feature = "verify") {
+            assert!($($assertion)+);
+        }
+    };
+}
+
 mod error;
 mod gate;
 pub mod layout;
@@ -95,12 +108,14 @@ pub struct OpenReport {
 /// Redundancy for one data region: the tracker installed on it, the
 /// background pass and scrubber, and the on-demand operations.
 pub struct Integrity {
-    shared: Arc<Shared>,
+    shared: Arc<IntegrityState>,
     thread: Mutex<Option<JoinHandle<()>>>,
     closed: AtomicBool,
 }
 
-struct Shared {
+/// What the [`Integrity`] handle shares with its background thread (the
+/// pass and the scrubber).
+struct IntegrityState {
     data: Arc<Region>,
     redundancy: Arc<Redundancy>,
     options: IntegrityOptions,
@@ -210,7 +225,7 @@ impl Integrity {
                 "the data region already has a store tracker".into(),
             ));
         }
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(IntegrityState {
             data,
             redundancy,
             options,
@@ -372,11 +387,9 @@ impl Integrity {
             pages_refreshed: c.pages_refreshed.load(Ordering::Relaxed),
             scrub_sweeps: c.scrub_sweeps.load(Ordering::Relaxed),
             pages_scrubbed: scrubbed,
-            scrub_bytes_per_sec_measured: if busy_us == 0 {
-                0
-            } else {
-                scrubbed * PAGE_BYTES * 1_000_000 / busy_us
-            },
+            scrub_bytes_per_sec_measured: (scrubbed * PAGE_BYTES * 1_000_000)
+                .checked_div(busy_us)
+                .unwrap_or(0),
             scrub_bytes_per_sec_limit: self.shared.options.scrub_bytes_per_sec,
             corruptions_found: c.corruptions_found.load(Ordering::Relaxed),
             repaired: c.repaired.load(Ordering::Relaxed),
@@ -466,7 +479,7 @@ fn restore_shadow(redundancy: &Redundancy) -> bool {
     true
 }
 
-fn background(shared: &Shared) {
+fn background(shared: &IntegrityState) {
     let lazy = shared.options.mode == IntegrityMode::Lazy;
     let scrub_rate = shared.options.scrub_bytes_per_sec;
     let mut next_pass = Instant::now() + shared.options.period;
@@ -509,7 +522,7 @@ fn background(shared: &Shared) {
 }
 
 /// Background scrubbing: about `budget_bytes` of stripes from the cursor.
-fn scrub_some(shared: &Shared, budget_bytes: u64) {
+fn scrub_some(shared: &IntegrityState, budget_bytes: u64) {
     let redundancy = &shared.redundancy;
     let g = redundancy.geometry;
     let stripes_per_group = g.group_pages / g.stripe_pages;

@@ -125,7 +125,7 @@ impl Redundancy {
     fn group_dirty(&self, group: u64) -> Vec<u64> {
         let g = self.geometry;
         let first = group * g.group_pages;
-        if g.group_pages % 64 == 0 {
+        if g.group_pages.is_multiple_of(64) {
             let base = (first / 64) as usize;
             return (0..g.mark_words() as usize)
                 .map(|word| self.dirty[base + word].load(Ordering::SeqCst))
@@ -145,7 +145,7 @@ impl Redundancy {
     fn clear_group_dirty(&self, group: u64, marks: &[u64]) -> bool {
         let g = self.geometry;
         let first = group * g.group_pages;
-        if g.group_pages % 64 == 0 {
+        if g.group_pages.is_multiple_of(64) {
             let base = (first / 64) as usize;
             let mut left = 0;
             for (word, &bits) in marks.iter().enumerate() {
@@ -365,6 +365,9 @@ impl Redundancy {
     /// One batch of Algorithm 1 over `group` (module docs). Call with
     /// `work` held. Returns the pages refreshed.
     pub fn refresh_group(&self, data: &Region, group: u64, mask: Option<&[u64]>) -> u64 {
+        // I4: only the holder of `work` writes checksums, parity or the
+        // shadow.
+        debug_assert!(self.work.is_locked(), "I4: refresh without `work`");
         let snapshot_ms = self.now_ms();
         let marks: Vec<u64> = self
             .group_dirty(group)
@@ -424,6 +427,11 @@ impl Redundancy {
     /// Clears `marks` of `group`, persistent marks first (the shadow holds
     /// them meanwhile), then DRAM.
     fn clear_marks(&self, group: u64, marks: &[u64], snapshot_ms: u64, full_pass: bool) {
+        // I2: the committed shadow holds every mark about to be cleared.
+        verify!(
+            self.in_wrong_order_on_purpose() || self.shadow_holds(group, marks),
+            "I2: clearing marks of group {group} that its committed shadow does not hold"
+        );
         let g = self.geometry;
         let _lock = self.mark_locks[group as usize % MARK_LOCKS].lock();
         let marks_at = g.marks_offset(group);
@@ -448,6 +456,45 @@ impl Redundancy {
         } else if full_pass || oldest.load(Ordering::Relaxed) == 0 {
             oldest.store(snapshot_ms, Ordering::Relaxed);
         }
+    }
+
+    /// Whether the committed shadow names `group` and holds every bit of
+    /// `marks` (I2, checked under `verify`).
+    fn shadow_holds(&self, group: u64, marks: &[u64]) -> bool {
+        self.meta.load_u64(SHADOW_GROUP_OFFSET) == group + 1
+            && marks.iter().enumerate().all(|(word, &bits)| {
+                let at = PmemOffset(SHADOW_MARKS_OFFSET.0 + word as u64 * 8);
+                self.meta.load_u64(at) & bits == bits
+            })
+    }
+
+    /// I1 as a store inside the writer gate sees it, after marking: `page`
+    /// is marked on the media, or its mark was cleared by a refresh whose
+    /// committed shadow still holds it (the shadow cannot be retired
+    /// before the refresh drains the gate, so until this store leaves it).
+    fn marked_or_shadowed(&self, page: u64) -> bool {
+        let g = self.geometry;
+        let (word, bit) = g.mark_word(page);
+        if self.meta.load_u64(word) & bit != 0 {
+            return true;
+        }
+        let index = page % g.group_pages;
+        let shadow_word = PmemOffset(SHADOW_MARKS_OFFSET.0 + index / 64 * 8);
+        self.meta.load_u64(SHADOW_GROUP_OFFSET) == page / g.group_pages + 1
+            && self.meta.load_u64(shadow_word) & (1 << (index % 64)) != 0
+    }
+
+    /// Whether a test switched on one of Figure 4's wrong orderings: they
+    /// break I1 and I2 on purpose, for the tests to find by themselves, so
+    /// the checks of those stand aside.
+    #[cfg(feature = "fault-injection")]
+    fn in_wrong_order_on_purpose(&self) -> bool {
+        self.faults.skip_shadow || self.faults.clear_marks_after_refresh
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    fn in_wrong_order_on_purpose(&self) -> bool {
+        false
     }
 
     /// Step 5: checksums of the marked pages, parity of their stripes, the
@@ -536,6 +583,7 @@ impl Redundancy {
 
     /// Writes and flushes (no fence) the group's meta checksum.
     pub fn write_meta_checksum(&self, group: u64) {
+        debug_assert!(self.work.is_locked(), "I4: meta checksum without `work`");
         let at = self.geometry.meta_offset(group);
         self.meta
             .write(at, &self.expected_meta(group).to_le_bytes());
@@ -635,6 +683,11 @@ impl StoreTracker for Redundancy {
         } else {
             self.mark_range(first, last + 1);
         }
+        verify!(
+            self.in_wrong_order_on_purpose()
+                || (first..=last).all(|page| self.marked_or_shadowed(page)),
+            "I1: a store to pages {first}..={last} goes ahead with a page neither marked nor shadowed"
+        );
         StoreTicket(ticket)
     }
 

@@ -24,7 +24,7 @@ use crate::{Error, Mode, ModeChoice, PersistObserver, PmemOffset, Result, StoreT
 
 pub const CACHE_LINE_BYTES: u64 = 64;
 pub const OS_PAGE_BYTES: u64 = 4096;
-const _: () = assert!(OS_PAGE_BYTES % CACHE_LINE_BYTES == 0);
+const _: () = assert!(OS_PAGE_BYTES.is_multiple_of(CACHE_LINE_BYTES));
 
 /// `madvise` advice that pre-faults a range writable (Linux 5.14+). Older
 /// kernels answer EINVAL, which we ignore: it is only an optimisation.
@@ -134,7 +134,7 @@ impl Region {
     /// Creates a new region file of `len_bytes` (a multiple of the OS page).
     /// Fails if the file exists.
     pub fn create(path: &Path, len_bytes: u64, options: RegionOptions) -> Result<Region> {
-        if len_bytes % OS_PAGE_BYTES != 0 {
+        if !len_bytes.is_multiple_of(OS_PAGE_BYTES) {
             return Err(Error::Unaligned {
                 bytes: len_bytes,
                 page_bytes: OS_PAGE_BYTES,
@@ -242,7 +242,7 @@ impl Region {
 
     /// Maps file bytes `[from, to)` at `base + from`, over the reservation.
     fn map_file_range(&self, from: u64, to: u64, populate_advice: libc::c_int) -> Result<()> {
-        debug_assert!(from % OS_PAGE_BYTES == 0);
+        debug_assert!(from.is_multiple_of(OS_PAGE_BYTES));
         debug_assert!(to <= self.reserve_bytes);
         let flags = match self.mode {
             Mode::Dax => libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC | libc::MAP_FIXED,
@@ -315,9 +315,9 @@ impl Region {
         if new_len <= old_len {
             return Ok(());
         }
-        if new_len % OS_PAGE_BYTES != 0 || old_len % OS_PAGE_BYTES != 0 {
+        if !new_len.is_multiple_of(OS_PAGE_BYTES) || !old_len.is_multiple_of(OS_PAGE_BYTES) {
             return Err(Error::Unaligned {
-                bytes: if new_len % OS_PAGE_BYTES != 0 {
+                bytes: if !new_len.is_multiple_of(OS_PAGE_BYTES) {
                     new_len
                 } else {
                     old_len
@@ -497,7 +497,7 @@ impl Region {
         let len = buffer.len();
         let pointer = self.pointer(offset, len as u64);
         assert!(
-            offset.0 % 8 == 0 && len % 8 == 0,
+            offset.0.is_multiple_of(8) && len.is_multiple_of(8),
             "racy copies are of whole aligned words"
         );
         for (index, chunk) in buffer.chunks_exact_mut(8).enumerate() {
@@ -529,7 +529,7 @@ impl Region {
     #[inline]
     fn atomic(&self, offset: PmemOffset) -> &AtomicU64 {
         assert!(
-            offset.0 % 8 == 0,
+            offset.0.is_multiple_of(8),
             "atomic access at unaligned offset {offset}"
         );
         let pointer = self.pointer(offset, 8);

@@ -50,7 +50,7 @@ fn small_writes_sync_a_page_not_a_folio() {
     let before = write_bytes();
     for i in 0..SYNCS {
         // Spread over the file: each write lands in a different 2 MiB span.
-        let at = PmemOffset((i * 2 << 20) % FILE_BYTES + 4096 * (i % 7));
+        let at = PmemOffset(((i * 2) << 20) % FILE_BYTES + 4096 * (i % 7));
         region.write(at, &[i as u8; 200]);
         region.sync_all().unwrap();
     }

@@ -461,8 +461,26 @@ impl OpLog {
             PmemOffset(at + 8),
             format::RECORD_HEADER_BYTES - 8 + payload.len() as u64,
         );
+        // C1: the body is down and the record not yet committed (a word
+        // left from the segment's previous life holds a smaller seq).
+        verify!(
+            self.region.load_u64(PmemOffset(at)) != seq,
+            "C1: record {seq} at {at:#x} committed before its body was written"
+        );
         self.region.store_u64(PmemOffset(at), seq);
         self.region.persist(PmemOffset(at), 8);
+        // C1: committed, it is valid under the commit rule: commit word ==
+        // seq, checksum over the segment's generation, the payload intact.
+        verify!(
+            format::parse_record(
+                &self.region,
+                at,
+                at + format::record_bytes(payload.len()),
+                generation
+            )
+            .is_some_and(|parsed| parsed.header.seq == seq && parsed.payload == payload),
+            "C1: record {seq} at {at:#x} does not read back as committed"
+        );
         seq
     }
 

@@ -88,14 +88,21 @@ impl Error {
     /// decode): an error for reads of that key only. Deleting or
     /// overwriting the key still works, and key enumeration lists it.
     pub fn is_damage(&self) -> bool {
-        matches!(
-            self,
-            Error::Engine(
-                engram_engine::Error::Unrepairable { .. }
-                    | engram_engine::Error::CorruptRecord { .. }
-            ) | Error::Malformed(_)
-        )
+        match self {
+            Error::Engine(e) => is_engine_damage(e),
+            Error::Malformed(_) => true,
+            _ => false,
+        }
     }
+}
+
+/// The engine's errors that mean damaged stored bytes (see
+/// [`Error::is_damage`]).
+fn is_engine_damage(e: &engram_engine::Error) -> bool {
+    matches!(
+        e,
+        engram_engine::Error::Unrepairable { .. } | engram_engine::Error::CorruptRecord { .. }
+    )
 }
 
 /// Counters for INFO stats.
@@ -263,7 +270,8 @@ impl Keyspace {
     }
 
     /// Refuses a store whose meta words or intents are of a version this
-    /// build does not know; records the versions in a store without them.
+    /// build does not know; records the versions in a store without them,
+    /// or whose record a damaged page made unreadable.
     fn check_format(&self) -> Result<()> {
         let file = engram_engine::DATA_FILE;
         match self.store.get(&format::KEY) {
@@ -273,6 +281,20 @@ impl Keyspace {
                 .put(&format::KEY, &format::encode())
                 .map(|_| ())
                 .map_err(Error::Engine),
+            Err(e) if is_engine_damage(&e) => {
+                // A page parity could not rebuild takes only its own keys
+                // offline, never the whole keyspace: the record is written
+                // again with this build's versions (every string's meta
+                // word is still checked as it is read).
+                log::error!(
+                    "{file}: the keyspace format record lies on a damaged page ({e}); \
+                     writing it again with this build's versions"
+                );
+                self.store
+                    .put(&format::KEY, &format::encode())
+                    .map(|_| ())
+                    .map_err(Error::Engine)
+            }
             Err(e) => Err(Error::Format(format!(
                 "{file}: the keyspace format record cannot be read: {e}"
             ))),
@@ -1224,5 +1246,45 @@ mod tests {
             "the refused record was left alone"
         );
         assert!(store.get(b"\0k").unwrap().is_some());
+    }
+    /// A format record on a page parity cannot rebuild takes only itself
+    /// offline: the keyspace opens and writes the record again.
+    #[test]
+    fn a_format_record_on_an_unrepairable_page_is_written_again() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (store, collections) = open_stores_for_tests(dir.path());
+            let ks = Keyspace::open(store, collections, 16, Durability::Process).unwrap();
+            Keyspace::close(ks).unwrap();
+        }
+        // Damage the record's page and another page of its stripe, so
+        // parity cannot rebuild either.
+        let path = dir.path().join(engram_engine::DATA_FILE);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = bytes
+            .windows(8)
+            .position(|w| w == b"EGKSPACE")
+            .expect("the format record is in the data file");
+        let page = at / 4096;
+        let other = if page % 4 == 0 { page + 1 } else { page - 1 };
+        bytes[at] ^= 0xFF;
+        bytes[other * 4096 + 100] ^= 0xFF;
+        std::fs::write(&path, &bytes).unwrap();
+
+        let (store, collections) = open_stores_for_tests(dir.path());
+        assert!(
+            store
+                .get(&format::KEY)
+                .unwrap_err()
+                .to_string()
+                .contains("could not be rebuilt"),
+            "the damage is unrepairable"
+        );
+        let ks = Keyspace::open(store, collections, 16, Durability::Process)
+            .expect("a damaged format record does not take the keyspace down");
+        assert_eq!(
+            ks.store().get(&format::KEY).unwrap().as_deref(),
+            Some(&format::encode()[..])
+        );
     }
 }

@@ -193,7 +193,12 @@ impl GroupCommit {
     /// batches under `always`). On a tokio worker the runtime moves the
     /// worker's other tasks elsewhere meanwhile.
     pub fn barrier(&self) {
-        let ticket = self.ticket();
+        self.block_until(self.ticket());
+    }
+
+    /// Blocks the calling thread until `ticket` is covered; on a tokio
+    /// worker the runtime moves the worker's other tasks elsewhere meanwhile.
+    pub fn block_until(&self, ticket: Ticket) {
         match tokio::runtime::Handle::try_current() {
             Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
                 tokio::task::block_in_place(|| self.wait_blocking(ticket))

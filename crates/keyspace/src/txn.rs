@@ -697,7 +697,7 @@ impl<'a> Txn<'a> {
         let wrote = self.commit()?;
         if wrote {
             if let Some(ticket) = ks.commit().wrote() {
-                ks.commit().wait_blocking(ticket);
+                ks.commit().block_until(ticket);
             }
         }
         Ok(wrote)

@@ -8,6 +8,7 @@
 
 mod connection;
 mod engram;
+mod functions;
 mod hashes;
 mod keys;
 mod lists;
@@ -173,6 +174,7 @@ pub static TABLE: LazyLock<Vec<CommandSpec>> = LazyLock::new(|| {
     table.extend(sorted_sets::commands());
     table.extend(lists::commands());
     table.extend(transactions::commands());
+    table.extend(functions::commands());
     table.extend(engram::commands());
     table
 });

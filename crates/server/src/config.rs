@@ -13,6 +13,7 @@
 //! `collections-backpressure-factor`), and `background-cpus`, the cores the
 //! background threads start on.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -21,6 +22,7 @@ use engram_engine::{IntegrityOptions, ModeChoice};
 use engram_threads::{self as background, BackgroundCpus};
 use parking_lot::RwLock;
 
+use crate::redis_params;
 use crate::resp::parse::{split_words, DEFAULT_MAX_BULK_BYTES};
 
 pub use engram_keyspace::Durability;
@@ -150,6 +152,9 @@ pub struct Config {
     /// process's cores), `all`, or a CPU list. Process-wide
     /// ([`engram_threads`]).
     pub background_cpus: BackgroundCpus,
+    /// Redis parameters that only keep a value here (`redis_params`), as
+    /// the configuration file set them: canonical name, checked value.
+    pub redis_params: Vec<(&'static str, String)>,
 }
 
 impl Default for Config {
@@ -175,11 +180,21 @@ impl Default for Config {
             collections_checkpoint_bytes: 64 << 20,
             collections_backpressure_factor: 4,
             background_cpus: BackgroundCpus::Auto,
+            redis_params: Vec::new(),
         }
     }
 }
 
 impl Config {
+    /// Network worker threads: as configured, or one per core.
+    pub fn worker_threads(&self) -> usize {
+        if self.threads > 0 {
+            self.threads
+        } else {
+            std::thread::available_parallelism().map_or(2, |n| n.get())
+        }
+    }
+
     /// Reads a configuration file over the defaults.
     pub fn from_file(path: &Path) -> Result<Config, String> {
         let text = std::fs::read_to_string(path)
@@ -313,10 +328,16 @@ impl Config {
                     .map_err(|e| e.to_string())?;
                 self.background_cpus = choice;
             }
-            // Accepted for redis.conf compatibility; they have no meaning
-            // here (every write is persisted; there is no RDB/AOF).
-            "appendonly" | "save" | "daemonize" | "protected-mode" => {}
-            _ => return Err(format!("unknown configuration parameter '{name}'")),
+            // Every other Redis 7.0 parameter: checked as Redis checks it,
+            // kept, shown by CONFIG GET, without effect (`redis_params`).
+            _ => {
+                let param = redis_params::find(&name)
+                    .ok_or_else(|| format!("unknown configuration parameter '{name}'"))?;
+                let value = param
+                    .check(&values.join(" "))
+                    .map_err(|reason| format!("'{name}': {reason}"))?;
+                self.redis_params.push((param.name, value));
+            }
         }
         Ok(())
     }
@@ -405,6 +426,9 @@ pub struct Runtime {
     pub proto_max_bulk_len: AtomicUsize,
     pub client_query_buffer_limit: AtomicUsize,
     pub requirepass: RwLock<Option<String>>,
+    /// The values of the Redis parameters that have no effect here, by
+    /// canonical name (`redis_params`).
+    pub redis_params: RwLock<HashMap<&'static str, String>>,
 }
 
 impl Runtime {
@@ -416,6 +440,11 @@ impl Runtime {
             proto_max_bulk_len: AtomicUsize::new(config.proto_max_bulk_len),
             client_query_buffer_limit: AtomicUsize::new(config.client_query_buffer_limit),
             requirepass: RwLock::new(config.requirepass.clone()),
+            redis_params: RwLock::new({
+                let mut values = redis_params::defaults();
+                values.extend(config.redis_params.iter().cloned());
+                values
+            }),
         }
     }
 

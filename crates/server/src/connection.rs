@@ -147,7 +147,7 @@ async fn run(
         if let Some(text) = failure {
             shared.stats.protocol_errors.fetch_add(1, Ordering::Relaxed);
             log::info!("client id={} addr={}: {text}; closing", info.id, info.addr);
-            out.error(&format!("ERR {text}"));
+            crate::commands::reply_error(shared, out, &format!("ERR {text}"));
             session.close = true;
         }
         flush(shared, stream, session, out).await?;
@@ -217,10 +217,10 @@ async fn wait_unblocked(
         // finds an element it takes it only if CLIENT UNBLOCK has not come
         // first (`ClientInfo::claim_service`, in the list commands).
         let args = blocked.command.args();
-        let (_, spec) = lookup(args.get(0)).expect("a blocked command was looked up");
+        let (index, _) = lookup(args.get(0)).expect("a blocked command was looked up");
         let mark = out.len();
         session.retrying = true;
-        run_command(shared, session, out, None, spec, args);
+        run_command(shared, session, out, None, index, args);
         session.retrying = false;
         match session.blocked.take() {
             None => {

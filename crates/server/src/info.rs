@@ -44,6 +44,8 @@ use std::sync::atomic::Ordering;
 
 use crate::shared::Shared;
 
+/// Redis 7.0's sections in its order, then Engram's own; `commandstats`
+/// only when asked for by name or by `all`/`everything`, as in Redis.
 const SECTIONS: &[&str] = &[
     "server",
     "clients",
@@ -51,22 +53,32 @@ const SECTIONS: &[&str] = &[
     "persistence",
     "stats",
     "replication",
+    "cpu",
+    "modules",
+    "errorstats",
+    "cluster",
     "keyspace",
     "engram",
     "integrity",
     "collections",
+    "commandstats",
 ];
 
-/// Renders the requested sections (all of them for none, `default`, `all`
-/// or `everything`); unknown section names are ignored, as in Redis.
+/// Sections `INFO` and `INFO default` leave out.
+const NOT_DEFAULT: &[&str] = &["commandstats"];
+
+/// Renders the requested sections, each once: none or `default` means the
+/// default ones, `all` and `everything` every one; names are
+/// case-insensitive (the caller lowercases them) and unknown ones are
+/// ignored, as in Redis.
 pub fn render(shared: &Shared, requested: &[String]) -> String {
-    let everything = requested.is_empty()
-        || requested
-            .iter()
-            .any(|s| s == "default" || s == "all" || s == "everything");
+    let asked = |name: &str| requested.iter().any(|s| s == name);
+    let all = asked("all") || asked("everything");
+    let default = requested.is_empty() || asked("default");
     let mut text = String::new();
     for section in SECTIONS {
-        if !everything && !requested.iter().any(|s| s == section) {
+        let wanted = all || asked(section) || (default && !NOT_DEFAULT.contains(section));
+        if !wanted {
             continue;
         }
         if !text.is_empty() {
@@ -75,14 +87,27 @@ pub fn render(shared: &Shared, requested: &[String]) -> String {
         let _ = match *section {
             "server" => server(shared, &mut text),
             "clients" => clients(shared, &mut text),
-            "memory" => memory(&mut text),
+            "memory" => memory(shared, &mut text),
             "persistence" => persistence(shared, &mut text),
             "stats" => stats(shared, &mut text),
-            "replication" => replication(&mut text),
+            "replication" => replication(shared, &mut text),
+            "cpu" => cpu(&mut text),
+            "modules" => write!(text, "# Modules\r\n"),
+            "errorstats" => {
+                text.push_str("# Errorstats\r\n");
+                shared.stats.commands.render_errors(&mut text);
+                Ok(())
+            }
+            "cluster" => write!(text, "# Cluster\r\ncluster_enabled:0\r\n"),
             "keyspace" => keyspace(shared, &mut text),
             "engram" => engram(shared, &mut text),
             "integrity" => integrity(shared, &mut text),
             "collections" => collections(shared, &mut text),
+            "commandstats" => {
+                text.push_str("# Commandstats\r\n");
+                shared.stats.commands.render_commands(&mut text);
+                Ok(())
+            }
             _ => Ok(()),
         };
     }
@@ -91,29 +116,49 @@ pub fn render(shared: &Shared, requested: &[String]) -> String {
 
 fn server(shared: &Shared, out: &mut String) -> std::fmt::Result {
     let uptime = shared.started.elapsed().as_secs();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let hz = shared.redis_param("hz");
     write!(
         out,
         "# Server\r\n\
          redis_version:{}\r\n\
+         redis_git_sha1:00000000\r\n\
+         redis_git_dirty:0\r\n\
+         redis_build_id:0\r\n\
          engram_version:{}\r\n\
          redis_mode:standalone\r\n\
          os:{} {}\r\n\
          arch_bits:64\r\n\
+         monotonic_clock:POSIX clock_gettime\r\n\
          multiplexing_api:epoll\r\n\
+         atomicvar_api:c11-builtin\r\n\
+         gcc_version:0.0.0\r\n\
          process_id:{}\r\n\
+         process_supervised:no\r\n\
+         run_id:{}\r\n\
          tcp_port:{}\r\n\
+         server_time_usec:{}\r\n\
          uptime_in_seconds:{}\r\n\
          uptime_in_days:{}\r\n\
+         hz:{hz}\r\n\
+         configured_hz:{hz}\r\n\
+         lru_clock:{}\r\n\
          executable:{}\r\n\
-         config_file:{}\r\n",
+         config_file:{}\r\n\
+         io_threads_active:0\r\n",
         crate::REDIS_VERSION,
         env!("CARGO_PKG_VERSION"),
         std::env::consts::OS,
         std::env::consts::ARCH,
         std::process::id(),
+        shared.run_id,
         shared.port,
+        now.as_micros(),
         uptime,
         uptime / 86_400,
+        now.as_secs() & ((1 << 24) - 1),
         std::env::current_exe()
             .map(|p| p.display().to_string())
             .unwrap_or_default(),
@@ -131,8 +176,10 @@ fn clients(shared: &Shared, out: &mut String) -> std::fmt::Result {
         out,
         "# Clients\r\n\
          connected_clients:{}\r\n\
+         cluster_connections:0\r\n\
          maxclients:{}\r\n\
-         blocked_clients:{}\r\n",
+         blocked_clients:{}\r\n\
+         tracking_clients:0\r\n",
         shared.clients.len(),
         shared.runtime.maxclients.load(Ordering::Relaxed),
         // Waiting in BLPOP/BRPOP/BLMOVE/BRPOPLPUSH/BLMPOP right now.
@@ -141,8 +188,9 @@ fn clients(shared: &Shared, out: &mut String) -> std::fmt::Result {
 }
 
 /// Resident memory from /proc (the values live in the mapped file, so
-/// this counts the DRAM index and buffers plus resident file pages).
-fn memory(out: &mut String) -> std::fmt::Result {
+/// this counts the DRAM index and buffers plus resident file pages), and
+/// the persistent data file beside it.
+fn memory(shared: &Shared, out: &mut String) -> std::fmt::Result {
     let rss = std::fs::read_to_string("/proc/self/statm")
         .ok()
         .and_then(|s| {
@@ -151,15 +199,81 @@ fn memory(out: &mut String) -> std::fmt::Result {
                 .and_then(|p| p.parse::<u64>().ok())
         })
         .map_or(0, |pages| pages * 4096);
+    let peak = shared
+        .stats
+        .memory_peak
+        .fetch_max(rss, Ordering::Relaxed)
+        .max(rss);
+    let maxmemory: u64 = shared.redis_param("maxmemory").parse().unwrap_or(0);
+    let store = shared.keyspace.store().stats();
     write!(
         out,
         "# Memory\r\n\
          used_memory:{rss}\r\n\
-         used_memory_human:{:.2}M\r\n\
+         used_memory_human:{}\r\n\
          used_memory_rss:{rss}\r\n\
-         maxmemory:0\r\n\
-         maxmemory_policy:noeviction\r\n",
-        rss as f64 / (1 << 20) as f64,
+         used_memory_rss_human:{}\r\n\
+         used_memory_peak:{peak}\r\n\
+         used_memory_peak_human:{}\r\n\
+         used_memory_persistent:{}\r\n\
+         used_memory_persistent_live:{}\r\n\
+         maxmemory:{maxmemory}\r\n\
+         maxmemory_human:{}\r\n\
+         maxmemory_policy:{}\r\n\
+         mem_allocator:mimalloc\r\n\
+         lazyfree_pending_objects:0\r\n",
+        human_bytes(rss),
+        human_bytes(rss),
+        human_bytes(peak),
+        store.file_bytes,
+        store.live_bytes,
+        human_bytes(maxmemory),
+        shared.redis_param("maxmemory-policy"),
+    )
+}
+
+/// Redis's `bytesToHuman`: `1.50K`, `12.00M`, plain bytes below 1 KiB.
+fn human_bytes(n: u64) -> String {
+    let n = n as f64;
+    for (unit, size) in [
+        ("P", 1u64 << 50),
+        ("T", 1 << 40),
+        ("G", 1 << 30),
+        ("M", 1 << 20),
+        ("K", 1 << 10),
+    ] {
+        if n >= size as f64 {
+            return format!("{:.2}{unit}", n / size as f64);
+        }
+    }
+    format!("{n}B")
+}
+
+/// CPU time of the process and of its children, from /proc/self/stat
+/// (clock ticks of 1/100 s, Linux's fixed USER_HZ).
+fn cpu(out: &mut String) -> std::fmt::Result {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces, in parens):
+    // utime is the 14th field, stime 15th, cutime 16th, cstime 17th.
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<f64> = after_name
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .map(|f| f.parse::<f64>().unwrap_or(0.0) / 100.0)
+        .collect();
+    let field = |i: usize| fields.get(i).copied().unwrap_or(0.0);
+    write!(
+        out,
+        "# CPU\r\n\
+         used_cpu_sys:{:.6}\r\n\
+         used_cpu_user:{:.6}\r\n\
+         used_cpu_sys_children:{:.6}\r\n\
+         used_cpu_user_children:{:.6}\r\n",
+        field(1),
+        field(0),
+        field(3),
+        field(2),
     )
 }
 
@@ -216,7 +330,9 @@ fn stats(shared: &Shared, out: &mut String) -> std::fmt::Result {
          evicted_keys:0\r\n\
          keyspace_hits:{}\r\n\
          keyspace_misses:{}\r\n\
-         total_error_replies:0\r\n\
+         total_error_replies:{}\r\n\
+         pubsub_channels:0\r\n\
+         pubsub_patterns:0\r\n\
          protocol_errors:{}\r\n",
         s.connections_received.load(Ordering::Relaxed),
         s.commands_processed.load(Ordering::Relaxed),
@@ -226,17 +342,30 @@ fn stats(shared: &Shared, out: &mut String) -> std::fmt::Result {
         ks.expired_keys.load(Ordering::Relaxed),
         ks.hits.load(Ordering::Relaxed),
         ks.misses.load(Ordering::Relaxed),
+        s.commands.total_errors(),
         s.protocol_errors.load(Ordering::Relaxed),
     )
 }
 
-fn replication(out: &mut String) -> std::fmt::Result {
+/// A primary without replicas (replication of Engram itself is Raft's,
+/// a later layer): the fields clients read to find the role.
+fn replication(shared: &Shared, out: &mut String) -> std::fmt::Result {
     write!(
         out,
         "# Replication\r\n\
          role:master\r\n\
          connected_slaves:0\r\n\
-         master_repl_offset:0\r\n"
+         master_failover_state:no-failover\r\n\
+         master_replid:{}\r\n\
+         master_replid2:0000000000000000000000000000000000000000\r\n\
+         master_repl_offset:0\r\n\
+         second_repl_offset:-1\r\n\
+         repl_backlog_active:0\r\n\
+         repl_backlog_size:{}\r\n\
+         repl_backlog_first_byte_offset:0\r\n\
+         repl_backlog_histlen:0\r\n",
+        shared.run_id,
+        shared.redis_param("repl-backlog-size"),
     )
 }
 

@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 mod clients;
+mod command_stats;
 mod commands;
 pub mod config;
 mod connection;
@@ -18,6 +19,7 @@ mod info;
 /// The keyspace is a crate of its own (below the server, beside embedders).
 pub use engram_keyspace as keyspace;
 pub mod offline_scrub;
+mod redis_params;
 pub mod resp;
 mod serve;
 mod session;
@@ -26,6 +28,8 @@ mod shared;
 pub use config::{Config, Durability, LogLevel};
 pub use serve::{Server, StartError};
 
-/// The Redis version Engram reports (HELLO, INFO): the command set and
-/// replies follow Redis 7.2, and clients choose features by this number.
-pub const REDIS_VERSION: &str = "7.2.0";
+/// The Redis version Engram reports (HELLO, INFO): the one whose command
+/// set and replies Engram follows, so clients that choose features by
+/// this number call only commands that are here (COMPATIBILITY.md lists
+/// the families still missing).
+pub const REDIS_VERSION: &str = "7.0.15";

@@ -70,13 +70,8 @@ impl Server {
         } = Keyspace::open_dir(&config.dir, &keyspace_options(&config))
             .map_err(StartError::Open)?;
 
-        let threads = if config.threads > 0 {
-            config.threads
-        } else {
-            std::thread::available_parallelism().map_or(2, |n| n.get())
-        };
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
+            .worker_threads(config.worker_threads())
             .thread_name("engram-net")
             .enable_all()
             .build()

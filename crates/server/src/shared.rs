@@ -9,6 +9,7 @@ use crossbeam_utils::CachePadded;
 use tokio::sync::Notify;
 
 use crate::clients::Registry;
+use crate::command_stats::CommandStats;
 use crate::config::{Config, Runtime};
 use crate::keyspace::Keyspace;
 use crate::session::WaitLines;
@@ -28,6 +29,8 @@ pub struct Shared {
     /// The port actually bound (the configured one, or the one the OS
     /// chose for port 0).
     pub port: u16,
+    /// 40 random hex digits naming this run (INFO's run_id, master_replid).
+    pub run_id: String,
     shutting_down: AtomicBool,
     pub shutdown: Notify,
 }
@@ -40,6 +43,10 @@ pub struct ServerStats {
     pub net_input_bytes: CachePadded<AtomicU64>,
     pub net_output_bytes: CachePadded<AtomicU64>,
     pub protocol_errors: AtomicU64,
+    /// The most resident memory INFO memory has seen.
+    pub memory_peak: AtomicU64,
+    /// INFO commandstats and errorstats.
+    pub commands: CommandStats,
 }
 
 impl ServerStats {
@@ -54,6 +61,7 @@ impl ServerStats {
         ] {
             counter.store(0, Ordering::Relaxed);
         }
+        self.commands.reset();
     }
 }
 
@@ -77,6 +85,13 @@ impl Shared {
             recovery,
             keyspace_scan,
             port,
+            run_id: {
+                use rand::Rng;
+                let mut rng = rand::rng();
+                (0..40)
+                    .map(|_| char::from_digit(rng.random_range(0..16), 16).expect("a hex digit"))
+                    .collect()
+            },
             shutting_down: AtomicBool::new(false),
             shutdown: Notify::new(),
         }
@@ -88,6 +103,17 @@ impl Shared {
         self.shutdown.notify_waiters();
         self.shutdown.notify_one();
         self.clients.kill_all();
+    }
+
+    /// The current value of a Redis parameter kept without effect
+    /// (`redis_params`), as CONFIG GET shows it.
+    pub fn redis_param(&self, name: &str) -> String {
+        self.runtime
+            .redis_params
+            .read()
+            .get(name)
+            .cloned()
+            .unwrap_or_default()
     }
 
     pub fn is_shutting_down(&self) -> bool {

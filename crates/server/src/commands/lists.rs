@@ -1,4 +1,4 @@
-//! List commands, blocking ones included (Redis 7.2 semantics).
+//! List commands, blocking ones included (Redis 7.0 semantics).
 //!
 //! Writes log resolved operations (`Op::List*`): the handler reads the list
 //! under the key's lock, decides (LINSERT's pivot, LSET's index, how many a

@@ -445,18 +445,21 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
         .fetch_add(1, Ordering::Relaxed);
     let Some((index, spec)) = lookup(args.get(0)) else {
         fail_in_multi(session);
-        out.error(&unknown_command(&args).0);
+        reply_error(shared, out, &unknown_command(&args).0);
         return;
     };
     session.info.last_command.store(index, Ordering::Relaxed);
-    if !spec.arity_ok(args.len()) {
+    let refusal = if !spec.arity_ok(args.len()) {
+        Some(wrong_arity(spec.name).0)
+    } else if !session.authenticated && !spec.is(NO_AUTH) {
+        Some("NOAUTH Authentication required.".to_string())
+    } else {
+        None
+    };
+    if let Some(text) = refusal {
         fail_in_multi(session);
-        out.error(&wrong_arity(spec.name).0);
-        return;
-    }
-    if !session.authenticated && !spec.is(NO_AUTH) {
-        fail_in_multi(session);
-        out.error("NOAUTH Authentication required.");
+        shared.stats.commands.rejected(index);
+        reply_error(shared, out, &text);
         return;
     }
     if session.in_multi() && !spec.is(NOT_QUEUED) {
@@ -469,7 +472,13 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
         out.simple("QUEUED");
         return;
     }
-    run(shared, session, out, None, spec, args);
+    run(shared, session, out, None, index, args);
+}
+
+/// Sends an error reply and counts it (INFO errorstats).
+pub fn reply_error(shared: &Shared, out: &mut ReplyWriter, text: &str) {
+    shared.stats.commands.error_reply(text);
+    out.error(text);
 }
 
 /// Runs a handler; inside EXEC `exec` is the transaction. Returns the
@@ -479,7 +488,7 @@ pub fn run<'s>(
     session: &mut Session,
     out: &mut ReplyWriter,
     exec: Option<Txn<'s>>,
-    spec: &CommandSpec,
+    index: usize,
     args: Args,
 ) -> Option<Txn<'s>> {
     let mut ctx = Ctx {
@@ -489,8 +498,12 @@ pub fn run<'s>(
         exec,
         now_ms: now_ms(),
     };
-    if let Err(e) = (spec.handler)(&mut ctx, args) {
-        ctx.out.error(&e.0);
+    let started = std::time::Instant::now();
+    let result = (TABLE[index].handler)(&mut ctx, args);
+    let usec = started.elapsed().as_micros() as u64;
+    shared.stats.commands.called(index, usec, result.is_err());
+    if let Err(e) = result {
+        reply_error(shared, ctx.out, &e.0);
     }
     ctx.exec
 }

@@ -10,7 +10,7 @@ use super::{
 use crate::config::{appendfsync_name, parse_durability, parse_memory, LogLevel};
 use crate::keyspace::durability::unix_now;
 use crate::resp::Args;
-use crate::{glob, info};
+use crate::{glob, info, redis_params};
 
 pub fn commands() -> Vec<CommandSpec> {
     let g = Group("server");
@@ -214,8 +214,28 @@ fn command(ctx: &mut Ctx, args: Args) -> CmdResult {
 
 // ---- CONFIG --------------------------------------------------------------
 
-/// Every parameter CONFIG GET knows, with its current value.
+/// Every parameter CONFIG GET knows, with its current value: Engram's
+/// own and the Redis parameters that mean something here, then the rest
+/// of Redis's (`redis_params`: kept values without effect), each under its
+/// name and its alias.
 fn parameters(ctx: &Ctx) -> Vec<(&'static str, String)> {
+    let mut all = live_parameters(ctx);
+    let values = ctx.shared.runtime.redis_params.read();
+    for param in redis_params::PARAMS {
+        if param.hidden || all.iter().any(|(name, _)| *name == param.name) {
+            continue;
+        }
+        let value = values.get(param.name).cloned().unwrap_or_default();
+        if let Some(alias) = param.alias {
+            all.push((alias, value.clone()));
+        }
+        all.push((param.name, value));
+    }
+    all
+}
+
+/// The parameters whose values Engram acts on.
+fn live_parameters(ctx: &Ctx) -> Vec<(&'static str, String)> {
     let shared = ctx.shared;
     let config = &shared.config;
     let runtime = &shared.runtime;
@@ -227,10 +247,9 @@ fn parameters(ctx: &Ctx) -> Vec<(&'static str, String)> {
         ("port", shared.port.to_string()),
         ("dir", config.dir.display().to_string()),
         ("databases", config.databases.to_string()),
+        ("io-threads", config.worker_threads().to_string()),
         ("durability", durability.name().into()),
-        ("appendonly", "yes".into()),
         ("appendfsync", appendfsync_name(durability).into()),
-        ("save", String::new()),
         (
             "requirepass",
             runtime.requirepass.read().clone().unwrap_or_default(),
@@ -258,7 +277,6 @@ fn parameters(ctx: &Ctx) -> Vec<(&'static str, String)> {
                 .load(Ordering::Relaxed)
                 .to_string(),
         ),
-        ("maxmemory", "0".into()),
         (
             "mode",
             if shared.keyspace.commit().is_dax() {
@@ -297,15 +315,7 @@ fn parameters(ctx: &Ctx) -> Vec<(&'static str, String)> {
     ]
 }
 
-const IMMUTABLE: &[&str] = &[
-    "bind",
-    "port",
-    "dir",
-    "databases",
-    "mode",
-    "appendonly",
-    "maxmemory",
-];
+const IMMUTABLE: &[&str] = &["bind", "port", "dir", "databases", "mode", "io-threads"];
 
 /// Settings the engine takes when the store opens (see `config`).
 const FIXED_AT_STARTUP: &[&str] = &[
@@ -347,9 +357,18 @@ fn config(ctx: &mut Ctx, args: Args) -> CmdResult {
             }
             // Validate everything first so a bad pair changes nothing.
             let mut changes = Vec::new();
+            let mut seen: Vec<String> = Vec::new();
             for i in (2..args.len()).step_by(2) {
                 let name = lowercase(args.get(i));
                 let value = String::from_utf8_lossy(args.get(i + 1)).into_owned();
+                let canonical = redis_params::find(&name).map_or(name.clone(), |p| p.name.into());
+                if seen.contains(&canonical) {
+                    return Err(err(format!(
+                        "ERR CONFIG SET failed (possibly related to argument '{name}') - \
+                         duplicate parameter"
+                    )));
+                }
+                seen.push(canonical);
                 changes.push(validate_setting(&name, &value)?);
             }
             for change in changes {
@@ -474,12 +493,24 @@ fn validate_setting(name: &str, value: &str) -> Result<Change, CmdError> {
                     .store(n, Ordering::Relaxed)
             })
         }
-        // No snapshots exist to schedule: accept only "no schedule".
-        "save" if value.is_empty() => Box::new(|_: &mut Ctx| {}),
         _ => {
-            return Err(err(format!(
-                "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
-            )))
+            let Some(param) = redis_params::find(name) else {
+                return Err(err(format!(
+                    "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
+                )));
+            };
+            if param.immutable {
+                return Err(failed("can't set immutable config".into()));
+            }
+            let value = param.check(value).map_err(failed)?;
+            let canonical = param.name;
+            Box::new(move |ctx: &mut Ctx| {
+                ctx.shared
+                    .runtime
+                    .redis_params
+                    .write()
+                    .insert(canonical, value);
+            })
         }
     })
 }

@@ -1,4 +1,4 @@
-//! Set commands (Redis 7.2 semantics) on the collections' [`Set`].
+//! Set commands (Redis 7.0 semantics) on the collections' [`Set`].
 //!
 //! Writes log resolved effects: SPOP picks its members here and logs a
 //! `SetRemove` of exactly those (or a `Delete` when it takes them all),

@@ -1,4 +1,4 @@
-//! Sorted-set commands (Redis 7.2 semantics) over the collections'
+//! Sorted-set commands (Redis 7.0 semantics) over the collections'
 //! [`SortedSet`]: a member -> score map plus an order-statistic tree by
 //! `(score, member)`, so ZSCORE is O(1), ZINCRBY and ZRANK O(log n), and
 //! every range (by rank, score or lex, either direction, with LIMIT) is
@@ -9,12 +9,8 @@
 //! the log holds effects: `SortedSetAdd` with final scores, `SortedSetRemove`
 //! with the members removed, and `Replace` for the destination of *STORE.
 //!
-//! Scores are written as Redis 7.2 writes them (`d2string`: integers
-//! without a fraction, otherwise Grisu2's round-trip digits laid out as
-//! `fpconv_dtoa` does), as RESP3 doubles or RESP2 bulk strings. (The
-//! shared `resp::format_double` uses ryu's shortest digits and its own
-//! layout, which differ from Redis for values such as 1e17, 1.5e-5, -0 or
-//! 7.2115e20.)
+//! Scores are written as Redis 7.0 writes them (`%.17g`, see
+//! `resp::redis_double`), as RESP3 doubles or RESP2 bulk strings.
 //!
 //! Scores are `Score`s, which store -0 as 0: where Redis answers `-0`
 //! (ZADD z -0 m; ZSCORE z m) this answers `0`.

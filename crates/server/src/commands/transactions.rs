@@ -180,8 +180,8 @@ fn exec(ctx: &mut Ctx, _args: Args) -> CmdResult {
     let mut txn = Some(txn);
     for queued in &queue {
         let args = queued.args();
-        let (_, spec) = lookup(args.get(0)).expect("queued commands were looked up");
-        txn = run(ctx.shared, ctx.session, ctx.out, txn, spec, args);
+        let (index, _) = lookup(args.get(0)).expect("queued commands were looked up");
+        txn = run(ctx.shared, ctx.session, ctx.out, txn, index, args);
     }
     let txn = txn.expect("queued commands hand the transaction back");
     let committed = txn.commit();

@@ -720,15 +720,16 @@ impl Keyspace {
                 return Ok(Some(ekey[1..].to_vec()));
             }
         }
-        // Start somewhere random in hash order and take the first key of
-        // this database from there; wrap once.
-        let start: u64 = rand::random::<u64>() >> 12;
-        let mut cursor = start;
+        // Start anywhere in hash order (the cursor's top bits pick the
+        // index shard, so the whole range must be random) and take one of
+        // the keys of this database found from there; wrap once.
+        let mut cursor: u64 = rand::random();
         let mut wrapped = false;
         loop {
-            let (next, keys) = self.scan(db, cursor, 64, now_ms)?;
-            if let Some((key, _)) = keys.into_iter().next() {
-                return Ok(Some(key));
+            let (next, mut keys) = self.scan(db, cursor, 16, now_ms)?;
+            if !keys.is_empty() {
+                let pick = rand::random_range(0..keys.len());
+                return Ok(Some(keys.swap_remove(pick).0));
             }
             if next == 0 {
                 if wrapped {

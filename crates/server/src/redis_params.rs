@@ -222,7 +222,7 @@ fn check_text(name: &str, value: &str) -> Result<(), String> {
             Err("Invalid oom-score-adj-values".into())
         }
         "notify-keyspace-events" if !value.chars().all(|c| "AgKE$lshzxetmdn".contains(c)) => {
-            Err("Invalid event class character. Use 'Ag$lshzxeKEtmd'.".into())
+            Err("Invalid event class character. Use 'Ag$lshzxeKEtmdn'.".into())
         }
         "latency-tracking-info-percentiles"
             if !words

@@ -91,7 +91,6 @@ impl Server {
         let runtime_config = Arc::new(Runtime::new(&config));
         runtime_config.set_loglevel(config.loglevel);
         let stop_background = Arc::new(AtomicBool::new(false));
-        let expiry_thread = spawn_expiry_thread(keyspace.clone(), stop_background.clone());
         let shared = Arc::new(Shared::new(
             keyspace.clone(),
             config.clone(),
@@ -100,6 +99,11 @@ impl Server {
             keyspace_scan,
             local.port(),
         ));
+        let expiry_thread = spawn_expiry_thread(
+            keyspace.clone(),
+            shared.active_expire.clone(),
+            stop_background.clone(),
+        );
 
         let stats = keyspace.store().stats();
         log::info!(
@@ -242,10 +246,19 @@ async fn shutdown_on_signal(shared: Arc<Shared>) {
     shared.request_shutdown();
 }
 
-fn spawn_expiry_thread(keyspace: Arc<Keyspace>, stop: Arc<AtomicBool>) -> JoinHandle<()> {
+/// Deletes expired keys in the background, while `active` (DEBUG
+/// SET-ACTIVE-EXPIRE turns it off; reads still never see expired keys).
+fn spawn_expiry_thread(
+    keyspace: Arc<Keyspace>,
+    active: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<()> {
     engram_threads::spawn("engram-expire", move || {
         while !stop.load(Ordering::Acquire) {
             std::thread::sleep(EXPIRE_PERIOD);
+            if !active.load(Ordering::Relaxed) {
+                continue;
+            }
             let deadline = Instant::now() + EXPIRE_BUDGET;
             if let Err(e) = keyspace.expire_cycle(now_ms(), deadline) {
                 log::error!("active expiry failed: {e}");

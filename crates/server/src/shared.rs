@@ -31,6 +31,8 @@ pub struct Shared {
     pub port: u16,
     /// 40 random hex digits naming this run (INFO's run_id, master_replid).
     pub run_id: String,
+    /// Whether the background expiry runs (DEBUG SET-ACTIVE-EXPIRE).
+    pub active_expire: Arc<AtomicBool>,
     shutting_down: AtomicBool,
     pub shutdown: Notify,
 }
@@ -92,6 +94,7 @@ impl Shared {
                     .map(|_| char::from_digit(rng.random_range(0..16), 16).expect("a hex digit"))
                     .collect()
             },
+            active_expire: Arc::new(AtomicBool::new(true)),
             shutting_down: AtomicBool::new(false),
             shutdown: Notify::new(),
         }

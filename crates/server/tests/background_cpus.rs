@@ -52,7 +52,14 @@ fn background_threads_start_on_the_configured_cores() {
         "engram-compact",
         "engram-integrit",
     ] {
-        let cores = cores_of_threads(comm);
+        // A thread names itself once it first runs: on a busy machine that
+        // can be a while after it was spawned.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut cores = cores_of_threads(comm);
+        while cores.is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            cores = cores_of_threads(comm);
+        }
         assert!(!cores.is_empty(), "no thread named {comm}");
         assert!(
             cores.iter().all(|c| *c == first.to_string()),

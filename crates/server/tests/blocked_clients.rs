@@ -1,4 +1,4 @@
-//! Blocked clients as other connections see and handle them, as Redis 7.2
+//! Blocked clients as other connections see and handle them, as Redis 7.0
 //! does: INFO's `blocked_clients`, flag `b` (and `cmd=`) in CLIENT LIST,
 //! and CLIENT UNBLOCK <id> [TIMEOUT|ERROR], over real TCP with `redis`
 //! crate clients (and the raw client of `common` where the exact reply

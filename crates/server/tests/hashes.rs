@@ -1,4 +1,4 @@
-//! Hash commands over real TCP, reply by reply, as Redis 7.2 answers
+//! Hash commands over real TCP, reply by reply, as Redis 7.0 answers
 //! (RESP2 and RESP3), plus transactions, expiry, persistence across a
 //! restart, and a randomized comparison against a model through the
 //! `redis` crate.

@@ -1,4 +1,4 @@
-//! List commands over real TCP, reply by reply, as Redis 7.2 answers; a
+//! List commands over real TCP, reply by reply, as Redis 7.0 answers; a
 //! randomized model test through the `redis` crate; persistence; and the
 //! blocking commands (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BLMPOP) with
 //! several connections.

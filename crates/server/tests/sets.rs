@@ -1,4 +1,4 @@
-//! The set commands over real TCP, as Redis 7.2 answers them: SADD SREM
+//! The set commands over real TCP, as Redis 7.0 answers them: SADD SREM
 //! SMEMBERS SISMEMBER SMISMEMBER SCARD SPOP SRANDMEMBER SMOVE SINTER
 //! SINTERCARD SUNION SDIFF SINTERSTORE SUNIONSTORE SDIFFSTORE SSCAN, their
 //! errors, RESP3 replies, MULTI/EXEC, persistence across a restart, and a

@@ -507,6 +507,15 @@ pub fn db_index(arg: &[u8], databases: usize) -> Result<usize, CmdError> {
     Ok(n as usize)
 }
 
+/// OBJECT ENCODING's answer for a value.
+pub fn encoding_name(meta: crate::keyspace::value::Meta, payload: &[u8]) -> &'static str {
+    match meta.encoding() {
+        _ if meta.is_collection() => meta.kind().collection_encoding(),
+        Encoding::Int => "int",
+        raw => raw.name(payload.len()),
+    }
+}
+
 fn object(ctx: &mut Ctx, args: Args) -> CmdResult {
     let sub = args.get(1);
     if is(sub, "help") {
@@ -523,11 +532,7 @@ fn object(ctx: &mut Ctx, args: Args) -> CmdResult {
         return Err(super::wrong_sub_arity("object", sub));
     }
     let name = ctx.read(args.get(2), |meta, payload| {
-        Ok(match meta.encoding() {
-            _ if meta.is_collection() => meta.kind().collection_encoding(),
-            Encoding::Int => "int",
-            raw => raw.name(payload.len()),
-        })
+        Ok(encoding_name(meta, payload))
     })?;
     match name {
         Some(name) => ctx.out.bulk(name.as_bytes()),

@@ -7,6 +7,7 @@
 //! (or, inside EXEC, uses the transaction that already holds them).
 
 mod connection;
+mod debug;
 mod engram;
 mod functions;
 mod hashes;
@@ -175,6 +176,7 @@ pub static TABLE: LazyLock<Vec<CommandSpec>> = LazyLock::new(|| {
     table.extend(lists::commands());
     table.extend(transactions::commands());
     table.extend(functions::commands());
+    table.extend(debug::commands());
     table.extend(engram::commands());
     table
 });

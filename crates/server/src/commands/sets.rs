@@ -440,20 +440,24 @@ fn smove(ctx: &mut Ctx, args: Args) -> CmdResult {
         };
         let present = from.contains(member);
         // Both types are checked before anything changes.
-        set_of(txn, db, destination, now)?;
+        let already_there =
+            set_of(txn, db, destination, now)?.is_some_and(|to| to.contains(member));
         if !present || source == destination {
             return Ok(present);
         }
-        txn.log(vec![
-            Op::SetRemove {
-                key: ckey(db, source)?,
-                members: vec![member.into()],
-            },
-            Op::SetAdd {
+        let mut ops = vec![Op::SetRemove {
+            key: ckey(db, source)?,
+            members: vec![member.into()],
+        }];
+        // As in Redis, a destination that has the member already is not
+        // written (nor touched for WATCH): only the source changes.
+        if !already_there {
+            ops.push(Op::SetAdd {
                 key: ckey(db, destination)?,
                 members: vec![member.into()],
-            },
-        ])?;
+            });
+        }
+        txn.log(ops)?;
         Ok(true)
     })?;
     ctx.out.int(moved as i64);

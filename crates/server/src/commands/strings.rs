@@ -235,9 +235,10 @@ pub enum ExpireArg {
 }
 
 impl ExpireArg {
-    /// The absolute expiry in ms; errors like Redis for non-integers and
-    /// for times that are not positive (`allow_past`: EXPIRE and friends
-    /// accept any time and delete the key when it has passed) or overflow.
+    /// The absolute expiry in ms; errors like Redis for non-integers, for
+    /// times that are not positive (`allow_past`: EXPIRE and friends accept
+    /// any time and delete the key when it has passed), and where Redis's
+    /// own arithmetic (seconds to ms, now plus a relative time) overflows.
     pub fn resolve(
         self,
         arg: &[u8],
@@ -260,11 +261,10 @@ impl ExpireArg {
             }
             ExpireArg::AtSeconds | ExpireArg::AtMillis => ms,
         };
-        if at > MAX_EXPIRE_MS as i64 {
-            return Err(invalid());
-        }
-        // A time already past stands for "now": the key is gone at once.
-        Ok(at.max(0) as u64)
+        // A time already past stands for "now": the key is gone at once. A
+        // time Redis accepts beyond what the meta word holds (48 bits of
+        // ms: the year 10889) is kept as that, which is as never as Redis's.
+        Ok(at.clamp(0, MAX_EXPIRE_MS as i64) as u64)
     }
 }
 

@@ -1,0 +1,130 @@
+//! DEBUG: the subcommands Redis's own test helpers use, where they mean
+//! something here.
+//!
+//! As in Redis, DEBUG is refused unless `enable-debug-command` is `yes`
+//! (or `local`, for clients connecting over loopback), a setting of the
+//! configuration file only.
+//!
+//! | subcommand | here |
+//! |---|---|
+//! | `SLEEP <seconds>` | blocks this client (Redis blocks the whole server; Engram's other clients go on) |
+//! | `SET-ACTIVE-EXPIRE 0\|1` | stops and restarts the background expiry (reads still never return expired keys) |
+//! | `LOG <message>` | writes the message to the server log |
+//! | `QUICKLIST-PACKED-THRESHOLD <size>` | checked and accepted; Engram's lists have no quicklist nodes |
+//! | `OBJECT <key>` | the key's encoding and serialized length, in Redis's line format |
+//!
+//! Everything else (RELOAD, DIGEST, JMAP, POPULATE, ...) is an unknown
+//! subcommand.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::{
+    err, int_arg, lowercase, run_blocking, unknown_subcommand, wrong_sub_arity, CmdResult,
+    CommandSpec, Ctx, Group, ADMIN,
+};
+use crate::resp::Args;
+
+pub fn commands() -> Vec<CommandSpec> {
+    let g = Group("server");
+    vec![g.keyless(
+        "debug",
+        -2,
+        ADMIN,
+        debug,
+        "A container for debugging commands (SLEEP SET-ACTIVE-EXPIRE LOG OBJECT).",
+    )]
+}
+
+const NOT_ALLOWED: &str = "ERR DEBUG command not allowed. If the enable-debug-command option is \
+     set to \"local\", you can run it from a local connection, otherwise you need to set this \
+     option in the configuration file, and then restart the server.";
+
+fn allowed(ctx: &Ctx) -> bool {
+    match ctx.shared.redis_param("enable-debug-command").as_str() {
+        "yes" => true,
+        "local" => ctx.session.info.addr.ip().is_loopback(),
+        _ => false,
+    }
+}
+
+fn debug(ctx: &mut Ctx, args: Args) -> CmdResult {
+    if !allowed(ctx) {
+        return Err(err(NOT_ALLOWED));
+    }
+    let sub = args.get(1);
+    let arity = |n: usize| {
+        if args.len() == n {
+            Ok(())
+        } else {
+            Err(wrong_sub_arity("debug", sub))
+        }
+    };
+    match lowercase(sub).as_str() {
+        "sleep" => {
+            arity(3)?;
+            let seconds: f64 = std::str::from_utf8(args.get(2))
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .filter(|s: &f64| s.is_finite() && *s >= 0.0)
+                .ok_or_else(|| err("ERR value is not a valid float"))?;
+            run_blocking(|| std::thread::sleep(Duration::from_secs_f64(seconds)));
+            ctx.out.ok();
+        }
+        "set-active-expire" => {
+            arity(3)?;
+            let on = int_arg(args.get(2))? != 0;
+            ctx.shared.active_expire.store(on, Ordering::Relaxed);
+            ctx.out.ok();
+        }
+        "log" => {
+            arity(3)?;
+            log::warn!("DEBUG LOG: {}", String::from_utf8_lossy(args.get(2)));
+            ctx.out.ok();
+        }
+        "quicklist-packed-threshold" => {
+            arity(3)?;
+            let text = String::from_utf8_lossy(args.get(2));
+            crate::config::parse_memory(&text).map_err(|e| err(format!("ERR {e}")))?;
+            ctx.out.ok();
+        }
+        "object" => {
+            arity(3)?;
+            let line = ctx.read(args.get(2), |meta, payload| {
+                let encoding = super::keys::encoding_name(meta, payload);
+                Ok(format!(
+                    "Value at:0x0 refcount:1 encoding:{encoding} serializedlength:{} lru:0 \
+                     lru_seconds_idle:0",
+                    payload.len()
+                ))
+            })?;
+            match line {
+                Some(line) => ctx.out.simple(&line),
+                None => return Err(err("ERR no such key")),
+            }
+        }
+        "help" => {
+            let lines = [
+                "DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "LOG <message>",
+                "    Write <message> to the server log.",
+                "OBJECT <key>",
+                "    Show low-level info about the <key> and associated value.",
+                "QUICKLIST-PACKED-THRESHOLD <size>",
+                "    Accepted for compatibility; no effect.",
+                "SET-ACTIVE-EXPIRE <0|1>",
+                "    Setting it to 0 disables expiring keys in background.",
+                "SLEEP <seconds>",
+                "    Stop this client for <seconds> (decimal seconds are accepted).",
+                "HELP",
+                "    Print this help.",
+            ];
+            ctx.out.array(lines.len());
+            for line in lines {
+                ctx.out.simple(line);
+            }
+        }
+        _ => return Err(unknown_subcommand("debug", sub)),
+    }
+    Ok(())
+}

@@ -1,0 +1,455 @@
+//! What every Redis client and Redis's own test suite do first, and the
+//! bugs a Redis user met, each as Redis 7.0.15 answers: FUNCTION FLUSH,
+//! every Redis parameter in CONFIG GET/SET, INFO's sections, the version,
+//! WATCH across databases, a no-op SMOVE, RANDOMKEY, far PEXPIREAT.
+//!
+//! Where a reply can be compared, a redis-server 7.0 (from PATH) runs
+//! beside Engram and both get the same commands.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{redis_con, start, Client};
+
+/// A redis-server on a free port, killed when dropped.
+struct RedisServer {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    fn start() -> RedisServer {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--bind",
+                "127.0.0.1",
+            ])
+            .current_dir(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH (.ci/run installs it)");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        RedisServer {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+
+    fn con(&self) -> redis::Connection {
+        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The reply to `args` as text, error or not, for comparing two servers.
+fn reply(con: &mut redis::Connection, args: &[&str]) -> String {
+    let mut cmd = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    match cmd.query::<redis::Value>(con) {
+        Ok(value) => format!("{value:?}"),
+        Err(e) => format!("error: {}", e.detail().unwrap_or_default()),
+    }
+}
+
+#[test]
+fn suite_setup_commands() {
+    let (server, _dir) = start();
+    let mut c = Client::connect(&server);
+    c.script(&[
+        ("FUNCTION FLUSH", "OK"),
+        ("FUNCTION FLUSH ASYNC", "OK"),
+        ("FUNCTION FLUSH SYNC", "OK"),
+        (
+            "FUNCTION FLUSH LATER",
+            "(error) ERR FUNCTION FLUSH only supports SYNC|ASYNC option",
+        ),
+        ("FUNCTION LIST", "[]"),
+        ("FUNCTION LIST WITHCODE LIBRARYNAME x*", "[]"),
+        ("FUNCTION LIST BOGUS", "(error) ERR syntax error"),
+        ("FUNCTION DELETE lib", "(error) ERR Library not found"),
+        (
+            "FUNCTION KILL",
+            "(error) NOTBUSY No scripts in execution right now.",
+        ),
+        (
+            "FUNCTION STATS",
+            "[\"running_script\", (nil), \"engines\", []]",
+        ),
+        (
+            "FUNCTION LOAD x",
+            "(error) ERR functions are not available: this server has no Lua engine yet",
+        ),
+        (
+            "FUNCTION NOPE",
+            "(error) ERR unknown subcommand 'NOPE'. Try FUNCTION HELP.",
+        ),
+        (
+            "FUNCTION",
+            "(error) ERR wrong number of arguments for 'function' command",
+        ),
+    ]);
+    let hello = c.call("HELLO 3");
+    assert!(hello.contains("\"version\", \"7.0.15\""), "{hello}");
+    server.shutdown().unwrap();
+}
+
+/// Every parameter redis-server 7.0 lists is listed here too, and a
+/// parameter without effect here is checked exactly as Redis checks it.
+#[test]
+fn config_parameters_match_redis() {
+    let redis = RedisServer::start();
+    let (server, _dir) = start();
+    let mut ours = redis_con(server.addr);
+    let mut theirs = redis.con();
+    let names = |con: &mut redis::Connection| -> HashSet<String> {
+        let pairs: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("*").query(con).unwrap();
+        pairs.chunks(2).map(|pair| pair[0].clone()).collect()
+    };
+    let (ours_names, theirs_names) = (names(&mut ours), names(&mut theirs));
+    let missing: Vec<_> = theirs_names.difference(&ours_names).collect();
+    assert!(missing.is_empty(), "CONFIG GET * lacks {missing:?}");
+
+    // Same replies, good values and bad, for parameters of every kind.
+    for args in [
+        &["CONFIG", "SET", "zset-max-ziplist-entries", "16"][..],
+        &["CONFIG", "GET", "zset-max-listpack-entries"],
+        &["CONFIG", "GET", "zset-max-ziplist-entries"],
+        &["CONFIG", "SET", "list-compress-depth", "-1"],
+        &["CONFIG", "SET", "list-compress-depth", "x"],
+        &["CONFIG", "SET", "hash-max-listpack-value", "1kb"],
+        &["CONFIG", "GET", "hash-max-listpack-value"],
+        &["CONFIG", "SET", "hash-max-listpack-value", "lots"],
+        &["CONFIG", "SET", "activedefrag", "maybe"],
+        &["CONFIG", "SET", "lazyfree-lazy-user-del", "YES"],
+        &["CONFIG", "GET", "lazyfree-lazy-user-del"],
+        &["CONFIG", "SET", "maxmemory-policy", "allkeys-lfu"],
+        &["CONFIG", "GET", "maxmemory-policy"],
+        &["CONFIG", "SET", "maxmemory-policy", "most-keys"],
+        &["CONFIG", "SET", "daemonize", "yes"],
+        &["CONFIG", "SET", "hz", "100", "hz", "50"],
+        &[
+            "CONFIG",
+            "SET",
+            "slowlog-max-len",
+            "10",
+            "set-max-intset-entries",
+            "32",
+        ],
+        &["CONFIG", "GET", "slowlog-max-len", "set-max-intset-entries"],
+        &["CONFIG", "SET", "save", "100 x"],
+        &["CONFIG", "SET", "save", "100 10"],
+        &["CONFIG", "GET", "save"],
+        &["CONFIG", "SET", "notify-keyspace-events", "KEA"],
+        &["CONFIG", "SET", "notify-keyspace-events", "Q"],
+        &[
+            "CONFIG",
+            "SET",
+            "client-output-buffer-limit",
+            "pubsub 32mb 8mb 60",
+        ],
+        &["CONFIG", "SET", "client-output-buffer-limit", "vip 1 1 1"],
+    ] {
+        if args[1] == "GET" {
+            // Redis orders the pairs by its hash table: compare as maps.
+            let map = |con: &mut redis::Connection| -> HashMap<String, String> {
+                redis::cmd(args[0]).arg(&args[1..]).query(con).unwrap()
+            };
+            assert_eq!(map(&mut ours), map(&mut theirs), "{args:?}");
+        } else {
+            assert_eq!(reply(&mut ours, args), reply(&mut theirs, args), "{args:?}");
+        }
+    }
+    // A refused pair changes nothing, even after a good one.
+    let refused = reply(
+        &mut ours,
+        &["CONFIG", "SET", "hz", "20", "activedefrag", "maybe"],
+    );
+    assert!(
+        refused.contains("argument must be 'yes' or 'no'"),
+        "{refused}"
+    );
+    assert_eq!(
+        reply(&mut ours, &["CONFIG", "GET", "hz"]),
+        reply(&mut theirs, &["CONFIG", "GET", "hz"])
+    );
+    server.shutdown().unwrap();
+}
+
+/// Redis parameters in the configuration file: accepted and shown.
+#[test]
+fn redis_parameters_in_the_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("redis.conf");
+    std::fs::write(
+        &path,
+        "zset-max-ziplist-entries 64\nactivedefrag yes\nsave 900 1 300 10\nmaxmemory 1gb\n",
+    )
+    .unwrap();
+    let config = engram_server::Config::from_file(&path).unwrap();
+    let (server, _data) = common::start_with(config);
+    let mut c = Client::connect(&server);
+    c.script(&[
+        (
+            "CONFIG GET zset-max-listpack-entries",
+            "[\"zset-max-listpack-entries\", \"64\"]",
+        ),
+        ("CONFIG GET activedefrag", "[\"activedefrag\", \"yes\"]"),
+        ("CONFIG GET save", "[\"save\", \"900 1 300 10\"]"),
+        ("CONFIG GET maxmemory", "[\"maxmemory\", \"1073741824\"]"),
+    ]);
+    server.shutdown().unwrap();
+    std::fs::write(&path, "activedefrag perhaps\n").unwrap();
+    let refused = engram_server::Config::from_file(&path).unwrap_err();
+    assert!(
+        refused.contains("redis.conf:1") && refused.contains("argument must be 'yes' or 'no'"),
+        "{refused}"
+    );
+}
+
+#[test]
+fn info_sections_like_redis() {
+    let (server, _dir) = start();
+    let mut c = Client::connect(&server);
+    c.script(&[("SET k v", "OK"), ("GET k", "\"v\"")]);
+    c.call("INCR k");
+    c.call("GET");
+    for section in ["", "default", "all", "everything"] {
+        let info = c.call(format!("INFO {section}").trim());
+        for field in [
+            "redis_version:7.0.15",
+            "used_cpu_user:",
+            "used_memory:",
+            "role:master",
+            "cluster_enabled:0",
+            "# Modules",
+            "# Errorstats",
+            "errorstat_ERR:count=2",
+            "total_error_replies:2",
+        ] {
+            assert!(info.contains(field), "INFO {section} lacks {field}");
+        }
+        let stats = info.contains("rejected_calls");
+        assert_eq!(
+            stats,
+            section == "all" || section == "everything",
+            "INFO {section}"
+        );
+    }
+    let stats = c.call("INFO commandSTATS");
+    assert!(!stats.contains("used_memory"), "{stats}");
+    assert!(
+        stats.contains("cmdstat_set:calls=1,") && stats.contains("cmdstat_incr:calls=1,"),
+        "{stats}"
+    );
+    assert!(
+        stats.contains("cmdstat_incr:calls=1,") && stats.contains("failed_calls=1"),
+        "{stats}"
+    );
+    assert!(stats.contains("cmdstat_get:calls=1,") && stats.contains("rejected_calls=1"));
+    let two = c.call("INFO cpu all");
+    assert_eq!(two.matches("used_cpu_user_children").count(), 1, "{two}");
+    let cpu = c.call("INFO cpu");
+    assert!(cpu.contains("used_cpu_sys:") && !cpu.contains("used_memory"));
+    c.script(&[("CONFIG RESETSTAT", "OK")]);
+    let reset = c.call("INFO errorstats");
+    assert!(!reset.contains("errorstat_ERR"), "{reset}");
+    server.shutdown().unwrap();
+}
+
+/// A key watched in one database is not touched by a write to the same
+/// name in another.
+#[test]
+fn watch_remembers_the_database() {
+    let (server, _dir) = start();
+    let mut c = Client::connect(&server);
+    c.script(&[
+        ("SELECT 5", "OK"),
+        ("SET x 30", "OK"),
+        ("WATCH x", "OK"),
+        ("SELECT 1", "OK"),
+        ("SET x 10", "OK"),
+        ("SELECT 5", "OK"),
+        ("MULTI", "OK"),
+        ("PING", "QUEUED"),
+        ("EXEC", "[PONG]"),
+        ("WATCH x", "OK"),
+        ("SET x 31", "OK"),
+        ("MULTI", "OK"),
+        ("PING", "QUEUED"),
+        ("EXEC", "(nil array)"),
+    ]);
+    server.shutdown().unwrap();
+}
+
+/// SMOVE of a member the destination already has changes the source only:
+/// a WATCH on the destination stays untouched.
+#[test]
+fn smove_to_a_set_that_has_the_member_leaves_it_alone() {
+    let (server, _dir) = start();
+    let mut c = Client::connect(&server);
+    let mut other = Client::connect(&server);
+    c.script(&[
+        ("SADD src a b", "(integer) 2"),
+        ("SADD dst a", "(integer) 1"),
+        ("WATCH dst", "OK"),
+    ]);
+    other.script(&[("SMOVE src dst a", "(integer) 1")]);
+    c.script(&[
+        ("MULTI", "OK"),
+        ("PING", "QUEUED"),
+        ("EXEC", "[PONG]"),
+        ("SMEMBERS src", "[\"b\"]"),
+        ("SMEMBERS dst", "[\"a\"]"),
+        ("WATCH src", "OK"),
+    ]);
+    other.script(&[("SMOVE src dst b", "(integer) 1")]);
+    c.script(&[("MULTI", "OK"), ("PING", "QUEUED"), ("EXEC", "(nil array)")]);
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn randomkey_spreads_over_the_keys() {
+    let (server, _dir) = start();
+    let mut c = Client::connect(&server);
+    for i in 0..100 {
+        c.call(&format!("SET key{i} v"));
+    }
+    c.call("SADD aset m");
+    let picked: HashSet<String> = (0..200).map(|_| c.call("RANDOMKEY")).collect();
+    // 200 draws over 101 keys: far more than a handful of distinct ones
+    // unless the draw is stuck.
+    assert!(picked.len() > 40, "only {} distinct keys", picked.len());
+    c.call("SELECT 3");
+    assert_eq!(c.call("RANDOMKEY"), "(nil)");
+    c.call("SET only here");
+    for _ in 0..10 {
+        assert_eq!(c.call("RANDOMKEY"), "\"only\"");
+    }
+    server.shutdown().unwrap();
+}
+
+/// Expiry times at the ends of Redis's range, compared with Redis.
+#[test]
+fn far_expiry_times_like_redis() {
+    let redis = RedisServer::start();
+    let (server, _dir) = start();
+    let mut ours = redis_con(server.addr);
+    let mut theirs = redis.con();
+    for args in [
+        &["SET", "foo", "bar"][..],
+        &["PEXPIREAT", "foo", "9223372036854770000"],
+        &["PERSIST", "foo"],
+        &["EXPIRE", "foo", "9223370399119966"],
+        &["EXPIRE", "foo", "9223372036854776"],
+        &["EXPIRE", "foo", "-9223372036854776"],
+        &["PEXPIRE", "foo", "9223372036854770000"],
+        &["TTL", "foo"],
+        &["PEXPIREAT", "foo", "-9223372036854770000"],
+        &["TTL", "foo"],
+        &["SET", "foo", "bar", "EX", "9223372036854776"],
+    ] {
+        assert_eq!(reply(&mut ours, args), reply(&mut theirs, args), "{args:?}");
+    }
+    // Accepted, and as good as never: far beyond any lifetime.
+    reply(&mut ours, &["SET", "far", "v"]);
+    let set: i64 = redis::cmd("PEXPIREAT")
+        .arg("far")
+        .arg("9223372036854770000")
+        .query(&mut ours)
+        .unwrap();
+    assert_eq!(set, 1);
+    let ttl: i64 = redis::cmd("TTL").arg("far").query(&mut ours).unwrap();
+    assert!(ttl > 250_000_000_000, "{ttl}");
+    server.shutdown().unwrap();
+}
+
+/// DEBUG is refused unless the configuration allows it, as in Redis; then
+/// the subcommands Redis's test helpers use work.
+#[test]
+fn debug_subcommands() {
+    let (server, _dir) = start();
+    let mut c = Client::connect(&server);
+    let refused = c.call("DEBUG SLEEP 0");
+    assert!(
+        refused.starts_with("(error) ERR DEBUG command not allowed."),
+        "{refused}"
+    );
+    server.shutdown().unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("engram.conf");
+    std::fs::write(&path, "enable-debug-command local\n").unwrap();
+    let config = engram_server::Config::from_file(&path).unwrap();
+    let (server, _data) = common::start_with(config);
+    let mut c = Client::connect(&server);
+    c.script(&[
+        ("CONFIG SET enable-debug-command yes", "(error) ERR CONFIG SET failed (possibly related to argument 'enable-debug-command') - can't set immutable config"),
+        ("DEBUG LOG hello", "OK"),
+        ("DEBUG QUICKLIST-PACKED-THRESHOLD 1b", "OK"),
+        ("DEBUG QUICKLIST-PACKED-THRESHOLD lots", "(error) ERR invalid size 'lots'"),
+        ("DEBUG SLEEP x", "(error) ERR value is not a valid float"),
+        ("DEBUG SLEEP", "(error) ERR wrong number of arguments for 'debug|sleep' command"),
+        ("DEBUG NOPE", "(error) ERR unknown subcommand 'NOPE'. Try DEBUG HELP."),
+        ("DEBUG OBJECT nokey", "(error) ERR no such key"),
+        ("SET k 12", "OK"),
+    ]);
+    let object = c.call("DEBUG OBJECT k");
+    assert!(object.contains("encoding:int"), "{object}");
+    let started = Instant::now();
+    c.script(&[("DEBUG SLEEP 0.3", "OK")]);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+
+    // With active expiry off an expired key waits in the keyspace (counted
+    // by DBSIZE, invisible to reads) until it is on again.
+    c.script(&[
+        ("FLUSHALL", "OK"),
+        ("DEBUG SET-ACTIVE-EXPIRE 0", "OK"),
+        ("SET gone v PX 20", "OK"),
+    ]);
+    std::thread::sleep(Duration::from_millis(600));
+    c.script(&[
+        ("DBSIZE", "(integer) 1"),
+        ("DEBUG SET-ACTIVE-EXPIRE 1", "OK"),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while c.call("DBSIZE") != "(integer) 0" {
+        assert!(
+            Instant::now() < deadline,
+            "the expired key was never deleted"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server.shutdown().unwrap();
+}

@@ -4,30 +4,82 @@
 //! `total_error_replies` of `stats`, counted as Redis 7.0 counts them: a
 //! call rejected before it runs (wrong arity, NOAUTH) is `rejected`, one
 //! whose handler returned an error is `failed` (and still a call).
+//!
+//! Commands that are containers of subcommands (CONFIG, CLIENT, ...) are
+//! counted per subcommand (`cmdstat_config|get`), as Redis 7.0 counts
+//! them. Every command also has a latency histogram for LATENCY
+//! HISTOGRAM: power-of-two buckets of microseconds.
 
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use crate::commands::TABLE;
+use crate::resp::Args;
 
 /// Redis tracks at most this many distinct error codes; later ones are
 /// counted in the total only (a client inventing codes cannot grow it).
 const MAX_ERROR_CODES: usize = 128;
 
-#[derive(Default)]
+/// Histogram buckets: [2^k, 2^(k+1)) µs for k below this (the last one
+/// takes everything longer).
+const BUCKETS: usize = 40;
+
+/// The commands counted per subcommand, as in Redis 7.0.
+const CONTAINERS: &[&str] = &[
+    "acl", "client", "cluster", "command", "config", "debug", "function", "latency", "memory",
+    "module", "object", "pubsub", "script", "slowlog", "xgroup", "xinfo",
+];
+
+/// At most this many distinct `command|subcommand` entries (clients name
+/// the subcommands; made-up ones past this are counted on the command).
+const MAX_SUBCOMMANDS: usize = 512;
+
 struct Counters {
     calls: AtomicU64,
     usec: AtomicU64,
     rejected: AtomicU64,
     failed: AtomicU64,
+    histogram: [AtomicU64; BUCKETS],
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            calls: AtomicU64::new(0),
+            usec: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            histogram: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+impl Counters {
+    fn reset(&self) {
+        for counter in [&self.calls, &self.usec, &self.rejected, &self.failed]
+            .into_iter()
+            .chain(&self.histogram)
+        {
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
+
+    fn is_used(&self) -> bool {
+        self.calls.load(Ordering::Relaxed) > 0
+            || self.rejected.load(Ordering::Relaxed) > 0
+            || self.failed.load(Ordering::Relaxed) > 0
+    }
 }
 
 pub struct CommandStats {
     /// One per command, in `TABLE`'s order.
     commands: Vec<Counters>,
+    /// `command|subcommand` of the containers.
+    subcommands: Mutex<HashMap<String, Arc<Counters>>>,
     errors: Mutex<HashMap<String, u64>>,
     total_errors: AtomicU64,
 }
@@ -36,28 +88,109 @@ impl Default for CommandStats {
     fn default() -> Self {
         CommandStats {
             commands: (0..TABLE.len()).map(|_| Counters::default()).collect(),
+            subcommands: Mutex::new(HashMap::new()),
             errors: Mutex::new(HashMap::new()),
             total_errors: AtomicU64::new(0),
         }
     }
 }
 
+/// One command's latency histogram, for LATENCY HISTOGRAM: its calls and,
+/// for each bucket that holds any, the bucket's upper bound in µs and the
+/// calls at or below it.
+pub struct Histogram {
+    pub name: String,
+    pub calls: u64,
+    pub buckets: Vec<(u64, u64)>,
+}
+
 impl CommandStats {
+    /// The counters of command `index` called with `args`: its
+    /// subcommand's for a container.
+    fn counters(&self, index: usize, args: &Args) -> Option<Arc<Counters>> {
+        let name = TABLE[index].name;
+        if args.len() < 2 || !CONTAINERS.contains(&name) {
+            return None;
+        }
+        let sub = args.get(1);
+        if sub.len() > 32 || !sub.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-') {
+            return None;
+        }
+        let key = format!(
+            "{name}|{}",
+            String::from_utf8_lossy(sub).to_ascii_lowercase()
+        );
+        let mut subs = self.subcommands.lock();
+        if let Some(counters) = subs.get(&key) {
+            return Some(counters.clone());
+        }
+        if subs.len() >= MAX_SUBCOMMANDS {
+            return None;
+        }
+        Some(subs.entry(key).or_default().clone())
+    }
+
     /// Command `index` of `TABLE` ran for `usec` microseconds.
-    pub fn called(&self, index: usize, usec: u64, failed: bool) {
-        let c = &self.commands[index];
+    pub fn called(&self, index: usize, args: &Args, usec: u64, failed: bool) {
+        let sub = self.counters(index, args);
+        let c = sub.as_deref().unwrap_or(&self.commands[index]);
         c.calls.fetch_add(1, Ordering::Relaxed);
         c.usec.fetch_add(usec, Ordering::Relaxed);
         if failed {
             c.failed.fetch_add(1, Ordering::Relaxed);
         }
+        let bucket = (64 - usec.leading_zeros() as usize).min(BUCKETS - 1);
+        c.histogram[bucket].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Command `index` was refused before it ran.
-    pub fn rejected(&self, index: usize) {
-        self.commands[index]
-            .rejected
-            .fetch_add(1, Ordering::Relaxed);
+    pub fn rejected(&self, index: usize, args: &Args) {
+        let sub = self.counters(index, args);
+        let c = sub.as_deref().unwrap_or(&self.commands[index]);
+        c.rejected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Every command and subcommand with counters, by name.
+    fn each(&self, mut f: impl FnMut(&str, &Counters)) {
+        for (spec, c) in TABLE.iter().zip(&self.commands) {
+            f(spec.name, c);
+        }
+        let subs = self.subcommands.lock();
+        let mut names: Vec<&String> = subs.keys().collect();
+        names.sort();
+        for name in names {
+            f(name, &subs[name]);
+        }
+    }
+
+    /// The histograms of the commands called since the last reset whose
+    /// name is in `names` (a container's name takes its subcommands), or
+    /// of all of them for an empty `names`.
+    pub fn histograms(&self, names: &[String]) -> Vec<Histogram> {
+        let mut out = Vec::new();
+        self.each(|name, c| {
+            let parent = name.split('|').next().unwrap_or(name);
+            let wanted = names.is_empty() || names.iter().any(|n| n == name || n == parent);
+            let calls = c.calls.load(Ordering::Relaxed);
+            if !wanted || calls == 0 {
+                return;
+            }
+            let mut cumulative = 0;
+            let mut buckets = Vec::new();
+            for (k, count) in c.histogram.iter().enumerate() {
+                let count = count.load(Ordering::Relaxed);
+                if count > 0 {
+                    cumulative += count;
+                    buckets.push((1u64 << k, cumulative));
+                }
+            }
+            out.push(Histogram {
+                name: name.to_string(),
+                calls,
+                buckets,
+            });
+        });
+        out
     }
 
     /// An error reply was sent; `text` starts with its code.
@@ -78,10 +211,9 @@ impl CommandStats {
 
     pub fn reset(&self) {
         for c in &self.commands {
-            for counter in [&c.calls, &c.usec, &c.rejected, &c.failed] {
-                counter.store(0, Ordering::Relaxed);
-            }
+            c.reset();
         }
+        self.subcommands.lock().clear();
         self.errors.lock().clear();
         self.total_errors.store(0, Ordering::Relaxed);
     }
@@ -89,13 +221,13 @@ impl CommandStats {
     /// `cmdstat_<name>:calls=..,usec=..,usec_per_call=..,rejected_calls=..,failed_calls=..`
     /// for every command used since the last reset.
     pub fn render_commands(&self, out: &mut String) {
-        for (spec, c) in TABLE.iter().zip(&self.commands) {
+        self.each(|name, c| {
+            if !c.is_used() {
+                return;
+            }
             let calls = c.calls.load(Ordering::Relaxed);
             let rejected = c.rejected.load(Ordering::Relaxed);
             let failed = c.failed.load(Ordering::Relaxed);
-            if calls == 0 && rejected == 0 && failed == 0 {
-                continue;
-            }
             let usec = c.usec.load(Ordering::Relaxed);
             let per_call = if calls == 0 {
                 0.0
@@ -104,11 +236,10 @@ impl CommandStats {
             };
             let _ = write!(
                 out,
-                "cmdstat_{}:calls={calls},usec={usec},usec_per_call={per_call:.2},\
+                "cmdstat_{name}:calls={calls},usec={usec},usec_per_call={per_call:.2},\
                  rejected_calls={rejected},failed_calls={failed}\r\n",
-                spec.name
             );
-        }
+        });
     }
 
     /// `errorstat_<CODE>:count=..`, codes in order.

@@ -16,6 +16,7 @@ pub mod config;
 mod connection;
 pub mod glob;
 mod info;
+mod latency;
 /// The keyspace is a crate of its own (below the server, beside embedders).
 pub use engram_keyspace as keyspace;
 pub mod offline_scrub;
@@ -24,6 +25,7 @@ pub mod resp;
 mod serve;
 mod session;
 mod shared;
+mod slowlog;
 
 pub use config::{Config, Durability, LogLevel};
 pub use serve::{Server, StartError};

@@ -10,7 +10,10 @@
 //! COMPATIBILITY.md lists them. The parameters that do mean something here
 //! (`port`, `timeout`, `maxclients`, `appendfsync`, ...) are handled by
 //! `config.rs` and `commands/server.rs`; this table only supplies their
-//! names (`CONFIG GET *`) where those do not.
+//! names (`CONFIG GET *`) where those do not. A few kept here also act:
+//! `Shared::apply_redis_param` puts `slowlog-*` and
+//! `latency-monitor-threshold` into effect, and `enable-debug-command`
+//! gates DEBUG.
 //!
 //! The table is Redis 7.0.15's: names, aliases (`hash-max-ziplist-entries`
 //! is `hash-max-listpack-entries`), bounds and defaults.

@@ -102,6 +102,7 @@ impl Server {
         let expiry_thread = spawn_expiry_thread(
             keyspace.clone(),
             shared.active_expire.clone(),
+            shared.latency.clone(),
             stop_background.clone(),
         );
 
@@ -248,9 +249,12 @@ async fn shutdown_on_signal(shared: Arc<Shared>) {
 
 /// Deletes expired keys in the background, while `active` (DEBUG
 /// SET-ACTIVE-EXPIRE turns it off; reads still never see expired keys).
+/// A pass that takes at least `latency-monitor-threshold` is an
+/// `expire-cycle` latency event.
 fn spawn_expiry_thread(
     keyspace: Arc<Keyspace>,
     active: Arc<AtomicBool>,
+    latency: Arc<crate::latency::LatencyMonitor>,
     stop: Arc<AtomicBool>,
 ) -> JoinHandle<()> {
     engram_threads::spawn("engram-expire", move || {
@@ -259,10 +263,11 @@ fn spawn_expiry_thread(
             if !active.load(Ordering::Relaxed) {
                 continue;
             }
-            let deadline = Instant::now() + EXPIRE_BUDGET;
-            if let Err(e) = keyspace.expire_cycle(now_ms(), deadline) {
+            let started = Instant::now();
+            if let Err(e) = keyspace.expire_cycle(now_ms(), started + EXPIRE_BUDGET) {
                 log::error!("active expiry failed: {e}");
             }
+            latency.observe("expire-cycle", started.elapsed().as_millis() as u64);
         }
     })
     .expect("spawning the expiry thread")

@@ -12,7 +12,9 @@ use crate::clients::Registry;
 use crate::command_stats::CommandStats;
 use crate::config::{Config, Runtime};
 use crate::keyspace::Keyspace;
+use crate::latency::LatencyMonitor;
 use crate::session::WaitLines;
+use crate::slowlog::SlowLog;
 
 pub struct Shared {
     pub keyspace: Arc<Keyspace>,
@@ -22,6 +24,10 @@ pub struct Shared {
     /// Clients blocked on each key, in the order they blocked.
     pub wait_lines: Arc<WaitLines>,
     pub stats: ServerStats,
+    /// SLOWLOG.
+    pub slowlog: SlowLog,
+    /// LATENCY's events.
+    pub latency: Arc<LatencyMonitor>,
     pub started: Instant,
     /// How long opening the store (recovery) and the keyspace scan took.
     pub recovery: Duration,
@@ -76,13 +82,15 @@ impl Shared {
         keyspace_scan: Duration,
         port: u16,
     ) -> Shared {
-        Shared {
+        let shared = Shared {
             keyspace,
             config,
             runtime,
             clients: Registry::default(),
             wait_lines: Arc::default(),
             stats: ServerStats::default(),
+            slowlog: SlowLog::default(),
+            latency: Arc::default(),
             started: Instant::now(),
             recovery,
             keyspace_scan,
@@ -97,7 +105,13 @@ impl Shared {
             active_expire: Arc::new(AtomicBool::new(true)),
             shutting_down: AtomicBool::new(false),
             shutdown: Notify::new(),
+        };
+        // The configuration file's values of the parameters that act.
+        let values = shared.runtime.redis_params.read().clone();
+        for (name, value) in &values {
+            shared.apply_redis_param(name, value);
         }
+        shared
     }
 
     /// Starts a clean shutdown (SIGTERM, SIGINT, SHUTDOWN).
@@ -106,6 +120,24 @@ impl Shared {
         self.shutdown.notify_waiters();
         self.shutdown.notify_one();
         self.clients.kill_all();
+    }
+
+    /// Puts a Redis parameter's new value into effect where Engram acts
+    /// on it (the slow log, the latency monitor); the value is already
+    /// checked and kept in `runtime.redis_params`.
+    pub fn apply_redis_param(&self, name: &str, value: &str) {
+        let number = || value.parse::<i64>().unwrap_or(0);
+        match name {
+            "slowlog-log-slower-than" => {
+                self.slowlog.slower_than.store(number(), Ordering::Relaxed)
+            }
+            "slowlog-max-len" => self.slowlog.set_max_len(number().max(0) as usize),
+            "latency-monitor-threshold" => self
+                .latency
+                .threshold_ms
+                .store(number().max(0) as u64, Ordering::Relaxed),
+            _ => {}
+        }
     }
 
     /// The current value of a Redis parameter kept without effect

@@ -11,6 +11,7 @@ mod debug;
 mod engram;
 mod functions;
 mod hashes;
+mod introspection;
 mod keys;
 mod lists;
 mod server;
@@ -177,6 +178,7 @@ pub static TABLE: LazyLock<Vec<CommandSpec>> = LazyLock::new(|| {
     table.extend(transactions::commands());
     table.extend(functions::commands());
     table.extend(debug::commands());
+    table.extend(introspection::commands());
     table.extend(engram::commands());
     table
 });
@@ -460,7 +462,7 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
     };
     if let Some(text) = refusal {
         fail_in_multi(session);
-        shared.stats.commands.rejected(index);
+        shared.stats.commands.rejected(index, &args);
         reply_error(shared, out, &text);
         return;
     }
@@ -503,11 +505,37 @@ pub fn run<'s>(
     let started = std::time::Instant::now();
     let result = (TABLE[index].handler)(&mut ctx, args);
     let usec = started.elapsed().as_micros() as u64;
-    shared.stats.commands.called(index, usec, result.is_err());
+    shared
+        .stats
+        .commands
+        .called(index, &args, usec, result.is_err());
     if let Err(e) = result {
         reply_error(shared, ctx.out, &e.0);
     }
+    observe_slow(shared, ctx.session, index, &args, usec);
     ctx.exec
+}
+
+/// The slow log and the latency monitor's `command` events. EXEC itself is
+/// left out (its commands are logged one by one), and so are AUTH and
+/// HELLO, whose arguments hold passwords.
+fn observe_slow(shared: &Shared, session: &Session, index: usize, args: &Args, usec: u64) {
+    let spec = &TABLE[index];
+    if matches!(spec.name, "exec" | "auth" | "hello") {
+        return;
+    }
+    if shared.slowlog.qualifies(usec) {
+        let name = session.info.name.lock().clone();
+        shared
+            .slowlog
+            .push(args, usec, session.info.addr.to_string(), name);
+    }
+    let event = if spec.is(FAST) {
+        "fast-command"
+    } else {
+        "command"
+    };
+    shared.latency.observe(event, usec / 1000);
 }
 
 fn fail_in_multi(session: &mut Session) {

@@ -505,6 +505,7 @@ fn validate_setting(name: &str, value: &str) -> Result<Change, CmdError> {
             let value = param.check(value).map_err(failed)?;
             let canonical = param.name;
             Box::new(move |ctx: &mut Ctx| {
+                ctx.shared.apply_redis_param(canonical, &value);
                 ctx.shared
                     .runtime
                     .redis_params

@@ -1,0 +1,198 @@
+//! SLOWLOG, LATENCY and the per-command counters, as Redis 7.0 shows them.
+
+mod common;
+
+use common::{start_with, Client};
+use engram_server::Config;
+
+/// A server whose configuration allows DEBUG (for DEBUG SLEEP).
+fn start_debuggable() -> (engram_server::Server, tempfile::TempDir, tempfile::TempDir) {
+    let conf = tempfile::tempdir().unwrap();
+    let path = conf.path().join("engram.conf");
+    std::fs::write(&path, "enable-debug-command yes\n").unwrap();
+    let (server, dir) = start_with(Config::from_file(&path).unwrap());
+    (server, dir, conf)
+}
+
+#[test]
+fn slowlog() {
+    let (server, _dir, _conf) = start_debuggable();
+    let mut c = Client::connect(&server);
+    c.script(&[
+        (
+            "CONFIG GET slowlog-log-slower-than",
+            "[\"slowlog-log-slower-than\", \"10000\"]",
+        ),
+        ("SLOWLOG LEN", "(integer) 0"),
+        ("CONFIG SET slowlog-log-slower-than 100000", "OK"),
+        ("PING", "PONG"),
+        ("SLOWLOG LEN", "(integer) 0"),
+        ("CLIENT SETNAME sleeper", "OK"),
+        ("DEBUG SLEEP 0.2", "OK"),
+        ("SLOWLOG LEN", "(integer) 1"),
+    ]);
+    let entry = c.call("SLOWLOG GET");
+    assert!(
+        entry.starts_with("[[(integer) 0, (integer) 1")
+            && entry.contains("[\"DEBUG\", \"SLEEP\", \"0.2\"]")
+            && entry.ends_with("\"sleeper\"]]"),
+        "{entry}"
+    );
+
+    // Everything, at most 10, newest first.
+    c.script(&[
+        (
+            "CONFIG SET slowlog-log-slower-than 0 slowlog-max-len 10",
+            "OK",
+        ),
+        ("SLOWLOG RESET", "OK"),
+    ]);
+    for i in 0..100 {
+        c.call(&format!("SET k{i} v"));
+    }
+    c.script(&[("SLOWLOG LEN", "(integer) 10")]);
+    // (SLOWLOG LEN is slow too, under a threshold of 0: the newest.)
+    let five = c.call("SLOWLOG GET 5");
+    assert!(five.contains("[\"SLOWLOG\", \"LEN\"]"), "{five}");
+    assert_eq!(five.matches("\"SET\"").count(), 4, "{five}");
+    assert!(five.contains("\"k99\""), "{five}");
+    c.script(&[
+        (
+            "SLOWLOG GET -2",
+            "(error) ERR count should be greater than or equal to -1",
+        ),
+        (
+            "SLOWLOG GET x",
+            "(error) ERR value is not an integer or out of range",
+        ),
+        (
+            "SLOWLOG LEN x",
+            "(error) ERR wrong number of arguments for 'slowlog|len' command",
+        ),
+        (
+            "SLOWLOG NOPE",
+            "(error) ERR unknown subcommand 'NOPE'. Try SLOWLOG HELP.",
+        ),
+    ]);
+
+    // Trimmed as Redis trims; passwords redacted; EXEC's commands logged
+    // instead of EXEC.
+    c.call("SLOWLOG RESET");
+    let many: Vec<String> = (3..=33).map(|i| i.to_string()).collect();
+    c.call(&format!("SADD set {}", many.join(" ")));
+    let long = "A".repeat(129);
+    c.call(&format!("SADD set foo {long}"));
+    c.call("CONFIG SET requirepass secret");
+    c.call("AUTH secret");
+    c.call("CONFIG SET requirepass \"\"");
+    c.script(&[
+        ("MULTI", "OK"),
+        ("DEBUG SLEEP 0", "QUEUED"),
+        ("EXEC", "[OK]"),
+    ]);
+    let log = c.call("SLOWLOG GET -1");
+    assert!(log.contains("\"31\", \"... (2 more arguments)\"]"), "{log}");
+    assert!(
+        log.contains(&format!("\"{}... (1 more bytes)\"", "A".repeat(128))),
+        "{log}"
+    );
+    assert!(log.contains("\"requirepass\", \"(redacted)\""), "{log}");
+    assert!(!log.contains("secret"), "{log}");
+    assert!(
+        !log.contains("\"AUTH\"") && !log.contains("\"EXEC\""),
+        "{log}"
+    );
+    assert!(log.contains("\"DEBUG\", \"SLEEP\", \"0\""), "{log}");
+
+    c.script(&[
+        ("CONFIG SET slowlog-log-slower-than -1", "OK"),
+        ("SLOWLOG RESET", "OK"),
+        ("DEBUG SLEEP 0.01", "OK"),
+        ("SLOWLOG LEN", "(integer) 0"),
+        (
+            "CONFIG SET slowlog-log-slower-than 0 slowlog-max-len 1",
+            "OK",
+        ),
+        ("PING", "PONG"),
+        ("ECHO last", "\"last\""),
+        ("SLOWLOG LEN", "(integer) 1"),
+    ]);
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn latency_monitor_and_histograms() {
+    let (server, _dir, _conf) = start_debuggable();
+    let mut c = Client::connect(&server);
+    c.script(&[
+        ("LATENCY LATEST", "[]"),
+        ("DEBUG SLEEP 0.12", "OK"),
+        // Off by default: nothing recorded.
+        ("LATENCY LATEST", "[]"),
+        ("CONFIG SET latency-monitor-threshold 100", "OK"),
+        ("DEBUG SLEEP 0.12", "OK"),
+        ("PING", "PONG"),
+    ]);
+    let latest = c.call("LATENCY LATEST");
+    assert!(latest.starts_with("[[\"command\", (integer) 1"), "{latest}");
+    let history = c.call("LATENCY HISTORY command");
+    assert!(history.starts_with("[[(integer) 1"), "{history}");
+    let ms: u64 = history
+        .trim_end_matches("]]")
+        .rsplit("(integer) ")
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((120..2000).contains(&ms), "{history}");
+    let graph = c.call("LATENCY GRAPH command");
+    assert!(graph.contains("command - high"), "{graph}");
+    let doctor = c.call("LATENCY DOCTOR");
+    assert!(doctor.contains("command: 1 samples"), "{doctor}");
+    c.script(&[
+        ("LATENCY HISTORY blabla", "[]"),
+        ("LATENCY RESET blabla", "(integer) 0"),
+        (
+            "LATENCY GRAPH blabla",
+            "(error) ERR No samples available for event 'blabla'",
+        ),
+        ("LATENCY RESET", "(integer) 1"),
+        ("LATENCY LATEST", "[]"),
+        (
+            "LATENCY HELP xxx",
+            "(error) ERR wrong number of arguments for 'latency|help' command",
+        ),
+    ]);
+
+    c.script(&[("CONFIG RESETSTAT", "OK")]);
+    let only_reset = c.call("LATENCY HISTOGRAM");
+    assert!(
+        only_reset.starts_with(
+            "[\"config|resetstat\", [\"calls\", (integer) 1, \"histogram_usec\", [(integer) "
+        ) && only_reset.matches("\"calls\"").count() == 1,
+        "{only_reset}"
+    );
+    c.call("CONFIG RESETSTAT");
+    c.call("SET a b");
+    c.call("SET c d");
+    c.call("GET a");
+    c.call("CLIENT ID");
+    let some = c.call("LATENCY HISTOGRAM set blabla client");
+    assert!(
+        some.contains("\"set\", [\"calls\", (integer) 2, \"histogram_usec\""),
+        "{some}"
+    );
+    assert!(
+        some.contains("\"client|id\", [\"calls\", (integer) 1"),
+        "{some}"
+    );
+    assert!(!some.contains("\"get\""), "{some}");
+    c.script(&[("LATENCY HISTOGRAM blabla", "[]")]);
+    let stats = c.call("INFO commandstats");
+    assert!(stats.contains("cmdstat_client|id:calls=1,"), "{stats}");
+    assert!(
+        stats.contains("cmdstat_latency|histogram:calls="),
+        "{stats}"
+    );
+    server.shutdown().unwrap();
+}

@@ -191,19 +191,7 @@ fn clients(shared: &Shared, out: &mut String) -> std::fmt::Result {
 /// this counts the DRAM index and buffers plus resident file pages), and
 /// the persistent data file beside it.
 fn memory(shared: &Shared, out: &mut String) -> std::fmt::Result {
-    let rss = std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| {
-            s.split_whitespace()
-                .nth(1)
-                .and_then(|p| p.parse::<u64>().ok())
-        })
-        .map_or(0, |pages| pages * 4096);
-    let peak = shared
-        .stats
-        .memory_peak
-        .fetch_max(rss, Ordering::Relaxed)
-        .max(rss);
+    let (rss, peak) = resident_memory(shared);
     let maxmemory: u64 = shared.redis_param("maxmemory").parse().unwrap_or(0);
     let store = shared.keyspace.store().stats();
     write!(
@@ -230,6 +218,24 @@ fn memory(shared: &Shared, out: &mut String) -> std::fmt::Result {
         human_bytes(maxmemory),
         shared.redis_param("maxmemory-policy"),
     )
+}
+
+/// Resident memory now, and the most INFO or MEMORY STATS has seen.
+pub fn resident_memory(shared: &Shared) -> (u64, u64) {
+    let rss = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
+        .map_or(0, |pages| pages * 4096);
+    let peak = shared
+        .stats
+        .memory_peak
+        .fetch_max(rss, Ordering::Relaxed)
+        .max(rss);
+    (rss, peak)
 }
 
 /// Redis's `bytesToHuman`: `1.50K`, `12.00M`, plain bytes below 1 KiB.

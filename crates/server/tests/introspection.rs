@@ -196,3 +196,51 @@ fn latency_monitor_and_histograms() {
     );
     server.shutdown().unwrap();
 }
+
+/// MEMORY USAGE grows with what a key holds, on both sides of the split.
+#[test]
+fn memory_usage_and_stats() {
+    let (server, _dir) = common::start();
+    let mut c = Client::connect(&server);
+    let usage = |c: &mut Client, key: &str| -> i64 {
+        let reply = c.call(&format!("MEMORY USAGE {key}"));
+        reply
+            .strip_prefix("(integer) ")
+            .unwrap_or_else(|| panic!("{reply}"))
+            .parse()
+            .unwrap()
+    };
+    c.call("SET small v");
+    c.call(&format!("SET big {}", "x".repeat(10_000)));
+    let (small, big) = (usage(&mut c, "small"), usage(&mut c, "big"));
+    assert!(small > 1 && big > small + 9_900, "{small} {big}");
+    c.call("HSET h f v");
+    let one = usage(&mut c, "h");
+    for i in 0..1000 {
+        c.call(&format!("HSET h field{i} value{i}"));
+    }
+    let many = usage(&mut c, "h");
+    assert!(many > one + 1000 * 10, "{one} {many}");
+    c.script(&[
+        ("MEMORY USAGE nokey", "(nil)"),
+        ("MEMORY USAGE h SAMPLES 0", &format!("(integer) {many}")),
+        (
+            "MEMORY USAGE h SAMPLES x",
+            "(error) ERR value is not an integer or out of range",
+        ),
+        ("MEMORY USAGE h BOGUS 1", "(error) ERR syntax error"),
+        ("MEMORY PURGE", "OK"),
+        (
+            "MEMORY NOPE",
+            "(error) ERR unknown subcommand 'NOPE'. Try MEMORY HELP.",
+        ),
+        (
+            "MEMORY STATS x",
+            "(error) ERR wrong number of arguments for 'memory|stats' command",
+        ),
+    ]);
+    let stats = c.call("MEMORY STATS");
+    assert!(stats.contains("\"keys.count\", (integer) 3"), "{stats}");
+    assert!(c.call("MEMORY DOCTOR").contains("persistent data file"));
+    server.shutdown().unwrap();
+}

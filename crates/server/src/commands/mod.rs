@@ -14,6 +14,7 @@ mod hashes;
 mod introspection;
 mod keys;
 mod lists;
+mod memory;
 mod server;
 mod sets;
 mod sorted_sets;
@@ -179,6 +180,7 @@ pub static TABLE: LazyLock<Vec<CommandSpec>> = LazyLock::new(|| {
     table.extend(functions::commands());
     table.extend(debug::commands());
     table.extend(introspection::commands());
+    table.extend(memory::commands());
     table.extend(engram::commands());
     table
 });

@@ -425,6 +425,33 @@ fn debug_subcommands() {
         ("DEBUG OBJECT nokey", "(error) ERR no such key"),
         ("SET k 12", "OK"),
     ]);
+    c.script(&[
+        ("DEBUG PROTOCOL bignum", "\"1234567999999999999999999999999999999\""),
+        ("DEBUG PROTOCOL attrib", "\"Some real reply following the attribute\""),
+        ("DEBUG PROTOCOL true", "(integer) 1"),
+        ("DEBUG PROTOCOL double", "\"3.141\""),
+        ("DEBUG PROTOCOL map", "[(integer) 0, (integer) 0, (integer) 1, (integer) 1, (integer) 2, (integer) 0]"),
+        ("DEBUG PROTOCOL push", "(error) ERR RESP2 is not supported by this command"),
+        ("DEBUG PROTOCOL nope", "(error) ERR Wrong protocol type name. Please use one of the following: string|integer|double|bignum|null|array|set|map|attrib|push|verbatim|true|false"),
+    ]);
+    c.call("HELLO 3");
+    c.script(&[
+        ("DEBUG PROTOCOL bignum", "(big number) 1234567999999999999999999999999999999"),
+        ("DEBUG PROTOCOL attrib", "(attributes [\"key-popularity\", [\"key:123\", (integer) 90]]) \"Some real reply following the attribute\""),
+        ("DEBUG PROTOCOL true", "(boolean) t"),
+        ("DEBUG PROTOCOL set", "[(integer) 0, (integer) 1, (integer) 2]"),
+        ("DEBUG PROTOCOL map", "[(integer) 0, (boolean) f, (integer) 1, (boolean) t, (integer) 2, (boolean) f]"),
+        ("DEBUG PROTOCOL push", "(push) [\"server-cpu-usage\", (integer) 42]"),
+    ]);
+    assert_eq!(c.reply(), "\"Some real reply following the push reply\"");
+    c.script(&[
+        (
+            "DEBUG PROTOCOL verbatim",
+            "\"txt:This is a verbatim\\nstring\"",
+        ),
+        ("PING", "PONG"),
+    ]);
+    c.call("HELLO 2");
     let object = c.call("DEBUG OBJECT k");
     assert!(object.contains("encoding:int"), "{object}");
     let started = Instant::now();

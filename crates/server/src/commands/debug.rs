@@ -12,6 +12,7 @@
 //! | `LOG <message>` | writes the message to the server log |
 //! | `QUICKLIST-PACKED-THRESHOLD <size>` | checked and accepted; Engram's lists have no quicklist nodes |
 //! | `OBJECT <key>` | the key's encoding and serialized length, in Redis's line format |
+//! | `PROTOCOL <type>` | a reply of each RESP3 type (for clients testing their parsers) |
 //!
 //! Everything else (RELOAD, DIGEST, JMAP, POPULATE, ...) is an unknown
 //! subcommand.
@@ -20,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{
-    err, int_arg, lowercase, run_blocking, unknown_subcommand, wrong_sub_arity, CmdResult,
+    err, int_arg, is, lowercase, run_blocking, unknown_subcommand, wrong_sub_arity, CmdResult,
     CommandSpec, Ctx, Group, ADMIN,
 };
 use crate::resp::Args;
@@ -103,6 +104,10 @@ fn debug(ctx: &mut Ctx, args: Args) -> CmdResult {
                 None => return Err(err("ERR no such key")),
             }
         }
+        "protocol" => {
+            arity(3)?;
+            protocol(ctx, args.get(2))?;
+        }
         "help" => {
             let lines = [
                 "DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -110,6 +115,10 @@ fn debug(ctx: &mut Ctx, args: Args) -> CmdResult {
                 "    Write <message> to the server log.",
                 "OBJECT <key>",
                 "    Show low-level info about the <key> and associated value.",
+                "PROTOCOL <type>",
+                "    Reply with a test value of the specified type. <type> can be: string,",
+                "    integer, double, bignum, null, array, set, map, attrib, push, verbatim,",
+                "    true, false.",
                 "QUICKLIST-PACKED-THRESHOLD <size>",
                 "    Accepted for compatibility; no effect.",
                 "SET-ACTIVE-EXPIRE <0|1>",
@@ -125,6 +134,66 @@ fn debug(ctx: &mut Ctx, args: Args) -> CmdResult {
             }
         }
         _ => return Err(unknown_subcommand("debug", sub)),
+    }
+    Ok(())
+}
+
+/// DEBUG PROTOCOL: Redis's sample reply of each type.
+fn protocol(ctx: &mut Ctx, name: &[u8]) -> CmdResult {
+    let out = &mut *ctx.out;
+    match lowercase(name).as_str() {
+        "string" => out.bulk(b"Hello World"),
+        "integer" => out.int(12345),
+        // Redis's sample double, not an approximation of pi.
+        #[allow(clippy::approx_constant)]
+        "double" => out.double(3.141),
+        "bignum" => out.big_number("1234567999999999999999999999999999999"),
+        "null" => out.null(),
+        "array" | "set" => {
+            if is(name, "set") {
+                out.set(3);
+            } else {
+                out.array(3);
+            }
+            for j in 0..3 {
+                out.int(j);
+            }
+        }
+        "map" => {
+            out.map(3);
+            for j in 0..3 {
+                out.int(j);
+                out.boolean(j == 1);
+            }
+        }
+        "attrib" => {
+            if out.is_resp3() {
+                out.attribute(1);
+                out.bulk(b"key-popularity");
+                out.array(2);
+                out.bulk(b"key:123");
+                out.int(90);
+            }
+            out.bulk(b"Some real reply following the attribute");
+        }
+        "push" => {
+            if !out.is_resp3() {
+                return Err(err("ERR RESP2 is not supported by this command"));
+            }
+            out.push(2);
+            out.bulk(b"server-cpu-usage");
+            out.int(42);
+            out.bulk(b"Some real reply following the push reply");
+        }
+        "true" => out.boolean(true),
+        "false" => out.boolean(false),
+        "verbatim" => out.verbatim("This is a verbatim\nstring"),
+        _ => {
+            return Err(err(
+                "ERR Wrong protocol type name. Please use one of the following: \
+                 string|integer|double|bignum|null|array|set|map|attrib|push|verbatim|true|false",
+            ))
+        }
     }
     Ok(())
 }

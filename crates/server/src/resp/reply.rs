@@ -128,6 +128,31 @@ impl ReplyWriter {
         }
     }
 
+    /// A number too big for an integer: `(` in RESP3, a bulk string in
+    /// RESP2. `digits` must be an optional minus and decimal digits.
+    pub fn big_number(&mut self, digits: &str) {
+        if self.resp3 {
+            self.buf.push(b'(');
+            self.buf.extend_from_slice(digits.as_bytes());
+            self.buf.extend_from_slice(b"\r\n");
+        } else {
+            self.bulk(digits.as_bytes());
+        }
+    }
+
+    /// Attributes of the next reply (`len` pairs follow, then the reply
+    /// itself). RESP3 only: a RESP2 caller must leave them out.
+    pub fn attribute(&mut self, len: usize) {
+        debug_assert!(self.resp3, "attributes exist in RESP3 only");
+        self.header(b'|', len as i64);
+    }
+
+    /// An out-of-band push of `len` elements. RESP3 only.
+    pub fn push(&mut self, len: usize) {
+        debug_assert!(self.resp3, "pushes exist in RESP3 only");
+        self.header(b'>', len as i64);
+    }
+
     pub fn boolean(&mut self, value: bool) {
         if self.resp3 {
             self.buf

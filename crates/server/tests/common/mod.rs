@@ -81,6 +81,18 @@ impl Client {
             ":" => format!("(integer) {rest}"),
             "," => format!("(double) {rest}"),
             "#" => format!("(boolean) {rest}"),
+            "(" => format!("(big number) {rest}"),
+            "|" => {
+                // Attributes, then the reply they describe.
+                let n: usize = rest.parse().unwrap();
+                let attributes: Vec<String> = (0..2 * n).map(|_| self.reply()).collect();
+                format!("(attributes [{}]) {}", attributes.join(", "), self.reply())
+            }
+            ">" => {
+                let n: usize = rest.parse().unwrap();
+                let items: Vec<String> = (0..n).map(|_| self.reply()).collect();
+                format!("(push) [{}]", items.join(", "))
+            }
             "_" => "(nil)".into(),
             "$" | "=" if rest == "-1" => "(nil)".into(),
             "$" | "=" => {

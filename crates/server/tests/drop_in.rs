@@ -480,3 +480,72 @@ fn debug_subcommands() {
     }
     server.shutdown().unwrap();
 }
+
+/// MOVE, compared with Redis reply by reply, then across a restart.
+#[test]
+fn move_between_databases() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let server = engram_server::Server::start(common::config_in(dir.path())).unwrap();
+    let mut ours = redis_con(server.addr);
+    let mut theirs = redis.con();
+    let script: &[&[&str]] = &[
+        &["SET", "s", "v", "EX", "1000"],
+        &["HSET", "h", "f", "v"],
+        &["EXPIRE", "h", "2000"],
+        &["RPUSH", "l", "a", "b"],
+        &["SET", "both", "here"],
+        &["MOVE", "s", "3"],
+        &["MOVE", "h", "3"],
+        &["MOVE", "l", "3"],
+        &["MOVE", "missing", "3"],
+        &["MOVE", "both", "0"],
+        &["MOVE", "both", "notanumber"],
+        &["MOVE", "both", "99"],
+        &["MOVE", "both", "-1"],
+        &["SELECT", "3"],
+        &["SET", "both", "there"],
+        &["SELECT", "0"],
+        &["MOVE", "both", "3"],
+        &["EXISTS", "s", "h", "l", "both"],
+        &["DBSIZE"],
+        &["SELECT", "3"],
+        &["DBSIZE"],
+        &["GET", "s"],
+        &["HGETALL", "h"],
+        &["LRANGE", "l", "0", "-1"],
+        &["GET", "both"],
+        &["PERSIST", "l"],
+        &["SELECT", "0"],
+    ];
+    for args in script {
+        assert_eq!(reply(&mut ours, args), reply(&mut theirs, args), "{args:?}");
+    }
+    // TTLs travel with the keys.
+    let ttl = |con: &mut redis::Connection, key: &str| -> i64 {
+        redis::pipe()
+            .cmd("SELECT")
+            .arg(3)
+            .ignore()
+            .cmd("TTL")
+            .arg(key)
+            .query::<(i64,)>(con)
+            .unwrap()
+            .0
+    };
+    assert!((990..=1000).contains(&ttl(&mut ours, "s")));
+    assert!((1990..=2000).contains(&ttl(&mut ours, "h")));
+    server.shutdown().unwrap();
+
+    let server = engram_server::Server::start(common::config_in(dir.path())).unwrap();
+    let mut c = Client::connect(&server);
+    c.script(&[
+        ("DBSIZE", "(integer) 1"),
+        ("SELECT 3", "OK"),
+        ("DBSIZE", "(integer) 4"),
+        ("GET s", "\"v\""),
+        ("HGET h f", "\"v\""),
+        ("LRANGE l 0 -1", "[\"a\", \"b\"]"),
+    ]);
+    server.shutdown().unwrap();
+}

@@ -171,6 +171,14 @@ pub fn commands() -> Vec<CommandSpec> {
             "Copies the value of a key to a new key.",
         ),
         g.command(
+            "move",
+            3,
+            WRITE | FAST,
+            (1, 1, 1),
+            move_key,
+            "Moves a key to another database.",
+        ),
+        g.command(
             "object",
             -2,
             READONLY,
@@ -320,6 +328,37 @@ fn rename_with(ctx: &mut Ctx, args: Args, only_if_absent: bool) -> Result<bool, 
             return Ok(moved);
         }
     }
+}
+
+/// MOVE: the key, its value and its expiry into database `db`, unless the
+/// key is missing here or present there (0 then, as in Redis).
+fn move_key(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let key = args.get(1);
+    let target = db_index(args.get(2), ctx.ks().databases())?;
+    let db = ctx.db();
+    if target == db {
+        return Err(err("ERR source and destination objects are the same"));
+    }
+    let moved = ctx.write_in([(db, key), (target, key)], true, |txn, db, now| {
+        let Some(value) = txn.get(db, key, now)? else {
+            return Ok(false);
+        };
+        if txn.get(target, key, now)?.is_some() {
+            return Ok(false);
+        }
+        if value.meta.is_collection() {
+            txn.log(vec![Op::Rename {
+                from: ckey(db, key)?,
+                to: ckey(target, key)?,
+            }])?;
+        } else {
+            txn.put(target, key, value.raw())?;
+            txn.delete(db, key, now)?;
+        }
+        Ok(true)
+    })?;
+    ctx.out.int(moved as i64);
+    Ok(())
 }
 
 fn rename(ctx: &mut Ctx, args: Args) -> CmdResult {

@@ -211,6 +211,12 @@ fn keys_of<'a>(
     databases: usize,
 ) -> Vec<(usize, &'a [u8])> {
     let mut keys: Vec<(usize, &[u8])> = spec.key_args(args).into_iter().map(|k| (db, k)).collect();
+    // MOVE key n writes the key into another database.
+    if spec.name == "move" && keys.len() == 1 {
+        if let Ok(target) = db_index(args.get(2), databases) {
+            keys.push((target, keys[0].1));
+        }
+    }
     // COPY ... DB n writes its destination into another database.
     if spec.name == "copy" && keys.len() == 2 {
         let mut i = 3;

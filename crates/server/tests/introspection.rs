@@ -244,3 +244,61 @@ fn memory_usage_and_stats() {
     assert!(c.call("MEMORY DOCTOR").contains("persistent data file"));
     server.shutdown().unwrap();
 }
+
+/// COMMAND GETKEYS finds keys where Redis does, movable ones included.
+#[test]
+fn command_getkeys_and_list() {
+    let (server, _dir) = common::start();
+    let mut c = Client::connect(&server);
+    let many: Vec<String> = (1..=300).map(|i| format!("key{i}")).collect();
+    c.script(&[
+        ("COMMAND GETKEYS get key", "[\"key\"]"),
+        ("COMMAND GETKEYS mset a 1 b 2", "[\"a\", \"b\"]"),
+        (
+            "COMMAND GETKEYS zunionstore dst 2 a b WEIGHTS 1 2",
+            "[\"dst\", \"a\", \"b\"]",
+        ),
+        (
+            "COMMAND GETKEYS zunionstore dst 3 a b",
+            "(error) ERR Invalid arguments specified for command",
+        ),
+        ("COMMAND GETKEYS lmpop 2 l1 l2 LEFT", "[\"l1\", \"l2\"]"),
+        ("COMMAND GETKEYS blmpop 0 1 l1 LEFT COUNT 2", "[\"l1\"]"),
+        ("COMMAND GETKEYS sintercard 2 a b LIMIT 1", "[\"a\", \"b\"]"),
+        ("COMMAND GETKEYS memory usage key", "[\"key\"]"),
+        (
+            "COMMAND GETKEYS ping",
+            "(error) ERR The command has no key arguments",
+        ),
+        (
+            "COMMAND GETKEYS nosuch a",
+            "(error) ERR Invalid command specified",
+        ),
+        (
+            "COMMAND GETKEYS get",
+            "(error) ERR Invalid number of arguments specified for command",
+        ),
+        ("COMMAND GETKEYSANDFLAGS get k1", "[[\"k1\", [RO, access]]]"),
+        (
+            "COMMAND LIST FILTERBY PATTERN hset*",
+            "[\"hset\", \"hsetnx\"]",
+        ),
+        ("COMMAND LIST FILTERBY MODULE nosuch", "[]"),
+        ("COMMAND LIST FILTERBY ACLCAT nosuch", "[]"),
+        ("COMMAND LIST bad_arg", "(error) ERR syntax error"),
+    ]);
+    let getkeys = c.call(&format!(
+        "COMMAND GETKEYS zunionstore target {} {}",
+        many.len(),
+        many.join(" ")
+    ));
+    assert_eq!(getkeys.matches("\"key").count(), 300, "{getkeys}");
+    let info = c.call("COMMAND INFO zunionstore");
+    assert!(info.contains("movablekeys"), "{info}");
+    let hashes = c.call("COMMAND LIST FILTERBY ACLCAT hash");
+    assert!(
+        hashes.contains("\"hget\"") && !hashes.contains("\"get\""),
+        "{hashes}"
+    );
+    server.shutdown().unwrap();
+}

@@ -12,6 +12,7 @@ mod engram;
 mod functions;
 mod hashes;
 mod introspection;
+mod key_finder;
 mod keys;
 mod lists;
 mod memory;
@@ -147,21 +148,20 @@ impl CommandSpec {
         self.flags & flag != 0
     }
 
-    /// The key arguments of a call, by position.
+    /// Every argument a call may use as a key, for locking: the spec's
+    /// fixed positions (which for the commands with movable keys cover
+    /// their other arguments too: locking one more is harmless) and the
+    /// positions `key_finder` parses out (SORT's STORE destination).
     pub fn key_args<'a>(&self, args: &Args<'a>) -> Vec<&'a [u8]> {
-        let (first, last, step) = self.keys;
-        if first <= 0 || args.len() <= first as usize {
-            return Vec::new();
+        let mut positions = key_finder::fixed_positions(self, args.len());
+        if key_finder::is_movable(self) {
+            for i in key_finder::key_positions(self, args).unwrap_or_default() {
+                if !positions.contains(&i) {
+                    positions.push(i);
+                }
+            }
         }
-        let last = if last < 0 {
-            args.len() as i32 + last
-        } else {
-            last.min(args.len() as i32 - 1)
-        };
-        (first..=last)
-            .step_by(step.max(1) as usize)
-            .map(|i| args.get(i as usize))
-            .collect()
+        positions.into_iter().map(|i| args.get(i)).collect()
     }
 }
 

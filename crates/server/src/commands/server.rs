@@ -104,7 +104,41 @@ fn flag_names(spec: &CommandSpec) -> Vec<&'static str> {
             names.push(name);
         }
     }
+    if super::key_finder::is_movable(spec) {
+        names.push("movablekeys");
+    }
     names
+}
+
+/// A command's ACL categories as Redis names them: its group's, and the
+/// categories its flags imply.
+fn categories(spec: &CommandSpec) -> Vec<&'static str> {
+    let mut categories = match spec.group {
+        "generic" => vec!["keyspace"],
+        "transactions" => vec!["transaction"],
+        "string" | "hash" | "list" | "set" | "sortedset" | "connection" | "scripting" => {
+            vec![spec.group]
+        }
+        // server and engram: admin and dangerous come from the flags.
+        _ => Vec::new(),
+    };
+    for (flag, category) in [
+        (WRITE, "write"),
+        (READONLY, "read"),
+        (ADMIN, "admin"),
+        (FAST, "fast"),
+    ] {
+        if spec.is(flag) {
+            categories.push(category);
+        }
+    }
+    if !spec.is(FAST) {
+        categories.push("slow");
+    }
+    if spec.is(ADMIN) {
+        categories.push("dangerous");
+    }
+    categories
 }
 
 fn command_info(ctx: &mut Ctx, spec: &CommandSpec) {
@@ -120,8 +154,11 @@ fn command_info(ctx: &mut Ctx, spec: &CommandSpec) {
     out.int(spec.keys.0 as i64);
     out.int(spec.keys.1 as i64);
     out.int(spec.keys.2 as i64);
-    out.set(1);
-    out.simple(&format!("@{}", spec.group));
+    let categories = categories(spec);
+    out.set(categories.len());
+    for category in categories {
+        out.simple(&format!("@{category}"));
+    }
     out.set(0); // tips
     out.array(0); // key specifications
     out.array(0); // subcommands
@@ -156,9 +193,65 @@ fn command(ctx: &mut Ctx, args: Args) -> CmdResult {
             ctx.out.int(TABLE.len() as i64);
         }
         "list" => {
-            ctx.out.array(TABLE.len());
-            for spec in TABLE.iter() {
-                ctx.out.bulk(spec.name.as_bytes());
+            let filter = match args.len() {
+                2 => None,
+                5 if is(args.get(2), "filterby") => Some((lowercase(args.get(3)), args.get(4))),
+                _ => return Err(err(SYNTAX)),
+            };
+            let names: Vec<&str> = TABLE
+                .iter()
+                .filter(|spec| match &filter {
+                    None => true,
+                    Some((by, value)) => match by.as_str() {
+                        "module" => false,
+                        "aclcat" => categories(spec).iter().any(|c| is(value, c)),
+                        "pattern" => glob::matches(value, spec.name.as_bytes()),
+                        _ => false,
+                    },
+                })
+                .map(|spec| spec.name)
+                .collect();
+            if let Some((by, _)) = &filter {
+                if !["module", "aclcat", "pattern"].contains(&by.as_str()) {
+                    return Err(err(SYNTAX));
+                }
+            }
+            ctx.out.array(names.len());
+            for name in names {
+                ctx.out.bulk(name.as_bytes());
+            }
+        }
+        "getkeys" | "getkeysandflags" if args.len() >= 3 => {
+            let with_flags = is(sub, "getkeysandflags");
+            let call = args.from(2);
+            let Some((_, spec)) = super::lookup(call.get(0)) else {
+                return Err(err("ERR Invalid command specified"));
+            };
+            if !spec.arity_ok(call.len()) {
+                return Err(err("ERR Invalid number of arguments specified for command"));
+            }
+            let positions = super::key_finder::key_positions(spec, &call)
+                .ok_or_else(|| err("ERR Invalid arguments specified for command"))?;
+            if positions.is_empty() {
+                return Err(err("ERR The command has no key arguments"));
+            }
+            ctx.out.array(positions.len());
+            for i in positions {
+                if with_flags {
+                    ctx.out.array(2);
+                    ctx.out.bulk(call.get(i));
+                    let flags: &[&str] = if spec.is(WRITE) {
+                        &["RW", "access", "update"]
+                    } else {
+                        &["RO", "access"]
+                    };
+                    ctx.out.set(flags.len());
+                    for flag in flags {
+                        ctx.out.simple(flag);
+                    }
+                } else {
+                    ctx.out.bulk(call.get(i));
+                }
             }
         }
         "info" => {
@@ -198,8 +291,10 @@ fn command(ctx: &mut Ctx, args: Args) -> CmdResult {
                 "(no subcommand)",
                 "COUNT",
                 "DOCS [<command-name> ...]",
+                "GETKEYS <full-command>",
+                "GETKEYSANDFLAGS <full-command>",
                 "INFO [<command-name> ...]",
-                "LIST",
+                "LIST [FILTERBY (MODULE <module-name>|ACLCAT <category>|PATTERN <pattern>)]",
                 "HELP",
             ];
             ctx.out.array(lines.len());

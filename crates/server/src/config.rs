@@ -405,6 +405,9 @@ pub struct Runtime {
     pub proto_max_bulk_len: AtomicUsize,
     pub client_query_buffer_limit: AtomicUsize,
     pub requirepass: RwLock<Option<String>>,
+    /// Redis's `hll-sparse-max-bytes`: the size past which a sparse
+    /// HyperLogLog turns dense.
+    pub hll_sparse_max_bytes: AtomicUsize,
 }
 
 impl Runtime {
@@ -416,6 +419,7 @@ impl Runtime {
             proto_max_bulk_len: AtomicUsize::new(config.proto_max_bulk_len),
             client_query_buffer_limit: AtomicUsize::new(config.client_query_buffer_limit),
             requirepass: RwLock::new(config.requirepass.clone()),
+            hll_sparse_max_bytes: AtomicUsize::new(crate::hll::DEFAULT_SPARSE_MAX_BYTES),
         }
     }
 

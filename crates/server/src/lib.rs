@@ -9,11 +9,13 @@
 
 #![forbid(unsafe_code)]
 
+mod bits;
 mod clients;
 mod commands;
 pub mod config;
 mod connection;
 pub mod glob;
+mod hll;
 mod info;
 /// The keyspace is a crate of its own (below the server, beside embedders).
 pub use engram_keyspace as keyspace;

@@ -6,15 +6,19 @@
 //! the reply. Writes go through `Ctx::write`, which locks the keys' stripes
 //! (or, inside EXEC, uses the transaction that already holds them).
 
+mod bitmaps;
 mod connection;
 mod engram;
 mod functions;
 mod hashes;
+mod hyperloglog;
 mod keys;
+mod lcs;
 mod lists;
 mod server;
 mod sets;
 mod sorted_sets;
+mod string_patch;
 mod strings;
 mod transactions;
 
@@ -169,6 +173,9 @@ pub static TABLE: LazyLock<Vec<CommandSpec>> = LazyLock::new(|| {
     table.extend(server::commands());
     table.extend(keys::commands());
     table.extend(strings::commands());
+    table.extend(lcs::commands());
+    table.extend(bitmaps::commands());
+    table.extend(hyperloglog::commands());
     table.extend(hashes::commands());
     table.extend(sets::commands());
     table.extend(sorted_sets::commands());

@@ -260,6 +260,13 @@ fn parameters(ctx: &Ctx) -> Vec<(&'static str, String)> {
         ),
         ("maxmemory", "0".into()),
         (
+            "hll-sparse-max-bytes",
+            runtime
+                .hll_sparse_max_bytes
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
             "mode",
             if shared.keyspace.commit().is_dax() {
                 "dax"
@@ -471,6 +478,15 @@ fn validate_setting(name: &str, value: &str) -> Result<Change, CmdError> {
                 ctx.shared
                     .runtime
                     .client_query_buffer_limit
+                    .store(n, Ordering::Relaxed)
+            })
+        }
+        "hll-sparse-max-bytes" => {
+            let n = parse_memory(value).map_err(failed)?;
+            Box::new(move |ctx: &mut Ctx| {
+                ctx.shared
+                    .runtime
+                    .hll_sparse_max_bytes
                     .store(n, Ordering::Relaxed)
             })
         }

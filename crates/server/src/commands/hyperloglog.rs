@@ -47,7 +47,7 @@ pub fn commands() -> Vec<CommandSpec> {
         ),
         g.command(
             "pfdebug",
-            -3,
+            3,
             WRITE | ADMIN,
             (2, 2, 1),
             pfdebug,
@@ -213,28 +213,21 @@ enum DebugReply {
 fn pfdebug(ctx: &mut Ctx, args: Args) -> CmdResult {
     let (sub, key) = (args.get(1), args.get(2));
     let sub_name = String::from_utf8_lossy(sub).into_owned();
+    let sub_lower = lowercase(sub);
     let reply = ctx.write(&[key], false, |txn, db, now| {
         let Some(stored) = txn.get(db, key, now)? else {
             return Err(err("ERR The specified key does not exist"));
         };
         let mut value = hll_of(stored.meta, stored.payload())?.to_vec();
         let expire_at = stored.meta.expire_at();
-        let arity = || {
-            err(format!(
-                "ERR Wrong number of arguments for the '{sub_name}' subcommand"
-            ))
-        };
-        if args.len() != 3 {
-            return Err(arity());
-        }
-        Ok(match lowercase(sub).as_str() {
+        Ok(match sub_lower.as_str() {
             // Both turn the stored value dense, as in Redis.
             "getreg" | "todense" => {
                 let converted = hll::to_dense(&mut value).map_err(corrupt)?;
                 if converted {
                     txn.put_string(db, key, &value, expire_at)?;
                 }
-                if lowercase(sub) == "getreg" {
+                if sub_lower == "getreg" {
                     DebugReply::Registers(hll::dense_registers(&value))
                 } else {
                     DebugReply::Int(i64::from(converted))

@@ -48,6 +48,14 @@ fn setbit_getbit_and_their_errors() {
             ("GETBIT n 2", "(integer) 1"),
             ("SETBIT n 6 1", "(integer) 0"),
             ("GET n", "\"3\""),
+            // Bits that spell an integer stay usable as one, and the
+            // reverse.
+            ("SETBIT z 2 1", "(integer) 0"),
+            ("SETBIT z 3 1", "(integer) 0"),
+            ("GET z", "\"0\""),
+            ("INCR z", "(integer) 1"),
+            ("SETBIT z 7 0", "(integer) 1"),
+            ("GET z", "\"0\""),
             ("LPUSH list a", "(integer) 1"),
             ("SETBIT list 0 1", WRONGTYPE),
             ("GETBIT list 0", WRONGTYPE),

@@ -8,6 +8,7 @@
 
 use super::strings::check_len;
 use super::CmdError;
+use crate::keyspace::value::{Encoding, Kind, Meta, StringValue, META_BYTES};
 use crate::keyspace::{Stored, Txn};
 
 /// A change to a string value: it grows to at least `min_len` bytes (the
@@ -30,7 +31,10 @@ impl Patch {
 }
 
 /// Stores `patch` on `key`, whose value before it is `old` (None: the key
-/// is absent and the patch creates it). Keeps the key's expiry.
+/// is absent and the patch creates it). Keeps the key's expiry. The result
+/// is stored raw even when its bytes spell an integer, as Redis leaves a
+/// string SETBIT touched, so later patches always find the bytes
+/// themselves in the payload.
 pub fn write_patch(
     txn: &mut Txn,
     db: usize,
@@ -39,15 +43,27 @@ pub fn write_patch(
     patch: &Patch,
 ) -> Result<(), CmdError> {
     debug_assert!(patch.offset + patch.bytes.len() <= patch.min_len);
-    let (mut text, expire_at) = match old {
-        Some(stored) => (stored.string().to_bytes(), stored.meta.expire_at()),
-        None => (Vec::new(), None),
-    };
-    check_len(patch.min_len.max(text.len()))?;
-    if text.len() < patch.min_len {
-        text.resize(patch.min_len, 0);
+    let expire_at = old.and_then(|stored| stored.meta.expire_at());
+    let old_len = old.map_or(0, |stored| stored.string().len());
+    let len = patch.min_len.max(old_len);
+    check_len(len)?;
+    // One buffer: meta word, then the text, then the patch over it.
+    let mut value = Vec::with_capacity(META_BYTES + len);
+    value.extend_from_slice(
+        &Meta::new(Kind::String, Encoding::Raw, expire_at)
+            .0
+            .to_le_bytes(),
+    );
+    match old.map(Stored::string) {
+        Some(StringValue::Raw(bytes)) => value.extend_from_slice(bytes),
+        Some(StringValue::Int(n)) => {
+            value.extend_from_slice(itoa::Buffer::new().format(n).as_bytes())
+        }
+        None => {}
     }
-    text[patch.offset..patch.offset + patch.bytes.len()].copy_from_slice(&patch.bytes);
-    txn.put_string(db, key, &text, expire_at)?;
+    value.resize(META_BYTES + len, 0);
+    let at = META_BYTES + patch.offset;
+    value[at..at + patch.bytes.len()].copy_from_slice(&patch.bytes);
+    txn.put(db, key, &value)?;
     Ok(())
 }

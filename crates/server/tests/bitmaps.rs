@@ -183,6 +183,9 @@ fn bitfield_and_its_errors() {
             ("BITFIELD f", "[]"),
             ("BITFIELD nokey GET u8 0", "[(integer) 0]"),
             ("EXISTS nokey", "(integer) 0"),
+            // A write creates the key even when its one write fails.
+            ("BITFIELD fresh OVERFLOW FAIL INCRBY u2 10 9", "[(nil)]"),
+            ("STRLEN fresh", "(integer) 2"),
             (
                 "BITFIELD_RO f GET u8 8 GET i4 #2",
                 "[(integer) 255, (integer) -1]",

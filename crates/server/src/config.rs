@@ -429,6 +429,9 @@ pub struct Runtime {
     /// The values of the Redis parameters that have no effect here, by
     /// canonical name (`redis_params`).
     pub redis_params: RwLock<HashMap<&'static str, String>>,
+    /// Redis's `hll-sparse-max-bytes`: the size past which a sparse
+    /// HyperLogLog turns dense.
+    pub hll_sparse_max_bytes: AtomicUsize,
 }
 
 impl Runtime {
@@ -445,6 +448,7 @@ impl Runtime {
                 values.extend(config.redis_params.iter().cloned());
                 values
             }),
+            hll_sparse_max_bytes: AtomicUsize::new(crate::hll::DEFAULT_SPARSE_MAX_BYTES),
         }
     }
 

@@ -9,12 +9,14 @@
 
 #![forbid(unsafe_code)]
 
+mod bits;
 mod clients;
 mod command_stats;
 mod commands;
 pub mod config;
 mod connection;
 pub mod glob;
+mod hll;
 mod info;
 mod latency;
 /// The keyspace is a crate of its own (below the server, beside embedders).

@@ -11,8 +11,8 @@
 //! (`port`, `timeout`, `maxclients`, `appendfsync`, ...) are handled by
 //! `config.rs` and `commands/server.rs`; this table only supplies their
 //! names (`CONFIG GET *`) where those do not. A few kept here also act:
-//! `Shared::apply_redis_param` puts `slowlog-*` and
-//! `latency-monitor-threshold` into effect, and `enable-debug-command`
+//! `Shared::apply_redis_param` puts `slowlog-*`,
+//! `latency-monitor-threshold` and `hll-sparse-max-bytes` into effect, and `enable-debug-command`
 //! gates DEBUG.
 //!
 //! The table is Redis 7.0.15's: names, aliases (`hash-max-ziplist-entries`

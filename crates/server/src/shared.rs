@@ -132,6 +132,10 @@ impl Shared {
                 self.slowlog.slower_than.store(number(), Ordering::Relaxed)
             }
             "slowlog-max-len" => self.slowlog.set_max_len(number().max(0) as usize),
+            "hll-sparse-max-bytes" => self
+                .runtime
+                .hll_sparse_max_bytes
+                .store(number().max(0) as usize, Ordering::Relaxed),
             "latency-monitor-threshold" => self
                 .latency
                 .threshold_ms

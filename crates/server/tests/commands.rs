@@ -564,3 +564,54 @@ fn expiry_is_lazy_active_and_survives_restart() {
     assert!(info.contains("db0:keys=2,expires=1"), "{info}");
     server.shutdown().unwrap();
 }
+
+/// LCS and its options, each reply checked against a real redis-server
+/// 7.0 in the same test.
+#[test]
+fn lcs() {
+    let (server, _dir) = start();
+    let redis = common::RedisServer::start();
+    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    common::script_both(
+        &mut e,
+        &mut r,
+        &[
+            ("MSET key1 ohmytext key2 mynewtext", "OK"),
+            ("LCS key1 key2", "\"mytext\""),
+            ("LCS key1 key2 LEN", "(integer) 6"),
+            (
+                "LCS key1 key2 IDX",
+                "[\"matches\", [[[(integer) 4, (integer) 7], [(integer) 5, (integer) 8]], \
+                 [[(integer) 2, (integer) 3], [(integer) 0, (integer) 1]]], \"len\", (integer) 6]",
+            ),
+            (
+                "LCS key1 key2 IDX MINMATCHLEN 4 WITHMATCHLEN",
+                "[\"matches\", [[[(integer) 4, (integer) 7], [(integer) 5, (integer) 8], \
+                 (integer) 4]], \"len\", (integer) 6]",
+            ),
+            ("LCS key1 key2 IDX MINMATCHLEN -5", "[\"matches\", [[[(integer) 4, (integer) 7], [(integer) 5, (integer) 8]], [[(integer) 2, (integer) 3], [(integer) 0, (integer) 1]]], \"len\", (integer) 6]"),
+            ("LCS key1 nokey", "\"\""),
+            ("LCS nokey nokey2 IDX", "[\"matches\", [], \"len\", (integer) 0]"),
+            ("SET n 12345", "OK"),
+            ("SET m 92349", "OK"),
+            ("LCS n m", "\"234\""),
+            (
+                "LCS key1 key2 LEN IDX",
+                "(error) ERR If you want both the length and indexes, please just use IDX.",
+            ),
+            ("LCS key1 key2 FOO", SYNTAX),
+            ("LCS key1 key2 MINMATCHLEN", SYNTAX),
+            ("LCS key1 key2 MINMATCHLEN x", NOT_INT),
+            ("LPUSH list a", "(integer) 1"),
+            (
+                "LCS key1 list",
+                "(error) ERR The specified keys must contain string values",
+            ),
+            (
+                "LCS list key1 FOO",
+                "(error) ERR The specified keys must contain string values",
+            ),
+            ("LCS key1", "(error) ERR wrong number of arguments for 'lcs' command"),
+        ],
+    );
+}

@@ -9,67 +9,9 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{redis_con, start, Client};
-
-/// A redis-server on a free port, killed when dropped.
-struct RedisServer {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl RedisServer {
-    fn start() -> RedisServer {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = tempfile::tempdir().unwrap();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--save",
-                "",
-                "--bind",
-                "127.0.0.1",
-            ])
-            .current_dir(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH (.ci/run installs it)");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        RedisServer {
-            child,
-            port,
-            _dir: dir,
-        }
-    }
-
-    fn con(&self) -> redis::Connection {
-        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))
-            .unwrap()
-            .get_connection()
-            .unwrap()
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::{redis_con, start, Client, RedisServer};
 
 /// The reply to `args` as text, error or not, for comparing two servers.
 fn reply(con: &mut redis::Connection, args: &[&str]) -> String {
@@ -132,7 +74,7 @@ fn config_parameters_match_redis() {
     let redis = RedisServer::start();
     let (server, _dir) = start();
     let mut ours = redis_con(server.addr);
-    let mut theirs = redis.con();
+    let mut theirs = redis_con(redis.addr);
     let names = |con: &mut redis::Connection| -> HashSet<String> {
         let pairs: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("*").query(con).unwrap();
         pairs.chunks(2).map(|pair| pair[0].clone()).collect()
@@ -366,7 +308,7 @@ fn far_expiry_times_like_redis() {
     let redis = RedisServer::start();
     let (server, _dir) = start();
     let mut ours = redis_con(server.addr);
-    let mut theirs = redis.con();
+    let mut theirs = redis_con(redis.addr);
     for args in [
         &["SET", "foo", "bar"][..],
         &["PEXPIREAT", "foo", "9223372036854770000"],
@@ -488,7 +430,7 @@ fn move_between_databases() {
     let dir = tempfile::tempdir().unwrap();
     let server = engram_server::Server::start(common::config_in(dir.path())).unwrap();
     let mut ours = redis_con(server.addr);
-    let mut theirs = redis.con();
+    let mut theirs = redis_con(redis.addr);
     let script: &[&[&str]] = &[
         &["SET", "s", "v", "EX", "1000"],
         &["HSET", "h", "f", "v"],

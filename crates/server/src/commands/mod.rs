@@ -6,19 +6,23 @@
 //! the reply. Writes go through `Ctx::write`, which locks the keys' stripes
 //! (or, inside EXEC, uses the transaction that already holds them).
 
+mod bitmaps;
 mod connection;
 mod debug;
 mod engram;
 mod functions;
 mod hashes;
+mod hyperloglog;
 mod introspection;
 mod key_finder;
 mod keys;
+mod lcs;
 mod lists;
 mod memory;
 mod server;
 mod sets;
 mod sorted_sets;
+mod string_patch;
 mod strings;
 mod transactions;
 
@@ -172,6 +176,9 @@ pub static TABLE: LazyLock<Vec<CommandSpec>> = LazyLock::new(|| {
     table.extend(server::commands());
     table.extend(keys::commands());
     table.extend(strings::commands());
+    table.extend(lcs::commands());
+    table.extend(bitmaps::commands());
+    table.extend(hyperloglog::commands());
     table.extend(hashes::commands());
     table.extend(sets::commands());
     table.extend(sorted_sets::commands());

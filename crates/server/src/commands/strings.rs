@@ -368,7 +368,7 @@ fn set(ctx: &mut Ctx, args: Args) -> CmdResult {
     Ok(())
 }
 
-fn check_len(len: usize) -> CmdResult {
+pub(super) fn check_len(len: usize) -> CmdResult {
     if len > MAX_STRING {
         return Err(err(
             "ERR string exceeds maximum allowed size (proto-max-bulk-len)",

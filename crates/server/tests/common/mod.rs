@@ -153,3 +153,111 @@ pub fn start_with(config: Config) -> (Server, tempfile::TempDir) {
     .unwrap();
     (server, dir)
 }
+
+impl Client {
+    /// A client of any server at `addr` (a reference redis-server too).
+    pub fn connect_addr(addr: std::net::SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        Client {
+            reader: BufReader::new(stream.try_clone().unwrap()),
+            writer: stream,
+        }
+    }
+}
+
+/// A real redis-server from PATH (.ci/run installs it) on a free port,
+/// persistence off, in a directory of its own; killed when dropped. The
+/// interoperability tests hold Engram's replies and bytes against it.
+pub struct RedisServer {
+    child: std::process::Child,
+    pub addr: std::net::SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        let dir = tempfile::tempdir().unwrap();
+        // A port the OS just handed out and took back: free unless another
+        // process grabs it in between, which the PING loop would show.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server must be on PATH (.ci/run installs it)");
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let mut server = RedisServer {
+            child,
+            addr,
+            _dir: dir,
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(stream) = TcpStream::connect(addr) {
+                let mut client = Client {
+                    reader: BufReader::new(stream.try_clone().unwrap()),
+                    writer: stream,
+                };
+                if client.call("PING") == "PONG" {
+                    return server;
+                }
+            }
+            if let Some(status) = server.child.try_wait().unwrap() {
+                panic!("redis-server exited at start: {status}");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "redis-server did not answer on port {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect_addr(self.addr)
+    }
+
+    pub fn con(&self) -> redis::Connection {
+        redis_con(self.addr)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `(command, expected reply)` pairs on Engram and on Redis, holding
+/// both to the expected text: the expectation is Redis's own answer.
+pub fn script_both(engram: &mut Client, redis: &mut Client, cases: &[(&str, &str)]) {
+    for (command, expected) in cases {
+        assert_eq!(
+            redis.call(command),
+            *expected,
+            "Redis's reply to `{command}`"
+        );
+        assert_eq!(
+            engram.call(command),
+            *expected,
+            "Engram's reply to `{command}`"
+        );
+    }
+}

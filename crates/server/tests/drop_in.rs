@@ -491,3 +491,29 @@ fn move_between_databases() {
     ]);
     server.shutdown().unwrap();
 }
+
+#[test]
+fn object_subcommands() {
+    let (server, _dir) = start();
+    let mut c = Client::connect(&server);
+    c.script(&[
+        ("SET k 1", "OK"),
+        ("OBJECT REFCOUNT k", "(integer) 1"),
+        ("OBJECT REFCOUNT nokey", "(nil)"),
+        ("OBJECT ENCODING k", "\"int\""),
+        (
+            "OBJECT FREQ k",
+            "(error) ERR OBJECT FREQ is not available: Engram does not track key access yet",
+        ),
+        (
+            "OBJECT REFCOUNT",
+            "(error) ERR wrong number of arguments for 'object|refcount' command",
+        ),
+        (
+            "OBJECT NOPE k",
+            "(error) ERR unknown subcommand 'NOPE'. Try OBJECT HELP.",
+        ),
+    ]);
+    assert!(c.call("OBJECT HELP").contains("REFCOUNT <key>"));
+    server.shutdown().unwrap();
+}

@@ -26,7 +26,7 @@ use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -104,6 +104,12 @@ async fn run(
         loop {
             match parser.parse(&buf[offset..]) {
                 Ok(Step::Command { consumed }) => {
+                    let held = held_by_pause(shared, session, parser.args(&buf[offset..]));
+                    if let Some((until, may_write)) = held {
+                        if !wait_unpaused(shared, stream, session, out, until, may_write).await? {
+                            return Ok(());
+                        }
+                    }
                     execute(shared, session, out, parser.args(&buf[offset..]));
                     offset += consumed;
                     if session.blocked.is_some()
@@ -156,6 +162,75 @@ async fn run(
             return Ok(());
         }
     }
+}
+
+/// The deadline CLIENT PAUSE holds this command to, if it does: any
+/// command under PAUSE ALL; under PAUSE WRITE, the ones that may write
+/// (and PFCOUNT and PUBLISH, which Redis holds too), and EXEC of a queue
+/// with one of those. Commands queued inside MULTI are not held.
+fn held_by_pause(
+    shared: &Shared,
+    session: &Session,
+    args: crate::resp::Args,
+) -> Option<(Instant, bool)> {
+    let (_, spec) = lookup(args.get(0))?;
+    let may_write = |spec: &crate::commands::CommandSpec| {
+        spec.is(crate::commands::WRITE)
+            || matches!(
+                spec.name,
+                "pfcount" | "publish" | "spublish" | "eval" | "evalsha" | "fcall"
+            )
+    };
+    let may_write = if spec.name == "exec" {
+        session.multi.as_ref().is_some_and(|queue| {
+            queue
+                .iter()
+                .any(|q| lookup(q.args().get(0)).is_some_and(|(_, s)| may_write(s)))
+        })
+    } else if session.in_multi() && !spec.is(crate::commands::NOT_QUEUED) {
+        return None;
+    } else {
+        may_write(spec)
+    };
+    shared
+        .pause
+        .holds(may_write)
+        .map(|until| (until, may_write))
+}
+
+/// Waits out CLIENT PAUSE (until `until`, CLIENT UNPAUSE, or a new
+/// pause's deadline); false when the connection must close instead.
+async fn wait_unpaused(
+    shared: &Shared,
+    stream: &mut TcpStream,
+    session: &mut Session,
+    out: &mut ReplyWriter,
+    mut until: Instant,
+    may_write: bool,
+) -> std::io::Result<bool> {
+    flush(shared, stream, session, out).await?;
+    let info = session.info.clone();
+    shared.pause.held.fetch_add(1, Ordering::Relaxed);
+    let result = loop {
+        let changed = shared.pause.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        tokio::select! {
+            _ = tokio::time::sleep_until(until.into()) => {}
+            _ = &mut changed => {}
+            _ = info.kill.notified() => break false,
+        }
+        if info.killed.load(Ordering::Acquire) || shared.is_shutting_down() {
+            break false;
+        }
+        // The command may still be held: by a longer or stricter pause.
+        match shared.pause.holds(may_write) {
+            Some(later) if later > Instant::now() => until = later,
+            _ => break true,
+        }
+    };
+    shared.pause.held.fetch_sub(1, Ordering::Relaxed);
+    Ok(result)
 }
 
 /// Waits until the blocked command of `session` is served, times out or

@@ -182,8 +182,9 @@ fn clients(shared: &Shared, out: &mut String) -> std::fmt::Result {
          tracking_clients:0\r\n",
         shared.clients.len(),
         shared.runtime.maxclients.load(Ordering::Relaxed),
-        // Waiting in BLPOP/BRPOP/BLMOVE/BRPOPLPUSH/BLMPOP right now.
-        shared.clients.blocked(),
+        // Waiting in BLPOP/BRPOP/BLMOVE/BRPOPLPUSH/BLMPOP right now, or
+        // held by CLIENT PAUSE.
+        shared.clients.blocked() + shared.pause.held(),
     )
 }
 

@@ -22,6 +22,7 @@ mod latency;
 /// The keyspace is a crate of its own (below the server, beside embedders).
 pub use engram_keyspace as keyspace;
 pub mod offline_scrub;
+mod pause;
 mod redis_params;
 pub mod resp;
 mod serve;

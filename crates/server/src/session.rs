@@ -35,6 +35,19 @@ pub struct Session {
     pub blocked: Option<Blocked>,
     /// The command running is a blocked one tried again after a wakeup.
     pub retrying: bool,
+    /// CLIENT REPLY: whether replies are sent.
+    pub reply: ReplyMode,
+}
+
+/// CLIENT REPLY's modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyMode {
+    On,
+    Off,
+    /// Set by CLIENT REPLY SKIP: the next command's reply is dropped.
+    SkipNext,
+    /// The command now running is that next one.
+    Skip,
 }
 
 /// What a blocked client waits for.
@@ -63,6 +76,7 @@ impl Session {
             close: false,
             blocked: None,
             retrying: false,
+            reply: ReplyMode::On,
         }
     }
 

@@ -13,6 +13,7 @@ use crate::command_stats::CommandStats;
 use crate::config::{Config, Runtime};
 use crate::keyspace::Keyspace;
 use crate::latency::LatencyMonitor;
+use crate::pause::Pause;
 use crate::session::WaitLines;
 use crate::slowlog::SlowLog;
 
@@ -26,6 +27,8 @@ pub struct Shared {
     pub stats: ServerStats,
     /// SLOWLOG.
     pub slowlog: SlowLog,
+    /// CLIENT PAUSE.
+    pub pause: Pause,
     /// LATENCY's events.
     pub latency: Arc<LatencyMonitor>,
     pub started: Instant,
@@ -90,6 +93,7 @@ impl Shared {
             wait_lines: Arc::default(),
             stats: ServerStats::default(),
             slowlog: SlowLog::default(),
+            pause: Pause::default(),
             latency: Arc::default(),
             started: Instant::now(),
             recovery,

@@ -517,3 +517,76 @@ fn object_subcommands() {
     assert!(c.call("OBJECT HELP").contains("REFCOUNT <key>"));
     server.shutdown().unwrap();
 }
+
+/// CLIENT PAUSE holds writes (or everything) until UNPAUSE or the
+/// deadline; held clients count as blocked.
+#[test]
+fn client_pause_and_unpause() {
+    let (server, _dir) = start();
+    let mut admin = Client::connect(&server);
+    let mut writer = Client::connect(&server);
+    let mut reader = Client::connect(&server);
+    let blocked = |c: &mut Client| -> String {
+        let info = c.call("INFO clients");
+        info.split("\\r\\n")
+            .find(|l| l.starts_with("blocked_clients:"))
+            .unwrap_or_default()
+            .to_string()
+    };
+    admin.script(&[
+        ("SET k v", "OK"),
+        ("CLIENT PAUSE 60000 WRITE", "OK"),
+        (
+            "CLIENT PAUSE 100 SOME",
+            "(error) ERR CLIENT PAUSE mode must be WRITE or ALL",
+        ),
+        ("CLIENT PAUSE -1", "(error) ERR timeout is negative"),
+    ]);
+    // Reads and read-only transactions go through.
+    reader.script(&[
+        ("GET k", "\"v\""),
+        ("MULTI", "OK"),
+        ("GET k", "QUEUED"),
+        ("EXEC", "[\"v\"]"),
+    ]);
+    writer.send("SET k w");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while blocked(&mut admin) != "blocked_clients:1" {
+        assert!(Instant::now() < deadline, "the write was not held");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    admin.script(&[("GET k", "\"v\""), ("CLIENT UNPAUSE", "OK")]);
+    assert_eq!(writer.reply(), "OK");
+    admin.script(&[("GET k", "\"w\"")]);
+    assert_eq!(blocked(&mut admin), "blocked_clients:0");
+
+    // ALL holds reads too, until the deadline passes by itself.
+    admin.script(&[("CLIENT PAUSE 300 ALL", "OK")]);
+    let started = Instant::now();
+    reader.script(&[("GET k", "\"w\"")]);
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn client_reply_modes() {
+    let (server, _dir) = start();
+    let mut c = Client::connect(&server);
+    c.send("CLIENT REPLY OFF");
+    c.send("SET a 1");
+    c.send("GET a");
+    c.send("CLIENT REPLY SKIP");
+    c.send("CLIENT REPLY ON");
+    assert_eq!(c.reply(), "OK");
+    c.send("CLIENT REPLY SKIP");
+    c.send("SET b 2");
+    c.script(&[
+        ("GET b", "\"2\""),
+        ("CLIENT REPLY MAYBE", "(error) ERR syntax error"),
+    ]);
+    server.shutdown().unwrap();
+}

@@ -10,6 +10,7 @@ use super::{
 };
 use crate::clients::Unblock;
 use crate::resp::Args;
+use crate::session::ReplyMode;
 
 pub fn commands() -> Vec<CommandSpec> {
     let g = Group("connection");
@@ -283,6 +284,49 @@ fn client(ctx: &mut Ctx, args: Args) -> CmdResult {
             }
             ctx.out.verbatim(&text);
         }
+        "pause" => {
+            if !(3..=4).contains(&argc) {
+                return Err(wrong_sub_arity("client", sub));
+            }
+            let all = match args.len() {
+                4 if is(args.get(3), "write") => false,
+                4 if is(args.get(3), "all") => true,
+                4 => return Err(err("ERR CLIENT PAUSE mode must be WRITE or ALL")),
+                _ => true,
+            };
+            let ms = int_arg(args.get(2))
+                .map_err(|_| err("ERR timeout is not an integer or out of range"))?;
+            if ms < 0 {
+                return Err(err("ERR timeout is negative"));
+            }
+            let until = std::time::Instant::now() + std::time::Duration::from_millis(ms as u64);
+            ctx.shared.pause.pause(until, all);
+            ctx.out.ok();
+        }
+        "unpause" => {
+            exact(2)?;
+            ctx.shared.pause.unpause();
+            ctx.out.ok();
+        }
+        "reply" => {
+            exact(3)?;
+            let mode = args.get(2);
+            ctx.session.reply = if is(mode, "on") {
+                ctx.out.ok();
+                ReplyMode::On
+            } else if is(mode, "off") {
+                ReplyMode::Off
+            } else if is(mode, "skip") {
+                // Unless replies are off already: then SKIP changes nothing.
+                if ctx.session.reply == ReplyMode::Off {
+                    ReplyMode::Off
+                } else {
+                    ReplyMode::SkipNext
+                }
+            } else {
+                return Err(err(SYNTAX));
+            };
+        }
         "kill" => client_kill(ctx, args)?,
         "unblock" => client_unblock(ctx, args)?,
         "setinfo" => {
@@ -325,6 +369,11 @@ fn client(ctx: &mut Ctx, args: Args) -> CmdResult {
                 "INFO",
                 "KILL <ip:port> | KILL [ID id] [ADDR ip:port] [LADDR ip:port] [SKIPME yes|no]",
                 "UNBLOCK <clientid> [TIMEOUT|ERROR]",
+                "PAUSE <timeout> [WRITE|ALL]",
+                "UNPAUSE",
+                "REPLY (ON|OFF|SKIP)",
+                "NO-EVICT (ON|OFF)",
+                "NO-TOUCH (ON|OFF)",
                 "SETINFO <LIB-NAME|LIB-VER> <value>",
                 "HELP",
             ];

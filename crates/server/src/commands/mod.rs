@@ -32,7 +32,7 @@ use std::sync::LazyLock;
 
 use crate::keyspace::{self, now_ms, CKind, Keyspace, Object, Txn};
 use crate::resp::{Args, ReplyWriter};
-use crate::session::Session;
+use crate::session::{ReplyMode, Session};
 use crate::shared::Shared;
 
 pub use transactions::unwatch_all;
@@ -485,7 +485,18 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
         out.simple("QUEUED");
         return;
     }
+    let mark = out.len();
     run(shared, session, out, None, index, args);
+    // CLIENT REPLY OFF and SKIP: the reply is written, then dropped.
+    match session.reply {
+        ReplyMode::On => {}
+        ReplyMode::Off => out.buf.truncate(mark),
+        ReplyMode::SkipNext => session.reply = ReplyMode::Skip,
+        ReplyMode::Skip => {
+            out.buf.truncate(mark);
+            session.reply = ReplyMode::On;
+        }
+    }
 }
 
 /// Sends an error reply and counts it (INFO errorstats).

@@ -1,0 +1,54 @@
+//! CLIENT PAUSE: holds clients' commands until a deadline or CLIENT
+//! UNPAUSE. `ALL` holds every command; `WRITE` holds the commands that
+//! may change data (or, in Redis, be replicated: PFCOUNT and PUBLISH too)
+//! and EXEC of a transaction holding one. A held client counts as
+//! blocked (INFO `blocked_clients`), as in Redis.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+#[derive(Default)]
+pub struct Pause {
+    /// Until when, and whether every command (else only writes).
+    state: Mutex<Option<(Instant, bool)>>,
+    /// Woken by CLIENT UNPAUSE and by a new pause.
+    pub changed: Notify,
+    /// Clients held now.
+    pub held: AtomicUsize,
+}
+
+impl Pause {
+    /// Pauses until `until`. As in Redis, a pause in effect is only ever
+    /// extended: the later deadline and the stricter mode win.
+    pub fn pause(&self, until: Instant, all: bool) {
+        let mut state = self.state.lock();
+        *state = Some(match *state {
+            Some((old_until, old_all)) if old_until > Instant::now() => {
+                (old_until.max(until), old_all || all)
+            }
+            _ => (until, all),
+        });
+        self.changed.notify_waiters();
+    }
+
+    pub fn unpause(&self) {
+        *self.state.lock() = None;
+        self.changed.notify_waiters();
+    }
+
+    /// The deadline a command must wait for, if the pause holds it.
+    pub fn holds(&self, may_write: bool) -> Option<Instant> {
+        let state = *self.state.lock();
+        match state {
+            Some((until, all)) if until > Instant::now() && (all || may_write) => Some(until),
+            _ => None,
+        }
+    }
+
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+}

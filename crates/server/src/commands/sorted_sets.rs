@@ -25,13 +25,16 @@ use super::{
     cursor_arg, err, int_arg, is, symmetric_int_arg, wrong_arity, CmdError, CmdResult, CommandSpec,
     Ctx, Group, FAST, NOT_FLOAT, READONLY, SYNTAX, WRITE,
 };
-use crate::keyspace::{self, ckey, CKind, Object, Txn};
+use crate::keyspace::{ckey, CKind, Object, Txn};
 use crate::resp::{redis_double, Args, ReplyWriter};
+
+mod pops;
+mod setops;
 
 pub fn commands() -> Vec<CommandSpec> {
     let g = Group("sortedset");
     let one = (1, 1, 1);
-    vec![
+    let mut table = vec![
         g.command(
             "zadd",
             -4,
@@ -79,22 +82,6 @@ pub fn commands() -> Vec<CommandSpec> {
             one,
             zremrangebylex,
             "Removes the members of a sorted set within a lexicographical range.",
-        ),
-        g.command(
-            "zunionstore",
-            -4,
-            WRITE,
-            (1, -1, 1),
-            zunionstore,
-            "Stores the union of sorted sets in a key.",
-        ),
-        g.command(
-            "zinterstore",
-            -4,
-            WRITE,
-            (1, -1, 1),
-            zinterstore,
-            "Stores the intersection of sorted sets in a key.",
         ),
         g.command(
             "zrange",
@@ -240,7 +227,10 @@ pub fn commands() -> Vec<CommandSpec> {
             zscan,
             "Iterates over the members and scores of a sorted set.",
         ),
-    ]
+    ];
+    table.extend(setops::commands(&g));
+    table.extend(pops::commands(&g));
+    table
 }
 
 /// A score reply: a RESP3 double, or a RESP2 bulk string, as Redis writes it.
@@ -625,18 +615,8 @@ fn zpop(ctx: &mut Ctx, args: Args, max: bool) -> CmdResult {
         let Some(zset) = zset_in(txn, db, key, now)? else {
             return Ok(Vec::new());
         };
-        let take = usize::try_from(count.unwrap_or(1))
-            .unwrap_or(usize::MAX)
-            .min(zset.len());
-        let popped: Vec<(Box<[u8]>, f64)> = if max {
-            zset.range_rev(zset.len() - take..zset.len())
-                .map(|(member, score)| (member.into(), score))
-                .collect()
-        } else {
-            zset.range(0..take)
-                .map(|(member, score)| (member.into(), score))
-                .collect()
-        };
+        let take = usize::try_from(count.unwrap_or(1)).unwrap_or(usize::MAX);
+        let popped = pops::take(zset, max, take);
         if !popped.is_empty() {
             txn.log(vec![Op::SortedSetRemove {
                 key: ckey(db, key)?,
@@ -997,227 +977,11 @@ fn store_result(
     Ok(len)
 }
 
-// ---------------------------------------------------------------------------
-// ZUNIONSTORE, ZINTERSTORE.
-
-#[derive(Clone, Copy)]
-enum Aggregate {
-    Sum,
-    Min,
-    Max,
-}
-
-impl Aggregate {
-    /// Redis's `zunionInterAggregate`: a NaN sum (inf + -inf) is 0, and a
-    /// NaN value never wins MIN or MAX.
-    fn apply(self, target: &mut f64, value: f64) {
-        match self {
-            Aggregate::Sum => {
-                *target += value;
-                if target.is_nan() {
-                    *target = 0.0;
-                }
-            }
-            Aggregate::Min => {
-                if value < *target {
-                    *target = value;
-                }
-            }
-            Aggregate::Max => {
-                if value > *target {
-                    *target = value;
-                }
-            }
-        }
-    }
-}
-
-/// `value` as a score; NaN (which the aggregation never produces) as 0.
+/// `value` as a score; NaN (which the aggregations never produce) as 0.
 fn score_or_zero(value: f64) -> Score {
     Score::new(value)
         .or_else(|| Score::new(0.0))
         .expect("0 is a score")
-}
-
-fn zunionstore(ctx: &mut Ctx, args: Args) -> CmdResult {
-    zsetop_store(ctx, args, false, "zunionstore")
-}
-
-fn zinterstore(ctx: &mut Ctx, args: Args) -> CmdResult {
-    zsetop_store(ctx, args, true, "zinterstore")
-}
-
-/// A source of ZUNIONSTORE / ZINTERSTORE: a sorted set, or a set whose
-/// members all score 1.
-enum Source<'o> {
-    Absent,
-    Sorted(&'o SortedSet),
-    Plain(&'o engram_collections::types::Set),
-}
-
-impl Source<'_> {
-    fn len(&self) -> usize {
-        match self {
-            Source::Absent => 0,
-            Source::Sorted(zset) => zset.len(),
-            Source::Plain(set) => set.len(),
-        }
-    }
-
-    fn score(&self, member: &[u8]) -> Option<f64> {
-        match self {
-            Source::Absent => None,
-            Source::Sorted(zset) => zset.score(member),
-            Source::Plain(set) => set.contains(member).then_some(1.0),
-        }
-    }
-
-    fn for_each(&self, mut f: impl FnMut(&[u8], f64)) {
-        match self {
-            Source::Absent => {}
-            Source::Sorted(zset) => zset.iter().for_each(|(member, score)| f(member, score)),
-            Source::Plain(set) => set.iter().for_each(|member| f(member, 1.0)),
-        }
-    }
-}
-
-/// Reads a source key: a sorted set or a set; any other type is WRONGTYPE.
-fn source<'t>(
-    txn: &'t mut Txn<'_>,
-    db: usize,
-    key: &[u8],
-    now: u64,
-) -> Result<Source<'t>, CmdError> {
-    // Look first without borrowing the object, to pick the kind to ask for.
-    let kind = match txn.collection(db, key, CKind::SortedSet, now) {
-        Ok(None) => return Ok(Source::Absent),
-        Ok(Some(_)) => CKind::SortedSet,
-        Err(keyspace::Error::WrongType) => CKind::Set,
-        Err(e) => return Err(e.into()),
-    };
-    Ok(match txn.collection(db, key, kind, now)? {
-        Some(Object::SortedSet(zset)) => Source::Sorted(zset),
-        Some(Object::Set(set)) => Source::Plain(set),
-        _ => Source::Absent,
-    })
-}
-
-fn zsetop_store(ctx: &mut Ctx, args: Args, inter: bool, name: &str) -> CmdResult {
-    let dst = args.get(1);
-    let numkeys = int_arg(args.get(2))?;
-    if numkeys < 1 {
-        return Err(err(format!(
-            "ERR at least 1 input key is needed for '{name}' command"
-        )));
-    }
-    if numkeys > (args.len() - 3) as i64 {
-        return Err(err(SYNTAX));
-    }
-    let numkeys = numkeys as usize;
-    let mut keys: Vec<&[u8]> = Vec::with_capacity(numkeys + 1);
-    keys.push(dst);
-    keys.extend(args.iter().skip(3).take(numkeys));
-    let stored = ctx.write(&keys, false, |txn, db, now| {
-        let sources = &keys[1..];
-        // Types first (as Redis: WRONGTYPE before any option error).
-        let mut lens = Vec::with_capacity(sources.len());
-        for key in sources {
-            lens.push(source(txn, db, key, now)?.len());
-        }
-        let (weights, aggregate) = parse_zsetop_options(&args, 3 + numkeys, numkeys)?;
-        // Smallest first, as Redis does (it fixes the order of the sums).
-        let mut order: Vec<usize> = (0..sources.len()).collect();
-        order.sort_by_key(|&i| lens[i]);
-        let weighted = |score: f64, weight: f64| {
-            let value = score * weight;
-            if value.is_nan() {
-                0.0
-            } else {
-                value
-            }
-        };
-        let mut result = SortedSet::new();
-        if inter {
-            let first = order[0];
-            if lens[first] > 0 {
-                let mut candidates: Vec<(Box<[u8]>, f64)> = Vec::with_capacity(lens[first]);
-                source(txn, db, sources[first], now)?.for_each(|member, score| {
-                    candidates.push((member.into(), weighted(score, weights[first])));
-                });
-                for &i in &order[1..] {
-                    let src = source(txn, db, sources[i], now)?;
-                    candidates.retain_mut(|(member, total)| match src.score(member) {
-                        Some(score) => {
-                            aggregate.apply(total, score * weights[i]);
-                            true
-                        }
-                        None => false,
-                    });
-                    if candidates.is_empty() {
-                        break;
-                    }
-                }
-                for (member, total) in candidates {
-                    result.insert(&member, score_or_zero(total));
-                }
-            }
-        } else {
-            let mut totals: HashMap<Box<[u8]>, f64> = HashMap::new();
-            for &i in &order {
-                source(txn, db, sources[i], now)?.for_each(|member, score| {
-                    let value = weighted(score, weights[i]);
-                    match totals.get_mut(member) {
-                        Some(total) => aggregate.apply(total, value),
-                        None => {
-                            totals.insert(member.into(), value);
-                        }
-                    }
-                });
-            }
-            for (member, total) in totals {
-                result.insert(&member, score_or_zero(total));
-            }
-        }
-        store_result(txn, db, now, dst, result)
-    })?;
-    ctx.out.int(stored as i64);
-    Ok(())
-}
-
-/// `[WEIGHTS w...] [AGGREGATE SUM|MIN|MAX]`, in any order and repeatable.
-fn parse_zsetop_options(
-    args: &Args,
-    mut at: usize,
-    numkeys: usize,
-) -> Result<(Vec<f64>, Aggregate), CmdError> {
-    let mut weights = vec![1.0; numkeys];
-    let mut aggregate = Aggregate::Sum;
-    while at < args.len() {
-        let remaining = args.len() - at;
-        let arg = args.get(at);
-        if remaining > numkeys && is(arg, "weights") {
-            for (i, weight) in weights.iter_mut().enumerate() {
-                *weight = parse_score(args.get(at + 1 + i))
-                    .ok_or_else(|| err("ERR weight value is not a float"))?;
-            }
-            at += 1 + numkeys;
-        } else if remaining >= 2 && is(arg, "aggregate") {
-            let which = args.get(at + 1);
-            aggregate = if is(which, "sum") {
-                Aggregate::Sum
-            } else if is(which, "min") {
-                Aggregate::Min
-            } else if is(which, "max") {
-                Aggregate::Max
-            } else {
-                return Err(err(SYNTAX));
-            };
-            at += 2;
-        } else {
-            return Err(err(SYNTAX));
-        }
-    }
-    Ok((weights, aggregate))
 }
 
 // ---------------------------------------------------------------------------

@@ -244,7 +244,7 @@ fn reply_score(out: &mut ReplyWriter, value: f64) {
 /// A score argument, as Redis's `string2d` reads it: the whole argument is
 /// a decimal float or an infinity; no blanks, no NaN, no overflow to
 /// infinity and no underflow to zero.
-fn parse_score(arg: &[u8]) -> Option<f64> {
+pub(super) fn parse_score(arg: &[u8]) -> Option<f64> {
     let text = std::str::from_utf8(arg).ok()?;
     let first = *arg.first()?;
     if first.is_ascii_whitespace() || first == 0x0b {
@@ -341,7 +341,7 @@ fn rank_range(start: i64, end: i64, len: usize) -> Option<std::ops::Range<usize>
     Some(start as usize..end as usize + 1)
 }
 
-fn zset_of(object: Option<&Object>) -> Option<&SortedSet> {
+pub(super) fn zset_of(object: Option<&Object>) -> Option<&SortedSet> {
     match object {
         Some(Object::SortedSet(zset)) => Some(zset),
         _ => None,
@@ -361,7 +361,7 @@ fn zset_in<'t>(
 // ---------------------------------------------------------------------------
 // ZADD, ZINCRBY, ZREM.
 
-fn zadd(ctx: &mut Ctx, args: Args) -> CmdResult {
+pub(super) fn zadd(ctx: &mut Ctx, args: Args) -> CmdResult {
     zadd_generic(ctx, args, false)
 }
 
@@ -958,7 +958,7 @@ fn zrangestore(ctx: &mut Ctx, args: Args) -> CmdResult {
 
 /// Makes `dst` hold `result` (of any type before); an empty result
 /// deletes it. Returns the result's size.
-fn store_result(
+pub(super) fn store_result(
     txn: &mut Txn<'_>,
     db: usize,
     now: u64,

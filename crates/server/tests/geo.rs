@@ -288,8 +288,14 @@ fn bad_input_errors_match_redis() {
         ("GEOHASH list a", common::WRONGTYPE),
         ("GEODIST str a b", common::WRONGTYPE),
         ("GEORADIUS str 1 1 1 km", common::WRONGTYPE),
-        ("GEOSEARCH list FROMLONLAT 1 1 BYRADIUS 1 km", common::WRONGTYPE),
-        ("GEOSEARCHSTORE dst str FROMLONLAT 1 1 BYRADIUS 1 km", common::WRONGTYPE),
+        (
+            "GEOSEARCH list FROMLONLAT 1 1 BYRADIUS 1 km",
+            common::WRONGTYPE,
+        ),
+        (
+            "GEOSEARCHSTORE dst str FROMLONLAT 1 1 BYRADIUS 1 km",
+            common::WRONGTYPE,
+        ),
         // Syntax and arity.
         ("GEOADD g 1 1", &common::arity("geoadd")),
         ("GEOADD g 1 1 a 2", common::SYNTAX),
@@ -298,9 +304,18 @@ fn bad_input_errors_match_redis() {
         ("GEODIST g a b km extra", common::SYNTAX),
         ("GEORADIUS g 15 37 200 km BOGUS", common::SYNTAX),
         ("GEORADIUS_RO g 15 37 200 km STORE dst", common::SYNTAX),
-        ("GEOSEARCH g FROMLONLAT 15 37 BYRADIUS 1 km STORE dst", common::SYNTAX),
-        ("GEOSEARCH g FROMLONLAT 15 37 FROMMEMBER Palermo BYRADIUS 1 km", common::SYNTAX),
-        ("GEOSEARCH g FROMLONLAT 15 37 BYRADIUS 1 km BYBOX 1 1 km", common::SYNTAX),
+        (
+            "GEOSEARCH g FROMLONLAT 15 37 BYRADIUS 1 km STORE dst",
+            common::SYNTAX,
+        ),
+        (
+            "GEOSEARCH g FROMLONLAT 15 37 FROMMEMBER Palermo BYRADIUS 1 km",
+            common::SYNTAX,
+        ),
+        (
+            "GEOSEARCH g FROMLONLAT 15 37 BYRADIUS 1 km BYBOX 1 1 km",
+            common::SYNTAX,
+        ),
         // Numbers out of range or not numbers.
         (
             "GEOADD g 181 10 a",
@@ -316,8 +331,14 @@ fn bad_input_errors_match_redis() {
             "GEORADIUS g 200 0 1 km",
             "(error) ERR invalid longitude,latitude pair 200.000000,0.000000",
         ),
-        ("GEORADIUS g 15 37 abc km", "(error) ERR need numeric radius"),
-        ("GEORADIUS g 15 37 -1 km", "(error) ERR radius cannot be negative"),
+        (
+            "GEORADIUS g 15 37 abc km",
+            "(error) ERR need numeric radius",
+        ),
+        (
+            "GEORADIUS g 15 37 -1 km",
+            "(error) ERR radius cannot be negative",
+        ),
         (
             "GEORADIUS g 15 37 1 parsec",
             "(error) ERR unsupported unit provided. please use M, KM, FT, MI",
@@ -326,7 +347,10 @@ fn bad_input_errors_match_redis() {
             "GEODIST g Palermo Catania parsec",
             "(error) ERR unsupported unit provided. please use M, KM, FT, MI",
         ),
-        ("GEORADIUS g 15 37 1 km COUNT 0", "(error) ERR COUNT must be > 0"),
+        (
+            "GEORADIUS g 15 37 1 km COUNT 0",
+            "(error) ERR COUNT must be > 0",
+        ),
         ("GEORADIUS g 15 37 1 km COUNT x", common::NOT_INT),
         (
             "GEORADIUS g 15 37 1 km ANY",

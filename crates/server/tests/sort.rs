@@ -117,7 +117,9 @@ fn sorts_match_redis() {
             ));
         }
         for _ in 0..rng.random_range(0..3) {
-            command.push_str([" GET #", " GET w_*", " GET h_*->name", " GET name_*"][rng.random_range(0..4)]);
+            command.push_str(
+                [" GET #", " GET w_*", " GET h_*->name", " GET name_*"][rng.random_range(0..4)],
+            );
         }
         if rng.random_bool(0.5) {
             command.push_str(" DESC");
@@ -176,5 +178,9 @@ fn bad_input_errors_match_redis() {
         assert_eq!(replies[0], expected, "{command}");
     }
     // A STORE that fails leaves the destination alone.
-    same(&mut e, &mut r, &["SET out keep", "SORT l STORE out", "GET out"]);
+    same(
+        &mut e,
+        &mut r,
+        &["SET out keep", "SORT l STORE out", "GET out"],
+    );
 }

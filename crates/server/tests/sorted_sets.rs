@@ -1598,7 +1598,11 @@ fn set_algebra_matches_redis() {
     same(
         &mut e,
         &mut r,
-        &["ZUNION 2 a b WITHSCORES", "ZINTER 2 a b", "ZDIFF 2 a b WITHSCORES"],
+        &[
+            "ZUNION 2 a b WITHSCORES",
+            "ZINTER 2 a b",
+            "ZDIFF 2 a b WITHSCORES",
+        ],
     );
 }
 
@@ -1616,9 +1620,18 @@ fn set_algebra_errors_match_redis() {
         ("ZDIFFSTORE d 2 a list", WRONGTYPE),
         // The type is checked before the options.
         ("ZUNION 2 a str BOGUS", WRONGTYPE),
-        ("ZUNION 0 a", "(error) ERR at least 1 input key is needed for 'zunion' command"),
-        ("ZINTER -1 a", "(error) ERR at least 1 input key is needed for 'zinter' command"),
-        ("ZDIFF 0 a", "(error) ERR at least 1 input key is needed for 'zdiff' command"),
+        (
+            "ZUNION 0 a",
+            "(error) ERR at least 1 input key is needed for 'zunion' command",
+        ),
+        (
+            "ZINTER -1 a",
+            "(error) ERR at least 1 input key is needed for 'zinter' command",
+        ),
+        (
+            "ZDIFF 0 a",
+            "(error) ERR at least 1 input key is needed for 'zdiff' command",
+        ),
         (
             "ZDIFFSTORE d 0 a",
             "(error) ERR at least 1 input key is needed for 'zdiffstore' command",
@@ -1631,15 +1644,24 @@ fn set_algebra_errors_match_redis() {
         ("ZUNION 3 a b", SYNTAX),
         ("ZINTERCARD 3 a b", SYNTAX),
         ("ZUNION 2 a b WEIGHTS 1", SYNTAX),
-        ("ZUNION 2 a b WEIGHTS 1 x", "(error) ERR weight value is not a float"),
+        (
+            "ZUNION 2 a b WEIGHTS 1 x",
+            "(error) ERR weight value is not a float",
+        ),
         ("ZUNION 2 a b AGGREGATE AVG", SYNTAX),
         ("ZDIFF 2 a b WEIGHTS 1 2", SYNTAX),
         ("ZDIFF 2 a b AGGREGATE SUM", SYNTAX),
         ("ZDIFFSTORE d 2 a b WITHSCORES", SYNTAX),
         ("ZUNIONSTORE d 2 a b WITHSCORES", SYNTAX),
         ("ZINTERCARD 2 a b WITHSCORES", SYNTAX),
-        ("ZINTERCARD 2 a b LIMIT -1", "(error) ERR LIMIT can't be negative"),
-        ("ZINTERCARD 2 a b LIMIT x", "(error) ERR LIMIT can't be negative"),
+        (
+            "ZINTERCARD 2 a b LIMIT -1",
+            "(error) ERR LIMIT can't be negative",
+        ),
+        (
+            "ZINTERCARD 2 a b LIMIT x",
+            "(error) ERR LIMIT can't be negative",
+        ),
         ("ZINTERCARD 2 a b LIMIT", SYNTAX),
         ("ZUNION 1", &arity("zunion")),
         ("ZINTERCARD 1", &arity("zintercard")),

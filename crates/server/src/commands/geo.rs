@@ -458,8 +458,7 @@ fn parse_query(
             }
             query.count = count as u64;
             i += 1;
-        } else if (is(arg, "store") || is(arg, "storedist")) && more >= 1 && variant.may_store()
-        {
+        } else if (is(arg, "store") || is(arg, "storedist")) && more >= 1 && variant.may_store() {
             query.store = Some(i + 1);
             query.storedist = is(arg, "storedist");
             i += 1;
@@ -551,8 +550,10 @@ fn find(zset: &SortedSet, query: &Query) -> Vec<Point> {
             break;
         }
         let (min, max) = geohash::score_range(hash);
-        let ranks =
-            zset.score_range_ranks(ScoreBound::Inclusive(min as f64), ScoreBound::Exclusive(max as f64));
+        let ranks = zset.score_range_ranks(
+            ScoreBound::Inclusive(min as f64),
+            ScoreBound::Exclusive(max as f64),
+        );
         for (member, score) in zset.range(ranks) {
             if let Some((longitude, latitude, distance)) = shape.contains(score) {
                 points.push(Point {
@@ -711,7 +712,10 @@ mod tests {
         assert_eq!(format_distance(0.0), "0.0000");
         assert_eq!(format_distance(0.00004), "0.0000");
         assert_eq!(format_distance(1.5), "1.5000");
-        assert_eq!(format_coordinate(13.361389338970184), "13.36138933897018433");
+        assert_eq!(
+            format_coordinate(13.361389338970184),
+            "13.36138933897018433"
+        );
         assert_eq!(format_coordinate(-0.0), "0");
         assert_eq!(format_coordinate(2.0), "2");
     }

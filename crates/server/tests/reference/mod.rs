@@ -84,7 +84,10 @@ pub fn same(engram: &mut Client, redis: &mut Client, commands: &[&str]) -> Vec<S
         .map(|command| {
             let expected = redis.call(command);
             let got = engram.call(command);
-            assert_eq!(got, expected, "reply to `{command}` (left: Engram, right: Redis)");
+            assert_eq!(
+                got, expected,
+                "reply to `{command}` (left: Engram, right: Redis)"
+            );
             got
         })
         .collect()

@@ -301,7 +301,8 @@ impl Shape {
         let width = self.unit * half_width;
         let lat = self.latitude;
         let lat_delta = rad_deg(height / EARTH_RADIUS_IN_METERS);
-        let long_delta_top = rad_deg(width / EARTH_RADIUS_IN_METERS / deg_rad(lat + lat_delta).cos());
+        let long_delta_top =
+            rad_deg(width / EARTH_RADIUS_IN_METERS / deg_rad(lat + lat_delta).cos());
         let long_delta_bottom =
             rad_deg(width / EARTH_RADIUS_IN_METERS / deg_rad(lat - lat_delta).cos());
         // The hemispheres widen in opposite directions.
@@ -435,7 +436,13 @@ mod tests {
 
     #[test]
     fn interleaving_round_trips() {
-        for (x, y) in [(0, 0), (1, 0), (0, 1), (0x3ff_ffff, 0x155_5555), (u32::MAX, 7)] {
+        for (x, y) in [
+            (0, 0),
+            (1, 0),
+            (0, 1),
+            (0x3ff_ffff, 0x155_5555),
+            (u32::MAX, 7),
+        ] {
             assert_eq!(deinterleave(interleave(x, y)), (x, y));
         }
         assert_eq!(interleave(1, 0), 1);

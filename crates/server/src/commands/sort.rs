@@ -3,6 +3,11 @@
 //! hash fields with `->`; a pattern without `*` means no sorting), LIMIT,
 //! GET patterns (`#` for the element itself) and STORE into a list.
 //!
+//! Redis 7.0 refuses BY with a pattern, and GET, in cluster mode and to
+//! users without access to every key; Engram has neither a cluster mode
+//! (`cluster-enabled` is always `no`) nor ACL users, so it always allows
+//! them, as Redis does outside those cases.
+//!
 //! The source is copied out first, then the BY and GET keys are read one
 //! by one (lock-free outside EXEC; inside EXEC the command holds the whole
 //! keyspace, since those keys come from the data). A STORE then writes the
@@ -297,6 +302,8 @@ fn sort_generic(ctx: &mut Ctx, args: Args, readonly: bool) -> CmdResult {
                     .unwrap_or(Ordering::Equal)
                     .then_with(|| a.element.cmp(&b.element))
             } else if by_pattern {
+                // Byte order: Redis's strcoll under the C locale (and its
+                // binary compare when storing); a missing value first.
                 a.by_value.cmp(&b.by_value)
             } else {
                 a.element.cmp(&b.element)

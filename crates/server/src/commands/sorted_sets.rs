@@ -250,7 +250,17 @@ pub(super) fn parse_score(arg: &[u8]) -> Option<f64> {
     if first.is_ascii_whitespace() || first == 0x0b {
         return None;
     }
-    let value: f64 = text.parse().ok()?;
+    let value: f64 = match text.parse() {
+        Ok(value) => value,
+        // strtod also reads C99 hex floats (0x1p4, 0x10).
+        Err(_) => {
+            let (value, nonzero) = parse_hex_float(text)?;
+            if value.is_infinite() || (value == 0.0 && nonzero) {
+                return None; // ERANGE
+            }
+            return Some(value);
+        }
+    };
     if value.is_nan() {
         return None;
     }
@@ -265,6 +275,73 @@ pub(super) fn parse_score(arg: &[u8]) -> Option<f64> {
         return None; // strtod's ERANGE on underflow to zero
     }
     Some(value)
+}
+
+/// A whole-string C99 hex float as `strtod` reads it: sign, `0x`, hex
+/// digits with an optional point (at least one digit), an optional binary
+/// exponent `p[+-]digits`. The value, and whether its mantissa is nonzero.
+fn parse_hex_float(text: &str) -> Option<(f64, bool)> {
+    let (negative, rest) = match text.as_bytes().first()? {
+        b'-' => (true, &text[1..]),
+        b'+' => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let rest = rest
+        .strip_prefix("0x")
+        .or_else(|| rest.strip_prefix("0X"))?;
+    let (mantissa_text, exponent_text) = match rest.find(['p', 'P']) {
+        Some(at) => (&rest[..at], Some(&rest[at + 1..])),
+        None => (rest, None),
+    };
+    // Up to 16 significant hex digits kept exactly; later ones only scale
+    // (enough for a double's 53 bits, rounding aside).
+    let mut mantissa: u64 = 0;
+    let mut exponent: i64 = 0;
+    let mut digits = 0;
+    let mut nonzero = false;
+    let mut seen_point = false;
+    for c in mantissa_text.chars() {
+        if c == '.' && !seen_point {
+            seen_point = true;
+            continue;
+        }
+        let digit = c.to_digit(16)?;
+        digits += 1;
+        nonzero |= digit != 0;
+        if mantissa >> 60 == 0 {
+            mantissa = mantissa * 16 + u64::from(digit);
+            if seen_point {
+                exponent -= 4;
+            }
+        } else if !seen_point {
+            exponent += 4;
+        }
+    }
+    if digits == 0 {
+        return None;
+    }
+    if let Some(exp) = exponent_text {
+        let (sign, digits) = match exp.as_bytes().first()? {
+            b'-' => (-1, &exp[1..]),
+            b'+' => (1, &exp[1..]),
+            _ => (1, exp),
+        };
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let value: i64 = digits.parse().unwrap_or(i64::MAX / 2).min(100_000);
+        exponent += sign * value;
+    }
+    let magnitude = (mantissa as f64) * 2f64.powi(exponent.clamp(-2000, 2000) as i32);
+    // powi of a tiny power underflows before the product: redo in two steps.
+    let magnitude = if magnitude == 0.0 && mantissa != 0 && exponent > -1200 {
+        (mantissa as f64)
+            * 2f64.powi((exponent / 2) as i32)
+            * 2f64.powi((exponent - exponent / 2) as i32)
+    } else {
+        magnitude
+    };
+    Some((if negative { -magnitude } else { magnitude }, nonzero))
 }
 
 fn mantissa_has_nonzero_digit(text: &str) -> bool {
@@ -1141,4 +1218,40 @@ fn zscan(ctx: &mut Ctx, args: Args) -> CmdResult {
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_score;
+
+    #[test]
+    fn scores_read_as_strtod_reads_them() {
+        assert_eq!(parse_score(b"1.5"), Some(1.5));
+        assert_eq!(parse_score(b"-inf"), Some(f64::NEG_INFINITY));
+        assert_eq!(parse_score(b"0x10"), Some(16.0));
+        assert_eq!(parse_score(b"0X1p4"), Some(16.0));
+        assert_eq!(parse_score(b"0x.8"), Some(0.5));
+        assert_eq!(parse_score(b"-0x1.8p1"), Some(-3.0));
+        assert_eq!(parse_score(b"+0x1P-2"), Some(0.25));
+        assert_eq!(parse_score(b"0x0"), Some(0.0));
+        assert_eq!(parse_score(b"0x1p-1074"), Some(f64::from_bits(1)));
+        assert_eq!(
+            parse_score(b"0x10000000000000000000p-1100"),
+            Some(2f64.powi(-1024))
+        );
+        for bad in [
+            "0x",
+            "0x1p",
+            "0xg",
+            "0x1p+",
+            "0x1.2.3",
+            "0x1p1024",
+            "0x1p-1080",
+            " 0x1",
+            "1e999",
+            "nan",
+        ] {
+            assert_eq!(parse_score(bad.as_bytes()), None, "{bad}");
+        }
+    }
 }

@@ -4,12 +4,11 @@
 //! STOREDIST, RESP3, and the errors for bad input.
 
 mod common;
-mod reference;
 
+use common::{same, RedisServer};
 use common::{start, Client};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use reference::{same, Redis};
 
 /// Random points: a dense cluster (Sicily), a sparse world-wide spread,
 /// and points at the limits (poles' cut-off, antimeridian).
@@ -54,7 +53,7 @@ fn load(engram: &mut Client, redis: &mut Client, key: &str, points: &[(f64, f64,
 #[test]
 fn positions_hashes_and_distances_match_redis() {
     let (server, _dir) = start();
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let (mut e, mut r) = (Client::connect(&server), redis.client());
     let mut rng = StdRng::seed_from_u64(7);
     let points = points(&mut rng);
@@ -158,7 +157,7 @@ fn random_search(rng: &mut StdRng, members: &[&str]) -> String {
 #[test]
 fn searches_match_redis() {
     let (server, _dir) = start();
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let (mut e, mut r) = (Client::connect(&server), redis.client());
     let mut rng = StdRng::seed_from_u64(11);
     let points = points(&mut rng);
@@ -196,7 +195,7 @@ fn searches_match_redis() {
 #[test]
 fn stores_match_redis() {
     let (server, _dir) = start();
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let (mut e, mut r) = (Client::connect(&server), redis.client());
     let mut rng = StdRng::seed_from_u64(3);
     let points = points(&mut rng);
@@ -248,7 +247,7 @@ fn stores_match_redis() {
 #[test]
 fn geoadd_options_match_redis() {
     let (server, _dir) = start();
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let (mut e, mut r) = (Client::connect(&server), redis.client());
     same(
         &mut e,
@@ -270,7 +269,7 @@ fn geoadd_options_match_redis() {
 #[test]
 fn bad_input_errors_match_redis() {
     let (server, _dir) = start();
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let (mut e, mut r) = (Client::connect(&server), redis.client());
     same(
         &mut e,

@@ -4,12 +4,11 @@
 //! STORE; and the errors for bad input.
 
 mod common;
-mod reference;
 
+use common::{same, RedisServer};
 use common::{start, Client};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use reference::{same, Redis};
 
 /// The same data on both: a list, a set and a sorted set of ids, and
 /// per id a weight string, a name string and a hash.
@@ -58,7 +57,7 @@ fn load(e: &mut Client, r: &mut Client, rng: &mut StdRng) {
 #[test]
 fn sorts_match_redis() {
     let (server, _dir) = start();
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let (mut e, mut r) = (Client::connect(&server), redis.client());
     let mut rng = StdRng::seed_from_u64(5);
     load(&mut e, &mut r, &mut rng);
@@ -137,7 +136,7 @@ fn sorts_match_redis() {
 #[test]
 fn bad_input_errors_match_redis() {
     let (server, _dir) = start();
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let (mut e, mut r) = (Client::connect(&server), redis.client());
     same(
         &mut e,
@@ -183,4 +182,38 @@ fn bad_input_errors_match_redis() {
         &mut r,
         &["SET out keep", "SORT l STORE out", "GET out"],
     );
+}
+
+#[test]
+fn command_getkeys_matches_redis() {
+    let (server, _dir) = start();
+    let redis = RedisServer::start();
+    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    for command in [
+        "COMMAND GETKEYS sort abc store def",
+        "COMMAND GETKEYS sort abc store invalid store stillbad store def",
+        "COMMAND GETKEYS sort abc limit 0 1 by store get store store x",
+        "COMMAND GETKEYS sort abc",
+        "COMMAND GETKEYS sort_ro abc",
+        "COMMAND GETKEYS zunionstore dst 2 a b WEIGHTS 1 2",
+        "COMMAND GETKEYS zunion 2 a b WITHSCORES",
+        "COMMAND GETKEYS zintercard 3 a b c LIMIT 1",
+        "COMMAND GETKEYS zdiffstore dst 1 a",
+        "COMMAND GETKEYS zmpop 2 a b MIN",
+        "COMMAND GETKEYS bzmpop 0 2 a b MAX COUNT 2",
+        "COMMAND GETKEYS bzpopmin a b 0",
+        "COMMAND GETKEYS georadius g 1 1 1 km STORE s",
+        "COMMAND GETKEYS georadius g 1 1 1 km STORE s STOREDIST t",
+        "COMMAND GETKEYS georadiusbymember g m 1 km",
+        "COMMAND GETKEYS geosearchstore dst src FROMMEMBER m BYRADIUS 1 km",
+        "COMMAND GETKEYS get k",
+        "COMMAND GETKEYS nosuchcommand k",
+        "COMMAND GETKEYS ping",
+        "COMMAND GETKEYS ping x",
+        "COMMAND GETKEYS set k",
+        "COMMAND GETKEYS get",
+        "COMMAND GETKEYS zunion 5 a b",
+    ] {
+        same(&mut e, &mut r, &[command]);
+    }
 }

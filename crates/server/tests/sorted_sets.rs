@@ -3,7 +3,6 @@
 //! the `redis` crate, persistence across a restart, and MULTI/EXEC.
 
 mod common;
-mod reference;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -1530,7 +1529,7 @@ fn randomized_against_a_model() {
 // ZUNION ZINTER ZDIFF ZDIFFSTORE ZINTERCARD ZMPOP and the blocking pops,
 // compared with a real redis-server 7.0.15 where replies can be compared.
 
-use reference::{same, Redis};
+use common::{same, RedisServer};
 
 fn algebra_data(e: &mut Client, r: &mut Client) {
     same(
@@ -1550,7 +1549,7 @@ fn algebra_data(e: &mut Client, r: &mut Client) {
 #[test]
 fn set_algebra_matches_redis() {
     let (server, _dir) = start();
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let (mut e, mut r) = (Client::connect(&server), redis.client());
     algebra_data(&mut e, &mut r);
     let commands = [
@@ -1609,7 +1608,7 @@ fn set_algebra_matches_redis() {
 #[test]
 fn set_algebra_errors_match_redis() {
     let (server, _dir) = start();
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let (mut e, mut r) = (Client::connect(&server), redis.client());
     algebra_data(&mut e, &mut r);
     let errors: &[(&str, &str)] = &[
@@ -1676,7 +1675,7 @@ fn set_algebra_errors_match_redis() {
 #[test]
 fn multi_key_pops_match_redis() {
     let (server, _dir) = start();
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let (mut e, mut r) = (Client::connect(&server), redis.client());
     same(
         &mut e,

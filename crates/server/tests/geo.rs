@@ -399,3 +399,25 @@ fn bad_input_errors_match_redis() {
         assert_eq!(replies[0], expected, "{command}");
     }
 }
+
+#[test]
+fn inside_exec_searches_store() {
+    let (server, _dir) = start();
+    let redis = RedisServer::start();
+    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    same(
+        &mut e,
+        &mut r,
+        &[
+            "GEOADD Sicily 13.361389 38.115556 Palermo 15.087269 37.502669 Catania",
+            "MULTI",
+            "GEORADIUS Sicily 15 37 200 km STORE a STORE b",
+            "GEORADIUSBYMEMBER Sicily Palermo 200 km STOREDIST c",
+            "GEOSEARCHSTORE d Sicily FROMMEMBER Catania BYRADIUS 10 km",
+            "ZRANGE b 0 -1",
+            "EXISTS a",
+            "ZRANGE d 0 -1",
+            "EXEC",
+        ],
+    );
+}

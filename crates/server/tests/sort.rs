@@ -217,3 +217,24 @@ fn command_getkeys_matches_redis() {
         same(&mut e, &mut r, &[command]);
     }
 }
+
+#[test]
+fn inside_exec_sort_reads_pattern_keys_and_stores() {
+    let (server, _dir) = start();
+    let redis = RedisServer::start();
+    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    same(
+        &mut e,
+        &mut r,
+        &[
+            "RPUSH l 1 2 3",
+            "MSET w_1 30 w_2 10 w_3 20 n_1 a n_2 b n_3 c",
+            "MULTI",
+            "SORT l BY w_* GET n_* GET #",
+            "SORT l BY w_* GET n_* STORE x STORE out",
+            "LRANGE out 0 -1",
+            "SORT_RO l BY nosort DESC",
+            "EXEC",
+        ],
+    );
+}

@@ -266,8 +266,14 @@ fn command_getkeys_and_list() {
         ("COMMAND GETKEYS blmpop 0 1 l1 LEFT COUNT 2", "[\"l1\"]"),
         ("COMMAND GETKEYS sintercard 2 a b LIMIT 1", "[\"a\", \"b\"]"),
         ("COMMAND GETKEYS memory usage key", "[\"key\"]"),
+        // COMMAND GETKEYS itself takes a command and an argument at least
+        // (Redis 7.0's arity -4).
         (
             "COMMAND GETKEYS ping",
+            "(error) ERR wrong number of arguments for 'command|getkeys' command",
+        ),
+        (
+            "COMMAND GETKEYS ping x",
             "(error) ERR The command has no key arguments",
         ),
         (
@@ -275,7 +281,7 @@ fn command_getkeys_and_list() {
             "(error) ERR Invalid command specified",
         ),
         (
-            "COMMAND GETKEYS get",
+            "COMMAND GETKEYS get a b",
             "(error) ERR Invalid number of arguments specified for command",
         ),
         ("COMMAND GETKEYSANDFLAGS get k1", "[[\"k1\", [RO, access]]]"),

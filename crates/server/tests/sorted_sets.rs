@@ -1524,3 +1524,258 @@ fn randomized_against_a_model() {
     }
     server.shutdown().unwrap();
 }
+
+// ---------------------------------------------------------------------------
+// ZUNION ZINTER ZDIFF ZDIFFSTORE ZINTERCARD ZMPOP and the blocking pops,
+// compared with a real redis-server 7.0.15 where replies can be compared.
+
+use common::{same, RedisServer};
+
+fn algebra_data(e: &mut Client, r: &mut Client) {
+    same(
+        e,
+        r,
+        &[
+            "ZADD a 1 x 2 y 3 z 1.5 w",
+            "ZADD b 10 y 20 z 30 v -inf w",
+            "ZADD c 0.1 z 0.2 y inf w",
+            "SADD s x z q",
+            "SET str v",
+            "LPUSH list v",
+        ],
+    );
+}
+
+#[test]
+fn set_algebra_matches_redis() {
+    let (server, _dir) = start();
+    let redis = RedisServer::start();
+    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    algebra_data(&mut e, &mut r);
+    let commands = [
+        "ZUNION 2 a b",
+        "ZUNION 2 a b WITHSCORES",
+        "ZUNION 3 a b c WITHSCORES",
+        "ZUNION 3 a b s WEIGHTS 2 0.5 3 WITHSCORES",
+        "ZUNION 2 a b AGGREGATE MIN WITHSCORES",
+        "ZUNION 2 a b AGGREGATE MAX WITHSCORES weights 1 -1",
+        "ZUNION 2 b c WITHSCORES",
+        "ZUNION 2 nokey a",
+        "ZUNION 1 nokey",
+        "ZINTER 2 a b WITHSCORES",
+        "ZINTER 3 a b c WITHSCORES",
+        "ZINTER 2 a s WITHSCORES",
+        "ZINTER 2 a b AGGREGATE MAX WEIGHTS 2 3 WITHSCORES",
+        "ZINTER 2 a nokey",
+        "ZINTER 2 a a WITHSCORES",
+        "ZDIFF 1 a WITHSCORES",
+        "ZDIFF 2 a b WITHSCORES",
+        "ZDIFF 3 a b s",
+        "ZDIFF 2 s a WITHSCORES",
+        "ZDIFF 2 nokey a",
+        "ZDIFFSTORE d 2 a b",
+        "ZRANGE d 0 -1 WITHSCORES",
+        "ZDIFFSTORE d 2 a a",
+        "EXISTS d",
+        "ZDIFFSTORE str 1 a",
+        "TYPE str",
+        "ZINTERCARD 2 a b",
+        "ZINTERCARD 3 a b c",
+        "ZINTERCARD 3 a b c LIMIT 1",
+        "ZINTERCARD 3 a b c LIMIT 0",
+        "ZINTERCARD 2 a s",
+        "ZINTERCARD 2 a nokey",
+        "ZUNIONSTORE u 2 a s WEIGHTS 1 2",
+        "ZRANGE u 0 -1 WITHSCORES",
+    ];
+    for command in commands {
+        same(&mut e, &mut r, &[command]);
+    }
+    // RESP3: [member, score] pairs.
+    e.call("HELLO 3");
+    r.call("HELLO 3");
+    same(
+        &mut e,
+        &mut r,
+        &[
+            "ZUNION 2 a b WITHSCORES",
+            "ZINTER 2 a b",
+            "ZDIFF 2 a b WITHSCORES",
+        ],
+    );
+}
+
+#[test]
+fn set_algebra_errors_match_redis() {
+    let (server, _dir) = start();
+    let redis = RedisServer::start();
+    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    algebra_data(&mut e, &mut r);
+    let errors: &[(&str, &str)] = &[
+        ("ZUNION 2 a str", WRONGTYPE),
+        ("ZINTER 2 list a", WRONGTYPE),
+        ("ZDIFF 2 a str", WRONGTYPE),
+        ("ZINTERCARD 2 a str", WRONGTYPE),
+        ("ZDIFFSTORE d 2 a list", WRONGTYPE),
+        // The type is checked before the options.
+        ("ZUNION 2 a str BOGUS", WRONGTYPE),
+        (
+            "ZUNION 0 a",
+            "(error) ERR at least 1 input key is needed for 'zunion' command",
+        ),
+        (
+            "ZINTER -1 a",
+            "(error) ERR at least 1 input key is needed for 'zinter' command",
+        ),
+        (
+            "ZDIFF 0 a",
+            "(error) ERR at least 1 input key is needed for 'zdiff' command",
+        ),
+        (
+            "ZDIFFSTORE d 0 a",
+            "(error) ERR at least 1 input key is needed for 'zdiffstore' command",
+        ),
+        (
+            "ZINTERCARD 0 a",
+            "(error) ERR at least 1 input key is needed for 'zintercard' command",
+        ),
+        ("ZUNION x a", NOT_INT),
+        ("ZUNION 3 a b", SYNTAX),
+        ("ZINTERCARD 3 a b", SYNTAX),
+        ("ZUNION 2 a b WEIGHTS 1", SYNTAX),
+        (
+            "ZUNION 2 a b WEIGHTS 1 x",
+            "(error) ERR weight value is not a float",
+        ),
+        ("ZUNION 2 a b AGGREGATE AVG", SYNTAX),
+        ("ZDIFF 2 a b WEIGHTS 1 2", SYNTAX),
+        ("ZDIFF 2 a b AGGREGATE SUM", SYNTAX),
+        ("ZDIFFSTORE d 2 a b WITHSCORES", SYNTAX),
+        ("ZUNIONSTORE d 2 a b WITHSCORES", SYNTAX),
+        ("ZINTERCARD 2 a b WITHSCORES", SYNTAX),
+        (
+            "ZINTERCARD 2 a b LIMIT -1",
+            "(error) ERR LIMIT can't be negative",
+        ),
+        (
+            "ZINTERCARD 2 a b LIMIT x",
+            "(error) ERR LIMIT can't be negative",
+        ),
+        ("ZINTERCARD 2 a b LIMIT", SYNTAX),
+        ("ZUNION 1", &arity("zunion")),
+        ("ZINTERCARD 1", &arity("zintercard")),
+        ("ZDIFFSTORE d 1", &arity("zdiffstore")),
+    ];
+    for (command, expected) in errors {
+        let replies = same(&mut e, &mut r, &[command]);
+        assert_eq!(replies[0], *expected, "{command}");
+    }
+}
+
+#[test]
+fn multi_key_pops_match_redis() {
+    let (server, _dir) = start();
+    let redis = RedisServer::start();
+    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    same(
+        &mut e,
+        &mut r,
+        &["ZADD z1 1 a 2 b 3 c 4 d", "ZADD z2 5 e 6 f", "SET str x"],
+    );
+    let commands = [
+        "ZMPOP 1 z1 MIN",
+        "ZMPOP 1 z1 MAX COUNT 2",
+        "ZMPOP 2 nokey z2 min count 10",
+        "EXISTS z2",
+        "ZMPOP 2 nokey z2 MIN",
+        "ZMPOP 2 z1 z2 MAX COUNT 1",
+        "EXISTS z1",
+        "ZADD z1 1 a 2 b",
+        "BZMPOP 0 1 z1 MIN COUNT 5",
+        "ZADD z1 1 a 2 b",
+        "BZPOPMIN nokey z1 0",
+        "BZPOPMAX z1 1",
+        "EXISTS z1",
+        // Errors, in Redis's order of checks.
+        "ZMPOP 1 str MIN",
+        "ZMPOP 2 nokey str MIN",
+        "BZPOPMIN str 0",
+        "BZMPOP 0 1 str MAX",
+        "ZMPOP 0 z1 MIN",
+        "ZMPOP -1 z1 MIN",
+        "ZMPOP x z1 MIN",
+        "ZMPOP 1 z1",
+        "ZMPOP 2 z1 MIN",
+        "ZMPOP 1 z1 LEFT",
+        "ZMPOP 1 z1 MIN COUNT 0",
+        "ZMPOP 1 z1 MIN COUNT -1",
+        "ZMPOP 1 z1 MIN COUNT x",
+        "ZMPOP 1 z1 MIN COUNT 1 COUNT 1",
+        "ZMPOP 1 z1 MIN COUNT",
+        "ZMPOP 1 z1 MIN EXTRA",
+        "BZMPOP x 1 z1 MIN",
+        "BZMPOP -1 1 z1 MIN",
+        "BZMPOP 0 0 z1 MIN",
+        "BZPOPMIN z1 x",
+        "BZPOPMIN z1 -1",
+        // (Not `BZPOPMAX z1 1e300`: Redis 7.0 overflows the conversion and
+        // says "timeout is negative"; the shared timeout parser answers 7.2's
+        // "timeout is out of range".)
+        "ZMPOP 1",
+        "BZPOPMIN z1",
+        "BZMPOP 0 1 z1",
+    ];
+    for command in commands {
+        same(&mut e, &mut r, &[command]);
+    }
+    e.call("HELLO 3");
+    r.call("HELLO 3");
+    same(
+        &mut e,
+        &mut r,
+        &[
+            "ZADD z3 1 a 2 b 3 c",
+            "ZMPOP 1 z3 MIN COUNT 2",
+            "BZPOPMAX z3 0",
+            "ZMPOP 1 z3 MIN",
+        ],
+    );
+}
+
+#[test]
+fn blocking_pops_wait_and_are_served_in_order() {
+    let (server, _dir) = start();
+    let mut first = Client::connect(&server);
+    let mut second = Client::connect(&server);
+    let mut writer = Client::connect(&server);
+    first.send("BZPOPMIN z 0");
+    std::thread::sleep(Duration::from_millis(100));
+    second.send("BZMPOP 0 2 other z MAX COUNT 2");
+    std::thread::sleep(Duration::from_millis(100));
+    // Neither a string nor its deletion serves them.
+    writer.script(&[
+        ("SET z x", "OK"),
+        ("DEL z", "(integer) 1"),
+        ("ZADD z 1 a 2 b 3 c", "(integer) 3"),
+    ]);
+    assert_eq!(first.reply(), "[\"z\", \"a\", \"1\"]");
+    assert_eq!(second.reply(), "[\"z\", [[\"c\", \"3\"], [\"b\", \"2\"]]]");
+    writer.script(&[("EXISTS z", "(integer) 0")]);
+    // Timeouts answer a null array.
+    first.script(&[
+        ("BZPOPMAX z 0.05", "(nil array)"),
+        ("BZMPOP 0.05 1 z MIN", "(nil array)"),
+    ]);
+    // Inside MULTI nothing blocks.
+    first.script(&[
+        ("MULTI", "OK"),
+        ("BZPOPMIN z 0", "QUEUED"),
+        ("BZMPOP 0 1 z MIN", "QUEUED"),
+        ("ZADD z 5 m", "QUEUED"),
+        ("BZPOPMAX z 0", "QUEUED"),
+        (
+            "EXEC",
+            "[(nil array), (nil array), (integer) 1, [\"z\", \"m\", \"5\"]]",
+        ),
+    ]);
+}

@@ -66,22 +66,40 @@ pub fn key_positions(spec: &CommandSpec, args: &Args) -> Option<Vec<usize>> {
             keys.extend(numkeys_at(2, 3)?);
             keys
         }
-        "sort" | "georadius" | "georadiusbymember" => {
-            let mut keys = vec![1];
-            let stores: &[&str] = if spec.name == "sort" {
-                &["store"]
-            } else {
-                &["store", "storedist"]
-            };
+        // Redis's sortGetKeys: the source and the last STORE's key
+        // (LIMIT's two arguments, GET's and BY's one are skipped). SORT
+        // stores into that last one.
+        "sort" => {
+            let mut store = None;
             let mut i = 2;
-            while i + 1 < n {
-                if stores.iter().any(|s| is(args.get(i), s)) {
-                    keys.push(i + 1);
+            while i < n {
+                let arg = args.get(i);
+                if is(arg, "limit") {
+                    i += 2;
+                } else if is(arg, "store") && i + 1 < n {
+                    store = Some(i + 1);
+                } else if is(arg, "get") || is(arg, "by") {
                     i += 1;
                 }
                 i += 1;
             }
-            keys
+            std::iter::once(1).chain(store).collect()
+        }
+        // Redis's key specifications: the source, the key after the first
+        // STORE and the one after the first STOREDIST among the options.
+        // (The command stores into the last of them; it locks the whole
+        // keyspace inside EXEC.)
+        "georadius" | "georadiusbymember" => {
+            let first_option = if spec.name == "georadius" { 6 } else { 5 };
+            let after_first = |word: &str| {
+                (first_option..n.saturating_sub(1))
+                    .find(|&i| is(args.get(i), word))
+                    .map(|i| i + 1)
+            };
+            std::iter::once(1)
+                .chain(after_first("store"))
+                .chain(after_first("storedist"))
+                .collect()
         }
         "xread" | "xreadgroup" => {
             let at = (1..n).find(|&i| is(args.get(i), "streams"))?;

@@ -488,13 +488,13 @@ fn pop_first(
 }
 
 /// How a blocking command's try differs from its plain form's.
-struct BlockingRules {
+pub(super) struct BlockingRules {
     /// Tried again after a wakeup (not the first try).
-    retrying: bool,
+    pub(super) retrying: bool,
     /// Defer to clients blocked earlier: not inside EXEC (it cannot block,
     /// so it takes what it finds).
-    wait_in_line: bool,
-    client: u64,
+    pub(super) wait_in_line: bool,
+    pub(super) client: u64,
     /// Tried again after a wakeup: the client, whose blocked state the
     /// retry must claim before it takes anything (CLIENT UNBLOCK may have
     /// ended the wait meanwhile).
@@ -502,7 +502,7 @@ struct BlockingRules {
 }
 
 impl BlockingRules {
-    fn of(ctx: &Ctx, blocking: bool) -> BlockingRules {
+    pub(super) fn of(ctx: &Ctx, blocking: bool) -> BlockingRules {
         let retrying = blocking && ctx.session.retrying;
         BlockingRules {
             retrying,
@@ -515,7 +515,7 @@ impl BlockingRules {
     /// Whether the command may take what it found: always on a first
     /// try; on a retry only if CLIENT UNBLOCK has not ended the wait (and
     /// then no later CLIENT UNBLOCK can: the client is being served).
-    fn may_serve(&self) -> bool {
+    pub(super) fn may_serve(&self) -> bool {
         match &self.waiting {
             None => true,
             Some(info) => info.claim_service(),
@@ -809,7 +809,7 @@ fn move_one(
 
 /// A blocking command's timeout in seconds (a float; 0: none), as Redis
 /// parses it: milliseconds rounded up.
-fn parse_timeout(arg: &[u8]) -> Result<Option<Duration>, CmdError> {
+pub(super) fn parse_timeout(arg: &[u8]) -> Result<Option<Duration>, CmdError> {
     let seconds =
         parse_float(arg).ok_or_else(|| err("ERR timeout is not a float or out of range"))?;
     let ms = seconds * 1000.0;
@@ -831,14 +831,14 @@ fn parse_timeout(arg: &[u8]) -> Result<Option<Duration>, CmdError> {
 
 /// Makes the connection wait for a write to `keys` and run the command
 /// again; no reply now.
-fn block(ctx: &mut Ctx, args: &Args, keys: &[&[u8]], timeout: Option<Duration>) {
+pub(super) fn block(ctx: &mut Ctx, args: &Args, keys: &[&[u8]], timeout: Option<Duration>) {
     ctx.session.blocked = Some(Blocked {
         db: ctx.session.db,
         keys: keys.iter().map(|&key| Box::from(key)).collect(),
         deadline: timeout.and_then(|t| Instant::now().checked_add(t)),
         command: args.to_owned(),
         // Redis answers every list wait that times out with a null array
-        // (BLMOVE and BRPOPLPUSH included).
+        // (BLMOVE and BRPOPLPUSH included), and every sorted-set wait too.
         on_timeout: ReplyWriter::null_array,
     });
 }

@@ -221,7 +221,11 @@ fn command(ctx: &mut Ctx, args: Args) -> CmdResult {
                 ctx.out.bulk(name.as_bytes());
             }
         }
-        "getkeys" | "getkeysandflags" if args.len() >= 3 => {
+        "getkeys" | "getkeysandflags" => {
+            // Redis's arity for both: -4 (a command and one argument).
+            if args.len() < 4 {
+                return Err(wrong_sub_arity("command", sub));
+            }
             let with_flags = is(sub, "getkeysandflags");
             let call = args.from(2);
             let Some((_, spec)) = super::lookup(call.get(0)) else {

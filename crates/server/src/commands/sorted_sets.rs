@@ -25,13 +25,16 @@ use super::{
     cursor_arg, err, int_arg, is, symmetric_int_arg, wrong_arity, CmdError, CmdResult, CommandSpec,
     Ctx, Group, FAST, NOT_FLOAT, READONLY, SYNTAX, WRITE,
 };
-use crate::keyspace::{self, ckey, CKind, Object, Txn};
+use crate::keyspace::{ckey, CKind, Object, Txn};
 use crate::resp::{redis_double, Args, ReplyWriter};
+
+mod pops;
+mod setops;
 
 pub fn commands() -> Vec<CommandSpec> {
     let g = Group("sortedset");
     let one = (1, 1, 1);
-    vec![
+    let mut table = vec![
         g.command(
             "zadd",
             -4,
@@ -79,22 +82,6 @@ pub fn commands() -> Vec<CommandSpec> {
             one,
             zremrangebylex,
             "Removes the members of a sorted set within a lexicographical range.",
-        ),
-        g.command(
-            "zunionstore",
-            -4,
-            WRITE,
-            (1, -1, 1),
-            zunionstore,
-            "Stores the union of sorted sets in a key.",
-        ),
-        g.command(
-            "zinterstore",
-            -4,
-            WRITE,
-            (1, -1, 1),
-            zinterstore,
-            "Stores the intersection of sorted sets in a key.",
         ),
         g.command(
             "zrange",
@@ -240,7 +227,10 @@ pub fn commands() -> Vec<CommandSpec> {
             zscan,
             "Iterates over the members and scores of a sorted set.",
         ),
-    ]
+    ];
+    table.extend(setops::commands(&g));
+    table.extend(pops::commands(&g));
+    table
 }
 
 /// A score reply: a RESP3 double, or a RESP2 bulk string, as Redis writes it.
@@ -254,13 +244,23 @@ fn reply_score(out: &mut ReplyWriter, value: f64) {
 /// A score argument, as Redis's `string2d` reads it: the whole argument is
 /// a decimal float or an infinity; no blanks, no NaN, no overflow to
 /// infinity and no underflow to zero.
-fn parse_score(arg: &[u8]) -> Option<f64> {
+pub(super) fn parse_score(arg: &[u8]) -> Option<f64> {
     let text = std::str::from_utf8(arg).ok()?;
     let first = *arg.first()?;
     if first.is_ascii_whitespace() || first == 0x0b {
         return None;
     }
-    let value: f64 = text.parse().ok()?;
+    let value: f64 = match text.parse() {
+        Ok(value) => value,
+        // strtod also reads C99 hex floats (0x1p4, 0x10).
+        Err(_) => {
+            let (value, nonzero) = parse_hex_float(text)?;
+            if value.is_infinite() || (value == 0.0 && nonzero) {
+                return None; // ERANGE
+            }
+            return Some(value);
+        }
+    };
     if value.is_nan() {
         return None;
     }
@@ -275,6 +275,73 @@ fn parse_score(arg: &[u8]) -> Option<f64> {
         return None; // strtod's ERANGE on underflow to zero
     }
     Some(value)
+}
+
+/// A whole-string C99 hex float as `strtod` reads it: sign, `0x`, hex
+/// digits with an optional point (at least one digit), an optional binary
+/// exponent `p[+-]digits`. The value, and whether its mantissa is nonzero.
+fn parse_hex_float(text: &str) -> Option<(f64, bool)> {
+    let (negative, rest) = match text.as_bytes().first()? {
+        b'-' => (true, &text[1..]),
+        b'+' => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let rest = rest
+        .strip_prefix("0x")
+        .or_else(|| rest.strip_prefix("0X"))?;
+    let (mantissa_text, exponent_text) = match rest.find(['p', 'P']) {
+        Some(at) => (&rest[..at], Some(&rest[at + 1..])),
+        None => (rest, None),
+    };
+    // Up to 16 significant hex digits kept exactly; later ones only scale
+    // (enough for a double's 53 bits, rounding aside).
+    let mut mantissa: u64 = 0;
+    let mut exponent: i64 = 0;
+    let mut digits = 0;
+    let mut nonzero = false;
+    let mut seen_point = false;
+    for c in mantissa_text.chars() {
+        if c == '.' && !seen_point {
+            seen_point = true;
+            continue;
+        }
+        let digit = c.to_digit(16)?;
+        digits += 1;
+        nonzero |= digit != 0;
+        if mantissa >> 60 == 0 {
+            mantissa = mantissa * 16 + u64::from(digit);
+            if seen_point {
+                exponent -= 4;
+            }
+        } else if !seen_point {
+            exponent += 4;
+        }
+    }
+    if digits == 0 {
+        return None;
+    }
+    if let Some(exp) = exponent_text {
+        let (sign, digits) = match exp.as_bytes().first()? {
+            b'-' => (-1, &exp[1..]),
+            b'+' => (1, &exp[1..]),
+            _ => (1, exp),
+        };
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let value: i64 = digits.parse().unwrap_or(i64::MAX / 2).min(100_000);
+        exponent += sign * value;
+    }
+    let magnitude = (mantissa as f64) * 2f64.powi(exponent.clamp(-2000, 2000) as i32);
+    // powi of a tiny power underflows before the product: redo in two steps.
+    let magnitude = if magnitude == 0.0 && mantissa != 0 && exponent > -1200 {
+        (mantissa as f64)
+            * 2f64.powi((exponent / 2) as i32)
+            * 2f64.powi((exponent - exponent / 2) as i32)
+    } else {
+        magnitude
+    };
+    Some((if negative { -magnitude } else { magnitude }, nonzero))
 }
 
 fn mantissa_has_nonzero_digit(text: &str) -> bool {
@@ -351,7 +418,7 @@ fn rank_range(start: i64, end: i64, len: usize) -> Option<std::ops::Range<usize>
     Some(start as usize..end as usize + 1)
 }
 
-fn zset_of(object: Option<&Object>) -> Option<&SortedSet> {
+pub(super) fn zset_of(object: Option<&Object>) -> Option<&SortedSet> {
     match object {
         Some(Object::SortedSet(zset)) => Some(zset),
         _ => None,
@@ -371,7 +438,7 @@ fn zset_in<'t>(
 // ---------------------------------------------------------------------------
 // ZADD, ZINCRBY, ZREM.
 
-fn zadd(ctx: &mut Ctx, args: Args) -> CmdResult {
+pub(super) fn zadd(ctx: &mut Ctx, args: Args) -> CmdResult {
     zadd_generic(ctx, args, false)
 }
 
@@ -625,18 +692,8 @@ fn zpop(ctx: &mut Ctx, args: Args, max: bool) -> CmdResult {
         let Some(zset) = zset_in(txn, db, key, now)? else {
             return Ok(Vec::new());
         };
-        let take = usize::try_from(count.unwrap_or(1))
-            .unwrap_or(usize::MAX)
-            .min(zset.len());
-        let popped: Vec<(Box<[u8]>, f64)> = if max {
-            zset.range_rev(zset.len() - take..zset.len())
-                .map(|(member, score)| (member.into(), score))
-                .collect()
-        } else {
-            zset.range(0..take)
-                .map(|(member, score)| (member.into(), score))
-                .collect()
-        };
+        let take = usize::try_from(count.unwrap_or(1)).unwrap_or(usize::MAX);
+        let popped = pops::take(zset, max, take);
         if !popped.is_empty() {
             txn.log(vec![Op::SortedSetRemove {
                 key: ckey(db, key)?,
@@ -978,7 +1035,7 @@ fn zrangestore(ctx: &mut Ctx, args: Args) -> CmdResult {
 
 /// Makes `dst` hold `result` (of any type before); an empty result
 /// deletes it. Returns the result's size.
-fn store_result(
+pub(super) fn store_result(
     txn: &mut Txn<'_>,
     db: usize,
     now: u64,
@@ -997,227 +1054,11 @@ fn store_result(
     Ok(len)
 }
 
-// ---------------------------------------------------------------------------
-// ZUNIONSTORE, ZINTERSTORE.
-
-#[derive(Clone, Copy)]
-enum Aggregate {
-    Sum,
-    Min,
-    Max,
-}
-
-impl Aggregate {
-    /// Redis's `zunionInterAggregate`: a NaN sum (inf + -inf) is 0, and a
-    /// NaN value never wins MIN or MAX.
-    fn apply(self, target: &mut f64, value: f64) {
-        match self {
-            Aggregate::Sum => {
-                *target += value;
-                if target.is_nan() {
-                    *target = 0.0;
-                }
-            }
-            Aggregate::Min => {
-                if value < *target {
-                    *target = value;
-                }
-            }
-            Aggregate::Max => {
-                if value > *target {
-                    *target = value;
-                }
-            }
-        }
-    }
-}
-
-/// `value` as a score; NaN (which the aggregation never produces) as 0.
+/// `value` as a score; NaN (which the aggregations never produce) as 0.
 fn score_or_zero(value: f64) -> Score {
     Score::new(value)
         .or_else(|| Score::new(0.0))
         .expect("0 is a score")
-}
-
-fn zunionstore(ctx: &mut Ctx, args: Args) -> CmdResult {
-    zsetop_store(ctx, args, false, "zunionstore")
-}
-
-fn zinterstore(ctx: &mut Ctx, args: Args) -> CmdResult {
-    zsetop_store(ctx, args, true, "zinterstore")
-}
-
-/// A source of ZUNIONSTORE / ZINTERSTORE: a sorted set, or a set whose
-/// members all score 1.
-enum Source<'o> {
-    Absent,
-    Sorted(&'o SortedSet),
-    Plain(&'o engram_collections::types::Set),
-}
-
-impl Source<'_> {
-    fn len(&self) -> usize {
-        match self {
-            Source::Absent => 0,
-            Source::Sorted(zset) => zset.len(),
-            Source::Plain(set) => set.len(),
-        }
-    }
-
-    fn score(&self, member: &[u8]) -> Option<f64> {
-        match self {
-            Source::Absent => None,
-            Source::Sorted(zset) => zset.score(member),
-            Source::Plain(set) => set.contains(member).then_some(1.0),
-        }
-    }
-
-    fn for_each(&self, mut f: impl FnMut(&[u8], f64)) {
-        match self {
-            Source::Absent => {}
-            Source::Sorted(zset) => zset.iter().for_each(|(member, score)| f(member, score)),
-            Source::Plain(set) => set.iter().for_each(|member| f(member, 1.0)),
-        }
-    }
-}
-
-/// Reads a source key: a sorted set or a set; any other type is WRONGTYPE.
-fn source<'t>(
-    txn: &'t mut Txn<'_>,
-    db: usize,
-    key: &[u8],
-    now: u64,
-) -> Result<Source<'t>, CmdError> {
-    // Look first without borrowing the object, to pick the kind to ask for.
-    let kind = match txn.collection(db, key, CKind::SortedSet, now) {
-        Ok(None) => return Ok(Source::Absent),
-        Ok(Some(_)) => CKind::SortedSet,
-        Err(keyspace::Error::WrongType) => CKind::Set,
-        Err(e) => return Err(e.into()),
-    };
-    Ok(match txn.collection(db, key, kind, now)? {
-        Some(Object::SortedSet(zset)) => Source::Sorted(zset),
-        Some(Object::Set(set)) => Source::Plain(set),
-        _ => Source::Absent,
-    })
-}
-
-fn zsetop_store(ctx: &mut Ctx, args: Args, inter: bool, name: &str) -> CmdResult {
-    let dst = args.get(1);
-    let numkeys = int_arg(args.get(2))?;
-    if numkeys < 1 {
-        return Err(err(format!(
-            "ERR at least 1 input key is needed for '{name}' command"
-        )));
-    }
-    if numkeys > (args.len() - 3) as i64 {
-        return Err(err(SYNTAX));
-    }
-    let numkeys = numkeys as usize;
-    let mut keys: Vec<&[u8]> = Vec::with_capacity(numkeys + 1);
-    keys.push(dst);
-    keys.extend(args.iter().skip(3).take(numkeys));
-    let stored = ctx.write(&keys, false, |txn, db, now| {
-        let sources = &keys[1..];
-        // Types first (as Redis: WRONGTYPE before any option error).
-        let mut lens = Vec::with_capacity(sources.len());
-        for key in sources {
-            lens.push(source(txn, db, key, now)?.len());
-        }
-        let (weights, aggregate) = parse_zsetop_options(&args, 3 + numkeys, numkeys)?;
-        // Smallest first, as Redis does (it fixes the order of the sums).
-        let mut order: Vec<usize> = (0..sources.len()).collect();
-        order.sort_by_key(|&i| lens[i]);
-        let weighted = |score: f64, weight: f64| {
-            let value = score * weight;
-            if value.is_nan() {
-                0.0
-            } else {
-                value
-            }
-        };
-        let mut result = SortedSet::new();
-        if inter {
-            let first = order[0];
-            if lens[first] > 0 {
-                let mut candidates: Vec<(Box<[u8]>, f64)> = Vec::with_capacity(lens[first]);
-                source(txn, db, sources[first], now)?.for_each(|member, score| {
-                    candidates.push((member.into(), weighted(score, weights[first])));
-                });
-                for &i in &order[1..] {
-                    let src = source(txn, db, sources[i], now)?;
-                    candidates.retain_mut(|(member, total)| match src.score(member) {
-                        Some(score) => {
-                            aggregate.apply(total, score * weights[i]);
-                            true
-                        }
-                        None => false,
-                    });
-                    if candidates.is_empty() {
-                        break;
-                    }
-                }
-                for (member, total) in candidates {
-                    result.insert(&member, score_or_zero(total));
-                }
-            }
-        } else {
-            let mut totals: HashMap<Box<[u8]>, f64> = HashMap::new();
-            for &i in &order {
-                source(txn, db, sources[i], now)?.for_each(|member, score| {
-                    let value = weighted(score, weights[i]);
-                    match totals.get_mut(member) {
-                        Some(total) => aggregate.apply(total, value),
-                        None => {
-                            totals.insert(member.into(), value);
-                        }
-                    }
-                });
-            }
-            for (member, total) in totals {
-                result.insert(&member, score_or_zero(total));
-            }
-        }
-        store_result(txn, db, now, dst, result)
-    })?;
-    ctx.out.int(stored as i64);
-    Ok(())
-}
-
-/// `[WEIGHTS w...] [AGGREGATE SUM|MIN|MAX]`, in any order and repeatable.
-fn parse_zsetop_options(
-    args: &Args,
-    mut at: usize,
-    numkeys: usize,
-) -> Result<(Vec<f64>, Aggregate), CmdError> {
-    let mut weights = vec![1.0; numkeys];
-    let mut aggregate = Aggregate::Sum;
-    while at < args.len() {
-        let remaining = args.len() - at;
-        let arg = args.get(at);
-        if remaining > numkeys && is(arg, "weights") {
-            for (i, weight) in weights.iter_mut().enumerate() {
-                *weight = parse_score(args.get(at + 1 + i))
-                    .ok_or_else(|| err("ERR weight value is not a float"))?;
-            }
-            at += 1 + numkeys;
-        } else if remaining >= 2 && is(arg, "aggregate") {
-            let which = args.get(at + 1);
-            aggregate = if is(which, "sum") {
-                Aggregate::Sum
-            } else if is(which, "min") {
-                Aggregate::Min
-            } else if is(which, "max") {
-                Aggregate::Max
-            } else {
-                return Err(err(SYNTAX));
-            };
-            at += 2;
-        } else {
-            return Err(err(SYNTAX));
-        }
-    }
-    Ok((weights, aggregate))
 }
 
 // ---------------------------------------------------------------------------
@@ -1377,4 +1218,40 @@ fn zscan(ctx: &mut Ctx, args: Args) -> CmdResult {
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_score;
+
+    #[test]
+    fn scores_read_as_strtod_reads_them() {
+        assert_eq!(parse_score(b"1.5"), Some(1.5));
+        assert_eq!(parse_score(b"-inf"), Some(f64::NEG_INFINITY));
+        assert_eq!(parse_score(b"0x10"), Some(16.0));
+        assert_eq!(parse_score(b"0X1p4"), Some(16.0));
+        assert_eq!(parse_score(b"0x.8"), Some(0.5));
+        assert_eq!(parse_score(b"-0x1.8p1"), Some(-3.0));
+        assert_eq!(parse_score(b"+0x1P-2"), Some(0.25));
+        assert_eq!(parse_score(b"0x0"), Some(0.0));
+        assert_eq!(parse_score(b"0x1p-1074"), Some(f64::from_bits(1)));
+        assert_eq!(
+            parse_score(b"0x10000000000000000000p-1100"),
+            Some(2f64.powi(-1024))
+        );
+        for bad in [
+            "0x",
+            "0x1p",
+            "0xg",
+            "0x1p+",
+            "0x1.2.3",
+            "0x1p1024",
+            "0x1p-1080",
+            " 0x1",
+            "1e999",
+            "nan",
+        ] {
+            assert_eq!(parse_score(bad.as_bytes()), None, "{bad}");
+        }
+    }
 }

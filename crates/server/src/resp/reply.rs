@@ -115,6 +115,18 @@ impl ReplyWriter {
         }
     }
 
+    /// A double already formatted (GEOPOS's coordinates): `,` in RESP3, a
+    /// bulk string in RESP2.
+    pub fn double_text(&mut self, text: &str) {
+        if self.resp3 {
+            self.buf.push(b',');
+            self.buf.extend_from_slice(text.as_bytes());
+            self.buf.extend_from_slice(b"\r\n");
+        } else {
+            self.bulk(text.as_bytes());
+        }
+    }
+
     /// Text meant for people (INFO, CLIENT LIST): a verbatim string in
     /// RESP3, a bulk string in RESP2.
     pub fn verbatim(&mut self, text: &str) {

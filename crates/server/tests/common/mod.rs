@@ -261,3 +261,20 @@ pub fn script_both(engram: &mut Client, redis: &mut Client, cases: &[(&str, &str
         );
     }
 }
+
+/// Runs each command on Engram and on Redis and holds Engram to Redis's
+/// reply, whatever it is (for generated commands); returns the replies.
+pub fn same(engram: &mut Client, redis: &mut Client, commands: &[&str]) -> Vec<String> {
+    commands
+        .iter()
+        .map(|command| {
+            let expected = redis.call(command);
+            let got = engram.call(command);
+            assert_eq!(
+                got, expected,
+                "reply to `{command}` (left: Engram, right: Redis)"
+            );
+            got
+        })
+        .collect()
+}

@@ -394,7 +394,7 @@ fn errors_and_wrong_types() {
             "BLPOP k nan",
             "(error) ERR timeout is not a float or out of range",
         ),
-        ("BLPOP k 1e300", "(error) ERR timeout is out of range"),
+        ("BLPOP k 1e300", "(error) ERR timeout is negative"),
         (
             "BRPOP k \"\"",
             "(error) ERR timeout is not a float or out of range",

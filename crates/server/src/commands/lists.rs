@@ -808,13 +808,16 @@ fn move_one(
 // ---- blocking ----
 
 /// A blocking command's timeout in seconds (a float; 0: none), as Redis
-/// parses it: milliseconds rounded up.
+/// 7.0 parses it: milliseconds rounded up. A time too large for Redis's
+/// 64-bit milliseconds is "negative" there (its conversion overflows to
+/// the most negative value), and is here too; one that fits but runs past
+/// the end of time from now is out of range.
 pub(super) fn parse_timeout(arg: &[u8]) -> Result<Option<Duration>, CmdError> {
     let seconds =
         parse_float(arg).ok_or_else(|| err("ERR timeout is not a float or out of range"))?;
     let ms = seconds * 1000.0;
     if ms > i64::MAX as f64 {
-        return Err(err("ERR timeout is out of range"));
+        return Err(err("ERR timeout is negative"));
     }
     let ms = ms.ceil() as i64;
     if ms < 0 {

@@ -5,7 +5,8 @@
 //! handlers) → `keyspace` (databases, types, expiry, locks, atomic batches
 //! over the engine) → the engine. The keyspace's group commit decides when a
 //! reply may leave; `serve` starts and stops it all. `offline_scrub` is `engram scrub`,
-//! the integrity check of a stopped store.
+//! the integrity check of a stopped store; `rdb` is Redis's serialization
+//! format (DUMP/RESTORE payloads, `engram import`).
 
 #![forbid(unsafe_code)]
 
@@ -18,6 +19,7 @@ mod info;
 /// The keyspace is a crate of its own (below the server, beside embedders).
 pub use engram_keyspace as keyspace;
 pub mod offline_scrub;
+pub mod rdb;
 pub mod resp;
 mod serve;
 mod session;

@@ -7,6 +7,7 @@
 //! (or, inside EXEC, uses the transaction that already holds them).
 
 mod connection;
+mod dump;
 mod engram;
 mod functions;
 mod hashes;
@@ -168,6 +169,7 @@ pub static TABLE: LazyLock<Vec<CommandSpec>> = LazyLock::new(|| {
     table.extend(connection::commands());
     table.extend(server::commands());
     table.extend(keys::commands());
+    table.extend(dump::commands());
     table.extend(strings::commands());
     table.extend(hashes::commands());
     table.extend(sets::commands());

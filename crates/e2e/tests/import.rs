@@ -201,9 +201,12 @@ fn bytes(value: Value) -> Vec<u8> {
     }
 }
 
+/// A key's type, expiry time (PEXPIRETIME) and contents.
+type KeyState = (String, i64, Vec<Vec<u8>>);
+
 /// Every key of the selected database: type, expiry time, contents
 /// (sets and hashes sorted, scores as numbers).
-fn snapshot(con: &mut Connection) -> BTreeMap<Vec<u8>, (String, i64, Vec<Vec<u8>>)> {
+fn snapshot(con: &mut Connection) -> BTreeMap<Vec<u8>, KeyState> {
     let mut keys: BTreeSet<Vec<u8>> = BTreeSet::new();
     let mut cursor = 0u64;
     loop {

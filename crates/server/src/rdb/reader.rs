@@ -169,7 +169,7 @@ fn pairs_of<'i, 'b>(
     items: &'i [Item<'b>],
     at: u64,
 ) -> Result<std::slice::ChunksExact<'i, Item<'b>>> {
-    if items.len() % 2 != 0 {
+    if !items.len().is_multiple_of(2) {
         return Err(Error::at(at, "an odd number of entries where pairs belong"));
     }
     Ok(items.chunks_exact(2))

@@ -8,8 +8,11 @@
 const BIGLEN: u8 = 254;
 const END: u8 = 255;
 
+/// A field and its value.
+pub type Pair<'a> = (&'a [u8], &'a [u8]);
+
 /// The field-value pairs of a zipmap.
-pub fn pairs(blob: &[u8]) -> Result<Vec<(&[u8], &[u8])>, String> {
+pub fn pairs(blob: &[u8]) -> Result<Vec<Pair<'_>>, String> {
     let &count = blob.first().ok_or("empty zipmap")?;
     let mut pos = 1;
     let mut pairs = Vec::new();

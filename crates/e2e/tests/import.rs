@@ -289,6 +289,12 @@ fn a_redis_dump_imports_whole() {
         .query::<()>(&mut redis)
         .unwrap();
     let short_lived = fill(&mut redis);
+    // A function library: Engram has no Lua, the import passes it over.
+    redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("#!lua name=lib\nredis.register_function('one', function() return 1 end)")
+        .query::<String>(&mut redis)
+        .unwrap();
     redis::cmd("SAVE").query::<()>(&mut redis).unwrap();
     // Past the short-lived keys' expiry before the import starts.
     std::thread::sleep(Duration::from_millis(1600));
@@ -322,6 +328,10 @@ fn a_redis_dump_imports_whole() {
     for db in DATABASES {
         assert!(report.contains(&format!("db{db}: ")), "{report}");
     }
+    assert!(
+        report.contains("1 function libraries not imported"),
+        "{report}"
+    );
     eprintln!("import took {took:.2?}:\n{report}");
 
     let served = serve(&data, &[]);
@@ -371,4 +381,21 @@ fn a_redis_dump_imports_whole() {
         report.contains(&format!("imported {total} keys")),
         "{report}"
     );
+
+    // A stream anywhere in the file: refused by name, nothing written.
+    redis::cmd("SELECT").arg(0).query::<()>(&mut redis).unwrap();
+    redis::cmd("XADD")
+        .arg("events")
+        .arg("*")
+        .arg("field")
+        .arg("value")
+        .query::<String>(&mut redis)
+        .unwrap();
+    redis::cmd("SAVE").query::<()>(&mut redis).unwrap();
+    let elsewhere = work.path().join("elsewhere");
+    let output = import(&rdb, &elsewhere);
+    assert!(!output.status.success(), "{}", text(&output));
+    assert!(text(&output).contains("stream"), "{}", text(&output));
+    assert!(!elsewhere.exists(), "a refused file created the directory");
+    eprintln!("{}", text(&output));
 }

@@ -39,6 +39,8 @@ impl RedisServer {
                 "127.0.0.1",
                 "--save",
                 "",
+                "--enable-debug-command",
+                "yes",
             ])
             .arg("--dir")
             .arg(dir.path())
@@ -407,6 +409,42 @@ fn without_compact_encodings() {
         ok(&mut engram, &[b"RESTORE", key, b"0", &payload]);
         assert_same(&snapshot(&mut engram, key), &original, name);
     }
+}
+
+/// Quicklist nodes holding one large element as is (PLAIN containers):
+/// Redis makes them for elements past its packed threshold, which DEBUG
+/// lowers here from 1 GB.
+#[test]
+fn plain_quicklist_nodes() {
+    let redis_server = RedisServer::start();
+    let mut redis = redis_server.try_connect().unwrap();
+    ok(
+        &mut redis,
+        &[b"DEBUG", b"QUICKLIST-PACKED-THRESHOLD", b"100"],
+    );
+    let big = "p".repeat(500);
+    ok(
+        &mut redis,
+        &[
+            b"RPUSH",
+            b"l",
+            b"small",
+            big.as_bytes(),
+            b"tail",
+            big.as_bytes(),
+        ],
+    );
+    let payload = bytes(ok(&mut redis, &[b"DUMP", b"l"]));
+    // Type 18 (quicklist 2) with a node of container 1 (plain).
+    assert_eq!(payload[0], 18);
+    let (engram_server, _dir) = start();
+    let mut engram = redis_con(engram_server.addr);
+    ok(&mut engram, &[b"RESTORE", b"l", b"0", &payload]);
+    assert_same(
+        &snapshot(&mut engram, b"l"),
+        &snapshot(&mut redis, b"l"),
+        "plain nodes",
+    );
 }
 
 #[test]

@@ -374,3 +374,36 @@ proptest! {
         let _ = read_all(&data);
     }
 }
+
+#[test]
+fn stored_objects_hold_the_value_and_refuse_repeats() {
+    use super::value::Stored;
+    let hash = Value::Hash(vec![
+        (b"f".to_vec(), b"1".to_vec()),
+        (b"g".to_vec(), b"2".to_vec()),
+    ]);
+    let Ok(Stored::Collection(object)) = hash.clone().into_stored() else {
+        panic!("a hash is a collection");
+    };
+    let Value::Hash(mut back) = Value::from_object(&object) else {
+        panic!("came back as another type");
+    };
+    back.sort();
+    assert_eq!(Value::Hash(back), hash);
+    let list = Value::List(strings(&["b", "a", "b"]));
+    let Ok(Stored::Collection(object)) = list.clone().into_stored() else {
+        panic!("a list is a collection");
+    };
+    assert_eq!(Value::from_object(&object), list, "order and repeats kept");
+    for refused in [
+        Value::Set(strings(&["a", "a"])),
+        Value::Hash(vec![
+            (b"f".to_vec(), b"1".to_vec()),
+            (b"f".to_vec(), b"2".to_vec()),
+        ]),
+        Value::SortedSet(vec![(b"m".to_vec(), 1.0), (b"m".to_vec(), 2.0)]),
+        Value::SortedSet(vec![(b"m".to_vec(), f64::NAN)]),
+    ] {
+        assert!(refused.clone().into_stored().is_err(), "{refused:?}");
+    }
+}

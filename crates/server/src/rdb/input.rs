@@ -23,6 +23,11 @@ const ENC_INT16: u8 = 1;
 const ENC_INT32: u8 = 2;
 const ENC_LZF: u8 = 3;
 
+/// The longest string a compressed one may expand to: the most a value
+/// of Engram's store holds (and Redis's default string limit), which also
+/// bounds what a lying header can make the reader allocate.
+const MAX_STRING: u64 = engram_engine::MAX_VALUE_BYTES as u64;
+
 /// A length, or (for strings) the tag of a special encoding.
 enum Length {
     Plain(u64),
@@ -157,7 +162,10 @@ impl<'a> Input<'a> {
                     ));
                 }
                 let compressed = self.bytes(compressed_len as usize)?;
-                if len == 0 || len > compressed_len.saturating_mul(lzf::MAX_RATIO) {
+                if len == 0
+                    || len > compressed_len.saturating_mul(lzf::MAX_RATIO)
+                    || len > MAX_STRING
+                {
                     return Err(Error::at(
                         at,
                         format!("compressed string declares {len} bytes from {compressed_len}"),

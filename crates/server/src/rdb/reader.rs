@@ -1,5 +1,5 @@
-//! Reading values (the object that follows a type byte, in a DUMP payload
-//! or after a key in a file) and whole RDB files, opcode by opcode.
+//! Reading values: the object that follows a type byte, in a DUMP payload
+//! or after a key in a file (`file` reads the rest of a file).
 
 use std::borrow::Cow;
 
@@ -64,7 +64,7 @@ pub fn read_object(input: &mut Input, ty: u8) -> Result<Value> {
                             ziplist::entries(&blob)
                         };
                         let entries = entries.map_err(|e| Error::at(node_at, e))?;
-                        // Redis skips empty nodes.
+                        // An empty node adds nothing (Redis skips them too).
                         items.extend(entries.into_iter().map(Item::to_vec));
                     }
                     other => {

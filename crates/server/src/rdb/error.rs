@@ -11,6 +11,9 @@ pub struct Error {
     /// A value or section Engram does not take (streams, modules): the
     /// input may well be sound.
     pub unsupported: bool,
+    /// The input ended where more bytes were needed: with more of the
+    /// file the same bytes may read fine (see `file`).
+    pub truncated: bool,
 }
 
 impl Error {
@@ -19,14 +22,21 @@ impl Error {
             offset,
             message: message.into(),
             unsupported: false,
+            truncated: false,
         }
     }
 
     pub fn unsupported(offset: u64, message: impl Into<String>) -> Error {
         Error {
-            offset,
-            message: message.into(),
             unsupported: true,
+            ..Error::at(offset, message)
+        }
+    }
+
+    pub fn truncated(offset: u64, message: impl Into<String>) -> Error {
+        Error {
+            truncated: true,
+            ..Error::at(offset, message)
         }
     }
 }

@@ -1,9 +1,9 @@
 //! `engram import FILE --dir DIR`: loads a Redis RDB file into a data
 //! directory, as Redis loads one at startup.
 //!
-//! The whole file is read into memory and checked first (its checksum, then
-//! every record decoded once), so a damaged or unsupported file is refused
-//! before anything is written. Then the keys go in through the keyspace,
+//! The file is read twice, a window at a time (see `file`): first checked
+//! (its checksum, then every record decoded once), so a damaged or
+//! unsupported file is refused before anything is written. Then the keys go in through the keyspace,
 //! the same write paths the server's commands use, in batches: a batch's
 //! strings are engine writes and its collections one operation-log record
 //! (each collection with its expiry). Keys whose expiry has passed are
@@ -110,7 +110,6 @@ impl fmt::Display for Summary {
 /// byte offset.
 pub fn import(file: &Path, dir: &Path) -> Result<Summary, String> {
     let started = Instant::now();
-    let data = std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
     let corrupt = |e: Error| {
         let what = if e.unsupported {
             "cannot import"
@@ -119,7 +118,7 @@ pub fn import(file: &Path, dir: &Path) -> Result<Summary, String> {
         };
         format!("{}: {what}: {e}", file.display())
     };
-    let mut summary = check(&data).map_err(corrupt)?;
+    let mut summary = check(file).map_err(corrupt)?;
     summary.check_time = started.elapsed();
 
     let written = Instant::now();
@@ -143,7 +142,7 @@ pub fn import(file: &Path, dir: &Path) -> Result<Summary, String> {
     summary.keys_before = (0..keyspace.databases())
         .map(|db| keyspace.dbsize(db))
         .sum();
-    let result = write(&keyspace, &data, &mut summary);
+    let result = write(&keyspace, file, &mut summary);
     let closed = Keyspace::close(keyspace);
     result.map_err(|e| {
         format!(
@@ -158,8 +157,8 @@ pub fn import(file: &Path, dir: &Path) -> Result<Summary, String> {
 
 /// Reads the whole file once: checksum, every record, the databases it
 /// names. Counts nothing as imported yet.
-fn check(data: &[u8]) -> Result<Summary, Error> {
-    let mut reader = FileReader::new(data)?;
+fn check(file: &Path) -> Result<Summary, Error> {
+    let mut reader = FileReader::open(file)?;
     let mut summary = Summary {
         rdb_version: reader.version,
         ..Summary::default()
@@ -189,8 +188,8 @@ struct Pending {
     expire_at: Option<u64>,
 }
 
-fn write(keyspace: &Keyspace, data: &[u8], summary: &mut Summary) -> Result<(), String> {
-    let mut reader = FileReader::new(data).map_err(|e| e.to_string())?;
+fn write(keyspace: &Keyspace, file: &Path, summary: &mut Summary) -> Result<(), String> {
+    let mut reader = FileReader::open(file).map_err(|e| e.to_string())?;
     let now = now_ms();
     let mut batch: Vec<Pending> = Vec::with_capacity(BATCH);
     let mut in_batch: HashSet<(usize, Vec<u8>)> = HashSet::with_capacity(BATCH);

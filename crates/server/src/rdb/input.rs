@@ -37,15 +37,28 @@ enum Length {
 pub struct Input<'a> {
     data: &'a [u8],
     pos: usize,
+    /// The offset of `data[0]` in the whole input (a file read in windows).
+    base: u64,
 }
 
 impl<'a> Input<'a> {
     pub fn new(data: &'a [u8]) -> Input<'a> {
-        Input { data, pos: 0 }
+        Input::at(data, 0)
     }
 
+    /// `data` that starts `base` bytes into the whole input.
+    pub fn at(data: &'a [u8], base: u64) -> Input<'a> {
+        Input { data, pos: 0, base }
+    }
+
+    /// Offset from the start of the whole input.
     pub fn offset(&self) -> u64 {
-        self.pos as u64
+        self.base + self.pos as u64
+    }
+
+    /// Bytes read since `new`/`at`.
+    pub fn consumed(&self) -> usize {
+        self.pos
     }
 
     pub fn remaining(&self) -> usize {
@@ -63,10 +76,13 @@ impl<'a> Input<'a> {
 
     pub fn bytes(&mut self, n: usize) -> Result<&'a [u8]> {
         if n > self.remaining() {
-            return Err(self.error(format!(
-                "input ends early: {n} bytes wanted, {} left",
-                self.remaining()
-            )));
+            return Err(Error::truncated(
+                self.offset(),
+                format!(
+                    "input ends early: {n} bytes wanted, {} left",
+                    self.remaining()
+                ),
+            ));
         }
         let bytes = &self.data[self.pos..self.pos + n];
         self.pos += n;
@@ -121,7 +137,7 @@ impl<'a> Input<'a> {
         let at = self.offset();
         let n = self.length()?;
         if n > (self.remaining() / min_bytes.max(1)) as u64 {
-            return Err(Error::at(
+            return Err(Error::truncated(
                 at,
                 format!(
                     "{what} {n} is more than the remaining {} bytes hold",
@@ -139,7 +155,7 @@ impl<'a> Input<'a> {
         match self.length_or_encoding()? {
             Length::Plain(len) => {
                 if len > self.remaining() as u64 {
-                    return Err(Error::at(
+                    return Err(Error::truncated(
                         at,
                         format!("string of {len} bytes, only {} left", self.remaining()),
                     ));
@@ -153,7 +169,7 @@ impl<'a> Input<'a> {
                 let compressed_len = self.length()?;
                 let len = self.length()?;
                 if compressed_len > self.remaining() as u64 {
-                    return Err(Error::at(
+                    return Err(Error::truncated(
                         at,
                         format!(
                             "compressed string of {compressed_len} bytes, only {} left",

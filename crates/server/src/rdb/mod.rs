@@ -42,10 +42,12 @@ pub use value::Value;
 /// The CRC-64 Redis uses (Jones polynomial, reflected), over RDB files and
 /// DUMP payloads.
 pub fn crc64(bytes: &[u8]) -> u64 {
-    const CRC: crc::Crc<u64, crc::Table<16>> =
-        crc::Crc::<u64, crc::Table<16>>::new(&crc::CRC_64_REDIS);
-    CRC.checksum(bytes)
+    CRC64.checksum(bytes)
 }
+
+/// The same CRC, for checksums computed piece by piece (`CRC64.digest()`).
+pub(crate) static CRC64: crc::Crc<u64, crc::Table<16>> =
+    crc::Crc::<u64, crc::Table<16>>::new(&crc::CRC_64_REDIS);
 
 /// Value types (the byte before a value).
 pub mod types {

@@ -246,9 +246,16 @@ fn version9_file_reads() {
     let data = version9_file();
     let mut reader = FileReader::new(&data).unwrap();
     let mut records = Vec::new();
+    let mut offsets = Vec::new();
     while let Some(r) = reader.next_record().unwrap() {
+        offsets.push(r.offset);
         records.push((r.db, r.key, r.value, r.expire_at_ms));
     }
+    // Header 9, AUX 17, SELECTDB 2, RESIZEDB 3: the list's type byte at
+    // 31; a record with an expiry starts at its expiry opcode.
+    assert_eq!(offsets[0], 31);
+    let first_bytes: Vec<u8> = offsets.iter().map(|&at| data[at as usize]).collect();
+    assert_eq!(first_bytes, [14, 252, 253, 9, 0, 3]);
     assert_eq!(reader.version, 9);
     assert_eq!(reader.aux, vec![(b"redis-ver".to_vec(), b"6.2.0".to_vec())]);
     let expected = vec![
@@ -406,4 +413,41 @@ fn stored_objects_hold_the_value_and_refuse_repeats() {
     ] {
         assert!(refused.clone().into_stored().is_err(), "{refused:?}");
     }
+}
+
+/// A file on disk through `FileReader::open` (its checksum in one pass,
+/// then records through the window) reads as in memory.
+#[test]
+fn files_on_disk_read_like_in_memory() {
+    let data = version9_file();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dump.rdb");
+    std::fs::write(&path, &data).unwrap();
+    let mut from_disk = FileReader::open(&path).unwrap();
+    let mut in_memory = FileReader::new(&data).unwrap();
+    loop {
+        let (a, b) = (
+            from_disk.next_record().unwrap(),
+            in_memory.next_record().unwrap(),
+        );
+        match (a, b) {
+            (Some(a), Some(b)) => {
+                assert_eq!(
+                    (a.db, a.key, a.value, a.expire_at_ms, a.offset),
+                    (b.db, b.key, b.value, b.expire_at_ms, b.offset)
+                );
+            }
+            (None, None) => break,
+            _ => panic!("one reader ended before the other"),
+        }
+    }
+    let mut damaged = data.clone();
+    damaged[30] ^= 1;
+    std::fs::write(&path, &damaged).unwrap();
+    let e = FileReader::open(&path)
+        .err()
+        .expect("a damaged file opened");
+    assert!(e.message.contains("checksum"), "{e}");
+    std::fs::write(&path, &data[..data.len() - 3]).unwrap();
+    assert!(FileReader::open(&path).is_err());
 }

@@ -25,12 +25,14 @@ const MAGIC: &[u8] = b"REDIS";
 const HEADER: usize = 9;
 /// The first version that ends with a checksum.
 const FIRST_CHECKSUMMED: u32 = 5;
-/// How much of a file is read at a time (in unit tests, little: records
-/// then straddle windows all the time).
+/// How much of a file is read at a time, at most: reads start at
+/// `FIRST_READ` and double (a small file costs no large buffer). In unit
+/// tests little, so records straddle windows all the time.
 #[cfg(not(test))]
 const WINDOW: usize = 8 << 20;
 #[cfg(test)]
 const WINDOW: usize = 16;
+const FIRST_READ: usize = if WINDOW < 64 << 10 { WINDOW } else { 64 << 10 };
 
 /// A key and its value, as a file holds them.
 pub struct Record {
@@ -65,6 +67,8 @@ pub struct FileReader<R> {
     /// The file offset of `window[0]`.
     base: u64,
     at_eof: bool,
+    /// The next read's size (at least; more when a record needs it).
+    read_size: usize,
     pub version: u32,
     db: u64,
     /// Expiry and start of the record being read (its opcodes so far).
@@ -187,6 +191,7 @@ impl<R: Read> FileReader<R> {
             start: 0,
             base: HEADER as u64,
             at_eof: false,
+            read_size: FIRST_READ,
             version,
             db: 0,
             expire_at_ms: None,
@@ -209,7 +214,9 @@ impl<R: Read> FileReader<R> {
         self.base += self.start as u64;
         self.start = 0;
         let kept = self.window.len();
-        self.window.resize(kept + kept.max(WINDOW), 0);
+        let wanted = kept.max(self.read_size);
+        self.read_size = (self.read_size * 2).min(WINDOW);
+        self.window.resize(kept + wanted, 0);
         let got = read_full(&mut self.source, &mut self.window[kept..]).map_err(|e| {
             Error::at(
                 self.base + kept as u64,
@@ -217,7 +224,7 @@ impl<R: Read> FileReader<R> {
             )
         })?;
         self.window.truncate(kept + got);
-        if self.window.len() < kept + kept.max(WINDOW) {
+        if got < wanted {
             self.at_eof = true;
         }
         Ok(())

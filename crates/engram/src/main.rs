@@ -1,5 +1,6 @@
-//! The `engram` command line: `engram serve` (the Redis-compatible server)
-//! and `engram scrub` (the integrity check of a stopped store). The
+//! The `engram` command line: `engram serve` (the Redis-compatible server),
+//! `engram scrub` (the integrity check of a stopped store) and `engram
+//! import` (a Redis RDB file into a data directory). The
 //! benchmarks are a binary of their own, `engram-bench` (crates/bench).
 
 #![forbid(unsafe_code)]
@@ -34,6 +35,37 @@ enum Command {
     /// Exit status 0: nothing unrepairable; 1: some pages unrepairable; 2:
     /// the scrub could not run (no store, directory locked by a server).
     Scrub(ScrubArgs),
+    /// Loads a Redis RDB file (a dump.rdb) into a data directory.
+    ///
+    /// Reads RDB versions up to 10 (Redis 7.0): strings, lists, sets,
+    /// sorted sets and hashes in every encoding Redis writes, in every
+    /// database, with their expiry. Keys already expired are skipped, as
+    /// Redis skips them when it loads a file; so are empty collections and
+    /// keys longer than Engram's key limit. Function libraries are not
+    /// imported (Engram has no Lua engine); a file with streams, module
+    /// values or module data is refused.
+    ///
+    /// The whole file is checked (checksum, then every record) before
+    /// anything is written, so a damaged file changes nothing; the error
+    /// names the byte offset of the damage. The directory is created if
+    /// missing; keys it already holds stay, except those the file names,
+    /// which are replaced. A directory a running server has open is
+    /// refused: stop the server first (or use RESTORE against it).
+    ///
+    /// Prints what was imported (keys per database and per type) and what
+    /// was skipped. Exit status 0: imported; 1: nothing imported (or, if
+    /// the error says so, the import stopped part way).
+    Import(ImportArgs),
+}
+
+#[derive(Args)]
+struct ImportArgs {
+    /// The RDB file (Redis's dump.rdb, or any file Redis 7.0 SAVEs).
+    file: PathBuf,
+    /// The data directory to load it into (what `engram serve --dir` is
+    /// then given).
+    #[arg(long)]
+    dir: PathBuf,
 }
 
 #[derive(Args)]
@@ -51,6 +83,16 @@ fn main() -> Result<()> {
         Command::Scrub(args) => {
             std::process::exit(engram_server::offline_scrub::run(&args.dir, args.json))
         }
+        Command::Import(args) => match engram_server::rdb::import::import(&args.file, &args.dir) {
+            Ok(summary) => {
+                print!("{summary}");
+                Ok(())
+            }
+            Err(message) => {
+                eprintln!("engram import: {message}");
+                std::process::exit(1)
+            }
+        },
     }
 }
 

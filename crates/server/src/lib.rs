@@ -5,7 +5,8 @@
 //! handlers) → `keyspace` (databases, types, expiry, locks, atomic batches
 //! over the engine) → the engine. The keyspace's group commit decides when a
 //! reply may leave; `serve` starts and stops it all. `offline_scrub` is `engram scrub`,
-//! the integrity check of a stopped store.
+//! the integrity check of a stopped store; `rdb` is Redis's serialization
+//! format (DUMP/RESTORE payloads, `engram import`).
 
 #![forbid(unsafe_code)]
 
@@ -23,6 +24,7 @@ mod latency;
 pub use engram_keyspace as keyspace;
 pub mod offline_scrub;
 mod pause;
+pub mod rdb;
 mod redis_params;
 pub mod resp;
 mod serve;

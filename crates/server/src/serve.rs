@@ -366,7 +366,7 @@ fn log_integrity(config: &Config, store: &engram_engine::Store) {
 }
 
 /// What the keyspace needs from the server's configuration.
-fn keyspace_options(config: &Config) -> KeyspaceOptions {
+pub(crate) fn keyspace_options(config: &Config) -> KeyspaceOptions {
     KeyspaceOptions {
         mode: config.mode,
         durability: config.durability,

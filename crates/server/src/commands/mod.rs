@@ -9,6 +9,7 @@
 mod bitmaps;
 mod connection;
 mod debug;
+mod dump;
 mod engram;
 mod functions;
 mod geo;
@@ -177,6 +178,7 @@ pub static TABLE: LazyLock<Vec<CommandSpec>> = LazyLock::new(|| {
     table.extend(connection::commands());
     table.extend(server::commands());
     table.extend(keys::commands());
+    table.extend(dump::commands());
     table.extend(strings::commands());
     table.extend(lcs::commands());
     table.extend(bitmaps::commands());

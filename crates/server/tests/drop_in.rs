@@ -590,3 +590,42 @@ fn client_reply_modes() {
     ]);
     server.shutdown().unwrap();
 }
+
+#[test]
+fn role_lolwut_module_bgrewriteaof() {
+    let (server, _dir) = start();
+    let mut c = Client::connect(&server);
+    c.script(&[
+        ("ROLE", "[\"master\", (integer) 0, []]"),
+        ("MODULE LIST", "[]"),
+        (
+            "MODULE LOAD /tmp/x.so",
+            "(error) ERR Error loading the extension. Engram does not load Redis modules.",
+        ),
+        (
+            "MODULE NOPE",
+            "(error) ERR unknown subcommand 'NOPE'. Try MODULE HELP.",
+        ),
+        (
+            "LOLWUT VERSION x",
+            "(error) ERR value is not an integer or out of range",
+        ),
+        ("HSET h f v", "(integer) 1"),
+        (
+            "BGREWRITEAOF",
+            "Background append only file rewriting started",
+        ),
+    ]);
+    assert!(c.call("LOLWUT").contains("Redis ver. 7.0.15"));
+    // The checkpoint it asked for happens.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let info = c.call("INFO collections");
+        if !info.contains("checkpoints:0") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no checkpoint: {info}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server.shutdown().unwrap();
+}

@@ -73,6 +73,35 @@ pub fn commands() -> Vec<CommandSpec> {
             "Makes everything written durable, in the background.",
         ),
         g.keyless(
+            "bgrewriteaof",
+            1,
+            ADMIN,
+            bgrewriteaof,
+            "Starts a checkpoint of the collections, which compacts their operation log \
+             (Engram's counterpart of rewriting the append-only file).",
+        ),
+        g.keyless(
+            "role",
+            1,
+            FAST,
+            role,
+            "Returns the replication role: always a primary without replicas.",
+        ),
+        g.keyless(
+            "lolwut",
+            -1,
+            READONLY | FAST,
+            lolwut,
+            "Displays the version.",
+        ),
+        g.keyless(
+            "module",
+            -2,
+            ADMIN,
+            module,
+            "Lists loaded modules (none: Engram loads no Redis modules).",
+        ),
+        g.keyless(
             "lastsave",
             1,
             FAST,
@@ -694,6 +723,83 @@ fn save(ctx: &mut Ctx, _args: Args) -> CmdResult {
     super::run_blocking(|| ctx.shared.keyspace.collections().checkpoint_now())
         .map_err(|e| err(format!("ERR checkpoint failed: {e}")))?;
     ctx.out.ok();
+    Ok(())
+}
+
+/// BGREWRITEAOF: Redis compacts its append-only log by rewriting it; the
+/// log Engram compacts is the collections' operation log, by a checkpoint
+/// (strings need none: they are written in place in the data file).
+fn bgrewriteaof(ctx: &mut Ctx, _args: Args) -> CmdResult {
+    ctx.shared.keyspace.collections().request_checkpoint();
+    ctx.out
+        .simple("Background append only file rewriting started");
+    Ok(())
+}
+
+/// ROLE: a primary with no replicas (replication offset 0).
+fn role(ctx: &mut Ctx, _args: Args) -> CmdResult {
+    ctx.out.array(3);
+    ctx.out.bulk(b"master");
+    ctx.out.int(0);
+    ctx.out.array(0);
+    Ok(())
+}
+
+/// LOLWUT [VERSION v]: Redis draws art; Engram names itself.
+fn lolwut(ctx: &mut Ctx, args: Args) -> CmdResult {
+    match args.len() {
+        1 => {}
+        n if n >= 3 && is(args.get(1), "version") => {
+            super::int_arg(args.get(2))?;
+        }
+        _ => return Err(err(SYNTAX)),
+    }
+    ctx.out.verbatim(&format!(
+        "Engram {} (Redis ver. {})\n",
+        env!("CARGO_PKG_VERSION"),
+        crate::REDIS_VERSION
+    ));
+    Ok(())
+}
+
+/// MODULE: no Redis module can be loaded into Engram (they are C code
+/// against Redis's internals), so the list is empty.
+fn module(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let sub = args.get(1);
+    match lowercase(sub).as_str() {
+        "list" if args.len() == 2 => ctx.out.array(0),
+        "load" | "loadex" if args.len() >= 3 => {
+            return Err(err(
+                "ERR Error loading the extension. Engram does not load Redis modules.",
+            ))
+        }
+        "unload" if args.len() == 3 => {
+            return Err(err(
+                "ERR Error unloading module: no such module with that name",
+            ))
+        }
+        "help" if args.len() == 2 => {
+            let lines = [
+                "MODULE <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "LIST",
+                "    Return a list of loaded modules (always empty here).",
+                "LOAD <path> [<arg> ...]",
+                "LOADEX <path> [[CONFIG NAME VALUE] [CONFIG NAME VALUE]] [ARGS ...]",
+                "UNLOAD <name>",
+                "    Refused: Engram does not load Redis modules.",
+                "HELP",
+                "    Print this help.",
+            ];
+            ctx.out.array(lines.len());
+            for line in lines {
+                ctx.out.simple(line);
+            }
+        }
+        "list" | "load" | "loadex" | "unload" | "help" => {
+            return Err(wrong_sub_arity("module", sub))
+        }
+        _ => return Err(unknown_subcommand("module", sub)),
+    }
     Ok(())
 }
 

@@ -129,6 +129,14 @@ impl Param {
     /// it (`yes`/`no`, a memory size in bytes, a choice in lowercase), or
     /// the reason Redis gives for refusing it.
     pub fn check(&self, value: &str) -> Result<String, String> {
+        let value = self.check_kind(value)?;
+        match not_supported_yet(self.name, &value) {
+            Some(reason) => Err(reason.to_string()),
+            None => Ok(value),
+        }
+    }
+
+    fn check_kind(&self, value: &str) -> Result<String, String> {
         match self.kind {
             Kind::Bool => match value.to_ascii_lowercase().as_str() {
                 v @ ("yes" | "no") => Ok(v.to_string()),
@@ -184,6 +192,46 @@ impl Param {
             Kind::Text => check_text(self.name, value).map(|()| value.to_string()),
         }
     }
+}
+
+/// Values that ask for something Engram does not do yet. Accepting them
+/// and doing nothing would be a silent surprise (a cache that never
+/// evicts, a TLS port that does not listen), so they are refused with the
+/// reason; only the value that asks for nothing is accepted.
+fn not_supported_yet(name: &str, value: &str) -> Option<&'static str> {
+    let asks = match name {
+        "maxmemory" | "tls-port" | "min-replicas-to-write" => value != "0",
+        "cluster-enabled" | "daemonize" => value == "yes",
+        "unixsocket"
+        | "notify-keyspace-events"
+        | "aclfile"
+        | "logfile"
+        | "pidfile"
+        | "replicaof" => !value.is_empty(),
+        _ => false,
+    };
+    if !asks {
+        return None;
+    }
+    Some(match name {
+        "maxmemory" => "Engram does not evict yet: maxmemory must be 0 (no limit)",
+        "tls-port" => "Engram does not speak TLS yet: tls-port must be 0",
+        "min-replicas-to-write" | "replicaof" => {
+            "Engram has no Redis replication (replication comes through Raft): only the \
+             default is accepted"
+        }
+        "cluster-enabled" => "Engram has no cluster mode yet: cluster-enabled must be no",
+        "daemonize" => {
+            "Engram does not daemonize: run it under a supervisor (systemd, ...) instead"
+        }
+        "unixsocket" => "Engram does not listen on a Unix socket yet: unixsocket must be empty",
+        "notify-keyspace-events" => {
+            "Engram has no keyspace notifications yet: notify-keyspace-events must be empty"
+        }
+        "aclfile" => "Engram has no ACL users yet: aclfile must be empty",
+        "logfile" => "Engram logs to standard error only: logfile must be empty",
+        _ => "Engram writes no pid file: pidfile must be empty",
+    })
 }
 
 /// A size as Redis's `memtoull` reads it: digits, then b, k, kb, m, mb, g

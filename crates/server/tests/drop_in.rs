@@ -113,7 +113,6 @@ fn config_parameters_match_redis() {
         &["CONFIG", "SET", "save", "100 x"],
         &["CONFIG", "SET", "save", "100 10"],
         &["CONFIG", "GET", "save"],
-        &["CONFIG", "SET", "notify-keyspace-events", "KEA"],
         &["CONFIG", "SET", "notify-keyspace-events", "Q"],
         &[
             "CONFIG",
@@ -156,7 +155,7 @@ fn redis_parameters_in_the_config_file() {
     let path = dir.path().join("redis.conf");
     std::fs::write(
         &path,
-        "zset-max-ziplist-entries 64\nactivedefrag yes\nsave 900 1 300 10\nmaxmemory 1gb\n",
+        "zset-max-ziplist-entries 64\nactivedefrag yes\nsave 900 1 300 10\nmaxmemory 0\n",
     )
     .unwrap();
     let config = engram_server::Config::from_file(&path).unwrap();
@@ -169,9 +168,33 @@ fn redis_parameters_in_the_config_file() {
         ),
         ("CONFIG GET activedefrag", "[\"activedefrag\", \"yes\"]"),
         ("CONFIG GET save", "[\"save\", \"900 1 300 10\"]"),
-        ("CONFIG GET maxmemory", "[\"maxmemory\", \"1073741824\"]"),
+        ("CONFIG GET maxmemory", "[\"maxmemory\", \"0\"]"),
+        // What Engram cannot do yet is refused, not silently ignored.
+        (
+            "CONFIG SET maxmemory 1gb",
+            "(error) ERR CONFIG SET failed (possibly related to argument 'maxmemory') - \
+             Engram does not evict yet: maxmemory must be 0 (no limit)",
+        ),
+        ("CONFIG SET maxmemory 0", "OK"),
+        (
+            "CONFIG SET tls-port 6380",
+            "(error) ERR CONFIG SET failed (possibly related to argument 'tls-port') - \
+             Engram does not speak TLS yet: tls-port must be 0",
+        ),
+        (
+            "CONFIG SET notify-keyspace-events KEA",
+            "(error) ERR CONFIG SET failed (possibly related to argument \
+             'notify-keyspace-events') - Engram has no keyspace notifications yet: \
+             notify-keyspace-events must be empty",
+        ),
     ]);
     server.shutdown().unwrap();
+    std::fs::write(&path, "port 7000\nmaxmemory 2gb\n").unwrap();
+    let refused = engram_server::Config::from_file(&path).unwrap_err();
+    assert!(
+        refused.contains("redis.conf:2") && refused.contains("does not evict yet"),
+        "{refused}"
+    );
     std::fs::write(&path, "activedefrag perhaps\n").unwrap();
     let refused = engram_server::Config::from_file(&path).unwrap_err();
     assert!(

@@ -223,14 +223,7 @@ fn memory(shared: &Shared, out: &mut String) -> std::fmt::Result {
 
 /// Resident memory now, and the most INFO or MEMORY STATS has seen.
 pub fn resident_memory(shared: &Shared) -> (u64, u64) {
-    let rss = std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| {
-            s.split_whitespace()
-                .nth(1)
-                .and_then(|p| p.parse::<u64>().ok())
-        })
-        .map_or(0, |pages| pages * 4096);
+    let rss = crate::maxmemory::resident_bytes();
     let peak = shared
         .stats
         .memory_peak

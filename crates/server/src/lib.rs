@@ -20,6 +20,7 @@ pub mod glob;
 mod hll;
 mod info;
 mod latency;
+mod maxmemory;
 /// The keyspace is a crate of its own (below the server, beside embedders).
 pub use engram_keyspace as keyspace;
 pub mod offline_scrub;

@@ -11,7 +11,7 @@
 //! (`port`, `timeout`, `maxclients`, `appendfsync`, ...) are handled by
 //! `config.rs` and `commands/server.rs`; this table only supplies their
 //! names (`CONFIG GET *`) where those do not. A few kept here also act:
-//! `Shared::apply_redis_param` puts `slowlog-*`,
+//! `Shared::apply_redis_param` puts `maxmemory`, `slowlog-*`,
 //! `latency-monitor-threshold` and `hll-sparse-max-bytes` into effect, and `enable-debug-command`
 //! gates DEBUG.
 //!
@@ -200,7 +200,8 @@ impl Param {
 /// reason; only the value that asks for nothing is accepted.
 fn not_supported_yet(name: &str, value: &str) -> Option<&'static str> {
     let asks = match name {
-        "maxmemory" | "tls-port" | "min-replicas-to-write" => value != "0",
+        "tls-port" | "min-replicas-to-write" => value != "0",
+        "maxmemory-policy" => value != "noeviction",
         "cluster-enabled" | "daemonize" => value == "yes",
         "unixsocket"
         | "notify-keyspace-events"
@@ -214,7 +215,10 @@ fn not_supported_yet(name: &str, value: &str) -> Option<&'static str> {
         return None;
     }
     Some(match name {
-        "maxmemory" => "Engram does not evict yet: maxmemory must be 0 (no limit)",
+        "maxmemory-policy" => {
+            "Engram does not evict yet: the only policy is noeviction (writes refused over \
+             maxmemory)"
+        }
         "tls-port" => "Engram does not speak TLS yet: tls-port must be 0",
         "min-replicas-to-write" | "replicaof" => {
             "Engram has no Redis replication (replication comes through Raft): only the \

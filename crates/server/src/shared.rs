@@ -13,6 +13,7 @@ use crate::command_stats::CommandStats;
 use crate::config::{Config, Runtime};
 use crate::keyspace::Keyspace;
 use crate::latency::LatencyMonitor;
+use crate::maxmemory::MemoryLimit;
 use crate::pause::Pause;
 use crate::session::WaitLines;
 use crate::slowlog::SlowLog;
@@ -29,6 +30,8 @@ pub struct Shared {
     pub slowlog: SlowLog,
     /// CLIENT PAUSE.
     pub pause: Pause,
+    /// `maxmemory` (noeviction).
+    pub memory_limit: MemoryLimit,
     /// LATENCY's events.
     pub latency: Arc<LatencyMonitor>,
     pub started: Instant,
@@ -94,6 +97,7 @@ impl Shared {
             stats: ServerStats::default(),
             slowlog: SlowLog::default(),
             pause: Pause::default(),
+            memory_limit: MemoryLimit::default(),
             latency: Arc::default(),
             started: Instant::now(),
             recovery,
@@ -136,6 +140,7 @@ impl Shared {
                 self.slowlog.slower_than.store(number(), Ordering::Relaxed)
             }
             "slowlog-max-len" => self.slowlog.set_max_len(number().max(0) as usize),
+            "maxmemory" => self.memory_limit.set_limit(number().max(0) as u64),
             "hll-sparse-max-bytes" => self
                 .runtime
                 .hll_sparse_max_bytes

@@ -472,6 +472,8 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
         Some(wrong_arity(spec.name).0)
     } else if !session.authenticated && !spec.is(NO_AUTH) {
         Some("NOAUTH Authentication required.".to_string())
+    } else if may_grow(spec, session) && shared.memory_limit.over() {
+        Some(crate::maxmemory::OOM.to_string())
     } else {
         None
     };
@@ -503,6 +505,24 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
             session.reply = ReplyMode::On;
         }
     }
+}
+
+/// Whether the command may grow memory (refused over `maxmemory`):
+/// Redis's denyoom commands, EXEC of a queue holding one, and, as in
+/// Redis, any command queued inside MULTI (a queue grows without bound).
+fn may_grow(spec: &CommandSpec, session: &Session) -> bool {
+    use crate::maxmemory::DENYOOM;
+    if session.in_multi() && !matches!(spec.name, "exec" | "discard" | "quit" | "reset") {
+        return true;
+    }
+    if spec.name == "exec" {
+        return session.multi.as_ref().is_some_and(|queue| {
+            queue
+                .iter()
+                .any(|q| lookup(q.args().get(0)).is_some_and(|(_, s)| DENYOOM.contains(&s.name)))
+        });
+    }
+    DENYOOM.contains(&spec.name)
 }
 
 /// Sends an error reply and counts it (INFO errorstats).

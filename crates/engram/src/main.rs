@@ -11,7 +11,9 @@ use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+// Counted, for INFO memory's `used_memory` and `maxmemory` (engram-memory).
+static ALLOCATOR: engram_memory::Counting<mimalloc::MiMalloc> =
+    engram_memory::Counting(mimalloc::MiMalloc);
 
 #[derive(Parser)]
 #[command(

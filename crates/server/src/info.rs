@@ -191,45 +191,48 @@ fn clients(shared: &Shared, out: &mut String) -> std::fmt::Result {
 /// Resident memory from /proc (the values live in the mapped file, so
 /// this counts the DRAM index and buffers plus resident file pages), and
 /// the persistent data file beside it.
+/// Memory as Engram holds it: `used_memory` is the DRAM the allocator
+/// holds (index, collections, buffers; the resident size when the
+/// counting allocator is not installed) plus the live persistent data
+/// (string records), since both are what a dataset costs and what
+/// `maxmemory` bounds; the parts follow, and the resident size.
 fn memory(shared: &Shared, out: &mut String) -> std::fmt::Result {
-    let (rss, peak) = resident_memory(shared);
+    let usage = crate::maxmemory::usage(shared);
+    let peak = shared
+        .stats
+        .memory_peak
+        .fetch_max(usage.used(), Ordering::Relaxed)
+        .max(usage.used());
     let maxmemory: u64 = shared.redis_param("maxmemory").parse().unwrap_or(0);
     let store = shared.keyspace.store().stats();
     write!(
         out,
         "# Memory\r\n\
-         used_memory:{rss}\r\n\
+         used_memory:{}\r\n\
          used_memory_human:{}\r\n\
-         used_memory_rss:{rss}\r\n\
+         used_memory_rss:{}\r\n\
          used_memory_rss_human:{}\r\n\
          used_memory_peak:{peak}\r\n\
          used_memory_peak_human:{}\r\n\
-         used_memory_persistent:{}\r\n\
+         used_memory_dram:{}\r\n\
          used_memory_persistent_live:{}\r\n\
+         used_memory_persistent_file:{}\r\n\
          maxmemory:{maxmemory}\r\n\
          maxmemory_human:{}\r\n\
          maxmemory_policy:{}\r\n\
          mem_allocator:mimalloc\r\n\
          lazyfree_pending_objects:0\r\n",
-        human_bytes(rss),
-        human_bytes(rss),
+        usage.used(),
+        human_bytes(usage.used()),
+        usage.rss,
+        human_bytes(usage.rss),
         human_bytes(peak),
+        usage.dram,
+        usage.persistent_live,
         store.file_bytes,
-        store.live_bytes,
         human_bytes(maxmemory),
         shared.redis_param("maxmemory-policy"),
     )
-}
-
-/// Resident memory now, and the most INFO or MEMORY STATS has seen.
-pub fn resident_memory(shared: &Shared) -> (u64, u64) {
-    let rss = crate::maxmemory::resident_bytes();
-    let peak = shared
-        .stats
-        .memory_peak
-        .fetch_max(rss, Ordering::Relaxed)
-        .max(rss);
-    (rss, peak)
 }
 
 /// Redis's `bytesToHuman`: `1.50K`, `12.00M`, plain bytes below 1 KiB.

@@ -5,12 +5,12 @@
 //! and TTL policies) is still to come, so those policies are refused by
 //! CONFIG (`redis_params`).
 //!
-//! "Used memory" is the process's resident memory (the DRAM index and
-//! structures, plus the resident pages of the mapped data files), sampled
-//! at most every `SAMPLE_EVERY` on the request path: reading /proc costs
-//! microseconds, too much for every command, and a limit is a threshold
-//! crossed over time, not per byte. Nothing is sampled while there is no
-//! limit.
+//! "Used memory" ([`usage`]) is what the dataset costs on both sides of
+//! Engram's split: the DRAM the allocator holds (`engram_memory`; the
+//! resident size where that is not installed) plus the live persistent
+//! data. It is sampled at most every `SAMPLE_EVERY` on the request path (a
+//! limit is a threshold crossed over time, not per byte), and not at all
+//! while there is no limit.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -96,8 +96,9 @@ impl Default for MemoryLimit {
 }
 
 impl MemoryLimit {
-    /// Whether a command that may grow the data must be refused now.
-    pub fn over(&self) -> bool {
+    /// Whether a command that may grow the data must be refused now;
+    /// `sample` measures the used memory when the last sample is stale.
+    pub fn over(&self, sample: impl FnOnce() -> u64) -> bool {
         let limit = self.limit.load(Ordering::Relaxed);
         if limit == 0 {
             return false;
@@ -112,7 +113,7 @@ impl MemoryLimit {
                 .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            self.used.store(resident_bytes(), Ordering::Relaxed);
+            self.used.store(sample(), Ordering::Relaxed);
         }
         self.used.load(Ordering::Relaxed) > limit
     }
@@ -121,6 +122,31 @@ impl MemoryLimit {
     pub fn set_limit(&self, bytes: u64) {
         self.limit.store(bytes, Ordering::Relaxed);
         self.sampled_at_ms.store(0, Ordering::Relaxed);
+    }
+}
+
+/// The memory the dataset uses, in parts.
+pub struct Usage {
+    /// Held through the allocator (or resident, without the counter).
+    pub dram: u64,
+    /// Live records in the persistent data file.
+    pub persistent_live: u64,
+    /// The process's resident size.
+    pub rss: u64,
+}
+
+impl Usage {
+    pub fn used(&self) -> u64 {
+        self.dram + self.persistent_live
+    }
+}
+
+pub fn usage(shared: &crate::shared::Shared) -> Usage {
+    let rss = resident_bytes();
+    Usage {
+        dram: engram_memory::allocated().unwrap_or(rss),
+        persistent_live: shared.keyspace.store().stats().live_bytes,
+        rss,
     }
 }
 

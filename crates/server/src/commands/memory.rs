@@ -75,14 +75,15 @@ fn memory(ctx: &mut Ctx, args: Args) -> CmdResult {
         }
         "stats" if args.len() == 2 => {
             let store = ctx.shared.keyspace.store().stats();
-            let (rss, peak) = crate::info::resident_memory(ctx.shared);
+            let usage = crate::maxmemory::usage(ctx.shared);
             let keys: u64 = (0..ctx.shared.keyspace.databases())
                 .map(|db| ctx.shared.keyspace.dbsize(db))
                 .sum();
             let out = &mut *ctx.out;
-            let pairs: [(&str, i64); 6] = [
-                ("peak.allocated", peak as i64),
-                ("total.allocated", rss as i64),
+            let pairs: [(&str, i64); 7] = [
+                ("total.allocated", usage.used() as i64),
+                ("dram.allocated", usage.dram as i64),
+                ("rss", usage.rss as i64),
                 ("keys.count", keys as i64),
                 ("persistent.file.bytes", store.file_bytes as i64),
                 ("persistent.live.bytes", store.live_bytes as i64),

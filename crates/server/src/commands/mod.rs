@@ -472,7 +472,11 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
         Some(wrong_arity(spec.name).0)
     } else if !session.authenticated && !spec.is(NO_AUTH) {
         Some("NOAUTH Authentication required.".to_string())
-    } else if may_grow(spec, session) && shared.memory_limit.over() {
+    } else if may_grow(spec, session)
+        && shared
+            .memory_limit
+            .over(|| crate::maxmemory::usage(shared).used())
+    {
         Some(crate::maxmemory::OOM.to_string())
     } else {
         None

@@ -482,8 +482,19 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
         None
     };
     if let Some(text) = refusal {
-        fail_in_multi(session);
         shared.stats.commands.rejected(index, &args);
+        if spec.name == "exec" && session.in_multi() {
+            // As Redis's execCommandAbort: the transaction is discarded.
+            session.end_multi();
+            unwatch_all(shared, session);
+            reply_error(
+                shared,
+                out,
+                &format!("EXECABORT Transaction discarded because of: {text}"),
+            );
+            return;
+        }
+        fail_in_multi(session);
         reply_error(shared, out, &text);
         return;
     }

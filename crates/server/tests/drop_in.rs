@@ -719,3 +719,26 @@ fn maxmemory_noeviction_like_redis() {
     }
     server.shutdown().unwrap();
 }
+
+/// SAVE and SHUTDOWN inside MULTI are refused and abort the transaction,
+/// as in Redis (Engram's SHUTDOWN used to run at once and stop the server).
+#[test]
+fn save_and_shutdown_refused_inside_multi() {
+    let redis = RedisServer::start();
+    let (server, _dir) = start();
+    let mut ours = redis_con(server.addr);
+    let mut theirs = redis_con(redis.addr);
+    for command in ["SAVE", "SHUTDOWN"] {
+        for args in [
+            &["DEL", "foo"][..],
+            &["MULTI"],
+            &["SET", "foo", "bar"],
+            &[command],
+            &["EXEC"],
+            &["GET", "foo"],
+        ] {
+            assert_eq!(reply(&mut ours, args), reply(&mut theirs, args), "{args:?}");
+        }
+    }
+    server.shutdown().unwrap();
+}

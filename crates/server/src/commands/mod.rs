@@ -472,6 +472,10 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
         Some(wrong_arity(spec.name).0)
     } else if !session.authenticated && !spec.is(NO_AUTH) {
         Some("NOAUTH Authentication required.".to_string())
+    } else if session.in_multi() && matches!(spec.name, "save" | "shutdown") {
+        // Redis's no-multi commands: refused while queueing, and the
+        // transaction with them.
+        Some("ERR Command not allowed inside a transaction".to_string())
     } else if may_grow(spec, session)
         && shared
             .memory_limit

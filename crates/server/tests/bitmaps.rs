@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{arity, redis_con, script_both, start, RedisServer, SYNTAX, WRONGTYPE};
+use common::{arity, redis_con, script_both, start, SYNTAX, WRONGTYPE};
 use rand::{Rng, SeedableRng};
 
 const OFFSET: &str = "(error) ERR bit offset is not an integer or out of range";
@@ -15,9 +15,7 @@ const BAD_TYPE: &str = "(error) ERR Invalid bitfield type. Use something like i1
 
 #[test]
 fn setbit_getbit_and_their_errors() {
-    let (server, _dir) = start();
-    let redis = RedisServer::start();
-    let (mut e, mut r) = (common::Client::connect(&server), redis.client());
+    let (_server, _dir, _redis, mut e, mut r) = common::beside_redis();
     script_both(
         &mut e,
         &mut r,
@@ -82,9 +80,7 @@ fn setbit_keeps_the_ttl_and_works_in_multi() {
 
 #[test]
 fn bitcount_bitpos_bitop_and_their_errors() {
-    let (server, _dir) = start();
-    let redis = RedisServer::start();
-    let (mut e, mut r) = (common::Client::connect(&server), redis.client());
+    let (_server, _dir, _redis, mut e, mut r) = common::beside_redis();
     script_both(
         &mut e,
         &mut r,
@@ -152,9 +148,7 @@ fn bitcount_bitpos_bitop_and_their_errors() {
 
 #[test]
 fn bitfield_and_its_errors() {
-    let (server, _dir) = start();
-    let redis = RedisServer::start();
-    let (mut e, mut r) = (common::Client::connect(&server), redis.client());
+    let (_server, _dir, _redis, mut e, mut r) = common::beside_redis();
     script_both(
         &mut e,
         &mut r,
@@ -227,9 +221,7 @@ fn bitfield_and_its_errors() {
 /// identical values at the end.
 #[test]
 fn random_bit_commands_match_redis() {
-    let (server, _dir) = start();
-    let redis = RedisServer::start();
-    let (mut e, mut r) = (common::Client::connect(&server), redis.client());
+    let (server, _dir, redis, mut e, mut r) = common::beside_redis();
     let (mut econ, mut rcon) = (redis_con(server.addr), redis.con());
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x5e7b17);
     let keys = ["k0", "k1", "k2"];

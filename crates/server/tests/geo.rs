@@ -5,8 +5,8 @@
 
 mod common;
 
-use common::{same, RedisServer};
-use common::{start, Client};
+use common::same;
+use common::Client;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -52,9 +52,7 @@ fn load(engram: &mut Client, redis: &mut Client, key: &str, points: &[(f64, f64,
 
 #[test]
 fn positions_hashes_and_distances_match_redis() {
-    let (server, _dir) = start();
-    let redis = RedisServer::start();
-    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    let (_server, _dir, _redis, mut e, mut r) = common::beside_redis();
     let mut rng = StdRng::seed_from_u64(7);
     let points = points(&mut rng);
     load(&mut e, &mut r, "g", &points);
@@ -156,9 +154,7 @@ fn random_search(rng: &mut StdRng, members: &[&str]) -> String {
 
 #[test]
 fn searches_match_redis() {
-    let (server, _dir) = start();
-    let redis = RedisServer::start();
-    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    let (_server, _dir, _redis, mut e, mut r) = common::beside_redis();
     let mut rng = StdRng::seed_from_u64(11);
     let points = points(&mut rng);
     load(&mut e, &mut r, "g", &points);
@@ -194,9 +190,7 @@ fn searches_match_redis() {
 
 #[test]
 fn stores_match_redis() {
-    let (server, _dir) = start();
-    let redis = RedisServer::start();
-    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    let (server, _dir, redis, mut e, mut r) = common::beside_redis();
     let mut rng = StdRng::seed_from_u64(3);
     let points = points(&mut rng);
     load(&mut e, &mut r, "g", &points);
@@ -246,9 +240,7 @@ fn stores_match_redis() {
 
 #[test]
 fn geoadd_options_match_redis() {
-    let (server, _dir) = start();
-    let redis = RedisServer::start();
-    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    let (_server, _dir, _redis, mut e, mut r) = common::beside_redis();
     same(
         &mut e,
         &mut r,
@@ -268,9 +260,7 @@ fn geoadd_options_match_redis() {
 
 #[test]
 fn bad_input_errors_match_redis() {
-    let (server, _dir) = start();
-    let redis = RedisServer::start();
-    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    let (_server, _dir, _redis, mut e, mut r) = common::beside_redis();
     same(
         &mut e,
         &mut r,
@@ -402,9 +392,7 @@ fn bad_input_errors_match_redis() {
 
 #[test]
 fn inside_exec_searches_store() {
-    let (server, _dir) = start();
-    let redis = RedisServer::start();
-    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    let (_server, _dir, _redis, mut e, mut r) = common::beside_redis();
     same(
         &mut e,
         &mut r,

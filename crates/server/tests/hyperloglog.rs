@@ -33,9 +33,7 @@ fn pfcount(con: &mut redis::Connection, keys: &[&str]) -> i64 {
 
 #[test]
 fn replies_and_errors_match_redis() {
-    let (server, _dir) = start();
-    let redis = RedisServer::start();
-    let (mut e, mut r) = (common::Client::connect(&server), redis.client());
+    let (_server, _dir, _redis, mut e, mut r) = common::beside_redis();
     script_both(
         &mut e,
         &mut r,

@@ -5,8 +5,8 @@
 
 mod common;
 
-use common::{same, RedisServer};
-use common::{start, Client};
+use common::same;
+use common::Client;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -56,9 +56,7 @@ fn load(e: &mut Client, r: &mut Client, rng: &mut StdRng) {
 
 #[test]
 fn sorts_match_redis() {
-    let (server, _dir) = start();
-    let redis = RedisServer::start();
-    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    let (_server, _dir, _redis, mut e, mut r) = common::beside_redis();
     let mut rng = StdRng::seed_from_u64(5);
     load(&mut e, &mut r, &mut rng);
     let mut commands: Vec<String> = vec![
@@ -135,9 +133,7 @@ fn sorts_match_redis() {
 
 #[test]
 fn bad_input_errors_match_redis() {
-    let (server, _dir) = start();
-    let redis = RedisServer::start();
-    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    let (_server, _dir, _redis, mut e, mut r) = common::beside_redis();
     same(
         &mut e,
         &mut r,
@@ -186,9 +182,7 @@ fn bad_input_errors_match_redis() {
 
 #[test]
 fn command_getkeys_matches_redis() {
-    let (server, _dir) = start();
-    let redis = RedisServer::start();
-    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    let (_server, _dir, _redis, mut e, mut r) = common::beside_redis();
     for command in [
         "COMMAND GETKEYS sort abc store def",
         "COMMAND GETKEYS sort abc store invalid store stillbad store def",
@@ -220,9 +214,7 @@ fn command_getkeys_matches_redis() {
 
 #[test]
 fn inside_exec_sort_reads_pattern_keys_and_stores() {
-    let (server, _dir) = start();
-    let redis = RedisServer::start();
-    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    let (_server, _dir, _redis, mut e, mut r) = common::beside_redis();
     same(
         &mut e,
         &mut r,

@@ -1529,7 +1529,7 @@ fn randomized_against_a_model() {
 // ZUNION ZINTER ZDIFF ZDIFFSTORE ZINTERCARD ZMPOP and the blocking pops,
 // compared with a real redis-server 7.0.15 where replies can be compared.
 
-use common::{same, RedisServer};
+use common::same;
 
 fn algebra_data(e: &mut Client, r: &mut Client) {
     same(
@@ -1548,9 +1548,7 @@ fn algebra_data(e: &mut Client, r: &mut Client) {
 
 #[test]
 fn set_algebra_matches_redis() {
-    let (server, _dir) = start();
-    let redis = RedisServer::start();
-    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    let (_server, _dir, _redis, mut e, mut r) = common::beside_redis();
     algebra_data(&mut e, &mut r);
     let commands = [
         "ZUNION 2 a b",
@@ -1607,9 +1605,7 @@ fn set_algebra_matches_redis() {
 
 #[test]
 fn set_algebra_errors_match_redis() {
-    let (server, _dir) = start();
-    let redis = RedisServer::start();
-    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    let (_server, _dir, _redis, mut e, mut r) = common::beside_redis();
     algebra_data(&mut e, &mut r);
     let errors: &[(&str, &str)] = &[
         ("ZUNION 2 a str", WRONGTYPE),
@@ -1674,9 +1670,7 @@ fn set_algebra_errors_match_redis() {
 
 #[test]
 fn multi_key_pops_match_redis() {
-    let (server, _dir) = start();
-    let redis = RedisServer::start();
-    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    let (_server, _dir, _redis, mut e, mut r) = common::beside_redis();
     same(
         &mut e,
         &mut r,

@@ -278,3 +278,12 @@ pub fn same(engram: &mut Client, redis: &mut Client, commands: &[&str]) -> Vec<S
         })
         .collect()
 }
+
+/// Engram and a redis-server 7.0 side by side, each with a text client:
+/// what the comparison tests start with.
+pub fn beside_redis() -> (Server, tempfile::TempDir, RedisServer, Client, Client) {
+    let (server, dir) = start();
+    let redis = RedisServer::start();
+    let (engram_client, redis_client) = (Client::connect(&server), redis.client());
+    (server, dir, redis, engram_client, redis_client)
+}

@@ -9,74 +9,9 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-use common::{redis_con, start};
+use common::{redis_con, start, RedisServer};
 use redis::{Connection, Value};
-
-/// A redis-server on a free port, killed when dropped.
-struct RedisServer {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl RedisServer {
-    fn start() -> RedisServer {
-        let dir = tempfile::tempdir().unwrap();
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--enable-debug-command",
-                "yes",
-            ])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server 7.0.15 must be on PATH");
-        let server = RedisServer {
-            child,
-            port,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(mut con) = server.try_connect() {
-                if redis::cmd("PING").query::<String>(&mut con).is_ok() {
-                    return server;
-                }
-            }
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn try_connect(&self) -> redis::RedisResult<Connection> {
-        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?
-            .get_connection_with_timeout(Duration::from_secs(5))
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn run(con: &mut Connection, args: &[&[u8]]) -> redis::RedisResult<Value> {
     let mut cmd = redis::cmd(std::str::from_utf8(args[0]).unwrap());
@@ -299,7 +234,7 @@ fn build(con: &mut Connection, key: &[u8], commands: &[Vec<Vec<u8>>]) {
 #[test]
 fn every_type_both_ways() {
     let redis_server = RedisServer::start();
-    let mut redis = redis_server.try_connect().unwrap();
+    let mut redis = redis_con(redis_server.addr);
     let (engram_server, _dir) = start();
     let mut engram = redis_con(engram_server.addr);
     for (name, commands) in cases() {
@@ -387,7 +322,7 @@ fn every_type_both_ways() {
 #[test]
 fn without_compact_encodings() {
     let redis_server = RedisServer::start();
-    let mut redis = redis_server.try_connect().unwrap();
+    let mut redis = redis_con(redis_server.addr);
     for (name, value) in [
         ("hash-max-listpack-entries", "0"),
         ("zset-max-listpack-entries", "0"),
@@ -417,7 +352,7 @@ fn without_compact_encodings() {
 #[test]
 fn plain_quicklist_nodes() {
     let redis_server = RedisServer::start();
-    let mut redis = redis_server.try_connect().unwrap();
+    let mut redis = redis_con(redis_server.addr);
     ok(
         &mut redis,
         &[b"DEBUG", b"QUICKLIST-PACKED-THRESHOLD", b"100"],
@@ -450,7 +385,7 @@ fn plain_quicklist_nodes() {
 #[test]
 fn malformed_payloads_and_arguments_like_redis() {
     let redis_server = RedisServer::start();
-    let mut redis = redis_server.try_connect().unwrap();
+    let mut redis = redis_con(redis_server.addr);
     let (engram_server, _dir) = start();
     let mut engram = redis_con(engram_server.addr);
     for con in [&mut redis, &mut engram] {

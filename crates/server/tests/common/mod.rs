@@ -195,6 +195,10 @@ impl RedisServer {
                 "",
                 "--appendonly",
                 "no",
+                // For the tests that compare DEBUG's answers (DUMP payloads
+                // of Redis's plain encodings, for one).
+                "--enable-debug-command",
+                "yes",
             ])
             .arg("--dir")
             .arg(dir.path())

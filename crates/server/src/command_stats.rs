@@ -78,6 +78,9 @@ impl Counters {
 pub struct CommandStats {
     /// One per command, in `TABLE`'s order.
     commands: Vec<Counters>,
+    /// Whether each command of `TABLE` is one of the `CONTAINERS` (looked
+    /// up once here, not on every call).
+    is_container: Vec<bool>,
     /// `command|subcommand` of the containers.
     subcommands: Mutex<HashMap<String, Arc<Counters>>>,
     errors: Mutex<HashMap<String, u64>>,
@@ -88,6 +91,10 @@ impl Default for CommandStats {
     fn default() -> Self {
         CommandStats {
             commands: (0..TABLE.len()).map(|_| Counters::default()).collect(),
+            is_container: TABLE
+                .iter()
+                .map(|spec| CONTAINERS.contains(&spec.name))
+                .collect(),
             subcommands: Mutex::new(HashMap::new()),
             errors: Mutex::new(HashMap::new()),
             total_errors: AtomicU64::new(0),
@@ -108,10 +115,10 @@ impl CommandStats {
     /// The counters of command `index` called with `args`: its
     /// subcommand's for a container.
     fn counters(&self, index: usize, args: &Args) -> Option<Arc<Counters>> {
-        let name = TABLE[index].name;
-        if args.len() < 2 || !CONTAINERS.contains(&name) {
+        if args.len() < 2 || !self.is_container[index] {
             return None;
         }
+        let name = TABLE[index].name;
         let sub = args.get(1);
         if sub.len() > 32 || !sub.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-') {
             return None;

@@ -167,31 +167,27 @@ async fn run(
 /// The deadline CLIENT PAUSE holds this command to, if it does: any
 /// command under PAUSE ALL; under PAUSE WRITE, the ones that may write
 /// (and PFCOUNT and PUBLISH, which Redis holds too), and EXEC of a queue
-/// with one of those. Commands queued inside MULTI are not held.
+/// with one of those. Commands queued inside MULTI are not held. Without
+/// a pause this is one atomic load.
 fn held_by_pause(
     shared: &Shared,
     session: &Session,
     args: crate::resp::Args,
 ) -> Option<(Instant, bool)> {
+    if !shared.pause.is_active() {
+        return None;
+    }
     let (_, spec) = lookup(args.get(0))?;
-    let may_write = |spec: &crate::commands::CommandSpec| {
+    if session.in_multi() && !spec.is(crate::commands::NOT_QUEUED) {
+        return None;
+    }
+    let may_write = crate::commands::this_or_queued(spec, session, |spec| {
         spec.is(crate::commands::WRITE)
             || matches!(
                 spec.name,
                 "pfcount" | "publish" | "spublish" | "eval" | "evalsha" | "fcall"
             )
-    };
-    let may_write = if spec.name == "exec" {
-        session.multi.as_ref().is_some_and(|queue| {
-            queue
-                .iter()
-                .any(|q| lookup(q.args().get(0)).is_some_and(|(_, s)| may_write(s)))
-        })
-    } else if session.in_multi() && !spec.is(crate::commands::NOT_QUEUED) {
-        return None;
-    } else {
-        may_write(spec)
-    };
+    });
     shared
         .pause
         .holds(may_write)

@@ -96,6 +96,12 @@ impl Default for MemoryLimit {
 }
 
 impl MemoryLimit {
+    /// Whether a limit is set: the one check on every command while
+    /// there is none.
+    pub fn is_set(&self) -> bool {
+        self.limit.load(Ordering::Relaxed) != 0
+    }
+
     /// Whether a command that may grow the data must be refused now;
     /// `sample` measures the used memory when the last sample is stale.
     pub fn over(&self, sample: impl FnOnce() -> u64) -> bool {

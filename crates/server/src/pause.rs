@@ -4,7 +4,7 @@
 //! and EXEC of a transaction holding one. A held client counts as
 //! blocked (INFO `blocked_clients`), as in Redis.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -12,6 +12,9 @@ use tokio::sync::Notify;
 
 #[derive(Default)]
 pub struct Pause {
+    /// Whether a pause may be in effect: read by every command, so that
+    /// without one nothing else is (the lock below is not taken).
+    active: AtomicBool,
     /// Until when, and whether every command (else only writes).
     state: Mutex<Option<(Instant, bool)>>,
     /// Woken by CLIENT UNPAUSE and by a new pause.
@@ -31,19 +34,31 @@ impl Pause {
             }
             _ => (until, all),
         });
+        self.active.store(true, Ordering::Release);
         self.changed.notify_waiters();
     }
 
     pub fn unpause(&self) {
         *self.state.lock() = None;
+        self.active.store(false, Ordering::Release);
         self.changed.notify_waiters();
     }
 
-    /// The deadline a command must wait for, if the pause holds it.
+    pub fn is_active(&self) -> bool {
+        self.active.load(Ordering::Acquire)
+    }
+
+    /// The deadline a command must wait for, if the pause holds it. A
+    /// pause found past its deadline is over: cleared here.
     pub fn holds(&self, may_write: bool) -> Option<Instant> {
-        let state = *self.state.lock();
-        match state {
-            Some((until, all)) if until > Instant::now() && (all || may_write) => Some(until),
+        let mut state = self.state.lock();
+        match *state {
+            Some((until, _)) if until <= Instant::now() => {
+                *state = None;
+                self.active.store(false, Ordering::Release);
+                None
+            }
+            Some((until, all)) if all || may_write => Some(until),
             _ => None,
         }
     }

@@ -476,7 +476,8 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
         // Redis's no-multi commands: refused while queueing, and the
         // transaction with them.
         Some("ERR Command not allowed inside a transaction".to_string())
-    } else if may_grow(spec, session)
+    } else if shared.memory_limit.is_set()
+        && may_grow(spec, session)
         && shared
             .memory_limit
             .over(|| crate::maxmemory::usage(shared).used())
@@ -534,14 +535,25 @@ fn may_grow(spec: &CommandSpec, session: &Session) -> bool {
     if session.in_multi() && !matches!(spec.name, "exec" | "discard" | "quit" | "reset") {
         return true;
     }
-    if spec.name == "exec" {
-        return session.multi.as_ref().is_some_and(|queue| {
-            queue
-                .iter()
-                .any(|q| lookup(q.args().get(0)).is_some_and(|(_, s)| DENYOOM.contains(&s.name)))
-        });
+    this_or_queued(spec, session, |s| DENYOOM.contains(&s.name))
+}
+
+/// `test` of the command, or for EXEC, of any command in its queue: what
+/// Redis decides by the flags of a transaction's commands (maxmemory's
+/// denyoom, CLIENT PAUSE's may-write).
+pub fn this_or_queued(
+    spec: &CommandSpec,
+    session: &Session,
+    test: impl Fn(&CommandSpec) -> bool,
+) -> bool {
+    if spec.name != "exec" {
+        return test(spec);
     }
-    DENYOOM.contains(&spec.name)
+    session.multi.as_ref().is_some_and(|queue| {
+        queue
+            .iter()
+            .any(|q| lookup(q.args().get(0)).is_some_and(|(_, s)| test(s)))
+    })
 }
 
 /// Sends an error reply and counts it (INFO errorstats).

@@ -164,11 +164,12 @@ pub enum Op<B = Bytes> {
     },
 }
 
-impl<B: OpBytes> Op<B> {
-    /// The keys the operation touches (the checkpointer loads their images).
-    pub fn keys(&self) -> [Option<&[u8]>; 2] {
+/// The key fields of an operation, by shared or mutable reference
+/// (whichever `$op` is): one list of which fields are keys.
+macro_rules! key_fields {
+    ($op:expr) => {{
         use Op::*;
-        match self {
+        match $op {
             Rename { from, to } | Copy { from, to } | ListMove { from, to, .. } => {
                 [Some(from), Some(to)]
             }
@@ -188,6 +189,21 @@ impl<B: OpBytes> Op<B> {
             | ListRemove { key, .. }
             | ListTrim { key, .. } => [Some(key), None],
         }
+    }};
+}
+
+impl<B: OpBytes> Op<B> {
+    /// The keys the operation touches (the checkpointer loads their images).
+    pub fn keys(&self) -> [Option<&[u8]>; 2] {
+        key_fields!(self).map(|key| key.map(|k| &**k))
+    }
+}
+
+impl Op<Bytes> {
+    /// The keys, to rewrite in place (the keyspace translates database
+    /// numbers to the prefixes they are stored under).
+    pub fn keys_mut(&mut self) -> [Option<&mut [u8]>; 2] {
+        key_fields!(self).map(|key| key.map(|k| &mut **k))
     }
 }
 

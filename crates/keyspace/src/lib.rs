@@ -21,6 +21,7 @@
 
 #![forbid(unsafe_code)]
 
+mod db_map;
 pub mod durability;
 pub mod format;
 mod journal;
@@ -40,10 +41,12 @@ use engram_engine::{Store, MAX_KEY_BYTES};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
+use db_map::DbMap;
 pub use durability::{Durability, GroupCommit, SyncStats, Ticket};
 pub use engram_collections::types::{Kind as CKind, Object};
+pub(crate) use key_groups::Watcher;
 pub use key_groups::KEY_GROUPS;
-use key_groups::{apply_delete, KeyGroup, Watcher};
+use key_groups::{apply_delete, KeyGroup};
 pub use open::{open_stores_for_tests, KeyspaceOptions, OpenError, Opened, COLLECTIONS_DIR};
 pub use txn::{ckey, Stored, Txn};
 use value::{decode, Malformed, Meta};
@@ -122,6 +125,8 @@ pub struct Keyspace {
     collections: Collections,
     groups: Box<[CachePadded<KeyGroup>]>,
     databases: usize,
+    /// Client database numbers → stored prefixes (SWAPDB).
+    db_map: DbMap,
     journal_seq: AtomicU64,
     /// When writes are durable: the one group commit every writer uses
     /// (shared with the sync thread).
@@ -178,13 +183,23 @@ impl Keyspace {
     ) -> Result<Arc<Keyspace>> {
         assert!((1..=255).contains(&databases), "databases must be 1..=255");
         let dax = store.stats().mode == "dax";
+        let db_map = load_db_map(&store)?;
+        // Books per stored prefix: every prefix a visible database may be
+        // stored under (after swaps, one past `databases` if the setting
+        // shrank since).
+        let prefixes = (0..databases)
+            .map(|db| db_map.physical(db) + 1)
+            .max()
+            .unwrap_or(0)
+            .max(databases);
         let keyspace = Keyspace {
             store,
             collections,
             groups: (0..KEY_GROUPS)
-                .map(|_| CachePadded::new(KeyGroup::new(databases)))
+                .map(|_| CachePadded::new(KeyGroup::new(prefixes)))
                 .collect(),
             databases,
+            db_map,
             journal_seq: AtomicU64::new(0),
             commit: Arc::new(GroupCommit::new(durability, dax)),
             sync_thread: Mutex::new(None),
@@ -313,10 +328,10 @@ impl Keyspace {
                     intents.push(key);
                     continue;
                 }
-                if format::is_format_key(&key) {
+                if format::is_format_key(&key) || db_map::is_map_key(&key) {
                     continue;
                 }
-                if key.is_empty() || key_groups::db_of(&key) >= self.databases {
+                if !self.is_visible(&key) {
                     self.stats
                         .keys_in_hidden_dbs
                         .fetch_add(1, Ordering::Relaxed);
@@ -375,7 +390,7 @@ impl Keyspace {
         }
         let mut resolved = 0u64;
         for (ekey, expire_at) in keys {
-            if ekey.is_empty() || key_groups::db_of(&ekey) >= self.databases {
+            if !self.is_visible(&ekey) {
                 self.stats
                     .keys_in_hidden_dbs
                     .fetch_add(1, Ordering::Relaxed);
@@ -423,7 +438,9 @@ impl Keyspace {
             };
             let ops = journal::decode(&bytes)?;
             let keys = ops.len();
-            let mut txn = self.lock_ekeys(ops.iter().map(|(k, _)| k.as_slice()), false);
+            // Intents name stored keys.
+            let mut txn =
+                self.lock_stored(ops.iter().map(|(k, _)| k.clone().into()).collect(), false);
             for (key, write) in ops {
                 match write {
                     journal::Write::Engine(value) => txn.apply_raw(&key, value.as_deref())?,
@@ -461,6 +478,37 @@ impl Keyspace {
         })
     }
 
+    /// Whether a stored key belongs to a database clients can select.
+    fn is_visible(&self, ekey: &[u8]) -> bool {
+        ekey.first()
+            .is_some_and(|&p| self.db_map.logical(p as usize) < self.databases)
+    }
+
+    /// The stored key of `key` in client database `db`. Stable only while
+    /// a key group is held; lock-free readers check `DbMap::unchanged`.
+    fn physical_ekey(&self, db: usize, key: &[u8]) -> Result<EKey> {
+        let mut ekey = ekey(db, key)?;
+        self.db_map.to_physical(&mut ekey);
+        Ok(ekey)
+    }
+
+    /// `ekey` (a client's database byte, then the key) as stored.
+    fn to_physical(&self, ekey: &[u8]) -> EKey {
+        let mut ekey = EKey::from_slice(ekey);
+        self.db_map.to_physical(&mut ekey);
+        ekey
+    }
+
+    /// How a client would name a stored key (see [`client_key_name`]),
+    /// with the database number clients use after any SWAPDB.
+    pub fn client_key_name(&self, stored: &[u8]) -> Vec<u8> {
+        self.db_map.client_key_name(stored)
+    }
+
+    fn is_reserved(&self, ekey: &[u8]) -> bool {
+        is_reserved(ekey)
+    }
+
     fn slot_index(ekey: &[u8]) -> usize {
         (xxhash_rust::xxh3::xxh3_64(ekey) as usize) & (KEY_GROUPS - 1)
     }
@@ -478,9 +526,24 @@ impl Keyspace {
         now_ms: u64,
         f: impl FnOnce(Meta, &[u8]) -> R,
     ) -> Result<Option<R>> {
-        let ekey = ekey(db, key)?;
-        let found = match self.store.get_ref(&ekey).map_err(Error::Engine)? {
-            Some(value) => {
+        // A SWAPDB between the translation and the reads would have read
+        // the other database: read again.
+        let (ekey, string, collection) = loop {
+            let version = self.db_map.begin();
+            let ekey = self.physical_ekey(db, key)?;
+            let string = self.store.get_ref(&ekey).map_err(Error::Engine)?;
+            // Not a string: a collection shows its kind and expiry, with
+            // no payload.
+            let collection = match string {
+                Some(_) => None,
+                None => self.collection_meta(&ekey),
+            };
+            if self.db_map.unchanged(version) {
+                break (ekey, string, collection);
+            }
+        };
+        let found = match (string, collection) {
+            (Some(value), _) => {
                 let (meta, payload) = decode(&value).map_err(Error::Malformed)?;
                 if meta.is_expired(now_ms) {
                     None
@@ -488,16 +551,12 @@ impl Keyspace {
                     Some(f(meta, payload))
                 }
             }
-            // Not a string: a collection shows its kind and expiry, with
-            // no payload.
-            None => match self.collection_meta(&ekey) {
-                None => {
-                    self.stats.misses.fetch_add(1, Ordering::Relaxed);
-                    return Ok(None);
-                }
-                Some(meta) if meta.is_expired(now_ms) => None,
-                Some(meta) => Some(f(meta, &[])),
-            },
+            (None, None) => {
+                self.stats.misses.fetch_add(1, Ordering::Relaxed);
+                return Ok(None);
+            }
+            (None, Some(meta)) if meta.is_expired(now_ms) => None,
+            (None, Some(meta)) => Some(f(meta, &[])),
         };
         match found {
             Some(result) => {
@@ -523,37 +582,57 @@ impl Keyspace {
         now_ms: u64,
         f: impl FnOnce(Option<&Object>) -> R,
     ) -> Result<R> {
-        let ekey = ekey(db, key)?;
+        enum Found<R> {
+            Reply(R),
+            Absent,
+            Expired,
+            OtherKind,
+            /// A SWAPDB came between the translation and the read.
+            Swapped,
+        }
         let mut f = Some(f);
-        // Ok(Some): the reply; Ok(None): no collection there; Err(true):
-        // expired; Err(false): another kind.
-        let outcome = self.collections.read(&ekey, |entry| match entry {
-            None => Ok(None),
-            Some(e) if e.expire_at_ms != 0 && e.expire_at_ms <= now_ms => Err(true),
-            Some(e) if e.object.kind() != kind => Err(false),
-            Some(e) => Ok(Some((f.take().expect("called once"))(Some(&e.object)))),
-        });
-        match outcome {
-            Ok(Some(result)) => {
-                self.stats.hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(result);
-            }
-            Err(false) => return Err(Error::WrongType),
-            Err(true) => {
-                self.expire_if_due(&ekey, now_ms)?;
-            }
-            Ok(None) => {
-                // Absent from the collections: a live string is the wrong type.
-                if let Some(value) = self.store.get_ref(&ekey).map_err(Error::Engine)? {
-                    let (meta, _) = decode(&value).map_err(Error::Malformed)?;
-                    if !meta.is_expired(now_ms) {
-                        return Err(Error::WrongType);
+        loop {
+            let version = self.db_map.begin();
+            let ekey = self.physical_ekey(db, key)?;
+            let found = self.collections.read(&ekey, |entry| {
+                if !self.db_map.unchanged(version) {
+                    return Found::Swapped;
+                }
+                match entry {
+                    None => Found::Absent,
+                    Some(e) if e.expire_at_ms != 0 && e.expire_at_ms <= now_ms => Found::Expired,
+                    Some(e) if e.object.kind() != kind => Found::OtherKind,
+                    Some(e) => Found::Reply((f.take().expect("called once"))(Some(&e.object))),
+                }
+            });
+            match found {
+                Found::Swapped => continue,
+                Found::Reply(result) => {
+                    self.stats.hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok(result);
+                }
+                Found::OtherKind => return Err(Error::WrongType),
+                Found::Expired => {
+                    self.expire_if_due(&ekey, now_ms)?;
+                }
+                Found::Absent => {
+                    // Absent from the collections: a live string is the
+                    // wrong type.
+                    let string = self.store.get_ref(&ekey).map_err(Error::Engine)?;
+                    if !self.db_map.unchanged(version) {
+                        continue;
+                    }
+                    if let Some(value) = string {
+                        let (meta, _) = decode(&value).map_err(Error::Malformed)?;
+                        if !meta.is_expired(now_ms) {
+                            return Err(Error::WrongType);
+                        }
                     }
                 }
             }
+            self.stats.misses.fetch_add(1, Ordering::Relaxed);
+            return Ok((f.take().expect("not called yet"))(None));
         }
-        self.stats.misses.fetch_add(1, Ordering::Relaxed);
-        Ok((f.take().expect("not called yet"))(None))
     }
 
     /// Deletes `ekey` if it has expired by `now_ms`; true if it did.
@@ -612,8 +691,24 @@ impl Keyspace {
         Ok(self.lock_ekeys(ekeys.iter().map(|k| k.as_slice()), atomic))
     }
 
+    /// `lock` for keys named as [`ekey`] names them (a client's database
+    /// byte, then the key).
     pub fn lock_ekeys<'k>(&self, ekeys: impl Iterator<Item = &'k [u8]>, atomic: bool) -> Txn<'_> {
         let ekeys: Vec<EKey> = ekeys.map(EKey::from_slice).collect();
+        loop {
+            let version = self.db_map.begin();
+            let stored: Vec<EKey> = ekeys.iter().map(|k| self.to_physical(k)).collect();
+            let txn = self.lock_stored(stored, atomic);
+            // A swap needs every key group: once ours are held none can
+            // start, and if none ran since the translation it holds.
+            if self.db_map.unchanged(version) {
+                return txn;
+            }
+        }
+    }
+
+    /// Locks the key groups of stored (physical) keys.
+    fn lock_stored(&self, ekeys: Vec<EKey>, atomic: bool) -> Txn<'_> {
         let mut indexes: SmallVec<[usize; 4]> = ekeys.iter().map(|k| Self::slot_index(k)).collect();
         indexes.sort_unstable();
         indexes.dedup();
@@ -635,6 +730,7 @@ impl Keyspace {
 
     /// Keys in database `db`.
     pub fn dbsize(&self, db: usize) -> u64 {
+        let db = self.db_map.physical(db);
         let total: i64 = self
             .groups
             .iter()
@@ -645,6 +741,7 @@ impl Keyspace {
 
     /// Keys with an expiry time in database `db`.
     pub fn expiring(&self, db: usize) -> u64 {
+        let db = self.db_map.physical(db);
         let total: i64 = self
             .groups
             .iter()
@@ -670,6 +767,10 @@ impl Keyspace {
         count: usize,
         now_ms: u64,
     ) -> Result<(u64, Vec<KeyMeta>)> {
+        // A step is the stored prefix's at the time; a SWAPDB between
+        // steps continues in the database now under the number, as
+        // Redis's SCAN does.
+        let db = self.db_map.physical(db);
         let (next, ekeys) = self.store.scan(cursor, count.max(1));
         let mut found = Vec::with_capacity(ekeys.len());
         for ekey in ekeys {
@@ -710,12 +811,13 @@ impl Keyspace {
         if self.dbsize(db) == 0 {
             return Ok(None);
         }
+        let stored = self.db_map.physical(db);
         // Collections, in proportion to their share of all keys.
         let collections = self.collections.len();
         if collections > 0
             && rand::random::<u64>() % (collections + self.store.len()).max(1) < collections
         {
-            let in_db = |k: &[u8]| k.first() == Some(&(db as u8));
+            let in_db = |k: &[u8]| k.first() == Some(&(stored as u8));
             if let Some(ekey) = self.collections.random_key(in_db) {
                 return Ok(Some(ekey[1..].to_vec()));
             }
@@ -734,7 +836,7 @@ impl Keyspace {
             if next == 0 {
                 if wrapped {
                     // The database holds only collections.
-                    let in_db = |k: &[u8]| k.first() == Some(&(db as u8));
+                    let in_db = |k: &[u8]| k.first() == Some(&(stored as u8));
                     return Ok(self.collections.random_key(in_db).map(|k| k[1..].to_vec()));
                 }
                 wrapped = true;
@@ -747,38 +849,73 @@ impl Keyspace {
     /// to collection `key` of `db`. Register, *then* check the key, then
     /// await [`WrittenWaiter::notified`] (created before the check): a
     /// write in between is never missed.
+    ///
+    /// A SWAPDB wakes every blocked client (`wake_all_blocked`), so one
+    /// registered under the stored key of before the swap tries again.
     pub fn wait_written(&self, db: usize, key: &[u8]) -> Result<WrittenWaiter<'_>> {
-        let ekey = ekey(db, key)?;
+        let ekey = self.physical_ekey(db, key)?;
         let bucket = &self.written[(xxhash_rust::xxh3::xxh3_64(&ekey) as usize) % WRITTEN_BUCKETS];
         bucket.waiters.fetch_add(1, Ordering::SeqCst);
         Ok(WrittenWaiter { bucket })
     }
 
-    /// Wakes the clients blocked on keys of `ekey`'s bucket (cheap when
-    /// there are none).
+    /// Wakes the clients blocked on keys of the bucket of `ekey` (a
+    /// client's database byte, then the key); cheap when there are none.
     pub fn signal_written(&self, ekey: &[u8]) {
+        self.signal_stored(&self.to_physical(ekey));
+    }
+
+    /// `signal_written` for a stored key.
+    pub(crate) fn signal_stored(&self, ekey: &[u8]) {
         let bucket = &self.written[(xxhash_rust::xxh3::xxh3_64(ekey) as usize) % WRITTEN_BUCKETS];
         if bucket.waiters.load(Ordering::SeqCst) > 0 {
             bucket.notify.notify_waiters();
         }
     }
 
-    /// Starts watching `key` for `flag`'s client.
-    pub fn watch(&self, db: usize, key: &[u8], flag: &Arc<AtomicBool>) -> Result<EKey> {
-        let ekey = ekey(db, key)?;
-        let mut group = self.slot(&ekey).lock.lock();
-        group.watchers.push(Watcher {
-            key: ekey.as_slice().into(),
-            flag: flag.clone(),
-        });
-        Ok(ekey)
+    /// Wakes every blocked client: their keys may hold something else now.
+    fn wake_all_blocked(&self) {
+        for bucket in self.written.iter() {
+            if bucket.waiters.load(Ordering::SeqCst) > 0 {
+                bucket.notify.notify_waiters();
+            }
+        }
     }
 
-    /// Drops every watch of `flag`'s client on `ekeys`.
+    /// Starts watching `key` for `flag`'s client; returns the key as
+    /// [`ekey`] names it, for `unwatch`.
+    pub fn watch(&self, db: usize, key: &[u8], flag: &Arc<AtomicBool>) -> Result<EKey> {
+        let name = ekey(db, key)?;
+        loop {
+            let version = self.db_map.begin();
+            let stored = self.to_physical(&name);
+            let mut group = self.slot(&stored).lock.lock();
+            if !self.db_map.unchanged(version) {
+                continue;
+            }
+            group.watchers.push(Watcher {
+                key: stored.as_slice().into(),
+                flag: flag.clone(),
+            });
+            return Ok(name);
+        }
+    }
+
+    /// Drops every watch of `flag`'s client on `ekeys` (as `watch`
+    /// returned them: a SWAPDB since moved the watches with the keys'
+    /// databases, and the translation now finds them there).
     pub fn unwatch(&self, ekeys: &[EKey], flag: &Arc<AtomicBool>) {
-        for ekey in ekeys {
-            let mut group = self.slot(ekey).lock.lock();
-            group.watchers.retain(|w| !Arc::ptr_eq(&w.flag, flag));
+        for name in ekeys {
+            loop {
+                let version = self.db_map.begin();
+                let stored = self.to_physical(name);
+                let mut group = self.slot(&stored).lock.lock();
+                if !self.db_map.unchanged(version) {
+                    continue;
+                }
+                group.watchers.retain(|w| !Arc::ptr_eq(&w.flag, flag));
+                break;
+            }
         }
     }
 
@@ -848,7 +985,8 @@ impl Keyspace {
     }
 }
 
-/// The engine key of `key` in database `db`.
+/// The engine key of `key` in database `db`, as clients name it: the
+/// keyspace stores it under the prefix its database map gives `db`.
 pub fn ekey(db: usize, key: &[u8]) -> Result<EKey> {
     if key.len() > MAX_KEY_LEN {
         return Err(Error::KeyTooLong(key.len()));
@@ -859,13 +997,17 @@ pub fn ekey(db: usize, key: &[u8]) -> Result<EKey> {
     Ok(ekey)
 }
 
-/// How a client would name an engine key: the key itself in database 0,
+/// How a client would name an engine key with a client's database byte
+/// (`Keyspace::client_key_name` translates a stored one): the key itself in database 0,
 /// `db<N>:<key>` in database N > 0 (hidden databases included), and
 /// `(multi-key write intent <seq>)` for the journal's intent records.
 /// For reports (ENGRAM.SCRUB, `engram scrub`), not for parsing back.
 pub fn client_key_name(ekey: &[u8]) -> Vec<u8> {
     if format::is_format_key(ekey) {
         return b"(keyspace format record)".to_vec();
+    }
+    if db_map::is_map_key(ekey) {
+        return b"(database map record)".to_vec();
     }
     if journal::is_intent_key(ekey) {
         let seq = u64::from_be_bytes(ekey[2..].try_into().expect("8 bytes"));
@@ -879,6 +1021,36 @@ pub fn client_key_name(ekey: &[u8]) -> Vec<u8> {
             name.extend_from_slice(key);
             name
         }
+    }
+}
+
+/// Keys the keyspace keeps for itself (records and intents, no database).
+fn is_reserved(ekey: &[u8]) -> bool {
+    ekey.is_empty()
+        || format::is_format_key(ekey)
+        || db_map::is_map_key(ekey)
+        || journal::is_intent_key(ekey)
+}
+
+/// Names stored keys as clients know them, for tools that open a stopped
+/// strings store by itself (`engram scrub`): the database map it holds,
+/// or the identity if it has none or cannot be read (names only).
+pub fn key_namer(store: &Store) -> impl Fn(&[u8]) -> Vec<u8> {
+    let map = load_db_map(store).unwrap_or_else(|_| DbMap::identity());
+    move |stored: &[u8]| map.client_key_name(stored)
+}
+
+/// The database map a store holds (the identity if it never swapped).
+fn load_db_map(store: &Store) -> Result<DbMap> {
+    let file = engram_engine::DATA_FILE;
+    match store.get(&db_map::KEY) {
+        Ok(None) => Ok(DbMap::identity()),
+        Ok(Some(record)) => DbMap::decode(&record, file),
+        // Unlike the format record, the map cannot be written again from
+        // what this build knows: which database is which would be lost.
+        Err(e) => Err(Error::Format(format!(
+            "{file}: the database map record (written by SWAPDB) cannot be read: {e};              repair the store (engram scrub) before starting"
+        ))),
     }
 }
 

@@ -139,13 +139,20 @@ impl<'a> Txn<'a> {
     /// The live value of `key`, or None (absent or expired; an expired key
     /// is deleted on the way).
     pub fn get(&mut self, db: usize, key: &[u8], now_ms: u64) -> Result<Option<Stored>> {
-        let ekey = ekey(db, key)?;
-        self.get_ekey(&ekey, now_ms)
+        let ekey = self.ks.physical_ekey(db, key)?;
+        self.get_stored(&ekey, now_ms)
     }
 
-    /// The live value of a key in either store (a collection as its kind
-    /// and expiry only); an expired key is deleted on the way.
+    /// `get` of a key named as [`super::ekey`] names it (a client's
+    /// database byte, then the key).
     pub fn get_ekey(&mut self, ekey: &[u8], now_ms: u64) -> Result<Option<Stored>> {
+        let stored = self.ks.to_physical(ekey);
+        self.get_stored(&stored, now_ms)
+    }
+
+    /// The live value of a stored key in either store (a collection as its
+    /// kind and expiry only); an expired key is deleted on the way.
+    fn get_stored(&mut self, ekey: &[u8], now_ms: u64) -> Result<Option<Stored>> {
         match self.engine_get(ekey, now_ms)? {
             Some(stored) => Ok(Some(stored)),
             None => self.collection_stored(ekey, now_ms),
@@ -184,7 +191,7 @@ impl<'a> Txn<'a> {
             return Ok(None);
         };
         if expire_at != 0 && expire_at <= now_ms {
-            self.log(vec![Op::Delete { key: ekey.into() }])?;
+            self.log_stored(vec![Op::Delete { key: ekey.into() }])?;
             self.ks.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
             return Ok(None);
         }
@@ -224,7 +231,7 @@ impl<'a> Txn<'a> {
         kind: CKind,
         now_ms: u64,
     ) -> Result<Option<&Object>> {
-        let ekey = ekey(db, key)?;
+        let ekey = self.ks.physical_ekey(db, key)?;
         self.group(&ekey)?;
         self.writer();
         match self.collection_stored(&ekey, now_ms)? {
@@ -247,10 +254,20 @@ impl<'a> Txn<'a> {
     /// Logs and applies collection operations as one record (in an atomic
     /// transaction: applies them now and logs them with the rest at
     /// commit). Every key they name must be among the locked ones; keys
-    /// are engine keys (see [`ckey`]). Keeps key counts, the expiry index
-    /// and WATCH up to date, and removes a string that a new collection
-    /// replaces.
-    pub fn log(&mut self, ops: Vec<Op>) -> Result<()> {
+    /// are named as [`ckey`] names them (a client's database byte, then
+    /// the key). Keeps key counts, the expiry index and WATCH up to date,
+    /// and removes a string that a new collection replaces.
+    pub fn log(&mut self, mut ops: Vec<Op>) -> Result<()> {
+        for op in &mut ops {
+            for key in op.keys_mut().into_iter().flatten() {
+                self.ks.db_map.to_physical(key);
+            }
+        }
+        self.log_stored(ops)
+    }
+
+    /// `log` of operations on stored keys.
+    fn log_stored(&mut self, ops: Vec<Op>) -> Result<()> {
         if ops.is_empty() {
             return Ok(());
         }
@@ -339,7 +356,7 @@ impl<'a> Txn<'a> {
         set_expiry(slot, group, ekey, after.filter(|&at| at != 0));
         touch(group, ekey);
         if after.is_some() {
-            ks.signal_written(ekey);
+            ks.signal_stored(ekey);
         }
         Ok(())
     }
@@ -387,12 +404,12 @@ impl<'a> Txn<'a> {
                 ]
             }
         };
-        self.log(ops)
+        self.log_stored(ops)
     }
 
     /// Writes a whole engine value (meta word and payload).
     pub fn put(&mut self, db: usize, key: &[u8], value: &[u8]) -> Result<()> {
-        let ekey = ekey(db, key)?;
+        let ekey = self.ks.physical_ekey(db, key)?;
         self.apply_raw(&ekey, Some(value))
     }
 
@@ -415,10 +432,10 @@ impl<'a> Txn<'a> {
     /// (unreadable) counts as live and is deleted: that is how a client
     /// gets rid of it.
     pub fn delete(&mut self, db: usize, key: &[u8], now_ms: u64) -> Result<bool> {
-        let ekey = ekey(db, key)?;
-        match self.get_ekey(&ekey, now_ms) {
+        let ekey = self.ks.physical_ekey(db, key)?;
+        match self.get_stored(&ekey, now_ms) {
             Ok(Some(stored)) if stored.meta.is_collection() => {
-                self.log(vec![Op::Delete {
+                self.log_stored(vec![Op::Delete {
                     key: ekey.as_slice().into(),
                 }])?;
                 return Ok(true);
@@ -437,9 +454,9 @@ impl<'a> Txn<'a> {
     /// Replaces the meta word of a live key (EXPIRE, PERSIST): in place in
     /// a direct transaction.
     pub fn set_meta(&mut self, db: usize, key: &[u8], old: &Stored, new: Meta) -> Result<()> {
-        let ekey = ekey(db, key)?;
+        let ekey = self.ks.physical_ekey(db, key)?;
         if old.meta.is_collection() {
-            return self.log(vec![Op::Expire {
+            return self.log_stored(vec![Op::Expire {
                 key: ekey.as_slice().into(),
                 at_ms: new.expire_at().unwrap_or(0),
             }]);
@@ -459,7 +476,7 @@ impl<'a> Txn<'a> {
     /// Replaces an integer-encoded value (INCR and friends): in place in a
     /// direct transaction, one atomic 8-byte store.
     pub fn set_int(&mut self, db: usize, key: &[u8], old: &Stored, new: i64) -> Result<()> {
-        let ekey = ekey(db, key)?;
+        let ekey = self.ks.physical_ekey(db, key)?;
         let StringValue::Int(current) = old.string() else {
             return Err(Error::Internal(
                 "set_int on a value that is not an integer".into(),
@@ -490,7 +507,7 @@ impl<'a> Txn<'a> {
         self.engine_write(ekey, value)?;
         let Some(value) = value else { return Ok(()) };
         if self.peek_collection(ekey, |_| ()).is_some() {
-            self.log(vec![Op::Delete { key: ekey.into() }])?;
+            self.log_stored(vec![Op::Delete { key: ekey.into() }])?;
             if self.batch.is_none() {
                 // The Delete cleared the key's expiry; the string's stands.
                 let expire_at = decode(value).map_err(Error::Malformed)?.0.expire_at();
@@ -710,18 +727,19 @@ impl<'a> Txn<'a> {
             return Err(Error::Internal("flush without every group locked".into()));
         }
         self.apply_buffered()?;
-        let databases = self.ks.databases;
+        let ks = self.ks;
+        let db = db.map(|db| ks.db_map.physical(db));
+        let wanted = |first: u8| match db {
+            Some(db) => first as usize == db,
+            None => ks.is_visible(&[first]),
+        };
         let mut deleted = 0;
         let mut cursor = 0;
         loop {
             let (next, keys) = self.ks.store.scan(cursor, 4096);
             for ekey in keys {
                 let Some(&first) = ekey.first() else { continue };
-                let wanted = match db {
-                    Some(db) => first as usize == db,
-                    None => (first as usize) < databases,
-                };
-                if wanted && !super::journal::is_intent_key(&ekey) {
+                if wanted(first) && !ks.is_reserved(&ekey) {
                     let ks = self.ks;
                     let (index, group) = group_of(&mut self.guards, &ekey)?;
                     if apply_delete(&ks.store, &ks.groups[index], group, &ekey)? {
@@ -739,11 +757,7 @@ impl<'a> Txn<'a> {
             .writer()
             .keys_in_shards()
             .into_iter()
-            .filter(|k| match (db, k.first()) {
-                (Some(db), Some(&first)) => first as usize == db,
-                (None, Some(&first)) => (first as usize) < databases,
-                (_, None) => false,
-            })
+            .filter(|k| k.first().is_some_and(|&first| wanted(first)))
             .collect();
         // Applied directly, like the engine deletes above, even in MULTI.
         let batch = self.batch.take();
@@ -753,7 +767,7 @@ impl<'a> Txn<'a> {
                 .iter()
                 .map(|k| Op::Delete { key: k.clone() })
                 .collect();
-            result = self.log(ops);
+            result = self.log_stored(ops);
             if result.is_err() {
                 break;
             }
@@ -761,6 +775,82 @@ impl<'a> Txn<'a> {
         }
         self.batch = batch;
         result.map(|()| deleted)
+    }
+}
+
+impl Txn<'_> {
+    /// SWAPDB: exchanges logical databases `a` and `b` (one durable write
+    /// of the database map, whatever they hold). Needs every key group
+    /// locked (`Keyspace::lock_all`). As in Redis, a client watching a key
+    /// of either database has its transaction fail if the key exists in
+    /// either (its value changes or appears); keys that only expired do
+    /// not count. Watches and blocked clients stay with their database
+    /// numbers; blocked clients are woken to look again.
+    ///
+    /// In an atomic transaction (EXEC) the swap is written at once, not
+    /// with the transaction's batch.
+    pub fn swap_databases(&mut self, a: usize, b: usize, now_ms: u64) -> Result<()> {
+        if self.guards.len() != super::KEY_GROUPS {
+            return Err(Error::Internal("SWAPDB without every group locked".into()));
+        }
+        if a == b {
+            return Ok(());
+        }
+        let ks = self.ks;
+        let map = &ks.db_map;
+        let (pa, pb) = (map.physical(a) as u8, map.physical(b) as u8);
+        let mut record = map.encode();
+        record.swap(a, b);
+        ks.store
+            .put(&super::db_map::KEY, &record)
+            .map_err(Error::Engine)?;
+        self.wrote = true;
+
+        // The watches of both databases, out of their groups while keys
+        // that merely expired are deleted (that changes nothing a client
+        // can see, so it must not fail their transactions).
+        let mut watchers = Vec::new();
+        for (_, group) in &mut self.guards {
+            let (theirs, rest) = std::mem::take(&mut group.watchers)
+                .into_iter()
+                .partition(|w| w.key.first().is_some_and(|&p| p == pa || p == pb));
+            group.watchers = rest;
+            watchers.extend::<Vec<super::Watcher>>(theirs);
+        }
+        let mut names: Vec<&[u8]> = watchers.iter().map(|w| &w.key[1..]).collect();
+        names.sort_unstable();
+        names.dedup();
+        let mut changed: Vec<Vec<u8>> = Vec::new();
+        for name in names {
+            let mut live = false;
+            for prefix in [pa, pb] {
+                let mut stored = EKey::with_capacity(name.len() + 1);
+                stored.push(prefix);
+                stored.extend_from_slice(name);
+                live |= self.get_stored(&stored, now_ms)?.is_some();
+            }
+            if live {
+                changed.push(name.to_vec());
+            }
+        }
+        for watcher in &watchers {
+            if changed
+                .binary_search_by(|n| n[..].cmp(&watcher.key[1..]))
+                .is_ok()
+            {
+                watcher.flag.store(true, Ordering::Release);
+            }
+        }
+
+        map.swap(a, b);
+        // Each watch follows its database number to the other prefix.
+        for mut watcher in watchers {
+            watcher.key[0] = if watcher.key[0] == pa { pb } else { pa };
+            let (_, group) = group_of(&mut self.guards, &watcher.key)?;
+            group.watchers.push(watcher);
+        }
+        ks.wake_all_blocked();
+        Ok(())
     }
 }
 

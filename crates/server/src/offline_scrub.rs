@@ -32,7 +32,6 @@ use engram_engine::{
     DATA_FILE as VALUES_FILE,
 };
 
-use crate::keyspace::client_key_name;
 use crate::serve::COLLECTIONS_DIR;
 
 /// Exit status: nothing unrepairable.
@@ -131,19 +130,28 @@ pub fn scrub(dir: &Path) -> Result<Findings, String> {
             dir.display()
         ));
     }
-    let strings = scrub_store(dir, client_key_name)?;
+    // Keys are named with the database numbers clients use (after any
+    // SWAPDB), from the map the strings store holds.
+    let (strings, client_name) = scrub_store(dir, crate::keyspace::key_namer)?;
     let images_dir = images_dir(dir);
     let images = if images_dir.join(VALUES_FILE).is_file() {
-        Some(scrub_store(&images_dir, image_owner_name)?)
+        let (images, _) = scrub_store(&images_dir, |_| {
+            |key: &[u8]| image_owner_name(key, &client_name)
+        })?;
+        Some(images)
     } else {
         None
     };
     Ok(Findings { strings, images })
 }
 
-/// Scrubs the engine store in `dir`; `name` turns an engine key of a
-/// damaged record into what a client would call it.
-fn scrub_store(dir: &Path, name: fn(&[u8]) -> Vec<u8>) -> Result<StoreFindings, String> {
+/// Scrubs the engine store in `dir`; the namer made from the opened store
+/// turns an engine key of a damaged record into what a client would call
+/// it (and is handed back).
+fn scrub_store<N: Fn(&[u8]) -> Vec<u8>>(
+    dir: &Path,
+    namer: impl FnOnce(&Store) -> N,
+) -> Result<(StoreFindings, N), String> {
     let options = Options {
         integrity: IntegrityOptions {
             mode: IntegrityMode::Lazy,
@@ -165,6 +173,7 @@ fn scrub_store(dir: &Path, name: fn(&[u8]) -> Vec<u8>) -> Result<StoreFindings, 
         ),
         other => format!("cannot open the store in {}: {other}", dir.display()),
     })?;
+    let name = namer(&store);
     let recovery = store.recovery_report();
     let opened = store.integrity_stats().unwrap_or_default();
     let report = store.scrub_now();
@@ -172,7 +181,7 @@ fn scrub_store(dir: &Path, name: fn(&[u8]) -> Vec<u8>) -> Result<StoreFindings, 
     let closed = store.close();
     let report = report.map_err(|e| format!("scrubbing {}: {e}", dir.display()))?;
     closed.map_err(|e| format!("closing the store in {}: {e}", dir.display()))?;
-    Ok(StoreFindings {
+    let findings = StoreFindings {
         created: recovery.integrity.as_ref().is_some_and(|i| i.created),
         stripe_pages: totals.stripe_pages,
         pages_checked: report.pages_checked,
@@ -186,15 +195,16 @@ fn scrub_store(dir: &Path, name: fn(&[u8]) -> Vec<u8>) -> Result<StoreFindings, 
         unrepairable: report.unrepairable_pages.clone(),
         parity_rewritten: report.parity_rewritten,
         metadata_rebuilt: opened.metadata_rebuilt + report.metadata_rebuilt,
-        affected: names(&report, name),
+        affected: names(&report, &name),
         damaged_records: recovery.damaged_records,
         duration: report.duration,
-    })
+    };
+    Ok((findings, name))
 }
 
 /// An images-store key as a client knows the collection it belongs to:
 /// `<key> (image of checkpoint N)`, or what else it is.
-fn image_owner_name(image_key: &[u8]) -> Vec<u8> {
+fn image_owner_name(image_key: &[u8], client_key_name: impl Fn(&[u8]) -> Vec<u8>) -> Vec<u8> {
     if image_key == engram_collections::images::ROOT_KEY {
         return b"(the collections' checkpoint root)".to_vec();
     }
@@ -208,7 +218,7 @@ fn image_owner_name(image_key: &[u8]) -> Vec<u8> {
     }
 }
 
-fn names(report: &ScrubReport, name: fn(&[u8]) -> Vec<u8>) -> Vec<(u64, Option<Vec<u8>>)> {
+fn names(report: &ScrubReport, name: &impl Fn(&[u8]) -> Vec<u8>) -> Vec<(u64, Option<Vec<u8>>)> {
     report
         .affected_keys
         .iter()

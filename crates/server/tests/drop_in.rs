@@ -742,3 +742,105 @@ fn save_and_shutdown_refused_inside_multi() {
     }
     server.shutdown().unwrap();
 }
+
+/// SWAPDB as Redis 7.0.15 answers it (errors included), then what it
+/// means: data, counts and TTLs exchanged; WATCH fails only where a
+/// watched key exists on either side; inside MULTI; persisted across a
+/// restart.
+#[test]
+fn swapdb_exchanges_databases() {
+    let (server, dir, _redis, mut ours, mut theirs) = common::beside_redis();
+    common::script_both(
+        &mut ours,
+        &mut theirs,
+        &[
+            (
+                "SWAPDB",
+                "(error) ERR wrong number of arguments for 'swapdb' command",
+            ),
+            ("SWAPDB 0 x", "(error) ERR invalid second DB index"),
+            ("SWAPDB x 0", "(error) ERR invalid first DB index"),
+            ("SWAPDB 0 16", "(error) ERR DB index is out of range"),
+            ("SWAPDB -1 0", "(error) ERR DB index is out of range"),
+            (
+                "SWAPDB 0 99999999999",
+                "(error) ERR invalid second DB index",
+            ),
+            ("SET s zero", "OK"),
+            ("RPUSH l a b", "(integer) 2"),
+            ("EXPIRE l 1000", "(integer) 1"),
+            ("SELECT 1", "OK"),
+            ("SET s one", "OK"),
+            ("SWAPDB 0 1", "OK"),
+            ("GET s", "\"zero\""),
+            ("DBSIZE", "(integer) 2"),
+            ("LRANGE l 0 -1", "[\"a\", \"b\"]"),
+            ("SELECT 0", "OK"),
+            ("GET s", "\"one\""),
+            ("EXISTS l", "(integer) 0"),
+            ("SWAPDB 3 3", "OK"),
+            // Watched keys: one that exists on a side fails the
+            // transaction, one missing on both does not.
+            ("WATCH s", "OK"),
+            ("SWAPDB 0 1", "OK"),
+            ("MULTI", "OK"),
+            ("PING", "QUEUED"),
+            ("EXEC", "(nil array)"),
+            ("WATCH nowhere", "OK"),
+            ("SWAPDB 0 1", "OK"),
+            ("MULTI", "OK"),
+            ("PING", "QUEUED"),
+            ("EXEC", "[PONG]"),
+            // Inside a transaction, later commands see the swap.
+            ("MULTI", "OK"),
+            ("SWAPDB 0 1", "QUEUED"),
+            ("GET s", "QUEUED"),
+            ("EXEC", "[OK, \"zero\"]"),
+        ],
+    );
+    let ttl = ours.call("TTL l");
+    let ttl: i64 = ttl.trim_start_matches("(integer) ").parse().unwrap();
+    assert!((990..=1000).contains(&ttl), "the TTL moved with l: {ttl}");
+    let info = ours.call("INFO keyspace");
+    assert!(
+        info.contains("db0:keys=2,expires=1") && info.contains("db1:keys=1,expires=0"),
+        "{info}"
+    );
+    drop(ours);
+    server.shutdown().unwrap();
+
+    let server = engram_server::Server::start(common::config_in(dir.path())).unwrap();
+    let mut c = Client::connect(&server);
+    c.script(&[
+        ("GET s", "\"zero\""),
+        ("LRANGE l 0 -1", "[\"a\", \"b\"]"),
+        ("SELECT 1", "OK"),
+        ("GET s", "\"one\""),
+    ]);
+    server.shutdown().unwrap();
+}
+
+/// A client blocked on a list in database 9 is served when SWAPDB brings
+/// a database holding that list under number 9 (Redis's "SWAPDB awakes
+/// blocked client").
+#[test]
+fn swapdb_wakes_blocked_clients() {
+    let (server, _dir) = start();
+    let mut blocked = Client::connect(&server);
+    blocked.call("SELECT 9");
+    blocked.send("BLPOP k 10");
+    let mut other = Client::connect(&server);
+    other.script(&[("SELECT 1", "OK"), ("RPUSH k v", "(integer) 1")]);
+    // Wait until the client is blocked before swapping.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !other.call("CLIENT LIST").contains("cmd=blpop") {
+        assert!(Instant::now() < deadline, "BLPOP never blocked");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let started = Instant::now();
+    assert_eq!(other.call("SWAPDB 1 9"), "OK");
+    assert_eq!(blocked.reply(), "[\"k\", \"v\"]");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    other.script(&[("SELECT 9", "OK"), ("EXISTS k", "(integer) 0")]);
+    server.shutdown().unwrap();
+}

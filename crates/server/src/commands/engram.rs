@@ -26,7 +26,6 @@
 //! the whole scrub).
 
 use super::{err, run_blocking, CmdResult, CommandSpec, Ctx, Group, ADMIN};
-use crate::keyspace::client_key_name;
 use crate::resp::Args;
 
 /// The reply to ENGRAM.SCRUB on a server started with `--integrity off`.
@@ -75,6 +74,7 @@ fn scrub(ctx: &mut Ctx, _args: Args) -> CmdResult {
         log::warn!("{summary}");
     }
 
+    let ks = ctx.ks();
     let out = &mut *ctx.out;
     out.map(9);
     for (name, value) in [
@@ -93,7 +93,7 @@ fn scrub(ctx: &mut Ctx, _args: Args) -> CmdResult {
     out.array(report.affected_keys.len());
     for affected in &report.affected_keys {
         match &affected.key {
-            Some(ekey) => out.bulk(&client_key_name(ekey)),
+            Some(ekey) => out.bulk(&ks.client_key_name(ekey)),
             None => out.bulk(format!("offset:{:#x}", affected.offset).as_bytes()),
         }
     }

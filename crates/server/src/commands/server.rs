@@ -1,5 +1,5 @@
-//! Server commands: COMMAND CONFIG INFO DBSIZE FLUSHDB FLUSHALL TIME SAVE
-//! BGSAVE LASTSAVE SHUTDOWN.
+//! Server commands: COMMAND CONFIG INFO DBSIZE FLUSHDB FLUSHALL SWAPDB TIME
+//! SAVE BGSAVE LASTSAVE SHUTDOWN.
 
 use std::sync::atomic::Ordering;
 
@@ -56,6 +56,13 @@ pub fn commands() -> Vec<CommandSpec> {
             WRITE | WHOLE_KEYSPACE,
             flushall,
             "Removes all keys from all databases.",
+        ),
+        g.keyless(
+            "swapdb",
+            3,
+            WRITE | FAST | WHOLE_KEYSPACE,
+            swapdb,
+            "Swaps two databases.",
         ),
         g.keyless("time", 1, FAST, time, "Returns the server time."),
         g.keyless(
@@ -701,6 +708,37 @@ fn flushdb(ctx: &mut Ctx, args: Args) -> CmdResult {
 fn flushall(ctx: &mut Ctx, args: Args) -> CmdResult {
     flush_mode(&args)?;
     flush(ctx, None)
+}
+
+/// SWAPDB: the two numbers exchange what they name (the keyspace swaps
+/// two entries of its database map: one small durable write). Clients
+/// keep their selected numbers, watches and blocked keys.
+fn swapdb(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let index = |arg: &[u8], which: &str| {
+        std::str::from_utf8(arg)
+            .ok()
+            .and_then(|s| s.parse::<i32>().ok())
+            .ok_or_else(|| err(format!("ERR invalid {which} DB index")))
+    };
+    let (a, b) = (index(args.get(1), "first")?, index(args.get(2), "second")?);
+    let databases = ctx.ks().databases() as i32;
+    if !(0..databases).contains(&a) || !(0..databases).contains(&b) {
+        return Err(err("ERR DB index is out of range"));
+    }
+    let (a, b) = (a as usize, b as usize);
+    let now = ctx.now_ms;
+    match &mut ctx.exec {
+        Some(txn) => txn.swap_databases(a, b, now)?,
+        None => {
+            let mut txn = ctx.shared.keyspace.lock_all(false);
+            let result = txn.swap_databases(a, b, now);
+            ctx.session.wrote |= txn.commit()?;
+            result?;
+        }
+    }
+    ctx.session.wrote = true;
+    ctx.out.ok();
+    Ok(())
 }
 
 fn time(ctx: &mut Ctx, _args: Args) -> CmdResult {

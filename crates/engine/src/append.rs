@@ -64,6 +64,7 @@ pub fn append_to_lane(
     lane.used_bytes += size;
     debug_assert!(lane.used_bytes <= store.space.block_bytes);
     store.space.add_live(block, size);
+    store.appended_bytes.add(block as usize, size as i64);
     let seq = seq.unwrap_or_else(|| store.seq.fetch_add(1, Ordering::Relaxed));
     let region = store.region();
     record::write(region, at, lane.generation, seq, key, value);
@@ -89,6 +90,7 @@ pub fn append_extent(
     let generation = store.space.start_extent(head, blocks);
     let at = store.space.block_offset(head).add(BLOCK_HEADER_BYTES);
     store.space.add_live(head, size);
+    store.appended_bytes.add(head as usize, size as i64);
     let seq = seq.unwrap_or_else(|| store.seq.fetch_add(1, Ordering::Relaxed));
     let region = store.region();
     record::write(region, at, generation, seq, key, value);

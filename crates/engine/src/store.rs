@@ -67,6 +67,10 @@ pub struct Stats {
     pub blocks_freed: u64,
     pub compactions: u64,
     pub records_moved: u64,
+    /// Record bytes appended since open (writes and compaction copies).
+    pub appended_bytes: u64,
+    /// Value words updated in place since open (counters, SETBIT).
+    pub in_place_updates: u64,
     pub syncs: u64,
     pub mode: &'static str,
     pub flush: &'static str,
@@ -158,6 +162,8 @@ impl Store {
                 keys.add(0, recovered.keys as i64);
                 keys
             },
+            appended_bytes: StripedCounter::new(),
+            in_place_updates: StripedCounter::new(),
             report: recovered.report,
             compactions: AtomicU64::new(0),
             records_moved: AtomicU64::new(0),
@@ -296,6 +302,8 @@ impl Store {
             blocks_freed: space.blocks_freed.load(Ordering::Relaxed),
             compactions: self.state.compactions.load(Ordering::Relaxed),
             records_moved: self.state.records_moved.load(Ordering::Relaxed),
+            appended_bytes: self.state.appended_bytes.sum().max(0) as u64,
+            in_place_updates: self.state.in_place_updates.sum().max(0) as u64,
             syncs: self.state.syncer.syncs.load(Ordering::Relaxed),
             mode: match space.region.mode() {
                 engram_pmem::Mode::Dax => "dax",

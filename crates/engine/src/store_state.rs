@@ -41,6 +41,11 @@ pub(crate) struct StoreState {
     /// Next record sequence number.
     pub seq: AtomicU64,
     pub keys: StripedCounter,
+    /// Record bytes appended since open (writes and compaction copies),
+    /// and words updated in place: what the store has written, for
+    /// measuring a write path (a partial update must not rewrite a value).
+    pub appended_bytes: StripedCounter,
+    pub in_place_updates: StripedCounter,
     pub syncer: Syncer,
     pub options: Options,
     pub report: RecoveryReport,

@@ -103,6 +103,7 @@ pub fn update_word<R>(
     let word = at.add(header.value_offset() + field_offset);
     let result = update(region, word);
     region.persist(word, 8);
+    store.in_place_updates.add(hash as usize, 1);
     drop(table);
     store.syncer.after_write(region)?;
     Ok(result)

@@ -405,6 +405,8 @@ fn engram(shared: &Shared, out: &mut String) -> std::fmt::Result {
          blocks_free:{}\r\n\
          compactions:{}\r\n\
          records_moved:{}\r\n\
+         record_bytes_appended:{}\r\n\
+         in_place_updates:{}\r\n\
          recovery_ms:{}\r\n\
          recovery_records:{}\r\n\
          recovery_threads:{}\r\n\
@@ -423,6 +425,8 @@ fn engram(shared: &Shared, out: &mut String) -> std::fmt::Result {
         stats.blocks_free,
         stats.compactions,
         stats.records_moved,
+        stats.appended_bytes,
+        stats.in_place_updates,
         shared.recovery.as_millis(),
         recovery.records,
         recovery.threads,

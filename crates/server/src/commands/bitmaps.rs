@@ -151,6 +151,18 @@ fn setbit(ctx: &mut Ctx, args: Args) -> CmdResult {
         _ => return Err(err("ERR bit is not an integer or out of range")),
     };
     let old = ctx.write(&[key], false, |txn, db, now| {
+        // Within the value: the bit's byte read and changed where it lies,
+        // one 8-byte store, however large the bitmap.
+        let byte = (offset / 8) as usize;
+        let in_place = txn.patch_in_place(db, key, now, byte, 1, |current| {
+            match setbit_patch(current, true, offset % 8, on) {
+                (old, Some(patch)) => (old, Some(patch.bytes)),
+                (old, None) => (old, None),
+            }
+        })?;
+        if let Some(old) = in_place {
+            return Ok(old);
+        }
         let stored = txn.get(db, key, now)?;
         let (old, patch) = match &stored {
             Some(s) => with_bytes(s.meta, s.payload(), |bytes| {

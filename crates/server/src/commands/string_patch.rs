@@ -2,9 +2,11 @@
 //! and PFCOUNT's cache update describe a change as a [`Patch`], and
 //! [`write_patch`] is the one place that stores it.
 //!
-//! Today `write_patch` rewrites the whole value, as SETRANGE does. An
-//! engine path that updates a record's bytes in place would replace only
-//! its body; the commands that produce patches stay as they are.
+//! A patch inside the value that fits one aligned 8-byte word (SETBIT, a
+//! BITFIELD field of a few bits, a HyperLogLog register) is stored in
+//! place, one atomic store (`Txn::patch_in_place`): O(1) persistent bytes
+//! however long the value. Anything else (growth, a wider patch, inside
+//! MULTI) rewrites the whole value, as SETRANGE does.
 
 use super::strings::check_len;
 use super::CmdError;
@@ -43,8 +45,19 @@ pub fn write_patch(
     patch: &Patch,
 ) -> Result<(), CmdError> {
     debug_assert!(patch.offset + patch.bytes.len() <= patch.min_len);
-    let expire_at = old.and_then(|stored| stored.meta.expire_at());
     let old_len = old.map_or(0, |stored| stored.string().len());
+    if old.is_some() && patch.min_len <= old_len {
+        // Inside the value and one aligned word: stored in place.
+        let len = patch.bytes.len();
+        // `old` was live when read under this lock: no expiry check (0).
+        let stored_in_place = txn.patch_in_place(db, key, 0, patch.offset, len, |_| {
+            ((), Some(patch.bytes.clone()))
+        })?;
+        if stored_in_place.is_some() {
+            return Ok(());
+        }
+    }
+    let expire_at = old.and_then(|stored| stored.meta.expire_at());
     let len = patch.min_len.max(old_len);
     check_len(len)?;
     // One buffer: meta word, then the text, then the patch over it.

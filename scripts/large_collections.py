@@ -17,12 +17,8 @@ promise) and stops them at the end. Installs redis-py with pip if missing.
 """
 
 import argparse
-import os
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 
 try:
     import redis
@@ -30,24 +26,7 @@ except ImportError:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "redis"])
     import redis
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(port, proc):
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"server on port {port} exited with {proc.returncode}")
-        try:
-            if redis.Redis(port=port).ping():
-                return
-        except redis.exceptions.ConnectionError:
-            time.sleep(0.05)
-    sys.exit(f"server on port {port} did not start")
+from pair import servers
 
 
 def measure(port, size, rounds):
@@ -103,31 +82,14 @@ def main():
     parser.add_argument("--rounds", type=int, default=2000)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    with tempfile.TemporaryDirectory(prefix="engram-multi-") as tmp:
-        engram_port, redis_port = free_port(), free_port()
-        engram = subprocess.Popen(
-            [args.engram, "serve", "--port", str(engram_port),
-             "--dir", os.path.join(tmp, "engram"), "--durability", "process"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        redis_dir = os.path.join(tmp, "redis")
-        os.mkdir(redis_dir)
-        peer = subprocess.Popen(
-            [args.redis_server, "--port", str(redis_port), "--dir", redis_dir,
-             "--save", "", "--appendonly", "yes", "--appendfsync", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            wait_ready(engram_port, engram)
-            wait_ready(redis_port, peer)
-            print(f"{'size':>8} {'command':<24} {'unit':<4} {'engram':>10} {'redis':>10} {'ratio':>6}")
-            for size in sizes:
-                ours = measure(engram_port, size, args.rounds)
-                theirs = measure(redis_port, size, args.rounds)
-                for (name, unit, e), (_, _, r) in zip(ours, theirs):
-                    print(f"{size:>8} {name:<24} {unit:<4} {e:>10.1f} {r:>10.1f} {e / r:>6.2f}")
-        finally:
-            for proc in (engram, peer):
-                proc.terminate()
-                proc.wait(timeout=30)
+    with servers(args.engram, args.redis_server, "process", "engram-multi-") as running:
+        engram_port, redis_port = running["engram"][0], running["redis"][0]
+        print(f"{'size':>8} {'command':<24} {'unit':<4} {'engram':>10} {'redis':>10} {'ratio':>6}")
+        for size in sizes:
+            ours = measure(engram_port, size, args.rounds)
+            theirs = measure(redis_port, size, args.rounds)
+            for (name, unit, e), (_, _, r) in zip(ours, theirs):
+                print(f"{size:>8} {name:<24} {unit:<4} {e:>10.1f} {r:>10.1f} {e / r:>6.2f}")
 
 
 if __name__ == "__main__":

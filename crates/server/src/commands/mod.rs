@@ -21,6 +21,7 @@ mod keys;
 mod lcs;
 mod lists;
 mod memory;
+mod migrate;
 mod server;
 mod sets;
 mod sort;
@@ -38,6 +39,7 @@ use crate::resp::{Args, ReplyWriter};
 use crate::session::{ReplyMode, Session};
 use crate::shared::Shared;
 
+pub use migrate::{finish as finish_migration, Pending as PendingMigration};
 pub use transactions::unwatch_all;
 
 /// A command's error reply (its text, starting with the error code).
@@ -179,6 +181,7 @@ pub static TABLE: LazyLock<Vec<CommandSpec>> = LazyLock::new(|| {
     table.extend(server::commands());
     table.extend(keys::commands());
     table.extend(dump::commands());
+    table.extend(migrate::commands());
     table.extend(strings::commands());
     table.extend(lcs::commands());
     table.extend(bitmaps::commands());
@@ -472,9 +475,10 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
         Some(wrong_arity(spec.name).0)
     } else if !session.authenticated && !spec.is(NO_AUTH) {
         Some("NOAUTH Authentication required.".to_string())
-    } else if session.in_multi() && matches!(spec.name, "save" | "shutdown") {
+    } else if session.in_multi() && matches!(spec.name, "save" | "shutdown" | "migrate") {
         // Redis's no-multi commands: refused while queueing, and the
-        // transaction with them.
+        // transaction with them. MIGRATE too, in Engram only: it waits on
+        // the network, which a transaction holding its locks cannot.
         Some("ERR Command not allowed inside a transaction".to_string())
     } else if shared.memory_limit.is_set()
         && may_grow(spec, session)

@@ -260,14 +260,17 @@ fn command(ctx: &mut Ctx, args: Args) -> CmdResult {
             let Some((_, spec)) = super::lookup(call.get(0)) else {
                 return Err(err("ERR Invalid command specified"));
             };
+            // Redis's order: a command without keys at all, then the
+            // arity, then a call whose arguments name none.
+            if spec.keys.0 <= 0 && !super::key_finder::is_movable(spec) {
+                return Err(err("ERR The command has no key arguments"));
+            }
             if !spec.arity_ok(call.len()) {
                 return Err(err("ERR Invalid number of arguments specified for command"));
             }
             let positions = super::key_finder::key_positions(spec, &call)
+                .filter(|positions| !positions.is_empty())
                 .ok_or_else(|| err("ERR Invalid arguments specified for command"))?;
-            if positions.is_empty() {
-                return Err(err("ERR The command has no key arguments"));
-            }
             ctx.out.array(positions.len());
             for i in positions {
                 if with_flags {

@@ -9,6 +9,7 @@
 mod bitmaps;
 mod connection;
 mod debug;
+mod descriptions;
 mod dump;
 mod engram;
 mod functions;
@@ -17,6 +18,7 @@ mod hashes;
 mod hyperloglog;
 mod introspection;
 mod key_finder;
+mod key_specs;
 mod keys;
 mod lcs;
 mod lists;

@@ -435,32 +435,40 @@ fn a_key_written_during_the_exchange_is_kept() {
         ("SET k old", "OK"),
         ("SET same v", "OK"),
         ("SET gone v", "OK"),
+        ("SET again v", "OK"),
     ]);
-    // The target has read SELECT and three RESTOREs; before it answers,
-    // another client overwrites k and deletes gone.
-    let (target, requests) = fake_target(4, "+OK\r\n+OK\r\n+OK\r\n+OK\r\n", move || {
+    // The target has read SELECT and four RESTOREs; before it answers,
+    // another client overwrites k, deletes gone and sets again to the
+    // value it had.
+    let replies = "+OK\r\n+OK\r\n+OK\r\n+OK\r\n+OK\r\n";
+    let (target, requests) = fake_target(5, replies, move || {
         let mut other = Client::connect_addr(addr);
-        other.script(&[("SET k new", "OK"), ("DEL gone", "(integer) 1")]);
+        other.script(&[
+            ("SET k new", "OK"),
+            ("DEL gone", "(integer) 1"),
+            ("SET again v", "OK"),
+        ]);
     });
     c.script(&[
         (
             &format!(
-                "MIGRATE {} {} \"\" 2 5000 KEYS k same gone",
+                "MIGRATE {} {} \"\" 2 5000 KEYS k same gone again",
                 target.ip(),
                 target.port()
             ),
             "OK",
         ),
-        // k was written after it was sent: kept, with its new value; the
-        // unchanged key moved.
+        // k was written after it was sent: kept, with its new value; so is
+        // again (written, if with the same value); the untouched key moved.
         ("GET k", "\"new\""),
+        ("GET again", "\"v\""),
         ("EXISTS same gone", "(integer) 0"),
     ]);
     drop(c);
     let requests = requests.join().unwrap();
     assert_eq!(requests[0], [b"SELECT".to_vec(), b"2".to_vec()]);
     let restored: Vec<&[u8]> = requests[1..].iter().map(|r| r[1].as_slice()).collect();
-    assert_eq!(restored, [&b"k"[..], b"same", b"gone"]);
+    assert_eq!(restored, [&b"k"[..], b"same", b"gone", b"again"]);
     assert!(requests[1..]
         .iter()
         .all(|r| r[0] == b"RESTORE" && r[2] == b"0"));
@@ -481,6 +489,30 @@ fn a_new_ttl_during_the_exchange_keeps_the_key() {
             "OK",
         ),
         ("LRANGE l 0 -1", "[\"a\"]"),
+    ]);
+}
+
+#[test]
+fn migrating_to_this_very_server() {
+    let (engram, _dir) = start();
+    let mut c = Client::connect(&engram);
+    let to = format!("{} {}", engram.addr.ip(), engram.addr.port());
+    c.script(&[
+        ("SET k v", "OK"),
+        // Same database: BUSYKEY; with REPLACE the RESTORE rewrites k,
+        // which MIGRATE then sees as written, and keeps.
+        (
+            &format!("MIGRATE {to} k 0 5000"),
+            "(error) ERR Target instance replied with error: BUSYKEY Target key name \
+             already exists.",
+        ),
+        (&format!("MIGRATE {to} k 0 5000 REPLACE"), "OK"),
+        ("GET k", "\"v\""),
+        // Another database: a move.
+        (&format!("MIGRATE {to} k 4 5000"), "OK"),
+        ("EXISTS k", "(integer) 0"),
+        ("SELECT 4", "OK"),
+        ("GET k", "\"v\""),
     ]);
 }
 

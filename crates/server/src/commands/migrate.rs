@@ -20,13 +20,16 @@
 //! between the serialization and the delete. Engram runs clients in
 //! parallel and does not hold key locks across network waits, so another
 //! client may write a key after it was serialized. Engram's rule: a key is
-//! deleted only if, under its write lock, it still serializes to exactly the
-//! payload sent with the same expiry; a key written meanwhile (a new value,
-//! a new TTL, deleted and made again) is left here, newer than the copy the
-//! target now holds, and MIGRATE still replies +OK for it, since the target
+//! deleted only if nothing wrote it since it was serialized. Each key is
+//! watched (WATCH's mechanism: every write to a key, an expiry's delete
+//! included, raises its watchers' flags under the key's lock) from before
+//! it is read until MIGRATE ends, and the flag is checked under the key's
+//! write lock, right before the delete. A key written meanwhile (a new
+//! value, a new TTL, even the same value again, or a RESTORE of it when
+//! MIGRATE's target is this very server) is left here, newer than the copy
+//! the target holds, and MIGRATE still replies +OK for it, since the target
 //! did take the value sent. So a newer value is never lost; at worst the
-//! key exists on both sides, as after COPY. The check costs a second
-//! serialization of each key, under its lock.
+//! key exists on both sides, as after COPY.
 //!
 //! MIGRATE inside MULTI is refused when queued (a transaction holds its
 //! keys' locks and cannot wait on the network), and the transaction with it.
@@ -34,11 +37,13 @@
 //! target gets no reply and loses nothing here: keys are deleted only after
 //! the target acknowledged them, and only by a MIGRATE still running.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::dump::serialize;
 use super::{err, int_arg, is, CmdError, CmdResult, CommandSpec, Ctx, Group, SYNTAX, WRITE};
-use crate::keyspace::now_ms;
+use crate::keyspace::{now_ms, EKey, Keyspace};
 use crate::migrate_target::{exchange, Outcome, Request};
 use crate::resp::{Args, ReplyWriter};
 use crate::session::{ReplyMode, Session};
@@ -59,9 +64,8 @@ pub fn commands() -> Vec<CommandSpec> {
 /// A MIGRATE whose keys are serialized, for the connection to finish.
 pub struct Pending {
     request: Request,
-    /// Each RESTORE's key's expiry when it was serialized (what the
-    /// delete compares against, with the payload).
-    expire_at: Vec<Option<u64>>,
+    /// Each RESTORE's key, watched since before it was serialized.
+    watches: Vec<KeyWatch>,
     copy: bool,
     /// CLIENT REPLY OFF or SKIP applied to this command: no reply is sent.
     silent: bool,
@@ -117,9 +121,11 @@ fn migrate(ctx: &mut Ctx, args: Args) -> CmdResult {
     }
 
     let mut restores = Vec::with_capacity(num_keys);
-    let mut expire_at = Vec::with_capacity(num_keys);
+    let mut watches = Vec::with_capacity(num_keys);
     for i in first_key..first_key + num_keys {
         let key = args.get(i);
+        // Watched first: a write after the read below raises the flag.
+        let watch = KeyWatch::new(&ctx.shared.keyspace, ctx.session.db, key)?;
         let Some(dumped) = serialize(ctx, key)? else {
             continue;
         };
@@ -131,7 +137,7 @@ fn migrate(ctx: &mut Ctx, args: Args) -> CmdResult {
             Some(at) => (at - ctx.now_ms).max(1),
         };
         restores.push((key.to_vec(), ttl, dumped.payload));
-        expire_at.push(dumped.expire_at);
+        watches.push(watch);
     }
     if restores.is_empty() {
         ctx.out.simple("NOKEY");
@@ -148,7 +154,7 @@ fn migrate(ctx: &mut Ctx, args: Args) -> CmdResult {
             replace,
             timeout,
         },
-        expire_at,
+        watches,
         copy,
         silent,
     }));
@@ -186,7 +192,7 @@ pub async fn finish(
     let deleted = if pending.copy || acked.is_empty() {
         Ok(())
     } else {
-        delete_unchanged(shared, session, out, &pending, acked)
+        delete_unchanged(shared, session, &pending, acked)
     };
     let reply = match (deleted, outcome) {
         (Err(e), _) => Err(e),
@@ -219,50 +225,64 @@ pub async fn finish(
     true
 }
 
-/// Deletes the keys of the RESTOREs at `acked` that still hold what was
-/// sent (payload and expiry), each checked under its write lock.
+/// Deletes the keys of the RESTOREs at `acked` that nothing wrote since
+/// they were serialized, each checked under its write lock.
 fn delete_unchanged(
     shared: &Shared,
     session: &mut Session,
-    out: &mut ReplyWriter,
     pending: &Pending,
     acked: &[usize],
 ) -> CmdResult {
     let db = session.db;
     let restores = &pending.request.restores;
     let keys = acked.iter().map(|&i| (db, restores[i].0.as_slice()));
-    let txn = shared.keyspace.lock(keys, false)?;
-    // The transaction makes `serialize` read under the locks, as in EXEC.
-    let mut ctx = Ctx {
-        shared,
-        session,
-        out,
-        exec: Some(txn),
-        now_ms: now_ms(),
-    };
-    let result = (|| {
-        for &i in acked {
-            let (key, _, sent) = &restores[i];
-            let now = serialize(&mut ctx, key)?;
-            let unchanged =
-                now.is_some_and(|d| d.payload == *sent && d.expire_at == pending.expire_at[i]);
-            if unchanged {
-                let now_ms = ctx.now_ms;
-                let txn = ctx.exec.as_mut().expect("delete_unchanged's transaction");
-                txn.delete(db, key, now_ms)?;
-            }
+    let mut txn = shared.keyspace.lock(keys, false)?;
+    let now = now_ms();
+    let mut result = Ok(());
+    for &i in acked {
+        if pending.watches[i].written() {
+            continue;
         }
-        Ok::<(), CmdError>(())
-    })();
-    let txn = ctx.exec.take().expect("delete_unchanged's transaction");
+        if let Err(e) = txn.delete(db, &restores[i].0, now) {
+            result = Err(CmdError::from(e));
+            break;
+        }
+    }
     match result {
-        Ok(()) => {
-            session.wrote |= txn.commit()?;
-            Ok(())
-        }
-        Err(e) => {
-            session.wrote |= txn.wrote();
-            Err(e)
-        }
+        Ok(()) => session.wrote |= txn.commit()?,
+        Err(_) => session.wrote |= txn.wrote(),
+    }
+    result
+}
+
+/// One key watched as WATCH watches keys: any write to it raises the flag.
+/// Unwatched when dropped (never while its key group is locked: MIGRATE's
+/// delete has released its locks before `Pending` goes).
+struct KeyWatch {
+    keyspace: Arc<Keyspace>,
+    ekey: EKey,
+    flag: Arc<AtomicBool>,
+}
+
+impl KeyWatch {
+    fn new(keyspace: &Arc<Keyspace>, db: usize, key: &[u8]) -> Result<KeyWatch, CmdError> {
+        let flag = Arc::new(AtomicBool::new(false));
+        let ekey = keyspace.watch(db, key, &flag)?;
+        Ok(KeyWatch {
+            keyspace: keyspace.clone(),
+            ekey,
+            flag,
+        })
+    }
+
+    fn written(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for KeyWatch {
+    fn drop(&mut self) {
+        self.keyspace
+            .unwatch(std::slice::from_ref(&self.ekey), &self.flag);
     }
 }

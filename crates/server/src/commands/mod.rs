@@ -7,6 +7,7 @@
 //! (or, inside EXEC, uses the transaction that already holds them).
 
 mod bitmaps;
+mod command;
 mod connection;
 mod debug;
 mod descriptions;

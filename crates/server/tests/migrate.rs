@@ -9,7 +9,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
@@ -384,7 +384,7 @@ fn argument_errors_and_a_closed_port_like_redis() {
 }
 
 /// A fake target: accepts one connection, reads `commands` requests, runs
-/// `between`, then writes `replies`; returns what it read.
+/// `between`, then writes `replies` and hangs up; returns what it read.
 fn fake_target(
     commands: usize,
     replies: &'static str,
@@ -401,9 +401,8 @@ fn fake_target(
         let read: Vec<Vec<Vec<u8>>> = (0..commands).map(|_| read_command(&mut reader)).collect();
         between();
         (&stream).write_all(replies.as_bytes()).unwrap();
-        // Hold the connection until the other side closes it.
-        let mut rest = Vec::new();
-        let _ = reader.read_to_end(&mut rest);
+        // Then hangs up: Engram's cached connection to it is dead, which
+        // only a later MIGRATE to it would find (and retry).
         read
     });
     (addr, handle)

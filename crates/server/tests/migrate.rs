@@ -273,29 +273,53 @@ fn auth_and_auth2_like_redis() {
             (&format!("MIGRATE {to} l 0 5000 AUTH s3cret"), "OK"),
             (&format!("MIGRATE {to} s 0 5000 AUTH2 default s3cret"), "OK"),
             ("EXISTS l s", "(integer) 0"),
+            // On the cached, authenticated connection a wrong password
+            // fails AUTH but not the RESTORE after it: the target has t,
+            // and t stays here (MIGRATE failed).
+            ("SET t v", "OK"),
+            (
+                &format!("MIGRATE {to} t 0 5000 AUTH wrong"),
+                "(error) ERR Target instance replied with error: WRONGPASS invalid \
+                 username-password pair or user is disabled.",
+            ),
+            ("EXISTS t", "(integer) 1"),
         ]);
         let mut t = target.client();
         t.script(&[
             ("AUTH s3cret", "OK"),
             ("LRANGE l 0 -1", "[\"a\", \"b\", \"c\"]"),
             ("GET s", "\"v\""),
+            ("GET t", "\"v\""),
         ]);
     }
-    // An Engram target with requirepass, from Engram.
+    // An Engram target with requirepass, from Engram: AUTH and AUTH2.
     let (protected, _d) = start_with(engram_server::Config {
         requirepass: Some("pw".into()),
         ..engram_server::Config::default()
     });
     let to = format!("{} {}", protected.addr.ip(), protected.addr.port());
     e.script(&[
-        ("SET s2 v2", "OK"),
+        ("MSET s2 v2 s3 v3", "OK"),
         (&format!("MIGRATE {to} s2 1 5000 AUTH pw"), "OK"),
-        ("EXISTS s2", "(integer) 0"),
+        (
+            &format!("MIGRATE {to} s3 1 5000 AUTH2 default nope"),
+            "(error) ERR Target instance replied with error: WRONGPASS invalid \
+             username-password pair or user is disabled.",
+        ),
+        // The cached connection was authenticated by the first MIGRATE
+        // and a failed AUTH does not undo that: the target took s3 (as
+        // Redis's would), but MIGRATE failed, so s3 stays here too.
+        ("EXISTS s3", "(integer) 1"),
+        (
+            &format!("MIGRATE {to} s3 1 5000 AUTH2 default pw REPLACE"),
+            "OK",
+        ),
+        ("EXISTS s2 s3", "(integer) 0"),
     ]);
     Client::connect(&protected).script(&[
         ("AUTH pw", "OK"),
         ("SELECT 1", "OK"),
-        ("GET s2", "\"v2\""),
+        ("MGET s2 s3", "[\"v2\", \"v3\"]"),
     ]);
 }
 

@@ -558,6 +558,42 @@ fn a_silent_target_times_out_and_the_key_stays() {
     let took = started.elapsed();
     assert!(took >= Duration::from_millis(300), "gave up after {took:?}");
     assert!(took < Duration::from_secs(10), "took {took:?}");
+    // Counted and timed whole, as Redis times it: a failed call of at
+    // least 300 ms, in the slow log with its password redacted.
+    c.script(&[("CONFIG SET slowlog-log-slower-than 200000", "OK")]);
+    c.script(&[(
+        &format!(
+            "MIGRATE {} {} k 0 300 AUTH secret",
+            target.ip(),
+            target.port()
+        ),
+        "(error) IOERR error or timeout reading to target instance",
+    )]);
+    let slowlog = c.call("SLOWLOG GET 1");
+    assert!(
+        slowlog.contains("\"MIGRATE\"") && slowlog.contains("\"(redacted)\""),
+        "{slowlog}"
+    );
+    assert!(!slowlog.contains("secret"), "{slowlog}");
+    let stats = c.call("INFO commandstats");
+    let line = stats
+        .split("\\r\\n")
+        .find(|l| l.starts_with("cmdstat_migrate:"))
+        .unwrap_or_else(|| panic!("no cmdstat_migrate in {stats}"));
+    assert!(
+        line.contains("calls=2,") && line.contains("failed_calls=2"),
+        "{line}"
+    );
+    let usec: u64 = line
+        .split("usec=")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(usec >= 600_000, "{line}");
     // The same, Redis as the source.
     let redis = RedisServer::start();
     let mut r = redis.client();

@@ -39,13 +39,13 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::dump::serialize;
 use super::{err, int_arg, is, CmdError, CmdResult, CommandSpec, Ctx, Group, SYNTAX, WRITE};
 use crate::keyspace::{now_ms, EKey, Keyspace};
 use crate::migrate_target::{exchange, Outcome, Request};
-use crate::resp::{Args, ReplyWriter};
+use crate::resp::{Args, OwnedArgs, ReplyWriter};
 use crate::session::{ReplyMode, Session};
 use crate::shared::Shared;
 
@@ -69,12 +69,17 @@ pub struct Pending {
     copy: bool,
     /// CLIENT REPLY OFF or SKIP applied to this command: no reply is sent.
     silent: bool,
+    /// The call, for the command statistics and the slow log, which see
+    /// it when it ends.
+    call: OwnedArgs,
+    started: Instant,
 }
 
 const KEYS_NEED_EMPTY_KEY: &str =
     "ERR When using MIGRATE KEYS option, the key argument must be set to the empty string";
 
 fn migrate(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let started = Instant::now();
     let (mut copy, mut replace) = (false, false);
     let mut auth: Option<(Option<Vec<u8>>, Vec<u8>)> = None;
     let (mut first_key, mut num_keys) = (3, 1);
@@ -157,6 +162,8 @@ fn migrate(ctx: &mut Ctx, args: Args) -> CmdResult {
         watches,
         copy,
         silent,
+        call: args.to_owned(),
+        started,
     }));
     Ok(())
 }
@@ -215,6 +222,7 @@ pub async fn finish(
         ))),
     };
     let mark = out.len();
+    let failed = reply.is_err();
     match reply {
         Ok(()) => out.ok(),
         Err(CmdError(text)) => super::reply_error(shared, out, &text),
@@ -222,6 +230,9 @@ pub async fn finish(
     if pending.silent {
         out.buf.truncate(mark);
     }
+    let (index, _) = super::lookup(b"migrate").expect("MIGRATE is in the table");
+    let args = pending.call.args();
+    super::record_call(shared, session, index, &args, pending.started, failed);
     true
 }
 

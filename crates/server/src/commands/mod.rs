@@ -588,16 +588,31 @@ pub fn run<'s>(
     };
     let started = std::time::Instant::now();
     let result = (TABLE[index].handler)(&mut ctx, args);
-    let usec = started.elapsed().as_micros() as u64;
-    shared
-        .stats
-        .commands
-        .called(index, &args, usec, result.is_err());
-    if let Err(e) = result {
+    if ctx.session.migration.is_some() {
+        // MIGRATE waits for its target: the call is counted, timed and
+        // logged when it ends (`migrate::finish`), as Redis times it whole.
+        return ctx.exec;
+    }
+    if let Err(e) = &result {
         reply_error(shared, ctx.out, &e.0);
     }
-    observe_slow(shared, ctx.session, index, &args, usec);
+    record_call(shared, ctx.session, index, &args, started, result.is_err());
     ctx.exec
+}
+
+/// Counts a call that began at `started` (INFO commandstats, LATENCY
+/// HISTOGRAM) and shows it to the slow log and the latency monitor.
+pub fn record_call(
+    shared: &Shared,
+    session: &Session,
+    index: usize,
+    args: &Args,
+    started: std::time::Instant,
+    failed: bool,
+) {
+    let usec = started.elapsed().as_micros() as u64;
+    shared.stats.commands.called(index, args, usec, failed);
+    observe_slow(shared, session, index, args, usec);
 }
 
 /// The slow log and the latency monitor's `command` events. EXEC itself is

@@ -169,8 +169,8 @@ fn migrate(ctx: &mut Ctx, args: Args) -> CmdResult {
 }
 
 /// Runs `pending`'s exchange with its target, deletes the keys the target
-/// acknowledged (unless COPY, and only those unchanged since they were
-/// sent), and writes MIGRATE's reply. False when the connection must
+/// acknowledged (unless COPY, and only those nothing wrote since they were
+/// serialized), and writes MIGRATE's reply. False when the connection must
 /// close instead (the client was killed, the server is shutting down).
 pub async fn finish(
     shared: &Shared,
@@ -199,7 +199,7 @@ pub async fn finish(
     let deleted = if pending.copy || acked.is_empty() {
         Ok(())
     } else {
-        delete_unchanged(shared, session, &pending, acked)
+        delete_unwritten(shared, session, &pending, acked)
     };
     let reply = match (deleted, outcome) {
         (Err(e), _) => Err(e),
@@ -238,7 +238,7 @@ pub async fn finish(
 
 /// Deletes the keys of the RESTOREs at `acked` that nothing wrote since
 /// they were serialized, each checked under its write lock.
-fn delete_unchanged(
+fn delete_unwritten(
     shared: &Shared,
     session: &mut Session,
     pending: &Pending,

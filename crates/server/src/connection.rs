@@ -33,7 +33,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::clients::{ClientInfo, Unblock};
-use crate::commands::{execute, lookup, run as run_command, unwatch_all};
+use crate::commands::{execute, finish_migration, lookup, run as run_command, unwatch_all};
 use crate::resp::{ReplyWriter, RequestParser, Step};
 use crate::session::{InLine, Session};
 use crate::shared::Shared;
@@ -112,6 +112,11 @@ async fn run(
                     }
                     execute(shared, session, out, parser.args(&buf[offset..]));
                     offset += consumed;
+                    if let Some(pending) = session.migration.take() {
+                        if !finish_migration(shared, session, out, pending).await {
+                            return Ok(());
+                        }
+                    }
                     if session.blocked.is_some()
                         && !wait_unblocked(shared, stream, session, out, buf).await?
                     {

@@ -336,6 +336,7 @@ fn stats(shared: &Shared, out: &mut String) -> std::fmt::Result {
          total_error_replies:{}\r\n\
          pubsub_channels:0\r\n\
          pubsub_patterns:0\r\n\
+         migrate_cached_sockets:{}\r\n\
          protocol_errors:{}\r\n",
         s.connections_received.load(Ordering::Relaxed),
         s.commands_processed.load(Ordering::Relaxed),
@@ -346,6 +347,7 @@ fn stats(shared: &Shared, out: &mut String) -> std::fmt::Result {
         ks.hits.load(Ordering::Relaxed),
         ks.misses.load(Ordering::Relaxed),
         s.commands.total_errors(),
+        shared.migrate_targets.len(),
         s.protocol_errors.load(Ordering::Relaxed),
     )
 }

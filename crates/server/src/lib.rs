@@ -21,6 +21,7 @@ mod hll;
 mod info;
 mod latency;
 mod maxmemory;
+mod migrate_target;
 /// The keyspace is a crate of its own (below the server, beside embedders).
 pub use engram_keyspace as keyspace;
 pub mod offline_scrub;

@@ -35,6 +35,9 @@ pub struct Session {
     pub blocked: Option<Blocked>,
     /// The command running is a blocked one tried again after a wakeup.
     pub retrying: bool,
+    /// Set by MIGRATE, which replied nothing yet: the connection runs its
+    /// exchange with the target, then `commands::finish_migration`.
+    pub migration: Option<Box<crate::commands::PendingMigration>>,
     /// CLIENT REPLY: whether replies are sent.
     pub reply: ReplyMode,
 }
@@ -76,6 +79,7 @@ impl Session {
             close: false,
             blocked: None,
             retrying: false,
+            migration: None,
             reply: ReplyMode::On,
         }
     }

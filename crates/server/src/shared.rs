@@ -14,6 +14,7 @@ use crate::config::{Config, Runtime};
 use crate::keyspace::Keyspace;
 use crate::latency::LatencyMonitor;
 use crate::maxmemory::MemoryLimit;
+use crate::migrate_target::TargetCache;
 use crate::pause::Pause;
 use crate::session::WaitLines;
 use crate::slowlog::SlowLog;
@@ -43,6 +44,8 @@ pub struct Shared {
     pub port: u16,
     /// 40 random hex digits naming this run (INFO's run_id, master_replid).
     pub run_id: String,
+    /// MIGRATE's cached connections to its targets.
+    pub migrate_targets: Arc<TargetCache>,
     /// Whether the background expiry runs (DEBUG SET-ACTIVE-EXPIRE).
     pub active_expire: Arc<AtomicBool>,
     shutting_down: AtomicBool,
@@ -110,6 +113,7 @@ impl Shared {
                     .map(|_| char::from_digit(rng.random_range(0..16), 16).expect("a hex digit"))
                     .collect()
             },
+            migrate_targets: Arc::default(),
             active_expire: Arc::new(AtomicBool::new(true)),
             shutting_down: AtomicBool::new(false),
             shutdown: Notify::new(),

@@ -374,7 +374,7 @@ fn server_commands_and_config() {
         ("DBSIZE", "(integer) 1"),
         ("FLUSHALL ASYNC", "OK"),
         ("FLUSHDB NOW", SYNTAX),
-        ("COMMAND INFO get nosuch", "[[\"get\", (integer) 2, [readonly, fast], (integer) 1, (integer) 1, (integer) 1, [@string, @read, @fast], [], [], []], (nil array)]"),
+        ("COMMAND INFO get nosuch", "[[\"get\", (integer) 2, [readonly, fast], (integer) 1, (integer) 1, (integer) 1, [@read, @string, @fast], [], [[\"flags\", [RO, access], \"begin_search\", [\"type\", \"index\", \"spec\", [\"index\", (integer) 1]], \"find_keys\", [\"type\", \"range\", \"spec\", [\"lastkey\", (integer) 0, \"keystep\", (integer) 1, \"limit\", (integer) 0]]]], []], (nil array)]"),
     ]);
     let count = c.call("COMMAND COUNT");
     let n: usize = count[10..].parse().unwrap();

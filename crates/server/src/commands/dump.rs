@@ -47,13 +47,31 @@ const BAD_PAYLOAD: &str = "ERR DUMP payload version or checksum are wrong";
 const BAD_FORMAT: &str = "ERR Bad data format";
 
 fn dump(ctx: &mut Ctx, args: Args) -> CmdResult {
-    let key = args.get(1);
+    match serialize(ctx, args.get(1))? {
+        Some(dumped) => ctx.out.bulk(&dumped.payload),
+        None => ctx.out.null(),
+    }
+    Ok(())
+}
+
+/// A key's value as a sealed DUMP payload, and its expiry then.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Dumped {
+    pub payload: Vec<u8>,
+    /// Unix ms; None without expiry.
+    pub expire_at: Option<u64>,
+}
+
+/// `key` of the current database serialized as DUMP serializes it (MIGRATE
+/// sends the same bytes); None if absent. Lock-free outside EXEC; inside a
+/// transaction (`Ctx::exec`), under its locks.
+pub fn serialize(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Dumped>, CmdError> {
     // A collection is read in a second step, by its kind; should the key
     // change type in between, the first step runs again.
     for _ in 0..8 {
         let found = ctx.read(key, |meta, payload| {
             if meta.is_collection() {
-                return Ok(Err(meta.kind()));
+                return Ok((meta.expire_at(), Err(meta.kind())));
             }
             let mut body = Vec::with_capacity(payload.len() + 16);
             match StringValue::from_payload(meta, payload) {
@@ -62,12 +80,12 @@ fn dump(ctx: &mut Ctx, args: Args) -> CmdResult {
                     writer::put_string_value(&mut body, itoa::Buffer::new().format(n).as_bytes())
                 }
             }
-            Ok(Ok(body))
+            Ok((meta.expire_at(), Ok(body)))
         })?;
-        let body = match found {
-            None => None,
-            Some(Ok(body)) => Some(body),
-            Some(Err(kind)) => {
+        let (expire_at, body) = match found {
+            None => return Ok(None),
+            Some((expire_at, Ok(body))) => (expire_at, body),
+            Some((expire_at, Err(kind))) => {
                 let read = ctx.read_collection(key, collection_kind(kind), |object| {
                     Ok(object.map(|object| {
                         let mut body = Vec::new();
@@ -76,20 +94,16 @@ fn dump(ctx: &mut Ctx, args: Args) -> CmdResult {
                     }))
                 });
                 match read {
-                    Ok(body) => body,
+                    Ok(Some(body)) => (expire_at, body),
+                    Ok(None) => return Ok(None),
                     Err(CmdError(text)) if text.starts_with("WRONGTYPE") => continue,
                     Err(e) => return Err(e),
                 }
             }
         };
-        match body {
-            Some(mut body) => {
-                payload::seal(&mut body);
-                ctx.out.bulk(&body);
-            }
-            None => ctx.out.null(),
-        }
-        return Ok(());
+        let mut payload = body;
+        payload::seal(&mut payload);
+        return Ok(Some(Dumped { payload, expire_at }));
     }
     Err(err(
         "ERR the key kept changing type while DUMP read it; try again",

@@ -109,13 +109,29 @@ pub fn key_positions(spec: &CommandSpec, args: &Args) -> Option<Vec<usize>> {
             }
             (at + 1..at + 1 + rest / 2).collect()
         }
-        "migrate" if n > 5 => {
-            if args.get(3).is_empty() {
-                let at = (6..n).find(|&i| is(args.get(i), "keys"))?;
-                (at + 1..n).collect()
-            } else {
-                vec![3]
+        // Redis's migrateGetKeys: the key argument, or the keys after
+        // KEYS (AUTH's and AUTH2's arguments skipped); none for KEYS after
+        // a non-empty key, which MIGRATE refuses.
+        "migrate" if n > 3 => {
+            let mut keys = vec![3];
+            let mut i = 6;
+            while i < n {
+                let arg = args.get(i);
+                if is(arg, "keys") {
+                    keys = if args.get(3).is_empty() {
+                        (i + 1..n).collect()
+                    } else {
+                        Vec::new()
+                    };
+                    break;
+                } else if is(arg, "auth") {
+                    i += 1;
+                } else if is(arg, "auth2") {
+                    i += 2;
+                }
+                i += 1;
             }
+            keys
         }
         _ => fixed_positions(spec, n),
     })

@@ -7,8 +7,10 @@
 //! (or, inside EXEC, uses the transaction that already holds them).
 
 mod bitmaps;
+mod command;
 mod connection;
 mod debug;
+mod descriptions;
 mod dump;
 mod engram;
 mod functions;
@@ -17,10 +19,12 @@ mod hashes;
 mod hyperloglog;
 mod introspection;
 mod key_finder;
+mod key_specs;
 mod keys;
 mod lcs;
 mod lists;
 mod memory;
+mod migrate;
 mod server;
 mod sets;
 mod sort;
@@ -38,6 +42,7 @@ use crate::resp::{Args, ReplyWriter};
 use crate::session::{ReplyMode, Session};
 use crate::shared::Shared;
 
+pub use migrate::{finish as finish_migration, Pending as PendingMigration};
 pub use transactions::unwatch_all;
 
 /// A command's error reply (its text, starting with the error code).
@@ -179,6 +184,7 @@ pub static TABLE: LazyLock<Vec<CommandSpec>> = LazyLock::new(|| {
     table.extend(server::commands());
     table.extend(keys::commands());
     table.extend(dump::commands());
+    table.extend(migrate::commands());
     table.extend(strings::commands());
     table.extend(lcs::commands());
     table.extend(bitmaps::commands());
@@ -472,9 +478,10 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
         Some(wrong_arity(spec.name).0)
     } else if !session.authenticated && !spec.is(NO_AUTH) {
         Some("NOAUTH Authentication required.".to_string())
-    } else if session.in_multi() && matches!(spec.name, "save" | "shutdown") {
+    } else if session.in_multi() && matches!(spec.name, "save" | "shutdown" | "migrate") {
         // Redis's no-multi commands: refused while queueing, and the
-        // transaction with them.
+        // transaction with them. MIGRATE too, in Engram only: it waits on
+        // the network, which a transaction holding its locks cannot.
         Some("ERR Command not allowed inside a transaction".to_string())
     } else if shared.memory_limit.is_set()
         && may_grow(spec, session)
@@ -581,16 +588,31 @@ pub fn run<'s>(
     };
     let started = std::time::Instant::now();
     let result = (TABLE[index].handler)(&mut ctx, args);
-    let usec = started.elapsed().as_micros() as u64;
-    shared
-        .stats
-        .commands
-        .called(index, &args, usec, result.is_err());
-    if let Err(e) = result {
+    if ctx.session.migration.is_some() {
+        // MIGRATE waits for its target: the call is counted, timed and
+        // logged when it ends (`migrate::finish`), as Redis times it whole.
+        return ctx.exec;
+    }
+    if let Err(e) = &result {
         reply_error(shared, ctx.out, &e.0);
     }
-    observe_slow(shared, ctx.session, index, &args, usec);
+    record_call(shared, ctx.session, index, &args, started, result.is_err());
     ctx.exec
+}
+
+/// Counts a call that began at `started` (INFO commandstats, LATENCY
+/// HISTOGRAM) and shows it to the slow log and the latency monitor.
+pub fn record_call(
+    shared: &Shared,
+    session: &Session,
+    index: usize,
+    args: &Args,
+    started: std::time::Instant,
+    failed: bool,
+) {
+    let usec = started.elapsed().as_micros() as u64;
+    shared.stats.commands.called(index, args, usec, failed);
+    observe_slow(shared, session, index, args, usec);
 }
 
 /// The slow log and the latency monitor's `command` events. EXEC itself is

@@ -1,11 +1,12 @@
-//! Server commands: COMMAND CONFIG INFO DBSIZE FLUSHDB FLUSHALL SWAPDB TIME
-//! SAVE BGSAVE LASTSAVE SHUTDOWN.
+//! Server commands: CONFIG INFO DBSIZE FLUSHDB FLUSHALL SWAPDB TIME SAVE
+//! BGSAVE LASTSAVE SHUTDOWN, and the table entry of COMMAND (whose handler
+//! is `super::command`).
 
 use std::sync::atomic::Ordering;
 
 use super::{
     err, is, lowercase, unknown_subcommand, wrong_sub_arity, CmdError, CmdResult, CommandSpec, Ctx,
-    Group, ADMIN, FAST, NOT_QUEUED, READONLY, SYNTAX, TABLE, WHOLE_KEYSPACE, WRITE,
+    Group, ADMIN, FAST, NOT_QUEUED, READONLY, SYNTAX, WHOLE_KEYSPACE, WRITE,
 };
 use crate::config::{appendfsync_name, parse_durability, parse_memory, LogLevel};
 use crate::keyspace::durability::unix_now;
@@ -19,7 +20,7 @@ pub fn commands() -> Vec<CommandSpec> {
             "command",
             -1,
             0,
-            command,
+            super::command::command,
             "Returns detailed information about commands (COUNT INFO DOCS LIST).",
         ),
         g.keyless(
@@ -123,228 +124,6 @@ pub fn commands() -> Vec<CommandSpec> {
             "Syncs the data and stops the server.",
         ),
     ]
-}
-
-// ---- COMMAND -------------------------------------------------------------
-
-fn flag_names(spec: &CommandSpec) -> Vec<&'static str> {
-    let mut names = Vec::new();
-    for (flag, name) in [
-        (WRITE, "write"),
-        (READONLY, "readonly"),
-        (ADMIN, "admin"),
-        (super::NO_AUTH, "no_auth"),
-        (FAST, "fast"),
-    ] {
-        if spec.is(flag) {
-            names.push(name);
-        }
-    }
-    if super::key_finder::is_movable(spec) {
-        names.push("movablekeys");
-    }
-    names
-}
-
-/// A command's ACL categories as Redis names them: its group's, and the
-/// categories its flags imply.
-fn categories(spec: &CommandSpec) -> Vec<&'static str> {
-    let mut categories = match spec.group {
-        "generic" => vec!["keyspace"],
-        "transactions" => vec!["transaction"],
-        "string" | "hash" | "list" | "set" | "sortedset" | "connection" | "scripting" => {
-            vec![spec.group]
-        }
-        // server and engram: admin and dangerous come from the flags.
-        _ => Vec::new(),
-    };
-    for (flag, category) in [
-        (WRITE, "write"),
-        (READONLY, "read"),
-        (ADMIN, "admin"),
-        (FAST, "fast"),
-    ] {
-        if spec.is(flag) {
-            categories.push(category);
-        }
-    }
-    if !spec.is(FAST) {
-        categories.push("slow");
-    }
-    if spec.is(ADMIN) {
-        categories.push("dangerous");
-    }
-    categories
-}
-
-fn command_info(ctx: &mut Ctx, spec: &CommandSpec) {
-    let out = &mut *ctx.out;
-    out.array(10);
-    out.bulk(spec.name.as_bytes());
-    out.int(spec.arity as i64);
-    let flags = flag_names(spec);
-    out.set(flags.len());
-    for flag in flags {
-        out.simple(flag);
-    }
-    out.int(spec.keys.0 as i64);
-    out.int(spec.keys.1 as i64);
-    out.int(spec.keys.2 as i64);
-    let categories = categories(spec);
-    out.set(categories.len());
-    for category in categories {
-        out.simple(&format!("@{category}"));
-    }
-    out.set(0); // tips
-    out.array(0); // key specifications
-    out.array(0); // subcommands
-}
-
-fn command_docs(ctx: &mut Ctx, spec: &CommandSpec) {
-    let out = &mut *ctx.out;
-    out.bulk(spec.name.as_bytes());
-    out.map(3);
-    out.bulk(b"summary");
-    out.bulk(spec.summary.as_bytes());
-    out.bulk(b"since");
-    out.bulk(b"1.0.0");
-    out.bulk(b"group");
-    out.bulk(spec.group.as_bytes());
-}
-
-fn command(ctx: &mut Ctx, args: Args) -> CmdResult {
-    if args.len() == 1 {
-        ctx.out.array(TABLE.len());
-        for spec in TABLE.iter() {
-            command_info(ctx, spec);
-        }
-        return Ok(());
-    }
-    let sub = args.get(1);
-    match lowercase(sub).as_str() {
-        "count" => {
-            if args.len() != 2 {
-                return Err(wrong_sub_arity("command", sub));
-            }
-            ctx.out.int(TABLE.len() as i64);
-        }
-        "list" => {
-            let filter = match args.len() {
-                2 => None,
-                5 if is(args.get(2), "filterby") => Some((lowercase(args.get(3)), args.get(4))),
-                _ => return Err(err(SYNTAX)),
-            };
-            let names: Vec<&str> = TABLE
-                .iter()
-                .filter(|spec| match &filter {
-                    None => true,
-                    Some((by, value)) => match by.as_str() {
-                        "module" => false,
-                        "aclcat" => categories(spec).iter().any(|c| is(value, c)),
-                        "pattern" => glob::matches(value, spec.name.as_bytes()),
-                        _ => false,
-                    },
-                })
-                .map(|spec| spec.name)
-                .collect();
-            if let Some((by, _)) = &filter {
-                if !["module", "aclcat", "pattern"].contains(&by.as_str()) {
-                    return Err(err(SYNTAX));
-                }
-            }
-            ctx.out.array(names.len());
-            for name in names {
-                ctx.out.bulk(name.as_bytes());
-            }
-        }
-        "getkeys" | "getkeysandflags" => {
-            // Redis's arity for both: -4 (a command and one argument).
-            if args.len() < 4 {
-                return Err(wrong_sub_arity("command", sub));
-            }
-            let with_flags = is(sub, "getkeysandflags");
-            let call = args.from(2);
-            let Some((_, spec)) = super::lookup(call.get(0)) else {
-                return Err(err("ERR Invalid command specified"));
-            };
-            if !spec.arity_ok(call.len()) {
-                return Err(err("ERR Invalid number of arguments specified for command"));
-            }
-            let positions = super::key_finder::key_positions(spec, &call)
-                .ok_or_else(|| err("ERR Invalid arguments specified for command"))?;
-            if positions.is_empty() {
-                return Err(err("ERR The command has no key arguments"));
-            }
-            ctx.out.array(positions.len());
-            for i in positions {
-                if with_flags {
-                    ctx.out.array(2);
-                    ctx.out.bulk(call.get(i));
-                    let flags: &[&str] = if spec.is(WRITE) {
-                        &["RW", "access", "update"]
-                    } else {
-                        &["RO", "access"]
-                    };
-                    ctx.out.set(flags.len());
-                    for flag in flags {
-                        ctx.out.simple(flag);
-                    }
-                } else {
-                    ctx.out.bulk(call.get(i));
-                }
-            }
-        }
-        "info" => {
-            let names: Vec<&[u8]> = args.iter().skip(2).collect();
-            if names.is_empty() {
-                ctx.out.array(TABLE.len());
-                for spec in TABLE.iter() {
-                    command_info(ctx, spec);
-                }
-            } else {
-                ctx.out.array(names.len());
-                for name in names {
-                    match super::lookup(name) {
-                        Some((_, spec)) => command_info(ctx, spec),
-                        None => ctx.out.null_array(),
-                    }
-                }
-            }
-        }
-        "docs" => {
-            let specs: Vec<&CommandSpec> = if args.len() == 2 {
-                TABLE.iter().collect()
-            } else {
-                args.iter()
-                    .skip(2)
-                    .filter_map(|name| super::lookup(name).map(|(_, spec)| spec))
-                    .collect()
-            };
-            ctx.out.map(specs.len());
-            for spec in specs {
-                command_docs(ctx, spec);
-            }
-        }
-        "help" => {
-            let lines = [
-                "COMMAND [<subcommand>]. Subcommands are:",
-                "(no subcommand)",
-                "COUNT",
-                "DOCS [<command-name> ...]",
-                "GETKEYS <full-command>",
-                "GETKEYSANDFLAGS <full-command>",
-                "INFO [<command-name> ...]",
-                "LIST [FILTERBY (MODULE <module-name>|ACLCAT <category>|PATTERN <pattern>)]",
-                "HELP",
-            ];
-            ctx.out.array(lines.len());
-            for line in lines {
-                ctx.out.simple(line);
-            }
-        }
-        _ => return Err(unknown_subcommand("command", sub)),
-    }
-    Ok(())
 }
 
 // ---- CONFIG --------------------------------------------------------------

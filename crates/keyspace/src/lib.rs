@@ -47,7 +47,10 @@ pub use engram_collections::types::{Kind as CKind, Object};
 pub(crate) use key_groups::Watcher;
 pub use key_groups::KEY_GROUPS;
 use key_groups::{apply_delete, KeyGroup};
-pub use open::{open_stores_for_tests, KeyspaceOptions, OpenError, Opened, COLLECTIONS_DIR};
+pub use open::{
+    open_stores_for_tests, open_stores_for_tests_with, KeyspaceOptions, OpenError, Opened,
+    COLLECTIONS_DIR,
+};
 pub use txn::{ckey, Stored, Txn};
 use value::{decode, Malformed, Meta};
 

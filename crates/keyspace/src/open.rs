@@ -156,7 +156,14 @@ fn store_options(options: &KeyspaceOptions, fine_writeback: bool) -> Options {
 /// unit tests here and in the server.
 #[doc(hidden)]
 pub fn open_stores_for_tests(dir: &Path) -> (Store, Collections) {
-    let store = Store::open(dir, Options::default()).unwrap();
+    open_stores_for_tests_with(dir, Options::default())
+}
+
+/// `open_stores_for_tests` with the strings store's options (an observer
+/// counting what it stores, say).
+#[doc(hidden)]
+pub fn open_stores_for_tests_with(dir: &Path, options: Options) -> (Store, Collections) {
+    let store = Store::open(dir, options).unwrap();
     let collections = Collections::open(
         dir.join(COLLECTIONS_DIR),
         CollectionsOptions {

@@ -5,10 +5,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use engram_collections::{CheckpointMode, Collections, CollectionsOptions};
-use engram_engine::{Observer, Options, PersistObserver, Store};
+use engram_engine::{Observer, Options, PersistObserver};
 use engram_keyspace::value::StringValue;
-use engram_keyspace::{now_ms, Durability, Keyspace, COLLECTIONS_DIR};
+use engram_keyspace::{now_ms, open_stores_for_tests_with, Durability, Keyspace};
 
 #[derive(Default)]
 struct StoredBytes(AtomicU64);
@@ -22,22 +21,11 @@ impl PersistObserver for StoredBytes {
 }
 
 fn open(dir: &std::path::Path, counter: &Arc<StoredBytes>) -> Arc<Keyspace> {
-    let store = Store::open(
-        dir,
-        Options {
-            observer: Some(Observer(counter.clone())),
-            ..Options::default()
-        },
-    )
-    .unwrap();
-    let collections = Collections::open(
-        dir.join(COLLECTIONS_DIR),
-        CollectionsOptions {
-            checkpoints: CheckpointMode::Manual,
-            ..CollectionsOptions::default()
-        },
-    )
-    .unwrap();
+    let options = Options {
+        observer: Some(Observer(counter.clone())),
+        ..Options::default()
+    };
+    let (store, collections) = open_stores_for_tests_with(dir, options);
     Keyspace::open(store, collections, 16, Durability::Process).unwrap()
 }
 

@@ -10,7 +10,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{redis_con, start, RedisServer};
+use common::{bytes, items, redis_con, start, RedisServer};
 use redis::{Connection, Value};
 
 fn run(con: &mut Connection, args: &[&[u8]]) -> redis::RedisResult<Value> {
@@ -41,22 +41,6 @@ fn render(reply: redis::RedisResult<Value>) -> String {
             e.code().unwrap_or("?"),
             e.detail().unwrap_or("")
         ),
-    }
-}
-
-fn bytes(value: Value) -> Vec<u8> {
-    match value {
-        Value::BulkString(bytes) => bytes,
-        Value::SimpleString(text) => text.into_bytes(),
-        Value::Int(n) => n.to_string().into_bytes(),
-        other => panic!("not a string: {other:?}"),
-    }
-}
-
-fn items(value: Value) -> Vec<Vec<u8>> {
-    match value {
-        Value::Array(items) => items.into_iter().map(bytes).collect(),
-        other => panic!("not an array: {other:?}"),
     }
 }
 

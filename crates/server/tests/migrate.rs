@@ -15,24 +15,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
-use common::{redis_con, start, start_with, Client, RedisServer};
+use common::{bytes, items, redis_con, start, start_with, Client, RedisServer};
 use redis::{Connection, Value};
-
-fn text(value: Value) -> Vec<u8> {
-    match value {
-        Value::BulkString(bytes) => bytes,
-        Value::SimpleString(text) => text.into_bytes(),
-        Value::Int(n) => n.to_string().into_bytes(),
-        other => panic!("not a string: {other:?}"),
-    }
-}
-
-fn list(value: Value) -> Vec<Vec<u8>> {
-    match value {
-        Value::Array(items) | Value::Set(items) => items.into_iter().map(text).collect(),
-        other => panic!("not an array: {other:?}"),
-    }
-}
 
 fn q(con: &mut Connection, words: &[&str]) -> Value {
     let mut cmd = redis::cmd(words[0]);
@@ -45,13 +29,13 @@ fn q(con: &mut Connection, words: &[&str]) -> Value {
 /// A key's type and contents, comparable across servers (sets and hashes
 /// sorted, sorted sets with their scores as numbers).
 fn snapshot(con: &mut Connection, key: &str) -> (String, Vec<Vec<u8>>) {
-    let kind = String::from_utf8(text(q(con, &["TYPE", key]))).unwrap();
+    let kind = String::from_utf8(bytes(q(con, &["TYPE", key]))).unwrap();
     let mut items = match kind.as_str() {
         "none" => Vec::new(),
-        "string" => vec![text(q(con, &["GET", key]))],
-        "list" => list(q(con, &["LRANGE", key, "0", "-1"])),
-        "set" => list(q(con, &["SMEMBERS", key])),
-        "zset" => list(q(con, &["ZRANGE", key, "0", "-1", "WITHSCORES"]))
+        "string" => vec![bytes(q(con, &["GET", key]))],
+        "list" => items(q(con, &["LRANGE", key, "0", "-1"])),
+        "set" => items(q(con, &["SMEMBERS", key])),
+        "zset" => items(q(con, &["ZRANGE", key, "0", "-1", "WITHSCORES"]))
             .chunks(2)
             .flat_map(|pair| {
                 let score: f64 = std::str::from_utf8(&pair[1]).unwrap().parse().unwrap();
@@ -59,7 +43,7 @@ fn snapshot(con: &mut Connection, key: &str) -> (String, Vec<Vec<u8>>) {
             })
             .collect(),
         "hash" => {
-            let pairs: BTreeMap<Vec<u8>, Vec<u8>> = list(q(con, &["HGETALL", key]))
+            let pairs: BTreeMap<Vec<u8>, Vec<u8>> = items(q(con, &["HGETALL", key]))
                 .chunks(2)
                 .map(|pair| (pair[0].clone(), pair[1].clone()))
                 .collect();
@@ -772,14 +756,14 @@ fn concurrent_writes_are_never_lost() {
             match q(&mut src, &["GET", key]) {
                 Value::Nil => {
                     assert_eq!(
-                        text(q(&mut dst, &["GET", key])),
+                        bytes(q(&mut dst, &["GET", key])),
                         value.as_bytes(),
                         "round {round}: {key} left the source; the target must hold its last write"
                     );
                     moved += 1;
                 }
                 here => {
-                    assert_eq!(text(here), value.as_bytes(), "round {round}: {key}");
+                    assert_eq!(bytes(here), value.as_bytes(), "round {round}: {key}");
                     kept += 1;
                 }
             }

@@ -291,3 +291,23 @@ pub fn beside_redis() -> (Server, tempfile::TempDir, RedisServer, Client, Client
     let (engram_client, redis_client) = (Client::connect(&server), redis.client());
     (server, dir, redis, engram_client, redis_client)
 }
+
+/// A string-like reply's bytes (bulk, status or integer as text).
+pub fn bytes(value: redis::Value) -> Vec<u8> {
+    match value {
+        redis::Value::BulkString(bytes) => bytes,
+        redis::Value::SimpleString(text) => text.into_bytes(),
+        redis::Value::Int(n) => n.to_string().into_bytes(),
+        other => panic!("not a string: {other:?}"),
+    }
+}
+
+/// An array (or RESP3 set) reply's items, each as [`bytes`].
+pub fn items(value: redis::Value) -> Vec<Vec<u8>> {
+    match value {
+        redis::Value::Array(items) | redis::Value::Set(items) => {
+            items.into_iter().map(bytes).collect()
+        }
+        other => panic!("not an array: {other:?}"),
+    }
+}

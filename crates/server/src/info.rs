@@ -334,8 +334,9 @@ fn stats(shared: &Shared, out: &mut String) -> std::fmt::Result {
          keyspace_hits:{}\r\n\
          keyspace_misses:{}\r\n\
          total_error_replies:{}\r\n\
-         pubsub_channels:0\r\n\
-         pubsub_patterns:0\r\n\
+         pubsub_channels:{}\r\n\
+         pubsub_patterns:{}\r\n\
+         pubsubshard_channels:{}\r\n\
          protocol_errors:{}\r\n",
         s.connections_received.load(Ordering::Relaxed),
         s.commands_processed.load(Ordering::Relaxed),
@@ -346,6 +347,9 @@ fn stats(shared: &Shared, out: &mut String) -> std::fmt::Result {
         ks.hits.load(Ordering::Relaxed),
         ks.misses.load(Ordering::Relaxed),
         s.commands.total_errors(),
+        shared.pubsub.channel_count(),
+        shared.pubsub.numpat(),
+        shared.pubsub.shard_channel_count(),
         s.protocol_errors.load(Ordering::Relaxed),
     )
 }

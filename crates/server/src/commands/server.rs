@@ -127,6 +127,7 @@ fn flag_names(spec: &CommandSpec) -> Vec<&'static str> {
         (READONLY, "readonly"),
         (ADMIN, "admin"),
         (super::NO_AUTH, "no_auth"),
+        (super::PUBSUB, "pubsub"),
         (FAST, "fast"),
     ] {
         if spec.is(flag) {
@@ -145,7 +146,8 @@ fn categories(spec: &CommandSpec) -> Vec<&'static str> {
     let mut categories = match spec.group {
         "generic" => vec!["keyspace"],
         "transactions" => vec!["transaction"],
-        "string" | "hash" | "list" | "set" | "sortedset" | "connection" | "scripting" => {
+        "string" | "hash" | "list" | "set" | "sortedset" | "connection" | "scripting"
+        | "pubsub" => {
             vec![spec.group]
         }
         // server and engram: admin and dangerous come from the flags.
@@ -633,12 +635,12 @@ fn validate_setting(name: &str, value: &str) -> Result<Change, CmdError> {
             let value = param.check(value).map_err(failed)?;
             let canonical = param.name;
             Box::new(move |ctx: &mut Ctx| {
-                ctx.shared.apply_redis_param(canonical, &value);
+                let shown = ctx.shared.apply_redis_param(canonical, &value);
                 ctx.shared
                     .runtime
                     .redis_params
                     .write()
-                    .insert(canonical, value);
+                    .insert(canonical, shown.unwrap_or(value));
             })
         }
     })

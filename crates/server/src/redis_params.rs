@@ -12,8 +12,9 @@
 //! `config.rs` and `commands/server.rs`; this table only supplies their
 //! names (`CONFIG GET *`) where those do not. A few kept here also act:
 //! `Shared::apply_redis_param` puts `maxmemory`, `slowlog-*`,
-//! `latency-monitor-threshold` and `hll-sparse-max-bytes` into effect, and `enable-debug-command`
-//! gates DEBUG.
+//! `latency-monitor-threshold`, `hll-sparse-max-bytes` and
+//! `client-output-buffer-limit` (`output_limit`) into effect, and
+//! `enable-debug-command` gates DEBUG.
 //!
 //! The table is Redis 7.0.15's: names, aliases (`hash-max-ziplist-entries`
 //! is `hash-max-listpack-entries`), bounds and defaults.

@@ -28,7 +28,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -60,6 +62,12 @@ pub struct ClientInfo {
     /// over (the connection saw the request before waiting on this) only
     /// causes one spurious wakeup later, after which the state is checked.
     pub unblock: Notify,
+    /// Subscriptions to channels, patterns and shard channels, as the
+    /// connection's `ClientPubSub` holds them (CLIENT LIST's sub, psub,
+    /// ssub).
+    subscriptions: [AtomicU32; 3],
+    /// In MONITOR mode (flag `O`).
+    pub monitor: AtomicBool,
 }
 
 /// `ClientInfo::block`: not in a blocking command's wait.
@@ -162,6 +170,31 @@ impl ClientInfo {
         }
     }
 
+    pub fn set_subscriptions(&self, channels: usize, patterns: usize, shard: usize) {
+        for (count, n) in self.subscriptions.iter().zip([channels, patterns, shard]) {
+            count.store(n as u32, Ordering::Relaxed);
+        }
+    }
+
+    /// In Redis's subscribed mode: any subscription (flag `P`, client
+    /// type `pubsub`).
+    pub fn is_subscribed(&self) -> bool {
+        self.subscriptions
+            .iter()
+            .any(|count| count.load(Ordering::Relaxed) > 0)
+    }
+
+    /// The type CLIENT LIST TYPE and CLIENT KILL TYPE select by, as Redis
+    /// names it: `pubsub` while subscribed, else `normal` (a MONITOR
+    /// client too, as in Redis).
+    pub fn client_type(&self) -> &'static str {
+        if self.is_subscribed() {
+            "pubsub"
+        } else {
+            "normal"
+        }
+    }
+
     pub fn request_kill(&self) {
         self.killed.store(true, Ordering::Release);
         self.kill.notify_one();
@@ -172,18 +205,27 @@ impl ClientInfo {
         let age = self.connected.elapsed();
         let idle_ms =
             (age.as_millis() as u64).saturating_sub(self.last_active_ms.load(Ordering::Relaxed));
-        // Redis's letters, in its order: x in MULTI, b blocked, N for none.
-        let in_multi = self.multi.load(Ordering::Relaxed) >= 0;
-        let flags = match (in_multi, self.is_blocked()) {
-            (false, false) => "N",
-            (true, false) => "x",
-            (false, true) => "b",
-            (true, true) => "xb",
-        };
+        // Redis's letters, in its order: O monitor, P subscribed, x in
+        // MULTI, b blocked, N for none.
+        let mut flags = String::new();
+        for (on, letter) in [
+            (self.monitor.load(Ordering::Relaxed), 'O'),
+            (self.is_subscribed(), 'P'),
+            (self.multi.load(Ordering::Relaxed) >= 0, 'x'),
+            (self.is_blocked(), 'b'),
+        ] {
+            if on {
+                flags.push(letter);
+            }
+        }
+        if flags.is_empty() {
+            flags.push('N');
+        }
+        let [sub, psub, ssub] = [0, 1, 2].map(|i| self.subscriptions[i].load(Ordering::Relaxed));
         let mut line = String::new();
         let _ = write!(
             line,
-            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 \
+            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub={sub} psub={psub} ssub={ssub} \
              multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
              tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
             self.id,
@@ -240,6 +282,8 @@ impl Registry {
             kill: Notify::new(),
             block: AtomicU8::new(IDLE),
             unblock: Notify::new(),
+            subscriptions: Default::default(),
+            monitor: AtomicBool::new(false),
         });
         clients.insert(id, info.clone());
         Some(info)
@@ -337,6 +381,15 @@ mod tests {
                 .to_string()
         };
         assert_eq!(flags(&c), "N");
+        c.set_subscriptions(1, 0, 2);
+        assert_eq!(flags(&c), "P");
+        assert!(c.describe("subscribe").contains(" sub=1 psub=0 ssub=2 "));
+        assert_eq!(c.client_type(), "pubsub");
+        c.set_subscriptions(0, 0, 0);
+        c.monitor.store(true, Ordering::Relaxed);
+        assert_eq!(flags(&c), "O");
+        assert_eq!(c.client_type(), "normal");
+        c.monitor.store(false, Ordering::Relaxed);
         let wait = c.begin_wait();
         assert_eq!(flags(&c), "b");
         c.multi.store(0, Ordering::Relaxed);

@@ -29,7 +29,7 @@ const MAX_ERROR_CODES: usize = 128;
 const BUCKETS: usize = 40;
 
 /// The commands counted per subcommand, as in Redis 7.0.
-const CONTAINERS: &[&str] = &[
+pub(crate) const CONTAINERS: &[&str] = &[
     "acl", "client", "cluster", "command", "config", "debug", "function", "latency", "memory",
     "module", "object", "pubsub", "script", "slowlog", "xgroup", "xinfo",
 ];

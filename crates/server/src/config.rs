@@ -129,8 +129,10 @@ pub struct Config {
     /// The most a client may have buffered of unparsed requests.
     pub client_query_buffer_limit: usize,
     /// Replies buffered beyond this are sent before more commands run, so a
-    /// client that pipelines without reading holds at most this much.
-    pub client_output_buffer_limit: usize,
+    /// client that pipelines without reading holds at most this much
+    /// (Redis's `client-output-buffer-limit`, which disconnects, is a
+    /// run-time parameter: `output_limit`).
+    pub reply_flush_bytes: usize,
     /// Worker threads for connections; 0 means one per core.
     pub threads: usize,
     /// The file this configuration came from, if any (`INFO server`).
@@ -172,7 +174,7 @@ impl Default for Config {
             databases: 16,
             proto_max_bulk_len: DEFAULT_MAX_BULK_BYTES,
             client_query_buffer_limit: 1 << 30,
-            client_output_buffer_limit: 64 << 20,
+            reply_flush_bytes: 64 << 20,
             threads: 0,
             config_file: None,
             handle_signals: false,
@@ -336,7 +338,16 @@ impl Config {
                 let value = param
                     .check(&values.join(" "))
                     .map_err(|reason| format!("'{name}': {reason}"))?;
-                self.redis_params.push((param.name, value));
+                // Each client-output-buffer-limit line changes only the
+                // classes it names: later lines add to earlier ones.
+                let earlier = self
+                    .redis_params
+                    .iter_mut()
+                    .find(|(name, _)| *name == param.name && *name == "client-output-buffer-limit");
+                match earlier {
+                    Some((_, kept)) => *kept = format!("{kept} {value}"),
+                    None => self.redis_params.push((param.name, value)),
+                }
             }
         }
         Ok(())

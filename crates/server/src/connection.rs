@@ -33,7 +33,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::clients::{ClientInfo, Unblock};
-use crate::commands::{execute, finish_migration, lookup, run as run_command, unwatch_all};
+use crate::commands::{
+    client_line, execute, finish_migration, leave_pubsub_and_monitor, lookup, run as run_command,
+    unwatch_all,
+};
+use crate::outbox::Outbox;
+use crate::output_limit::Class;
 use crate::resp::{ReplyWriter, RequestParser, Step};
 use crate::session::{InLine, Session};
 use crate::shared::Shared;
@@ -62,7 +67,24 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, info: Arc<ClientI
         log::debug!("client id={} closed: {e}", info.id);
     }
     unwatch_all(&shared, &mut session);
+    leave_pubsub_and_monitor(&shared, &mut session);
     shared.clients.unregister(info.id);
+}
+
+/// What the connection woke up for.
+enum Event {
+    /// Bytes read (0: the client hung up).
+    Read(usize),
+    /// Other clients queued output for this one (messages, MONITOR lines).
+    Outbox,
+}
+
+/// Completes when `outbox` may hold output; never without one.
+async fn outbox_ready(outbox: Option<&Outbox>) {
+    match outbox {
+        Some(outbox) => outbox.ready().await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn run(
@@ -81,18 +103,30 @@ async fn run(
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             buf.reserve(READ_CHUNK);
         }
-        let timeout = shared.runtime.timeout_secs.load(Ordering::Relaxed);
-        let read = tokio::select! {
-            read = stream.read_buf(buf) => read?,
+        // Subscribers and monitors are never closed for idling (Redis
+        // spares them too): they wait for others' output.
+        let outbox = session.pubsub.outbox.clone();
+        let timeout = match outbox {
+            Some(_) => 0,
+            None => shared.runtime.timeout_secs.load(Ordering::Relaxed),
+        };
+        let event = tokio::select! {
+            read = stream.read_buf(buf) => Event::Read(read?),
             _ = info.kill.notified() => return Ok(()),
             _ = tokio::time::sleep(Duration::from_secs(timeout)), if timeout > 0 => {
                 log::debug!("client id={} idle for {timeout} s: closing", info.id);
                 return Ok(());
             }
+            _ = outbox_ready(outbox.as_deref()) => Event::Outbox,
         };
-        if read == 0 {
-            return Ok(());
-        }
+        let read = match event {
+            Event::Read(0) => return Ok(()),
+            Event::Read(read) => read,
+            Event::Outbox => {
+                deliver(shared, stream, session, out).await?;
+                continue;
+            }
+        };
         shared
             .stats
             .net_input_bytes
@@ -125,7 +159,10 @@ async fn run(
                     if session.close {
                         break;
                     }
-                    if out.len() >= shared.config.client_output_buffer_limit {
+                    if over_output_limit(shared, session, out) {
+                        return Ok(());
+                    }
+                    if out.len() >= shared.config.reply_flush_bytes {
                         // A client pipelining faster than it reads: send
                         // what we have before running more.
                         flush(shared, stream, session, out).await?;
@@ -167,6 +204,50 @@ async fn run(
             return Ok(());
         }
     }
+}
+
+/// Writes what other clients queued for this one, a chunk at a time,
+/// until the queue is empty.
+async fn deliver(
+    shared: &Shared,
+    stream: &mut TcpStream,
+    session: &mut Session,
+    out: &mut ReplyWriter,
+) -> std::io::Result<()> {
+    while crate::delivery::take_chunk(session, out) > 0 {
+        flush(shared, stream, session, out).await?;
+    }
+    Ok(())
+}
+
+/// `client-output-buffer-limit` for the replies this connection buffered
+/// (and, for a subscriber, the messages queued for it): true when the
+/// client must be closed, as Redis closes it. For a client of an
+/// unlimited class (ordinary clients, by default) this is one atomic load.
+fn over_output_limit(shared: &Shared, session: &mut Session, out: &ReplyWriter) -> bool {
+    let class = if session.pubsub.subscribed() {
+        Class::Pubsub
+    } else {
+        Class::Normal
+    };
+    if !shared.output_limits.is_limited(class) {
+        return false;
+    }
+    let queued = session.pubsub.outbox.as_ref().map_or(0, |outbox| {
+        outbox.pending().saturating_sub(session.pubsub.taken)
+    });
+    let pending = out.len() + queued;
+    if !shared
+        .output_limits
+        .exceeded(class, pending, &mut session.output_soft_clock)
+    {
+        return false;
+    }
+    log::warn!(
+        "Client {} closed for overcoming of output buffer limits.",
+        client_line(&session.info)
+    );
+    true
 }
 
 /// The deadline CLIENT PAUSE holds this command to, if it does: any
@@ -390,7 +471,18 @@ async fn flush(
     if out.is_empty() {
         return Ok(());
     }
-    stream.write_all(&out.buf).await?;
+    if session.pubsub.outbox.is_none() {
+        stream.write_all(&out.buf).await?;
+    } else {
+        // A subscriber that does not read must not keep its connection
+        // stuck here once its output limit closed it (or CLIENT KILL).
+        let kill = session.info.kill.notified();
+        tokio::select! {
+            written = stream.write_all(&out.buf) => written?,
+            _ = kill => return Err(std::io::Error::other("closed while writing")),
+        }
+        crate::delivery::written(session);
+    }
     shared
         .stats
         .net_output_bytes

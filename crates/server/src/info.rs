@@ -334,8 +334,9 @@ fn stats(shared: &Shared, out: &mut String) -> std::fmt::Result {
          keyspace_hits:{}\r\n\
          keyspace_misses:{}\r\n\
          total_error_replies:{}\r\n\
-         pubsub_channels:0\r\n\
-         pubsub_patterns:0\r\n\
+         pubsub_channels:{}\r\n\
+         pubsub_patterns:{}\r\n\
+         pubsubshard_channels:{}\r\n\
          migrate_cached_sockets:{}\r\n\
          protocol_errors:{}\r\n",
         s.connections_received.load(Ordering::Relaxed),
@@ -347,6 +348,9 @@ fn stats(shared: &Shared, out: &mut String) -> std::fmt::Result {
         ks.hits.load(Ordering::Relaxed),
         ks.misses.load(Ordering::Relaxed),
         s.commands.total_errors(),
+        shared.pubsub.channel_count(),
+        shared.pubsub.numpat(),
+        shared.pubsub.shard_channel_count(),
         shared.migrate_targets.len(),
         s.protocol_errors.load(Ordering::Relaxed),
     )

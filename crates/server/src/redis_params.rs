@@ -12,8 +12,9 @@
 //! `config.rs` and `commands/server.rs`; this table only supplies their
 //! names (`CONFIG GET *`) where those do not. A few kept here also act:
 //! `Shared::apply_redis_param` puts `maxmemory`, `slowlog-*`,
-//! `latency-monitor-threshold` and `hll-sparse-max-bytes` into effect, and `enable-debug-command`
-//! gates DEBUG.
+//! `latency-monitor-threshold`, `hll-sparse-max-bytes` and
+//! `client-output-buffer-limit` (`output_limit`) into effect, and
+//! `enable-debug-command` gates DEBUG.
 //!
 //! The table is Redis 7.0.15's: names, aliases (`hash-max-ziplist-entries`
 //! is `hash-max-listpack-entries`), bounds and defaults.
@@ -240,7 +241,7 @@ fn not_supported_yet(name: &str, value: &str) -> Option<&'static str> {
 
 /// A size as Redis's `memtoull` reads it: digits, then b, k, kb, m, mb, g
 /// or gb (any case); a leading minus is allowed and kept.
-fn memory_value(value: &str) -> Option<i128> {
+pub(crate) fn memory_value(value: &str) -> Option<i128> {
     let lower = value.to_ascii_lowercase();
     let (sign, rest) = match lower.strip_prefix('-') {
         Some(rest) => (-1, rest),
@@ -294,29 +295,13 @@ fn check_text(name: &str, value: &str) -> Result<(), String> {
     }
 }
 
-/// `<class> <hard> <soft> <seconds>`, repeated; class normal, replica
-/// (slave) or pubsub; sizes with Redis's units.
+/// `<class> <hard> <soft> <seconds>`, repeated (`output_limit` parses
+/// it); an empty value names no class.
 fn check_output_buffer_limit(words: &[&str]) -> Result<(), String> {
-    let invalid = || Err("Wrong number of arguments in buffer limit configuration.".to_string());
-    if words.is_empty() || !words.len().is_multiple_of(4) {
-        return invalid();
+    if words.is_empty() {
+        return Err("Wrong number of arguments in buffer limit configuration.".to_string());
     }
-    for group in words.chunks(4) {
-        if !["normal", "replica", "slave", "pubsub"]
-            .contains(&group[0].to_ascii_lowercase().as_str())
-        {
-            return Err("Invalid client class specified in buffer limit configuration.".into());
-        }
-        let sizes_ok = memory_value(group[1]).is_some_and(|n| n >= 0)
-            && memory_value(group[2]).is_some_and(|n| n >= 0)
-            && group[3].parse::<u64>().is_ok();
-        if !sizes_ok {
-            return Err(
-                "Error in hard, soft or soft_seconds setting in buffer limit configuration.".into(),
-            );
-        }
-    }
-    Ok(())
+    crate::output_limit::check(&words.join(" "))
 }
 
 /// The parameter called `name` (its own name or its alias, any case).
@@ -335,6 +320,10 @@ pub fn defaults() -> HashMap<&'static str, String> {
         .map(|p| (p.name, p.default.to_string()))
         .collect()
 }
+
+/// `client-output-buffer-limit`'s default (`output_limit`).
+pub const OUTPUT_LIMIT_DEFAULT: &str =
+    "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60";
 
 /// Redis 7.0.15's parameters: name, bounds, default.
 pub static PARAMS: &[Param] = &[
@@ -372,10 +361,7 @@ pub static PARAMS: &[Param] = &[
     Param::text("bind-source-addr", ""),
     Param::text("bio_cpulist", "").immutable(),
     Param::int("busy-reply-threshold", 0, I64, "5000").alias("lua-time-limit"),
-    Param::text(
-        "client-output-buffer-limit",
-        "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60",
-    ),
+    Param::text("client-output-buffer-limit", OUTPUT_LIMIT_DEFAULT),
     Param::memory("client-query-buffer-limit", 1048576, I64, "1073741824"),
     Param::bool("cluster-allow-pubsubshard-when-down", "yes"),
     Param::bool("cluster-allow-reads-when-down", "no"),

@@ -1,5 +1,6 @@
 //! A connection's own state: selected database, protocol, authentication,
-//! the MULTI queue and WATCHed keys, and a blocking command's wait.
+//! the MULTI queue and WATCHed keys, a blocking command's wait, and its
+//! subscriptions and MONITOR mode.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -10,6 +11,8 @@ use parking_lot::Mutex;
 
 use crate::clients::ClientInfo;
 use crate::keyspace::{ekey, EKey, Keyspace};
+use crate::output_limit::SoftClock;
+use crate::pubsub::ClientPubSub;
 use crate::resp::{OwnedArgs, ReplyWriter};
 use crate::shared::Shared;
 
@@ -40,6 +43,14 @@ pub struct Session {
     pub migration: Option<Box<crate::commands::PendingMigration>>,
     /// CLIENT REPLY: whether replies are sent.
     pub reply: ReplyMode,
+    /// Subscriptions, MONITOR, and the outbox they fill.
+    pub pubsub: ClientPubSub,
+    /// The command running wrote only push messages (subscription
+    /// confirmations), which CLIENT REPLY OFF and SKIP do not silence.
+    pub pushed: bool,
+    /// Since when this client's buffered replies stay over its soft output
+    /// limit (`output_limit`).
+    pub output_soft_clock: SoftClock,
 }
 
 /// CLIENT REPLY's modes.
@@ -81,6 +92,9 @@ impl Session {
             retrying: false,
             migration: None,
             reply: ReplyMode::On,
+            pubsub: ClientPubSub::default(),
+            pushed: false,
+            output_soft_clock: SoftClock::default(),
         }
     }
 

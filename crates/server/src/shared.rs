@@ -15,7 +15,10 @@ use crate::keyspace::Keyspace;
 use crate::latency::LatencyMonitor;
 use crate::maxmemory::MemoryLimit;
 use crate::migrate_target::TargetCache;
+use crate::monitor::Monitors;
+use crate::output_limit::OutputLimits;
 use crate::pause::Pause;
+use crate::pubsub::PubSub;
 use crate::session::WaitLines;
 use crate::slowlog::SlowLog;
 
@@ -35,6 +38,12 @@ pub struct Shared {
     pub memory_limit: MemoryLimit,
     /// LATENCY's events.
     pub latency: Arc<LatencyMonitor>,
+    /// Subscriptions and message delivery (`publish` is the way in).
+    pub pubsub: PubSub,
+    /// Clients in MONITOR mode.
+    pub monitors: Monitors,
+    /// `client-output-buffer-limit`.
+    pub output_limits: OutputLimits,
     pub started: Instant,
     /// How long opening the store (recovery) and the keyspace scan took.
     pub recovery: Duration,
@@ -102,6 +111,9 @@ impl Shared {
             pause: Pause::default(),
             memory_limit: MemoryLimit::default(),
             latency: Arc::default(),
+            pubsub: PubSub::default(),
+            monitors: Monitors::default(),
+            output_limits: OutputLimits::default(),
             started: Instant::now(),
             recovery,
             keyspace_scan,
@@ -121,7 +133,9 @@ impl Shared {
         // The configuration file's values of the parameters that act.
         let values = shared.runtime.redis_params.read().clone();
         for (name, value) in &values {
-            shared.apply_redis_param(name, value);
+            if let Some(shown) = shared.apply_redis_param(name, value) {
+                shared.runtime.redis_params.write().insert(name, shown);
+            }
         }
         shared
     }
@@ -134,12 +148,33 @@ impl Shared {
         self.clients.kill_all();
     }
 
+    /// Publishes `message` on `channel` to its subscribers and those of
+    /// the patterns matching it; returns how many received it. PUBLISH
+    /// calls this, and so should anything else that publishes (keyspace
+    /// notifications): it never blocks on a subscriber.
+    pub fn publish(&self, channel: &[u8], message: &[u8]) -> usize {
+        self.pubsub.publish(channel, message, &self.output_limits)
+    }
+
+    /// SPUBLISH: to the subscribers of shard channel `channel`.
+    pub fn spublish(&self, channel: &[u8], message: &[u8]) -> usize {
+        self.pubsub.spublish(channel, message, &self.output_limits)
+    }
+
     /// Puts a Redis parameter's new value into effect where Engram acts
-    /// on it (the slow log, the latency monitor); the value is already
-    /// checked and kept in `runtime.redis_params`.
-    pub fn apply_redis_param(&self, name: &str, value: &str) {
+    /// on it (the slow log, the latency monitor, output limits); the value
+    /// is already checked. Returns the value to keep for CONFIG GET when
+    /// it is not the one given (`client-output-buffer-limit` changes only
+    /// the classes named, and is shown whole).
+    pub fn apply_redis_param(&self, name: &str, value: &str) -> Option<String> {
         let number = || value.parse::<i64>().unwrap_or(0);
         match name {
+            "client-output-buffer-limit" => {
+                if let Err(e) = self.output_limits.set(value) {
+                    log::warn!("client-output-buffer-limit '{value}': {e}");
+                }
+                return Some(self.output_limits.render());
+            }
             "slowlog-log-slower-than" => {
                 self.slowlog.slower_than.store(number(), Ordering::Relaxed)
             }
@@ -155,6 +190,7 @@ impl Shared {
                 .store(number().max(0) as u64, Ordering::Relaxed),
             _ => {}
         }
+        None
     }
 
     /// The current value of a Redis parameter kept without effect

@@ -63,6 +63,18 @@ pub fn commands() -> Vec<CommandSpec> {
 }
 
 fn ping(ctx: &mut Ctx, args: Args) -> CmdResult {
+    if ctx.session.pubsub.subscribed() && !ctx.out.is_resp3() {
+        // RESP2's subscribed mode: a message-shaped reply, so a client
+        // reading messages can tell it apart.
+        if args.len() > 2 {
+            return Err(super::wrong_arity("ping"));
+        }
+        ctx.out.array(2);
+        ctx.out.bulk(b"pong");
+        ctx.out
+            .bulk(if args.len() == 2 { args.get(1) } else { b"" });
+        return Ok(());
+    }
     match args.len() {
         1 => ctx.out.simple("PONG"),
         2 => ctx.out.bulk(args.get(1)),
@@ -82,19 +94,29 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Checks a username/password pair against `requirepass`.
-fn check_password(ctx: &mut Ctx, user: &[u8], password: &[u8]) -> CmdResult {
+/// Checks a password, with a user name (AUTH user pass, HELLO AUTH) or
+/// without (AUTH pass, for the default user), against `requirepass`.
+/// Without one, the default user takes any password, as Redis's `nopass`
+/// default user does, but the one-argument form is refused with Redis's
+/// hint.
+fn check_password(ctx: &mut Ctx, user: Option<&[u8]>, password: &[u8]) -> CmdResult {
+    let wrong = || err("WRONGPASS invalid username-password pair or user is disabled.");
     let required = ctx.shared.runtime.requirepass.read().clone();
-    let Some(required) = required else {
-        return Err(err(
-            "ERR AUTH <password> called without any password configured for the default user. \
-             Are you sure your configuration is correct?",
-        ));
-    };
-    if user != b"default" || !same_secret(password, required.as_bytes()) {
-        return Err(err(
-            "WRONGPASS invalid username-password pair or user is disabled.",
-        ));
+    match (required, user) {
+        (None, None) => {
+            return Err(err(
+                "ERR AUTH <password> called without any password configured for the default \
+                 user. Are you sure your configuration is correct?",
+            ))
+        }
+        (None, Some(user)) if user != b"default" => return Err(wrong()),
+        (None, Some(_)) => {}
+        (Some(required), user) => {
+            if user.is_some_and(|u| u != b"default") || !same_secret(password, required.as_bytes())
+            {
+                return Err(wrong());
+            }
+        }
     }
     ctx.session.authenticated = true;
     Ok(())
@@ -102,8 +124,8 @@ fn check_password(ctx: &mut Ctx, user: &[u8], password: &[u8]) -> CmdResult {
 
 fn auth(ctx: &mut Ctx, args: Args) -> CmdResult {
     match args.len() {
-        2 => check_password(ctx, b"default", args.get(1))?,
-        3 => check_password(ctx, args.get(1), args.get(2))?,
+        2 => check_password(ctx, None, args.get(1))?,
+        3 => check_password(ctx, Some(args.get(1)), args.get(2))?,
         _ => return Err(err(SYNTAX)),
     }
     ctx.out.ok();
@@ -124,7 +146,7 @@ fn hello(ctx: &mut Ctx, args: Args) -> CmdResult {
     let mut name = None;
     while i < args.len() {
         if is(args.get(i), "auth") && i + 2 < args.len() {
-            check_password(ctx, args.get(i + 1), args.get(i + 2))?;
+            check_password(ctx, Some(args.get(i + 1)), args.get(i + 2))?;
             i += 3;
         } else if is(args.get(i), "setname") && i + 1 < args.len() {
             name = Some(valid_name(args.get(i + 1))?);
@@ -185,6 +207,9 @@ fn quit(ctx: &mut Ctx, _args: Args) -> CmdResult {
 fn reset(ctx: &mut Ctx, _args: Args) -> CmdResult {
     ctx.session.end_multi();
     unwatch_all(ctx.shared, ctx.session);
+    // Out of subscribed mode and MONITOR, silently (messages already
+    // queued still go before the reply).
+    super::pubsub::leave_all(ctx.shared, ctx.session);
     ctx.session.select(0);
     ctx.out.set_resp3(false);
     ctx.session.info.resp.store(2, Ordering::Relaxed);
@@ -206,6 +231,11 @@ fn valid_name(name: &[u8]) -> Result<String, CmdError> {
 
 fn command_name(index: usize) -> &'static str {
     TABLE.get(index).map_or("NULL", |spec| spec.name)
+}
+
+/// A client's line of CLIENT LIST (for logs too).
+pub fn client_line(info: &crate::clients::ClientInfo) -> String {
+    info.describe(command_name(info.last_command.load(Ordering::Relaxed)))
 }
 
 fn client(ctx: &mut Ctx, args: Args) -> CmdResult {
@@ -246,16 +276,11 @@ fn client(ctx: &mut Ctx, args: Args) -> CmdResult {
         }
         "list" => {
             let mut ids: Option<Vec<u64>> = None;
+            let mut kind = None;
             let mut i = 2;
             while i < argc {
                 if is(args.get(i), "type") && i + 1 < argc {
-                    let kind = lowercase(args.get(i + 1));
-                    if !["normal", "master", "replica", "pubsub"].contains(&kind.as_str()) {
-                        return Err(err(format!("ERR Unknown client type '{kind}'")));
-                    }
-                    if kind != "normal" {
-                        ids = Some(Vec::new());
-                    }
+                    kind = Some(client_type(args.get(i + 1))?);
                     i += 2;
                 } else if is(args.get(i), "id") && i + 1 < argc {
                     let mut list = Vec::new();
@@ -274,12 +299,12 @@ fn client(ctx: &mut Ctx, args: Args) -> CmdResult {
             }
             let mut text = String::new();
             for client in ctx.shared.clients.all() {
-                if ids.as_ref().is_some_and(|ids| !ids.contains(&client.id)) {
+                if ids.as_ref().is_some_and(|ids| !ids.contains(&client.id))
+                    || kind.is_some_and(|kind| kind != client.client_type())
+                {
                     continue;
                 }
-                text.push_str(
-                    &client.describe(command_name(client.last_command.load(Ordering::Relaxed))),
-                );
+                text.push_str(&client_line(&client));
                 text.push('\n');
             }
             ctx.out.verbatim(&text);
@@ -413,6 +438,9 @@ fn client_unblock(ctx: &mut Ctx, args: Args) -> CmdResult {
 
 fn client_kill(ctx: &mut Ctx, args: Args) -> CmdResult {
     let argc = args.len();
+    if argc == 2 {
+        return Err(wrong_sub_arity("client", args.get(1)));
+    }
     if argc == 3 {
         // The old form: CLIENT KILL addr:port; replies OK or an error.
         let addr = String::from_utf8_lossy(args.get(2)).into_owned();
@@ -431,6 +459,7 @@ fn client_kill(ctx: &mut Ctx, args: Args) -> CmdResult {
         return Err(err(SYNTAX));
     }
     let (mut id, mut addr, mut laddr, mut skip_me) = (None, None, None, true);
+    let mut kind = None;
     for pair in (2..argc).step_by(2) {
         let (option, value) = (args.get(pair), args.get(pair + 1));
         let text = String::from_utf8_lossy(value).into_owned();
@@ -452,8 +481,10 @@ fn client_kill(ctx: &mut Ctx, args: Args) -> CmdResult {
                 "no" => false,
                 _ => return Err(err(SYNTAX)),
             };
-        } else if is(option, "type") || is(option, "user") || is(option, "maxage") {
-            // Every client is a normal client of the default user.
+        } else if is(option, "type") {
+            kind = Some(client_type(value)?);
+        } else if is(option, "user") || is(option, "maxage") {
+            // Every client is a client of the default user.
             if is(option, "user") && text != "default" {
                 return Err(err(format!("ERR No such user '{text}'")));
             }
@@ -470,6 +501,7 @@ fn client_kill(ctx: &mut Ctx, args: Args) -> CmdResult {
             || laddr
                 .as_ref()
                 .is_some_and(|a| *a != client.local_addr.to_string())
+            || kind.is_some_and(|kind| kind != client.client_type())
         {
             continue;
         }
@@ -478,6 +510,18 @@ fn client_kill(ctx: &mut Ctx, args: Args) -> CmdResult {
     }
     ctx.out.int(killed);
     Ok(())
+}
+
+/// A client type as CLIENT LIST and KILL take it (`replica` is `slave`);
+/// Engram's clients are `normal` or `pubsub` (no replicas, no master).
+fn client_type(name: &[u8]) -> Result<&'static str, CmdError> {
+    match lowercase(name).as_str() {
+        "normal" => Ok("normal"),
+        "pubsub" => Ok("pubsub"),
+        "slave" | "replica" => Ok("slave"),
+        "master" => Ok("master"),
+        other => Err(err(format!("ERR Unknown client type '{other}'"))),
+    }
 }
 
 fn kill(ctx: &mut Ctx, client: &crate::clients::ClientInfo) {

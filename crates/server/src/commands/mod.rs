@@ -25,6 +25,7 @@ mod lcs;
 mod lists;
 mod memory;
 mod migrate;
+mod pubsub;
 mod server;
 mod sets;
 mod sort;
@@ -42,7 +43,9 @@ use crate::resp::{Args, ReplyWriter};
 use crate::session::{ReplyMode, Session};
 use crate::shared::Shared;
 
+pub use connection::client_line;
 pub use migrate::{finish as finish_migration, Pending as PendingMigration};
+pub use pubsub::leave_all as leave_pubsub_and_monitor;
 pub use transactions::unwatch_all;
 
 /// A command's error reply (its text, starting with the error code).
@@ -92,6 +95,8 @@ pub const NOT_QUEUED: u32 = 1 << 4;
 /// Reads or writes the whole keyspace: inside EXEC it needs every stripe.
 pub const WHOLE_KEYSPACE: u32 = 1 << 5;
 pub const FAST: u32 = 1 << 6;
+/// Publishes or subscribes (Redis's `pubsub` flag).
+pub const PUBSUB: u32 = 1 << 7;
 
 pub type Handler = fn(&mut Ctx, Args) -> CmdResult;
 
@@ -196,6 +201,7 @@ pub static TABLE: LazyLock<Vec<CommandSpec>> = LazyLock::new(|| {
     table.extend(sort::commands());
     table.extend(lists::commands());
     table.extend(transactions::commands());
+    table.extend(pubsub::commands());
     table.extend(functions::commands());
     table.extend(debug::commands());
     table.extend(introspection::commands());
@@ -490,13 +496,23 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
             .over(|| crate::maxmemory::usage(shared).used())
     {
         Some(crate::maxmemory::OOM.to_string())
+    } else if session.pubsub.subscribed()
+        && !out.is_resp3()
+        && !ALLOWED_WHEN_SUBSCRIBED.contains(&spec.name)
+    {
+        Some(format!(
+            "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / \
+             RESET are allowed in this context",
+            full_name(spec, &args)
+        ))
     } else {
         None
     };
     if let Some(text) = refusal {
         shared.stats.commands.rejected(index, &args);
         if spec.name == "exec" && session.in_multi() {
-            // As Redis's execCommandAbort: the transaction is discarded.
+            // As Redis's execCommandAbort: the transaction is discarded
+            // (and MONITOR told, which saw the MULTI).
             session.end_multi();
             unwatch_all(shared, session);
             reply_error(
@@ -504,6 +520,7 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
                 out,
                 &format!("EXECABORT Transaction discarded because of: {text}"),
             );
+            crate::monitor::feed(shared, session, args);
             return;
         }
         fail_in_multi(session);
@@ -520,17 +537,57 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
         out.simple("QUEUED");
         return;
     }
+    if session.pubsub.outbox.is_some() {
+        // Messages that came before this command go before its reply.
+        crate::delivery::take_all(session, out);
+    }
     let mark = out.len();
+    session.pushed = false;
     run(shared, session, out, None, index, args);
-    // CLIENT REPLY OFF and SKIP: the reply is written, then dropped.
+    crate::monitor::feed(shared, session, args);
+    // CLIENT REPLY OFF and SKIP: the reply is written, then dropped
+    // (subscription confirmations are pushes, and stay).
+    let silence = !session.pushed;
     match session.reply {
         ReplyMode::On => {}
-        ReplyMode::Off => out.buf.truncate(mark),
+        ReplyMode::Off if silence => out.buf.truncate(mark),
+        ReplyMode::Off => {}
         ReplyMode::SkipNext => session.reply = ReplyMode::Skip,
         ReplyMode::Skip => {
-            out.buf.truncate(mark);
+            if silence {
+                out.buf.truncate(mark);
+            }
             session.reply = ReplyMode::On;
         }
+    }
+    if session.pubsub.outbox.is_some() {
+        // Messages the command itself caused (a subscriber publishing to
+        // its own channel) go before its reply, as in Redis.
+        crate::delivery::take_all_before(session, out, mark);
+        session.pubsub.release_if_idle();
+    }
+}
+
+/// What RESP2's subscribed mode allows (Redis's processCommand).
+const ALLOWED_WHEN_SUBSCRIBED: &[&str] = &[
+    "ping",
+    "subscribe",
+    "ssubscribe",
+    "unsubscribe",
+    "sunsubscribe",
+    "psubscribe",
+    "punsubscribe",
+    "quit",
+    "reset",
+];
+
+/// A command's name as Redis's errors give it: `client|list` for a
+/// container's subcommand.
+fn full_name(spec: &CommandSpec, args: &Args) -> String {
+    if args.len() > 1 && crate::command_stats::CONTAINERS.contains(&spec.name) {
+        format!("{}|{}", spec.name, lowercase(args.get(1)))
+    } else {
+        spec.name.to_string()
     }
 }
 

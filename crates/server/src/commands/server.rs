@@ -419,12 +419,12 @@ fn validate_setting(name: &str, value: &str) -> Result<Change, CmdError> {
             let value = param.check(value).map_err(failed)?;
             let canonical = param.name;
             Box::new(move |ctx: &mut Ctx| {
-                ctx.shared.apply_redis_param(canonical, &value);
+                let shown = ctx.shared.apply_redis_param(canonical, &value);
                 ctx.shared
                     .runtime
                     .redis_params
                     .write()
-                    .insert(canonical, value);
+                    .insert(canonical, shown.unwrap_or(value));
             })
         }
     })

@@ -182,6 +182,7 @@ fn exec(ctx: &mut Ctx, _args: Args) -> CmdResult {
         let args = queued.args();
         let (index, _) = lookup(args.get(0)).expect("queued commands were looked up");
         txn = run(ctx.shared, ctx.session, ctx.out, txn, index, args);
+        crate::monitor::feed(ctx.shared, ctx.session, args);
     }
     let txn = txn.expect("queued commands hand the transaction back");
     let committed = txn.commit();

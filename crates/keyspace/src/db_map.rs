@@ -35,6 +35,8 @@ pub fn is_map_key(key: &[u8]) -> bool {
 
 pub struct DbMap {
     physical: [AtomicU8; RECORD_BYTES],
+    /// The inverse permutation (startup asks it of every stored key).
+    logical: [AtomicU8; RECORD_BYTES],
     /// Seqlock counter: odd while a swap changes `physical`.
     version: AtomicU64,
     /// Whether every entry is its own number (no translation needed).
@@ -45,6 +47,7 @@ impl DbMap {
     pub fn identity() -> DbMap {
         DbMap {
             physical: std::array::from_fn(|i| AtomicU8::new(i as u8)),
+            logical: std::array::from_fn(|i| AtomicU8::new(i as u8)),
             version: AtomicU64::new(0),
             identity: AtomicBool::new(true),
         }
@@ -66,8 +69,9 @@ impl DbMap {
             )));
         }
         let map = DbMap::identity();
-        for (entry, &p) in map.physical.iter().zip(record) {
-            entry.store(p, Ordering::Relaxed);
+        for (db, &p) in record.iter().enumerate() {
+            map.physical[db].store(p, Ordering::Relaxed);
+            map.logical[p as usize].store(db as u8, Ordering::Relaxed);
         }
         map.identity.store(map.is_identity(), Ordering::Relaxed);
         Ok(map)
@@ -91,13 +95,7 @@ impl DbMap {
 
     /// The logical database stored under prefix `physical`.
     pub fn logical(&self, physical: usize) -> usize {
-        if self.identity.load(Ordering::Relaxed) {
-            return physical;
-        }
-        self.physical
-            .iter()
-            .position(|p| p.load(Ordering::Relaxed) as usize == physical)
-            .expect("a permutation names every prefix")
+        self.logical[physical].load(Ordering::Relaxed) as usize
     }
 
     /// How a client would name a stored key ([`crate::client_key_name`]
@@ -148,6 +146,8 @@ impl DbMap {
         let (pa, pb) = (self.physical(a), self.physical(b));
         self.physical[a].store(pb as u8, Ordering::Relaxed);
         self.physical[b].store(pa as u8, Ordering::Relaxed);
+        self.logical[pb].store(a as u8, Ordering::Relaxed);
+        self.logical[pa].store(b as u8, Ordering::Relaxed);
         self.identity.store(self.is_identity(), Ordering::Relaxed);
         self.version.store(version + 2, Ordering::Release);
     }

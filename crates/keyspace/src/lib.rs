@@ -38,7 +38,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_utils::CachePadded;
 use engram_collections::{Collections, Op};
 use engram_engine::{Store, MAX_KEY_BYTES};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use db_map::DbMap;
@@ -508,10 +508,6 @@ impl Keyspace {
         self.db_map.client_key_name(stored)
     }
 
-    fn is_reserved(&self, ekey: &[u8]) -> bool {
-        is_reserved(ekey)
-    }
-
     fn slot_index(ekey: &[u8]) -> usize {
         (xxhash_rust::xxh3::xxh3_64(ekey) as usize) & (KEY_GROUPS - 1)
     }
@@ -687,39 +683,53 @@ impl Keyspace {
         keys: impl IntoIterator<Item = (usize, &'k [u8])>,
         atomic: bool,
     ) -> Result<Txn<'_>> {
-        let mut ekeys: SmallVec<[EKey; 4]> = SmallVec::new();
-        for (db, key) in keys {
-            ekeys.push(ekey(db, key)?);
-        }
-        Ok(self.lock_ekeys(ekeys.iter().map(|k| k.as_slice()), atomic))
+        let ekeys = keys
+            .into_iter()
+            .map(|(db, key)| ekey(db, key))
+            .collect::<Result<Vec<EKey>>>()?;
+        Ok(self.lock_named(ekeys, atomic))
     }
 
     /// `lock` for keys named as [`ekey`] names them (a client's database
     /// byte, then the key).
     pub fn lock_ekeys<'k>(&self, ekeys: impl Iterator<Item = &'k [u8]>, atomic: bool) -> Txn<'_> {
-        let ekeys: Vec<EKey> = ekeys.map(EKey::from_slice).collect();
+        self.lock_named(ekeys.map(EKey::from_slice).collect(), atomic)
+    }
+
+    /// Locks keys named with clients' database numbers: translated in
+    /// place to the stored prefixes, locked, and translated again if a
+    /// SWAPDB came in between.
+    fn lock_named(&self, mut ekeys: Vec<EKey>, atomic: bool) -> Txn<'_> {
+        let names: SmallVec<[u8; 4]> = ekeys.iter().map(|k| k[0]).collect();
         loop {
             let version = self.db_map.begin();
-            let stored: Vec<EKey> = ekeys.iter().map(|k| self.to_physical(k)).collect();
-            let txn = self.lock_stored(stored, atomic);
+            for (ekey, &db) in ekeys.iter_mut().zip(&names) {
+                ekey[0] = self.db_map.physical(db as usize) as u8;
+            }
+            let guards = self.guards_of(&ekeys);
             // A swap needs every key group: once ours are held none can
             // start, and if none ran since the translation it holds.
             if self.db_map.unchanged(version) {
-                return txn;
+                return Txn::new(self, guards, Some(ekeys), atomic);
             }
         }
     }
 
     /// Locks the key groups of stored (physical) keys.
     fn lock_stored(&self, ekeys: Vec<EKey>, atomic: bool) -> Txn<'_> {
+        let guards = self.guards_of(&ekeys);
+        Txn::new(self, guards, Some(ekeys), atomic)
+    }
+
+    /// The key groups of stored keys, locked in ascending order.
+    fn guards_of(&self, ekeys: &[EKey]) -> Vec<(usize, MutexGuard<'_, key_groups::GroupState>)> {
         let mut indexes: SmallVec<[usize; 4]> = ekeys.iter().map(|k| Self::slot_index(k)).collect();
         indexes.sort_unstable();
         indexes.dedup();
-        let guards = indexes
+        indexes
             .into_iter()
             .map(|i| (i, self.groups[i].lock.lock()))
-            .collect();
-        Txn::new(self, guards, Some(ekeys), atomic)
+            .collect()
     }
 
     /// Locks every key group (FLUSHDB, and transactions that read or write
@@ -1028,7 +1038,7 @@ pub fn client_key_name(ekey: &[u8]) -> Vec<u8> {
 }
 
 /// Keys the keyspace keeps for itself (records and intents, no database).
-fn is_reserved(ekey: &[u8]) -> bool {
+pub(crate) fn is_reserved(ekey: &[u8]) -> bool {
     ekey.is_empty()
         || format::is_format_key(ekey)
         || db_map::is_map_key(ekey)

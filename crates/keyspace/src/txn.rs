@@ -812,7 +812,7 @@ impl<'a> Txn<'a> {
             let (next, keys) = self.ks.store.scan(cursor, 4096);
             for ekey in keys {
                 let Some(&first) = ekey.first() else { continue };
-                if wanted(first) && !ks.is_reserved(&ekey) {
+                if wanted(first) && !super::is_reserved(&ekey) {
                     let ks = self.ks;
                     let (index, group) = group_of(&mut self.guards, &ekey)?;
                     if apply_delete(&ks.store, &ks.groups[index], group, &ekey)? {

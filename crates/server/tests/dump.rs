@@ -8,9 +8,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-
-use common::{bytes, items, redis_con, start, RedisServer};
+use common::{bytes, query_ok as ok, redis_con, snapshot, start, RedisServer};
 use redis::{Connection, Value};
 
 fn run(con: &mut Connection, args: &[&[u8]]) -> redis::RedisResult<Value> {
@@ -19,17 +17,6 @@ fn run(con: &mut Connection, args: &[&[u8]]) -> redis::RedisResult<Value> {
         cmd.arg(*arg);
     }
     cmd.query(con)
-}
-
-fn ok(con: &mut Connection, args: &[&[u8]]) -> Value {
-    run(con, args).unwrap_or_else(|e| {
-        panic!(
-            "{:?}: {e}",
-            args.iter()
-                .map(|a| String::from_utf8_lossy(a))
-                .collect::<Vec<_>>()
-        )
-    })
 }
 
 /// A reply as text: errors as the server wrote them (`CODE detail`).
@@ -42,40 +29,6 @@ fn render(reply: redis::RedisResult<Value>) -> String {
             e.detail().unwrap_or("")
         ),
     }
-}
-
-/// A key's type and contents in a comparable form (sets and hashes
-/// sorted; sorted sets in rank order with their scores).
-fn snapshot(con: &mut Connection, key: &[u8]) -> (String, Vec<Vec<u8>>) {
-    let kind = String::from_utf8(bytes(ok(con, &[b"TYPE", key]))).unwrap();
-    let mut contents = match kind.as_str() {
-        "none" => Vec::new(),
-        "string" => vec![bytes(ok(con, &[b"GET", key]))],
-        "list" => items(ok(con, &[b"LRANGE", key, b"0", b"-1"])),
-        "set" => items(ok(con, &[b"SMEMBERS", key])),
-        // Scores as numbers: Redis 7.0 prints 17 digits, 7.2 (and Engram)
-        // the shortest that reads back the same.
-        "zset" => items(ok(con, &[b"ZRANGE", key, b"0", b"-1", b"WITHSCORES"]))
-            .chunks(2)
-            .flat_map(|pair| {
-                let score: f64 = std::str::from_utf8(&pair[1]).unwrap().parse().unwrap();
-                [pair[0].clone(), format!("{score:?}").into_bytes()]
-            })
-            .collect(),
-        "hash" => {
-            let flat = items(ok(con, &[b"HGETALL", key]));
-            let pairs: BTreeMap<Vec<u8>, Vec<u8>> = flat
-                .chunks(2)
-                .map(|pair| (pair[0].clone(), pair[1].clone()))
-                .collect();
-            pairs.into_iter().flat_map(|(f, v)| [f, v]).collect()
-        }
-        other => panic!("unexpected type {other}"),
-    };
-    if kind == "set" {
-        contents.sort();
-    }
-    (kind, contents)
 }
 
 /// Two snapshots are the same (on failure, names the first difference

@@ -10,12 +10,11 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
-use common::{bytes, items, redis_con, start, start_with, Client, RedisServer};
+use common::{bytes, redis_con, snapshot, start, start_with, Client, RedisServer};
 use redis::{Connection, Value};
 
 fn q(con: &mut Connection, words: &[&str]) -> Value {
@@ -24,37 +23,6 @@ fn q(con: &mut Connection, words: &[&str]) -> Value {
         cmd.arg(*word);
     }
     cmd.query(con).unwrap_or_else(|e| panic!("{words:?}: {e}"))
-}
-
-/// A key's type and contents, comparable across servers (sets and hashes
-/// sorted, sorted sets with their scores as numbers).
-fn snapshot(con: &mut Connection, key: &str) -> (String, Vec<Vec<u8>>) {
-    let kind = String::from_utf8(bytes(q(con, &["TYPE", key]))).unwrap();
-    let mut items = match kind.as_str() {
-        "none" => Vec::new(),
-        "string" => vec![bytes(q(con, &["GET", key]))],
-        "list" => items(q(con, &["LRANGE", key, "0", "-1"])),
-        "set" => items(q(con, &["SMEMBERS", key])),
-        "zset" => items(q(con, &["ZRANGE", key, "0", "-1", "WITHSCORES"]))
-            .chunks(2)
-            .flat_map(|pair| {
-                let score: f64 = std::str::from_utf8(&pair[1]).unwrap().parse().unwrap();
-                [pair[0].clone(), format!("{score:?}").into_bytes()]
-            })
-            .collect(),
-        "hash" => {
-            let pairs: BTreeMap<Vec<u8>, Vec<u8>> = items(q(con, &["HGETALL", key]))
-                .chunks(2)
-                .map(|pair| (pair[0].clone(), pair[1].clone()))
-                .collect();
-            pairs.into_iter().flat_map(|(f, v)| [f, v]).collect()
-        }
-        other => panic!("unexpected type {other}"),
-    };
-    if kind == "set" {
-        items.sort();
-    }
-    (kind, items)
 }
 
 fn pttl(con: &mut Connection, key: &str) -> i64 {
@@ -88,7 +56,10 @@ fn fill(con: &mut Connection) {
 fn migrate_every_type(source: SocketAddr, target: SocketAddr) {
     let (mut src, mut dst) = (redis_con(source), redis_con(target));
     fill(&mut src);
-    let before: Vec<_> = KEYS.iter().map(|k| snapshot(&mut src, k)).collect();
+    let before: Vec<_> = KEYS
+        .iter()
+        .map(|k| snapshot(&mut src, k.as_bytes()))
+        .collect();
     for key in KEYS {
         let reply = q(
             &mut src,
@@ -104,7 +75,11 @@ fn migrate_every_type(source: SocketAddr, target: SocketAddr) {
         assert_eq!(reply, Value::Okay, "MIGRATE {key}");
     }
     for (key, want) in KEYS.iter().zip(&before) {
-        assert_eq!(&snapshot(&mut dst, key), want, "{key} on the target");
+        assert_eq!(
+            &snapshot(&mut dst, key.as_bytes()),
+            want,
+            "{key} on the target"
+        );
         assert_eq!(q(&mut src, &["EXISTS", key]), Value::Int(0), "{key} left");
     }
     assert_eq!(pttl(&mut dst, "str"), -1);

@@ -105,26 +105,13 @@ impl ReplyWriter {
     /// A double: `,` in RESP3, a bulk string in RESP2 (as INCRBYFLOAT and
     /// ZSCORE reply in Redis).
     pub fn double(&mut self, value: f64) {
-        let text = super::redis_double(value);
-        if self.resp3 {
-            self.buf.push(b',');
-            self.buf.extend_from_slice(text.as_bytes());
-            self.buf.extend_from_slice(b"\r\n");
-        } else {
-            self.bulk(text.as_bytes());
-        }
+        self.simple_or_bulk(b',', super::redis_double(value).as_bytes());
     }
 
     /// A double already formatted (GEOPOS's coordinates): `,` in RESP3, a
     /// bulk string in RESP2.
     pub fn double_text(&mut self, text: &str) {
-        if self.resp3 {
-            self.buf.push(b',');
-            self.buf.extend_from_slice(text.as_bytes());
-            self.buf.extend_from_slice(b"\r\n");
-        } else {
-            self.bulk(text.as_bytes());
-        }
+        self.simple_or_bulk(b',', text.as_bytes());
     }
 
     /// Text meant for people (INFO, CLIENT LIST): a verbatim string in
@@ -143,12 +130,18 @@ impl ReplyWriter {
     /// A number too big for an integer: `(` in RESP3, a bulk string in
     /// RESP2. `digits` must be an optional minus and decimal digits.
     pub fn big_number(&mut self, digits: &str) {
+        self.simple_or_bulk(b'(', digits.as_bytes());
+    }
+
+    /// RESP3's one-line type `prefix` (a double, a big number), or a bulk
+    /// string in RESP2.
+    fn simple_or_bulk(&mut self, prefix: u8, text: &[u8]) {
         if self.resp3 {
-            self.buf.push(b'(');
-            self.buf.extend_from_slice(digits.as_bytes());
+            self.buf.push(prefix);
+            self.buf.extend_from_slice(text);
             self.buf.extend_from_slice(b"\r\n");
         } else {
-            self.bulk(digits.as_bytes());
+            self.bulk(text);
         }
     }
 

@@ -311,3 +311,49 @@ pub fn items(value: redis::Value) -> Vec<Vec<u8>> {
         other => panic!("not an array: {other:?}"),
     }
 }
+
+/// The reply to `args`; panics (naming the call) on an error reply.
+pub fn query_ok(con: &mut redis::Connection, args: &[&[u8]]) -> redis::Value {
+    let mut cmd = redis::cmd(std::str::from_utf8(args[0]).unwrap());
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    cmd.query(con).unwrap_or_else(|e| {
+        let call: Vec<_> = args.iter().map(|a| String::from_utf8_lossy(a)).collect();
+        panic!("{call:?}: {e}")
+    })
+}
+
+/// A key's type and contents in a comparable form (sets and hashes
+/// sorted; sorted sets in rank order with their scores).
+pub fn snapshot(con: &mut redis::Connection, key: &[u8]) -> (String, Vec<Vec<u8>>) {
+    let kind = String::from_utf8(bytes(query_ok(con, &[b"TYPE", key]))).unwrap();
+    let mut contents = match kind.as_str() {
+        "none" => Vec::new(),
+        "string" => vec![bytes(query_ok(con, &[b"GET", key]))],
+        "list" => items(query_ok(con, &[b"LRANGE", key, b"0", b"-1"])),
+        "set" => items(query_ok(con, &[b"SMEMBERS", key])),
+        // Scores as numbers: Redis 7.0 prints 17 digits, 7.2 (and Engram)
+        // the shortest that reads back the same.
+        "zset" => items(query_ok(con, &[b"ZRANGE", key, b"0", b"-1", b"WITHSCORES"]))
+            .chunks(2)
+            .flat_map(|pair| {
+                let score: f64 = std::str::from_utf8(&pair[1]).unwrap().parse().unwrap();
+                [pair[0].clone(), format!("{score:?}").into_bytes()]
+            })
+            .collect(),
+        "hash" => {
+            let flat = items(query_ok(con, &[b"HGETALL", key]));
+            let pairs: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = flat
+                .chunks(2)
+                .map(|pair| (pair[0].clone(), pair[1].clone()))
+                .collect();
+            pairs.into_iter().flat_map(|(f, v)| [f, v]).collect()
+        }
+        other => panic!("unexpected type {other}"),
+    };
+    if kind == "set" {
+        contents.sort();
+    }
+    (kind, contents)
+}

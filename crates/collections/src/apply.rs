@@ -15,8 +15,9 @@
 //! order relies on it (`replay`).
 
 use crate::op::{Bytes, Op, OpBytes};
-use crate::state::{Entry, Keys};
-use crate::types::{Hash, InsertPosition, Kind, List, Object, Score, Set};
+use crate::state::{Access, Entry, Keys};
+use crate::types::stream::Group;
+use crate::types::{Hash, InsertPosition, Kind, List, Object, Score, Set, Stream};
 
 /// Applies `op`, whether its byte strings are owned or borrowed from a log
 /// record (see [`OpBytes`]): the same changes either way, a borrowed
@@ -54,6 +55,7 @@ pub fn apply<B: OpBytes>(keys: &mut impl Keys, op: Op<B>) {
                     Entry {
                         object,
                         expire_at_ms: 0,
+                        access: Access::default(),
                     },
                 );
             }
@@ -190,7 +192,96 @@ pub fn apply<B: OpBytes>(keys: &mut impl Keys, op: Op<B>) {
                 });
             }
         }
+        Op::StreamAdd { key, id, fields } => update(keys, &key, Kind::Stream, |object| {
+            if let Object::Stream(stream) = object {
+                stream.append(id, &fields);
+            }
+        }),
+        Op::StreamTrim { key, count } => with_stream(keys, &key, |stream| {
+            stream.trim(count);
+        }),
+        Op::StreamDelete { key, ids } => with_stream(keys, &key, |stream| {
+            stream.delete(&ids);
+        }),
+        Op::StreamSetMeta {
+            key,
+            last_id,
+            entries_added,
+            max_deleted_id,
+            first_id,
+        } => with_stream(keys, &key, |stream| {
+            stream.set_meta(last_id, entries_added, max_deleted_id, first_id)
+        }),
+        Op::GroupCreate {
+            key,
+            group,
+            last_id,
+            entries_read,
+        } => update(keys, &key, Kind::Stream, |object| {
+            if let Object::Stream(stream) = object {
+                stream
+                    .groups_mut()
+                    .entry(group.into())
+                    .or_insert_with(|| Group::new(last_id, entries_read));
+            }
+        }),
+        Op::GroupSetId {
+            key,
+            group,
+            last_id,
+            entries_read,
+        } => with_group(keys, &key, &group, |group| {
+            group.last_id = last_id;
+            group.entries_read = entries_read;
+        }),
+        Op::GroupDestroy { key, group } => with_stream(keys, &key, |stream| {
+            stream.groups_mut().remove(&*group);
+        }),
+        Op::ConsumerTouch {
+            key,
+            group,
+            consumer,
+            seen_ms,
+        } => with_group(keys, &key, &group, |group| group.touch(&consumer, seen_ms)),
+        Op::ConsumerDelete {
+            key,
+            group,
+            consumer,
+        } => with_group(keys, &key, &group, |group| {
+            group.remove_consumer(&consumer);
+        }),
+        Op::PendingClaim {
+            key,
+            group,
+            consumer,
+            entries,
+        } => with_group(keys, &key, &group, |group| {
+            for (id, delivery_ms, deliveries) in entries {
+                group.claim(id, &consumer, delivery_ms, deliveries);
+            }
+        }),
+        Op::PendingAck { key, group, ids } => with_group(keys, &key, &group, |group| {
+            for id in ids {
+                group.ack(id);
+            }
+        }),
     }
+}
+
+/// Runs `change` on the stream at `key`, if it holds one.
+fn with_stream(keys: &mut impl Keys, key: &[u8], change: impl FnOnce(&mut Stream)) {
+    if let Some(Object::Stream(stream)) = keys.get_mut(key).map(|e| &mut e.object) {
+        change(stream);
+    }
+}
+
+/// Runs `change` on a group of the stream at `key`, if both exist.
+fn with_group(keys: &mut impl Keys, key: &[u8], group: &[u8], change: impl FnOnce(&mut Group)) {
+    with_stream(keys, key, |stream| {
+        if let Some(group) = stream.group_mut(group) {
+            change(group);
+        }
+    });
 }
 
 /// HSET of one field: takes an owned field whole (one descent); looks a
@@ -248,6 +339,7 @@ fn update(keys: &mut impl Keys, key: &[u8], kind: Kind, change: impl FnOnce(&mut
                     Entry {
                         object,
                         expire_at_ms: 0,
+                        access: Access::default(),
                     },
                 );
             }

@@ -26,7 +26,7 @@ use hashbrown::HashMap;
 
 use crate::error::{Error, Result};
 use crate::op::Bytes;
-use crate::state::Entry;
+use crate::state::{Access, Entry};
 use crate::types::Object;
 
 pub const ROOT_KEY: &[u8] = b"root";
@@ -105,6 +105,7 @@ pub fn decode_image(key: &[u8], value: &[u8]) -> Result<Option<Entry>> {
     Ok(Some(Entry {
         object,
         expire_at_ms,
+        access: Access::default(),
     }))
 }
 

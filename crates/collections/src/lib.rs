@@ -77,7 +77,7 @@ pub use checkpoint::{CheckpointMode, CheckpointReport};
 pub use error::{Error, Result};
 pub use op::Op;
 pub use oplog::{OpLogOptions, Sequencer};
-pub use state::{Entry, Keys};
+pub use state::{Access, Entry, Keys};
 pub use undo::Undo;
 
 use op::Bytes;
@@ -572,6 +572,35 @@ impl Collections {
             }
         }
         None
+    }
+
+    /// Up to `count` keys with their access fields and expiry times, from
+    /// the shard `start` picks (or the next non-empty ones), from a place
+    /// in it `start` also picks: for sampled eviction, as cheap as one
+    /// shard's read lock when keys are plentiful.
+    pub fn sample(&self, start: u64, count: usize) -> Vec<(Vec<u8>, u32, u64)> {
+        let first = (start >> 32) as usize;
+        let mut found = Vec::with_capacity(count);
+        for step in 0..state::SHARDS {
+            let shard = self.shared.map.shard((first + step) % state::SHARDS).read();
+            if shard.is_empty() {
+                continue;
+            }
+            let skip = start as usize % shard.len();
+            let wanted = count - found.len();
+            found.extend(
+                shard
+                    .iter()
+                    .skip(skip)
+                    .chain(shard.iter().take(skip))
+                    .take(wanted)
+                    .map(|(key, entry)| (key.to_vec(), entry.access.get(), entry.expire_at_ms)),
+            );
+            if found.len() >= count {
+                break;
+            }
+        }
+        found
     }
 
     pub fn recovery_report(&self) -> &RecoveryReport {

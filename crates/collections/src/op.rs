@@ -21,7 +21,7 @@
 
 use std::ops::Deref;
 
-use crate::types::Object;
+use crate::types::{Object, StreamId};
 
 pub type Bytes = Box<[u8]>;
 
@@ -162,6 +162,80 @@ pub enum Op<B = Bytes> {
         from_front: bool,
         to_front: bool,
     },
+    /// XADD: appends an entry above the last ID (creates the stream).
+    /// `fields`: field, value, field, value...
+    StreamAdd {
+        key: B,
+        id: StreamId,
+        fields: Vec<B>,
+    },
+    /// A resolved trim (XTRIM, XADD's MAXLEN/MINID): removes the first
+    /// `count` entries.
+    StreamTrim {
+        key: B,
+        count: u64,
+    },
+    /// XDEL: removes the entries with these IDs.
+    StreamDelete {
+        key: B,
+        ids: Vec<StreamId>,
+    },
+    /// XSETID (and undo): sets a stream's counters.
+    StreamSetMeta {
+        key: B,
+        last_id: StreamId,
+        entries_added: u64,
+        max_deleted_id: StreamId,
+        first_id: StreamId,
+    },
+    /// XGROUP CREATE (creates an empty stream when absent: MKSTREAM).
+    GroupCreate {
+        key: B,
+        group: B,
+        last_id: StreamId,
+        entries_read: i64,
+    },
+    /// Sets a group's last delivered ID and read counter (XGROUP SETID,
+    /// XREADGROUP's new deliveries, XCLAIM's LASTID).
+    GroupSetId {
+        key: B,
+        group: B,
+        last_id: StreamId,
+        entries_read: i64,
+    },
+    /// XGROUP DESTROY.
+    GroupDestroy {
+        key: B,
+        group: B,
+    },
+    /// Creates a consumer if absent and sets its seen time.
+    ConsumerTouch {
+        key: B,
+        group: B,
+        consumer: B,
+        seen_ms: u64,
+    },
+    /// XGROUP DELCONSUMER: the consumer and its pending entries go.
+    ConsumerDelete {
+        key: B,
+        group: B,
+        consumer: B,
+    },
+    /// Makes entries pending for `consumer` with these delivery times and
+    /// counts (XREADGROUP, XCLAIM, XAUTOCLAIM): `(id, delivery_ms,
+    /// deliveries)`.
+    PendingClaim {
+        key: B,
+        group: B,
+        consumer: B,
+        entries: Vec<(StreamId, u64, u64)>,
+    },
+    /// XACK (and the PEL entries XCLAIM/XAUTOCLAIM find deleted).
+    PendingAck {
+        key: B,
+        group: B,
+        ids: Vec<StreamId>,
+    },
 }
 
 /// The key fields of an operation, by shared or mutable reference
@@ -187,7 +261,18 @@ macro_rules! key_fields {
             | ListSet { key, .. }
             | ListInsert { key, .. }
             | ListRemove { key, .. }
-            | ListTrim { key, .. } => [Some(key), None],
+            | ListTrim { key, .. }
+            | StreamAdd { key, .. }
+            | StreamTrim { key, .. }
+            | StreamDelete { key, .. }
+            | StreamSetMeta { key, .. }
+            | GroupCreate { key, .. }
+            | GroupSetId { key, .. }
+            | GroupDestroy { key, .. }
+            | ConsumerTouch { key, .. }
+            | ConsumerDelete { key, .. }
+            | PendingClaim { key, .. }
+            | PendingAck { key, .. } => [Some(key), None],
         }
     }};
 }
@@ -243,9 +328,10 @@ pub fn single_key(bytes: &[u8]) -> Option<&[u8]> {
     }
     match reader.byte().ok()? {
         DELETE | EXPIRE | REPLACE | HASH_SET | HASH_DELETE | SET_ADD | SET_REMOVE | ZSET_ADD
-        | ZSET_REMOVE | LIST_PUSH | LIST_POP | LIST_SET | LIST_INSERT | LIST_REMOVE | LIST_TRIM => {
-            reader.bytes().ok()
-        }
+        | ZSET_REMOVE | LIST_PUSH | LIST_POP | LIST_SET | LIST_INSERT | LIST_REMOVE | LIST_TRIM
+        | STREAM_ADD | STREAM_TRIM | STREAM_DELETE | STREAM_SET_META | GROUP_CREATE
+        | GROUP_SET_ID | GROUP_DESTROY | CONSUMER_TOUCH | CONSUMER_DELETE | PENDING_CLAIM
+        | PENDING_ACK => reader.bytes().ok(),
         _ => None,
     }
 }
@@ -291,6 +377,17 @@ const LIST_INSERT: u8 = 43;
 const LIST_REMOVE: u8 = 44;
 const LIST_TRIM: u8 = 45;
 const LIST_MOVE: u8 = 46;
+const STREAM_ADD: u8 = 50;
+const STREAM_TRIM: u8 = 51;
+const STREAM_DELETE: u8 = 52;
+const STREAM_SET_META: u8 = 53;
+const GROUP_CREATE: u8 = 54;
+const GROUP_SET_ID: u8 = 55;
+const GROUP_DESTROY: u8 = 56;
+const CONSUMER_TOUCH: u8 = 57;
+const CONSUMER_DELETE: u8 = 58;
+const PENDING_CLAIM: u8 = 59;
+const PENDING_ACK: u8 = 60;
 
 fn encode_op(op: &Op, out: &mut Vec<u8>) {
     use Op::*;
@@ -413,6 +510,122 @@ fn encode_op(op: &Op, out: &mut Vec<u8>) {
             out.push(*from_front as u8);
             out.push(*to_front as u8);
         }
+        StreamAdd { key, id, fields } => {
+            out.push(STREAM_ADD);
+            put_bytes(out, key);
+            put_id(out, *id);
+            put_list(out, fields);
+        }
+        StreamTrim { key, count } => {
+            out.push(STREAM_TRIM);
+            put_bytes(out, key);
+            put_varint(out, *count);
+        }
+        StreamDelete { key, ids } => {
+            out.push(STREAM_DELETE);
+            put_bytes(out, key);
+            put_ids(out, ids);
+        }
+        StreamSetMeta {
+            key,
+            last_id,
+            entries_added,
+            max_deleted_id,
+            first_id,
+        } => {
+            out.push(STREAM_SET_META);
+            put_bytes(out, key);
+            put_id(out, *last_id);
+            put_varint(out, *entries_added);
+            put_id(out, *max_deleted_id);
+            put_id(out, *first_id);
+        }
+        GroupCreate {
+            key,
+            group,
+            last_id,
+            entries_read,
+        } => {
+            out.push(GROUP_CREATE);
+            put_bytes(out, key);
+            put_bytes(out, group);
+            put_id(out, *last_id);
+            put_varint(out, zigzag(*entries_read));
+        }
+        GroupSetId {
+            key,
+            group,
+            last_id,
+            entries_read,
+        } => {
+            out.push(GROUP_SET_ID);
+            put_bytes(out, key);
+            put_bytes(out, group);
+            put_id(out, *last_id);
+            put_varint(out, zigzag(*entries_read));
+        }
+        GroupDestroy { key, group } => {
+            out.push(GROUP_DESTROY);
+            put_bytes(out, key);
+            put_bytes(out, group);
+        }
+        ConsumerTouch {
+            key,
+            group,
+            consumer,
+            seen_ms,
+        } => {
+            out.push(CONSUMER_TOUCH);
+            put_bytes(out, key);
+            put_bytes(out, group);
+            put_bytes(out, consumer);
+            put_varint(out, *seen_ms);
+        }
+        ConsumerDelete {
+            key,
+            group,
+            consumer,
+        } => {
+            out.push(CONSUMER_DELETE);
+            put_bytes(out, key);
+            put_bytes(out, group);
+            put_bytes(out, consumer);
+        }
+        PendingClaim {
+            key,
+            group,
+            consumer,
+            entries,
+        } => {
+            out.push(PENDING_CLAIM);
+            put_bytes(out, key);
+            put_bytes(out, group);
+            put_bytes(out, consumer);
+            put_varint(out, entries.len() as u64);
+            for (id, delivery_ms, deliveries) in entries {
+                put_id(out, *id);
+                put_varint(out, *delivery_ms);
+                put_varint(out, *deliveries);
+            }
+        }
+        PendingAck { key, group, ids } => {
+            out.push(PENDING_ACK);
+            put_bytes(out, key);
+            put_bytes(out, group);
+            put_ids(out, ids);
+        }
+    }
+}
+
+fn put_id(out: &mut Vec<u8>, id: StreamId) {
+    put_varint(out, id.ms);
+    put_varint(out, id.seq);
+}
+
+fn put_ids(out: &mut Vec<u8>, ids: &[StreamId]) {
+    put_varint(out, ids.len() as u64);
+    for id in ids {
+        put_id(out, *id);
     }
 }
 
@@ -516,6 +729,15 @@ impl<'a> Reader<'a> {
         Ok(count as usize)
     }
 
+    fn id(&mut self) -> Result<StreamId, DecodeError> {
+        Ok(StreamId::new(self.varint()?, self.varint()?))
+    }
+
+    fn ids(&mut self) -> Result<Vec<StreamId>, DecodeError> {
+        let count = self.count(2)?;
+        (0..count).map(|_| self.id()).collect()
+    }
+
     fn list<B: FromPayload<'a>>(&mut self) -> Result<Vec<B>, DecodeError> {
         let count = self.count(1)?;
         (0..count).map(|_| self.bytes()).collect()
@@ -613,6 +835,73 @@ impl<'a> Reader<'a> {
                 from_front: self.bool()?,
                 to_front: self.bool()?,
             },
+            STREAM_ADD => StreamAdd {
+                key: self.bytes()?,
+                id: self.id()?,
+                fields: self.list()?,
+            },
+            STREAM_TRIM => StreamTrim {
+                key: self.bytes()?,
+                count: self.varint()?,
+            },
+            STREAM_DELETE => StreamDelete {
+                key: self.bytes()?,
+                ids: self.ids()?,
+            },
+            STREAM_SET_META => StreamSetMeta {
+                key: self.bytes()?,
+                last_id: self.id()?,
+                entries_added: self.varint()?,
+                max_deleted_id: self.id()?,
+                first_id: self.id()?,
+            },
+            GROUP_CREATE => GroupCreate {
+                key: self.bytes()?,
+                group: self.bytes()?,
+                last_id: self.id()?,
+                entries_read: unzigzag(self.varint()?),
+            },
+            GROUP_SET_ID => GroupSetId {
+                key: self.bytes()?,
+                group: self.bytes()?,
+                last_id: self.id()?,
+                entries_read: unzigzag(self.varint()?),
+            },
+            GROUP_DESTROY => GroupDestroy {
+                key: self.bytes()?,
+                group: self.bytes()?,
+            },
+            CONSUMER_TOUCH => ConsumerTouch {
+                key: self.bytes()?,
+                group: self.bytes()?,
+                consumer: self.bytes()?,
+                seen_ms: self.varint()?,
+            },
+            CONSUMER_DELETE => ConsumerDelete {
+                key: self.bytes()?,
+                group: self.bytes()?,
+                consumer: self.bytes()?,
+            },
+            PENDING_CLAIM => {
+                let key = self.bytes()?;
+                let group = self.bytes()?;
+                let consumer = self.bytes()?;
+                let count = self.count(4)?;
+                let entries = (0..count)
+                    .map(|_| Ok((self.id()?, self.varint()?, self.varint()?)))
+                    .collect::<Result<_, DecodeError>>()?;
+                PendingClaim {
+                    key,
+                    group,
+                    consumer,
+                    entries,
+                }
+            }
+            PENDING_ACK => PendingAck {
+                key: self.bytes()?,
+                group: self.bytes()?,
+                ids: self.ids()?,
+            },
             tag => return Err(DecodeError(format!("unknown operation tag {tag}"))),
         })
     }
@@ -706,6 +995,64 @@ mod tests {
                 to: b("m"),
                 from_front: false,
                 to_front: true,
+            },
+            Op::StreamAdd {
+                key: b("x"),
+                id: StreamId::new(1 << 41, 7),
+                fields: vec![b("f"), b("v")],
+            },
+            Op::StreamTrim {
+                key: b("x"),
+                count: 300,
+            },
+            Op::StreamDelete {
+                key: b("x"),
+                ids: vec![StreamId::new(1, 2), StreamId::MAX],
+            },
+            Op::StreamSetMeta {
+                key: b("x"),
+                last_id: StreamId::new(5, 5),
+                entries_added: 9,
+                max_deleted_id: StreamId::new(4, 0),
+                first_id: StreamId::new(1, 1),
+            },
+            Op::GroupCreate {
+                key: b("x"),
+                group: b("g"),
+                last_id: StreamId::MIN,
+                entries_read: -1,
+            },
+            Op::GroupSetId {
+                key: b("x"),
+                group: b("g"),
+                last_id: StreamId::new(3, 3),
+                entries_read: 12,
+            },
+            Op::GroupDestroy {
+                key: b("x"),
+                group: b("g"),
+            },
+            Op::ConsumerTouch {
+                key: b("x"),
+                group: b("g"),
+                consumer: b("c"),
+                seen_ms: 1 << 40,
+            },
+            Op::ConsumerDelete {
+                key: b("x"),
+                group: b("g"),
+                consumer: b("c"),
+            },
+            Op::PendingClaim {
+                key: b("x"),
+                group: b("g"),
+                consumer: b("c"),
+                entries: vec![(StreamId::new(1, 1), 1 << 40, 3)],
+            },
+            Op::PendingAck {
+                key: b("x"),
+                group: b("g"),
+                ids: vec![StreamId::new(1, 1)],
             },
         ];
         let bytes = encode_batch(&ops);

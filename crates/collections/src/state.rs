@@ -6,7 +6,7 @@
 //! go. So operations on one key are logged in the order they are applied,
 //! and operations on keys of different shards run in parallel.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
 use hashbrown::HashMap;
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -21,6 +21,50 @@ pub struct Entry {
     /// Unix time in milliseconds at which the key expires; 0: never. The
     /// layer above decides when to act on it (it logs a Delete).
     pub expire_at_ms: u64,
+    /// The key's access field (see [`Access`]).
+    pub access: Access,
+}
+
+/// A per-key access field the layer above gives a meaning (the keyspace
+/// keeps Redis's LRU clock or LFU counter in its low 24 bits), kept in
+/// DRAM only: never logged, never in an image, zero after recovery, and
+/// not part of a collection's state, so two entries compare equal
+/// whatever their fields (replay and undo are checked by equality).
+/// Atomic because readers touch it under a shard's read lock; stored only
+/// when its value changes, so a hot key's cache line stays shared.
+#[derive(Debug, Default)]
+pub struct Access(AtomicU32);
+
+impl Access {
+    pub fn new(value: u32) -> Access {
+        Access(AtomicU32::new(value))
+    }
+
+    pub fn get(&self) -> u32 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Replaces the field with `touch(old)`, storing only a change.
+    pub fn touch(&self, touch: impl FnOnce(u32) -> u32) -> u32 {
+        let old = self.get();
+        let new = touch(old);
+        if new != old {
+            self.0.store(new, Ordering::Relaxed);
+        }
+        new
+    }
+}
+
+impl Clone for Access {
+    fn clone(&self) -> Access {
+        Access::new(self.get())
+    }
+}
+
+impl PartialEq for Access {
+    fn eq(&self, _: &Access) -> bool {
+        true
+    }
 }
 
 /// Access to the entries an operation touches, whether they live in the
@@ -192,5 +236,33 @@ impl Keys for HashMap<Bytes, Entry> {
 
     fn put(&mut self, key: &[u8], entry: Entry) {
         self.insert(key.into(), entry);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Kind;
+
+    #[test]
+    fn access_is_kept_by_clones_and_ignored_by_equality() {
+        let entry = Entry {
+            object: Object::new(Kind::Set),
+            expire_at_ms: 0,
+            access: Access::new(7),
+        };
+        let copy = entry.clone();
+        assert_eq!(copy.access.get(), 7);
+        copy.access.touch(|old| old + 1);
+        assert_eq!((entry.access.get(), copy.access.get()), (7, 8));
+        assert_eq!(entry, copy, "the field is not part of the state");
+    }
+
+    #[test]
+    fn a_touch_returns_the_new_field() {
+        let access = Access::default();
+        assert_eq!(access.touch(|old| old), 0);
+        assert_eq!(access.touch(|_| 0xff_ffff), 0xff_ffff);
+        assert_eq!(access.get(), 0xff_ffff);
     }
 }

@@ -12,7 +12,10 @@
 //! overwritten target, the last member removed) the entry itself is kept,
 //! moved rather than copied. Only operations that rearrange the middle of a
 //! list (LINSERT, LREM, LTRIM) keep a copy of the list, as every operation
-//! did before this module.
+//! did before this module; so do the stream operations that remove entries,
+//! a group or a consumer (XDEL, XTRIM, a trimming XADD, XGROUP DESTROY and
+//! DELCONSUMER). Appends, counters, group IDs, consumers' seen times and
+//! pending entries keep only what they change.
 //!
 //! [`Undo::undo`] applies the inverses newest first, so each meets the
 //! state its operation left.
@@ -22,7 +25,8 @@ use std::collections::HashSet;
 use crate::apply::apply;
 use crate::op::{encode_batch, Bytes, Op};
 use crate::state::{Entry, Keys};
-use crate::types::Object;
+use crate::types::stream::Group;
+use crate::types::{Object, Stream, StreamId};
 
 /// Inverse steps of the operations applied so far, oldest first.
 #[derive(Default)]
@@ -267,6 +271,106 @@ impl Undo {
                 from_front,
                 to_front,
             } => self.record_move(keys, from, to, *from_front, *to_front),
+            Op::StreamAdd { key, id, .. } => match keys.get(key).map(|e| &e.object) {
+                None => self.entry(key, None),
+                Some(Object::Stream(stream)) if *id > stream.last_id() => {
+                    let meta = meta_of(key, stream);
+                    self.op(Op::StreamDelete {
+                        key: key.clone(),
+                        ids: vec![*id],
+                    });
+                    self.op(meta);
+                }
+                Some(_) => {}
+            },
+            // Entries and groups that go: the stream is kept whole (as
+            // LTRIM keeps its list).
+            Op::StreamTrim { key, .. }
+            | Op::StreamDelete { key, .. }
+            | Op::GroupDestroy { key, .. }
+            | Op::ConsumerDelete { key, .. } => {
+                let prior = keys.get(key).cloned();
+                self.entry(key, prior);
+            }
+            Op::StreamSetMeta { key, .. } => {
+                if let Some(Object::Stream(stream)) = keys.get(key).map(|e| &e.object) {
+                    let meta = meta_of(key, stream);
+                    self.op(meta);
+                }
+            }
+            Op::GroupCreate { key, group, .. } => match keys.get(key).map(|e| &e.object) {
+                None => self.entry(key, None),
+                Some(Object::Stream(stream)) if stream.group(group).is_none() => {
+                    self.op(Op::GroupDestroy {
+                        key: key.clone(),
+                        group: group.clone(),
+                    })
+                }
+                Some(_) => {}
+            },
+            Op::GroupSetId { key, group, .. } => {
+                if let Some(prior) = group_of(keys, key, group) {
+                    let op = Op::GroupSetId {
+                        key: key.clone(),
+                        group: group.clone(),
+                        last_id: prior.last_id,
+                        entries_read: prior.entries_read,
+                    };
+                    self.op(op);
+                }
+            }
+            Op::ConsumerTouch {
+                key,
+                group,
+                consumer,
+                ..
+            } => {
+                if let Some(prior) = group_of(keys, key, group) {
+                    let op = match prior.consumer(consumer) {
+                        Some(prior) => Op::ConsumerTouch {
+                            key: key.clone(),
+                            group: group.clone(),
+                            consumer: consumer.clone(),
+                            seen_ms: prior.seen_ms,
+                        },
+                        None => Op::ConsumerDelete {
+                            key: key.clone(),
+                            group: group.clone(),
+                            consumer: consumer.clone(),
+                        },
+                    };
+                    self.op(op);
+                }
+            }
+            Op::PendingClaim {
+                key,
+                group,
+                consumer,
+                entries,
+            } => {
+                if let Some(prior) = group_of(keys, key, group) {
+                    let created = prior.consumer(consumer).is_none();
+                    let ids = entries.iter().map(|(id, _, _)| *id);
+                    let mut steps = restore_pending(key, group, prior, ids);
+                    if created {
+                        steps.push(Op::ConsumerDelete {
+                            key: key.clone(),
+                            group: group.clone(),
+                            consumer: consumer.clone(),
+                        });
+                    }
+                    for step in steps {
+                        self.op(step);
+                    }
+                }
+            }
+            Op::PendingAck { key, group, ids } => {
+                if let Some(prior) = group_of(keys, key, group) {
+                    for step in restore_pending(key, group, prior, ids.iter().copied()) {
+                        self.op(step);
+                    }
+                }
+            }
         }
         Some(op)
     }
@@ -354,6 +458,57 @@ impl Undo {
     fn op(&mut self, op: Op) {
         self.steps.push(Step::Op(op));
     }
+}
+
+/// The operation that sets `stream`'s counters back as they are.
+fn meta_of(key: &Bytes, stream: &Stream) -> Op {
+    Op::StreamSetMeta {
+        key: key.clone(),
+        last_id: stream.last_id(),
+        entries_added: stream.entries_added(),
+        max_deleted_id: stream.max_deleted_id(),
+        first_id: stream.first_id(),
+    }
+}
+
+/// The group `group` of the stream at `key`.
+fn group_of<'k>(keys: &'k impl Keys, key: &[u8], group: &[u8]) -> Option<&'k Group> {
+    match keys.get(key).map(|e| &e.object) {
+        Some(Object::Stream(stream)) => stream.group(group),
+        _ => None,
+    }
+}
+
+/// Operations that put the PEL entries of `ids` back as `prior` has them:
+/// each pending one claimed back by its owner with its delivery time and
+/// count, each absent one acknowledged.
+fn restore_pending(
+    key: &Bytes,
+    group: &Bytes,
+    prior: &Group,
+    ids: impl Iterator<Item = StreamId>,
+) -> Vec<Op> {
+    let mut ops = Vec::new();
+    let mut absent = Vec::new();
+    for id in ids {
+        match prior.pel().get(&id) {
+            Some(pending) => ops.push(Op::PendingClaim {
+                key: key.clone(),
+                group: group.clone(),
+                consumer: Bytes::from(&*pending.consumer),
+                entries: vec![(id, pending.delivery_ms, pending.deliveries)],
+            }),
+            None => absent.push(id),
+        }
+    }
+    if !absent.is_empty() {
+        ops.push(Op::PendingAck {
+            key: key.clone(),
+            group: group.clone(),
+            ids: absent,
+        });
+    }
+    ops
 }
 
 /// The names an upsert writes (fields, members), split into those present

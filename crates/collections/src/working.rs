@@ -112,6 +112,7 @@ mod tests {
         Entry {
             object: Object::new(Kind::List),
             expire_at_ms: 0,
+            access: Default::default(),
         }
     }
 

@@ -83,6 +83,7 @@ fn to_model(object: &Object) -> MObj {
             MObj::ZSet(z.iter().map(|(m, s)| (m.to_vec(), s.to_bits())).collect())
         }
         Object::List(l) => MObj::List(l.iter().map(|v| v.to_vec()).collect()),
+        Object::Stream(_) => unreachable!("this model writes no streams (stream_recovery.rs)"),
     }
 }
 
@@ -343,6 +344,7 @@ fn model_apply(model: &mut Model, op: &Op) {
                 });
             }
         }
+        other => unreachable!("this model writes no streams (stream_recovery.rs): {other:?}"),
     }
 }
 

@@ -147,7 +147,7 @@ fn move_record(store: &StoreState, at: u64, header: &Header) -> bool {
     let key = record::key(region, PmemOffset(at), header);
     let hash = hash_key(key);
     let mut table = store.index.shard(hash).write();
-    let Ok(mut occupied) = table.find_entry(hash, |e| e.hash == hash && e.offset == at) else {
+    let Ok(mut occupied) = table.find_entry(hash, |e| e.hash == hash && e.offset() == at) else {
         // Superseded or deleted since we read it, or not yet published.
         return true;
     };
@@ -163,7 +163,7 @@ fn move_record(store: &StoreState, at: u64, header: &Header) -> bool {
                 "invariant 4: the copy of the record at {at:#x} does not keep its seq {}",
                 header.seq
             );
-            occupied.get_mut().offset = new_at;
+            occupied.get_mut().set_offset(new_at);
             append::retire(store, at);
             store.records_moved.fetch_add(1, Ordering::Relaxed);
             true

@@ -1,7 +1,8 @@
 //! The DRAM index: key -> offset of its live record (Viper's Offset Map).
 //!
 //! Keys are not copied into DRAM. An entry is 16 bytes, the key's 64-bit hash
-//! (its fingerprint) and the record's offset, whatever the key's size; a
+//! (its fingerprint) and a word holding the record's offset and the key's
+//! access field, whatever the key's size; a
 //! lookup compares fingerprints first and reads the key from the region only
 //! when they match. No map crate stores only a fingerprint and compares keys
 //! it does not own, so the index is `hashbrown::HashTable` (which takes the
@@ -17,6 +18,23 @@
 //! atomic with the index change: retiring the old record durably before the
 //! new one is visible to anyone else.
 //!
+//! ## The access field
+//!
+//! Offsets are below 2^40 (`MAX_OFFSET`: a region reserves at most 1 TiB,
+//! checked at open), so the offset word's top 24 bits are free. They hold
+//! an opaque per-key access field (`ACCESS_BITS`), which the layer above
+//! gives a meaning (the keyspace keeps Redis's LRU clock or LFU counter
+//! there) at no DRAM cost. The engine only keeps it: a new key's comes
+//! from its writer, an overwrite, a compaction move or a recovery keeps or
+//! zeroes it, and it is never persisted (index images strip it).
+//!
+//! A touch changes it under the shard's *read* lock, so the word is an
+//! atomic: the offset bits cannot change under a read lock (only writers
+//! holding the write lock move a record), and two readers touching at once
+//! store the same offset with either's access value, both acceptable. The
+//! word is stored only when the field's value changes, so a hot key read
+//! from several cores keeps its cache line shared.
+//!
 //! ## Scan order
 //!
 //! The shard is chosen by hash bits 20..32, hashbrown uses the low bits and the
@@ -26,6 +44,8 @@
 //! present for a whole scan is returned at least once, however the tables
 //! grow or shrink meanwhile (the guarantee Redis's reverse-binary cursor gives).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 use parking_lot::RwLock;
@@ -34,8 +54,75 @@ pub const SHARD_BITS: u32 = 12;
 pub const SHARD_COUNT: usize = 1 << SHARD_BITS;
 const SHARD_SHIFT: u32 = 20;
 
-#[derive(Clone, Copy, Debug)]
+/// Offsets lie below this (the largest region a store maps).
+pub const MAX_OFFSET: u64 = 1 << OFFSET_BITS;
+const OFFSET_BITS: u32 = 40;
+const OFFSET_MASK: u64 = MAX_OFFSET - 1;
+/// Width of the access field kept beside each offset.
+pub const ACCESS_BITS: u32 = 64 - OFFSET_BITS;
+/// The largest access field value.
+pub const ACCESS_MAX: u32 = (1 << ACCESS_BITS) - 1;
+
+/// One indexed key: its hash and (offset, access field) in one word.
+#[derive(Debug)]
 pub struct Entry {
+    pub hash: u64,
+    word: AtomicU64,
+}
+
+impl Entry {
+    pub fn new(hash: u64, offset: u64, access: u32) -> Entry {
+        Entry {
+            hash,
+            word: AtomicU64::new(pack(offset, access)),
+        }
+    }
+
+    pub fn offset(&self) -> u64 {
+        self.word.load(Ordering::Relaxed) & OFFSET_MASK
+    }
+
+    pub fn access(&self) -> u32 {
+        (self.word.load(Ordering::Relaxed) >> OFFSET_BITS) as u32
+    }
+
+    /// Points the entry at a moved or newer record (under the shard's
+    /// write lock), keeping its access field.
+    pub fn set_offset(&mut self, offset: u64) {
+        let word = self.word.get_mut();
+        *word = pack(offset, (*word >> OFFSET_BITS) as u32);
+    }
+
+    /// Replaces the access field with `touch(old)`; stores only when it
+    /// changes (see the module docs for why this is safe under a read lock).
+    pub fn touch(&self, touch: impl FnOnce(u32) -> u32) -> u32 {
+        let word = self.word.load(Ordering::Relaxed);
+        let old = (word >> OFFSET_BITS) as u32;
+        let new = touch(old) & ACCESS_MAX;
+        if new != old {
+            self.word
+                .store(pack(word & OFFSET_MASK, new), Ordering::Relaxed);
+        }
+        new
+    }
+
+    /// The entry as an index image records it (no access field).
+    pub fn located(&self) -> Located {
+        Located {
+            hash: self.hash,
+            offset: self.offset(),
+        }
+    }
+}
+
+fn pack(offset: u64, access: u32) -> u64 {
+    debug_assert!(offset < MAX_OFFSET, "offset {offset:#x} past 2^40");
+    (offset & OFFSET_MASK) | (u64::from(access & ACCESS_MAX) << OFFSET_BITS)
+}
+
+/// A key's hash and record offset, copied out of the index (index images).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Located {
     pub hash: u64,
     pub offset: u64,
 }
@@ -87,23 +174,60 @@ impl Index {
         &self.shards[shard_of(hash)]
     }
 
-    /// The offset of `key`'s record, if indexed. `is_key(offset)` compares the
-    /// key stored at an offset with the one looked up.
-    pub fn get(&self, hash: u64, is_key: impl Fn(u64) -> bool) -> Option<u64> {
+    /// `f` of `key`'s entry, under the shard's read lock, if indexed.
+    /// `is_key(offset)` compares the key stored at an offset with the one
+    /// looked up.
+    pub fn get_with<R>(
+        &self,
+        hash: u64,
+        is_key: impl Fn(u64) -> bool,
+        f: impl FnOnce(&Entry) -> R,
+    ) -> Option<R> {
         let table = self.shard(hash).read();
         table
-            .find(hash, |entry| entry.hash == hash && is_key(entry.offset))
-            .map(|entry| entry.offset)
+            .find(hash, |entry| entry.hash == hash && is_key(entry.offset()))
+            .map(f)
     }
 
-    /// Every entry, one shard at a time (each under its read lock only while
-    /// it is copied).
-    pub fn copy_entries(&self, capacity: usize) -> Vec<Entry> {
+    /// Every entry's hash and offset, one shard at a time (each under its
+    /// read lock only while it is copied).
+    pub fn copy_entries(&self, capacity: usize) -> Vec<Located> {
         let mut entries = Vec::with_capacity(capacity);
         for shard in self.shards.iter() {
-            entries.extend(shard.read().iter().copied());
+            entries.extend(shard.read().iter().map(Entry::located));
         }
         entries
+    }
+
+    /// About `count` entries (offset, access field) from a random place:
+    /// the shard `start` picks (its top bits) or the next non-empty one, from
+    /// a position in it `start` also picks, wrapping within the shard. For
+    /// sampled eviction, as Redis's `dictGetSomeKeys`: cheap, and random
+    /// enough because hashes are. Visits at most `max_shards` shards.
+    pub fn sample(&self, start: u64, count: usize, max_shards: usize) -> Vec<(u64, u32)> {
+        let first = (start >> (64 - SHARD_BITS)) as usize;
+        let mut found = Vec::with_capacity(count);
+        for step in 0..max_shards.min(SHARD_COUNT) {
+            let table = self.shards[(first + step) % SHARD_COUNT].read();
+            let len = table.len();
+            if len == 0 {
+                continue;
+            }
+            let skip = (start as usize) % len;
+            let wanted = count - found.len();
+            found.extend(
+                table
+                    .iter()
+                    .skip(skip)
+                    .chain(table.iter().take(skip))
+                    .take(wanted)
+                    .map(|entry| (entry.offset(), entry.access())),
+            );
+            if found.len() >= count {
+                break;
+            }
+        }
+        found
     }
 
     /// One scan step: entries with rank >= `cursor`, about `count` of them (more
@@ -118,7 +242,7 @@ impl Index {
             let mut ranked: Vec<(u64, u64)> = self.shards[shard]
                 .read()
                 .iter()
-                .map(|entry| (scan_rank(entry.hash), entry.offset))
+                .map(|entry| (scan_rank(entry.hash), entry.offset()))
                 .filter(|(rank, _)| *rank >= cursor)
                 .collect();
             let wanted = count.saturating_sub(offsets.len()).max(1);
@@ -164,7 +288,69 @@ mod tests {
         index
             .shard(hash)
             .write()
-            .insert_unique(hash, Entry { hash, offset }, entry_hash);
+            .insert_unique(hash, Entry::new(hash, offset, 0), entry_hash);
+    }
+
+    #[test]
+    fn an_entry_is_sixteen_bytes_and_keeps_offset_and_access_apart() {
+        assert_eq!(std::mem::size_of::<Entry>(), 16);
+        let top = MAX_OFFSET - 8;
+        let mut entry = Entry::new(7, top, ACCESS_MAX);
+        assert_eq!((entry.offset(), entry.access()), (top, ACCESS_MAX));
+        assert_eq!(entry.touch(|old| old - 1), ACCESS_MAX - 1);
+        assert_eq!(entry.offset(), top);
+        // Bits past the field's 24 are dropped, never spilled into the offset.
+        entry.touch(|_| u32::MAX);
+        assert_eq!((entry.offset(), entry.access()), (top, ACCESS_MAX));
+        entry.set_offset(4096);
+        assert_eq!((entry.offset(), entry.access()), (4096, ACCESS_MAX));
+        assert_eq!(
+            entry.located(),
+            Located {
+                hash: 7,
+                offset: 4096
+            }
+        );
+    }
+
+    #[test]
+    fn a_touch_that_changes_nothing_stores_nothing() {
+        let entry = Entry::new(1, 64, 5);
+        let mut called = false;
+        entry.touch(|old| {
+            called = true;
+            old
+        });
+        assert!(called);
+        assert_eq!(entry.word.load(Ordering::Relaxed), pack(64, 5));
+    }
+
+    #[test]
+    fn samples_come_from_anywhere_and_carry_the_access_field() {
+        let index = Index::new();
+        for i in 0..2000u64 {
+            let hash = hash_key(&i.to_le_bytes());
+            index.shard(hash).write().insert_unique(
+                hash,
+                Entry::new(hash, i, (i % 7) as u32),
+                entry_hash,
+            );
+        }
+        let mut seen = std::collections::HashSet::new();
+        for start in 0..200u64 {
+            let sample = index.sample(start.wrapping_mul(0x9e37_79b9_7f4a_7c15), 5, SHARD_COUNT);
+            assert_eq!(sample.len(), 5);
+            for (offset, access) in sample {
+                assert_eq!(access, (offset % 7) as u32);
+                seen.insert(offset);
+            }
+        }
+        assert!(
+            seen.len() > 500,
+            "samples spread over the keys: {}",
+            seen.len()
+        );
+        assert!(Index::new().sample(0, 5, SHARD_COUNT).is_empty());
     }
 
     #[test]

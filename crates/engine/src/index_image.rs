@@ -63,7 +63,7 @@ use std::path::Path;
 
 use engram_pmem::{sync_directory, PmemOffset, Region, RegionOptions};
 
-use crate::index::Entry;
+use crate::index::Located;
 use crate::{Error, Result};
 
 /// The two image files in a store's directory.
@@ -281,7 +281,7 @@ pub fn write(
     dir: &Path,
     slot: usize,
     header: &ImageHeader,
-    entries: &[Entry],
+    entries: &[Located],
     template: &RegionOptions,
 ) -> Result<()> {
     let (region, entries_crc) = write_entries(dir, slot, header, entries, template)?;
@@ -298,7 +298,7 @@ pub fn write_without_header(
     dir: &Path,
     slot: usize,
     header: &ImageHeader,
-    entries: &[Entry],
+    entries: &[Located],
     template: &RegionOptions,
 ) -> Result<()> {
     write_entries(dir, slot, header, entries, template)?;
@@ -311,7 +311,7 @@ fn write_entries(
     dir: &Path,
     slot: usize,
     header: &ImageHeader,
-    entries: &[Entry],
+    entries: &[Located],
     template: &RegionOptions,
 ) -> Result<(Region, u32)> {
     debug_assert_eq!(header.entries, entries.len() as u64);
@@ -375,8 +375,8 @@ mod tests {
     #[test]
     fn written_image_loads_and_a_headerless_one_does_not() {
         let dir = tempfile::tempdir().unwrap();
-        let entries: Vec<Entry> = (0..100_000u64)
-            .map(|i| Entry {
+        let entries: Vec<Located> = (0..100_000u64)
+            .map(|i| Located {
                 hash: i.wrapping_mul(0x9e37_79b9_7f4a_7c15),
                 offset: 4096 + i * 64,
             })

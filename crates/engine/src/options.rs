@@ -208,6 +208,14 @@ impl Options {
                 self.compaction.max_space_amplification
             )));
         }
+        if self.reserve_bytes > crate::index::MAX_OFFSET {
+            // The index keeps each key's access field in the offset
+            // word's bits above 2^40 (`index.rs`).
+            return Err(Error::InvalidOption(format!(
+                "reserve_bytes must be at most 1 TiB (2^40), got {}",
+                self.reserve_bytes
+            )));
+        }
         if self.index_image.every_bytes == 0 {
             return Err(Error::InvalidOption(
                 "index_image.every_bytes must be above zero".into(),

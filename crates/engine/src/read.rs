@@ -29,10 +29,15 @@ impl std::ops::Deref for ValueRef<'_> {
     }
 }
 
-/// The value of `key`, copied out, its checksum verified.
-pub fn get(store: &StoreState, key: &[u8]) -> Result<Option<Vec<u8>>> {
+/// The value of `key`, copied out, its checksum verified; its access
+/// field becomes `touch(old)`.
+pub fn get(
+    store: &StoreState,
+    key: &[u8],
+    touch: impl FnOnce(u32) -> u32,
+) -> Result<Option<Vec<u8>>> {
     let _guard = crossbeam_epoch::pin();
-    let Some(at) = lookup(store, key) else {
+    let Some(at) = lookup_touching(store, key, touch) else {
         return Ok(None);
     };
     let header = checked_header(store, at)?;
@@ -43,10 +48,15 @@ pub fn get(store: &StoreState, key: &[u8]) -> Result<Option<Vec<u8>>> {
     checked_after_mismatch(store, at).map(|()| Some(value))
 }
 
-/// The value of `key` in place, its checksum verified.
-pub fn get_ref<'s>(store: &'s StoreState, key: &[u8]) -> Result<Option<ValueRef<'s>>> {
+/// The value of `key` in place, its checksum verified; its access field
+/// becomes `touch(old)`.
+pub fn get_ref<'s>(
+    store: &'s StoreState,
+    key: &[u8],
+    touch: impl FnOnce(u32) -> u32,
+) -> Result<Option<ValueRef<'s>>> {
     let guard = crossbeam_epoch::pin();
-    let Some(at) = lookup(store, key) else {
+    let Some(at) = lookup_touching(store, key, touch) else {
         return Ok(None);
     };
     let region = store.region();
@@ -82,15 +92,54 @@ pub fn scan(store: &StoreState, cursor: u64, count: usize) -> (u64, Vec<Vec<u8>>
     (next, keys)
 }
 
-/// Where `key`'s indexed record lies, if it has one.
-pub fn lookup(store: &StoreState, key: &[u8]) -> Option<PmemOffset> {
+/// Where `key`'s indexed record lies, if it has one; its access field
+/// becomes `touch(old)` on the way.
+pub fn lookup_touching(
+    store: &StoreState,
+    key: &[u8],
+    touch: impl FnOnce(u32) -> u32,
+) -> Option<PmemOffset> {
     let region = store.region();
     store
         .index
-        .get(hash_key(key), |offset| {
-            record::has_key(region, PmemOffset(offset), key)
-        })
+        .get_with(
+            hash_key(key),
+            |offset| record::has_key(region, PmemOffset(offset), key),
+            |entry| {
+                entry.touch(touch);
+                entry.offset()
+            },
+        )
         .map(PmemOffset)
+}
+
+/// `key`'s access field, if it is indexed.
+pub fn access(store: &StoreState, key: &[u8]) -> Option<u32> {
+    let region = store.region();
+    store.index.get_with(
+        hash_key(key),
+        |offset| record::has_key(region, PmemOffset(offset), key),
+        crate::index::Entry::access,
+    )
+}
+
+/// Up to `count` keys with their access fields, from a random place
+/// `start` picks (see `Index::sample`).
+pub fn sample(store: &StoreState, start: u64, count: usize) -> Vec<(Vec<u8>, u32)> {
+    let _guard = crossbeam_epoch::pin();
+    let region = store.region();
+    store
+        .index
+        .sample(start, count, crate::index::SHARD_COUNT)
+        .into_iter()
+        .filter_map(|(offset, access)| {
+            let at = PmemOffset(offset);
+            let header = record::read_header(region, at);
+            (region.contains(at, header.encoded_bytes())
+                && record::header_intact(region, at, &header))
+            .then(|| (record::key(region, at, &header).to_vec(), access))
+        })
+        .collect()
 }
 
 /// The header of the indexed record at `at`, refused when the record

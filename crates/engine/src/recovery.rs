@@ -697,11 +697,11 @@ fn build_group(space: &Space, index: &Index, results: &[ScanResult], group: usiz
         for candidate in run {
             let hash = candidate.hash;
             let same_key = |entry: &Entry| {
-                entry.hash == hash && same_key(region, entry.offset, candidate.offset)
+                entry.hash == hash && same_key(region, entry.offset(), candidate.offset)
             };
             match table.find_entry(hash, same_key) {
                 Ok(mut occupied) => {
-                    let existing = occupied.get().offset;
+                    let existing = occupied.get().offset();
                     let existing_seq = record::read_header(region, PmemOffset(existing)).seq;
                     let candidate_seq =
                         record::read_header(region, PmemOffset(candidate.offset)).seq;
@@ -715,7 +715,7 @@ fn build_group(space: &Space, index: &Index, results: &[ScanResult], group: usiz
                         candidate.offset
                     );
                     let loser = if existing_seq < candidate_seq {
-                        occupied.get_mut().offset = candidate.offset;
+                        occupied.get_mut().set_offset(candidate.offset);
                         existing
                     } else {
                         candidate.offset
@@ -726,10 +726,10 @@ fn build_group(space: &Space, index: &Index, results: &[ScanResult], group: usiz
                 Err(absent) => {
                     absent.into_table().insert_unique(
                         hash,
-                        Entry {
-                            hash,
-                            offset: candidate.offset,
-                        },
+                        // The field is not persisted: a recovered key's
+                        // is zero, which the keyspace reads as "as old
+                        // as the store's opening".
+                        Entry::new(hash, candidate.offset, 0),
                         entry_hash,
                     );
                     keys += 1;

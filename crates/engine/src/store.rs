@@ -212,18 +212,76 @@ impl Store {
 
     /// Inserts or replaces; `Ok(true)` when the key is new. On return the
     /// write is durable in the configured mode.
+    /// A new key's access field is 0; a replaced key keeps its own.
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
-        write::put(&self.state, key, value)
+        write::put(&self.state, key, value, |old| old.unwrap_or(0))
+    }
+
+    /// `put`, with the key's access field set to `access(old)` (old: None
+    /// for a new key). The field is 24 bits (`ACCESS_BITS`) the engine
+    /// keeps beside each key in DRAM, never persisted, for the layer above
+    /// to give a meaning (the keyspace's LRU clock or LFU counter).
+    pub fn put_with_access(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        access: impl FnOnce(Option<u32>) -> u32,
+    ) -> Result<bool> {
+        write::put(&self.state, key, value, access)
     }
 
     /// The value of `key`, copied out. Verifies the record's checksum.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        read::get(&self.state, key)
+        read::get(&self.state, key, |old| old)
     }
 
     /// The value of `key` in place, without copying. Verifies the checksum.
     pub fn get_ref(&self, key: &[u8]) -> Result<Option<ValueRef<'_>>> {
-        read::get_ref(&self.state, key)
+        read::get_ref(&self.state, key, |old| old)
+    }
+
+    /// `get`, changing the key's access field to `touch(old)` (stored only
+    /// if it changes).
+    pub fn get_touching(
+        &self,
+        key: &[u8],
+        touch: impl FnOnce(u32) -> u32,
+    ) -> Result<Option<Vec<u8>>> {
+        read::get(&self.state, key, touch)
+    }
+
+    /// `get_ref`, changing the key's access field to `touch(old)` (stored
+    /// only if it changes).
+    pub fn get_ref_touching(
+        &self,
+        key: &[u8],
+        touch: impl FnOnce(u32) -> u32,
+    ) -> Result<Option<ValueRef<'_>>> {
+        read::get_ref(&self.state, key, touch)
+    }
+
+    /// `key`'s access field (None: no such key), read without changing it.
+    pub fn access(&self, key: &[u8]) -> Option<u32> {
+        read::access(&self.state, key)
+    }
+
+    /// Sets `key`'s access field to `touch(old)`; false if there is no
+    /// such key.
+    pub fn touch(&self, key: &[u8], touch: impl FnOnce(u32) -> u32) -> bool {
+        read::lookup_touching(&self.state, key, touch).is_some()
+    }
+
+    /// Up to `count` keys and their access fields from a random place in
+    /// the index that `start` picks (for sampled eviction: pass a random
+    /// number). Cheap: one or a few shards' read locks.
+    pub fn sample(&self, start: u64, count: usize) -> Vec<(Vec<u8>, u32)> {
+        read::sample(&self.state, start, count)
+    }
+
+    /// Bytes of live records (what `stats().live_bytes` reports), read
+    /// without gathering the other statistics.
+    pub fn live_bytes(&self) -> u64 {
+        self.state.space.live_bytes()
     }
 
     /// Removes `key`; `Ok(true)` when it existed. Durable on return.

@@ -29,15 +29,21 @@ use crate::store_state::StoreState;
 use crate::{Error, Result};
 
 /// Inserts or replaces; true when the key is new. Durable in the
-/// configured mode on return.
-pub fn put(store: &StoreState, key: &[u8], value: &[u8]) -> Result<bool> {
+/// configured mode on return. `access` gives the key's access field from
+/// its old one (None: a new key); it runs under the shard's write lock.
+pub fn put(
+    store: &StoreState,
+    key: &[u8],
+    value: &[u8],
+    access: impl FnOnce(Option<u32>) -> u32,
+) -> Result<bool> {
     check_sizes(key, value)?;
     let hash = hash_key(key);
     // Pinned from append to publish: an index image waits for every
     // write in flight to be published (`image_writer.rs`).
     let guard = crossbeam_epoch::pin();
     let (offset, seq) = append(store, key, value, None)?;
-    let is_new = publish(store, hash, key, offset, seq);
+    let is_new = publish(store, hash, key, offset, seq, access);
     drop(guard);
     store.syncer.after_write(store.region())?;
     Ok(is_new)
@@ -49,13 +55,13 @@ pub fn delete(store: &StoreState, key: &[u8]) -> Result<bool> {
     let region = store.region();
     let mut table = store.index.shard(hash).write();
     let Ok(occupied) = table.find_entry(hash, |e| {
-        e.hash == hash && record::has_key(region, PmemOffset(e.offset), key)
+        e.hash == hash && record::has_key(region, PmemOffset(e.offset()), key)
     }) else {
         return Ok(false);
     };
     let (entry, _) = occupied.remove();
     store.keys.add(shard_of(hash), -1);
-    append::retire(store, entry.offset);
+    append::retire(store, entry.offset());
     drop(table);
     store.syncer.after_write(region)?;
     Ok(true)
@@ -75,10 +81,10 @@ pub fn update_word<R>(
     let table = store.index.shard(hash).read();
     let entry = table
         .find(hash, |e| {
-            e.hash == hash && record::has_key(region, PmemOffset(e.offset), key)
+            e.hash == hash && record::has_key(region, PmemOffset(e.offset()), key)
         })
         .ok_or(Error::KeyNotFound)?;
-    let at = PmemOffset(entry.offset);
+    let at = PmemOffset(entry.offset());
     // As a read would: a header on a page damaged beyond repair, or whose
     // lengths run past the file, says nothing a write may trust.
     let header = read::checked_header(store, at)?;
@@ -129,7 +135,14 @@ pub(crate) fn append(
 
 /// Makes `offset`'s record the indexed version of `key` unless a newer
 /// one is already there; retires whichever lost. Returns true for a new key.
-fn publish(store: &StoreState, hash: u64, key: &[u8], offset: u64, seq: u64) -> bool {
+fn publish(
+    store: &StoreState,
+    hash: u64,
+    key: &[u8],
+    offset: u64,
+    seq: u64,
+    access: impl FnOnce(Option<u32>) -> u32,
+) -> bool {
     let region = store.region();
     // Invariant 2: what the index is about to name is a record recovery
     // would accept.
@@ -139,10 +152,10 @@ fn publish(store: &StoreState, hash: u64, key: &[u8], offset: u64, seq: u64) -> 
     );
     let mut table = store.index.shard(hash).write();
     match table.find_entry(hash, |e| {
-        e.hash == hash && record::has_key(region, PmemOffset(e.offset), key)
+        e.hash == hash && record::has_key(region, PmemOffset(e.offset()), key)
     }) {
         Ok(mut occupied) => {
-            let old = occupied.get().offset;
+            let old = occupied.get().offset();
             let old_seq = record::read_header(region, PmemOffset(old)).seq;
             if old_seq > seq {
                 append::retire(store, offset);
@@ -154,7 +167,9 @@ fn publish(store: &StoreState, hash: u64, key: &[u8], offset: u64, seq: u64) -> 
                     old_seq < seq,
                     "invariant 4: publishing seq {seq} over seq {old_seq} for the same key"
                 );
-                occupied.get_mut().offset = offset;
+                let entry = occupied.get_mut();
+                entry.set_offset(offset);
+                entry.touch(|old| access(Some(old)));
                 append::retire(store, old);
                 // Invariant 3: retired (durably: retire persists the bit)
                 // before the shard lock lets anyone see the new version.
@@ -166,9 +181,11 @@ fn publish(store: &StoreState, hash: u64, key: &[u8], offset: u64, seq: u64) -> 
             false
         }
         Err(absent) => {
-            absent
-                .into_table()
-                .insert_unique(hash, Entry { hash, offset }, entry_hash);
+            absent.into_table().insert_unique(
+                hash,
+                Entry::new(hash, offset, access(None)),
+                entry_hash,
+            );
             store.keys.add(shard_of(hash), 1);
             true
         }

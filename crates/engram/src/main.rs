@@ -124,6 +124,10 @@ struct ServeArgs {
     /// Require AUTH with this password.
     #[arg(long)]
     requirepass: Option<String>,
+    /// yes (the default, as Redis): without a password, only clients on
+    /// the loopback interface are served; no: any client.
+    #[arg(long)]
+    protected_mode: Option<String>,
     #[arg(long)]
     maxclients: Option<usize>,
     /// Close clients idle this many seconds (0: never).
@@ -167,13 +171,14 @@ fn serve(args: ServeArgs) -> Result<()> {
         Some(path) => engram_server::Config::from_file(path).map_err(anyhow::Error::msg)?,
         None => engram_server::Config::default(),
     };
-    let overrides: [(&str, Option<String>); 16] = [
+    let overrides: [(&str, Option<String>); 17] = [
         ("bind", args.bind),
         ("port", args.port.map(|p| p.to_string())),
         ("dir", args.dir.map(|d| d.display().to_string())),
         ("durability", args.durability),
         ("mode", args.mode),
         ("requirepass", args.requirepass),
+        ("protected-mode", args.protected_mode),
         ("maxclients", args.maxclients.map(|n| n.to_string())),
         ("timeout", args.timeout.map(|n| n.to_string())),
         ("loglevel", args.loglevel),

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use engram_engine::Store;
 use parking_lot::Mutex;
 
+use super::access::AccessTracking;
 use super::value::{decode, Meta};
 use super::{Error, Result};
 
@@ -67,12 +68,15 @@ pub fn db_of(ekey: &[u8]) -> usize {
 /// Writes `value` under `ekey` and brings the key group's books up to date.
 pub fn apply_put(
     store: &Store,
+    access: &AccessTracking,
     slot: &KeyGroup,
     group: &mut GroupState,
     ekey: &[u8],
     value: &[u8],
 ) -> Result<()> {
-    let created = store.put(ekey, value).map_err(Error::Engine)?;
+    let created = store
+        .put_with_access(ekey, value, |old| access.on_write(old))
+        .map_err(Error::Engine)?;
     let db = db_of(ekey);
     if created {
         slot.counts[db].fetch_add(1, Ordering::Relaxed);
@@ -150,6 +154,7 @@ pub fn set_expiry(slot: &KeyGroup, group: &mut GroupState, ekey: &[u8], expire_a
 
 /// Raises the flag of every client watching `ekey`.
 pub fn touch(group: &GroupState, ekey: &[u8]) {
+    crate::modified::note(ekey);
     for watcher in &group.watchers {
         if &*watcher.key == ekey {
             watcher.flag.store(true, Ordering::Release);

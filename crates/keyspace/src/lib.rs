@@ -21,11 +21,15 @@
 
 #![forbid(unsafe_code)]
 
+pub mod access;
 mod db_map;
 pub mod durability;
+pub mod expired;
 pub mod format;
+mod functions_record;
 mod journal;
 mod key_groups;
+pub mod modified;
 mod open;
 mod txn;
 pub mod value;
@@ -41,6 +45,7 @@ use engram_engine::{Store, MAX_KEY_BYTES};
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
+pub use access::AccessTracking;
 use db_map::DbMap;
 pub use durability::{Durability, GroupCommit, SyncStats, Ticket};
 pub use engram_collections::types::{Kind as CKind, Object};
@@ -140,6 +145,22 @@ pub struct Keyspace {
     /// Wakes clients blocked on collection keys (BLPOP...) after writes.
     written: Box<[WrittenBucket]>,
     pub stats: KeyspaceStats,
+    /// What the keys' access fields mean, and the clock they count by.
+    pub access: AccessTracking,
+    /// Keys expiry deleted, for the server's notifications (off unless asked).
+    pub expired: expired::ExpiredKeys,
+}
+
+/// A key eviction may take (see [`Keyspace::eviction_sample`]).
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    /// The key as stored (its prefix from the database map, not a
+    /// client's database number): what [`Keyspace::evict`] takes.
+    pub ekey: Vec<u8>,
+    /// Its access field (0 when the sample did not ask for it).
+    pub access: u32,
+    /// Its expiry time (Unix ms), if it has one and the sample knows it.
+    pub expire_at: Option<u64>,
 }
 
 /// Clients waiting for a write to any collection key of this bucket.
@@ -211,6 +232,8 @@ impl Keyspace {
                 .map(|_| WrittenBucket::default())
                 .collect(),
             stats: KeyspaceStats::default(),
+            access: AccessTracking::new(now_ms()),
+            expired: expired::ExpiredKeys::default(),
         };
         let intents = keyspace.rebuild()?;
         keyspace.replay(intents)?;
@@ -525,17 +548,27 @@ impl Keyspace {
         now_ms: u64,
         f: impl FnOnce(Meta, &[u8]) -> R,
     ) -> Result<Option<R>> {
+        self.access.observe(now_ms);
+        let touch = |old| self.access.on_access(old);
         // A SWAPDB between the translation and the reads would have read
         // the other database: read again.
         let (ekey, string, collection) = loop {
             let version = self.db_map.begin();
             let ekey = self.physical_ekey(db, key)?;
-            let string = self.store.get_ref(&ekey).map_err(Error::Engine)?;
+            let string = self
+                .store
+                .get_ref_touching(&ekey, touch)
+                .map_err(Error::Engine)?;
             // Not a string: a collection shows its kind and expiry, with
             // no payload.
             let collection = match string {
                 Some(_) => None,
-                None => self.collection_meta(&ekey),
+                None => self.collections.read(&ekey, |e| {
+                    e.map(|e| {
+                        e.access.touch(touch);
+                        Meta::collection(e.object.kind(), e.expire_at_ms)
+                    })
+                }),
             };
             if self.db_map.unchanged(version) {
                 break (ekey, string, collection);
@@ -589,6 +622,7 @@ impl Keyspace {
             /// A SWAPDB came between the translation and the read.
             Swapped,
         }
+        self.access.observe(now_ms);
         let mut f = Some(f);
         loop {
             let version = self.db_map.begin();
@@ -601,7 +635,10 @@ impl Keyspace {
                     None => Found::Absent,
                     Some(e) if e.expire_at_ms != 0 && e.expire_at_ms <= now_ms => Found::Expired,
                     Some(e) if e.object.kind() != kind => Found::OtherKind,
-                    Some(e) => Found::Reply((f.take().expect("called once"))(Some(&e.object))),
+                    Some(e) => {
+                        e.access.touch(|old| self.access.on_access(old));
+                        Found::Reply((f.take().expect("called once"))(Some(&e.object)))
+                    }
                 }
             });
             match found {
@@ -634,6 +671,31 @@ impl Keyspace {
         }
     }
 
+    /// Counts (and, when asked, notes) stored key `ekey`, just deleted
+    /// because it expired.
+    pub(crate) fn expired_one(&self, ekey: &[u8]) {
+        self.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
+        if self.expired.is_recording() {
+            if let Some((db, key)) = self.client_key(ekey) {
+                self.expired.note(db, key);
+            }
+        }
+    }
+
+    /// The client database number and key of stored key `stored`; None
+    /// for a key of a hidden database or a reserved record.
+    pub fn client_key<'a>(&self, stored: &'a [u8]) -> Option<(usize, &'a [u8])> {
+        let (&prefix, key) = stored.split_first()?;
+        if journal::is_intent_key(stored)
+            || format::is_format_key(stored)
+            || db_map::is_map_key(stored)
+        {
+            return None;
+        }
+        let db = self.db_map.logical(prefix as usize);
+        (db < self.databases).then_some((db, key))
+    }
+
     /// Deletes `ekey` if it has expired by `now_ms`; true if it did.
     fn expire_if_due(&self, ekey: &[u8], now_ms: u64) -> Result<bool> {
         let slot = self.slot(ekey);
@@ -641,7 +703,7 @@ impl Keyspace {
         match self.meta_any(ekey)? {
             Some(meta) if meta.is_expired(now_ms) => {
                 self.delete_any(slot, &mut group, ekey)?;
-                self.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
+                self.expired_one(ekey);
                 Ok(true)
             }
             _ => Ok(false),
@@ -858,6 +920,155 @@ impl Keyspace {
         }
     }
 
+    /// The access field of `key` (see `access`), read without touching it;
+    /// None when there is no such key.
+    pub fn access_of(&self, db: usize, key: &[u8], now_ms: u64) -> Result<Option<u32>> {
+        self.access.observe(now_ms);
+        loop {
+            let version = self.db_map.begin();
+            let ekey = self.physical_ekey(db, key)?;
+            let field = match self.store.access(&ekey) {
+                Some(field) => Some(field),
+                None => self.collections.read(&ekey, |e| e.map(|e| e.access.get())),
+            };
+            if self.db_map.unchanged(version) {
+                return Ok(field);
+            }
+        }
+    }
+
+    /// Sets the access field of `key` (RESTORE's IDLETIME and FREQ); false
+    /// when there is no such key.
+    pub fn set_access(&self, db: usize, key: &[u8], field: u32) -> Result<bool> {
+        // Lock-free, as reads are (inside EXEC the caller holds the key's
+        // group already): redone if a SWAPDB came between.
+        loop {
+            let version = self.db_map.begin();
+            let ekey = self.physical_ekey(db, key)?;
+            let found = self.store.touch(&ekey, |_| field)
+                || self.collections.read(&ekey, |e| {
+                    e.map(|e| {
+                        e.access.touch(|_| field);
+                    })
+                    .is_some()
+                });
+            if self.db_map.unchanged(version) {
+                return Ok(found);
+            }
+        }
+    }
+
+    /// About `count` keys eviction may choose from, taken at a random place:
+    /// from every key of the visible databases (both stores, each in
+    /// proportion to its share of the keys), or with `volatile` only from
+    /// keys with an expiry time (their expiry always known). `fields`: also
+    /// read each key's access field. As Redis's `evictionPoolPopulate`
+    /// samples `maxmemory-samples` keys with `dictGetSomeKeys`.
+    pub fn eviction_sample(&self, volatile: bool, count: usize, fields: bool) -> Vec<Candidate> {
+        let start: u64 = rand::random();
+        let visible = |ekey: &[u8]| {
+            self.is_visible(ekey)
+                && !journal::is_intent_key(ekey)
+                && !format::is_format_key(ekey)
+                && !db_map::is_map_key(ekey)
+        };
+        if volatile {
+            let mut found = Vec::with_capacity(count);
+            for step in 0..KEY_GROUPS {
+                let group = &self.groups[(start as usize + step) % KEY_GROUPS];
+                if group
+                    .expiring
+                    .iter()
+                    .all(|n| n.load(Ordering::Relaxed) <= 0)
+                {
+                    continue;
+                }
+                let state = group.lock.lock();
+                let len = state.expires.len();
+                if len == 0 {
+                    continue;
+                }
+                let skip = (start >> 32) as usize % len;
+                found.extend(
+                    state
+                        .expires
+                        .iter()
+                        .skip(skip)
+                        .chain(state.expires.iter().take(skip))
+                        .filter(|(k, _)| visible(k))
+                        .take(count - found.len())
+                        .map(|(k, &at)| Candidate {
+                            ekey: k.to_vec(),
+                            access: 0,
+                            expire_at: Some(at),
+                        }),
+                );
+                drop(state);
+                if found.len() >= count {
+                    break;
+                }
+            }
+            if fields {
+                for candidate in &mut found {
+                    candidate.access = match self.store.access(&candidate.ekey) {
+                        Some(field) => field,
+                        None => self
+                            .collections
+                            .read(&candidate.ekey, |e| e.map_or(0, |e| e.access.get())),
+                    };
+                }
+            }
+            return found;
+        }
+        let collections = self.collections.len();
+        let strings = self.store.len();
+        if collections > 0 && start % (collections + strings).max(1) < collections {
+            return self
+                .collections
+                .sample(start.rotate_left(17), count)
+                .into_iter()
+                .filter(|(k, _, _)| visible(k))
+                .map(|(ekey, access, at)| Candidate {
+                    ekey,
+                    access,
+                    expire_at: (at != 0).then_some(at),
+                })
+                .collect();
+        }
+        self.store
+            .sample(start, count)
+            .into_iter()
+            .filter(|(k, _)| visible(k))
+            .map(|(ekey, access)| Candidate {
+                ekey,
+                access,
+                expire_at: None,
+            })
+            .collect()
+    }
+
+    /// Whether any key of the visible databases (with `volatile`: any with
+    /// an expiry time) is left for eviction to take.
+    pub fn has_evictable(&self, volatile: bool) -> bool {
+        (0..self.databases).any(|db| {
+            if volatile {
+                self.expiring(db) > 0
+            } else {
+                self.dbsize(db) > 0
+            }
+        })
+    }
+
+    /// Deletes `ekey` for eviction: a normal delete under its key group's
+    /// lock (WATCH flags raised, counts and expiry index kept), made
+    /// durable by the caller's group-commit ticket like any write. False
+    /// if it was gone already.
+    pub fn evict(&self, ekey: &[u8]) -> Result<bool> {
+        let slot = self.slot(ekey);
+        let mut group = slot.lock.lock();
+        self.delete_any(slot, &mut group, ekey)
+    }
+
     /// For blocking commands: registers for a wakeup after the next write
     /// to collection `key` of `db`. Register, *then* check the key, then
     /// await [`WrittenWaiter::notified`] (created before the check): a
@@ -936,6 +1147,8 @@ impl Keyspace {
     /// Redis's active expiry cycle; returns how many it deleted. Stripes
     /// whose earliest expiry lies ahead are skipped without locking.
     pub fn expire_cycle(&self, now_ms: u64, deadline: Instant) -> Result<u64> {
+        // The access clock moves even while no client calls.
+        self.access.observe(now_ms);
         let mut deleted = 0;
         let start = self.expire_cursor.load(Ordering::Relaxed);
         for step in 0..KEY_GROUPS {
@@ -953,7 +1166,7 @@ impl Keyspace {
                 .collect();
             for ekey in due {
                 self.delete_any(slot, &mut group, &ekey)?;
-                self.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
+                self.expired_one(&ekey);
                 deleted += 1;
             }
             let next = group.expires.values().copied().min().unwrap_or(u64::MAX);
@@ -1042,6 +1255,7 @@ pub(crate) fn is_reserved(ekey: &[u8]) -> bool {
     ekey.is_empty()
         || format::is_format_key(ekey)
         || db_map::is_map_key(ekey)
+        || functions_record::is_functions_key(ekey)
         || journal::is_intent_key(ekey)
 }
 
@@ -1472,5 +1686,99 @@ mod tests {
             ks.store().get(&format::KEY).unwrap().as_deref(),
             Some(&format::encode()[..])
         );
+    }
+
+    fn open_keyspace(dir: &std::path::Path) -> Arc<Keyspace> {
+        let (store, collections) = open_stores_for_tests(dir);
+        Keyspace::open(store, collections, 16, Durability::Process).unwrap()
+    }
+
+    fn put_string(ks: &Keyspace, key: &[u8], expire_at: Option<u64>) {
+        let mut txn = ks.lock([(0, key)], false).unwrap();
+        txn.put_string(0, key, b"v", expire_at).unwrap();
+        txn.commit().unwrap();
+    }
+
+    fn put_set(ks: &Keyspace, key: &[u8]) {
+        let mut txn = ks.lock([(0, key)], false).unwrap();
+        txn.log(vec![Op::Replace {
+            key: ckey(0, key).unwrap(),
+            object: set_of(&["m"]),
+        }])
+        .unwrap();
+        txn.commit().unwrap();
+    }
+
+    /// Reads touch both stores' fields (strings in the engine's index,
+    /// collections in their entries); reads inside `without_touching` and
+    /// `access_of` do not; RESTORE's `set_access` sets them.
+    #[test]
+    fn reads_touch_access_fields_in_both_stores_unless_told_not_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let ks = open_keyspace(dir.path());
+        let t0 = now_ms();
+        put_string(&ks, b"s", None);
+        put_set(&ks, b"c");
+        for key in [b"s".as_slice(), b"c"] {
+            assert!(ks.set_access(0, key, 3).unwrap());
+            // A read 10 s later (the clock follows the time commands see).
+            let later = t0 + 10_000;
+            access::without_touching(true, || {
+                ks.read(0, key, later, |_, _| ()).unwrap();
+            });
+            assert_eq!(ks.access_of(0, key, later).unwrap(), Some(3));
+            ks.read(0, key, later, |_, _| ()).unwrap();
+            let field = ks.access_of(0, key, later).unwrap().unwrap();
+            assert_eq!(field, ks.access.lru_clock());
+            assert!(ks.access.idle_ms(field) < 1000);
+        }
+        assert!(!ks.set_access(0, b"absent", 3).unwrap());
+        assert_eq!(ks.access_of(0, b"absent", t0).unwrap(), None);
+    }
+
+    /// A volatile sample holds only keys with an expiry; an all-keys
+    /// sample draws from both stores; eviction is a counted, watched delete.
+    #[test]
+    fn eviction_samples_and_deletes_through_the_keyspace() {
+        let dir = tempfile::tempdir().unwrap();
+        let ks = open_keyspace(dir.path());
+        let far = now_ms() + 3_600_000;
+        for i in 0..200u32 {
+            let key = format!("k{i}");
+            put_string(
+                &ks,
+                key.as_bytes(),
+                (i % 10 == 0).then_some(far + u64::from(i)),
+            );
+        }
+        for i in 0..200u32 {
+            put_set(&ks, format!("c{i}").as_bytes());
+        }
+        let (mut strings, mut sets) = (0, 0);
+        for _ in 0..100 {
+            let sample = ks.eviction_sample(true, 5, true);
+            assert_eq!(sample.len(), 5);
+            for c in &sample {
+                assert!(c.expire_at.is_some());
+                let n: u32 = std::str::from_utf8(&c.ekey[2..]).unwrap().parse().unwrap();
+                assert_eq!((c.ekey[1], n % 10), (b'k', 0), "{:?}", c.ekey);
+            }
+            for c in ks.eviction_sample(false, 5, true) {
+                match c.ekey[1] {
+                    b'k' => strings += 1,
+                    b'c' => sets += 1,
+                    other => panic!("not a client key: {other}"),
+                }
+            }
+        }
+        assert!(strings > 50 && sets > 50, "{strings} strings, {sets} sets");
+        let flag = Arc::new(AtomicBool::new(false));
+        ks.watch(0, b"c7", &flag).unwrap();
+        assert!(ks.evict(&ekey(0, b"c7").unwrap()).unwrap());
+        assert!(ks.evict(&ekey(0, b"k10").unwrap()).unwrap());
+        assert!(!ks.evict(&ekey(0, b"k10").unwrap()).unwrap());
+        assert!(flag.load(Ordering::Acquire), "WATCH sees an eviction");
+        assert_eq!(ks.dbsize(0), 398);
+        assert_eq!(ks.expiring(0), 19);
     }
 }

@@ -127,6 +127,18 @@ impl<'a> Txn<'a> {
         self.batch.is_some()
     }
 
+    pub(crate) fn holds_every_group(&self) -> bool {
+        self.guards.len() == super::KEY_GROUPS
+    }
+
+    pub(crate) fn keyspace(&self) -> &'a Keyspace {
+        self.ks
+    }
+
+    pub(crate) fn mark_wrote(&mut self) {
+        self.wrote = true;
+    }
+
     /// Whether anything was written (the reply must wait for durability).
     pub fn wrote(&self) -> bool {
         self.wrote
@@ -168,7 +180,13 @@ impl<'a> Txn<'a> {
                 return Ok(stored.filter(|s| !s.meta.is_expired(now_ms)));
             }
         }
-        let Some(value) = self.ks.store.get(ekey).map_err(Error::Engine)? else {
+        self.ks.access.observe(now_ms);
+        let access = &self.ks.access;
+        let touched = self
+            .ks
+            .store
+            .get_touching(ekey, |old| access.on_access(old));
+        let Some(value) = touched.map_err(Error::Engine)? else {
             return Ok(None);
         };
         let stored = Stored::new(value)?;
@@ -176,7 +194,7 @@ impl<'a> Txn<'a> {
             let ks = self.ks;
             let (index, group) = group_of(&mut self.guards, ekey)?;
             apply_delete(&ks.store, &ks.groups[index], group, ekey)?;
-            self.ks.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
+            self.ks.expired_one(ekey);
             self.wrote = true;
             return Ok(None);
         }
@@ -185,14 +203,16 @@ impl<'a> Txn<'a> {
 
     /// The live collection at `ekey` as a `Stored` (kind and expiry).
     fn collection_stored(&mut self, ekey: &[u8], now_ms: u64) -> Result<Option<Stored>> {
-        let Some((kind, expire_at)) =
-            self.peek_collection(ekey, |e| (e.object.kind(), e.expire_at_ms))
-        else {
+        let access = &self.ks.access;
+        let Some((kind, expire_at)) = self.peek_collection(ekey, |e| {
+            e.access.touch(|old| access.on_access(old));
+            (e.object.kind(), e.expire_at_ms)
+        }) else {
             return Ok(None);
         };
         if expire_at != 0 && expire_at <= now_ms {
             self.log_stored(vec![Op::Delete { key: ekey.into() }])?;
-            self.ks.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
+            self.ks.expired_one(ekey);
             return Ok(None);
         }
         Ok(Some(Stored::collection(Meta::collection(kind, expire_at))))
@@ -350,12 +370,21 @@ impl<'a> Txn<'a> {
             }
             _ => {}
         }
+        if before.is_none() && after.is_some() {
+            // A new collection (or one a Replace rebuilt): a new key's
+            // access field, as Redis's `createObject` gives.
+            let fresh = self.ks.access.fresh();
+            self.peek_collection(ekey, |e| e.access.touch(|_| fresh));
+        }
         let ks = self.ks;
         let (index, group) = group_of(&mut self.guards, ekey)?;
         let slot = &ks.groups[index];
         set_expiry(slot, group, ekey, after.filter(|&at| at != 0));
         touch(group, ekey);
-        if after.is_some() {
+        // A key that goes wakes its waiters too: XREADGROUP ends its wait
+        // with an error when its stream is deleted (a list pop tries again
+        // and waits on).
+        if after.is_some() || before.is_some() {
             ks.signal_stored(ekey);
         }
         Ok(())
@@ -602,7 +631,7 @@ impl<'a> Txn<'a> {
         }
         let slot = &ks.groups[index];
         match value {
-            Some(value) => apply_put(&ks.store, slot, group, ekey, value)?,
+            Some(value) => apply_put(&ks.store, &ks.access, slot, group, ekey, value)?,
             None => {
                 apply_delete(&ks.store, slot, group, ekey)?;
             }

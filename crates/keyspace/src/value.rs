@@ -23,6 +23,7 @@ pub enum Kind {
     Set,
     SortedSet,
     List,
+    Stream,
 }
 
 impl Kind {
@@ -34,6 +35,7 @@ impl Kind {
             Kind::Set => "set",
             Kind::SortedSet => "zset",
             Kind::List => "list",
+            Kind::Stream => "stream",
         }
     }
 
@@ -44,6 +46,7 @@ impl Kind {
             Kind::Set => 2,
             Kind::SortedSet => 3,
             Kind::List => 4,
+            Kind::Stream => 5,
         }
     }
 
@@ -54,6 +57,7 @@ impl Kind {
             C::Set => Kind::Set,
             C::SortedSet => Kind::SortedSet,
             C::List => Kind::List,
+            C::Stream => Kind::Stream,
         }
     }
 
@@ -65,6 +69,7 @@ impl Kind {
             Kind::Hash | Kind::Set => "hashtable",
             Kind::SortedSet => "skiplist",
             Kind::List => "quicklist",
+            Kind::Stream => "stream",
         }
     }
 }
@@ -126,6 +131,7 @@ impl Meta {
             2 => Kind::Set,
             3 => Kind::SortedSet,
             4 => Kind::List,
+            5 => Kind::Stream,
             _ => Kind::String,
         }
     }

@@ -235,3 +235,47 @@ fn writers_racing_swaps_lose_nothing() {
         .unwrap();
     assert_eq!(a + b, 2 * EACH, "swaps: {swaps}");
 }
+
+/// Access fields and eviction follow the database map: OBJECT IDLETIME's
+/// and RESTORE's fields are found under the number a key is in now, and
+/// eviction samples only databases clients can select, deleting through
+/// the stored key.
+#[test]
+fn access_fields_and_eviction_follow_swaps_and_skip_hidden_databases() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let ks = open(dir.path(), 8);
+        // After the swap, database 1's keys are stored under prefix 5 and
+        // database 5's (hidden once reopened with 2) under prefix 1.
+        set(&ks, 5, b"s", b"v", None);
+        sadd(&ks, 5, b"c", b"m");
+        set(&ks, 1, b"hidden", b"v", None);
+        swap(&ks, 1, 5);
+        assert!(ks.set_access(1, b"s", 7).unwrap());
+        assert!(ks.set_access(1, b"c", 9).unwrap());
+        assert!(!ks.set_access(5, b"s", 7).unwrap());
+        let now = now_ms();
+        assert_eq!(ks.access_of(1, b"s", now).unwrap(), Some(7));
+        assert_eq!(ks.access_of(1, b"c", now).unwrap(), Some(9));
+        assert_eq!(ks.access_of(5, b"s", now).unwrap(), None);
+        Keyspace::close(ks).unwrap();
+    }
+    // Reopened with 2 databases: db 5's key is hidden and never sampled.
+    let ks = open(dir.path(), 2);
+    let mut evicted = 0;
+    for _ in 0..100 {
+        for candidate in ks.eviction_sample(false, 16, true) {
+            assert_ne!(ks.client_key_name(&candidate.ekey), b"db5:hidden".to_vec());
+            if ks.evict(&candidate.ekey).unwrap() {
+                evicted += 1;
+            }
+        }
+        if ks.dbsize(1) == 0 {
+            break;
+        }
+    }
+    assert_eq!(evicted, 2, "both keys of db 1, through their stored keys");
+    assert_eq!(ks.dbsize(1), 0);
+    assert_eq!(get(&ks, 1, b"s"), None);
+    assert_eq!(members(&ks, 1, b"c"), 0);
+}

@@ -68,6 +68,10 @@ pub struct ClientInfo {
     subscriptions: [AtomicU32; 3],
     /// In MONITOR mode (flag `O`).
     pub monitor: AtomicBool,
+    /// The connection's outbox while it has one (subscriptions, MONITOR,
+    /// tracking): where another client's tracking invalidations redirected
+    /// here are queued. Weak: the outbox holds this info.
+    pub outbox: Mutex<Option<std::sync::Weak<crate::outbox::Outbox>>>,
 }
 
 /// `ClientInfo::block`: not in a blocking command's wait.
@@ -284,6 +288,7 @@ impl Registry {
             unblock: Notify::new(),
             subscriptions: Default::default(),
             monitor: AtomicBool::new(false),
+            outbox: Mutex::new(None),
         });
         clients.insert(id, info.clone());
         Some(info)

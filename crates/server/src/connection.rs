@@ -40,7 +40,7 @@ use crate::commands::{
 use crate::outbox::Outbox;
 use crate::output_limit::Class;
 use crate::resp::{ReplyWriter, RequestParser, Step};
-use crate::session::{InLine, Session};
+use crate::session::{Blocked, InLine, Session};
 use crate::shared::Shared;
 
 const READ_CHUNK: usize = 16 * 1024;
@@ -68,6 +68,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, info: Arc<ClientI
     }
     unwatch_all(&shared, &mut session);
     leave_pubsub_and_monitor(&shared, &mut session);
+    shared.tracking.disable(info.id);
     shared.clients.unregister(info.id);
 }
 
@@ -123,6 +124,10 @@ async fn run(
             Event::Read(0) => return Ok(()),
             Event::Read(read) => read,
             Event::Outbox => {
+                // Let the publishers that are running now add theirs
+                // first: one write then carries what one event-loop pass
+                // of Redis's would, not one message per syscall.
+                tokio::task::yield_now().await;
                 deliver(shared, stream, session, out).await?;
                 continue;
             }
@@ -143,6 +148,9 @@ async fn run(
                         if !wait_unpaused(shared, stream, session, out, until, may_write).await? {
                             return Ok(());
                         }
+                    }
+                    if must_wait_for_script(shared, parser.args(&buf[offset..])) {
+                        wait_for_script(shared).await;
                     }
                     execute(shared, session, out, parser.args(&buf[offset..]));
                     offset += consumed;
@@ -280,6 +288,30 @@ fn held_by_pause(
         .map(|until| (until, may_write))
 }
 
+/// Whether this command must wait for the script running (it needs the
+/// keyspace the script holds, or it could see the script half done):
+/// anything but the few commands Redis runs while a script is busy. One
+/// atomic load when no script runs.
+fn must_wait_for_script(shared: &Shared, args: crate::resp::Args) -> bool {
+    if !shared.scripting.running.is_active() {
+        return false;
+    }
+    lookup(args.get(0)).is_some_and(|(_, spec)| !crate::commands::allowed_while_busy(spec, &args))
+}
+
+/// Waits, without holding a worker thread, until the script running ends
+/// or runs past `busy-reply-threshold` (then the command gets BUSY).
+async fn wait_for_script(shared: &Shared) {
+    let scripting = &shared.scripting;
+    while let Some(elapsed_ms) = scripting.running.elapsed_ms() {
+        let threshold_ms = scripting.busy_threshold_ms();
+        if threshold_ms > 0 && elapsed_ms >= threshold_ms {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 /// Waits out CLIENT PAUSE (until `until`, CLIENT UNPAUSE, or a new
 /// pause's deadline); false when the connection must close instead.
 async fn wait_unpaused(
@@ -367,6 +399,7 @@ async fn wait_unblocked(
         // (which then took nothing).
         if let Some(how) = wait.unblock_requested() {
             reply_unblocked(out, how, blocked.on_timeout);
+            count_ended_wait(shared, session, &blocked, how == Unblock::Error);
             return Ok(true);
         }
 
@@ -421,10 +454,17 @@ async fn wait_unblocked(
                 _ = &mut sleep, if deadline.is_some() => {
                     // An unblock that came as the deadline passed still
                     // decides the reply (CLIENT UNBLOCK ... ERROR said 1).
-                    match wait.finish() {
-                        Some(how) => reply_unblocked(out, how, blocked.on_timeout),
-                        None => (blocked.on_timeout)(out),
-                    }
+                    let failed = match wait.finish() {
+                        Some(how) => {
+                            reply_unblocked(out, how, blocked.on_timeout);
+                            how == Unblock::Error
+                        }
+                        None => {
+                            (blocked.on_timeout)(out);
+                            false
+                        }
+                    };
+                    count_ended_wait(shared, session, &blocked, failed);
                     return Ok(true);
                 }
                 _ = &mut kill => return Ok(false),
@@ -441,6 +481,15 @@ async fn wait_unblocked(
                 }
             }
         }
+    }
+}
+
+/// Counts a blocked command whose wait ended without a retry (timed out,
+/// or CLIENT UNBLOCK): its first try, which blocked, was not counted.
+fn count_ended_wait(shared: &Shared, session: &Session, blocked: &Blocked, failed: bool) {
+    let args = blocked.command.args();
+    if let Some((index, _)) = lookup(args.get(0)) {
+        crate::commands::record_call(shared, session, index, &args, Instant::now(), failed);
     }
 }
 
@@ -461,12 +510,20 @@ async fn flush(
     session: &mut Session,
     out: &mut ReplyWriter,
 ) -> std::io::Result<()> {
+    if shared.tracking.active() {
+        // What ran outside `commands::execute` (a blocked command's retry,
+        // MIGRATE's delete), taken before this task awaits anything.
+        crate::tracking::invalidate_modified(shared, Some(session.info.id));
+    }
     if session.wrote {
         session.wrote = false;
         let commit = shared.keyspace.commit();
         if let Some(ticket) = commit.wrote() {
             commit.wait(ticket).await;
         }
+    }
+    if !session.notifications.is_empty() || shared.keyspace.expired.is_recording() {
+        crate::notify::publish_pending(shared, session);
     }
     if out.is_empty() {
         return Ok(());

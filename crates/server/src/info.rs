@@ -179,12 +179,13 @@ fn clients(shared: &Shared, out: &mut String) -> std::fmt::Result {
          cluster_connections:0\r\n\
          maxclients:{}\r\n\
          blocked_clients:{}\r\n\
-         tracking_clients:0\r\n",
+         tracking_clients:{}\r\n",
         shared.clients.len(),
         shared.runtime.maxclients.load(Ordering::Relaxed),
         // Waiting in BLPOP/BRPOP/BLMOVE/BRPOPLPUSH/BLMPOP right now, or
         // held by CLIENT PAUSE.
         shared.clients.blocked() + shared.pause.held(),
+        shared.tracking.counts().clients,
     )
 }
 
@@ -220,6 +221,7 @@ fn memory(shared: &Shared, out: &mut String) -> std::fmt::Result {
          maxmemory:{maxmemory}\r\n\
          maxmemory_human:{}\r\n\
          maxmemory_policy:{}\r\n\
+         mem_not_counted_for_evict:0\r\n\
          mem_allocator:mimalloc\r\n\
          lazyfree_pending_objects:0\r\n",
         usage.used(),
@@ -231,7 +233,7 @@ fn memory(shared: &Shared, out: &mut String) -> std::fmt::Result {
         usage.persistent_live,
         store.file_bytes,
         human_bytes(maxmemory),
-        shared.redis_param("maxmemory-policy"),
+        shared.memory_limit.policy().name(),
     )
 }
 
@@ -321,6 +323,8 @@ fn persistence(shared: &Shared, out: &mut String) -> std::fmt::Result {
 fn stats(shared: &Shared, out: &mut String) -> std::fmt::Result {
     let s = &shared.stats;
     let ks = &shared.keyspace.stats;
+    let (exceeded_total, exceeded_current) = shared.eviction.exceeded_ms();
+    let tracking = shared.tracking.counts();
     write!(
         out,
         "# Stats\r\n\
@@ -330,13 +334,18 @@ fn stats(shared: &Shared, out: &mut String) -> std::fmt::Result {
          total_net_output_bytes:{}\r\n\
          rejected_connections:{}\r\n\
          expired_keys:{}\r\n\
-         evicted_keys:0\r\n\
+         evicted_keys:{}\r\n\
+         total_eviction_exceeded_time:{}\r\n\
+         current_eviction_exceeded_time:{}\r\n\
          keyspace_hits:{}\r\n\
          keyspace_misses:{}\r\n\
          total_error_replies:{}\r\n\
          pubsub_channels:{}\r\n\
          pubsub_patterns:{}\r\n\
          pubsubshard_channels:{}\r\n\
+         tracking_total_keys:{}\r\n\
+         tracking_total_items:{}\r\n\
+         tracking_total_prefixes:{}\r\n\
          migrate_cached_sockets:{}\r\n\
          protocol_errors:{}\r\n",
         s.connections_received.load(Ordering::Relaxed),
@@ -345,12 +354,18 @@ fn stats(shared: &Shared, out: &mut String) -> std::fmt::Result {
         s.net_output_bytes.load(Ordering::Relaxed),
         s.rejected_connections.load(Ordering::Relaxed),
         ks.expired_keys.load(Ordering::Relaxed),
+        shared.eviction.evicted_keys.load(Ordering::Relaxed),
+        exceeded_total,
+        exceeded_current,
         ks.hits.load(Ordering::Relaxed),
         ks.misses.load(Ordering::Relaxed),
         s.commands.total_errors(),
         shared.pubsub.channel_count(),
         shared.pubsub.numpat(),
         shared.pubsub.shard_channel_count(),
+        tracking.keys,
+        tracking.items,
+        tracking.prefixes,
         shared.migrate_targets.len(),
         s.protocol_errors.load(Ordering::Relaxed),
     )

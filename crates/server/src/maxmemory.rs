@@ -1,22 +1,29 @@
-//! `maxmemory` under the `noeviction` policy: once the server uses more
-//! memory than the limit, the commands that may grow the data (Redis's
-//! "denyoom" commands: SET, LPUSH, SADD, ...) are refused with Redis's OOM
-//! error, and reads and deletions go on. Eviction (the LRU, LFU, random
-//! and TTL policies) is still to come, so those policies are refused by
-//! CONFIG (`redis_params`).
+//! `maxmemory`: the limit, its policy, and what "used memory" is. Once the
+//! server uses more memory than the limit, every command first evicts
+//! keys as the policy says (`eviction`); when nothing can be evicted
+//! (`noeviction`, or a `volatile-*` policy with no key that expires), the
+//! commands that may grow the data (Redis's "denyoom" commands: SET,
+//! LPUSH, SADD, ...) are refused with Redis's OOM error, and reads and
+//! deletions go on.
 //!
 //! "Used memory" ([`usage`]) is what the dataset costs on both sides of
 //! Engram's split: the DRAM the allocator holds (`engram_memory`; the
 //! resident size where that is not installed) plus the live persistent
-//! data. It is sampled at most every `SAMPLE_EVERY` on the request path (a
-//! limit is a threshold crossed over time, not per byte), and not at all
-//! while there is no limit.
+//! data. It is measured before every command when the counting allocator
+//! is installed (`used_now` is then one atomic load and a sum of striped
+//! counters), as Redis reads its allocator's count: a command right after
+//! one that went over the limit evicts (and a tracking client hears of the
+//! eviction before that command's reply). Without the counting allocator
+//! it is sampled at most every 100 ms (the resident size is read from
+//! /proc). Not at all while there is no limit.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 /// Redis 7.0's commands flagged `denyoom`, as Engram names them.
 pub const DENYOOM: &[&str] = &[
+    "xadd",
+    "xsetid",
     "append",
     "bitfield",
     "bitop",
@@ -73,7 +80,79 @@ pub const DENYOOM: &[&str] = &[
 
 pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
-const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+/// How long a sample of used memory stands: see the module docs.
+fn sample_every() -> Duration {
+    if engram_memory::allocated().is_some() {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(100)
+    }
+}
+
+/// `maxmemory-policy`: which keys go when memory runs over the limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    NoEviction,
+    AllKeysLru,
+    AllKeysLfu,
+    AllKeysRandom,
+    VolatileLru,
+    VolatileLfu,
+    VolatileRandom,
+    VolatileTtl,
+}
+
+impl Policy {
+    pub const ALL: [Policy; 8] = [
+        Policy::NoEviction,
+        Policy::AllKeysLru,
+        Policy::AllKeysLfu,
+        Policy::AllKeysRandom,
+        Policy::VolatileLru,
+        Policy::VolatileLfu,
+        Policy::VolatileRandom,
+        Policy::VolatileTtl,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::NoEviction => "noeviction",
+            Policy::AllKeysLru => "allkeys-lru",
+            Policy::AllKeysLfu => "allkeys-lfu",
+            Policy::AllKeysRandom => "allkeys-random",
+            Policy::VolatileLru => "volatile-lru",
+            Policy::VolatileLfu => "volatile-lfu",
+            Policy::VolatileRandom => "volatile-random",
+            Policy::VolatileTtl => "volatile-ttl",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Policy> {
+        Policy::ALL
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(name))
+    }
+
+    /// Only keys with an expiry time may go.
+    pub fn is_volatile(self) -> bool {
+        matches!(
+            self,
+            Policy::VolatileLru
+                | Policy::VolatileLfu
+                | Policy::VolatileRandom
+                | Policy::VolatileTtl
+        )
+    }
+
+    /// The keys' access fields hold LFU counters (else LRU clocks).
+    pub fn is_lfu(self) -> bool {
+        matches!(self, Policy::AllKeysLfu | Policy::VolatileLfu)
+    }
+
+    pub fn is_random(self) -> bool {
+        matches!(self, Policy::AllKeysRandom | Policy::VolatileRandom)
+    }
+}
 
 pub struct MemoryLimit {
     /// Bytes; 0: no limit.
@@ -82,6 +161,12 @@ pub struct MemoryLimit {
     /// When `used` was sampled, in ms since `epoch`.
     sampled_at_ms: AtomicU64,
     epoch: Instant,
+    /// `Policy::ALL`'s index of the policy in force.
+    policy: AtomicU8,
+    /// `maxmemory-samples`.
+    pub samples: AtomicU32,
+    /// `maxmemory-eviction-tenacity` (0..=100).
+    pub tenacity: AtomicU32,
 }
 
 impl Default for MemoryLimit {
@@ -91,6 +176,9 @@ impl Default for MemoryLimit {
             used: AtomicU64::new(0),
             sampled_at_ms: AtomicU64::new(0),
             epoch: Instant::now(),
+            policy: AtomicU8::new(0),
+            samples: AtomicU32::new(5),
+            tenacity: AtomicU32::new(10),
         }
     }
 }
@@ -111,7 +199,7 @@ impl MemoryLimit {
         }
         let now = self.epoch.elapsed().as_millis() as u64;
         let last = self.sampled_at_ms.load(Ordering::Relaxed);
-        let stale = now.saturating_sub(last) >= SAMPLE_EVERY.as_millis() as u64 || last == 0;
+        let stale = now.saturating_sub(last) >= sample_every().as_millis() as u64 || last == 0;
         // One caller resamples; the others use the sample they find.
         if stale
             && self
@@ -128,6 +216,26 @@ impl MemoryLimit {
     pub fn set_limit(&self, bytes: u64) {
         self.limit.store(bytes, Ordering::Relaxed);
         self.sampled_at_ms.store(0, Ordering::Relaxed);
+    }
+
+    /// Records a measurement taken meanwhile (after evicting), so the next
+    /// check does not act on a sample the eviction made stale.
+    pub fn record(&self, used: u64) {
+        self.used.store(used, Ordering::Relaxed);
+        let now = self.epoch.elapsed().as_millis() as u64;
+        self.sampled_at_ms.store(now.max(1), Ordering::Relaxed);
+    }
+
+    pub fn policy(&self) -> Policy {
+        Policy::ALL[self.policy.load(Ordering::Relaxed) as usize]
+    }
+
+    pub fn set_policy(&self, policy: Policy) {
+        let index = Policy::ALL
+            .iter()
+            .position(|p| *p == policy)
+            .expect("listed");
+        self.policy.store(index as u8, Ordering::Relaxed);
     }
 }
 
@@ -151,9 +259,16 @@ pub fn usage(shared: &crate::shared::Shared) -> Usage {
     let rss = resident_bytes();
     Usage {
         dram: engram_memory::allocated().unwrap_or(rss),
-        persistent_live: shared.keyspace.store().stats().live_bytes,
+        persistent_live: shared.keyspace.store().live_bytes(),
         rss,
     }
+}
+
+/// `usage(shared).used()` without reading the resident size when the
+/// allocator counts (eviction measures after every key it deletes).
+pub fn used_now(shared: &crate::shared::Shared) -> u64 {
+    let dram = engram_memory::allocated().unwrap_or_else(resident_bytes);
+    dram + shared.keyspace.store().live_bytes()
 }
 
 /// Resident memory of this process, from /proc/self/statm.

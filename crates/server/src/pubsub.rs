@@ -282,6 +282,10 @@ pub struct ClientPubSub {
     shard: HashSet<Bytes>,
     /// MONITOR is on.
     pub monitoring: bool,
+    /// CLIENT TRACKING is on: invalidations come through the outbox.
+    pub tracking: bool,
+    /// The connection speaks RESP3: pushes may come at any time.
+    pub resp3: bool,
     pub outbox: Option<Arc<Outbox>>,
     /// Bytes taken from the outbox into the reply buffer and not yet
     /// written (they still count against the output limit).
@@ -314,7 +318,11 @@ impl ClientPubSub {
     /// This client's outbox, made on first use.
     pub fn outbox(&mut self, info: &Arc<ClientInfo>) -> Arc<Outbox> {
         self.outbox
-            .get_or_insert_with(|| Arc::new(Outbox::new(info.clone())))
+            .get_or_insert_with(|| {
+                let outbox = Arc::new(Outbox::new(info.clone()));
+                *info.outbox.lock() = Some(Arc::downgrade(&outbox));
+                outbox
+            })
             .clone()
     }
 
@@ -419,8 +427,15 @@ impl ClientPubSub {
     /// Drops the outbox once nothing feeds it (no subscription, no
     /// MONITOR); the caller has taken what it held.
     pub fn release_if_idle(&mut self) {
-        if !self.subscribed() && !self.monitoring && self.outbox.is_some() {
-            self.outbox = None;
+        if !self.subscribed()
+            && !self.monitoring
+            && !self.tracking
+            && !self.resp3
+            && self.outbox.is_some()
+        {
+            if let Some(outbox) = self.outbox.take() {
+                *outbox.client.outbox.lock() = None;
+            }
             self.taken = 0;
         }
     }

@@ -11,7 +11,8 @@
 //! (`port`, `timeout`, `maxclients`, `appendfsync`, ...) are handled by
 //! `config.rs` and `commands/server.rs`; this table only supplies their
 //! names (`CONFIG GET *`) where those do not. A few kept here also act:
-//! `Shared::apply_redis_param` puts `maxmemory`, `slowlog-*`,
+//! `Shared::apply_redis_param` puts `maxmemory`, `maxmemory-policy`,
+//! `maxmemory-samples`, `maxmemory-eviction-tenacity`, `lfu-*`, `slowlog-*`,
 //! `latency-monitor-threshold`, `hll-sparse-max-bytes` and
 //! `client-output-buffer-limit` (`output_limit`) into effect, and
 //! `enable-debug-command` gates DEBUG.
@@ -202,24 +203,14 @@ impl Param {
 fn not_supported_yet(name: &str, value: &str) -> Option<&'static str> {
     let asks = match name {
         "tls-port" | "min-replicas-to-write" => value != "0",
-        "maxmemory-policy" => value != "noeviction",
         "cluster-enabled" | "daemonize" => value == "yes",
-        "unixsocket"
-        | "notify-keyspace-events"
-        | "aclfile"
-        | "logfile"
-        | "pidfile"
-        | "replicaof" => !value.is_empty(),
+        "unixsocket" | "aclfile" | "logfile" | "pidfile" | "replicaof" => !value.is_empty(),
         _ => false,
     };
     if !asks {
         return None;
     }
     Some(match name {
-        "maxmemory-policy" => {
-            "Engram does not evict yet: the only policy is noeviction (writes refused over \
-             maxmemory)"
-        }
         "tls-port" => "Engram does not speak TLS yet: tls-port must be 0",
         "min-replicas-to-write" | "replicaof" => {
             "Engram has no Redis replication (replication comes through Raft): only the \
@@ -230,9 +221,6 @@ fn not_supported_yet(name: &str, value: &str) -> Option<&'static str> {
             "Engram does not daemonize: run it under a supervisor (systemd, ...) instead"
         }
         "unixsocket" => "Engram does not listen on a Unix socket yet: unixsocket must be empty",
-        "notify-keyspace-events" => {
-            "Engram has no keyspace notifications yet: notify-keyspace-events must be empty"
-        }
         "aclfile" => "Engram has no ACL users yet: aclfile must be empty",
         "logfile" => "Engram logs to standard error only: logfile must be empty",
         _ => "Engram writes no pid file: pidfile must be empty",

@@ -99,13 +99,9 @@ impl Server {
             keyspace_scan,
             local.port(),
         ));
-        let expiry_thread = spawn_expiry_thread(
-            keyspace.clone(),
-            shared.active_expire.clone(),
-            shared.latency.clone(),
-            stop_background.clone(),
-        );
+        let expiry_thread = spawn_expiry_thread(shared.clone(), stop_background.clone());
 
+        crate::protected_mode::warn_at_startup(&shared, local);
         let stats = keyspace.store().stats();
         log::info!(
             "Engram {} ready on {local}: mode {} (flush {}), durability {}, data in {}, \
@@ -210,6 +206,10 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
         let local = stream.local_addr().unwrap_or(addr);
         let maxclients = shared.runtime.maxclients.load(Ordering::Relaxed);
         match shared.clients.register(addr, local, maxclients) {
+            Some(info) if crate::protected_mode::refuses(&shared, addr) => {
+                shared.clients.unregister(info.id);
+                crate::protected_mode::deny(&shared, stream, addr);
+            }
             Some(info) => {
                 tokio::spawn(crate::connection::serve(shared.clone(), stream, info));
             }
@@ -250,24 +250,27 @@ async fn shutdown_on_signal(shared: Arc<Shared>) {
 /// Deletes expired keys in the background, while `active` (DEBUG
 /// SET-ACTIVE-EXPIRE turns it off; reads still never see expired keys).
 /// A pass that takes at least `latency-monitor-threshold` is an
-/// `expire-cycle` latency event.
-fn spawn_expiry_thread(
-    keyspace: Arc<Keyspace>,
-    active: Arc<AtomicBool>,
-    latency: Arc<crate::latency::LatencyMonitor>,
-    stop: Arc<AtomicBool>,
-) -> JoinHandle<()> {
+/// `expire-cycle` latency event. The keys it (and anything else) expired
+/// are published as `expired` notifications after each pass.
+fn spawn_expiry_thread(shared: Arc<Shared>, stop: Arc<AtomicBool>) -> JoinHandle<()> {
     engram_threads::spawn("engram-expire", move || {
         while !stop.load(Ordering::Acquire) {
             std::thread::sleep(EXPIRE_PERIOD);
-            if !active.load(Ordering::Relaxed) {
+            if !shared.active_expire.load(Ordering::Relaxed) {
                 continue;
             }
             let started = Instant::now();
-            if let Err(e) = keyspace.expire_cycle(now_ms(), started + EXPIRE_BUDGET) {
+            if let Err(e) = shared
+                .keyspace
+                .expire_cycle(now_ms(), started + EXPIRE_BUDGET)
+            {
                 log::error!("active expiry failed: {e}");
             }
-            latency.observe("expire-cycle", started.elapsed().as_millis() as u64);
+            shared
+                .latency
+                .observe("expire-cycle", started.elapsed().as_millis() as u64);
+            crate::notify::publish_expired(&shared);
+            crate::tracking::invalidate_modified(&shared, None);
         }
     })
     .expect("spawning the expiry thread")

@@ -51,6 +51,18 @@ pub struct Session {
     /// Since when this client's buffered replies stay over its soft output
     /// limit (`output_limit`).
     pub output_soft_clock: SoftClock,
+    /// Keyspace notifications of this batch, published once its writes
+    /// are durable (`notify`).
+    pub notifications: Vec<crate::notify::Pending>,
+    /// CLIENT CACHING YES (OPTIN) or NO (OPTOUT) was given for the next
+    /// command (`tracking::after_command` clears it).
+    pub caching: bool,
+    /// The queue of an EXEC that committed while some client tracks, for
+    /// `tracking::after_command` to replay once the reply is placed.
+    pub tracked_exec: Option<Vec<OwnedArgs>>,
+    /// CLIENT NO-TOUCH ON: this client's commands (but TOUCH) leave keys'
+    /// access fields alone.
+    pub no_touch: bool,
 }
 
 /// CLIENT REPLY's modes.
@@ -95,6 +107,10 @@ impl Session {
             pubsub: ClientPubSub::default(),
             pushed: false,
             output_soft_clock: SoftClock::default(),
+            notifications: Vec::new(),
+            caching: false,
+            tracked_exec: None,
+            no_touch: false,
         }
     }
 

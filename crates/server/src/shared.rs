@@ -19,6 +19,7 @@ use crate::monitor::Monitors;
 use crate::output_limit::OutputLimits;
 use crate::pause::Pause;
 use crate::pubsub::PubSub;
+use crate::scripting::Scripting;
 use crate::session::WaitLines;
 use crate::slowlog::SlowLog;
 
@@ -34,8 +35,10 @@ pub struct Shared {
     pub slowlog: SlowLog,
     /// CLIENT PAUSE.
     pub pause: Pause,
-    /// `maxmemory` (noeviction).
+    /// `maxmemory` and its policy.
     pub memory_limit: MemoryLimit,
+    /// Eviction's candidate pool and counters.
+    pub eviction: crate::eviction::Eviction,
     /// LATENCY's events.
     pub latency: Arc<LatencyMonitor>,
     /// Subscriptions and message delivery (`publish` is the way in).
@@ -44,6 +47,8 @@ pub struct Shared {
     pub monitors: Monitors,
     /// `client-output-buffer-limit`.
     pub output_limits: OutputLimits,
+    /// Lua: EVAL's scripts, FUNCTION's libraries, the script running.
+    pub scripting: Scripting,
     pub started: Instant,
     /// How long opening the store (recovery) and the keyspace scan took.
     pub recovery: Duration,
@@ -57,6 +62,10 @@ pub struct Shared {
     pub migrate_targets: Arc<TargetCache>,
     /// Whether the background expiry runs (DEBUG SET-ACTIVE-EXPIRE).
     pub active_expire: Arc<AtomicBool>,
+    /// The keyspace notification classes in force (`notify-keyspace-events`).
+    pub notifications: crate::notify::Notifications,
+    /// Client-side caching: who tracks which keys (`tracking`).
+    pub tracking: crate::tracking::Tracking,
     shutting_down: AtomicBool,
     pub shutdown: Notify,
 }
@@ -110,10 +119,12 @@ impl Shared {
             slowlog: SlowLog::default(),
             pause: Pause::default(),
             memory_limit: MemoryLimit::default(),
+            eviction: Default::default(),
             latency: Arc::default(),
             pubsub: PubSub::default(),
             monitors: Monitors::default(),
             output_limits: OutputLimits::default(),
+            scripting: Scripting::default(),
             started: Instant::now(),
             recovery,
             keyspace_scan,
@@ -127,9 +138,23 @@ impl Shared {
             },
             migrate_targets: Arc::default(),
             active_expire: Arc::new(AtomicBool::new(true)),
+            notifications: Default::default(),
+            tracking: Default::default(),
             shutting_down: AtomicBool::new(false),
             shutdown: Notify::new(),
         };
+        // The FUNCTION libraries, kept as the keyspace's functions record.
+        match shared.keyspace.functions_record() {
+            Ok(Some(record)) => {
+                use crate::scripting::library::RestorePolicy;
+                let mut functions = shared.scripting.functions.lock();
+                if let Err(e) = functions.restore(&record, RestorePolicy::Flush) {
+                    log::warn!("the stored FUNCTION libraries could not be loaded: {e}");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => log::warn!("the stored FUNCTION libraries could not be read: {e}"),
+        }
         // The configuration file's values of the parameters that act.
         let values = shared.runtime.redis_params.read().clone();
         for (name, value) in &values {
@@ -178,12 +203,62 @@ impl Shared {
             "slowlog-log-slower-than" => {
                 self.slowlog.slower_than.store(number(), Ordering::Relaxed)
             }
+            "notify-keyspace-events" => {
+                let flags = crate::notify::parse(value).unwrap_or(0);
+                self.notifications.set(flags);
+                // Expiry notes its keys only while someone would hear.
+                let heard =
+                    crate::notify::EXPIRED | crate::notify::KEYSPACE | crate::notify::KEYEVENT;
+                self.keyspace.expired.set_recording(
+                    flags & crate::notify::EXPIRED != 0 && flags & heard != crate::notify::EXPIRED,
+                );
+                return Some(crate::notify::render(flags));
+            }
+            "tracking-table-max-keys" => self.tracking.set_max_keys(number().max(0) as usize),
             "slowlog-max-len" => self.slowlog.set_max_len(number().max(0) as usize),
             "maxmemory" => self.memory_limit.set_limit(number().max(0) as u64),
+            "maxmemory-policy" | "lfu-log-factor" | "lfu-decay-time" => {
+                if let Some(policy) = crate::maxmemory::Policy::parse(value) {
+                    self.memory_limit.set_policy(policy);
+                }
+                let policy = self.memory_limit.policy();
+                let param = |name| self.redis_param(name).parse::<u32>().ok();
+                self.keyspace.access.configure(
+                    policy.is_lfu(),
+                    if name == "lfu-log-factor" {
+                        number() as u32
+                    } else {
+                        param("lfu-log-factor").unwrap_or(10)
+                    },
+                    if name == "lfu-decay-time" {
+                        number() as u32
+                    } else {
+                        param("lfu-decay-time").unwrap_or(1)
+                    },
+                );
+            }
+            "maxmemory-samples" => self.memory_limit.samples.store(
+                number().clamp(1, i64::from(u32::MAX)) as u32,
+                Ordering::Relaxed,
+            ),
+            "maxmemory-eviction-tenacity" => self
+                .memory_limit
+                .tenacity
+                .store(number().clamp(0, 100) as u32, Ordering::Relaxed),
             "hll-sparse-max-bytes" => self
                 .runtime
                 .hll_sparse_max_bytes
                 .store(number().max(0) as usize, Ordering::Relaxed),
+            "busy-reply-threshold" => self
+                .scripting
+                .busy_threshold_ms
+                .store(number().max(0) as u64, Ordering::Relaxed),
+            "stream-node-max-entries" => {
+                engram_collections::types::stream::set_node_max_entries(number().max(0) as usize)
+            }
+            "stream-node-max-bytes" => {
+                engram_collections::types::stream::set_node_max_bytes(number().max(0) as usize)
+            }
             "latency-monitor-threshold" => self
                 .latency
                 .threshold_ms

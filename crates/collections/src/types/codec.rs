@@ -28,6 +28,7 @@
 //! | set        | member string                          | strictly increasing `(xxh3-64(member), member)` |
 //! | sorted set | member string, score (8-byte LE `f64`) | strictly increasing `(score, member)`        |
 //! | list       | element string                         | head to tail                                 |
+//! | stream     | see below                              | strictly increasing ID                       |
 //!
 //! The image ends right after the last entry; trailing bytes are an error.
 //! Hashes, sets and sorted sets are written in their tree order so decoding
@@ -35,6 +36,28 @@
 //! recomputes the hashes (xxh3-64, seed 0) and rejects entries that are out
 //! of order or repeated. Scores are never NaN; -0.0 is read as 0.0. A sorted
 //! set's member may appear once only, whatever its score.
+//!
+//! A stream (kind `5`) is the entry count, the entries, then the stream's
+//! counters and groups. An *ID* is two varints, milliseconds then sequence.
+//!
+//! ```text
+//! entry    = ID (above 0-0, strictly increasing), varint pair count,
+//!            field and value strings
+//! counters = last ID, recorded first ID, largest deleted ID, varint
+//!            entries added
+//! groups   = varint count, groups by strictly increasing name:
+//!            name string, last delivered ID, entries read (zigzag varint,
+//!            -1: unknown),
+//!            varint consumer count, consumers by strictly increasing
+//!            name: name string, varint seen time (Unix ms),
+//!            varint PEL count, PEL entries by strictly increasing ID:
+//!            ID, varint owner (index into this group's consumers),
+//!            varint delivery time (Unix ms), varint delivery count
+//! ```
+//!
+//! Each consumer's own pending list is rebuilt from the group's PEL, so
+//! the two cannot disagree after recovery. Streams were added to version 1
+//! as a new kind: every image an older build wrote still reads.
 //!
 //! There is no magic number or checksum here: an image is always stored
 //! inside an engine record that carries its own type tag and checksum, and a
@@ -46,6 +69,7 @@ use std::cmp::Ordering;
 use std::collections::VecDeque;
 
 use super::hashed::{self, HashedKey};
+use super::stream::{Group, Stream, StreamId};
 use super::zset::Score;
 use super::{Hash, Kind, List, Object, Set, SortedSet};
 
@@ -56,6 +80,7 @@ const KIND_HASH: u8 = 1;
 const KIND_SET: u8 = 2;
 const KIND_SORTED_SET: u8 = 3;
 const KIND_LIST: u8 = 4;
+const KIND_STREAM: u8 = 5;
 
 /// Longest varint encoding of a `u64`.
 const VARINT_MAX_BYTES: usize = 10;
@@ -134,6 +159,12 @@ pub enum DecodeError {
         /// The entry's index.
         index: usize,
     },
+    /// A stream's parts disagree (a pending entry owned by no consumer).
+    #[error("stream image is inconsistent: {what}")]
+    BadStream {
+        /// What is wrong.
+        what: &'static str,
+    },
     /// Bytes follow the last entry.
     #[error("{count} bytes after the last entry")]
     TrailingBytes {
@@ -177,6 +208,10 @@ impl Object {
                     write_string(out, element);
                 }
             }
+            Object::Stream(stream) => {
+                out.push(KIND_STREAM);
+                encode_stream(stream, out);
+            }
         }
     }
 
@@ -194,6 +229,7 @@ impl Object {
             KIND_SET => Kind::Set,
             KIND_SORTED_SET => Kind::SortedSet,
             KIND_LIST => Kind::List,
+            KIND_STREAM => Kind::Stream,
             kind => return Err(DecodeError::UnknownKind { kind }),
         };
         // The smallest entry of each kind, so a count can be checked against
@@ -202,6 +238,8 @@ impl Object {
             Kind::Hash => 2,
             Kind::Set | Kind::List => 1,
             Kind::SortedSet => 9,
+            // An ID and a pair count.
+            Kind::Stream => 3,
         };
         let count = reader.length(min_entry_bytes)?;
         let object = match kind {
@@ -209,6 +247,7 @@ impl Object {
             Kind::Set => Object::Set(decode_set(&mut reader, count)?),
             Kind::SortedSet => Object::SortedSet(decode_sorted_set(&mut reader, count)?),
             Kind::List => Object::List(decode_list(&mut reader, count)?),
+            Kind::Stream => Object::Stream(Box::new(decode_stream(&mut reader, count)?)),
         };
         match reader.remaining() {
             0 => Ok(object),
@@ -267,6 +306,120 @@ fn decode_list(reader: &mut Reader<'_>, count: usize) -> Result<List, DecodeErro
         items.push_back(reader.string()?.into());
     }
     Ok(List::from_items(items))
+}
+
+fn write_id(out: &mut Vec<u8>, id: StreamId) {
+    write_varint(out, id.ms);
+    write_varint(out, id.seq);
+}
+
+fn encode_stream(stream: &Stream, out: &mut Vec<u8>) {
+    write_varint(out, stream.len() as u64);
+    for entry in stream.iter() {
+        write_id(out, entry.id);
+        write_varint(out, entry.pairs() as u64);
+        for field in &entry.fields {
+            write_string(out, field);
+        }
+    }
+    write_id(out, stream.last_id());
+    write_id(out, stream.first_id());
+    write_id(out, stream.max_deleted_id());
+    write_varint(out, stream.entries_added());
+    write_varint(out, stream.groups().len() as u64);
+    for (name, group) in stream.groups() {
+        write_string(out, name);
+        write_id(out, group.last_id);
+        write_varint(out, zigzag(group.entries_read));
+        write_varint(out, group.consumers().len() as u64);
+        let mut index = std::collections::HashMap::new();
+        for (at, (name, consumer)) in group.consumers().iter().enumerate() {
+            write_string(out, name);
+            write_varint(out, consumer.seen_ms);
+            index.insert(&**name, at as u64);
+        }
+        write_varint(out, group.pel().len() as u64);
+        for (id, pending) in group.pel() {
+            write_id(out, *id);
+            write_varint(out, index[&*pending.consumer]);
+            write_varint(out, pending.delivery_ms);
+            write_varint(out, pending.deliveries);
+        }
+    }
+}
+
+fn zigzag(value: i64) -> u64 {
+    ((value << 1) ^ (value >> 63)) as u64
+}
+
+fn unzigzag(value: u64) -> i64 {
+    (value >> 1) as i64 ^ -((value & 1) as i64)
+}
+
+fn decode_stream(reader: &mut Reader<'_>, count: usize) -> Result<Stream, DecodeError> {
+    let mut stream = Stream::new();
+    let mut previous = StreamId::MIN;
+    let mut fields: Vec<&[u8]> = Vec::new();
+    for index in 0..count {
+        let id = reader.id()?;
+        if id <= previous {
+            return Err(if id == previous && index > 0 {
+                DecodeError::DuplicateEntry { index }
+            } else {
+                DecodeError::UnsortedEntry { index }
+            });
+        }
+        previous = id;
+        let pairs = reader.length(2)?;
+        fields.clear();
+        for _ in 0..pairs * 2 {
+            fields.push(reader.string()?);
+        }
+        stream.append(id, &fields);
+    }
+    let last_id = reader.id()?;
+    let first_id = reader.id()?;
+    let max_deleted_id = reader.id()?;
+    let entries_added = reader.varint()?;
+    // The counters are taken as they are: XSETID checks them against
+    // the entries, and the image holds whatever state was reached.
+    stream.set_meta(last_id, entries_added, max_deleted_id, first_id);
+    let group_count = reader.length(6)?;
+    let mut previous_name: Option<Box<[u8]>> = None;
+    for index in 0..group_count {
+        let name: Box<[u8]> = reader.string()?.into();
+        check_order(previous_name.as_ref(), &name, index)?;
+        let group_last = reader.id()?;
+        let entries_read = unzigzag(reader.varint()?);
+        let consumer_count = reader.length(2)?;
+        let mut consumers: Vec<(std::sync::Arc<[u8]>, u64)> =
+            Vec::with_capacity(consumer_count.min(PREALLOCATE_MAX_ENTRIES));
+        for index in 0..consumer_count {
+            let consumer: std::sync::Arc<[u8]> = reader.string()?.into();
+            check_order(consumers.last().map(|(name, _)| name), &consumer, index)?;
+            consumers.push((consumer, reader.varint()?));
+        }
+        let pel_count = reader.length(5)?;
+        let mut pel = Vec::with_capacity(pel_count.min(PREALLOCATE_MAX_ENTRIES));
+        let mut previous_id: Option<StreamId> = None;
+        for index in 0..pel_count {
+            let id = reader.id()?;
+            check_order(previous_id.as_ref(), &id, index)?;
+            previous_id = Some(id);
+            let owner = reader.varint()?;
+            let owner = usize::try_from(owner).unwrap_or(usize::MAX);
+            pel.push((id, owner, reader.varint()?, reader.varint()?));
+        }
+        let group = Group::from_parts(group_last, entries_read, consumers, pel).ok_or(
+            DecodeError::BadStream {
+                what: "a pending entry owned by no consumer",
+            },
+        )?;
+        stream.groups_mut().insert(name.clone(), group);
+        previous_name = Some(name);
+    }
+    stream.seal_all();
+    Ok(stream)
 }
 
 fn write_varint(out: &mut Vec<u8>, mut value: u64) {
@@ -362,6 +515,10 @@ impl<'a> Reader<'a> {
         let len = self.length(1)?;
         self.take(len)
     }
+
+    fn id(&mut self) -> Result<StreamId, DecodeError> {
+        Ok(StreamId::new(self.varint()?, self.varint()?))
+    }
 }
 
 #[cfg(test)]
@@ -381,6 +538,9 @@ mod tests {
             let image = roundtrip(&Object::new(kind));
             assert_eq!(image.len(), 3);
         }
+        // A stream's counters and group count follow its entries.
+        let image = roundtrip(&Object::new(Kind::Stream));
+        assert_eq!(image, vec![1, KIND_STREAM, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
     }
 
     #[test]

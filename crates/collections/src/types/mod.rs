@@ -19,6 +19,7 @@ mod hashed;
 mod list;
 pub mod ranked;
 mod set;
+pub mod stream;
 mod zset;
 
 pub use codec::{DecodeError, FORMAT_VERSION};
@@ -26,6 +27,7 @@ pub use hash::{FieldValue, Hash};
 pub use list::{resolve_index, resolve_range, InsertPosition, List};
 pub use ranked::RankedMap;
 pub use set::Set;
+pub use stream::{Stream, StreamEntry, StreamId};
 pub use zset::{LexBound, Score, ScoreBound, SortedSet};
 
 /// Which collection type a key holds: what TYPE replies and WRONGTYPE checks.
@@ -39,6 +41,8 @@ pub enum Kind {
     SortedSet,
     /// A Redis list.
     List,
+    /// A Redis stream.
+    Stream,
 }
 
 impl Kind {
@@ -49,6 +53,7 @@ impl Kind {
             Kind::Set => "set",
             Kind::SortedSet => "zset",
             Kind::List => "list",
+            Kind::Stream => "stream",
         }
     }
 }
@@ -64,6 +69,8 @@ pub enum Object {
     SortedSet(SortedSet),
     /// A list (LPUSH and friends).
     List(List),
+    /// A stream (XADD and friends); boxed, it is the largest.
+    Stream(Box<Stream>),
 }
 
 impl Object {
@@ -74,6 +81,7 @@ impl Object {
             Kind::Set => Object::Set(Set::new()),
             Kind::SortedSet => Object::SortedSet(SortedSet::new()),
             Kind::List => Object::List(List::new()),
+            Kind::Stream => Object::Stream(Box::default()),
         }
     }
 
@@ -84,6 +92,7 @@ impl Object {
             Object::Set(_) => Kind::Set,
             Object::SortedSet(_) => Kind::SortedSet,
             Object::List(_) => Kind::List,
+            Object::Stream(_) => Kind::Stream,
         }
     }
 
@@ -94,12 +103,18 @@ impl Object {
             Object::Set(set) => set.len(),
             Object::SortedSet(zset) => zset.len(),
             Object::List(list) => list.len(),
+            Object::Stream(stream) => stream.len(),
         }
     }
 
-    /// Whether the object is empty; Redis deletes such keys.
+    /// Whether the object is empty; Redis deletes such keys. A stream is
+    /// never empty in this sense: it stays when its last entry goes (with
+    /// its last ID and groups), as in Redis.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        match self {
+            Object::Stream(_) => false,
+            _ => self.len() == 0,
+        }
     }
 
     /// Estimated heap bytes owned by the object (not counting the `Object`
@@ -111,6 +126,7 @@ impl Object {
             Object::Set(set) => set.approx_heap_bytes(),
             Object::SortedSet(zset) => zset.approx_heap_bytes(),
             Object::List(list) => list.approx_heap_bytes(),
+            Object::Stream(stream) => stream.approx_heap_bytes(),
         }
     }
 }
@@ -133,6 +149,12 @@ impl From<SortedSet> for Object {
     }
 }
 
+impl From<Stream> for Object {
+    fn from(stream: Stream) -> Self {
+        Object::Stream(Box::new(stream))
+    }
+}
+
 impl From<List> for Object {
     fn from(list: List) -> Self {
         Object::List(list)
@@ -150,11 +172,12 @@ mod tests {
             (Kind::Set, "set"),
             (Kind::SortedSet, "zset"),
             (Kind::List, "list"),
+            (Kind::Stream, "stream"),
         ] {
             let object = Object::new(kind);
             assert_eq!(object.kind(), kind);
             assert_eq!(kind.name(), name);
-            assert!(object.is_empty());
+            assert_eq!(object.is_empty(), kind != Kind::Stream);
             assert_eq!(object.len(), 0);
         }
     }

@@ -105,3 +105,103 @@ pub fn random_op(rng: &mut StdRng) -> Op {
         },
     }
 }
+
+/// The stream keys `random_stream_op` works on.
+#[allow(dead_code)]
+pub const STREAM_KEYS: &[&[u8]] = &[b"x1", b"x2"];
+
+#[allow(dead_code)]
+/// A random stream operation on one of `STREAM_KEYS`. `clock` moves IDs
+/// forward (some still land at or below a stream's last ID, which apply
+/// ignores, as it must).
+pub fn random_stream_op(rng: &mut StdRng, clock: &mut u64) -> Op {
+    use engram_collections::types::StreamId;
+    let key = b(STREAM_KEYS[rng.random_range(0..STREAM_KEYS.len())]);
+    let group = b(format!("g{}", rng.random_range(0..2)).as_bytes());
+    let consumer = b(format!("c{}", rng.random_range(0..3)).as_bytes());
+    let near = |rng: &mut StdRng, clock: u64| {
+        StreamId::new(
+            clock.saturating_sub(rng.random_range(0..6)),
+            rng.random_range(0..3),
+        )
+    };
+    let word = |rng: &mut StdRng| b(format!("f{}", rng.random_range(0..3)).as_bytes());
+    match rng.random_range(0..16) {
+        0..=4 => {
+            *clock += rng.random_range(0..2);
+            let pairs = rng.random_range(1..3);
+            Op::StreamAdd {
+                key,
+                id: StreamId::new(*clock, rng.random_range(0..3)),
+                fields: (0..pairs * 2).map(|_| word(rng)).collect(),
+            }
+        }
+        5 => Op::StreamTrim {
+            key,
+            count: rng.random_range(0..4),
+        },
+        6 => Op::StreamDelete {
+            key,
+            ids: (0..rng.random_range(1..3))
+                .map(|_| near(rng, *clock))
+                .collect(),
+        },
+        7 => Op::StreamSetMeta {
+            key,
+            last_id: StreamId::new(*clock + 1, 0),
+            entries_added: rng.random_range(0..100),
+            max_deleted_id: near(rng, *clock),
+            first_id: near(rng, *clock),
+        },
+        8 => Op::GroupCreate {
+            key,
+            group,
+            last_id: near(rng, *clock),
+            entries_read: rng.random_range(-1..5),
+        },
+        9 => Op::GroupSetId {
+            key,
+            group,
+            last_id: near(rng, *clock),
+            entries_read: rng.random_range(-1..5),
+        },
+        10 if rng.random_ratio(1, 3) => Op::GroupDestroy { key, group },
+        10 => Op::ConsumerDelete {
+            key,
+            group,
+            consumer,
+        },
+        11 => Op::ConsumerTouch {
+            key,
+            group,
+            consumer,
+            seen_ms: rng.random_range(0..1000),
+        },
+        12 | 13 => Op::PendingClaim {
+            key,
+            group,
+            consumer,
+            entries: (0..rng.random_range(1..4))
+                .map(|_| {
+                    (
+                        near(rng, *clock),
+                        rng.random_range(0..1000),
+                        rng.random_range(1..4),
+                    )
+                })
+                .collect(),
+        },
+        14 => Op::PendingAck {
+            key,
+            group,
+            ids: (0..rng.random_range(1..3))
+                .map(|_| near(rng, *clock))
+                .collect(),
+        },
+        _ if rng.random_ratio(1, 2) => Op::Delete { key },
+        _ => Op::Rename {
+            from: key,
+            to: b(STREAM_KEYS[rng.random_range(0..STREAM_KEYS.len())]),
+        },
+    }
+}

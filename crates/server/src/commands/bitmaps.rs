@@ -14,6 +14,7 @@ use super::{
 };
 use crate::bits::{self, FieldType, Overflow};
 use crate::keyspace::value::{Kind, Meta, StringValue};
+use crate::notify;
 use crate::resp::{parse_int, Args};
 
 pub fn commands() -> Vec<CommandSpec> {
@@ -150,18 +151,19 @@ fn setbit(ctx: &mut Ctx, args: Args) -> CmdResult {
         Some(1) => true,
         _ => return Err(err("ERR bit is not an integer or out of range")),
     };
-    let old = ctx.write(&[key], false, |txn, db, now| {
+    // The bit's old value, and whether the command changed the value.
+    let (old, changed) = ctx.write(&[key], false, |txn, db, now| {
         // Within the value: the bit's byte read and changed where it lies,
         // one 8-byte store, however large the bitmap.
         let byte = (offset / 8) as usize;
         let in_place = txn.patch_in_place(db, key, now, byte, 1, |current| {
             match setbit_patch(current, true, offset % 8, on) {
-                (old, Some(patch)) => (old, Some(patch.bytes)),
-                (old, None) => (old, None),
+                (old, Some(patch)) => ((old, true), Some(patch.bytes)),
+                (old, None) => ((old, false), None),
             }
         })?;
-        if let Some(old) = in_place {
-            return Ok(old);
+        if let Some(outcome) = in_place {
+            return Ok(outcome);
         }
         let stored = txn.get(db, key, now)?;
         let (old, patch) = match &stored {
@@ -170,11 +172,16 @@ fn setbit(ctx: &mut Ctx, args: Args) -> CmdResult {
             })?,
             None => setbit_patch(&[], false, offset, on),
         };
+        let changed = patch.is_some();
         if let Some(patch) = patch {
             write_patch(txn, db, key, stored.as_ref(), &patch)?;
         }
-        Ok(old)
+        Ok((old, changed))
     })?;
+    // As Redis: only a SETBIT that created, grew or flipped.
+    if changed {
+        ctx.notify(notify::STRING, "setbit", key);
+    }
     ctx.out.int(i64::from(old));
     Ok(())
 }
@@ -408,14 +415,21 @@ fn bitop(ctx: &mut Ctx, args: Args) -> CmdResult {
             }
         }
         let result = combine(op, &sources);
+        let mut deleted = false;
         if result.is_empty() {
-            txn.delete(db, dest, now)?;
+            deleted = txn.delete(db, dest, now)?;
         } else {
             super::strings::check_len(result.len())?;
             txn.put_string(db, dest, &result, None)?;
         }
-        Ok(result.len())
+        Ok((result.len(), deleted))
     })?;
+    let (len, deleted) = len;
+    if len > 0 {
+        ctx.notify(notify::STRING, "set", dest);
+    } else if deleted {
+        ctx.notify(notify::GENERIC, "del", dest);
+    }
     ctx.out.int(len as i64);
     Ok(())
 }
@@ -559,6 +573,9 @@ fn bitfield_generic(ctx: &mut Ctx, args: Args, read_only: bool) -> CmdResult {
             Ok(replies)
         })?
     };
+    if writes {
+        ctx.notify(notify::STRING, "setbit", key);
+    }
     ctx.out.array(replies.len());
     for reply in replies {
         match reply {

@@ -171,6 +171,15 @@ fn hello(ctx: &mut Ctx, args: Args) -> CmdResult {
     if let Some(v) = version {
         ctx.out.set_resp3(v == 3);
         ctx.session.info.resp.store(v as u8, Ordering::Relaxed);
+        // A RESP3 connection takes pushes at any time (another client's
+        // tracking invalidations redirected here): it keeps an outbox.
+        ctx.session.pubsub.resp3 = v == 3;
+        if v == 3 {
+            let info = ctx.session.info.clone();
+            ctx.session.pubsub.outbox(&info);
+        } else {
+            ctx.session.pubsub.release_if_idle();
+        }
     }
     let proto = if ctx.out.is_resp3() { 3 } else { 2 };
     ctx.out.map(7);
@@ -210,12 +219,137 @@ fn reset(ctx: &mut Ctx, _args: Args) -> CmdResult {
     // Out of subscribed mode and MONITOR, silently (messages already
     // queued still go before the reply).
     super::pubsub::leave_all(ctx.shared, ctx.session);
+    ctx.shared.tracking.disable(ctx.session.info.id);
+    ctx.session.pubsub.tracking = false;
+    ctx.session.pubsub.resp3 = false;
+    ctx.session.caching = false;
+    ctx.session.pubsub.release_if_idle();
     ctx.session.select(0);
     ctx.out.set_resp3(false);
     ctx.session.info.resp.store(2, Ordering::Relaxed);
     ctx.session.info.name.lock().clear();
     ctx.session.authenticated = !ctx.shared.runtime.auth_required();
     ctx.out.simple("RESET");
+    Ok(())
+}
+
+/// CLIENT TRACKING ON|OFF [REDIRECT id] [BCAST] [PREFIX p ...] [OPTIN]
+/// [OPTOUT] [NOLOOP], with Redis's checks in Redis's order.
+fn tracking(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    use crate::tracking::Options;
+    if args.len() < 3 {
+        return Err(super::wrong_sub_arity("client", args.get(1)));
+    }
+    let mut options = Options::default();
+    let mut i = 3;
+    while i < args.len() {
+        let more = i + 1 < args.len();
+        let option = args.get(i);
+        if is(option, "redirect") && more {
+            i += 1;
+            if options.redirect != 0 {
+                return Err(err(
+                    "ERR A client can only redirect to a single other client",
+                ));
+            }
+            let id = int_arg(args.get(i))?;
+            if id <= 0 || ctx.shared.clients.get(id as u64).is_none() {
+                return Err(err("ERR The client ID you want redirect to does not exist"));
+            }
+            options.redirect = id as u64;
+        } else if is(option, "bcast") {
+            options.bcast = true;
+        } else if is(option, "optin") {
+            options.optin = true;
+        } else if is(option, "optout") {
+            options.optout = true;
+        } else if is(option, "noloop") {
+            options.noloop = true;
+        } else if is(option, "prefix") && more {
+            i += 1;
+            options.prefixes.push(Box::from(args.get(i)));
+        } else {
+            return Err(err(SYNTAX));
+        }
+        i += 1;
+    }
+    let id = ctx.session.info.id;
+    let current = ctx.shared.tracking.options(id);
+    if is(args.get(2), "on") {
+        if !options.bcast && !options.prefixes.is_empty() {
+            return Err(err("ERR PREFIX option requires BCAST mode to be enabled"));
+        }
+        if let Some((old, _)) = &current {
+            if old.bcast != options.bcast {
+                return Err(err(
+                    "ERR You can't switch BCAST mode on/off before disabling tracking for this \
+                     client, and then re-enabling it with a different mode.",
+                ));
+            }
+        }
+        if options.bcast && (options.optin || options.optout) {
+            return Err(err("ERR OPTIN and OPTOUT are not compatible with BCAST"));
+        }
+        if options.optin && options.optout {
+            return Err(err("ERR You can't specify both OPTIN mode and OPTOUT mode"));
+        }
+        if let Some((old, _)) = &current {
+            if (options.optin && old.optout) || (options.optout && old.optin) {
+                return Err(err(
+                    "ERR You can't switch OPTIN/OPTOUT mode before disabling tracking for this \
+                     client, and then re-enabling it with a different mode.",
+                ));
+            }
+        }
+        if options.bcast {
+            let existing = current
+                .as_ref()
+                .map(|(o, _)| o.prefixes.clone())
+                .unwrap_or_default();
+            check_prefixes(&existing, &options.prefixes)?;
+        }
+        let info = ctx.session.info.clone();
+        let outbox = ctx.session.pubsub.outbox(&info);
+        ctx.session.pubsub.tracking = true;
+        ctx.shared.tracking.enable(&info, outbox, options);
+    } else if is(args.get(2), "off") {
+        ctx.shared.tracking.disable(id);
+        ctx.session.pubsub.tracking = false;
+        ctx.session.caching = false;
+    } else {
+        return Err(err(SYNTAX));
+    }
+    ctx.out.ok();
+    Ok(())
+}
+
+/// Redis's `checkPrefixCollisionsOrReply`: a new prefix may not be a
+/// prefix of another of the client's (old or new), nor have one, nor
+/// equal one.
+fn check_prefixes(existing: &[Box<[u8]>], new: &[Box<[u8]>]) -> CmdResult {
+    let text = |p: &[u8]| String::from_utf8_lossy(p).into_owned();
+    for (i, prefix) in new.iter().enumerate() {
+        for old in existing {
+            if old.starts_with(prefix) || prefix.starts_with(old) {
+                return Err(err(format!(
+                    "ERR Prefix '{}' overlaps with an existing prefix '{}'. Prefixes for a \
+                     single client must not overlap.",
+                    text(prefix),
+                    text(old)
+                )));
+            }
+        }
+        for other in &new[i + 1..] {
+            if other.starts_with(prefix) || prefix.starts_with(other) {
+                return Err(err(format!(
+                    "ERR Prefix '{}' overlaps with another provided prefix '{}'. Prefixes for a \
+                     single client must not overlap.",
+                    text(prefix),
+                    text(other)
+                )));
+            }
+        }
+    }
     Ok(())
 }
 
@@ -375,14 +509,107 @@ fn client(ctx: &mut Ctx, args: Args) -> CmdResult {
             }
             ctx.out.ok();
         }
-        // Eviction and LRU tracking do not exist here; accept the switches
-        // clients send on connect.
-        "no-evict" | "no-touch" => {
+        // Client eviction (maxmemory-clients) does not exist here; accept
+        // the switch clients send on connect.
+        "no-evict" => {
             exact(3)?;
             if !is(args.get(2), "on") && !is(args.get(2), "off") {
                 return Err(err(SYNTAX));
             }
             ctx.out.ok();
+        }
+        // Redis 7.2's: reads stop touching keys' access fields (TOUCH
+        // still does; see `commands::run`).
+        "no-touch" => {
+            exact(3)?;
+            ctx.session.no_touch = match () {
+                _ if is(args.get(2), "on") => true,
+                _ if is(args.get(2), "off") => false,
+                _ => return Err(err(SYNTAX)),
+            };
+            ctx.out.ok();
+        }
+        "tracking" => tracking(ctx, &args)?,
+        "caching" => {
+            exact(3)?;
+            let Some((options, _)) = ctx.shared.tracking.options(ctx.session.info.id) else {
+                return Err(err(
+                    "ERR CLIENT CACHING can be called only when the client is in tracking mode \
+                     with OPTIN or OPTOUT mode enabled",
+                ));
+            };
+            if is(args.get(2), "yes") {
+                if !options.optin {
+                    return Err(err(
+                        "ERR CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode.",
+                    ));
+                }
+            } else if is(args.get(2), "no") {
+                if !options.optout {
+                    return Err(err(
+                        "ERR CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode.",
+                    ));
+                }
+            } else {
+                return Err(err(SYNTAX));
+            }
+            // For the next command only (`tracking::after_command`).
+            ctx.session.caching = true;
+            ctx.out.ok();
+        }
+        "getredir" => {
+            exact(2)?;
+            let redirect = ctx.shared.tracking.options(ctx.session.info.id);
+            ctx.out
+                .int(redirect.map_or(-1, |(options, _)| options.redirect as i64));
+        }
+        "trackinginfo" => {
+            exact(2)?;
+            let tracked = ctx.shared.tracking.options(ctx.session.info.id);
+            let caching = ctx.session.caching;
+            let out = &mut *ctx.out;
+            out.map(3);
+            out.bulk(b"flags");
+            let mut flags: Vec<&str> = Vec::new();
+            match &tracked {
+                None => flags.push("off"),
+                Some((options, broken)) => {
+                    flags.push("on");
+                    if options.bcast {
+                        flags.push("bcast");
+                    }
+                    if options.optin {
+                        flags.push("optin");
+                        if caching {
+                            flags.push("caching-yes");
+                        }
+                    }
+                    if options.optout {
+                        flags.push("optout");
+                        if caching {
+                            flags.push("caching-no");
+                        }
+                    }
+                    if options.noloop {
+                        flags.push("noloop");
+                    }
+                    if *broken {
+                        flags.push("broken_redirect");
+                    }
+                }
+            }
+            out.set(flags.len());
+            for flag in flags {
+                out.bulk(flag.as_bytes());
+            }
+            out.bulk(b"redirect");
+            out.int(tracked.as_ref().map_or(-1, |(o, _)| o.redirect as i64));
+            out.bulk(b"prefixes");
+            let prefixes = tracked.map(|(o, _)| o.prefixes).unwrap_or_default();
+            out.array(prefixes.len());
+            for prefix in &prefixes {
+                out.bulk(prefix);
+            }
         }
         "help" => {
             let lines = [
@@ -399,6 +626,11 @@ fn client(ctx: &mut Ctx, args: Args) -> CmdResult {
                 "REPLY (ON|OFF|SKIP)",
                 "NO-EVICT (ON|OFF)",
                 "NO-TOUCH (ON|OFF)",
+                "TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]]",
+                "         [OPTIN] [OPTOUT] [NOLOOP]",
+                "CACHING (YES|NO)",
+                "GETREDIR",
+                "TRACKINGINFO",
                 "SETINFO <LIB-NAME|LIB-VER> <value>",
                 "HELP",
             ];

@@ -78,6 +78,14 @@ fn debug(ctx: &mut Ctx, args: Args) -> CmdResult {
             ctx.shared.active_expire.store(on, Ordering::Relaxed);
             ctx.out.ok();
         }
+        // Redis pauses its cron; what runs on a timer here is the active
+        // expiry (and the tracking table's trimming, done on writes).
+        "pause-cron" => {
+            arity(3)?;
+            let paused = int_arg(args.get(2))? != 0;
+            ctx.shared.active_expire.store(!paused, Ordering::Relaxed);
+            ctx.out.ok();
+        }
         "log" => {
             arity(3)?;
             log::warn!("DEBUG LOG: {}", String::from_utf8_lossy(args.get(2)));
@@ -91,11 +99,15 @@ fn debug(ctx: &mut Ctx, args: Args) -> CmdResult {
         }
         "object" => {
             arity(3)?;
-            let line = ctx.read(args.get(2), |meta, payload| {
+            let key = args.get(2);
+            let (db, now) = (ctx.db(), ctx.now_ms);
+            let field = ctx.ks().access_of(db, key, now)?.unwrap_or(0);
+            let idle = ctx.ks().access.idle_ms(field) / 1000;
+            let line = ctx.read(key, |meta, payload| {
                 let encoding = super::keys::encoding_name(meta, payload);
                 Ok(format!(
-                    "Value at:0x0 refcount:1 encoding:{encoding} serializedlength:{} lru:0 \
-                     lru_seconds_idle:0",
+                    "Value at:0x0 refcount:1 encoding:{encoding} serializedlength:{} \
+                     lru:{field} lru_seconds_idle:{idle}",
                     payload.len()
                 ))
             })?;

@@ -5,8 +5,9 @@
 //! commands: a string as one engine write with its expiry in its meta
 //! word, a collection as one operation-log record (the whole object, then
 //! its expiry), so a restored key appears whole, with its expiry, or not at
-//! all. IDLETIME and FREQ are checked as Redis checks them and then
-//! dropped: Engram keeps no LRU or LFU data.
+//! all. IDLETIME (under an LRU policy) and FREQ (under an LFU one) set
+//! the key's access field, as Redis's `objectSetLRUOrLFU`; each is
+//! ignored under the other family of policies, as there.
 
 use engram_collections::Op;
 
@@ -15,6 +16,7 @@ use super::{
 };
 use crate::keyspace::value::{Kind, StringValue};
 use crate::keyspace::{ckey, CKind};
+use crate::notify;
 use crate::rdb::payload::{self, PayloadError};
 use crate::rdb::value::Stored;
 use crate::rdb::writer;
@@ -115,6 +117,7 @@ fn collection_kind(kind: Kind) -> CKind {
         Kind::Hash => CKind::Hash,
         Kind::Set => CKind::Set,
         Kind::SortedSet => CKind::SortedSet,
+        Kind::Stream => CKind::Stream,
         // Strings never get here (they are read in the first step).
         Kind::List | Kind::String => CKind::List,
     }
@@ -155,7 +158,7 @@ fn restore(ctx: &mut Ctx, args: Args) -> CmdResult {
     // BUSYKEY's, in Redis's order.
     let ttl = int_arg(args.get(2));
     let decoded = payload::open(args.get(3));
-    ctx.write(&[key], false, |txn, db, now| {
+    let event = ctx.write(&[key], false, |txn, db, now| {
         if !replace && txn.get(db, key, now)?.is_some() {
             return Err(err(BUSYKEY));
         }
@@ -178,10 +181,10 @@ fn restore(ctx: &mut Ctx, args: Args) -> CmdResult {
         };
         if expire_at.is_some_and(|at| at <= now) {
             // Already expired: the key ends up absent, as in Redis.
-            if replace {
-                txn.delete(db, key, now)?;
+            if replace && txn.delete(db, key, now)? {
+                return Ok(Some((notify::GENERIC, "del")));
             }
-            return Ok(());
+            return Ok(None);
         }
         match stored {
             Stored::String(text) => txn.put_string(db, key, &text, expire_at)?,
@@ -197,8 +200,22 @@ fn restore(ctx: &mut Ctx, args: Args) -> CmdResult {
                 txn.log(ops)?;
             }
         }
-        Ok(())
+        Ok(Some((notify::GENERIC, "restore")))
     })?;
+    if let Some((class, event)) = event {
+        ctx.notify(class, event, key);
+    }
+    // Set after the write (inside EXEC, whose writes are applied at its
+    // end, the key is not there yet and keeps a new key's field).
+    let access = &ctx.ks().access;
+    let field = match (idletime, freq) {
+        (Some(idle), _) if !access.is_lfu() => Some(access.field_for_idle(idle as u64)),
+        (_, Some(freq)) if access.is_lfu() => Some(access.field_for_frequency(freq as u8)),
+        _ => None,
+    };
+    if let Some(field) = field {
+        ctx.ks().set_access(ctx.db(), key, field)?;
+    }
     ctx.out.simple("OK");
     Ok(())
 }

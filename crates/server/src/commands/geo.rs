@@ -11,7 +11,7 @@ mod geohash;
 use engram_collections::types::{ScoreBound, SortedSet};
 
 use self::geohash::{Extent, Shape};
-use super::sorted_sets::{parse_score, store_result, zadd, zset_of};
+use super::sorted_sets::{notify_stored, parse_score, store_result, zadd, zset_of, Stored};
 use super::{
     err, int_arg, is, CmdError, CmdResult, CommandSpec, Ctx, Group, NOT_FLOAT, READONLY, SYNTAX,
     WHOLE_KEYSPACE, WRITE,
@@ -636,9 +636,10 @@ fn geosearchstore(ctx: &mut Ctx, args: Args) -> CmdResult {
 }
 
 /// What a search found: the reply to send, or the count stored.
-enum Found {
+enum Found<'a> {
     Reply(Vec<Point>, Query),
-    Stored(usize),
+    /// The destination, and what storing did to it.
+    Stored(&'a [u8], Stored),
 }
 
 fn georadius_generic(ctx: &mut Ctx, args: Args, variant: Variant) -> CmdResult {
@@ -693,11 +694,19 @@ fn georadius_generic(ctx: &mut Ctx, args: Args, variant: Variant) -> CmdResult {
                 result.insert(&point.member, score);
             }
         }
-        Ok(Found::Stored(store_result(txn, db, now, dst, result)?))
+        Ok(Found::Stored(dst, store_result(txn, db, now, dst, result)?))
     })?;
     match found {
         Found::Reply(points, query) => reply_points(ctx.out, &points, &query),
-        Found::Stored(n) => ctx.out.int(n as i64),
+        Found::Stored(dst, stored) => {
+            let event = if variant == Variant::SearchStore {
+                "geosearchstore"
+            } else {
+                "georadiusstore"
+            };
+            notify_stored(ctx, event, dst, stored);
+            ctx.out.int(stored.len as i64);
+        }
     }
     Ok(())
 }

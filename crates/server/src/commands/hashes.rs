@@ -19,6 +19,7 @@ use super::{
 };
 use crate::glob;
 use crate::keyspace::{ckey, CKind, Object};
+use crate::notify;
 use crate::resp::{format_double, Args, ReplyWriter};
 use engram_collections::types::Hash;
 
@@ -202,12 +203,14 @@ fn set_pairs(ctx: &mut Ctx, args: &Args, command: &str) -> Result<i64, CmdError>
 
 fn hset(ctx: &mut Ctx, args: Args) -> CmdResult {
     let created = set_pairs(ctx, &args, "hset")?;
+    ctx.notify(notify::HASH, "hset", args.get(1));
     ctx.out.int(created);
     Ok(())
 }
 
 fn hmset(ctx: &mut Ctx, args: Args) -> CmdResult {
     set_pairs(ctx, &args, "hmset")?;
+    ctx.notify(notify::HASH, "hset", args.get(1));
     ctx.out.ok();
     Ok(())
 }
@@ -225,6 +228,9 @@ fn hsetnx(ctx: &mut Ctx, args: Args) -> CmdResult {
         }])?;
         Ok(true)
     })?;
+    if set {
+        ctx.notify(notify::HASH, "hset", key);
+    }
     ctx.out.int(set as i64);
     Ok(())
 }
@@ -259,7 +265,7 @@ fn hdel(ctx: &mut Ctx, args: Args) -> CmdResult {
     let key = args.get(1);
     let deleted = ctx.write(&[key], false, |txn, db, now| {
         let Some(hash) = hash_of(txn.collection(db, key, CKind::Hash, now)?)? else {
-            return Ok(0);
+            return Ok((0, false));
         };
         let mut fields: Vec<&[u8]> = Vec::new();
         let mut seen: HashSet<&[u8]> = HashSet::new();
@@ -269,16 +275,24 @@ fn hdel(ctx: &mut Ctx, args: Args) -> CmdResult {
             }
         }
         if fields.is_empty() {
-            return Ok(0);
+            return Ok((0, false));
         }
-        let count = fields.len() as i64;
+        let count = fields.len();
+        let emptied = count == hash.len();
         txn.log(vec![Op::HashDelete {
             key: ckey(db, key)?,
             fields: fields.into_iter().map(boxed).collect(),
         }])?;
-        Ok(count)
+        Ok((count, emptied))
     })?;
-    ctx.out.int(deleted);
+    let (deleted, emptied) = deleted;
+    if deleted > 0 {
+        ctx.notify(notify::HASH, "hdel", key);
+    }
+    if emptied {
+        ctx.notify(notify::GENERIC, "del", key);
+    }
+    ctx.out.int(deleted as i64);
     Ok(())
 }
 
@@ -364,6 +378,7 @@ fn hincrby(ctx: &mut Ctx, args: Args) -> CmdResult {
         }])?;
         Ok(new)
     })?;
+    ctx.notify(notify::HASH, "hincrby", key);
     ctx.out.int(new);
     Ok(())
 }
@@ -402,6 +417,7 @@ fn hincrbyfloat(ctx: &mut Ctx, args: Args) -> CmdResult {
         }])?;
         Ok(text)
     })?;
+    ctx.notify(notify::HASH, "hincrbyfloat", key);
     // A bulk string in RESP2 and RESP3 alike, as Redis replies.
     ctx.out.bulk(text.as_bytes());
     Ok(())

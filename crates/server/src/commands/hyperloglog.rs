@@ -12,6 +12,7 @@ use super::{
 };
 use crate::hll::{self, REGISTERS};
 use crate::keyspace::value::{Encoding, Kind, Meta};
+use crate::notify;
 use crate::resp::Args;
 
 /// A string that is not a HyperLogLog (Redis's own WRONGTYPE text).
@@ -110,6 +111,9 @@ fn pfadd(ctx: &mut Ctx, args: Args) -> CmdResult {
         }
         Ok(updated)
     })?;
+    if updated {
+        ctx.notify(notify::STRING, "pfadd", key);
+    }
     ctx.out.int(i64::from(updated));
     Ok(())
 }
@@ -199,6 +203,7 @@ fn pfmerge(ctx: &mut Ctx, args: Args) -> CmdResult {
         txn.put_string(db, dest, &value, expire_at)?;
         Ok(())
     })?;
+    ctx.notify(notify::STRING, "pfadd", dest);
     ctx.out.ok();
     Ok(())
 }

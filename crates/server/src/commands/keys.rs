@@ -8,6 +8,7 @@ use super::{
 use crate::glob;
 use crate::keyspace::ckey;
 use crate::keyspace::value::Encoding;
+use crate::notify;
 use crate::resp::Args;
 use engram_collections::Op;
 
@@ -192,13 +193,14 @@ pub fn commands() -> Vec<CommandSpec> {
 fn del(ctx: &mut Ctx, args: Args) -> CmdResult {
     let keys: Vec<&[u8]> = args.iter().skip(1).collect();
     let deleted = ctx.write(&keys, keys.len() > 1, |txn, db, now| {
-        let mut deleted = 0;
-        for key in &keys {
-            deleted += txn.delete(db, key, now)? as i64;
-        }
-        Ok(deleted)
+        keys.iter()
+            .map(|key| Ok(txn.delete(db, key, now)?))
+            .collect::<Result<Vec<bool>, CmdError>>()
     })?;
-    ctx.out.int(deleted);
+    for (key, _) in keys.iter().zip(&deleted).filter(|(_, &d)| d) {
+        ctx.notify(notify::GENERIC, "del", key);
+    }
+    ctx.out.int(deleted.iter().filter(|&&d| d).count() as i64);
     Ok(())
 }
 
@@ -325,6 +327,10 @@ fn rename_with(ctx: &mut Ctx, args: Args, only_if_absent: bool) -> Result<bool, 
             Ok(Some(true))
         })?;
         if let Some(moved) = moved {
+            if moved && from != to {
+                ctx.notify(notify::GENERIC, "rename_from", from);
+                ctx.notify(notify::GENERIC, "rename_to", to);
+            }
             return Ok(moved);
         }
     }
@@ -357,6 +363,10 @@ fn move_key(ctx: &mut Ctx, args: Args) -> CmdResult {
         }
         Ok(true)
     })?;
+    if moved {
+        ctx.notify(notify::GENERIC, "move_from", key);
+        ctx.notify_in(notify::GENERIC, "move_to", target, key);
+    }
     ctx.out.int(moved as i64);
     Ok(())
 }
@@ -406,7 +416,7 @@ fn set_expiry(ctx: &mut Ctx, args: Args, kind: ExpireArg, command: &str) -> CmdR
     }
     let done = ctx.write(&[key], false, |txn, db, now| {
         let Some(old) = txn.get(db, key, now)? else {
-            return Ok(false);
+            return Ok(None);
         };
         let current = old.meta.expire_at();
         // No expiry counts as an infinite TTL for GT and LT.
@@ -415,16 +425,20 @@ fn set_expiry(ctx: &mut Ctx, args: Args, kind: ExpireArg, command: &str) -> CmdR
             Some(current) => !nx && (!gt || at > current) && (!lt || at < current),
         };
         if !allowed {
-            return Ok(false);
+            return Ok(None);
         }
         if at <= now {
             txn.delete(db, key, now)?;
+            Ok(Some("del"))
         } else {
             txn.set_meta(db, key, &old, old.meta.with_expire(Some(at)))?;
+            Ok(Some("expire"))
         }
-        Ok(true)
     })?;
-    ctx.out.int(done as i64);
+    if let Some(event) = done {
+        ctx.notify(notify::GENERIC, event, key);
+    }
+    ctx.out.int(done.is_some() as i64);
     Ok(())
 }
 
@@ -483,6 +497,9 @@ fn persist(ctx: &mut Ctx, args: Args) -> CmdResult {
             _ => Ok(false),
         }
     })?;
+    if done {
+        ctx.notify(notify::GENERIC, "persist", key);
+    }
     ctx.out.int(done as i64);
     Ok(())
 }
@@ -533,6 +550,9 @@ fn copy(ctx: &mut Ctx, args: Args) -> CmdResult {
         }
         Ok(true)
     })?;
+    if copied {
+        ctx.notify_in(notify::GENERIC, "copy_to", target_db, to);
+    }
     ctx.out.int(copied as i64);
     Ok(())
 }
@@ -555,8 +575,17 @@ pub fn encoding_name(meta: crate::keyspace::value::Meta, payload: &[u8]) -> &'st
     }
 }
 
-/// OBJECT ENCODING and REFCOUNT. (FREQ and IDLETIME need per-key access
-/// tracking, which comes with eviction: until then they say so.)
+/// Redis's replies to OBJECT IDLETIME under an LFU policy and OBJECT FREQ
+/// under any other.
+const IDLETIME_UNDER_LFU: &str = "ERR An LFU maxmemory policy is selected, idle time not \
+    tracked. Please note that when switching between policies at runtime LRU and LFU data \
+    will take some time to adjust.";
+const FREQ_WITHOUT_LFU: &str = "ERR An LFU maxmemory policy is not selected, access \
+    frequency not tracked. Please note that when switching between policies at runtime LRU \
+    and LFU data will take some time to adjust.";
+
+/// OBJECT ENCODING, REFCOUNT, IDLETIME and FREQ (from the key's access
+/// field: see `keyspace::access`). OBJECT never touches the key.
 fn object(ctx: &mut Ctx, args: Args) -> CmdResult {
     let sub = args.get(1);
     if is(sub, "help") {
@@ -568,6 +597,12 @@ fn object(ctx: &mut Ctx, args: Args) -> CmdResult {
             "REFCOUNT <key>",
             "    Return the number of references of the value associated with the specified",
             "    <key> (always 1: Engram shares no values).",
+            "IDLETIME <key>",
+            "    Return the seconds since the <key> was last read or written (approximately;",
+            "    not under an LFU maxmemory-policy).",
+            "FREQ <key>",
+            "    Return the <key>'s logarithmic access counter (under an LFU maxmemory-policy",
+            "    only).",
             "HELP",
             "    Print this help.",
         ];
@@ -585,10 +620,30 @@ fn object(ctx: &mut Ctx, args: Args) -> CmdResult {
         return Err(super::wrong_sub_arity("object", sub));
     }
     if is(sub, "freq") || is(sub, "idletime") {
-        return Err(err(format!(
-            "ERR OBJECT {} is not available: Engram does not track key access yet",
-            lowercase(sub).to_ascii_uppercase()
-        )));
+        let key = args.get(2);
+        if ctx.read(key, |_, _| Ok(()))?.is_none() {
+            ctx.out.null();
+            return Ok(());
+        }
+        let access = &ctx.ks().access;
+        let lfu = access.is_lfu();
+        if is(sub, "idletime") && lfu {
+            return Err(err(IDLETIME_UNDER_LFU));
+        }
+        if is(sub, "freq") && !lfu {
+            return Err(err(FREQ_WITHOUT_LFU));
+        }
+        let Some(field) = ctx.ks().access_of(ctx.db(), key, ctx.now_ms)? else {
+            ctx.out.null();
+            return Ok(());
+        };
+        let access = &ctx.ks().access;
+        ctx.out.int(if lfu {
+            i64::from(access.frequency(field))
+        } else {
+            (access.idle_ms(field) / 1000) as i64
+        });
+        return Ok(());
     }
     let name = ctx.read(args.get(2), |meta, payload| {
         Ok(encoding_name(meta, payload))

@@ -39,6 +39,7 @@ use super::{
 };
 use crate::clients::ClientInfo;
 use crate::keyspace::{self, ckey, now_ms, CKind, Object, Txn};
+use crate::notify;
 use crate::resp::{parse_int, Args, ReplyWriter};
 use crate::session::Blocked;
 
@@ -338,8 +339,20 @@ fn push(ctx: &mut Ctx, args: Args, front: bool, only_existing: bool) -> CmdResul
         }])?;
         Ok(len)
     })?;
+    if len > 0 {
+        ctx.notify(notify::LIST, if front { "lpush" } else { "rpush" }, key);
+    }
     ctx.out.int(len as i64);
     Ok(())
+}
+
+/// A pop's events: `lpop` or `rpop`, and `del` when it took the last
+/// element.
+fn notify_popped(ctx: &mut Ctx, key: &[u8], front: bool, emptied: bool) {
+    ctx.notify(notify::LIST, if front { "lpop" } else { "rpop" }, key);
+    if emptied {
+        ctx.notify(notify::GENERIC, "del", key);
+    }
 }
 
 // ---- pops ----
@@ -362,22 +375,26 @@ fn pop(ctx: &mut Ctx, args: Args, front: bool) -> CmdResult {
         3 => Some(positive(args.get(2), MUST_BE_POSITIVE)? as u64),
         _ => None,
     };
-    let popped = ctx.write(&[key], false, |txn, db, now| {
+    let (popped, emptied) = ctx.write(&[key], false, |txn, db, now| {
         let Some(list) = list_in(txn, db, key, now)? else {
-            return Ok(None);
+            return Ok((None, false));
         };
         let n = count.unwrap_or(1).min(list.len() as u64) as usize;
         if n == 0 {
-            return Ok(Some(Vec::new()));
+            return Ok((Some(Vec::new()), false));
         }
+        let emptied = n == list.len();
         let values = take(list, front, n);
         txn.log(vec![Op::ListPop {
             key: ckey(db, key)?,
             front,
             count: n as u64,
         }])?;
-        Ok(Some(values))
+        Ok((Some(values), emptied))
     })?;
+    if popped.as_ref().is_some_and(|v| !v.is_empty()) {
+        notify_popped(ctx, key, front, emptied);
+    }
     match (count, popped) {
         (None, None) => ctx.out.null(),
         (Some(_), None) => ctx.out.null_array(),
@@ -451,7 +468,7 @@ fn pop_first(
 ) -> Result<Option<Popped>, CmdError> {
     let rules = BlockingRules::of(ctx, blocking);
     let shared = ctx.shared;
-    ctx.write(keys, false, |txn, db, now| {
+    let popped = ctx.write(keys, false, |txn, db, now| {
         let mut wrong_type = false;
         for (at, key) in keys.iter().enumerate() {
             let list = match txn.collection(db, key, CKind::List, now) {
@@ -475,16 +492,21 @@ fn pop_first(
                 return Ok(None);
             }
             let n = count.min(list.len());
+            let emptied = n == list.len();
             let values = take(list, front, n);
             txn.log(vec![Op::ListPop {
                 key: ekey,
                 front,
                 count: n as u64,
             }])?;
-            return Ok(Some((at, values)));
+            return Ok(Some((at, values, emptied)));
         }
         Ok(None)
-    })
+    })?;
+    Ok(popped.map(|(at, values, emptied)| {
+        notify_popped(ctx, keys[at], front, emptied);
+        (at, values)
+    }))
 }
 
 /// How a blocking command's try differs from its plain form's.
@@ -642,6 +664,7 @@ fn lset(ctx: &mut Ctx, args: Args) -> CmdResult {
         }])?;
         Ok(())
     })?;
+    ctx.notify(notify::LIST, "lset", key);
     ctx.out.ok();
     Ok(())
 }
@@ -673,6 +696,9 @@ fn linsert(ctx: &mut Ctx, args: Args) -> CmdResult {
         }])?;
         Ok(len)
     })?;
+    if len > 0 {
+        ctx.notify(notify::LIST, "linsert", key);
+    }
     ctx.out.int(len);
     Ok(())
 }
@@ -684,13 +710,14 @@ fn lrem(ctx: &mut Ctx, args: Args) -> CmdResult {
     let value = args.get(3);
     let removed = ctx.write(&[key], false, |txn, db, now| {
         let Some(list) = list_in(txn, db, key, now)? else {
-            return Ok(0);
+            return Ok((0, false));
         };
         let matches = list.iter().filter(|item| *item == value).count() as u64;
         let removed = match count {
             0 => matches,
             _ => matches.min(count.unsigned_abs()),
         };
+        let emptied = removed == list.len() as u64;
         if removed > 0 {
             txn.log(vec![Op::ListRemove {
                 key: ckey(db, key)?,
@@ -698,8 +725,15 @@ fn lrem(ctx: &mut Ctx, args: Args) -> CmdResult {
                 value: value.into(),
             }])?;
         }
-        Ok(removed)
+        Ok((removed, emptied))
     })?;
+    let (removed, emptied) = removed;
+    if removed > 0 {
+        ctx.notify(notify::LIST, "lrem", key);
+        if emptied {
+            ctx.notify(notify::GENERIC, "del", key);
+        }
+    }
     ctx.out.int(removed as i64);
     Ok(())
 }
@@ -708,21 +742,28 @@ fn ltrim(ctx: &mut Ctx, args: Args) -> CmdResult {
     let key = args.get(1);
     let start = int_arg(args.get(2))?;
     let stop = int_arg(args.get(3))?;
-    ctx.write(&[key], false, |txn, db, now| {
+    let trimmed = ctx.write(&[key], false, |txn, db, now| {
         let Some(list) = list_in(txn, db, key, now)? else {
-            return Ok(());
+            return Ok(None);
         };
         let keep = engram_collections::types::resolve_range(start, stop, list.len());
         if keep.len() == list.len() {
-            return Ok(());
+            // Redis announces an LTRIM of an existing list that keeps it whole too.
+            return Ok(Some(false));
         }
         txn.log(vec![Op::ListTrim {
             key: ckey(db, key)?,
             start,
             stop,
-        }])
-        .map_err(CmdError::from)
+        }])?;
+        Ok(Some(keep.is_empty()))
     })?;
+    if let Some(emptied) = trimmed {
+        ctx.notify(notify::LIST, "ltrim", key);
+        if emptied {
+            ctx.notify(notify::GENERIC, "del", key);
+        }
+    }
     ctx.out.ok();
     Ok(())
 }
@@ -764,7 +805,7 @@ fn move_one(
 ) -> Result<Option<Box<[u8]>>, CmdError> {
     let rules = BlockingRules::of(ctx, blocking);
     let shared = ctx.shared;
-    ctx.write(&[source, destination], false, |txn, db, now| {
+    let moved = ctx.write(&[source, destination], false, |txn, db, now| {
         let list = match txn.collection(db, source, CKind::List, now) {
             // Tried again after a wakeup: the source still holds no list.
             Err(keyspace::Error::WrongType) if rules.retrying => return Ok(None),
@@ -777,6 +818,7 @@ fn move_one(
         if rules.wait_in_line && !shared.wait_lines.first_in_line(rules.client, &from) {
             return Ok(None);
         }
+        let emptied = list.len() == 1;
         let Some(value) = take(list, from_front, 1).pop() else {
             return Ok(None);
         };
@@ -801,8 +843,19 @@ fn move_one(
             return Ok(None);
         }
         txn.log(vec![op])?;
-        Ok(Some(value))
-    })
+        Ok(Some((value, emptied)))
+    })?;
+    Ok(moved.map(|(value, emptied)| {
+        // Redis: the push's event, then the pop's (and `del`); a
+        // rotation of one key has both.
+        ctx.notify(
+            notify::LIST,
+            if to_front { "lpush" } else { "rpush" },
+            destination,
+        );
+        notify_popped(ctx, source, from_front, emptied && source != destination);
+        value
+    }))
 }
 
 // ---- blocking ----

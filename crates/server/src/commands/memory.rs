@@ -63,6 +63,7 @@ fn memory(ctx: &mut Ctx, args: Args) -> CmdResult {
                         Kind::Hash => CKind::Hash,
                         Kind::Set => CKind::Set,
                         Kind::SortedSet => CKind::SortedSet,
+                        Kind::Stream => CKind::Stream,
                         _ => CKind::List,
                     };
                     let heap = ctx.read_collection(key, ckind, |object| {

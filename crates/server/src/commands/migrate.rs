@@ -254,9 +254,20 @@ fn delete_unwritten(
         if pending.watches[i].written() {
             continue;
         }
-        if let Err(e) = txn.delete(db, &restores[i].0, now) {
-            result = Err(CmdError::from(e));
-            break;
+        match txn.delete(db, &restores[i].0, now) {
+            Ok(true) if shared.notifications.wants(crate::notify::GENERIC) => {
+                session.notifications.push(crate::notify::Pending {
+                    class: crate::notify::GENERIC,
+                    event: "del",
+                    db,
+                    key: restores[i].0.as_slice().into(),
+                });
+            }
+            Ok(_) => {}
+            Err(e) => {
+                result = Err(CmdError::from(e));
+                break;
+            }
         }
     }
     match result {

@@ -10,7 +10,7 @@ mod bitmaps;
 mod command;
 mod connection;
 mod debug;
-mod descriptions;
+pub(crate) mod descriptions;
 mod dump;
 mod engram;
 mod functions;
@@ -26,10 +26,12 @@ mod lists;
 mod memory;
 mod migrate;
 mod pubsub;
+mod scripting;
 mod server;
 mod sets;
 mod sort;
 mod sorted_sets;
+mod streams;
 mod string_patch;
 mod strings;
 mod transactions;
@@ -46,6 +48,7 @@ use crate::shared::Shared;
 pub use connection::client_line;
 pub use migrate::{finish as finish_migration, Pending as PendingMigration};
 pub use pubsub::leave_all as leave_pubsub_and_monitor;
+pub use scripting::allowed_while_busy;
 pub use transactions::unwatch_all;
 
 /// A command's error reply (its text, starting with the error code).
@@ -200,8 +203,10 @@ pub static TABLE: LazyLock<Vec<CommandSpec>> = LazyLock::new(|| {
     table.extend(geo::commands());
     table.extend(sort::commands());
     table.extend(lists::commands());
+    table.extend(streams::commands());
     table.extend(transactions::commands());
     table.extend(pubsub::commands());
+    table.extend(scripting::commands());
     table.extend(functions::commands());
     table.extend(debug::commands());
     table.extend(introspection::commands());
@@ -248,6 +253,25 @@ impl<'s> Ctx<'s, '_> {
 
     pub fn db(&self) -> usize {
         self.session.db
+    }
+
+    /// A keyspace notification for `key` of the current database (see
+    /// `notify`): sent once this batch's writes are durable.
+    pub fn notify(&mut self, class: u32, event: &'static str, key: &[u8]) {
+        let db = self.session.db;
+        self.notify_in(class, event, db, key);
+    }
+
+    /// `notify` for a key of database `db`.
+    pub fn notify_in(&mut self, class: u32, event: &'static str, db: usize, key: &[u8]) {
+        if self.shared.notifications.wants(class) {
+            self.session.notifications.push(crate::notify::Pending {
+                class,
+                event,
+                db,
+                key: key.into(),
+            });
+        }
     }
 
     /// Reads `key` of the current database: `f` sees its meta word and
@@ -484,16 +508,24 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
         Some(wrong_arity(spec.name).0)
     } else if !session.authenticated && !spec.is(NO_AUTH) {
         Some("NOAUTH Authentication required.".to_string())
+    } else if let Some(busy) = shared
+        .scripting
+        .running
+        .is_active()
+        .then(|| scripting::busy_refusal(shared, spec, &args))
+        .flatten()
+    {
+        Some(busy)
     } else if session.in_multi() && matches!(spec.name, "save" | "shutdown" | "migrate") {
         // Redis's no-multi commands: refused while queueing, and the
         // transaction with them. MIGRATE too, in Engram only: it waits on
         // the network, which a transaction holding its locks cannot.
         Some("ERR Command not allowed inside a transaction".to_string())
     } else if shared.memory_limit.is_set()
+        // As Redis, every command evicts first when memory is over the
+        // limit; only those that may grow the data are refused.
+        && crate::eviction::before_command(shared, session) == crate::eviction::Outcome::Fail
         && may_grow(spec, session)
-        && shared
-            .memory_limit
-            .over(|| crate::maxmemory::usage(shared).used())
     {
         Some(crate::maxmemory::OOM.to_string())
     } else if session.pubsub.subscribed()
@@ -537,6 +569,12 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
         out.simple("QUEUED");
         return;
     }
+    let tracking = shared.tracking.active();
+    if tracking {
+        // Keys changed before this command ran (an eviction): their
+        // invalidations precede its reply.
+        crate::tracking::invalidate_modified(shared, Some(session.info.id));
+    }
     if session.pubsub.outbox.is_some() {
         // Messages that came before this command go before its reply.
         crate::delivery::take_all(session, out);
@@ -566,6 +604,10 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
         crate::delivery::take_all_before(session, out, mark);
         session.pubsub.release_if_idle();
     }
+    if tracking || shared.tracking.active() {
+        // Invalidations the command caused follow its reply.
+        crate::tracking::after_command(shared, session, spec, &args);
+    }
 }
 
 /// What RESP2's subscribed mode allows (Redis's processCommand).
@@ -590,6 +632,25 @@ fn full_name(spec: &CommandSpec, args: &Args) -> String {
         spec.name.to_string()
     }
 }
+
+/// Commands whose key lookups do not count as accesses (Redis's
+/// `LOOKUP_NOTOUCH` and the commands that look keys up without
+/// `lookupKey`: DEBUG OBJECT, MEMORY USAGE).
+const NO_TOUCH: &[&str] = &[
+    "exists",
+    "type",
+    "ttl",
+    "pttl",
+    "expiretime",
+    "pexpiretime",
+    "object",
+    "debug",
+    "memory",
+    "scan",
+    "keys",
+    "randomkey",
+    "dbsize",
+];
 
 /// Whether the command may grow memory (refused over `maxmemory`):
 /// Redis's denyoom commands, EXEC of a queue holding one, and, as in
@@ -644,7 +705,11 @@ pub fn run<'s>(
         now_ms: now_ms(),
     };
     let started = std::time::Instant::now();
-    let result = (TABLE[index].handler)(&mut ctx, args);
+    let spec = &TABLE[index];
+    // Redis's LOOKUP_NOTOUCH commands, and a CLIENT NO-TOUCH client's
+    // commands other than TOUCH, leave keys' access fields alone.
+    let no_touch = NO_TOUCH.contains(&spec.name) || (ctx.session.no_touch && spec.name != "touch");
+    let result = keyspace::access::without_touching(no_touch, || (spec.handler)(&mut ctx, args));
     if ctx.session.migration.is_some() {
         // MIGRATE waits for its target: the call is counted, timed and
         // logged when it ends (`migrate::finish`), as Redis times it whole.
@@ -653,7 +718,11 @@ pub fn run<'s>(
     if let Err(e) = &result {
         reply_error(shared, ctx.out, &e.0);
     }
-    record_call(shared, ctx.session, index, &args, started, result.is_err());
+    // A command that blocked is counted once, when its wait ends (served
+    // or failed by a retry, timed out, unblocked), as Redis counts it.
+    if result.is_err() || ctx.session.blocked.is_none() {
+        record_call(shared, ctx.session, index, &args, started, result.is_err());
+    }
     ctx.exec
 }
 

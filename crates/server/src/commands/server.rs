@@ -299,6 +299,7 @@ fn config(ctx: &mut Ctx, args: Args) -> CmdResult {
             ks.hits.store(0, Ordering::Relaxed);
             ks.misses.store(0, Ordering::Relaxed);
             ks.expired_keys.store(0, Ordering::Relaxed);
+            ctx.shared.eviction.reset_stats();
             ctx.out.ok();
         }
         "rewrite" => {
@@ -425,6 +426,14 @@ fn validate_setting(name: &str, value: &str) -> Result<Change, CmdError> {
                     .redis_params
                     .write()
                     .insert(canonical, shown.unwrap_or(value));
+                // As Redis, a lower limit evicts at once, not at the next
+                // command (outside EXEC: its locks are held).
+                if canonical == "maxmemory"
+                    && ctx.exec.is_none()
+                    && ctx.shared.memory_limit.is_set()
+                {
+                    crate::eviction::before_command(ctx.shared, ctx.session);
+                }
             })
         }
     })

@@ -24,6 +24,7 @@ use super::{
 };
 use crate::glob;
 use crate::keyspace::{ckey, CKind, Object, Txn};
+use crate::notify;
 use crate::resp::{parse_int, Args, ReplyWriter};
 
 type Bytes = Box<[u8]>;
@@ -231,6 +232,9 @@ fn sadd(ctx: &mut Ctx, args: Args) -> CmdResult {
         }
         Ok(added)
     })?;
+    if added > 0 {
+        ctx.notify(notify::SET, "sadd", key);
+    }
     ctx.out.int(added as i64);
     Ok(())
 }
@@ -240,7 +244,7 @@ fn srem(ctx: &mut Ctx, args: Args) -> CmdResult {
     let members = distinct(&args, 2);
     let removed = ctx.write(&[key], false, |txn, db, now| {
         let Some(set) = set_of(txn, db, key, now)? else {
-            return Ok(0);
+            return Ok((0, false));
         };
         let gone: Vec<Bytes> = members
             .iter()
@@ -248,6 +252,7 @@ fn srem(ctx: &mut Ctx, args: Args) -> CmdResult {
             .map(|m| Bytes::from(*m))
             .collect();
         let removed = gone.len();
+        let emptied = removed == set.len();
         if removed > 0 {
             // SetRemove deletes the key when the set empties.
             txn.log(vec![Op::SetRemove {
@@ -255,8 +260,15 @@ fn srem(ctx: &mut Ctx, args: Args) -> CmdResult {
                 members: gone,
             }])?;
         }
-        Ok(removed)
+        Ok((removed, emptied))
     })?;
+    let (removed, emptied) = removed;
+    if removed > 0 {
+        ctx.notify(notify::SET, "srem", key);
+        if emptied {
+            ctx.notify(notify::GENERIC, "del", key);
+        }
+    }
     ctx.out.int(removed as i64);
     Ok(())
 }
@@ -323,8 +335,10 @@ fn spop(ctx: &mut Ctx, args: Args) -> CmdResult {
         3 => return spop_count(ctx, key, args.get(2)),
         _ => return Err(err(SYNTAX)),
     }
-    let popped = ctx.write(&[key], false, |txn, db, now| {
-        let member = set_of(txn, db, key, now)?
+    let (popped, emptied) = ctx.write(&[key], false, |txn, db, now| {
+        let set = set_of(txn, db, key, now)?;
+        let emptied = set.is_some_and(|set| set.len() == 1);
+        let member = set
             .and_then(|set| set.random(&mut rand::rng()))
             .map(Bytes::from);
         if let Some(member) = &member {
@@ -333,8 +347,11 @@ fn spop(ctx: &mut Ctx, args: Args) -> CmdResult {
                 members: vec![member.clone()],
             }])?;
         }
-        Ok(member)
+        Ok((member, emptied))
     })?;
+    if popped.is_some() {
+        notify_popped(ctx, key, emptied);
+    }
     match popped {
         Some(member) => ctx.out.bulk(&member),
         None => ctx.out.null(),
@@ -350,26 +367,38 @@ fn spop_count(ctx: &mut Ctx, key: &[u8], count: &[u8]) -> CmdResult {
     let count = usize::try_from(count).unwrap_or(usize::MAX);
     let popped = ctx.write(&[key], false, |txn, db, now| {
         let Some(set) = set_of(txn, db, key, now)? else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), false));
         };
         if count == 0 {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), false));
         }
         let ekey = ckey(db, key)?;
         if count >= set.len() {
             let all: Vec<Bytes> = set.iter().map(Bytes::from).collect();
             txn.log(vec![Op::Delete { key: ekey }])?;
-            return Ok(all);
+            return Ok((all, true));
         }
         let chosen = sample(set, count);
         txn.log(vec![Op::SetRemove {
             key: ekey,
             members: chosen.clone(),
         }])?;
-        Ok(chosen)
+        Ok((chosen, false))
     })?;
+    let (popped, emptied) = popped;
+    if !popped.is_empty() {
+        notify_popped(ctx, key, emptied);
+    }
     reply_members(ctx.out, popped.len(), popped.iter().map(|m| &m[..]));
     Ok(())
+}
+
+/// SPOP's events: `spop`, and `del` when it took the last member.
+fn notify_popped(ctx: &mut Ctx, key: &[u8], emptied: bool) {
+    ctx.notify(notify::SET, "spop", key);
+    if emptied {
+        ctx.notify(notify::GENERIC, "del", key);
+    }
 }
 
 fn srandmember(ctx: &mut Ctx, args: Args) -> CmdResult {
@@ -436,14 +465,18 @@ fn smove(ctx: &mut Ctx, args: Args) -> CmdResult {
     let (source, destination, member) = (args.get(1), args.get(2), args.get(3));
     let moved = ctx.write(&[source, destination], false, |txn, db, now| {
         let Some(from) = set_of(txn, db, source, now)? else {
-            return Ok(false);
+            return Ok(None);
         };
         let present = from.contains(member);
+        let emptied = from.len() == 1;
         // Both types are checked before anything changes.
         let already_there =
             set_of(txn, db, destination, now)?.is_some_and(|to| to.contains(member));
-        if !present || source == destination {
-            return Ok(present);
+        if !present {
+            return Ok(None);
+        }
+        if source == destination {
+            return Ok(Some((false, false)));
         }
         let mut ops = vec![Op::SetRemove {
             key: ckey(db, source)?,
@@ -458,9 +491,22 @@ fn smove(ctx: &mut Ctx, args: Args) -> CmdResult {
             });
         }
         txn.log(ops)?;
-        Ok(true)
+        Ok(Some((emptied, !already_there)))
     })?;
-    ctx.out.int(moved as i64);
+    // Redis: `srem` (and `del`) on the source, `sadd` on a destination
+    // that gained the member; nothing when both are one key.
+    if let Some((emptied, added)) = moved {
+        if source != destination {
+            ctx.notify(notify::SET, "srem", source);
+            if emptied {
+                ctx.notify(notify::GENERIC, "del", source);
+            }
+            if added {
+                ctx.notify(notify::SET, "sadd", destination);
+            }
+        }
+    }
+    ctx.out.int(moved.is_some() as i64);
     Ok(())
 }
 
@@ -678,23 +724,29 @@ fn read_algebra(ctx: &mut Ctx, args: Args, algebra: Algebra) -> CmdResult {
 
 /// SINTERSTORE, SUNIONSTORE, SDIFFSTORE: the result replaces the
 /// destination whatever it held; an empty one deletes it.
-fn store_algebra(ctx: &mut Ctx, args: Args, algebra: Algebra) -> CmdResult {
+fn store_algebra(ctx: &mut Ctx, args: Args, algebra: Algebra, event: &'static str) -> CmdResult {
     let destination = args.get(1);
     let keys: Vec<&[u8]> = args.iter().skip(1).collect();
-    let stored = ctx.write(&keys, false, |txn, db, now| {
+    let (stored, deleted) = ctx.write(&keys, false, |txn, db, now| {
         let outcome = algebra(txn, db, now, &keys[1..])?;
         let len = outcome.len();
+        let mut deleted = false;
         if len == 0 {
             // (A Replace with an empty object would leave a string there.)
-            txn.delete(db, destination, now)?;
+            deleted = txn.delete(db, destination, now)?;
         } else {
             txn.log(vec![Op::Replace {
                 key: ckey(db, destination)?,
                 object: outcome.into_object(),
             }])?;
         }
-        Ok(len)
+        Ok((len, deleted))
     })?;
+    if stored > 0 {
+        ctx.notify(notify::SET, event, destination);
+    } else if deleted {
+        ctx.notify(notify::GENERIC, "del", destination);
+    }
     ctx.out.int(stored as i64);
     Ok(())
 }
@@ -712,15 +764,15 @@ fn sdiff(ctx: &mut Ctx, args: Args) -> CmdResult {
 }
 
 fn sinterstore(ctx: &mut Ctx, args: Args) -> CmdResult {
-    store_algebra(ctx, args, inter)
+    store_algebra(ctx, args, inter, "sinterstore")
 }
 
 fn sunionstore(ctx: &mut Ctx, args: Args) -> CmdResult {
-    store_algebra(ctx, args, union)
+    store_algebra(ctx, args, union, "sunionstore")
 }
 
 fn sdiffstore(ctx: &mut Ctx, args: Args) -> CmdResult {
-    store_algebra(ctx, args, diff)
+    store_algebra(ctx, args, diff, "sdiffstore")
 }
 
 /// SINTERCARD numkeys key [key ...] [LIMIT limit]

@@ -25,6 +25,7 @@ use super::{
 use crate::keyspace::ckey;
 use crate::keyspace::value::{Kind, StringValue};
 use crate::keyspace::{CKind, Object};
+use crate::notify;
 use crate::resp::Args;
 
 pub fn commands() -> Vec<CommandSpec> {
@@ -345,9 +346,9 @@ fn sort_generic(ctx: &mut Ctx, args: Args, readonly: bool) -> CmdResult {
         }
         Some(dst) => {
             let n = output.len();
-            ctx.write(&[dst], false, |txn, db, now| {
+            let deleted = ctx.write(&[dst], false, |txn, db, now| {
                 if n == 0 {
-                    txn.delete(db, dst, now)?;
+                    return Ok(txn.delete(db, dst, now)?);
                 } else {
                     let mut list = List::new();
                     list.push_back(
@@ -360,8 +361,13 @@ fn sort_generic(ctx: &mut Ctx, args: Args, readonly: bool) -> CmdResult {
                         object: Object::List(list),
                     }])?;
                 }
-                Ok(())
+                Ok(false)
             })?;
+            if n > 0 {
+                ctx.notify(notify::LIST, "sortstore", dst);
+            } else if deleted {
+                ctx.notify(notify::GENERIC, "del", dst);
+            }
             ctx.out.int(n as i64);
         }
     }

@@ -26,6 +26,7 @@ use super::{
     Ctx, Group, FAST, NOT_FLOAT, READONLY, SYNTAX, WRITE,
 };
 use crate::keyspace::{ckey, CKind, Object, Txn};
+use crate::notify;
 use crate::resp::{redis_double, Args, ReplyWriter};
 
 mod pops;
@@ -566,6 +567,9 @@ fn zadd_generic(ctx: &mut Ctx, args: Args, mut incr: bool) -> CmdResult {
         }
         Ok(result)
     })?;
+    if result.added + result.updated > 0 {
+        ctx.notify(notify::ZSET, if incr { "zincr" } else { "zadd" }, key);
+    }
     if incr {
         if result.processed {
             reply_score(ctx.out, result.score);
@@ -586,7 +590,7 @@ fn zrem(ctx: &mut Ctx, args: Args) -> CmdResult {
     let key = args.get(1);
     let removed = ctx.write(&[key], false, |txn, db, now| {
         let Some(zset) = zset_in(txn, db, key, now)? else {
-            return Ok(0);
+            return Ok((0, false));
         };
         let mut seen = HashSet::new();
         let members: Vec<Box<[u8]>> = args
@@ -596,16 +600,44 @@ fn zrem(ctx: &mut Ctx, args: Args) -> CmdResult {
             .map(Box::from)
             .collect();
         let count = members.len();
+        let emptied = count == zset.len();
         if count > 0 {
             txn.log(vec![Op::SortedSetRemove {
                 key: ckey(db, key)?,
                 members,
             }])?;
         }
-        Ok(count)
+        Ok((count, emptied))
     })?;
-    ctx.out.int(removed as i64);
+    notify_removed(ctx, "zrem", key, removed);
+    ctx.out.int(removed.0 as i64);
     Ok(())
+}
+
+/// A removal's events: `event` if it removed anything, and `del` when it
+/// removed everything. `removed`: (count, whether the set emptied).
+pub(super) fn notify_removed(
+    ctx: &mut Ctx,
+    event: &'static str,
+    key: &[u8],
+    (count, emptied): (usize, bool),
+) {
+    if count > 0 {
+        ctx.notify(notify::ZSET, event, key);
+        if emptied {
+            ctx.notify(notify::GENERIC, "del", key);
+        }
+    }
+}
+
+/// A store's events: `event` on a destination that now holds the
+/// result, `del` on one an empty result deleted.
+pub(super) fn notify_stored(ctx: &mut Ctx, event: &'static str, dst: &[u8], stored: Stored) {
+    if stored.len > 0 {
+        ctx.notify(notify::ZSET, event, dst);
+    } else if stored.deleted {
+        ctx.notify(notify::GENERIC, "del", dst);
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -630,38 +662,50 @@ impl RemoveRange {
 
 fn zremrangebyrank(ctx: &mut Ctx, args: Args) -> CmdResult {
     let range = RemoveRange::Rank(int_arg(args.get(2))?, int_arg(args.get(3))?);
-    zremrange(ctx, args.get(1), range)
+    zremrange(ctx, args.get(1), range, "zremrangebyrank")
 }
 
 fn zremrangebyscore(ctx: &mut Ctx, args: Args) -> CmdResult {
     let (min, max) = score_range(args.get(2), args.get(3))?;
-    zremrange(ctx, args.get(1), RemoveRange::Score(min, max))
+    zremrange(
+        ctx,
+        args.get(1),
+        RemoveRange::Score(min, max),
+        "zremrangebyscore",
+    )
 }
 
 fn zremrangebylex(ctx: &mut Ctx, args: Args) -> CmdResult {
     let (min, max) = lex_range(args.get(2), args.get(3))?;
-    zremrange(ctx, args.get(1), RemoveRange::Lex(min, max))
+    zremrange(
+        ctx,
+        args.get(1),
+        RemoveRange::Lex(min, max),
+        "zremrangebylex",
+    )
 }
 
-fn zremrange(ctx: &mut Ctx, key: &[u8], range: RemoveRange) -> CmdResult {
+fn zremrange(ctx: &mut Ctx, key: &[u8], range: RemoveRange, event: &'static str) -> CmdResult {
     let removed = ctx.write(&[key], false, |txn, db, now| {
         let Some(zset) = zset_in(txn, db, key, now)? else {
-            return Ok(0);
+            return Ok((0, false));
         };
         let members: Vec<Box<[u8]>> = zset
             .range(range.ranks(zset))
             .map(|(member, _)| member.into())
             .collect();
         let count = members.len();
+        let emptied = count == zset.len();
         if count > 0 {
             txn.log(vec![Op::SortedSetRemove {
                 key: ckey(db, key)?,
                 members,
             }])?;
         }
-        Ok(count)
+        Ok((count, emptied))
     })?;
-    ctx.out.int(removed as i64);
+    notify_removed(ctx, event, key, removed);
+    ctx.out.int(removed.0 as i64);
     Ok(())
 }
 
@@ -690,18 +734,22 @@ fn zpop(ctx: &mut Ctx, args: Args, max: bool) -> CmdResult {
     };
     let popped = ctx.write(&[key], false, |txn, db, now| {
         let Some(zset) = zset_in(txn, db, key, now)? else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), false));
         };
         let take = usize::try_from(count.unwrap_or(1)).unwrap_or(usize::MAX);
         let popped = pops::take(zset, max, take);
+        let emptied = popped.len() == zset.len();
         if !popped.is_empty() {
             txn.log(vec![Op::SortedSetRemove {
                 key: ckey(db, key)?,
                 members: popped.iter().map(|(member, _)| member.clone()).collect(),
             }])?;
         }
-        Ok(popped)
+        Ok((popped, emptied))
     })?;
+    let (popped, emptied) = popped;
+    let event = if max { "zpopmax" } else { "zpopmin" };
+    notify_removed(ctx, event, key, (popped.len(), emptied));
     let out = &mut *ctx.out;
     // RESP3 with a count: [member, score] pairs; otherwise a flat array.
     let nested = out.is_resp3() && count.is_some();
@@ -1029,29 +1077,40 @@ fn zrangestore(ctx: &mut Ctx, args: Args) -> CmdResult {
         };
         store_result(txn, db, now, dst, result)
     })?;
-    ctx.out.int(stored as i64);
+    notify_stored(ctx, "zrangestore", dst, stored);
+    ctx.out.int(stored.len as i64);
     Ok(())
 }
 
+/// What a *STORE did to its destination.
+#[derive(Clone, Copy)]
+pub(super) struct Stored {
+    /// The result's size.
+    pub len: usize,
+    /// An empty result deleted a key that was there.
+    pub deleted: bool,
+}
+
 /// Makes `dst` hold `result` (of any type before); an empty result
-/// deletes it. Returns the result's size.
+/// deletes it.
 pub(super) fn store_result(
     txn: &mut Txn<'_>,
     db: usize,
     now: u64,
     dst: &[u8],
     result: SortedSet,
-) -> Result<usize, CmdError> {
+) -> Result<Stored, CmdError> {
     let len = result.len();
+    let mut deleted = false;
     if len == 0 {
-        txn.delete(db, dst, now)?;
+        deleted = txn.delete(db, dst, now)?;
     } else {
         txn.log(vec![Op::Replace {
             key: ckey(db, dst)?,
             object: Object::SortedSet(result),
         }])?;
     }
-    Ok(len)
+    Ok(Stored { len, deleted })
 }
 
 /// `value` as a score; NaN (which the aggregations never produce) as 0.

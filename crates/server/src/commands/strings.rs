@@ -7,6 +7,7 @@ use super::{
 };
 use crate::keyspace::value::{encode_int, Kind, Meta, StringValue, MAX_EXPIRE_MS, META_BYTES};
 use crate::keyspace::{Stored, Txn};
+use crate::notify;
 use crate::resp::{format_double, Args, ReplyWriter};
 
 /// Redis's largest string (`proto-max-bulk-len`), less our meta word so a
@@ -330,6 +331,7 @@ fn set(ctx: &mut Ctx, args: Args) -> CmdResult {
         ctx.write(&[key], false, |txn, db, _| {
             Ok(txn.put_string(db, key, value, None)?)
         })?;
+        ctx.notify(notify::STRING, "set", key);
         ctx.out.ok();
         return Ok(());
     }
@@ -358,6 +360,12 @@ fn set(ctx: &mut Ctx, args: Args) -> CmdResult {
         Ok((proceed, old))
     })?;
     let (done, old) = reply;
+    if done {
+        ctx.notify(notify::STRING, "set", key);
+        if options.expire_at.is_some() && !options.keep_ttl {
+            ctx.notify(notify::GENERIC, "expire", key);
+        }
+    }
     if options.get {
         reply_stored(ctx.out, old.as_ref())?;
     } else if done {
@@ -387,6 +395,9 @@ fn setnx(ctx: &mut Ctx, args: Args) -> CmdResult {
         txn.put_string(db, key, value, None)?;
         Ok(true)
     })?;
+    if set {
+        ctx.notify(notify::STRING, "set", key);
+    }
     ctx.out.int(set as i64);
     Ok(())
 }
@@ -398,6 +409,8 @@ fn set_with_expiry(ctx: &mut Ctx, args: Args, kind: ExpireArg, command: &str) ->
     ctx.write(&[key], false, |txn, db, _| {
         Ok(txn.put_string(db, key, value, Some(at))?)
     })?;
+    ctx.notify(notify::STRING, "set", key);
+    ctx.notify(notify::GENERIC, "expire", key);
     ctx.out.ok();
     Ok(())
 }
@@ -454,6 +467,9 @@ fn mset(ctx: &mut Ctx, args: Args) -> CmdResult {
         }
         Ok(())
     })?;
+    for key in keys {
+        ctx.notify(notify::STRING, "set", key);
+    }
     ctx.out.ok();
     Ok(())
 }
@@ -472,6 +488,11 @@ fn msetnx(ctx: &mut Ctx, args: Args) -> CmdResult {
         }
         Ok(true)
     })?;
+    if set {
+        for key in keys {
+            ctx.notify(notify::STRING, "set", key);
+        }
+    }
     ctx.out.int(set as i64);
     Ok(())
 }
@@ -481,6 +502,7 @@ fn add(ctx: &mut Ctx, key: &[u8], delta: i64) -> CmdResult {
     let new = ctx.write(&[key], false, |txn, db, now| {
         add_in(txn, db, key, delta, now)
     })?;
+    ctx.notify(notify::STRING, "incrby", key);
     ctx.out.int(new);
     Ok(())
 }
@@ -562,6 +584,7 @@ fn incrbyfloat(ctx: &mut Ctx, args: Args) -> CmdResult {
         txn.put_string(db, key, text.as_bytes(), expire_at)?;
         Ok(text)
     })?;
+    ctx.notify(notify::STRING, "incrbyfloat", key);
     // A bulk string in RESP2 and RESP3 alike, as Redis replies.
     ctx.out.bulk(text.as_bytes());
     Ok(())
@@ -580,6 +603,7 @@ fn append(ctx: &mut Ctx, args: Args) -> CmdResult {
         txn.put_string(db, key, &text, expire_at)?;
         Ok(text.len())
     })?;
+    ctx.notify(notify::STRING, "append", key);
     ctx.out.int(len as i64);
     Ok(())
 }
@@ -657,6 +681,9 @@ fn setrange(ctx: &mut Ctx, args: Args) -> CmdResult {
         txn.put_string(db, key, &text, expire_at)?;
         Ok(text.len())
     })?;
+    if !patch.is_empty() {
+        ctx.notify(notify::STRING, "setrange", key);
+    }
     ctx.out.int(len as i64);
     Ok(())
 }
@@ -672,6 +699,7 @@ fn getset(ctx: &mut Ctx, args: Args) -> CmdResult {
         txn.put_string(db, key, value, None)?;
         Ok(old)
     })?;
+    ctx.notify(notify::STRING, "set", key);
     reply_stored(ctx.out, old.as_ref())
 }
 
@@ -685,6 +713,9 @@ fn getdel(ctx: &mut Ctx, args: Args) -> CmdResult {
         }
         Ok(old)
     })?;
+    if old.is_some() {
+        ctx.notify(notify::GENERIC, "del", key);
+    }
     reply_stored(ctx.out, old.as_ref())
 }
 
@@ -716,23 +747,30 @@ fn getex(ctx: &mut Ctx, args: Args) -> CmdResult {
         }
         _ => return Err(err(SYNTAX)),
     };
-    let old = ctx.write(&[key], false, |txn, db, now| {
+    let (old, event) = ctx.write(&[key], false, |txn, db, now| {
         let Some(old) = txn.get(db, key, now)? else {
-            return Ok(None);
+            return Ok((None, None));
         };
         string_of(&old)?;
-        match change {
-            None => {}
+        let event = match change {
+            None => None,
             Some(Some(at)) if at <= now => {
                 txn.delete(db, key, now)?;
+                Some("del")
             }
-            Some(at) if old.meta.expire_at() != at => {
-                txn.set_meta(db, key, &old, old.meta.with_expire(at))?;
+            Some(None) if old.meta.expire_at().is_none() => None,
+            Some(at) => {
+                if old.meta.expire_at() != at {
+                    txn.set_meta(db, key, &old, old.meta.with_expire(at))?;
+                }
+                Some(if at.is_some() { "expire" } else { "persist" })
             }
-            Some(_) => {}
-        }
-        Ok(Some(old))
+        };
+        Ok((Some(old), event))
     })?;
+    if let Some(event) = event {
+        ctx.notify(notify::GENERIC, event, key);
+    }
     reply_stored(ctx.out, old.as_ref())
 }
 

@@ -176,6 +176,7 @@ fn exec(ctx: &mut Ctx, _args: Args) -> CmdResult {
     }
 
     let reply_start = ctx.out.len();
+    let events_start = ctx.session.notifications.len();
     ctx.out.array(queue.len());
     let mut txn = Some(txn);
     for queued in &queue {
@@ -190,11 +191,17 @@ fn exec(ctx: &mut Ctx, _args: Args) -> CmdResult {
     match committed {
         Ok(wrote) => {
             ctx.session.wrote |= wrote;
+            if ctx.shared.tracking.active() {
+                // Replayed after the reply (`tracking::after_command`).
+                ctx.session.tracked_exec = Some(queue);
+            }
             Ok(())
         }
         Err(e) => {
-            // Nothing the replies claim was applied: replace them.
+            // Nothing the replies claim was applied: replace them, and
+            // announce none of it.
             ctx.out.buf.truncate(reply_start);
+            ctx.session.notifications.truncate(events_start);
             ctx.session.wrote = true;
             Err(err(format!(
                 "EXECABORT Transaction failed while committing: {}",

@@ -29,10 +29,11 @@ mod encodings;
 mod error;
 pub mod file;
 pub mod import;
-mod input;
+pub(crate) mod input;
 mod lzf;
 pub mod payload;
 pub mod reader;
+mod stream;
 pub mod value;
 pub mod writer;
 

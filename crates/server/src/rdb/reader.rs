@@ -133,10 +133,7 @@ pub fn read_object(input: &mut Input, ty: u8) -> Result<Value> {
             ))
         }
         types::STREAM_LISTPACKS | types::STREAM_LISTPACKS_2 | types::STREAM_LISTPACKS_3 => {
-            return Err(Error::unsupported(
-                at,
-                format!("a stream (RDB type {ty}): Engram does not support streams yet"),
-            ))
+            Value::Stream(Box::new(super::stream::read(input, ty)?))
         }
         other => return Err(Error::at(at, format!("unknown value type {other}"))),
     };

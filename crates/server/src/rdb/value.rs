@@ -2,7 +2,7 @@
 //! data, whatever encoding it came in, and its conversion into what the
 //! keyspace stores (a string, or a collection object).
 
-use engram_collections::types::{Hash, List, Object, Score, Set, SortedSet};
+use engram_collections::types::{Hash, List, Object, Score, Set, SortedSet, Stream};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
@@ -12,6 +12,9 @@ pub enum Value {
     /// Members and scores, in any order.
     SortedSet(Vec<(Vec<u8>, f64)>),
     Hash(Vec<(Vec<u8>, Vec<u8>)>),
+    /// A stream, read straight into the collections' structure (entries,
+    /// counters and groups have no plainer form).
+    Stream(Box<Stream>),
 }
 
 /// A value as the keyspace stores it.
@@ -29,6 +32,7 @@ impl Value {
             Value::Set(_) => "set",
             Value::SortedSet(_) => "zset",
             Value::Hash(_) => "hash",
+            Value::Stream(_) => "stream",
         }
     }
 
@@ -40,6 +44,8 @@ impl Value {
             Value::List(items) | Value::Set(items) => items.is_empty(),
             Value::SortedSet(pairs) => pairs.is_empty(),
             Value::Hash(pairs) => pairs.is_empty(),
+            // Redis keeps an empty stream (its last ID and groups).
+            Value::Stream(_) => false,
         }
     }
 
@@ -85,6 +91,7 @@ impl Value {
                 }
                 Object::Hash(hash)
             }
+            Value::Stream(stream) => Object::Stream(stream),
         };
         Ok(Stored::Collection(object))
     }
@@ -105,6 +112,7 @@ impl Value {
                     .map(|(field, value)| (field.to_vec(), value.to_vec()))
                     .collect(),
             ),
+            Object::Stream(stream) => Value::Stream(stream.clone()),
         }
     }
 }

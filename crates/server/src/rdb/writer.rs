@@ -1,7 +1,7 @@
 //! Writing values in encodings Redis 7.0 loads: the plain ones (a string
 //! as its bytes, a list as `RDB_TYPE_LIST`, a set as `RDB_TYPE_SET`, a
 //! sorted set as `RDB_TYPE_ZSET_2` with binary scores, a hash as
-//! `RDB_TYPE_HASH`). Redis converts them to its compact encodings as it
+//! `RDB_TYPE_HASH`, a stream as `RDB_TYPE_STREAM_LISTPACKS_2`). Redis converts them to its compact encodings as it
 //! loads them when they are small enough.
 
 use engram_collections::types::Object;
@@ -67,6 +67,7 @@ pub fn put_object(out: &mut Vec<u8>, object: &Object) {
                 put_string(out, value);
             }
         }
+        Object::Stream(stream) => super::stream::write(out, stream),
     }
 }
 
@@ -101,5 +102,6 @@ pub fn put_value(out: &mut Vec<u8>, value: &Value) {
                 put_string(out, value);
             }
         }
+        Value::Stream(stream) => super::stream::write(out, stream),
     }
 }

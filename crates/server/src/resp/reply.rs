@@ -127,6 +127,20 @@ impl ReplyWriter {
         }
     }
 
+    /// A verbatim string of `format` (three bytes, Redis's `txt`, `mkd`):
+    /// `=` in RESP3, a bulk string of `text` in RESP2.
+    pub fn verbatim_as(&mut self, format: &[u8], text: &[u8]) {
+        if self.resp3 && format.len() == 3 {
+            self.header(b'=', text.len() as i64 + 4);
+            self.buf.extend_from_slice(format);
+            self.buf.push(b':');
+            self.buf.extend_from_slice(text);
+            self.buf.extend_from_slice(b"\r\n");
+        } else {
+            self.bulk(text);
+        }
+    }
+
     /// A number too big for an integer: `(` in RESP3, a bulk string in
     /// RESP2. `digits` must be an optional minus and decimal digits.
     pub fn big_number(&mut self, digits: &str) {

@@ -87,7 +87,7 @@ fn pop_first(
 ) -> Result<Option<Popped>, CmdError> {
     let rules = BlockingRules::of(ctx, blocking);
     let shared = ctx.shared;
-    ctx.write(keys, false, |txn, db, now| {
+    let popped = ctx.write(keys, false, |txn, db, now| {
         let mut wrong_type = false;
         for (at, key) in keys.iter().enumerate() {
             let zset = match txn.collection(db, key, CKind::SortedSet, now) {
@@ -112,14 +112,20 @@ fn pop_first(
                 return Ok(None);
             }
             let popped = take(zset, max, count);
+            let emptied = popped.len() == zset.len();
             txn.log(vec![Op::SortedSetRemove {
                 key: ekey,
                 members: popped.iter().map(|(member, _)| member.clone()).collect(),
             }])?;
-            return Ok(Some((at, popped)));
+            return Ok(Some((at, popped, emptied)));
         }
         Ok(None)
-    })
+    })?;
+    Ok(popped.map(|(at, popped, emptied)| {
+        let event = if max { "zpopmax" } else { "zpopmin" };
+        super::notify_removed(ctx, event, keys[at], (popped.len(), emptied));
+        (at, popped)
+    }))
 }
 
 /// `ZMPOP numkeys key [key ...] MIN|MAX [COUNT count]` and BZMPOP's

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use engram_collections::types::{Set, SortedSet};
 
-use super::{reply_members, score_or_zero, store_result};
+use super::{notify_stored, reply_members, score_or_zero, store_result, Stored};
 use crate::commands::{
     err, int_arg, is, CmdError, CmdResult, CommandSpec, Ctx, Group, READONLY, SYNTAX, WRITE,
 };
@@ -86,6 +86,15 @@ enum SetOp {
     Union,
     Inter,
     Diff,
+}
+
+/// The event a *STORE sends for its destination.
+fn store_event(op: SetOp) -> &'static str {
+    match op {
+        SetOp::Union => "zunionstore",
+        SetOp::Inter => "zinterstore",
+        SetOp::Diff => "zdiffstore",
+    }
 }
 
 /// What the command does with the result.
@@ -299,15 +308,29 @@ fn zsetop(ctx: &mut Ctx, args: Args, op: SetOp, output: Output, name: &str) -> C
         }
         let options = parse_options(&args, first + numkeys, numkeys, op, output)?;
         let (result, count) = compute(txn, db, now, &sources, &lens, op, &options)?;
-        let count = match dst {
+        let stored = match dst {
             Some(dst) => store_result(txn, db, now, dst, result)?,
-            None if output == Output::Cardinality => count,
+            None if output == Output::Cardinality => Stored {
+                len: count,
+                deleted: false,
+            },
             None => {
-                return Ok((Some(result), 0, options.withscores));
+                return Ok((
+                    Some(result),
+                    Stored {
+                        len: 0,
+                        deleted: false,
+                    },
+                    options.withscores,
+                ));
             }
         };
-        Ok((None, count, false))
+        Ok((None, stored, false))
     })?;
+    if let Some(dst) = dst {
+        notify_stored(ctx, store_event(op), dst, count);
+    }
+    let count = count.len;
     match result {
         Some(result) => reply_members(ctx.out, result.iter(), withscores),
         None => ctx.out.int(count as i64),

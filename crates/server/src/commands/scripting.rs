@@ -1,0 +1,365 @@
+//! EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT (LOAD, EXISTS, FLUSH,
+//! KILL, DEBUG, HELP). The Lua side is `crate::scripting`; here are the
+//! arguments, the script cache's replies and the order a run takes its
+//! locks in: the keyspace (every key group, or EXEC's transaction), then
+//! the Lua state.
+
+use super::{
+    err, int_arg, is, lowercase, unknown_subcommand, wrong_sub_arity, CmdError, CmdResult,
+    CommandSpec, Ctx, Group, WHOLE_KEYSPACE,
+};
+use crate::keyspace::Txn;
+use crate::resp::Args;
+use crate::scripting::run::{run_script, Call};
+use crate::scripting::running::KillOutcome;
+use crate::scripting::{flags, sha1_hex, EvalEngine, Script, ScriptFlags};
+
+pub const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
+pub const BUSY_EVAL: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+pub const BUSY_FUNCTION: &str =
+    "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.";
+pub const UNKILLABLE: &str = "UNKILLABLE Sorry the script already executed write commands \
+     against the dataset. You can either wait the script termination or kill the server in a \
+     hard way using the SHUTDOWN NOSAVE command.";
+const NOTBUSY: &str = "NOTBUSY No scripts in execution right now.";
+
+pub fn commands() -> Vec<CommandSpec> {
+    let g = Group("scripting");
+    let none = (0, 0, 0);
+    vec![
+        g.command(
+            "eval",
+            -3,
+            WHOLE_KEYSPACE,
+            none,
+            eval,
+            "Executes a server-side Lua script.",
+        ),
+        g.command(
+            "evalsha",
+            -3,
+            WHOLE_KEYSPACE,
+            none,
+            evalsha,
+            "Executes a server-side Lua script by SHA1 digest.",
+        ),
+        g.command(
+            "eval_ro",
+            -3,
+            WHOLE_KEYSPACE,
+            none,
+            eval_ro,
+            "Executes a read-only server-side Lua script.",
+        ),
+        g.command(
+            "evalsha_ro",
+            -3,
+            WHOLE_KEYSPACE,
+            none,
+            evalsha_ro,
+            "Executes a read-only server-side Lua script by SHA1 digest.",
+        ),
+        g.keyless(
+            "script",
+            -2,
+            0,
+            script,
+            "Manages the server-side Lua script cache.",
+        ),
+    ]
+}
+
+fn eval(ctx: &mut Ctx, args: Args) -> CmdResult {
+    eval_generic(ctx, args, false, false)
+}
+
+fn evalsha(ctx: &mut Ctx, args: Args) -> CmdResult {
+    eval_generic(ctx, args, true, false)
+}
+
+fn eval_ro(ctx: &mut Ctx, args: Args) -> CmdResult {
+    eval_generic(ctx, args, false, true)
+}
+
+fn evalsha_ro(ctx: &mut Ctx, args: Args) -> CmdResult {
+    eval_generic(ctx, args, true, true)
+}
+
+/// A script call's KEYS and ARGV.
+pub type KeysAndArgs<'a> = (Vec<&'a [u8]>, Vec<&'a [u8]>);
+
+/// The keys and arguments of EVAL/FCALL after the numkeys at `args[2]`.
+pub fn keys_and_args<'a>(args: &Args<'a>) -> Result<KeysAndArgs<'a>, CmdError> {
+    let numkeys = int_arg(args.get(2))?;
+    if numkeys > (args.len() - 3) as i64 {
+        return Err(err(
+            "ERR Number of keys can't be greater than number of args",
+        ));
+    }
+    if numkeys < 0 {
+        return Err(err("ERR Number of keys can't be negative"));
+    }
+    let split = 3 + numkeys as usize;
+    Ok((
+        args.iter().skip(3).take(numkeys as usize).collect(),
+        args.iter().skip(split).collect(),
+    ))
+}
+
+/// The cached script named `sha`, compiling `body` first if it is new;
+/// the error is the reply.
+fn load_script(eval: &mut EvalEngine, body: &[u8]) -> Result<String, CmdError> {
+    let sha = sha1_hex(body);
+    if eval.scripts.contains_key(&sha) {
+        return Ok(sha);
+    }
+    let (flags, shebang_len) = flags::parse_shebang(body).map_err(err)?;
+    let function = eval
+        .engine
+        .compile(&body[shebang_len..], "@user_script")
+        .map_err(|message| {
+            err(format!(
+                "ERR Error compiling script (new function): {message}"
+            ))
+        })?;
+    eval.scripts.insert(sha.clone(), Script { flags, function });
+    Ok(sha)
+}
+
+/// Refusals before a script runs, by its flags (Redis's
+/// scriptPrepareForRun and the OOM check of processCommand).
+pub fn check_flags(ctx: &Ctx, flags: ScriptFlags, ro_command: bool) -> CmdResult {
+    if !flags.compat && !flags.no_writes && ro_command {
+        return Err(err(
+            "ERR Can not execute a script with write flag using *_ro command.",
+        ));
+    }
+    let shared = ctx.shared;
+    if !(flags.allow_oom || flags.no_writes)
+        && shared.memory_limit.is_set()
+        && shared
+            .memory_limit
+            .over(|| crate::maxmemory::usage(shared).used())
+    {
+        return Err(err(crate::maxmemory::OOM));
+    }
+    Ok(())
+}
+
+/// The transaction a script runs in: EXEC's (which holds every key group
+/// for a queue with a script), or every key group locked now.
+pub fn script_txn<'s>(ctx: &mut Ctx<'s, '_>) -> (Txn<'s>, bool) {
+    match ctx.exec.take() {
+        Some(txn) => (txn, true),
+        None => (ctx.ks().lock_all(true), false),
+    }
+}
+
+/// Hands the script's transaction back to EXEC, or commits it (one
+/// atomic, durable batch of the script's effects).
+pub fn finish_txn<'s>(
+    ctx: &mut Ctx<'s, '_>,
+    txn: Txn<'s>,
+    from_exec: bool,
+    reply_start: usize,
+) -> CmdResult {
+    if from_exec {
+        ctx.exec = Some(txn);
+        return Ok(());
+    }
+    match txn.commit() {
+        Ok(wrote) => {
+            ctx.session.wrote |= wrote;
+            Ok(())
+        }
+        Err(e) => {
+            // Nothing the reply claims was applied.
+            ctx.out.buf.truncate(reply_start);
+            ctx.session.wrote = true;
+            Err(CmdError::from(e))
+        }
+    }
+}
+
+fn eval_generic(ctx: &mut Ctx, args: Args, by_sha: bool, ro: bool) -> CmdResult {
+    let (keys, argv) = keys_and_args(&args)?;
+    let shared = ctx.shared;
+    let body = args.get(1);
+    let (sha, flags) = {
+        let mut eval = shared.scripting.eval.lock();
+        let sha = if by_sha {
+            let sha = lowercase(body);
+            if !eval.scripts.contains_key(&sha) {
+                return Err(err(NOSCRIPT));
+            }
+            sha
+        } else {
+            load_script(&mut eval, body)?
+        };
+        let flags = eval.scripts[&sha].flags;
+        (sha, flags)
+    };
+    check_flags(ctx, flags, ro)?;
+    let read_only = ro || (!flags.compat && flags.no_writes);
+    let call = Call {
+        name: &sha,
+        flags,
+        eval: true,
+        read_only,
+        keys,
+        args: argv,
+        command: Vec::new(),
+    };
+    let (txn, from_exec) = script_txn(ctx);
+    let reply_start = ctx.out.len();
+    let txn = {
+        let mut eval = shared.scripting.eval.lock();
+        // SCRIPT FLUSH may have come in between.
+        if !eval.scripts.contains_key(&sha) {
+            if by_sha {
+                let result = finish_txn(ctx, txn, from_exec, reply_start);
+                return result.and(Err(err(NOSCRIPT)));
+            }
+            if let Err(e) = load_script(&mut eval, body) {
+                let result = finish_txn(ctx, txn, from_exec, reply_start);
+                return result.and(Err(e));
+            }
+        }
+        let eval = &*eval;
+        let function = &eval.scripts[&sha].function;
+        let (session, out) = (&mut *ctx.session, &mut *ctx.out);
+        super::run_blocking(|| run_script(shared, session, out, &eval.engine, function, &call, txn))
+    };
+    finish_txn(ctx, txn, from_exec, reply_start)
+}
+
+fn script(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let sub = args.get(1);
+    let shared = ctx.shared;
+    match lowercase(sub).as_str() {
+        "load" => {
+            if args.len() != 3 {
+                return Err(wrong_sub_arity("script", sub));
+            }
+            let sha = load_script(&mut shared.scripting.eval.lock(), args.get(2))?;
+            ctx.out.bulk(sha.as_bytes());
+        }
+        "exists" => {
+            if args.len() < 3 {
+                return Err(wrong_sub_arity("script", sub));
+            }
+            let eval = shared.scripting.eval.lock();
+            ctx.out.array(args.len() - 2);
+            for sha in args.iter().skip(2) {
+                ctx.out
+                    .int(eval.scripts.contains_key(&lowercase(sha)) as i64);
+            }
+        }
+        "flush" => {
+            match args.len() {
+                2 => {}
+                3 if is(args.get(2), "async") || is(args.get(2), "sync") => {}
+                3 => return Err(err("ERR SCRIPT FLUSH only support SYNC|ASYNC option")),
+                _ => return Err(wrong_sub_arity("script", sub)),
+            }
+            shared.scripting.flush_eval();
+            ctx.out.ok();
+        }
+        "kill" => {
+            if args.len() != 2 {
+                return Err(wrong_sub_arity("script", sub));
+            }
+            kill_reply(ctx, true)?;
+        }
+        "debug" => {
+            if args.len() != 3 {
+                return Err(wrong_sub_arity("script", sub));
+            }
+            if is(args.get(2), "no") {
+                ctx.out.ok();
+            } else if is(args.get(2), "yes") || is(args.get(2), "sync") {
+                return Err(err(
+                    "ERR SCRIPT DEBUG is not supported by Engram: the Lua debugger is not built in",
+                ));
+            } else {
+                return Err(err("ERR Use SCRIPT DEBUG YES/SYNC/NO"));
+            }
+        }
+        "help" => {
+            let lines = [
+                "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "DEBUG (YES|SYNC|NO)",
+                "    Set the debug mode for subsequent scripts executed.",
+                "EXISTS <sha1> [<sha1> ...]",
+                "    Return information about the existence of the scripts in the script cache.",
+                "FLUSH [ASYNC|SYNC]",
+                "    Flush the Lua scripts cache. Very dangerous on replicas.",
+                "    When called without the optional mode argument, the behavior is determined by the",
+                "    lazyfree-lazy-user-flush configuration directive. Valid modes are:",
+                "    * ASYNC: Asynchronously flush the scripts cache.",
+                "    * SYNC: Synchronously flush the scripts cache.",
+                "KILL",
+                "    Kill the currently executing Lua script.",
+                "LOAD <script>",
+                "    Load a script into the scripts cache without executing it.",
+                "HELP",
+                "    Prints this help.",
+            ];
+            ctx.out.array(lines.len());
+            for line in lines {
+                ctx.out.simple(line);
+            }
+        }
+        _ => return Err(unknown_subcommand("script", sub)),
+    }
+    Ok(())
+}
+
+/// SCRIPT KILL (`eval`) or FUNCTION KILL.
+pub fn kill_reply(ctx: &mut Ctx, eval: bool) -> CmdResult {
+    match ctx.shared.scripting.running.kill(eval) {
+        KillOutcome::Killed => {
+            ctx.out.ok();
+            Ok(())
+        }
+        KillOutcome::NotBusy => Err(err(NOTBUSY)),
+        KillOutcome::Unkillable => Err(err(UNKILLABLE)),
+        KillOutcome::WrongKind if eval => Err(err(BUSY_FUNCTION)),
+        KillOutcome::WrongKind => Err(err(BUSY_EVAL)),
+    }
+}
+
+/// Whether `spec` may run while a script is past `busy-reply-threshold`
+/// (Redis's `allow_busy` flag, per subcommand for containers).
+pub fn allowed_while_busy(spec: &CommandSpec, args: &Args) -> bool {
+    use super::descriptions;
+    if descriptions::is_container(spec.name) {
+        return args.len() > 1
+            && descriptions::subcommand(spec.name, args.get(1))
+                .is_some_and(|d| d.has("allow_busy"));
+    }
+    descriptions::command(spec.name).is_some_and(|d| d.has("allow_busy"))
+}
+
+/// The BUSY reply for `spec` if a script has run past the threshold.
+pub fn busy_refusal(
+    shared: &crate::shared::Shared,
+    spec: &CommandSpec,
+    args: &Args,
+) -> Option<String> {
+    let scripting = &shared.scripting;
+    let elapsed = scripting.running.elapsed_ms()?;
+    let threshold = scripting.busy_threshold_ms();
+    if threshold == 0 || elapsed < threshold || allowed_while_busy(spec, args) {
+        return None;
+    }
+    Some(
+        if scripting.running.is_eval() {
+            BUSY_EVAL
+        } else {
+            BUSY_FUNCTION
+        }
+        .to_string(),
+    )
+}

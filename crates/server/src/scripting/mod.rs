@@ -1,0 +1,111 @@
+//! Lua scripting as Redis 7.0 does it: EVAL's script cache and FUNCTION's
+//! libraries over Lua 5.1 (`mlua`, built from source).
+//!
+//! | module | what |
+//! |---|---|
+//! | `sandbox` | a Lua state as Redis prepares one: the libraries, read-only globals and library tables, Redis's `pcall`, `math.random` |
+//! | `redis_api` | the `redis` table: `call`/`pcall` (through the per-run hooks), `error_reply`, `status_reply`, `sha1hex`, `log`, `setresp`, `set_repl`... |
+//! | `reply_to_lua`, `lua_to_reply` | Redis's conversions: a command's RESP reply into Lua values, a script's result into the caller's reply |
+//! | `flags` | the `#!lua` shebang and the script flags |
+//! | `run` | one script run: the keyspace held, `redis.call` through the command table, the kill hook, the error reply |
+//! | `running` | what other clients see of the script running (BUSY, SCRIPT KILL) |
+//! | `cjson`, `bit` | the libraries Redis scripts use most, written over mlua (`struct` and `cmsgpack` are not here yet) |
+//! | `number` | C's `%.*g` (arguments `%.17g`, cjson `%.14g`) |
+//! | `library` | FUNCTION's libraries: loading (`redis.register_function`), the set, its persistence |
+//!
+//! ## Atomicity and durability
+//!
+//! A script runs as one transaction, the way EXEC runs its queue: it holds
+//! every key group (`Keyspace::lock_all(true)`, since a script may touch
+//! keys it did not declare) and each `redis.call` runs through the same
+//! `commands::run` EXEC uses, against that one atomic `Txn`. Its writes are
+//! committed once, when the script ends, as one batch: one durable record
+//! of the effects (never the script text), so a crash in the middle of a
+//! script leaves none of them, and recovery replays effects
+//! deterministically. A script that fails after writing keeps its writes
+//! (Redis does not roll scripts back): they are committed too.
+//!
+//! ## Concurrency
+//!
+//! One Lua state runs EVAL scripts and another FUNCTION's libraries, each
+//! behind a mutex. Lock order: key groups → the Lua state's mutex (EXEC
+//! holds the groups before an EVAL in its queue asks for the state, so
+//! every script takes them first). While a script runs, `running` says so
+//! without any lock: other clients' commands wait for it (asynchronously,
+//! on their own tasks) and, past `busy-reply-threshold`, get BUSY.
+
+mod bit;
+mod cjson;
+pub mod flags;
+pub mod library;
+mod lua_to_reply;
+mod number;
+mod redis_api;
+mod reply_to_lua;
+pub mod run;
+pub mod running;
+mod sandbox;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use mlua::Function;
+use parking_lot::Mutex;
+
+pub use flags::ScriptFlags;
+pub use running::Running;
+pub use sandbox::Engine;
+
+/// A script EVAL compiled: its flags and Lua function.
+pub struct Script {
+    pub flags: ScriptFlags,
+    pub function: Function,
+}
+
+/// EVAL's Lua state and the scripts it has compiled, by SHA-1.
+pub struct EvalEngine {
+    pub engine: Engine,
+    pub scripts: HashMap<String, Script>,
+}
+
+/// Everything scripting keeps for the server (in `Shared`).
+pub struct Scripting {
+    pub eval: Mutex<EvalEngine>,
+    pub functions: Mutex<library::FunctionsEngine>,
+    pub running: Arc<Running>,
+    /// `busy-reply-threshold` (`lua-time-limit`), ms; 0: never BUSY.
+    pub busy_threshold_ms: AtomicU64,
+}
+
+impl Default for Scripting {
+    fn default() -> Scripting {
+        Scripting {
+            eval: Mutex::new(EvalEngine {
+                engine: Engine::new(sandbox::Mode::Eval).expect("the Lua state starts"),
+                scripts: HashMap::new(),
+            }),
+            functions: Mutex::new(library::FunctionsEngine::new()),
+            running: Arc::default(),
+            busy_threshold_ms: AtomicU64::new(5000),
+        }
+    }
+}
+
+impl Scripting {
+    pub fn busy_threshold_ms(&self) -> u64 {
+        self.busy_threshold_ms.load(Ordering::Relaxed)
+    }
+
+    /// SCRIPT FLUSH: a fresh Lua state, no scripts.
+    pub fn flush_eval(&self) {
+        let mut eval = self.eval.lock();
+        eval.scripts.clear();
+        eval.engine = Engine::new(sandbox::Mode::Eval).expect("the Lua state starts");
+    }
+}
+
+/// The SHA-1 of `body` in lowercase hex (script names, `redis.sha1hex`).
+pub fn sha1_hex(body: &[u8]) -> String {
+    sha1_smol::Sha1::from(body).digest().to_string()
+}

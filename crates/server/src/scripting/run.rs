@@ -1,0 +1,491 @@
+//! One script run (an EVAL script or a function): the caller holds the
+//! keyspace (an atomic `Txn` over every key group) and the Lua state;
+//! `redis.call` runs each command through `commands::run` against that
+//! `Txn` with a scratch reply writer, whose RESP is turned back into Lua
+//! values. An instruction hook polls SCRIPT KILL. The result or the error
+//! goes into the caller's reply as Redis writes it.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use mlua::{Function, HookTriggers, Lua, MultiValue, Table, Value, VmState};
+
+use super::{lua_to_reply, number, reply_to_lua, Engine, Running, ScriptFlags};
+use crate::commands::{self, CommandSpec};
+use crate::keyspace::Txn;
+use crate::resp::{OwnedArgs, ReplyWriter};
+use crate::session::Session;
+use crate::shared::Shared;
+
+/// Instructions between two polls of the kill flag.
+const HOOK_EVERY_INSTRUCTIONS: u32 = 10_000;
+const KILLED: &str = "Script killed by user with SCRIPT KILL...";
+
+/// What is being run.
+pub struct Call<'a> {
+    /// The script's SHA-1 or the function's name (errors say it).
+    pub name: &'a str,
+    pub flags: ScriptFlags,
+    /// EVAL (KEYS and ARGV are globals) or FCALL (they are arguments).
+    pub eval: bool,
+    /// EVAL_RO / FCALL_RO, or a script flagged no-writes.
+    pub read_only: bool,
+    pub keys: Vec<&'a [u8]>,
+    pub args: Vec<&'a [u8]>,
+    /// The command line that ran it (FUNCTION STATS).
+    pub command: Vec<Vec<u8>>,
+}
+
+/// What `redis.call` works with during one run.
+struct CallState<'s, 'c> {
+    shared: &'s Shared,
+    session: &'c mut Session,
+    txn: Option<Txn<'s>>,
+    scratch: ReplyWriter,
+    /// The script's protocol (`redis.setresp`).
+    resp3: bool,
+    read_only: bool,
+    allow_oom: bool,
+    wrote: bool,
+}
+
+/// Runs `function` as `call` says, with `txn` holding the keyspace, and
+/// writes its reply to `out`. Returns the transaction (to commit, or to
+/// hand back to EXEC).
+#[allow(clippy::too_many_arguments)]
+pub fn run_script<'s>(
+    shared: &'s Shared,
+    session: &mut Session,
+    out: &mut ReplyWriter,
+    engine: &Engine,
+    function: &Function,
+    call: &Call,
+    txn: Txn<'s>,
+) -> Txn<'s> {
+    let running: &Arc<Running> = &shared.scripting.running;
+    running.begin(call.eval, call.name.to_string(), call.command.clone());
+    let saved_db = session.db;
+    let state = RefCell::new(CallState {
+        shared,
+        session,
+        txn: Some(txn),
+        scratch: ReplyWriter::new(),
+        resp3: false,
+        read_only: call.read_only,
+        allow_oom: call.flags.allow_oom || call.flags.no_writes,
+        wrote: false,
+    });
+    let lua = &engine.lua;
+    let hook_running = running.clone();
+    lua.set_hook(
+        HookTriggers::new().every_nth_instruction(HOOK_EVERY_INSTRUCTIONS),
+        move |_, _| {
+            if hook_running.is_killed() {
+                Err(mlua::Error::runtime(KILLED))
+            } else {
+                Ok(VmState::Continue)
+            }
+        },
+    );
+    let outcome = lua.scope(|scope| {
+        let hooks = &engine.hooks;
+        hooks.raw_set(
+            "call",
+            scope.create_function(|lua, args: MultiValue| redis_call(lua, &state, args))?,
+        )?;
+        engine.redis_api.raw_set(
+            "call",
+            scope.create_function(|lua, args: MultiValue| {
+                match redis_call(lua, &state, args)? {
+                    (true, value) => Ok(value),
+                    (false, error) => Err(raise(&error)),
+                }
+            })?,
+        )?;
+        hooks.raw_set(
+            "setresp",
+            scope.create_function(|lua, args: MultiValue| set_resp(lua, &state, args))?,
+        )?;
+        hooks.raw_set("set_repl", lua.create_function(set_repl)?)?;
+        hooks.raw_set("acl_check_cmd", lua.create_function(acl_check_cmd)?)?;
+        let keys = string_table(lua, &call.keys)?;
+        let args = string_table(lua, &call.args)?;
+        if call.eval {
+            engine.set_global("KEYS", Value::Table(keys.clone()))?;
+            engine.set_global("ARGV", Value::Table(args.clone()))?;
+        }
+        engine
+            .runner
+            .call::<(bool, Value)>((function.clone(), engine.handler.clone(), keys, args))
+    });
+    lua.remove_hook();
+    let _ = engine
+        .redis_api
+        .raw_set("call", engine.outside_call.clone());
+    for hook in ["call", "setresp", "set_repl", "acl_check_cmd"] {
+        let _ = engine.hooks.raw_set(hook, Value::Nil);
+    }
+    if call.eval {
+        let _ = engine.set_global("KEYS", Value::Nil);
+        let _ = engine.set_global("ARGV", Value::Nil);
+    }
+    let state = state.into_inner();
+    let resp3 = state.resp3;
+    state.session.select(saved_db);
+    match outcome {
+        Ok((true, value)) => lua_to_reply::write(shared, out, &value, resp3),
+        Ok((false, Value::Table(error))) => write_error(shared, out, &error, call.name),
+        Ok((false, other)) => {
+            let text = format!("ERR Error running script {}, {:?}", call.name, other);
+            commands::reply_error(shared, out, &text);
+        }
+        Err(e) => {
+            let text = format!(
+                "ERR Error running script {}, {}",
+                call.name,
+                root_message(&e)
+            );
+            commands::reply_error(shared, out, &text);
+        }
+    }
+    running.end();
+    // Lua's garbage collector, a step per run (Redis steps it every 50).
+    let _ = lua.gc_step_kbytes(16);
+    state.txn.expect("the script's transaction comes back")
+}
+
+/// `-<err> script: <name>, on <source>:<line>.` (luaCallFunction).
+fn write_error(shared: &Shared, out: &mut ReplyWriter, error: &Table, name: &str) {
+    let message = match error.raw_get::<Value>("err") {
+        Ok(Value::String(s)) => s.to_string_lossy(),
+        Ok(Value::Integer(i)) => i.to_string(),
+        Ok(Value::Number(n)) => number::format_g(n, 14),
+        _ => "ERR unknown error".to_string(),
+    };
+    let source = error.raw_get::<Option<String>>("source").ok().flatten();
+    let line = error.raw_get::<Option<i64>>("line").ok().flatten();
+    let text = match (source, line) {
+        (Some(source), Some(line)) => format!("{message} script: {name}, on {source}:{line}."),
+        _ => message,
+    };
+    if matches!(
+        error.raw_get::<Value>("ignore_error_stats_update"),
+        Ok(Value::Boolean(true))
+    ) {
+        out.error(&text);
+    } else {
+        commands::reply_error(shared, out, &text);
+    }
+}
+
+/// The error handler scripts run under: the error as a table
+/// `{err=..., source=..., line=...}`, `source` and `line` naming the
+/// innermost line of the user's code on the stack.
+pub fn error_handler(lua: &Lua, error: Value) -> mlua::Result<Table> {
+    let table = match error {
+        Value::Table(table) => table,
+        Value::Error(ref e) if find_raised(e).is_some() => {
+            let raised = find_raised(e).expect("checked");
+            let table = lua.create_table()?;
+            table.raw_set("err", raised.text.as_str())?;
+            if raised.counted {
+                table.raw_set("ignore_error_stats_update", true)?;
+            }
+            table
+        }
+        other => {
+            let text = match &other {
+                Value::Error(e) => root_message(e),
+                Value::String(s) => s.to_string_lossy(),
+                Value::Integer(i) => i.to_string(),
+                Value::Number(n) => number::format_g(*n, 14),
+                Value::Nil => "nil".to_string(),
+                Value::Boolean(b) => b.to_string(),
+                v => v.type_name().to_string(),
+            };
+            let table = lua.create_table()?;
+            table.raw_set("err", format!("ERR {text}"))?;
+            table
+        }
+    };
+    for level in 1..64 {
+        let Some(frame) = lua.inspect_stack(level) else {
+            break;
+        };
+        let source = frame.source().source.map(|s| s.into_owned());
+        if let Some(source) = source {
+            if source == "@user_script" || source == "@user_function" {
+                table.raw_set("source", source)?;
+                table.raw_set("line", frame.curr_line())?;
+                break;
+            }
+        }
+    }
+    Ok(table)
+}
+
+/// An error table `redis.call` raises, carried through mlua as an error
+/// value (a Rust function cannot raise a Lua table); the error handler and
+/// Redis's `pcall` turn it back into the table and its text.
+#[derive(Debug)]
+struct Raised {
+    text: String,
+    counted: bool,
+}
+
+impl std::fmt::Display for Raised {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::error::Error for Raised {}
+
+fn raise(error: &Value) -> mlua::Error {
+    let (text, counted) = match error {
+        Value::Table(table) => (
+            table
+                .raw_get::<Option<String>>("err")
+                .ok()
+                .flatten()
+                .unwrap_or_default(),
+            matches!(
+                table.raw_get::<Value>("ignore_error_stats_update"),
+                Ok(Value::Boolean(true))
+            ),
+        ),
+        _ => ("ERR unknown error".to_string(), false),
+    };
+    mlua::Error::external(Raised { text, counted })
+}
+
+fn find_raised(error: &mlua::Error) -> Option<&Raised> {
+    match error {
+        mlua::Error::CallbackError { cause, .. } => find_raised(cause),
+        mlua::Error::ExternalError(inner) => inner.downcast_ref::<Raised>(),
+        _ => None,
+    }
+}
+
+/// The text of an error `redis.call` raised (for Redis's `pcall`).
+pub fn raised_text(error: &mlua::Error) -> Option<String> {
+    find_raised(error).map(|raised| raised.text.clone())
+}
+
+/// The message of an error raised in Rust (the kill hook's), without
+/// mlua's wrapping.
+fn root_message(error: &mlua::Error) -> String {
+    match error {
+        mlua::Error::RuntimeError(message) => message.clone(),
+        mlua::Error::CallbackError { cause, .. } => root_message(cause),
+        other => other.to_string(),
+    }
+}
+
+fn string_table(lua: &Lua, items: &[&[u8]]) -> mlua::Result<Table> {
+    let table = lua.create_table_with_capacity(items.len(), 0)?;
+    for (i, item) in items.iter().enumerate() {
+        table.raw_set(i + 1, lua.create_string(item)?)?;
+    }
+    Ok(table)
+}
+
+/// `(false, {err=...})` with Redis's code, for the hooks' errors.
+fn failure(lua: &Lua, text: &str, counted: bool) -> mlua::Result<(bool, Value)> {
+    let table = reply_to_lua::error_table(lua, text.as_bytes())?;
+    if !counted {
+        table.raw_set("ignore_error_stats_update", Value::Nil)?;
+    }
+    Ok((false, Value::Table(table)))
+}
+
+/// What a `redis.*` function returns to Lua: `(true, value)` or
+/// `(false, {err=...})`.
+type LuaOutcome = (bool, Value);
+
+/// A `redis.*` call's command and arguments, or the failure to return
+/// (none given, or one that is not a string or a number).
+fn command_parts(lua: &Lua, args: &MultiValue) -> mlua::Result<Result<Vec<Vec<u8>>, LuaOutcome>> {
+    if args.is_empty() {
+        return failure(
+            lua,
+            "Please specify at least one argument for this redis lib call",
+            false,
+        )
+        .map(Err);
+    }
+    match command_args(args) {
+        Some(parts) => Ok(Ok(parts)),
+        None => failure(
+            lua,
+            "Lua redis lib command arguments must be strings or integers",
+            false,
+        )
+        .map(Err),
+    }
+}
+
+/// A hook's arguments as command arguments: strings as they are, numbers
+/// as `%.17g`; None if one is neither.
+fn command_args(args: &MultiValue) -> Option<Vec<Vec<u8>>> {
+    args.iter()
+        .map(|value| match value {
+            Value::String(s) => Some(s.as_bytes().to_vec()),
+            Value::Integer(i) => Some(i.to_string().into_bytes()),
+            Value::Number(n) => Some(number::format_g(*n, 17).into_bytes()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether Redis refuses `spec` inside scripts (its `noscript` flag, per
+/// subcommand for containers). MIGRATE too, in Engram: it waits on the
+/// network, which a script holding the keyspace cannot.
+fn refused_in_scripts(spec: &CommandSpec, args: &crate::resp::Args) -> bool {
+    use commands::descriptions;
+    if spec.name == "migrate" {
+        return true;
+    }
+    if descriptions::is_container(spec.name) && args.len() > 1 {
+        if let Some(sub) = descriptions::subcommand(spec.name, args.get(1)) {
+            return sub.has("noscript");
+        }
+        return false;
+    }
+    descriptions::command(spec.name).is_some_and(|d| d.has("noscript"))
+}
+
+fn may_replicate(spec: &CommandSpec) -> bool {
+    commands::descriptions::command(spec.name).is_some_and(|d| d.has("may_replicate"))
+}
+
+/// `redis.call` / `redis.pcall`: `(true, reply)` or `(false, {err=...})`.
+fn redis_call(
+    lua: &Lua,
+    state: &RefCell<CallState>,
+    args: MultiValue,
+) -> mlua::Result<(bool, Value)> {
+    let parts = match command_parts(lua, &args)? {
+        Ok(parts) => parts,
+        Err(failed) => return Ok(failed),
+    };
+    let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
+    let owned = OwnedArgs::from_slices(&parts);
+    let args = owned.args();
+    let mut guard = state.borrow_mut();
+    let st = &mut *guard;
+    let shared = st.shared;
+    let refuse = |lua: &Lua, text: &str| {
+        shared.stats.commands.error_reply(text);
+        failure(lua, &format!("-{text}"), true)
+    };
+    let Some((index, spec)) = commands::lookup(args.get(0)) else {
+        return refuse(lua, "ERR Unknown Redis command called from script");
+    };
+    if !spec.arity_ok(args.len()) {
+        return refuse(
+            lua,
+            "ERR Wrong number of args calling Redis command from script",
+        );
+    }
+    if refused_in_scripts(spec, &args) {
+        return refuse(lua, "ERR This Redis command is not allowed from script");
+    }
+    let writes = spec.is(commands::WRITE);
+    if st.read_only && (writes || may_replicate(spec)) {
+        return refuse(
+            lua,
+            "ERR Write commands are not allowed from read-only scripts.",
+        );
+    }
+    if !st.allow_oom
+        && !st.wrote
+        && shared.memory_limit.is_set()
+        && crate::maxmemory::DENYOOM.contains(&spec.name)
+        && shared
+            .memory_limit
+            .over(|| crate::maxmemory::usage(shared).used())
+    {
+        return refuse(lua, crate::maxmemory::OOM);
+    }
+    if writes {
+        st.wrote = true;
+        shared.scripting.running.set_wrote();
+    }
+    st.scratch.buf.clear();
+    st.scratch.set_resp3(st.resp3);
+    let txn = st.txn.take();
+    st.txn = commands::run(shared, st.session, &mut st.scratch, txn, index, args);
+    if shared.tracking.active() {
+        // The caller tracks the keys its script reads, as Redis's `call`.
+        crate::tracking::remember_keys(shared, st.session, spec, &args);
+    }
+    let reply = &st.scratch.buf;
+    if reply.first() == Some(&b'-') {
+        let end = reply.len().saturating_sub(2);
+        let table = reply_to_lua::error_table(lua, &reply[..end])?;
+        return Ok((false, Value::Table(table)));
+    }
+    Ok((true, reply_to_lua::convert(lua, reply)?))
+}
+
+fn set_resp(
+    lua: &Lua,
+    state: &RefCell<CallState>,
+    args: MultiValue,
+) -> mlua::Result<(bool, Value)> {
+    if args.len() != 1 {
+        return failure(lua, "redis.setresp() requires one argument.", false);
+    }
+    let version = match &args[0] {
+        Value::Integer(i) => *i as f64,
+        Value::Number(n) => *n,
+        Value::String(s) => s
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0.0),
+        _ => 0.0,
+    } as i64;
+    if version != 2 && version != 3 {
+        return failure(lua, "RESP version must be 2 or 3.", false);
+    }
+    state.borrow_mut().resp3 = version == 3;
+    Ok((true, Value::Nil))
+}
+
+fn set_repl(lua: &Lua, args: MultiValue) -> mlua::Result<(bool, Value)> {
+    if args.len() != 1 {
+        return failure(lua, "redis.set_repl() requires two arguments.", false);
+    }
+    let flags = match &args[0] {
+        Value::Integer(i) => *i,
+        Value::Number(n) => *n as i64,
+        _ => 0,
+    };
+    if flags & !3 != 0 {
+        return failure(
+            lua,
+            "Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE.",
+            false,
+        );
+    }
+    // Engram has no replication yet: every effect is recorded whole.
+    Ok((true, Value::Nil))
+}
+
+fn acl_check_cmd(lua: &Lua, args: MultiValue) -> mlua::Result<(bool, Value)> {
+    let parts = match command_parts(lua, &args)? {
+        Ok(parts) => parts,
+        Err(failed) => return Ok(failed),
+    };
+    // No ACL yet: the default user may run every command there is.
+    match commands::lookup(&parts[0]) {
+        Some(_) => Ok((true, Value::Boolean(true))),
+        None => failure(
+            lua,
+            "Invalid command passed to redis.acl_check_cmd()",
+            false,
+        ),
+    }
+}

@@ -1,0 +1,105 @@
+//! What other clients see of the script running: whether one runs, for
+//! how long, whether it wrote (SCRIPT KILL refuses then), and the kill
+//! request the script's instruction hook polls.
+//!
+//! Written only by the client running the script (`begin`, `wrote`,
+//! `end`) and by SCRIPT/FUNCTION KILL (`kill`); read by every client
+//! before its command runs. At most one script runs at a time (each holds
+//! every key group), so the fields never describe two scripts.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+#[derive(Default)]
+pub struct Running {
+    /// A script runs (Release when set, Acquire when read: the other
+    /// fields were written before).
+    active: AtomicBool,
+    started: Mutex<Option<Instant>>,
+    /// It is an EVAL script (else a function).
+    eval: AtomicBool,
+    wrote: AtomicBool,
+    killed: AtomicBool,
+    /// The name FUNCTION STATS shows and the command that ran it.
+    description: Mutex<(String, Vec<Vec<u8>>)>,
+    /// Milliseconds the last script ran (tests, INFO).
+    pub last_duration_ms: AtomicU64,
+}
+
+/// What SCRIPT KILL or FUNCTION KILL can do.
+pub enum KillOutcome {
+    Killed,
+    NotBusy,
+    Unkillable,
+    /// SCRIPT KILL of a function, or FUNCTION KILL of a script.
+    WrongKind,
+}
+
+impl Running {
+    pub fn begin(&self, eval: bool, name: String, command: Vec<Vec<u8>>) {
+        *self.started.lock() = Some(Instant::now());
+        *self.description.lock() = (name, command);
+        self.eval.store(eval, Ordering::Relaxed);
+        self.wrote.store(false, Ordering::Relaxed);
+        self.killed.store(false, Ordering::Relaxed);
+        self.active.store(true, Ordering::Release);
+    }
+
+    pub fn end(&self) {
+        self.active.store(false, Ordering::Release);
+        if let Some(started) = self.started.lock().take() {
+            self.last_duration_ms
+                .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        }
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.active.load(Ordering::Acquire)
+    }
+
+    pub fn is_eval(&self) -> bool {
+        self.eval.load(Ordering::Relaxed)
+    }
+
+    /// How long the running script has run, if one runs.
+    pub fn elapsed_ms(&self) -> Option<u64> {
+        if !self.is_active() {
+            return None;
+        }
+        self.started
+            .lock()
+            .map(|started| started.elapsed().as_millis() as u64)
+    }
+
+    pub fn set_wrote(&self) {
+        self.wrote.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_killed(&self) -> bool {
+        self.killed.load(Ordering::Relaxed)
+    }
+
+    /// The running script's name and command line (FUNCTION STATS).
+    pub fn description(&self) -> Option<(String, Vec<Vec<u8>>)> {
+        if !self.is_active() {
+            return None;
+        }
+        Some(self.description.lock().clone())
+    }
+
+    pub fn kill(&self, eval: bool) -> KillOutcome {
+        if !self.is_active() {
+            return KillOutcome::NotBusy;
+        }
+        if self.wrote.load(Ordering::Relaxed) {
+            return KillOutcome::Unkillable;
+        }
+        if self.is_eval() != eval {
+            return KillOutcome::WrongKind;
+        }
+        self.killed.store(true, Ordering::Relaxed);
+        KillOutcome::Killed
+    }
+}

@@ -1,0 +1,87 @@
+//! A Lua state prepared as Redis prepares its own: the base, table, string
+//! and math libraries (no os, io, package or debug), cjson, bit, struct and
+//! cmsgpack, the `redis` table, read-only globals and library tables, and
+//! Redis's `pcall`. The Lua side is `sandbox.lua`; this module starts it
+//! and keeps what it returns.
+
+use mlua::{Function, Lua, LuaOptions, StdLib, Table, Value};
+
+/// Which of Redis's two Lua states this is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// EVAL's: KEYS and ARGV are globals, `redis.replicate_commands` exists.
+    Eval,
+    /// FUNCTION's: libraries load with only `redis.register_function`.
+    Function,
+}
+
+pub struct Engine {
+    pub lua: Lua,
+    /// The globals scripts read (the real globals table is an empty view
+    /// of this one).
+    pub globals: Table,
+    /// What FUNCTION LOAD's code sees as globals.
+    pub load_globals: Table,
+    /// Per-run hooks the `redis` table calls through (`call`, `setresp`,
+    /// `set_repl`, `acl_check_cmd`, `register_function`) and `globals`,
+    /// the table global names are read from.
+    pub hooks: Table,
+    /// `run(f, handler, keys, argv)`: `xpcall` of `f(keys, argv)`.
+    pub runner: Function,
+    /// The error handler: an error table with where the script failed.
+    pub handler: Function,
+    /// The real `redis` table: a run puts its `call` there (a Rust
+    /// function, so `return redis.call(...)` keeps the script's frame on
+    /// the stack for the error's line, as Redis's C function does).
+    pub redis_api: Table,
+    /// `redis.call` outside a run (it raises Redis's error).
+    pub outside_call: Function,
+}
+
+const SANDBOX: &str = include_str!("sandbox.lua");
+
+impl Engine {
+    pub fn new(mode: Mode) -> mlua::Result<Engine> {
+        let lua = Lua::new_with(
+            StdLib::TABLE | StdLib::STRING | StdLib::MATH,
+            LuaOptions::new(),
+        )?;
+        let hooks = lua.create_table()?;
+        let rust = super::redis_api::helpers(&lua)?;
+        let (globals, load_globals, runner, redis_api): (Table, Table, Function, Table) = lua
+            .load(SANDBOX)
+            .set_name("=sandbox")
+            .call((hooks.clone(), rust, mode == Mode::Eval))?;
+        let handler = lua.create_function(super::run::error_handler)?;
+        let outside_call = redis_api.raw_get("call")?;
+        Ok(Engine {
+            redis_api,
+            outside_call,
+            lua,
+            globals,
+            load_globals,
+            hooks,
+            runner,
+            handler,
+        })
+    }
+
+    /// Compiles `code` as a chunk named `name` (`@user_script`,
+    /// `@user_function`); the error is Lua's message.
+    pub fn compile(&self, code: &[u8], name: &str) -> Result<Function, String> {
+        self.lua
+            .load(code)
+            .set_name(name)
+            .set_mode(mlua::ChunkMode::Text)
+            .into_function()
+            .map_err(|e| match e {
+                mlua::Error::SyntaxError { message, .. } => message,
+                other => other.to_string(),
+            })
+    }
+
+    /// Sets the global `name` for the scripts that follow (KEYS, ARGV).
+    pub fn set_global(&self, name: &str, value: Value) -> mlua::Result<()> {
+        self.globals.raw_set(name, value)
+    }
+}

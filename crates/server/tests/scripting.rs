@@ -1,0 +1,363 @@
+//! Lua scripting and functions against a real redis-server 7.0.15: a
+//! table of scripts (conversions both ways, RESP3, errors, flags, the
+//! sandbox, cjson and bit) whose replies must be Redis's; EVALSHA and
+//! NOSCRIPT; SCRIPT's subcommands; BUSY, SCRIPT KILL and UNKILLABLE;
+//! FUNCTION's family, a FUNCTION DUMP moved both ways, and libraries that
+//! survive a restart.
+
+mod common;
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use common::{beside_redis, config_in, Client};
+use engram_server::Server;
+
+/// Sends one command given as whole words (scripts hold spaces).
+fn call(client: &mut Client, words: &[&str]) -> String {
+    let mut request = format!("*{}\r\n", words.len());
+    for word in words {
+        request.push_str(&format!("${}\r\n{word}\r\n", word.len()));
+    }
+    client.writer.write_all(request.as_bytes()).unwrap();
+    client.reply()
+}
+
+/// Runs each command on both servers; Engram's reply must be Redis's.
+fn same(engram: &mut Client, redis: &mut Client, commands: &[&[&str]]) {
+    for words in commands {
+        let expected = call(redis, words);
+        let got = call(engram, words);
+        assert_eq!(
+            got, expected,
+            "reply to {words:?} (left: Engram, right: Redis)"
+        );
+    }
+}
+
+#[test]
+fn scripts_reply_as_redis() {
+    let (_server, _dir, _redis, mut engram, mut redis) = beside_redis();
+    let cases: &[&[&str]] = &[
+        &["eval", "return 'hello'", "0"],
+        &["eval", "return 100.5", "0"],
+        &["eval", "return {1,2,3,'ciao',{1,2}}", "0"],
+        &["eval", "return {1,2,3,nil,4}", "0"],
+        &["eval", "return true", "0"],
+        &["eval", "return false", "0"],
+        &["eval", "return nil", "0"],
+        &["eval", "return {err='My Error'}", "0"],
+        &["eval", "return redis.error_reply('My Error')", "0"],
+        &["eval", "return redis.status_reply('FINE')", "0"],
+        &["eval", "return {double=3.5}", "0"],
+        &["eval", "return redis.sha1hex('Pizza & Mandolino')", "0"],
+        &["eval", "return redis.call('set', KEYS[1], ARGV[1])", "1", "k", "v"],
+        &["eval", "return redis.call('get', KEYS[1])", "1", "k"],
+        &["eval", "return redis.call('incr', 'n')", "0"],
+        &["eval", "return redis.call('get', 'nokey')", "0"],
+        &["eval", "redis.call('rpush', 'l', 'a', 'b'); return redis.call('lrange', 'l', 0, -1)", "0"],
+        &["eval", "return redis.pcall('incr', 'k')", "0"],
+        &["eval", "return redis.call('incr', 'k')", "0"],
+        &["eval", "return redis.call('nosuch')", "0"],
+        &["eval", "return redis.call('incr', 'a', 'b')", "0"],
+        &["eval", "return redis.call('multi')", "0"],
+        &["eval", "return redis.call('blpop', 'l', 0)", "0"],
+        &["eval", "return a", "0"],
+        &["eval", "a = 10", "0"],
+        &["eval", "return nil + 1", "0"],
+        &["eval", "error('boom')", "0"],
+        &["eval", "error({err='X boom'})", "0"],
+        &["eval", "local ok, e = pcall(redis.call, 'nosuch'); return e", "0"],
+        &["eval", "setmetatable(_G, {})", "0"],
+        &["eval", "local g = getmetatable(_G); g.__index = {}", "0"],
+        &["eval", "redis.call = function() return 1 end", "0"],
+        &["eval", "cjson.encode = 1", "0"],
+        &["eval", "bit.lshift = 1", "0"],
+        &["eval", "_G = {}", "0"],
+        &["eval", "print('x')", "0"],
+        &["eval", "loadfile('x')", "0"],
+        &["eval", "return _G", "0"],
+        &["eval", "return loadstring(string.dump(function() return 1 end))()", "0"],
+        &["eval", "return cjson.encode({a={1,2,3}, b='x/y', c=0.5})", "0"],
+        &["eval", "return cjson.decode('[1,2,{\"a\":\"b\"}]')[3].a", "0"],
+        &["eval", "return cjson.encode(cjson.decode('{\"x\":[true,false,null]}'))", "0"],
+        &["eval", "return {bit.tobit(4294967295), bit.band(7, 3), bit.bor(1,2,4), bit.bxor(1,3)}", "0"],
+        &["eval", "return {bit.tohex(65535), bit.tohex(-1, -4), bit.lshift(1, 4), bit.rshift(-1, 28), bit.arshift(-16, 2)}", "0"],
+        &["eval", "return {bit.rol(1, 33), bit.ror(1, 1), bit.bswap(1), bit.bnot(0)}", "0"],
+        &["eval", "return redis.REDIS_VERSION", "0"],
+        &["eval", "return 1", "-1"],
+        &["eval", "return 1", "5"],
+        &["eval", "return {", "0"],
+        &["eval", "#!lua flags=no-writes\nreturn redis.call('set', 'x', 1)", "0"],
+        &["eval", "#!lua flags=bogus\nreturn 1", "0"],
+        &["eval", "#!lua", "0"],
+        &["eval_ro", "return redis.call('set', 'x', 1)", "0"],
+        &["eval_ro", "#!lua\nreturn 1", "0"],
+        &["eval_ro", "#!lua flags=no-writes\nreturn redis.call('get', 'k')", "0"],
+        &["eval", "redis.setresp(3); return redis.call('hgetall', 'nohash')", "0"],
+        &["eval", "redis.setresp(4)", "0"],
+        &["eval", "redis.call('select', 1); redis.call('set', 'in1', 'x'); return 1", "0"],
+        &["get", "in1"],
+        &["eval", "local a = {}; local b = {a}; a[1] = b; return #cjson.encode({1})", "0"],
+    ];
+    same(&mut engram, &mut redis, cases);
+
+    // RESP3 conversions both ways.
+    call(&mut engram, &["hello", "3"]);
+    call(&mut redis, &["hello", "3"]);
+    same(
+        &mut engram,
+        &mut redis,
+        &[
+            &["hset", "h", "f", "v"],
+            &[
+                "eval",
+                "redis.setresp(3); return redis.call('hgetall', 'h')",
+                "0",
+            ],
+            &[
+                "eval",
+                "redis.setresp(3); return redis.call('hgetall', 'nohash')",
+                "0",
+            ],
+            &["eval", "return {double=1.5}", "0"],
+            &["eval", "return true", "0"],
+            &["eval", "return {map={a=1}}", "0"],
+            &[
+                "eval",
+                "return {big_number='123456789012345678901234567890'}",
+                "0",
+            ],
+            &[
+                "eval",
+                "return {verbatim_string={format='txt', string='hi'}}",
+                "0",
+            ],
+            &[
+                "eval",
+                "redis.setresp(3); return redis.call('get', 'nokey')",
+                "0",
+            ],
+        ],
+    );
+}
+
+#[test]
+fn evalsha_and_the_script_cache() {
+    let (_server, _dir, _redis, mut engram, mut redis) = beside_redis();
+    let sha = "e0e1f9fabfc9d4800c877a703b823ac0578ff8db";
+    same(
+        &mut engram,
+        &mut redis,
+        &[
+            &["evalsha", sha, "0"],
+            &["script", "exists", sha, "ffff"],
+            &["script", "load", "return 1"],
+            &["script", "exists", sha, "ffff"],
+            &["evalsha", sha, "0"],
+            &["evalsha", &sha.to_uppercase(), "0"],
+            &["script", "flush", "bogus"],
+            &["script", "flush"],
+            &["evalsha", sha, "0"],
+            &["script", "kill"],
+            &["script", "bogus"],
+        ],
+    );
+    assert_eq!(
+        call(&mut engram, &["script", "help"]),
+        call(&mut redis, &["script", "help"])
+    );
+}
+
+/// A script past busy-reply-threshold: other clients get BUSY, SCRIPT KILL
+/// stops one that has not written, and refuses one that has.
+#[test]
+fn busy_scripts_and_script_kill() {
+    let (server, _dir) = common::start();
+    let mut admin = Client::connect(&server);
+    assert_eq!(
+        call(
+            &mut admin,
+            &["config", "set", "busy-reply-threshold", "100"]
+        ),
+        "OK"
+    );
+
+    let mut looping = Client::connect(&server);
+    let endless = "while true do end";
+    let request = format!(
+        "*3\r\n$4\r\neval\r\n${}\r\n{endless}\r\n$1\r\n0\r\n",
+        endless.len()
+    );
+    looping.writer.write_all(request.as_bytes()).unwrap();
+    let started = Instant::now();
+    let mut other = Client::connect(&server);
+    let reply = loop {
+        let reply = call(&mut other, &["ping"]);
+        if reply.starts_with("(error) BUSY") || started.elapsed() > Duration::from_secs(10) {
+            break reply;
+        }
+    };
+    assert_eq!(
+        reply,
+        "(error) BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+    );
+    assert_eq!(
+        call(&mut other, &["function", "kill"]),
+        "(error) BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+    );
+    assert_eq!(call(&mut other, &["script", "kill"]), "OK");
+    let killed = looping.reply();
+    assert!(
+        killed.starts_with("(error) ERR Script killed by user with SCRIPT KILL..."),
+        "{killed}"
+    );
+    assert_eq!(call(&mut other, &["ping"]), "PONG");
+
+    // A script that wrote cannot be killed.
+    let script = "redis.call('set', 'x', 1); local t = redis.call('time')[1] + 2; while tonumber(redis.call('time')[1]) <= t do end; return 7";
+    let request = format!(
+        "*3\r\n$4\r\neval\r\n${}\r\n{script}\r\n$1\r\n0\r\n",
+        script.len()
+    );
+    looping.writer.write_all(request.as_bytes()).unwrap();
+    let started = Instant::now();
+    loop {
+        let reply = call(&mut other, &["script", "kill"]);
+        if reply.starts_with("(error) UNKILLABLE") {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{reply}");
+    }
+    assert_eq!(looping.reply(), "(integer) 7");
+    assert_eq!(call(&mut other, &["get", "x"]), "\"1\"");
+    assert_eq!(
+        call(&mut other, &["script", "kill"]),
+        "(error) NOTBUSY No scripts in execution right now."
+    );
+}
+
+#[test]
+fn functions_as_redis() {
+    let (_server, _dir, _redis, mut engram, mut redis) = beside_redis();
+    // One function per library: Redis lists a library's functions in its
+    // hash table's order.
+    let lib = "#!lua name=mylib\nredis.register_function('myf', function(keys, args) return redis.call('set', keys[1], args[1]) end)";
+    let ro_lib = "#!lua name=rolib\nredis.register_function{function_name='myro', callback=function(keys) return redis.call('get', keys[1]) end, flags={'no-writes'}, description='reads'}";
+    same(
+        &mut engram,
+        &mut redis,
+        &[
+            &["function", "load", lib],
+            &["function", "load", lib],
+            &["function", "load", "replace", lib],
+            &["function", "load", ro_lib],
+            &["fcall", "myf", "1", "k", "v"],
+            &["fcall_ro", "myro", "1", "k"],
+            &["fcall_ro", "myf", "1", "k", "v"],
+            &["fcall", "nosuch", "0"],
+            // Redis lists libraries in its hash table's order: one at a time.
+            &["function", "list", "libraryname", "mylib"],
+            &["function", "list", "libraryname", "rolib"],
+            &["function", "list", "withcode", "libraryname", "my*"],
+            &["function", "list", "libraryname", "zz*"],
+            &["function", "stats"],
+            &["function", "load", "return 1"],
+            &["function", "load", "#!lua name=x\nlocal a = 1"],
+            &[
+                "function",
+                "load",
+                "#!lua name=bad-name\nredis.register_function('f', function() end)",
+            ],
+            &[
+                "function",
+                "load",
+                "#!lua name=lib2\nredis.register_function('myf', function() end)",
+            ],
+            &["function", "load", "#!lua name=lib2\nreturn math.random()"],
+            &[
+                "function",
+                "load",
+                "#!lua name=lib2\nreturn redis.call('ping')",
+            ],
+            &["function", "delete", "nosuch"],
+            &["function", "kill"],
+            &["function", "restore", "bogus"],
+            &["function", "flush", "bogus"],
+            &["function", "delete", "mylib"],
+            &["function", "delete", "rolib"],
+            &["function", "list"],
+            &["function", "help"],
+        ],
+    );
+}
+
+#[test]
+fn function_dumps_move_between_redis_and_engram() {
+    let (_server, _dir, redis_server, mut engram, mut redis) = beside_redis();
+    let lib = "#!lua name=moved\nredis.register_function('moved_f', function() return 42 end)";
+    assert_eq!(call(&mut redis, &["function", "load", lib]), "\"moved\"");
+    let mut redis_con = redis_server.con();
+    let payload: Vec<u8> = redis::cmd("FUNCTION")
+        .arg("DUMP")
+        .query(&mut redis_con)
+        .unwrap();
+    let mut engram_con = common::redis_con(_server.addr);
+    let _: () = redis::cmd("FUNCTION")
+        .arg("RESTORE")
+        .arg(&payload)
+        .query(&mut engram_con)
+        .unwrap();
+    assert_eq!(
+        call(&mut engram, &["fcall", "moved_f", "0"]),
+        "(integer) 42"
+    );
+    // Engram's own dump goes back into Redis.
+    let back: Vec<u8> = redis::cmd("FUNCTION")
+        .arg("DUMP")
+        .query(&mut engram_con)
+        .unwrap();
+    // Redis compresses the code (LZF), Engram does not: the bytes differ,
+    // the libraries do not.
+    let _: () = redis::cmd("FUNCTION")
+        .arg("RESTORE")
+        .arg(&back)
+        .arg("REPLACE")
+        .query(&mut redis_con)
+        .unwrap();
+    assert_eq!(call(&mut redis, &["fcall", "moved_f", "0"]), "(integer) 42");
+}
+
+#[test]
+fn libraries_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(config_in(dir.path())).unwrap();
+    let mut client = Client::connect(&server);
+    let lib = "#!lua name=kept\nredis.register_function('kept_f', function(keys) return redis.call('incr', keys[1]) end)";
+    assert_eq!(call(&mut client, &["function", "load", lib]), "\"kept\"");
+    assert_eq!(
+        call(&mut client, &["fcall", "kept_f", "1", "n"]),
+        "(integer) 1"
+    );
+    drop(client);
+    server.shutdown().unwrap();
+
+    let server = Server::start(config_in(dir.path())).unwrap();
+    let mut client = Client::connect(&server);
+    assert_eq!(
+        call(&mut client, &["fcall", "kept_f", "1", "n"]),
+        "(integer) 2"
+    );
+    assert_eq!(call(&mut client, &["function", "delete", "kept"]), "OK");
+    drop(client);
+    server.shutdown().unwrap();
+
+    let server = Server::start(config_in(dir.path())).unwrap();
+    let mut client = Client::connect(&server);
+    assert_eq!(
+        call(&mut client, &["fcall", "kept_f", "1", "n"]),
+        "(error) ERR Function not found"
+    );
+    drop(client);
+    server.shutdown().unwrap();
+}

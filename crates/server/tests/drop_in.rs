@@ -39,7 +39,7 @@ fn suite_setup_commands() {
         ),
         ("FUNCTION LIST", "[]"),
         ("FUNCTION LIST WITHCODE LIBRARYNAME x*", "[]"),
-        ("FUNCTION LIST BOGUS", "(error) ERR syntax error"),
+        ("FUNCTION LIST BOGUS", "(error) ERR Unknown argument BOGUS"),
         ("FUNCTION DELETE lib", "(error) ERR Library not found"),
         (
             "FUNCTION KILL",
@@ -47,12 +47,9 @@ fn suite_setup_commands() {
         ),
         (
             "FUNCTION STATS",
-            "[\"running_script\", (nil), \"engines\", []]",
+            "[\"running_script\", (nil), \"engines\", [\"LUA\", [\"libraries_count\", (integer) 0, \"functions_count\", (integer) 0]]]",
         ),
-        (
-            "FUNCTION LOAD x",
-            "(error) ERR functions are not available: this server has no Lua engine yet",
-        ),
+        ("FUNCTION LOAD x", "(error) ERR Missing library metadata"),
         (
             "FUNCTION NOPE",
             "(error) ERR unknown subcommand 'NOPE'. Try FUNCTION HELP.",

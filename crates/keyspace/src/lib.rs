@@ -263,6 +263,12 @@ impl Keyspace {
         &self.commit
     }
 
+    /// The group commit as a handle of its own, for a wait that must not
+    /// hold the keyspace (the server's DEBUG RELOAD closes it meanwhile).
+    pub fn commit_handle(&self) -> Arc<GroupCommit> {
+        Arc::clone(&self.commit)
+    }
+
     /// Stops the sync thread after it has synced every pending ticket.
     /// Writes made after this are synced only by `sync` or `close`.
     pub fn stop_syncing(&self) {
@@ -1097,8 +1103,10 @@ impl Keyspace {
         }
     }
 
-    /// Wakes every blocked client: their keys may hold something else now.
-    fn wake_all_blocked(&self) {
+    /// Wakes every blocked client: their keys may hold something else now
+    /// (SWAPDB, FLUSHALL), or the keyspace is about to close under them
+    /// (the server's DEBUG RELOAD).
+    pub fn wake_all_blocked(&self) {
         for bucket in self.written.iter() {
             if bucket.waiters.load(Ordering::SeqCst) > 0 {
                 bucket.notify.notify_waiters();
@@ -1139,6 +1147,17 @@ impl Keyspace {
                 }
                 group.watchers.retain(|w| !Arc::ptr_eq(&w.flag, flag));
                 break;
+            }
+        }
+    }
+
+    /// Raises every watching client's flag: their transactions abort, as
+    /// after a FLUSHALL (the server's DEBUG RELOAD, before it closes the
+    /// keyspace the watches were made on).
+    pub fn abort_all_watches(&self) {
+        for group in self.groups.iter() {
+            for watcher in &group.lock.lock().watchers {
+                watcher.flag.store(true, Ordering::Release);
             }
         }
     }

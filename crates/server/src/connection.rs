@@ -66,7 +66,11 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, info: Arc<ClientI
     if let Err(e) = result {
         log::debug!("client id={} closed: {e}", info.id);
     }
-    unwatch_all(&shared, &mut session);
+    // (None while a reload has the keyspace closed: the watches went with
+    // the old one.)
+    if let Some(keyspace) = shared.keyspace.try_guard().as_ref() {
+        unwatch_all(keyspace, &mut session);
+    }
     leave_pubsub_and_monitor(&shared, &mut session);
     shared.tracking.disable(info.id);
     shared.clients.unregister(info.id);
@@ -152,8 +156,17 @@ async fn run(
                     if must_wait_for_script(shared, parser.args(&buf[offset..])) {
                         wait_for_script(shared).await;
                     }
+                    if shared.keyspace.is_reloading() {
+                        shared.keyspace.wait_reloaded().await;
+                    }
                     execute(shared, session, out, parser.args(&buf[offset..]));
                     offset += consumed;
+                    if std::mem::take(&mut session.reload) {
+                        match crate::reload::reload(shared).await {
+                            Ok(()) => out.ok(),
+                            Err(text) => crate::commands::reply_error(shared, out, &text),
+                        }
+                    }
                     if let Some(pending) = session.migration.take() {
                         if !finish_migration(shared, session, out, pending).await {
                             return Ok(());
@@ -377,9 +390,15 @@ async fn wait_unblocked(
     });
     tokio::pin!(sleep);
     loop {
+        // This try's keyspace, held until the next wake (a reload wakes
+        // every blocked client so that they let go of it, then waits here).
+        if shared.keyspace.is_reloading() {
+            shared.keyspace.wait_reloaded().await;
+        }
+        let keyspace = shared.keyspace.get();
         let mut waiters = Vec::with_capacity(blocked.keys.len());
         for key in &blocked.keys {
-            match shared.keyspace.wait_written(blocked.db, key) {
+            match keyspace.wait_written(blocked.db, key) {
                 Ok(waiter) => waiters.push(waiter),
                 Err(e) => {
                     out.error(&crate::commands::CmdError::from(e).0);
@@ -410,7 +429,7 @@ async fn wait_unblocked(
         let (index, _) = lookup(args.get(0)).expect("a blocked command was looked up");
         let mark = out.len();
         session.retrying = true;
-        run_command(shared, session, out, None, index, args);
+        run_command(shared, &keyspace, session, out, None, index, args);
         session.retrying = false;
         match session.blocked.take() {
             None => {
@@ -517,12 +536,27 @@ async fn flush(
     }
     if session.wrote {
         session.wrote = false;
-        let commit = shared.keyspace.commit();
-        if let Some(ticket) = commit.wrote() {
-            commit.wait(ticket).await;
+        let commit = shared
+            .keyspace
+            .try_guard()
+            .as_ref()
+            .map(|k| k.commit_handle());
+        match commit {
+            Some(commit) => {
+                if let Some(ticket) = commit.wrote() {
+                    commit.wait(ticket).await;
+                }
+            }
+            // A reload is closing the keyspace these writes went to, and
+            // closing syncs them.
+            None => shared.keyspace.wait_reloaded().await,
         }
     }
-    if !session.notifications.is_empty() || shared.keyspace.expired.is_recording() {
+    let recording = || {
+        let keyspace = shared.keyspace.try_guard();
+        keyspace.as_ref().is_some_and(|k| k.expired.is_recording())
+    };
+    if !session.notifications.is_empty() || recording() {
         crate::notify::publish_pending(shared, session);
     }
     if out.is_empty() {

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use crate::keyspace::Keyspace;
 use crate::maxmemory::{self, Policy};
 use crate::session::Session;
 use crate::shared::Shared;
@@ -105,9 +106,9 @@ impl Eviction {
 /// Before a command, with a limit set: evicts until used memory is under
 /// it (when the last sample says it is over). Marks the session as having
 /// written when it deleted anything, so the reply waits for durability.
-pub fn before_command(shared: &Shared, session: &mut Session) -> Outcome {
+pub fn before_command(shared: &Shared, ks: &Keyspace, session: &mut Session) -> Outcome {
     let limit = &shared.memory_limit;
-    if !limit.over(|| maxmemory::used_now(shared)) {
+    if !limit.over(|| maxmemory::used_now(ks)) {
         shared.eviction.note_over(false);
         return Outcome::Ok;
     }
@@ -119,7 +120,7 @@ pub fn before_command(shared: &Shared, session: &mut Session) -> Outcome {
     }
     let mut pool = eviction.pool.lock();
     // Another command may have evicted while this one waited.
-    let mut used = maxmemory::used_now(shared);
+    let mut used = maxmemory::used_now(ks);
     limit.record(used);
     let max = limit.limit.load(Ordering::Relaxed);
     let deadline = time_limit(limit.tenacity.load(Ordering::Relaxed)).map(|d| Instant::now() + d);
@@ -128,7 +129,7 @@ pub fn before_command(shared: &Shared, session: &mut Session) -> Outcome {
         if used <= max {
             break Outcome::Ok;
         }
-        match evict_one(shared, &mut pool, policy) {
+        match evict_one(shared, ks, &mut pool, policy) {
             Ok(true) => {
                 freed += 1;
                 session.wrote = true;
@@ -140,7 +141,7 @@ pub fn before_command(shared: &Shared, session: &mut Session) -> Outcome {
                 break Outcome::Fail;
             }
         }
-        used = maxmemory::used_now(shared);
+        used = maxmemory::used_now(ks);
         limit.record(used);
         // As Redis, the clock is read every 16 keys.
         if freed.is_multiple_of(16) && deadline.is_some_and(|d| Instant::now() >= d) {
@@ -168,8 +169,12 @@ fn time_limit(tenacity: u32) -> Option<Duration> {
 
 /// Deletes one key as `policy` chooses; false when there is none to
 /// delete.
-fn evict_one(shared: &Shared, pool: &mut Pool, policy: Policy) -> crate::keyspace::Result<bool> {
-    let ks = &shared.keyspace;
+fn evict_one(
+    shared: &Shared,
+    ks: &Keyspace,
+    pool: &mut Pool,
+    policy: Policy,
+) -> crate::keyspace::Result<bool> {
     let volatile = policy.is_volatile();
     if policy.is_random() {
         for _ in 0..EMPTY_ROUNDS {
@@ -181,7 +186,7 @@ fn evict_one(shared: &Shared, pool: &mut Pool, policy: Policy) -> crate::keyspac
                 }
                 continue;
             };
-            if evict(shared, &candidate.ekey)? {
+            if evict(shared, ks, &candidate.ekey)? {
                 return Ok(true);
             }
         }
@@ -210,7 +215,7 @@ fn evict_one(shared: &Shared, pool: &mut Pool, policy: Policy) -> crate::keyspac
         // The best candidate that still exists goes; ones deleted since
         // they were pooled are dropped.
         while let Some((_, ekey)) = pool.entries.pop() {
-            if evict(shared, &ekey)? {
+            if evict(shared, ks, &ekey)? {
                 return Ok(true);
             }
         }
@@ -220,10 +225,10 @@ fn evict_one(shared: &Shared, pool: &mut Pool, policy: Policy) -> crate::keyspac
 
 /// Deletes stored key `ekey` for eviction (a durable delete like any
 /// write's) and announces it (`evicted`); false if it was gone already.
-fn evict(shared: &Shared, ekey: &[u8]) -> crate::keyspace::Result<bool> {
-    let evicted = shared.keyspace.evict(ekey)?;
+fn evict(shared: &Shared, ks: &Keyspace, ekey: &[u8]) -> crate::keyspace::Result<bool> {
+    let evicted = ks.evict(ekey)?;
     if evicted && shared.notifications.wants(crate::notify::EVICTED) {
-        if let Some((db, key)) = shared.keyspace.client_key(ekey) {
+        if let Some((db, key)) = ks.client_key(ekey) {
             crate::notify::publish(shared, crate::notify::EVICTED, "evicted", db, key);
         }
     }

@@ -42,6 +42,7 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
+use crate::keyspace::Keyspace;
 use crate::shared::Shared;
 
 /// Redis 7.0's sections in its order, then Engram's own; `commandstats`
@@ -71,7 +72,7 @@ const NOT_DEFAULT: &[&str] = &["commandstats"];
 /// default ones, `all` and `everything` every one; names are
 /// case-insensitive (the caller lowercases them) and unknown ones are
 /// ignored, as in Redis.
-pub fn render(shared: &Shared, requested: &[String]) -> String {
+pub fn render(shared: &Shared, ks: &Keyspace, requested: &[String]) -> String {
     let asked = |name: &str| requested.iter().any(|s| s == name);
     let all = asked("all") || asked("everything");
     let default = requested.is_empty() || asked("default");
@@ -87,9 +88,9 @@ pub fn render(shared: &Shared, requested: &[String]) -> String {
         let _ = match *section {
             "server" => server(shared, &mut text),
             "clients" => clients(shared, &mut text),
-            "memory" => memory(shared, &mut text),
-            "persistence" => persistence(shared, &mut text),
-            "stats" => stats(shared, &mut text),
+            "memory" => memory(shared, ks, &mut text),
+            "persistence" => persistence(ks, &mut text),
+            "stats" => stats(shared, ks, &mut text),
             "replication" => replication(shared, &mut text),
             "cpu" => cpu(&mut text),
             "modules" => write!(text, "# Modules\r\n"),
@@ -99,10 +100,10 @@ pub fn render(shared: &Shared, requested: &[String]) -> String {
                 Ok(())
             }
             "cluster" => write!(text, "# Cluster\r\ncluster_enabled:0\r\n"),
-            "keyspace" => keyspace(shared, &mut text),
-            "engram" => engram(shared, &mut text),
-            "integrity" => integrity(shared, &mut text),
-            "collections" => collections(shared, &mut text),
+            "keyspace" => keyspace(ks, &mut text),
+            "engram" => engram(shared, ks, &mut text),
+            "integrity" => integrity(ks, &mut text),
+            "collections" => collections(ks, &mut text),
             "commandstats" => {
                 text.push_str("# Commandstats\r\n");
                 shared.stats.commands.render_commands(&mut text);
@@ -197,15 +198,15 @@ fn clients(shared: &Shared, out: &mut String) -> std::fmt::Result {
 /// counting allocator is not installed) plus the live persistent data
 /// (string records), since both are what a dataset costs and what
 /// `maxmemory` bounds; the parts follow, and the resident size.
-fn memory(shared: &Shared, out: &mut String) -> std::fmt::Result {
-    let usage = crate::maxmemory::usage(shared);
+fn memory(shared: &Shared, ks: &Keyspace, out: &mut String) -> std::fmt::Result {
+    let usage = crate::maxmemory::usage(ks);
     let peak = shared
         .stats
         .memory_peak
         .fetch_max(usage.used(), Ordering::Relaxed)
         .max(usage.used());
     let maxmemory: u64 = shared.redis_param("maxmemory").parse().unwrap_or(0);
-    let store = shared.keyspace.store().stats();
+    let store = ks.store().stats();
     write!(
         out,
         "# Memory\r\n\
@@ -282,8 +283,8 @@ fn cpu(out: &mut String) -> std::fmt::Result {
     )
 }
 
-fn persistence(shared: &Shared, out: &mut String) -> std::fmt::Result {
-    let commit = shared.keyspace.commit();
+fn persistence(ks: &Keyspace, out: &mut String) -> std::fmt::Result {
+    let commit = ks.commit();
     let durable = &commit.stats;
     let durability = commit.durability();
     write!(
@@ -320,9 +321,9 @@ fn persistence(shared: &Shared, out: &mut String) -> std::fmt::Result {
     )
 }
 
-fn stats(shared: &Shared, out: &mut String) -> std::fmt::Result {
+fn stats(shared: &Shared, ks: &Keyspace, out: &mut String) -> std::fmt::Result {
     let s = &shared.stats;
-    let ks = &shared.keyspace.stats;
+    let ks = &ks.stats;
     let (exceeded_total, exceeded_current) = shared.eviction.exceeded_ms();
     let tracking = shared.tracking.counts();
     write!(
@@ -393,9 +394,8 @@ fn replication(shared: &Shared, out: &mut String) -> std::fmt::Result {
     )
 }
 
-fn keyspace(shared: &Shared, out: &mut String) -> std::fmt::Result {
+fn keyspace(ks: &Keyspace, out: &mut String) -> std::fmt::Result {
     out.push_str("# Keyspace\r\n");
-    let ks = &shared.keyspace;
     for db in 0..ks.databases() {
         let keys = ks.dbsize(db);
         if keys > 0 {
@@ -409,9 +409,9 @@ fn keyspace(shared: &Shared, out: &mut String) -> std::fmt::Result {
     Ok(())
 }
 
-fn engram(shared: &Shared, out: &mut String) -> std::fmt::Result {
-    let stats = shared.keyspace.store().stats();
-    let recovery = shared.keyspace.store().recovery_report();
+fn engram(shared: &Shared, ks: &Keyspace, out: &mut String) -> std::fmt::Result {
+    let stats = ks.store().stats();
+    let recovery = ks.store().recovery_report();
     write!(
         out,
         "# Engram\r\n\
@@ -437,7 +437,7 @@ fn engram(shared: &Shared, out: &mut String) -> std::fmt::Result {
          background_cpus:{}\r\n",
         stats.mode,
         stats.flush,
-        shared.keyspace.commit().durability().name(),
+        ks.commit().durability().name(),
         shared.config.dir.display(),
         stats.file_bytes,
         stats.live_bytes,
@@ -452,22 +452,14 @@ fn engram(shared: &Shared, out: &mut String) -> std::fmt::Result {
         recovery.records,
         recovery.threads,
         shared.keyspace_scan.as_millis(),
-        shared
-            .keyspace
-            .stats
-            .batches_replayed
-            .load(Ordering::Relaxed),
-        shared
-            .keyspace
-            .stats
-            .keys_in_hidden_dbs
-            .load(Ordering::Relaxed),
+        ks.stats.batches_replayed.load(Ordering::Relaxed),
+        ks.stats.keys_in_hidden_dbs.load(Ordering::Relaxed),
         engram_threads::describe(&engram_threads::placement()),
     )
 }
 
-fn integrity(shared: &Shared, out: &mut String) -> std::fmt::Result {
-    let Some(stats) = shared.keyspace.store().integrity_stats() else {
+fn integrity(ks: &Keyspace, out: &mut String) -> std::fmt::Result {
+    let Some(stats) = ks.store().integrity_stats() else {
         return write!(out, "# Integrity\r\nintegrity_mode:off\r\n");
     };
     write!(
@@ -510,8 +502,8 @@ fn integrity(shared: &Shared, out: &mut String) -> std::fmt::Result {
     )
 }
 
-fn collections(shared: &Shared, out: &mut String) -> std::fmt::Result {
-    let collections = shared.keyspace.collections();
+fn collections(ks: &Keyspace, out: &mut String) -> std::fmt::Result {
+    let collections = ks.collections();
     let stats = collections.stats();
     let recovery = collections.recovery_report();
     let last = stats.last_checkpoint.clone().unwrap_or_default();

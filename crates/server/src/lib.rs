@@ -36,6 +36,7 @@ mod protected_mode;
 mod pubsub;
 pub mod rdb;
 mod redis_params;
+mod reload;
 pub mod resp;
 mod scripting;
 mod serve;

@@ -255,20 +255,20 @@ impl Usage {
     }
 }
 
-pub fn usage(shared: &crate::shared::Shared) -> Usage {
+pub fn usage(keyspace: &crate::keyspace::Keyspace) -> Usage {
     let rss = resident_bytes();
     Usage {
         dram: engram_memory::allocated().unwrap_or(rss),
-        persistent_live: shared.keyspace.store().live_bytes(),
+        persistent_live: keyspace.store().live_bytes(),
         rss,
     }
 }
 
-/// `usage(shared).used()` without reading the resident size when the
+/// `usage(keyspace).used()` without reading the resident size when the
 /// allocator counts (eviction measures after every key it deletes).
-pub fn used_now(shared: &crate::shared::Shared) -> u64 {
+pub fn used_now(keyspace: &crate::keyspace::Keyspace) -> u64 {
     let dram = engram_memory::allocated().unwrap_or_else(resident_bytes);
-    dram + shared.keyspace.store().live_bytes()
+    dram + keyspace.store().live_bytes()
 }
 
 /// Resident memory of this process, from /proc/self/statm.

@@ -142,10 +142,15 @@ pub fn publish(shared: &Shared, class: u32, event: &str, db: usize, key: &[u8]) 
 /// Publishes what expiry deleted since the last call (the keyspace notes
 /// such keys only while `x` is on with K or E).
 pub fn publish_expired(shared: &Shared) {
-    if !shared.keyspace.expired.is_recording() {
+    // (None in a reload's instant: the notes went with the old keyspace.)
+    let keyspace = shared.keyspace.try_guard();
+    let Some(keyspace) = keyspace.as_ref() else {
+        return;
+    };
+    if !keyspace.expired.is_recording() {
         return;
     }
-    for (db, key) in shared.keyspace.expired.take() {
+    for (db, key) in keyspace.expired.take() {
         publish(shared, EXPIRED, "expired", db, &key);
     }
 }

@@ -126,6 +126,9 @@ impl Server {
             }
         );
         log_integrity(&config, keyspace.store());
+        // From here the keyspace is the slot's alone: DEBUG RELOAD closes it
+        // once no one else holds it.
+        drop(keyspace);
 
         if config.handle_signals {
             runtime.spawn(shutdown_on_signal(shared.clone()));
@@ -143,8 +146,14 @@ impl Server {
                 runtime.shutdown_timeout(Duration::from_secs(1));
                 stop_background.store(true, Ordering::Release);
                 let _ = expiry_thread.join();
+                // The slot's keyspace (DEBUG RELOAD may have replaced the
+                // one opened above).
+                let keyspace = main_shared.keyspace.take();
                 drop(main_shared);
-                close_keyspace(keyspace)
+                match keyspace {
+                    Some(keyspace) => close_keyspace(keyspace),
+                    None => Err("the keyspace was lost to a failed reload".into()),
+                }
             })
             .map_err(StartError::Runtime)?;
         Ok(Server {
@@ -256,16 +265,18 @@ fn spawn_expiry_thread(shared: Arc<Shared>, stop: Arc<AtomicBool>) -> JoinHandle
     engram_threads::spawn("engram-expire", move || {
         while !stop.load(Ordering::Acquire) {
             std::thread::sleep(EXPIRE_PERIOD);
-            if !shared.active_expire.load(Ordering::Relaxed) {
+            if !shared.active_expire.load(Ordering::Relaxed) || shared.keyspace.is_reloading() {
                 continue;
             }
             let started = Instant::now();
-            if let Err(e) = shared
-                .keyspace
-                .expire_cycle(now_ms(), started + EXPIRE_BUDGET)
-            {
+            let guard = shared.keyspace.try_guard();
+            let Some(keyspace) = guard.as_ref() else {
+                continue;
+            };
+            if let Err(e) = keyspace.expire_cycle(now_ms(), started + EXPIRE_BUDGET) {
                 log::error!("active expiry failed: {e}");
             }
+            drop(guard);
             shared
                 .latency
                 .observe("expire-cycle", started.elapsed().as_millis() as u64);

@@ -10,9 +10,10 @@ use std::time::Instant;
 use parking_lot::Mutex;
 
 use crate::clients::ClientInfo;
-use crate::keyspace::{ekey, EKey, Keyspace};
+use crate::keyspace::{ekey, EKey};
 use crate::output_limit::SoftClock;
 use crate::pubsub::ClientPubSub;
+use crate::reload::KeyspaceSlot;
 use crate::resp::{OwnedArgs, ReplyWriter};
 use crate::shared::Shared;
 
@@ -41,6 +42,9 @@ pub struct Session {
     /// Set by MIGRATE, which replied nothing yet: the connection runs its
     /// exchange with the target, then `commands::finish_migration`.
     pub migration: Option<Box<crate::commands::PendingMigration>>,
+    /// Set by DEBUG RELOAD, which replied nothing yet: the connection runs
+    /// the reload once the command has let go of the keyspace (`reload`).
+    pub reload: bool,
     /// CLIENT REPLY: whether replies are sent.
     pub reply: ReplyMode,
     /// Subscriptions, MONITOR, and the outbox they fill.
@@ -103,6 +107,7 @@ impl Session {
             blocked: None,
             retrying: false,
             migration: None,
+            reload: false,
             reply: ReplyMode::On,
             pubsub: ClientPubSub::default(),
             pushed: false,
@@ -162,7 +167,7 @@ pub struct InLine {
     client: u64,
     ekeys: Vec<EKey>,
     lines: Arc<WaitLines>,
-    keyspace: Arc<Keyspace>,
+    keyspace: Arc<KeyspaceSlot>,
 }
 
 impl InLine {
@@ -208,8 +213,12 @@ impl Drop for InLine {
                 }
             }
         }
-        for ekey in behind {
-            self.keyspace.signal_written(&ekey);
+        // (No keyspace while a reload has it closed: the reload wakes
+        // every blocked client itself.)
+        if let Some(keyspace) = self.keyspace.try_guard().as_ref() {
+            for ekey in behind {
+                keyspace.signal_written(&ekey);
+            }
         }
     }
 }

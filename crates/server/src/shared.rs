@@ -19,12 +19,15 @@ use crate::monitor::Monitors;
 use crate::output_limit::OutputLimits;
 use crate::pause::Pause;
 use crate::pubsub::PubSub;
+use crate::reload::KeyspaceSlot;
 use crate::scripting::Scripting;
 use crate::session::WaitLines;
 use crate::slowlog::SlowLog;
 
 pub struct Shared {
-    pub keyspace: Arc<Keyspace>,
+    /// The keyspace, swapped whole by DEBUG RELOAD (`reload`): a command
+    /// uses the one its `Ctx` holds, other code takes a guard per step.
+    pub keyspace: Arc<KeyspaceSlot>,
     pub config: Config,
     pub runtime: Arc<Runtime>,
     pub clients: Registry,
@@ -109,8 +112,9 @@ impl Shared {
         keyspace_scan: Duration,
         port: u16,
     ) -> Shared {
+        let functions_record = keyspace.functions_record();
         let shared = Shared {
-            keyspace,
+            keyspace: Arc::new(KeyspaceSlot::new(keyspace)),
             config,
             runtime,
             clients: Registry::default(),
@@ -144,7 +148,7 @@ impl Shared {
             shutdown: Notify::new(),
         };
         // The FUNCTION libraries, kept as the keyspace's functions record.
-        match shared.keyspace.functions_record() {
+        match functions_record {
             Ok(Some(record)) => {
                 use crate::scripting::library::RestorePolicy;
                 let mut functions = shared.scripting.functions.lock();
@@ -163,6 +167,18 @@ impl Shared {
             }
         }
         shared
+    }
+
+    /// After DEBUG RELOAD: the parameters that set something on the
+    /// keyspace (notifications' expired-key notes, LFU counting) set it
+    /// on the new one.
+    pub fn reapply_keyspace_params(&self) {
+        let values = self.runtime.redis_params.read().clone();
+        for name in ["notify-keyspace-events", "maxmemory-policy"] {
+            if let Some(value) = values.get(name) {
+                self.apply_redis_param(name, value);
+            }
+        }
     }
 
     /// Starts a clean shutdown (SIGTERM, SIGINT, SHUTDOWN).
@@ -209,9 +225,14 @@ impl Shared {
                 // Expiry notes its keys only while someone would hear.
                 let heard =
                     crate::notify::EXPIRED | crate::notify::KEYSPACE | crate::notify::KEYEVENT;
-                self.keyspace.expired.set_recording(
-                    flags & crate::notify::EXPIRED != 0 && flags & heard != crate::notify::EXPIRED,
-                );
+                // (In a reload's instant without a keyspace, the reload
+                // sets it on the new one.)
+                if let Some(keyspace) = self.keyspace.try_guard().as_ref() {
+                    keyspace.expired.set_recording(
+                        flags & crate::notify::EXPIRED != 0
+                            && flags & heard != crate::notify::EXPIRED,
+                    );
+                }
                 return Some(crate::notify::render(flags));
             }
             "tracking-table-max-keys" => self.tracking.set_max_keys(number().max(0) as usize),
@@ -223,19 +244,21 @@ impl Shared {
                 }
                 let policy = self.memory_limit.policy();
                 let param = |name| self.redis_param(name).parse::<u32>().ok();
-                self.keyspace.access.configure(
-                    policy.is_lfu(),
-                    if name == "lfu-log-factor" {
-                        number() as u32
-                    } else {
-                        param("lfu-log-factor").unwrap_or(10)
-                    },
-                    if name == "lfu-decay-time" {
-                        number() as u32
-                    } else {
-                        param("lfu-decay-time").unwrap_or(1)
-                    },
-                );
+                if let Some(keyspace) = self.keyspace.try_guard().as_ref() {
+                    keyspace.access.configure(
+                        policy.is_lfu(),
+                        if name == "lfu-log-factor" {
+                            number() as u32
+                        } else {
+                            param("lfu-log-factor").unwrap_or(10)
+                        },
+                        if name == "lfu-decay-time" {
+                            number() as u32
+                        } else {
+                            param("lfu-decay-time").unwrap_or(1)
+                        },
+                    );
+                }
             }
             "maxmemory-samples" => self.memory_limit.samples.store(
                 number().clamp(1, i64::from(u32::MAX)) as u32,

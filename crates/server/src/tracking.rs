@@ -427,9 +427,16 @@ pub fn invalidate_modified(shared: &Shared, by: Option<u64>) {
     if stored.is_empty() || !shared.tracking.active() {
         return;
     }
+    // A reload's instant without a keyspace: no names to give, so every
+    // tracked key is invalidated, as the reload does anyway.
+    let keyspace = shared.keyspace.try_guard();
+    let Some(keyspace) = keyspace.as_ref() else {
+        shared.tracking.flushed(shared);
+        return;
+    };
     let mut keys: Vec<Box<[u8]>> = Vec::with_capacity(stored.len());
     for ekey in &stored {
-        if let Some((_, key)) = shared.keyspace.client_key(ekey) {
+        if let Some((_, key)) = keyspace.client_key(ekey) {
             if !keys.iter().any(|k| **k == *key) {
                 keys.push(Box::from(key));
             }
@@ -502,9 +509,15 @@ pub fn after_exec(
         }
         return;
     }
+    let keyspace = shared.keyspace.try_guard();
+    let Some(keyspace) = keyspace.as_ref() else {
+        engram_keyspace::modified::discard();
+        shared.tracking.flushed(shared);
+        return;
+    };
     let mut changed: Vec<Box<[u8]>> = Vec::new();
     for ekey in engram_keyspace::modified::take() {
-        if let Some((_, key)) = shared.keyspace.client_key(&ekey) {
+        if let Some((_, key)) = keyspace.client_key(&ekey) {
             if !changed.iter().any(|k| **k == *key) {
                 changed.push(Box::from(key));
             }

@@ -215,7 +215,7 @@ fn quit(ctx: &mut Ctx, _args: Args) -> CmdResult {
 
 fn reset(ctx: &mut Ctx, _args: Args) -> CmdResult {
     ctx.session.end_multi();
-    unwatch_all(ctx.shared, ctx.session);
+    unwatch_all(ctx.ks(), ctx.session);
     // Out of subscribed mode and MONITOR, silently (messages already
     // queued still go before the reply).
     super::pubsub::leave_all(ctx.shared, ctx.session);

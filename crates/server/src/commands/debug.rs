@@ -13,9 +13,12 @@
 //! | `QUICKLIST-PACKED-THRESHOLD <size>` | checked and accepted; Engram's lists have no quicklist nodes |
 //! | `OBJECT <key>` | the key's encoding and serialized length, in Redis's line format |
 //! | `PROTOCOL <type>` | a reply of each RESP3 type (for clients testing their parsers) |
+//! | `RELOAD [MERGE] [NOFLUSH] [NOSAVE]` | closes the keyspace and opens it again from persistent memory, recovery included, with every client still connected (`reload`); the options are accepted and change nothing: there is no dump to save or skip, and what is reloaded is exactly what was there |
+//! | `LOADAOF` | the same reload: Redis reloads its append-only file, Engram its log |
 //!
-//! Everything else (RELOAD, DIGEST, JMAP, POPULATE, ...) is an unknown
-//! subcommand.
+//! Everything else (DIGEST, JMAP, POPULATE, ...) is an unknown subcommand.
+//! RELOAD and LOADAOF are refused inside MULTI and scripts, which hold the
+//! keyspace the reload must close.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -33,7 +36,7 @@ pub fn commands() -> Vec<CommandSpec> {
         -2,
         ADMIN,
         debug,
-        "A container for debugging commands (SLEEP SET-ACTIVE-EXPIRE LOG OBJECT).",
+        "A container for debugging commands (SLEEP SET-ACTIVE-EXPIRE LOG OBJECT RELOAD LOADAOF).",
     )]
 }
 
@@ -120,9 +123,32 @@ fn debug(ctx: &mut Ctx, args: Args) -> CmdResult {
             arity(3)?;
             protocol(ctx, args.get(2))?;
         }
+        "reload" | "loadaof" => {
+            if lowercase(sub) == "reload" {
+                for option in args.iter().skip(2) {
+                    if !["merge", "noflush", "nosave"].contains(&lowercase(option).as_str()) {
+                        return Err(err(
+                            "ERR DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options.",
+                        ));
+                    }
+                }
+            }
+            // (LOADAOF takes no options; like Redis, it ignores any given.)
+            if ctx.exec.is_some() {
+                return Err(err(format!(
+                    "ERR DEBUG {} cannot run inside MULTI or a script: it closes the keyspace \
+                     they hold",
+                    lowercase(sub).to_ascii_uppercase()
+                )));
+            }
+            // The reply comes from the connection, after the reload.
+            ctx.session.reload = true;
+        }
         "help" => {
             let lines = [
                 "DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "LOADAOF",
+                "    The same as RELOAD.",
                 "LOG <message>",
                 "    Write <message> to the server log.",
                 "OBJECT <key>",
@@ -133,6 +159,9 @@ fn debug(ctx: &mut Ctx, args: Args) -> CmdResult {
                 "    true, false.",
                 "QUICKLIST-PACKED-THRESHOLD <size>",
                 "    Accepted for compatibility; no effect.",
+                "RELOAD [MERGE] [NOFLUSH] [NOSAVE]",
+                "    Close the keyspace and open it again from persistent memory (recovery",
+                "    included). The options are accepted and change nothing.",
                 "SET-ACTIVE-EXPIRE <0|1>",
                 "    Setting it to 0 disables expiring keys in background.",
                 "SLEEP <seconds>",

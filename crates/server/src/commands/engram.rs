@@ -49,7 +49,7 @@ fn scrub(ctx: &mut Ctx, _args: Args) -> CmdResult {
         // wait out the whole scrub.
         return Err(err("ERR ENGRAM.SCRUB is not allowed inside MULTI/EXEC"));
     }
-    let store = ctx.shared.keyspace.store();
+    let store = ctx.ks().store();
     if store.integrity_stats().is_none() {
         return Err(err(INTEGRITY_OFF));
     }

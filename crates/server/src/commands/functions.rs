@@ -78,11 +78,13 @@ fn fcall_generic(ctx: &mut Ctx, args: Args, ro: bool) -> CmdResult {
             let result = finish_txn(ctx, txn, from_exec, reply_start);
             return result.and(Err(err("ERR Function not found")));
         };
+        let keyspace = ctx.keyspace;
         let (session, out) = (&mut *ctx.session, &mut *ctx.out);
         let lua_function = &function.function;
         super::run_blocking(|| {
             run_script(
                 shared,
+                keyspace,
                 session,
                 out,
                 &engine.engine,

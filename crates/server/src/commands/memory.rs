@@ -75,10 +75,10 @@ fn memory(ctx: &mut Ctx, args: Args) -> CmdResult {
             ctx.out.int(bytes as i64);
         }
         "stats" if args.len() == 2 => {
-            let store = ctx.shared.keyspace.store().stats();
-            let usage = crate::maxmemory::usage(ctx.shared);
-            let keys: u64 = (0..ctx.shared.keyspace.databases())
-                .map(|db| ctx.shared.keyspace.dbsize(db))
+            let store = ctx.ks().store().stats();
+            let usage = crate::maxmemory::usage(ctx.ks());
+            let keys: u64 = (0..ctx.ks().databases())
+                .map(|db| ctx.ks().dbsize(db))
                 .sum();
             let out = &mut *ctx.out;
             let pairs: [(&str, i64); 7] = [
@@ -97,7 +97,7 @@ fn memory(ctx: &mut Ctx, args: Args) -> CmdResult {
             }
         }
         "doctor" if args.len() == 2 => {
-            let store = ctx.shared.keyspace.store().stats();
+            let store = ctx.ks().store().stats();
             let text = format!(
                 "Engram keeps values in a persistent data file ({} bytes, {} live) and its \
                  index and collections in DRAM. Nothing unusual to report; INFO memory and \

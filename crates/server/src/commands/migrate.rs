@@ -130,7 +130,7 @@ fn migrate(ctx: &mut Ctx, args: Args) -> CmdResult {
     for i in first_key..first_key + num_keys {
         let key = args.get(i);
         // Watched first: a write after the read below raises the flag.
-        let watch = KeyWatch::new(&ctx.shared.keyspace, ctx.session.db, key)?;
+        let watch = KeyWatch::new(ctx.keyspace, ctx.session.db, key)?;
         let Some(dumped) = serialize(ctx, key)? else {
             continue;
         };
@@ -247,7 +247,9 @@ fn delete_unwritten(
     let db = session.db;
     let restores = &pending.request.restores;
     let keys = acked.iter().map(|&i| (db, restores[i].0.as_slice()));
-    let mut txn = shared.keyspace.lock(keys, false)?;
+    let keyspace = shared.keyspace.guard();
+    let keyspace = keyspace.as_ref().expect("guard() holds a keyspace");
+    let mut txn = keyspace.lock(keys, false)?;
     let now = now_ms();
     let mut result = Ok(());
     for &i in acked {

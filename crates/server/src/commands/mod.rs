@@ -38,7 +38,7 @@ mod transactions;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use crate::keyspace::{self, now_ms, CKind, Keyspace, Object, Txn};
 use crate::resp::{Args, ReplyWriter};
@@ -239,6 +239,10 @@ pub fn lookup(name: &[u8]) -> Option<(usize, &'static CommandSpec)> {
 /// Everything a handler works with.
 pub struct Ctx<'s, 'c> {
     pub shared: &'s Shared,
+    /// The keyspace this command runs against (see `reload`): use this,
+    /// never a guard of its own, which a reload starting meanwhile would
+    /// make wait for this very command.
+    pub keyspace: &'s Arc<Keyspace>,
     pub session: &'c mut Session,
     pub out: &'c mut ReplyWriter,
     /// Inside EXEC: the transaction holding every key of the queue.
@@ -248,7 +252,7 @@ pub struct Ctx<'s, 'c> {
 
 impl<'s> Ctx<'s, '_> {
     pub fn ks(&self) -> &'s Keyspace {
-        &self.shared.keyspace
+        self.keyspace
     }
 
     pub fn db(&self) -> usize {
@@ -289,7 +293,7 @@ impl<'s> Ctx<'s, '_> {
                 None => Ok(None),
             };
         }
-        self.shared.keyspace.read(db, key, now, f)?.transpose()
+        self.keyspace.read(db, key, now, f)?.transpose()
     }
 
     /// Reads `key` and lets `f` write the reply straight from the value
@@ -306,7 +310,6 @@ impl<'s> Ctx<'s, '_> {
                 .get(db, key, now)?
                 .map(|stored| f(out, stored.meta, stored.payload())),
             None => self
-                .shared
                 .keyspace
                 .read(db, key, now, |meta, payload| f(out, meta, payload))?,
         };
@@ -326,9 +329,7 @@ impl<'s> Ctx<'s, '_> {
         if let Some(txn) = &mut self.exec {
             return f(txn.collection(db, key, kind, now)?);
         }
-        self.shared
-            .keyspace
-            .read_collection(db, key, kind, now, f)?
+        self.keyspace.read_collection(db, key, kind, now, f)?
     }
 
     /// `read_collection` that writes the reply straight from the object.
@@ -343,8 +344,7 @@ impl<'s> Ctx<'s, '_> {
         if let Some(txn) = &mut self.exec {
             return f(out, txn.collection(db, key, kind, now)?);
         }
-        self.shared
-            .keyspace
+        self.keyspace
             .read_collection(db, key, kind, now, |object| f(out, object))?
     }
 
@@ -372,7 +372,7 @@ impl<'s> Ctx<'s, '_> {
         if let Some(txn) = &mut self.exec {
             return f(txn, db, now);
         }
-        let mut txn = self.shared.keyspace.lock(keys, atomic)?;
+        let mut txn = self.keyspace.lock(keys, atomic)?;
         let result = f(&mut txn, db, now);
         // A failed command's buffered writes are dropped with the
         // transaction; direct writes already made stay (as in Redis).
@@ -504,6 +504,10 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
         return;
     };
     session.info.last_command.store(index, Ordering::Relaxed);
+    // The keyspace for this command, everything it calls included (see
+    // `reload`).
+    let guard = shared.keyspace.guard();
+    let keyspace: &Arc<Keyspace> = guard.as_ref().expect("guard() holds a keyspace");
     let refusal = if !spec.arity_ok(args.len()) {
         Some(wrong_arity(spec.name).0)
     } else if !session.authenticated && !spec.is(NO_AUTH) {
@@ -524,7 +528,7 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
     } else if shared.memory_limit.is_set()
         // As Redis, every command evicts first when memory is over the
         // limit; only those that may grow the data are refused.
-        && crate::eviction::before_command(shared, session) == crate::eviction::Outcome::Fail
+        && crate::eviction::before_command(shared, keyspace, session) == crate::eviction::Outcome::Fail
         && may_grow(spec, session)
     {
         Some(crate::maxmemory::OOM.to_string())
@@ -546,7 +550,7 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
             // As Redis's execCommandAbort: the transaction is discarded
             // (and MONITOR told, which saw the MULTI).
             session.end_multi();
-            unwatch_all(shared, session);
+            unwatch_all(keyspace, session);
             reply_error(
                 shared,
                 out,
@@ -581,7 +585,7 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
     }
     let mark = out.len();
     session.pushed = false;
-    run(shared, session, out, None, index, args);
+    run(shared, keyspace, session, out, None, index, args);
     crate::monitor::feed(shared, session, args);
     // CLIENT REPLY OFF and SKIP: the reply is written, then dropped
     // (subscription confirmations are pushes, and stay).
@@ -691,6 +695,7 @@ pub fn reply_error(shared: &Shared, out: &mut ReplyWriter, text: &str) {
 /// transaction back (EXEC runs the next queued command with it).
 pub fn run<'s>(
     shared: &'s Shared,
+    keyspace: &'s Arc<Keyspace>,
     session: &mut Session,
     out: &mut ReplyWriter,
     exec: Option<Txn<'s>>,
@@ -699,6 +704,7 @@ pub fn run<'s>(
 ) -> Option<Txn<'s>> {
     let mut ctx = Ctx {
         shared,
+        keyspace,
         session,
         out,
         exec,

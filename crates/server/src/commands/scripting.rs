@@ -140,7 +140,7 @@ pub fn check_flags(ctx: &Ctx, flags: ScriptFlags, ro_command: bool) -> CmdResult
         && shared.memory_limit.is_set()
         && shared
             .memory_limit
-            .over(|| crate::maxmemory::usage(shared).used())
+            .over(|| crate::maxmemory::usage(ctx.ks()).used())
     {
         return Err(err(crate::maxmemory::OOM));
     }
@@ -228,8 +228,20 @@ fn eval_generic(ctx: &mut Ctx, args: Args, by_sha: bool, ro: bool) -> CmdResult 
         }
         let eval = &*eval;
         let function = &eval.scripts[&sha].function;
+        let keyspace = ctx.keyspace;
         let (session, out) = (&mut *ctx.session, &mut *ctx.out);
-        super::run_blocking(|| run_script(shared, session, out, &eval.engine, function, &call, txn))
+        super::run_blocking(|| {
+            run_script(
+                shared,
+                keyspace,
+                session,
+                out,
+                &eval.engine,
+                function,
+                &call,
+                txn,
+            )
+        })
     };
     finish_txn(ctx, txn, from_exec, reply_start)
 }

@@ -3,6 +3,7 @@
 //! is `super::command`).
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use super::{
     err, is, lowercase, unknown_subcommand, wrong_sub_arity, CmdError, CmdResult, CommandSpec, Ctx,
@@ -153,9 +154,9 @@ fn live_parameters(ctx: &Ctx) -> Vec<(&'static str, String)> {
     let shared = ctx.shared;
     let config = &shared.config;
     let runtime = &shared.runtime;
-    let durability = shared.keyspace.commit().durability();
+    let durability = ctx.ks().commit().durability();
     let integrity = &config.integrity;
-    let stats = shared.keyspace.store().integrity_stats();
+    let stats = ctx.ks().store().integrity_stats();
     vec![
         ("bind", config.bind.clone()),
         ("port", shared.port.to_string()),
@@ -193,7 +194,7 @@ fn live_parameters(ctx: &Ctx) -> Vec<(&'static str, String)> {
         ),
         (
             "mode",
-            if shared.keyspace.commit().is_dax() {
+            if ctx.ks().commit().is_dax() {
                 "dax"
             } else {
                 "emulated"
@@ -295,7 +296,7 @@ fn config(ctx: &mut Ctx, args: Args) -> CmdResult {
                 return Err(wrong_sub_arity("config", sub));
             }
             ctx.shared.stats.reset();
-            let ks = &ctx.shared.keyspace.stats;
+            let ks = &ctx.ks().stats;
             ks.hits.store(0, Ordering::Relaxed);
             ks.misses.store(0, Ordering::Relaxed);
             ks.expired_keys.store(0, Ordering::Relaxed);
@@ -353,7 +354,7 @@ fn validate_setting(name: &str, value: &str) -> Result<Change, CmdError> {
         "durability" | "appendfsync" => {
             let durability = parse_durability(value).map_err(failed)?;
             Box::new(move |ctx: &mut Ctx| {
-                ctx.shared.keyspace.commit().set_durability(durability);
+                ctx.ks().commit().set_durability(durability);
                 log::info!("durability set to {}", durability.name());
             })
         }
@@ -432,7 +433,7 @@ fn validate_setting(name: &str, value: &str) -> Result<Change, CmdError> {
                     && ctx.exec.is_none()
                     && ctx.shared.memory_limit.is_set()
                 {
-                    crate::eviction::before_command(ctx.shared, ctx.session);
+                    crate::eviction::before_command(ctx.shared, ctx.ks(), ctx.session);
                 }
             })
         }
@@ -443,7 +444,7 @@ fn validate_setting(name: &str, value: &str) -> Result<Change, CmdError> {
 
 fn info(ctx: &mut Ctx, args: Args) -> CmdResult {
     let sections: Vec<String> = args.iter().skip(1).map(lowercase).collect();
-    let text = info::render(ctx.shared, &sections);
+    let text = info::render(ctx.shared, ctx.ks(), &sections);
     ctx.out.verbatim(&text);
     Ok(())
 }
@@ -454,9 +455,9 @@ fn dbsize(ctx: &mut Ctx, _args: Args) -> CmdResult {
         // applied writes only; buffered ones are applied first.
         Some(txn) => {
             txn.apply_buffered()?;
-            ctx.shared.keyspace.dbsize(ctx.session.db)
+            ctx.ks().dbsize(ctx.session.db)
         }
-        None => ctx.shared.keyspace.dbsize(ctx.session.db),
+        None => ctx.ks().dbsize(ctx.session.db),
     };
     ctx.out.int(n as i64);
     Ok(())
@@ -476,7 +477,7 @@ fn flush(ctx: &mut Ctx, db: Option<usize>) -> CmdResult {
             txn.flush(db)?;
         }
         None => {
-            let mut txn = ctx.shared.keyspace.lock_all(false);
+            let mut txn = ctx.ks().lock_all(false);
             let result = txn.flush(db);
             ctx.session.wrote |= txn.commit()?;
             result?;
@@ -518,7 +519,7 @@ fn swapdb(ctx: &mut Ctx, args: Args) -> CmdResult {
     match &mut ctx.exec {
         Some(txn) => txn.swap_databases(a, b, now)?,
         None => {
-            let mut txn = ctx.shared.keyspace.lock_all(false);
+            let mut txn = ctx.ks().lock_all(false);
             let result = txn.swap_databases(a, b, now);
             ctx.session.wrote |= txn.commit()?;
             result?;
@@ -542,11 +543,8 @@ fn time(ctx: &mut Ctx, _args: Args) -> CmdResult {
 /// SAVE: everything durable now, and a checkpoint of the collections
 /// (waits for it), so the next start replays little.
 fn save(ctx: &mut Ctx, _args: Args) -> CmdResult {
-    ctx.shared
-        .keyspace
-        .sync()
-        .map_err(|e| err(format!("ERR {e}")))?;
-    super::run_blocking(|| ctx.shared.keyspace.collections().checkpoint_now())
+    ctx.ks().sync().map_err(|e| err(format!("ERR {e}")))?;
+    super::run_blocking(|| ctx.ks().collections().checkpoint_now())
         .map_err(|e| err(format!("ERR checkpoint failed: {e}")))?;
     ctx.out.ok();
     Ok(())
@@ -556,7 +554,7 @@ fn save(ctx: &mut Ctx, _args: Args) -> CmdResult {
 /// log Engram compacts is the collections' operation log, by a checkpoint
 /// (strings need none: they are written in place in the data file).
 fn bgrewriteaof(ctx: &mut Ctx, _args: Args) -> CmdResult {
-    ctx.shared.keyspace.collections().request_checkpoint();
+    ctx.ks().collections().request_checkpoint();
     ctx.out
         .simple("Background append only file rewriting started");
     Ok(())
@@ -634,8 +632,8 @@ fn bgsave(ctx: &mut Ctx, args: Args) -> CmdResult {
         return Err(err(SYNTAX));
     }
     // The checkpoint runs on the collections' own background thread.
-    ctx.shared.keyspace.collections().request_checkpoint();
-    let keyspace = ctx.shared.keyspace.clone();
+    ctx.ks().collections().request_checkpoint();
+    let keyspace = Arc::clone(ctx.keyspace);
     engram_threads::spawn("engram-bgsave", move || {
         let _ = keyspace.sync();
     })
@@ -646,8 +644,7 @@ fn bgsave(ctx: &mut Ctx, args: Args) -> CmdResult {
 
 fn lastsave(ctx: &mut Ctx, _args: Args) -> CmdResult {
     let last = ctx
-        .shared
-        .keyspace
+        .ks()
         .commit()
         .stats
         .last_sync_unix

@@ -12,10 +12,9 @@ use super::keys::db_index;
 use super::{
     err, is, lookup, run, CmdResult, CommandSpec, Ctx, Group, FAST, NOT_QUEUED, WHOLE_KEYSPACE,
 };
-use crate::keyspace::{ekey, EKey};
+use crate::keyspace::{ekey, EKey, Keyspace};
 use crate::resp::Args;
 use crate::session::Session;
-use crate::shared::Shared;
 
 pub fn commands() -> Vec<CommandSpec> {
     let g = Group("transactions");
@@ -65,11 +64,9 @@ pub fn commands() -> Vec<CommandSpec> {
 }
 
 /// Drops every WATCH of the session.
-pub fn unwatch_all(shared: &Shared, session: &mut Session) {
+pub fn unwatch_all(keyspace: &Keyspace, session: &mut Session) {
     if !session.watched.is_empty() {
-        shared
-            .keyspace
-            .unwatch(&session.watched, &session.watch_flag);
+        keyspace.unwatch(&session.watched, &session.watch_flag);
         session.watched.clear();
     }
     session.watch_flag.store(false, Ordering::Release);
@@ -91,7 +88,7 @@ fn discard(ctx: &mut Ctx, _args: Args) -> CmdResult {
         return Err(err("ERR DISCARD without MULTI"));
     }
     ctx.session.end_multi();
-    unwatch_all(ctx.shared, ctx.session);
+    unwatch_all(ctx.ks(), ctx.session);
     ctx.out.ok();
     Ok(())
 }
@@ -105,8 +102,7 @@ fn watch(ctx: &mut Ctx, args: Args) -> CmdResult {
         // expiry after WATCH counts as a change.
         ctx.read(key, |_, _| Ok(()))?;
         let watched = ctx
-            .shared
-            .keyspace
+            .ks()
             .watch(ctx.session.db, key, &ctx.session.watch_flag)?;
         ctx.session.watched.push(watched);
     }
@@ -118,7 +114,7 @@ fn unwatch(ctx: &mut Ctx, _args: Args) -> CmdResult {
     // Inside EXEC the transaction holds the watched keys' stripes, and EXEC
     // unwatches everything when it ends anyway.
     if ctx.exec.is_none() {
-        unwatch_all(ctx.shared, ctx.session);
+        unwatch_all(ctx.ks(), ctx.session);
     }
     ctx.out.ok();
     Ok(())
@@ -131,14 +127,14 @@ fn exec(ctx: &mut Ctx, _args: Args) -> CmdResult {
     let failed = ctx.session.multi_failed;
     ctx.session.end_multi();
     if failed {
-        unwatch_all(ctx.shared, ctx.session);
+        unwatch_all(ctx.ks(), ctx.session);
         return Err(err(
             "EXECABORT Transaction discarded because of previous errors.",
         ));
     }
 
     // Every key the queue may touch, in the database it will be in.
-    let keyspace = &ctx.shared.keyspace;
+    let keyspace = &ctx.ks();
     let mut whole = false;
     let mut keys: Vec<EKey> = ctx.session.watched.clone();
     let mut db = ctx.session.db;
@@ -170,7 +166,7 @@ fn exec(ctx: &mut Ctx, _args: Args) -> CmdResult {
     if ctx.session.watch_flag.load(Ordering::Acquire) {
         ctx.session.wrote |= txn.commit()?;
         // After the commit: unwatching locks the watched keys' stripes.
-        unwatch_all(ctx.shared, ctx.session);
+        unwatch_all(ctx.ks(), ctx.session);
         ctx.out.null_array();
         return Ok(());
     }
@@ -182,12 +178,20 @@ fn exec(ctx: &mut Ctx, _args: Args) -> CmdResult {
     for queued in &queue {
         let args = queued.args();
         let (index, _) = lookup(args.get(0)).expect("queued commands were looked up");
-        txn = run(ctx.shared, ctx.session, ctx.out, txn, index, args);
+        txn = run(
+            ctx.shared,
+            ctx.keyspace,
+            ctx.session,
+            ctx.out,
+            txn,
+            index,
+            args,
+        );
         crate::monitor::feed(ctx.shared, ctx.session, args);
     }
     let txn = txn.expect("queued commands hand the transaction back");
     let committed = txn.commit();
-    unwatch_all(ctx.shared, ctx.session);
+    unwatch_all(ctx.ks(), ctx.session);
     match committed {
         Ok(wrote) => {
             ctx.session.wrote |= wrote;

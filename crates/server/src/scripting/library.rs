@@ -88,7 +88,8 @@ fn metadata(code: &[u8]) -> Result<(String, usize), String> {
     if !valid_name(name.as_bytes()) {
         return Err(format!("ERR {BAD_NAME}"));
     }
-    if engine != "lua" {
+    // Redis looks engines up by name without regard to case (`#!LUA`).
+    if !engine.eq_ignore_ascii_case("lua") {
         return Err(format!("ERR Engine '{engine}' not found"));
     }
     Ok((name, end))
@@ -370,6 +371,7 @@ mod tests {
             metadata(b"#!lua foo=bar\n").unwrap_err(),
             "ERR Invalid metadata value given: foo=bar"
         );
+        assert_eq!(metadata(b"#!LUA name=x\n").unwrap().0, "x");
         assert_eq!(
             metadata(b"#!py name=x\n").unwrap_err(),
             "ERR Engine 'py' not found"

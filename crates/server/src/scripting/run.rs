@@ -12,7 +12,7 @@ use mlua::{Function, HookTriggers, Lua, MultiValue, Table, Value, VmState};
 
 use super::{lua_to_reply, number, reply_to_lua, Engine, Running, ScriptFlags};
 use crate::commands::{self, CommandSpec};
-use crate::keyspace::Txn;
+use crate::keyspace::{Keyspace, Txn};
 use crate::resp::{OwnedArgs, ReplyWriter};
 use crate::session::Session;
 use crate::shared::Shared;
@@ -39,6 +39,7 @@ pub struct Call<'a> {
 /// What `redis.call` works with during one run.
 struct CallState<'s, 'c> {
     shared: &'s Shared,
+    keyspace: &'s Arc<Keyspace>,
     session: &'c mut Session,
     txn: Option<Txn<'s>>,
     scratch: ReplyWriter,
@@ -55,6 +56,7 @@ struct CallState<'s, 'c> {
 #[allow(clippy::too_many_arguments)]
 pub fn run_script<'s>(
     shared: &'s Shared,
+    keyspace: &'s Arc<Keyspace>,
     session: &mut Session,
     out: &mut ReplyWriter,
     engine: &Engine,
@@ -67,6 +69,7 @@ pub fn run_script<'s>(
     let saved_db = session.db;
     let state = RefCell::new(CallState {
         shared,
+        keyspace,
         session,
         txn: Some(txn),
         scratch: ReplyWriter::new(),
@@ -404,7 +407,7 @@ fn redis_call(
         && crate::maxmemory::DENYOOM.contains(&spec.name)
         && shared
             .memory_limit
-            .over(|| crate::maxmemory::usage(shared).used())
+            .over(|| crate::maxmemory::usage(st.keyspace).used())
     {
         return refuse(lua, crate::maxmemory::OOM);
     }
@@ -415,7 +418,15 @@ fn redis_call(
     st.scratch.buf.clear();
     st.scratch.set_resp3(st.resp3);
     let txn = st.txn.take();
-    st.txn = commands::run(shared, st.session, &mut st.scratch, txn, index, args);
+    st.txn = commands::run(
+        shared,
+        st.keyspace,
+        st.session,
+        &mut st.scratch,
+        txn,
+        index,
+        args,
+    );
     if shared.tracking.active() {
         // The caller tracks the keys its script reads, as Redis's `call`.
         crate::tracking::remember_keys(shared, st.session, spec, &args);

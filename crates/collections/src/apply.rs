@@ -24,9 +24,7 @@ use crate::types::{Hash, InsertPosition, Kind, List, Object, Score, Set, Stream}
 /// string being copied only when it is stored.
 pub fn apply<B: OpBytes>(keys: &mut impl Keys, op: Op<B>) {
     match op {
-        Op::Delete { key } => {
-            keys.take(&key);
-        }
+        Op::Delete { key } => keys.discard(&key),
         Op::Expire { key, at_ms } => {
             if let Some(entry) = keys.get_mut(&key) {
                 entry.expire_at_ms = at_ms;

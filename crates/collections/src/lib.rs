@@ -57,6 +57,7 @@ pub mod apply;
 pub mod checkpoint;
 mod error;
 pub mod images;
+pub mod lazy_free;
 pub mod op;
 pub mod oplog;
 mod replay;

@@ -74,6 +74,10 @@ pub trait Keys {
     fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry>;
     fn take(&mut self, key: &[u8]) -> Option<Entry>;
     fn put(&mut self, key: &[u8], entry: Entry);
+    /// Deletes `key` (DEL, UNLINK): by default its object is freed here.
+    fn discard(&mut self, key: &[u8]) {
+        self.take(key);
+    }
 }
 
 pub const SHARDS: usize = 256;
@@ -216,6 +220,13 @@ impl Keys for Locked<'_> {
     fn put(&mut self, key: &[u8], entry: Entry) {
         if self.shard_mut(key).insert(key.into(), entry).is_none() {
             self.keys.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The frontend's deletes free large objects in the background.
+    fn discard(&mut self, key: &[u8]) {
+        if let Some(entry) = self.take(key) {
+            crate::lazy_free::dispose(entry.object);
         }
     }
 }

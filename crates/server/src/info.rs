@@ -224,7 +224,8 @@ fn memory(shared: &Shared, ks: &Keyspace, out: &mut String) -> std::fmt::Result 
          maxmemory_policy:{}\r\n\
          mem_not_counted_for_evict:0\r\n\
          mem_allocator:mimalloc\r\n\
-         lazyfree_pending_objects:0\r\n",
+         lazyfree_pending_objects:{}\r\n\
+         lazyfreed_objects:{}\r\n",
         usage.used(),
         human_bytes(usage.used()),
         usage.rss,
@@ -235,6 +236,8 @@ fn memory(shared: &Shared, ks: &Keyspace, out: &mut String) -> std::fmt::Result 
         store.file_bytes,
         human_bytes(maxmemory),
         shared.memory_limit.policy().name(),
+        engram_collections::lazy_free::pending(),
+        engram_collections::lazy_free::freed(),
     )
 }
 

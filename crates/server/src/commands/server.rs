@@ -301,6 +301,7 @@ fn config(ctx: &mut Ctx, args: Args) -> CmdResult {
             ks.misses.store(0, Ordering::Relaxed);
             ks.expired_keys.store(0, Ordering::Relaxed);
             ctx.shared.eviction.reset_stats();
+            engram_collections::lazy_free::reset_freed();
             ctx.out.ok();
         }
         "rewrite" => {

@@ -423,6 +423,11 @@ fn send(shared: &Shared, messages: Vec<Message>) {
 /// Invalidates the keys this thread's writes changed since the last call
 /// (`keyspace::modified`), changed by client `by` (None: the server).
 pub fn invalidate_modified(shared: &Shared, by: Option<u64>) {
+    invalidate_modified_in_order(shared, by, &[]);
+}
+
+/// `invalidate_modified`, the keys among `order` first and in its order.
+fn invalidate_modified_in_order(shared: &Shared, by: Option<u64>, order: &[&[u8]]) {
     let stored = engram_keyspace::modified::take();
     if stored.is_empty() || !shared.tracking.active() {
         return;
@@ -441,6 +446,10 @@ pub fn invalidate_modified(shared: &Shared, by: Option<u64>) {
                 keys.push(Box::from(key));
             }
         }
+    }
+    if !order.is_empty() {
+        let rank = |key: &[u8]| order.iter().position(|k| *k == key).unwrap_or(usize::MAX);
+        keys.sort_by_key(|key| rank(key));
     }
     shared.tracking.invalidate(shared, &keys, by);
 }
@@ -464,7 +473,10 @@ pub fn after_command(
         engram_keyspace::modified::discard();
         shared.tracking.flushed(shared);
     } else {
-        invalidate_modified(shared, Some(id));
+        // In the order the command names its keys (MSET k2 .. k1: k2's
+        // invalidation first), as Redis sends them.
+        let order = spec.key_args(args);
+        invalidate_modified_in_order(shared, Some(id), &order);
     }
     remember_keys(shared, session, spec, args);
     shared.tracking.limit(shared);
@@ -557,13 +569,20 @@ pub fn remember_keys(
     spec: &crate::commands::CommandSpec,
     args: &crate::resp::Args,
 ) {
-    // A read-only script's keys are not what it reads (its own
-    // `redis.call`s are remembered one by one).
+    // A script's keys are remembered when it reads (`scripting::run`), not
+    // for running it.
     if !spec.is(crate::commands::READONLY)
         || matches!(spec.name, "eval_ro" | "evalsha_ro" | "fcall_ro")
     {
         return;
     }
+    remember(shared, session, &spec.key_args(args));
+}
+
+/// Remembers `keys` as read by `session`'s client, if its tracking mode
+/// wants them (not BCAST; OPTIN only after CACHING yes, OPTOUT unless
+/// CACHING no).
+pub fn remember(shared: &Shared, session: &crate::session::Session, keys: &[&[u8]]) {
     let id = session.info.id;
     let Some((options, _)) = shared.tracking.options(id) else {
         return;
@@ -572,8 +591,7 @@ pub fn remember_keys(
     if options.bcast || (options.optin && !caching) || (options.optout && caching) {
         return;
     }
-    let keys = spec.key_args(args);
     if !keys.is_empty() {
-        shared.tracking.remember(id, &keys);
+        shared.tracking.remember(id, keys);
     }
 }

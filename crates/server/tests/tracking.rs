@@ -271,3 +271,28 @@ fn lowering_the_table_limit_invalidates_the_keys_over_it() {
         assert_eq!(client.call("PING"), "PONG", "no third invalidation");
     }
 }
+
+/// A script that calls a read-only command makes its caller track the
+/// keys the script declared (not the keys it read), as Redis's `call`;
+/// one that only writes, or only PINGs, tracks nothing.
+#[test]
+fn scripts_track_their_declared_keys_when_they_read() {
+    same_on_both(&[
+        ('t', "HELLO 3"),
+        ('t', "CLIENT TRACKING on"),
+        ('w', "MSET k2 1 k1 1"),
+        ('t', "EVAL redis.call('set','k3','bar') 2 k1 k2"),
+        ('w', "MSET k2 2 k1 2"),
+        ('t', "EVAL redis.call('get','k3') 2 k1 k2"),
+        ('w', "MSET k2 2 k1 2"),
+        ('t', "READ"),
+        ('t', "READ"),
+        ('t', "EVAL_RO redis.call('ping') 2 k1 k2"),
+        ('w', "MSET k2 2 k1 2"),
+        ('t', "EVAL_RO redis.call('get','k1') 2 k1 k2"),
+        ('w', "MSET k2 3 k1 3"),
+        ('t', "READ"),
+        ('t', "READ"),
+        ('w', "SET k3 again"),
+    ]);
+}

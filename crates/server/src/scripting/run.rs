@@ -48,6 +48,9 @@ struct CallState<'s, 'c> {
     read_only: bool,
     allow_oom: bool,
     wrote: bool,
+    /// The keys the script declared (EVAL's KEYS): what client-side
+    /// caching remembers when the script reads.
+    declared: Vec<Box<[u8]>>,
 }
 
 /// Runs `function` as `call` says, with `txn` holding the keyspace, and
@@ -77,6 +80,7 @@ pub fn run_script<'s>(
         read_only: call.read_only,
         allow_oom: call.flags.allow_oom || call.flags.no_writes,
         wrote: false,
+        declared: call.keys.iter().map(|&k| Box::from(k)).collect(),
     });
     let lua = &engine.lua;
     let hook_running = running.clone();
@@ -428,8 +432,12 @@ fn redis_call(
         args,
     );
     if shared.tracking.active() {
-        // The caller tracks the keys its script reads, as Redis's `call`.
-        crate::tracking::remember_keys(shared, st.session, spec, &args);
+        // As Redis's `call`: a read-only command in a script makes the
+        // caller track the keys the script declared.
+        if spec.is(crate::commands::READONLY) {
+            let declared: Vec<&[u8]> = st.declared.iter().map(|k| &**k).collect();
+            crate::tracking::remember(shared, st.session, &declared);
+        }
     }
     let reply = &st.scratch.buf;
     if reply.first() == Some(&b'-') {

@@ -155,6 +155,7 @@ impl Shared {
                 if let Err(e) = functions.restore(&record, RestorePolicy::Flush) {
                     log::warn!("the stored FUNCTION libraries could not be loaded: {e}");
                 }
+                shared.scripting.note_counts(&functions);
             }
             Ok(None) => {}
             Err(e) => log::warn!("the stored FUNCTION libraries could not be read: {e}"),

@@ -237,6 +237,43 @@ fn busy_scripts_and_script_kill() {
     );
 }
 
+/// A function past busy-reply-threshold: FUNCTION STATS answers while it
+/// runs (it holds the library set; the counts are kept beside it), names
+/// it, and FUNCTION KILL stops it.
+#[test]
+fn function_stats_and_kill_while_a_function_runs() {
+    let (server, _dir) = common::start();
+    let mut admin = Client::connect(&server);
+    assert_eq!(
+        call(&mut admin, &["config", "set", "busy-reply-threshold", "10"]),
+        "OK"
+    );
+    let lib = "#!LUA name=test\nredis.register_function('test', function() local a = 1 while true do a = a + 1 end end)";
+    assert_eq!(call(&mut admin, &["function", "load", lib]), "\"test\"");
+    let mut looping = Client::connect(&server);
+    looping
+        .writer
+        .write_all(b"*3\r\n$5\r\nfcall\r\n$4\r\ntest\r\n$1\r\n0\r\n")
+        .unwrap();
+    let started = Instant::now();
+    while !call(&mut admin, &["ping"]).starts_with("(error) BUSY") {
+        assert!(started.elapsed() < Duration::from_secs(10), "never BUSY");
+    }
+    let stats = call(&mut admin, &["function", "stats"]);
+    assert!(
+        stats.starts_with("[\"running_script\", [\"name\", \"test\", \"command\", [\"fcall\", \"test\", \"0\"], \"duration_ms\", (integer) ")
+            && stats.ends_with("\"engines\", [\"LUA\", [\"libraries_count\", (integer) 1, \"functions_count\", (integer) 1]]]"),
+        "{stats}"
+    );
+    assert_eq!(call(&mut admin, &["function", "kill"]), "OK");
+    let killed = looping.reply();
+    assert!(
+        killed.starts_with("(error) ERR Script killed by user"),
+        "{killed}"
+    );
+    assert_eq!(call(&mut admin, &["ping"]), "PONG");
+}
+
 #[test]
 fn functions_as_redis() {
     let (_server, _dir, _redis, mut engram, mut redis) = beside_redis();

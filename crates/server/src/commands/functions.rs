@@ -107,7 +107,9 @@ fn change_libraries<R>(
     let reply_start = ctx.out.len();
     let outcome = {
         let mut engine = ctx.shared.scripting.functions.lock();
-        match change(&mut engine) {
+        let changed = change(&mut engine);
+        ctx.shared.scripting.note_counts(&engine);
+        match changed {
             Ok(value) => txn
                 .put_functions_record(&engine.dump())
                 .map(|()| value)
@@ -290,10 +292,15 @@ fn stats(ctx: &mut Ctx) {
         .description()
         .filter(|_| !scripting.running.is_eval());
     let duration_ms = scripting.running.elapsed_ms().unwrap_or(0);
-    let (libraries, functions) = {
-        let engine = scripting.functions.lock();
-        (engine.libraries.len(), engine.functions.len())
-    };
+    // Not from `functions` itself: a running function holds it.
+    let (libraries, functions) = (
+        scripting
+            .libraries_count
+            .load(std::sync::atomic::Ordering::Relaxed),
+        scripting
+            .functions_count
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
     let out = &mut *ctx.out;
     out.map(2);
     out.bulk(b"running_script");

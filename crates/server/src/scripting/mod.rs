@@ -47,7 +47,7 @@ pub mod running;
 mod sandbox;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use mlua::Function;
@@ -76,6 +76,20 @@ pub struct Scripting {
     pub running: Arc<Running>,
     /// `busy-reply-threshold` (`lua-time-limit`), ms; 0: never BUSY.
     pub busy_threshold_ms: AtomicU64,
+    /// How many libraries and functions `functions` holds, for FUNCTION
+    /// STATS while a function runs (and holds `functions`).
+    pub libraries_count: AtomicUsize,
+    pub functions_count: AtomicUsize,
+}
+
+impl Scripting {
+    /// Notes the library set's size (`libraries_count`), after a change.
+    pub fn note_counts(&self, engine: &library::FunctionsEngine) {
+        self.libraries_count
+            .store(engine.libraries.len(), Ordering::Relaxed);
+        self.functions_count
+            .store(engine.functions.len(), Ordering::Relaxed);
+    }
 }
 
 impl Default for Scripting {
@@ -88,6 +102,8 @@ impl Default for Scripting {
             functions: Mutex::new(library::FunctionsEngine::new()),
             running: Arc::default(),
             busy_threshold_ms: AtomicU64::new(5000),
+            libraries_count: AtomicUsize::new(0),
+            functions_count: AtomicUsize::new(0),
         }
     }
 }

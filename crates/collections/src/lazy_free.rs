@@ -1,13 +1,15 @@
 //! Freeing large collections off the writer's path, as Redis's lazy free
-//! does: a key deleted (DEL, UNLINK, and the expiry and eviction deletes
-//! that share their operation) whose object would take more than
-//! [`THRESHOLD`] steps to free is handed to a background thread, so the
-//! delete costs the same for a million-member set as for a small one.
+//! does: a key deleted inside [`lazily`] (the server's UNLINK and FLUSHDB/
+//! FLUSHALL ASYNC, as Redis's defaults have it; DEL, expiry and eviction
+//! free at once) whose object would take more than [`THRESHOLD`] steps to
+//! free is handed to a background thread, so the delete costs the same for
+//! a million-member set as for a small one.
 //!
 //! Only the frontend's deletes come here (the checkpointer's shadow copy
 //! frees its own, already in the background), so the counters are Redis's
 //! INFO fields: `lazyfree_pending_objects` and `lazyfreed_objects`.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::OnceLock;
@@ -22,9 +24,23 @@ static PENDING: AtomicU64 = AtomicU64::new(0);
 static FREED: AtomicU64 = AtomicU64::new(0);
 static FREER: OnceLock<Option<Sender<Object>>> = OnceLock::new();
 
+thread_local! {
+    /// Whether this thread's deletes are lazy now (`lazily`).
+    static LAZY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with this thread's deletes freeing large objects in the
+/// background.
+pub fn lazily<R>(f: impl FnOnce() -> R) -> R {
+    let before = LAZY.with(|lazy| lazy.replace(true));
+    let result = f();
+    LAZY.with(|lazy| lazy.set(before));
+    result
+}
+
 /// Frees `object` now, or on the background thread if it is large.
 pub fn dispose(object: Object) {
-    if free_effort(&object) <= THRESHOLD {
+    if !LAZY.with(Cell::get) || free_effort(&object) <= THRESHOLD {
         return;
     }
     let Some(freer) = FREER.get_or_init(start) else {

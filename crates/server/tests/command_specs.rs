@@ -156,6 +156,11 @@ fn getkeysandflags_like_redis() {
         "hset h f v",
         "zrangestore d s 0 -1",
         "sintercard 2 a b",
+        // Scripts name keys by count; none is an answer (no_mandatory_keys).
+        "eval return 2 a b",
+        "eval return 0",
+        "fcall f 0",
+        "evalsha_ro 0123 1 k",
         // Errors: no keys, wrong arity, keys named by no argument.
         "ping x",
         "get a b",

@@ -1,6 +1,6 @@
 //! Lazy free: UNLINK of a large collection frees it on a background
-//! thread and counts it in INFO memory's `lazyfreed_objects`, a small one
-//! is freed at once, as Redis 7.0 decides (its free-effort threshold of
+//! thread and counts it in INFO memory's `lazyfreed_objects`; a small one,
+//! or one DEL deletes, is freed at once, as Redis 7.0 decides (its free-effort threshold of
 //! 64, a stream's effort being its nodes and its groups' pending entries).
 //! Each step runs on redis-server too and the counters must agree.
 //!
@@ -76,6 +76,10 @@ fn large_objects_are_freed_in_the_background_as_redis_counts_them() {
         assert_eq!(freed(c, name), 0, "{name}: a 64-member set");
         c.script(&[("UNLINK big", "(integer) 1")]);
         assert_eq!(freed(c, name), 1, "{name}: a 65-member set");
+        // DEL frees at once (Redis's lazyfree-lazy-user-del is no).
+        c.call(&format!("SADD big{}", members(65)));
+        c.script(&[("DEL big", "(integer) 1")]);
+        assert_eq!(freed(c, name), 1, "{name}: DEL of a 65-member set");
         c.script(&[("CONFIG RESETSTAT", "OK")]);
         assert_eq!(freed(c, name), 0, "{name}: after CONFIG RESETSTAT");
     }

@@ -275,7 +275,10 @@ fn getkeys(ctx: &mut Ctx, call: &Args, with_flags: bool) -> CmdResult {
         return Err(err("ERR Invalid number of arguments specified for command"));
     }
     let keys = key_specs::keys_with_flags(name, top, call);
-    if keys.is_empty() {
+    // EVAL with 0 keys and the like (no_mandatory_keys): no keys is an
+    // answer, not an error.
+    let optional = descriptions::command(name).is_some_and(|d| d.has("no_mandatory_keys"));
+    if keys.is_empty() && !optional {
         return Err(err("ERR Invalid arguments specified for command"));
     }
     let out = &mut *ctx.out;

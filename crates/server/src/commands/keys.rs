@@ -190,13 +190,21 @@ pub fn commands() -> Vec<CommandSpec> {
     ]
 }
 
+/// DEL and UNLINK; UNLINK frees large collections in the background.
 fn del(ctx: &mut Ctx, args: Args) -> CmdResult {
     let keys: Vec<&[u8]> = args.iter().skip(1).collect();
-    let deleted = ctx.write(&keys, keys.len() > 1, |txn, db, now| {
-        keys.iter()
-            .map(|key| Ok(txn.delete(db, key, now)?))
-            .collect::<Result<Vec<bool>, CmdError>>()
-    })?;
+    let mut delete = || {
+        ctx.write(&keys, keys.len() > 1, |txn, db, now| {
+            keys.iter()
+                .map(|key| Ok(txn.delete(db, key, now)?))
+                .collect::<Result<Vec<bool>, CmdError>>()
+        })
+    };
+    let deleted = if args.get(0).eq_ignore_ascii_case(b"unlink") {
+        engram_collections::lazy_free::lazily(delete)?
+    } else {
+        delete()?
+    };
     for (key, _) in keys.iter().zip(&deleted).filter(|(_, &d)| d) {
         ctx.notify(notify::GENERIC, "del", key);
     }

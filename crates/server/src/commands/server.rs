@@ -492,12 +492,21 @@ fn flush(ctx: &mut Ctx, db: Option<usize>) -> CmdResult {
 fn flushdb(ctx: &mut Ctx, args: Args) -> CmdResult {
     flush_mode(&args)?;
     let db = ctx.session.db;
-    flush(ctx, Some(db))
+    flush_as_asked(ctx, &args, Some(db))
 }
 
 fn flushall(ctx: &mut Ctx, args: Args) -> CmdResult {
     flush_mode(&args)?;
-    flush(ctx, None)
+    flush_as_asked(ctx, &args, None)
+}
+
+/// ASYNC frees large collections in the background (lazy free).
+fn flush_as_asked(ctx: &mut Ctx, args: &Args, db: Option<usize>) -> CmdResult {
+    if args.len() == 2 && is(args.get(1), "async") {
+        engram_collections::lazy_free::lazily(|| flush(ctx, db))
+    } else {
+        flush(ctx, db)
+    }
 }
 
 /// SWAPDB: the two numbers exchange what they name (the keyspace swaps

@@ -204,6 +204,10 @@ fn command_list_names_subcommands_like_redis() {
         "config|get",
         "memory|usage",
         "object|help",
+        "client|tracking",
+        "client|caching",
+        "client|getredir",
+        "client|trackinginfo",
     ] {
         assert!(
             all.contains(&name.to_string()),

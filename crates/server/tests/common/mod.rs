@@ -213,14 +213,8 @@ impl RedisServer {
         };
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         loop {
-            if let Ok(stream) = TcpStream::connect(addr) {
-                let mut client = Client {
-                    reader: BufReader::new(stream.try_clone().unwrap()),
-                    writer: stream,
-                };
-                if client.call("PING") == "PONG" {
-                    return server;
-                }
+            if answers_ping(addr) {
+                return server;
             }
             if let Some(status) = server.child.try_wait().unwrap() {
                 panic!("redis-server exited at start: {status}");
@@ -240,6 +234,24 @@ impl RedisServer {
     pub fn con(&self) -> redis::Connection {
         redis_con(self.addr)
     }
+}
+
+/// Whether a server at `addr` answers PING now; false on any error (not
+/// listening yet, or a connection reset while it starts).
+fn answers_ping(addr: std::net::SocketAddr) -> bool {
+    use std::io::{BufRead, Write};
+    let Ok(mut stream) = TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    if stream.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut line = String::new();
+    let Ok(reader) = stream.try_clone() else {
+        return false;
+    };
+    BufReader::new(reader).read_line(&mut line).is_ok() && line == "+PONG\r\n"
 }
 
 impl Drop for RedisServer {

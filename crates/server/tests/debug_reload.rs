@@ -11,16 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{redis_con, start_with, Client, RedisServer};
-use engram_server::Config;
-
-fn start_debuggable() -> (engram_server::Server, tempfile::TempDir, tempfile::TempDir) {
-    let conf = tempfile::tempdir().unwrap();
-    let path = conf.path().join("engram.conf");
-    std::fs::write(&path, "enable-debug-command yes\n").unwrap();
-    let (server, dir) = start_with(Config::from_file(&path).unwrap());
-    (server, dir, conf)
-}
+use common::{redis_con, start_debuggable, Client, RedisServer};
 
 /// Every key of databases 0 and 3 with its DUMP payload and TTL state.
 fn state(c: &mut Client) -> Vec<String> {

@@ -2,17 +2,7 @@
 
 mod common;
 
-use common::{start_with, Client};
-use engram_server::Config;
-
-/// A server whose configuration allows DEBUG (for DEBUG SLEEP).
-fn start_debuggable() -> (engram_server::Server, tempfile::TempDir, tempfile::TempDir) {
-    let conf = tempfile::tempdir().unwrap();
-    let path = conf.path().join("engram.conf");
-    std::fs::write(&path, "enable-debug-command yes\n").unwrap();
-    let (server, dir) = start_with(Config::from_file(&path).unwrap());
-    (server, dir, conf)
-}
+use common::{start_debuggable, Client};
 
 #[test]
 fn slowlog() {

@@ -143,6 +143,16 @@ pub fn start() -> (Server, tempfile::TempDir) {
     start_with(Config::default())
 }
 
+/// A server whose configuration file allows DEBUG (`enable-debug-command
+/// yes`, a setting of the file only); the second directory holds the file.
+pub fn start_debuggable() -> (Server, tempfile::TempDir, tempfile::TempDir) {
+    let conf = tempfile::tempdir().unwrap();
+    let path = conf.path().join("engram.conf");
+    std::fs::write(&path, "enable-debug-command yes\n").unwrap();
+    let (server, dir) = start_with(Config::from_file(&path).unwrap());
+    (server, dir, conf)
+}
+
 pub fn start_with(config: Config) -> (Server, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(Config {
@@ -239,7 +249,6 @@ impl RedisServer {
 /// Whether a server at `addr` answers PING now; false on any error (not
 /// listening yet, or a connection reset while it starts).
 fn answers_ping(addr: std::net::SocketAddr) -> bool {
-    use std::io::{BufRead, Write};
     let Ok(mut stream) = TcpStream::connect(addr) else {
         return false;
     };

@@ -214,6 +214,23 @@ fn busy_scripts_and_script_kill() {
     );
     assert_eq!(call(&mut other, &["ping"]), "PONG");
 
+    // A script that catches the kill with pcall is killed all the same.
+    let catching =
+        "local f = function() while 1 do redis.call('ping') end end while 1 do pcall(f) end";
+    let request = format!(
+        "*3\r\n$4\r\neval\r\n${}\r\n{catching}\r\n$1\r\n0\r\n",
+        catching.len()
+    );
+    looping.writer.write_all(request.as_bytes()).unwrap();
+    let started = Instant::now();
+    while !call(&mut other, &["ping"]).starts_with("(error) BUSY") {
+        assert!(started.elapsed() < Duration::from_secs(10), "never BUSY");
+    }
+    assert_eq!(call(&mut other, &["script", "kill"]), "OK");
+    let killed = looping.reply();
+    assert!(killed.contains("Script killed by user"), "{killed}");
+    assert_eq!(call(&mut other, &["eval", "return 1", "0"]), "(integer) 1");
+
     // A script that wrote cannot be killed.
     let script = "redis.call('set', 'x', 1); local t = redis.call('time')[1] + 2; while tonumber(redis.call('time')[1]) <= t do end; return 7";
     let request = format!(

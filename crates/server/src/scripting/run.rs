@@ -86,8 +86,14 @@ pub fn run_script<'s>(
     let hook_running = running.clone();
     lua.set_hook(
         HookTriggers::new().every_nth_instruction(HOOK_EVERY_INSTRUCTIONS),
-        move |_, _| {
+        move |lua, _| {
             if hook_running.is_killed() {
+                // As Redis's hook: from now on every line raises, so a
+                // `pcall` that caught this cannot keep the script going
+                // (the line after it raises again). Removed after the run.
+                lua.set_hook(HookTriggers::new().every_line(), |_, _| {
+                    Err(mlua::Error::runtime(KILLED))
+                });
                 Err(mlua::Error::runtime(KILLED))
             } else {
                 Ok(VmState::Continue)

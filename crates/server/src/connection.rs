@@ -288,12 +288,13 @@ fn held_by_pause(
     if session.in_multi() && !spec.is(crate::commands::NOT_QUEUED) {
         return None;
     }
-    let may_write = crate::commands::this_or_queued(spec, session, |spec| {
-        spec.is(crate::commands::WRITE)
-            || matches!(
-                spec.name,
-                "pfcount" | "publish" | "spublish" | "eval" | "evalsha" | "fcall"
-            )
+    // (A script inside EXEC counts as writing: its arguments are queued.)
+    let may_write = crate::commands::this_or_queued(spec, session, |queued| {
+        queued.is(crate::commands::WRITE)
+            || matches!(queued.name, "pfcount" | "publish" | "spublish")
+            || (matches!(queued.name, "eval" | "evalsha" | "fcall")
+                && (!std::ptr::eq(queued, spec)
+                    || shared.scripting.call_may_write(spec.name, &args)))
     });
     shared
         .pause

@@ -415,3 +415,47 @@ fn libraries_survive_a_restart() {
     drop(client);
     server.shutdown().unwrap();
 }
+
+/// CLIENT PAUSE WRITE holds scripts that may write, and lets through what
+/// cannot: EVAL_RO, scripts and functions flagged `no-writes` (Redis
+/// takes EVAL's and FCALL's flags from the script's).
+#[test]
+fn a_write_pause_lets_read_only_scripts_through() {
+    let (server, _dir) = common::start();
+    let mut admin = Client::connect(&server);
+    let lib = "#!lua name=f1\nredis.register_function{function_name='f1', callback=function() return 'hello' end, flags={'no-writes'}}";
+    assert_eq!(call(&mut admin, &["function", "load", lib]), "\"f1\"");
+    assert_eq!(
+        call(&mut admin, &["client", "pause", "60000", "write"]),
+        "OK"
+    );
+    let mut reader = Client::connect(&server);
+    let no_writes = "#!lua flags=no-writes\nreturn 'unique script'";
+    assert_eq!(
+        call(&mut reader, &["eval", no_writes, "0"]),
+        "\"unique script\""
+    );
+    assert_eq!(
+        call(&mut reader, &["eval_ro", "return 2", "0"]),
+        "(integer) 2"
+    );
+    assert_eq!(call(&mut reader, &["fcall", "f1", "0"]), "\"hello\"");
+    assert_eq!(call(&mut reader, &["fcall_ro", "f1", "0"]), "\"hello\"");
+
+    // A script without flags may write: held until the pause ends.
+    let mut writer = Client::connect(&server);
+    writer
+        .writer
+        .write_all(b"*3\r\n$4\r\neval\r\n$8\r\nreturn 3\r\n$1\r\n0\r\n")
+        .unwrap();
+    let started = Instant::now();
+    while !call(&mut admin, &["info", "clients"]).contains("blocked_clients:1") {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the EVAL was not held"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(call(&mut admin, &["client", "unpause"]), "OK");
+    assert_eq!(writer.reply(), "(integer) 3");
+}

@@ -83,6 +83,36 @@ pub struct Scripting {
 }
 
 impl Scripting {
+    /// Whether a script command may write, for CLIENT PAUSE WRITE (Redis's
+    /// flags of EVAL and FCALL come from the script's): the _RO variants
+    /// and scripts flagged `no-writes` may not; a script or function not
+    /// known, or whose engine is busy running one, is taken to write.
+    pub fn call_may_write(&self, name: &str, args: &crate::resp::Args) -> bool {
+        let no_writes = match name {
+            "eval_ro" | "evalsha_ro" | "fcall_ro" => return false,
+            "eval" => flags::parse_shebang(args.get(1))
+                .is_ok_and(|(flags, _)| !flags.compat && flags.no_writes),
+            "evalsha" => {
+                let sha = String::from_utf8_lossy(args.get(1)).to_ascii_lowercase();
+                self.eval.try_lock().is_some_and(|eval| {
+                    eval.scripts
+                        .get(&sha)
+                        .is_some_and(|s| !s.flags.compat && s.flags.no_writes)
+                })
+            }
+            "fcall" => {
+                let function = String::from_utf8_lossy(args.get(1));
+                self.functions.try_lock().is_some_and(|functions| {
+                    functions
+                        .function(&function)
+                        .is_some_and(|f| f.flags.no_writes)
+                })
+            }
+            _ => return true,
+        };
+        !no_writes
+    }
+
     /// Notes the library set's size (`libraries_count`), after a change.
     pub fn note_counts(&self, engine: &library::FunctionsEngine) {
         self.libraries_count

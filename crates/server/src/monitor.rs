@@ -53,25 +53,58 @@ pub fn feed(shared: &Shared, session: &Session, args: Args) {
     if shared.monitors.active.load(Ordering::Relaxed) == 0 {
         return;
     }
-    feed_monitors(shared, session, args);
+    feed_monitors(shared, session, args, false);
+}
+
+/// A command a script called (`redis.call`), shown as `[db lua]`.
+pub fn feed_from_script(shared: &Shared, session: &Session, args: Args) {
+    if shared.monitors.active.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    feed_monitors(shared, session, args, true);
+}
+
+/// EVAL, EVALSHA, FCALL and their _RO forms, shown before they run (so
+/// that the commands the script calls come after them), as Redis feeds
+/// them from their own handlers.
+pub fn feed_script_command(shared: &Shared, session: &Session, args: Args) {
+    if shared.monitors.active.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    push(
+        shared,
+        line(session.db, &session.info.addr.to_string(), args),
+    );
 }
 
 #[cold]
-fn feed_monitors(shared: &Shared, session: &Session, args: Args) {
+fn feed_monitors(shared: &Shared, session: &Session, args: Args, from_script: bool) {
     let Some((_, spec)) = lookup(args.get(0)) else {
         return;
     };
-    // Redis's CMD_ADMIN and CMD_SKIP_MONITOR (scripts show their own
-    // commands instead, once they exist).
+    // Redis's CMD_ADMIN and CMD_SKIP_MONITOR (the script commands are fed
+    // by their handlers, before the commands they call).
     if spec.is(ADMIN)
-        || matches!(spec.name, "eval" | "evalsha" | "fcall" | "fcall_ro")
+        || matches!(
+            spec.name,
+            "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
+        )
         || (spec.name == "client" && args.len() > 1 && admin_client_subcommand(args.get(1)))
     {
         return;
     }
+    let origin = if from_script {
+        "lua".to_string()
+    } else {
+        session.info.addr.to_string()
+    };
+    push(shared, line(session.db, &origin, args));
+}
+
+fn push(shared: &Shared, line: Vec<u8>) {
     let line = Frame {
         elements: 0,
-        body: Bytes::from(line(session.db, &session.info.addr.to_string(), args)),
+        body: Bytes::from(line),
     };
     for outbox in shared.monitors.outboxes.read().iter() {
         outbox.push(line.clone(), &shared.output_limits);

@@ -641,3 +641,36 @@ print("ok")
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// MONITOR and scripts: EVAL and FCALL are shown before the commands they
+/// call, which are shown as `[db lua]`, as Redis shows them.
+#[test]
+fn monitor_shows_the_commands_scripts_call_like_redis() {
+    let (server, _dir, redis, mut e, mut r) = beside_redis();
+    let (mut em, mut rm) = (Client::connect(&server), redis.client());
+    same_raw(&mut em, &mut rm, "MONITOR", 1);
+    for client in [&mut e, &mut r] {
+        client
+            .writer
+            .write_all(
+                b"*5\r\n$4\r\nEVAL\r\n$29\r\nredis.call('set',KEYS[1],'v')\r\n$1\r\n1\r\n$3\r\nfoo\r\n$3\r\nbar\r\n",
+            )
+            .unwrap();
+        assert_eq!(client.reply(), "(nil)");
+    }
+    // The stamp dropped and a client's port made `P`.
+    let normal = |client: &mut Client| {
+        let line = text(&raw(client));
+        let rest = line.split_once(' ').unwrap().1.to_string();
+        match rest.split_once("] ") {
+            Some((origin, command)) if origin.contains(':') => {
+                format!("{}:P] {command}", origin.rsplit_once(':').unwrap().0)
+            }
+            _ => rest,
+        }
+    };
+    let mine: Vec<String> = (0..2).map(|_| normal(&mut em)).collect();
+    let theirs: Vec<String> = (0..2).map(|_| normal(&mut rm)).collect();
+    assert_eq!(mine, theirs);
+    assert_eq!(mine[1], "[0 lua] \"set\" \"foo\" \"v\"\r\n");
+}

@@ -49,6 +49,8 @@ fn fcall_ro(ctx: &mut Ctx, args: Args) -> CmdResult {
 }
 
 fn fcall_generic(ctx: &mut Ctx, args: Args, ro: bool) -> CmdResult {
+    // Before it runs, so that the commands it calls come after it.
+    crate::monitor::feed_script_command(ctx.shared, ctx.session, args);
     let name = String::from_utf8_lossy(args.get(1)).into_owned();
     let shared = ctx.shared;
     let flags = {

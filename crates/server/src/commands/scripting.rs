@@ -183,6 +183,8 @@ pub fn finish_txn<'s>(
 }
 
 fn eval_generic(ctx: &mut Ctx, args: Args, by_sha: bool, ro: bool) -> CmdResult {
+    // Before it runs, so that the commands it calls come after it.
+    crate::monitor::feed_script_command(ctx.shared, ctx.session, args);
     let (keys, argv) = keys_and_args(&args)?;
     let shared = ctx.shared;
     let body = args.get(1);

@@ -437,6 +437,7 @@ fn redis_call(
         index,
         args,
     );
+    crate::monitor::feed_from_script(shared, st.session, args);
     if shared.tracking.active() {
         // As Redis's `call`: a read-only command in a script makes the
         // caller track the keys the script declared.

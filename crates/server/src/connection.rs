@@ -288,14 +288,23 @@ fn held_by_pause(
     if session.in_multi() && !spec.is(crate::commands::NOT_QUEUED) {
         return None;
     }
-    // (A script inside EXEC counts as writing: its arguments are queued.)
-    let may_write = crate::commands::this_or_queued(spec, session, |queued| {
-        queued.is(crate::commands::WRITE)
-            || matches!(queued.name, "pfcount" | "publish" | "spublish")
-            || (matches!(queued.name, "eval" | "evalsha" | "fcall")
-                && (!std::ptr::eq(queued, spec)
-                    || shared.scripting.call_may_write(spec.name, &args)))
-    });
+    let writes = |spec: &crate::commands::CommandSpec, args: &crate::resp::Args| {
+        spec.is(crate::commands::WRITE)
+            || matches!(spec.name, "pfcount" | "publish" | "spublish")
+            || (matches!(spec.name, "eval" | "evalsha" | "fcall")
+                && shared.scripting.call_may_write(spec.name, args))
+    };
+    // EXEC: by the commands of its queue.
+    let may_write = if spec.name == "exec" {
+        session.multi.as_ref().is_some_and(|queue| {
+            queue.iter().any(|queued| {
+                let args = queued.args();
+                lookup(args.get(0)).is_some_and(|(_, spec)| writes(spec, &args))
+            })
+        })
+    } else {
+        writes(spec, &args)
+    };
     shared
         .pause
         .holds(may_write)

@@ -441,6 +441,14 @@ fn a_write_pause_lets_read_only_scripts_through() {
     );
     assert_eq!(call(&mut reader, &["fcall", "f1", "0"]), "\"hello\"");
     assert_eq!(call(&mut reader, &["fcall_ro", "f1", "0"]), "\"hello\"");
+    // In a transaction too: EXEC is held only if a queued command writes.
+    assert_eq!(call(&mut reader, &["multi"]), "OK");
+    assert_eq!(call(&mut reader, &["eval", no_writes, "0"]), "QUEUED");
+    assert_eq!(call(&mut reader, &["fcall", "f1", "0"]), "QUEUED");
+    assert_eq!(
+        call(&mut reader, &["exec"]),
+        "[\"unique script\", \"hello\"]"
+    );
 
     // A script without flags may write: held until the pause ends.
     let mut writer = Client::connect(&server);

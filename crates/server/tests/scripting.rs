@@ -467,3 +467,47 @@ fn a_write_pause_lets_read_only_scripts_through() {
     assert_eq!(call(&mut admin, &["client", "unpause"]), "OK");
     assert_eq!(writer.reply(), "(integer) 3");
 }
+
+/// Over maxmemory, a script without a shebang is checked command by
+/// command (a read runs), one with flags is refused whole unless it is
+/// allow-oom or no-writes; DEBUG SET-DISABLE-DENY-SCRIPTS lets scripts
+/// call DEBUG. The same replies as redis-server's.
+#[test]
+fn oom_checks_and_denied_commands_as_redis() {
+    let (server, _dir, _conf) = common::start_debuggable();
+    let redis = common::RedisServer::start();
+    let (mut engram, mut redis_client) = (Client::connect(&server), redis.client());
+    same(
+        &mut engram,
+        &mut redis_client,
+        &[
+            &["set", "x", "123"],
+            &["config", "set", "maxmemory", "1"],
+            &["eval", "redis.call('set','x',1) return 1", "1", "x"],
+            &["eval", "return redis.call('get','x')", "1", "x"],
+            &["eval", "#!lua flags=\nreturn 1", "0"],
+            &[
+                "eval",
+                "#!lua flags=allow-oom\nredis.call('set','x',1) return 1",
+                "1",
+                "x",
+            ],
+            &[
+                "eval",
+                "#!lua flags=no-writes\nreturn redis.call('get','x')",
+                "0",
+            ],
+            &["config", "set", "maxmemory", "0"],
+            &["eval", "return redis.call('debug','protocol','true')", "0"],
+            &["debug", "set-disable-deny-scripts", "1"],
+            &["eval", "return redis.call('debug','protocol','true')", "0"],
+            &[
+                "eval",
+                "return redis.call('debug','protocol','bignum')",
+                "0",
+            ],
+            &["debug", "set-disable-deny-scripts", "0"],
+            &["eval", "return redis.call('debug','protocol','true')", "0"],
+        ],
+    );
+}

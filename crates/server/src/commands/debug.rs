@@ -8,6 +8,7 @@
 //! | subcommand | here |
 //! |---|---|
 //! | `SLEEP <seconds>` | blocks this client (Redis blocks the whole server; Engram's other clients go on) |
+//! | `SET-DISABLE-DENY-SCRIPTS 0\|1` | lets scripts call the commands Redis refuses them (`noscript`: DEBUG itself), as Redis's tests of DEBUG PROTOCOL through scripts need; MIGRATE stays refused |
 //! | `SET-ACTIVE-EXPIRE 0\|1` | stops and restarts the background expiry (reads still never return expired keys) |
 //! | `LOG <message>` | writes the message to the server log |
 //! | `QUICKLIST-PACKED-THRESHOLD <size>` | checked and accepted; Engram's lists have no quicklist nodes |
@@ -73,6 +74,17 @@ fn debug(ctx: &mut Ctx, args: Args) -> CmdResult {
                 .filter(|s: &f64| s.is_finite() && *s >= 0.0)
                 .ok_or_else(|| err("ERR value is not a valid float"))?;
             run_blocking(|| std::thread::sleep(Duration::from_secs_f64(seconds)));
+            ctx.out.ok();
+        }
+        // Lets scripts call the commands Redis refuses them (DEBUG itself,
+        // for Redis's tests of DEBUG PROTOCOL through scripts).
+        "set-disable-deny-scripts" => {
+            arity(3)?;
+            let disabled = int_arg(args.get(2))? != 0;
+            ctx.shared
+                .scripting
+                .deny_scripts_disabled
+                .store(disabled, Ordering::Relaxed);
             ctx.out.ok();
         }
         "set-active-expire" => {
@@ -164,6 +176,8 @@ fn debug(ctx: &mut Ctx, args: Args) -> CmdResult {
                 "    included). The options are accepted and change nothing.",
                 "SET-ACTIVE-EXPIRE <0|1>",
                 "    Setting it to 0 disables expiring keys in background.",
+                "SET-DISABLE-DENY-SCRIPTS <0|1>",
+                "    Setting it to 1 lets scripts call commands they are refused (DEBUG...).",
                 "SLEEP <seconds>",
                 "    Stop this client for <seconds> (decimal seconds are accepted).",
                 "HELP",

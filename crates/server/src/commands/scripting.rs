@@ -136,7 +136,10 @@ pub fn check_flags(ctx: &Ctx, flags: ScriptFlags, ro_command: bool) -> CmdResult
         ));
     }
     let shared = ctx.shared;
-    if !(flags.allow_oom || flags.no_writes)
+    // A script without a shebang is checked command by command instead
+    // (Redis's compatibility mode), so a read-only one still runs.
+    if !flags.compat
+        && !(flags.allow_oom || flags.no_writes)
         && shared.memory_limit.is_set()
         && shared
             .memory_limit

@@ -47,7 +47,7 @@ pub mod running;
 mod sandbox;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use mlua::Function;
@@ -80,6 +80,9 @@ pub struct Scripting {
     /// STATS while a function runs (and holds `functions`).
     pub libraries_count: AtomicUsize,
     pub functions_count: AtomicUsize,
+    /// DEBUG SET-DISABLE-DENY-SCRIPTS: scripts may call the commands Redis
+    /// refuses them (`noscript`), for Redis's own tests of DEBUG PROTOCOL.
+    pub deny_scripts_disabled: AtomicBool,
 }
 
 impl Scripting {
@@ -133,6 +136,7 @@ impl Default for Scripting {
             running: Arc::default(),
             busy_threshold_ms: AtomicU64::new(5000),
             libraries_count: AtomicUsize::new(0),
+            deny_scripts_disabled: AtomicBool::new(false),
             functions_count: AtomicUsize::new(0),
         }
     }

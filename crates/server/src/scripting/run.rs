@@ -354,10 +354,17 @@ fn command_args(args: &MultiValue) -> Option<Vec<Vec<u8>>> {
 /// Whether Redis refuses `spec` inside scripts (its `noscript` flag, per
 /// subcommand for containers). MIGRATE too, in Engram: it waits on the
 /// network, which a script holding the keyspace cannot.
-fn refused_in_scripts(spec: &CommandSpec, args: &crate::resp::Args) -> bool {
+fn refused_in_scripts(shared: &Shared, spec: &CommandSpec, args: &crate::resp::Args) -> bool {
     use commands::descriptions;
     if spec.name == "migrate" {
         return true;
+    }
+    if shared
+        .scripting
+        .deny_scripts_disabled
+        .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        return false;
     }
     if descriptions::is_container(spec.name) && args.len() > 1 {
         if let Some(sub) = descriptions::subcommand(spec.name, args.get(1)) {
@@ -401,7 +408,7 @@ fn redis_call(
             "ERR Wrong number of args calling Redis command from script",
         );
     }
-    if refused_in_scripts(spec, &args) {
+    if refused_in_scripts(shared, spec, &args) {
         return refuse(lua, "ERR This Redis command is not allowed from script");
     }
     let writes = spec.is(commands::WRITE);

@@ -138,8 +138,7 @@ pub fn check_flags(ctx: &Ctx, flags: ScriptFlags, ro_command: bool) -> CmdResult
     let shared = ctx.shared;
     // A script without a shebang is checked command by command instead
     // (Redis's compatibility mode), so a read-only one still runs.
-    if !flags.compat
-        && !(flags.allow_oom || flags.no_writes)
+    if !(flags.compat || flags.allow_oom || flags.no_writes)
         && shared.memory_limit.is_set()
         && shared
             .memory_limit

@@ -238,14 +238,14 @@ fn busy_scripts_and_script_kill() {
         script.len()
     );
     looping.writer.write_all(request.as_bytes()).unwrap();
+    // Once others get BUSY the script has long run its first line (a
+    // SCRIPT KILL sent before that could still stop it).
     let started = Instant::now();
-    loop {
-        let reply = call(&mut other, &["script", "kill"]);
-        if reply.starts_with("(error) UNKILLABLE") {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(10), "{reply}");
+    while !call(&mut other, &["ping"]).starts_with("(error) BUSY") {
+        assert!(started.elapsed() < Duration::from_secs(10), "never BUSY");
     }
+    let reply = call(&mut other, &["script", "kill"]);
+    assert!(reply.starts_with("(error) UNKILLABLE"), "{reply}");
     assert_eq!(looping.reply(), "(integer) 7");
     assert_eq!(call(&mut other, &["get", "x"]), "\"1\"");
     assert_eq!(

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{redis_con, start_debuggable, Client, RedisServer};
+use common::{info_number, redis_con, start_debuggable, Client, RedisServer};
 
 /// Every key of databases 0 and 3 with its DUMP payload and TTL state.
 fn state(c: &mut Client) -> Vec<String> {
@@ -41,17 +41,7 @@ fn state(c: &mut Client) -> Vec<String> {
 /// INFO engram's `recovery_records`: what the last opening of the store
 /// recovered.
 fn recovered(c: &mut Client) -> u64 {
-    let info = c.call("INFO engram");
-    let at = info
-        .find("recovery_records:")
-        .expect("INFO engram has recovery_records")
-        + 17;
-    info[at..]
-        .split(|ch: char| !ch.is_ascii_digit())
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
+    info_number(c, "engram", "recovery_records")
 }
 
 #[test]

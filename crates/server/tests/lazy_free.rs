@@ -10,34 +10,19 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{beside_redis, Client};
-
-fn info_field(c: &mut Client, field: &str) -> u64 {
-    let info = c.call("INFO memory");
-    let at = info
-        .find(&format!("{field}:"))
-        .unwrap_or_else(|| panic!("INFO memory has no {field}: {info}"))
-        + field.len()
-        + 1;
-    info[at..]
-        .split(|ch: char| !ch.is_ascii_digit())
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
-}
+use common::{beside_redis, info_number, Client};
 
 /// Waits until nothing is pending, then returns `lazyfreed_objects`.
 fn freed(c: &mut Client, name: &str) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while info_field(c, "lazyfree_pending_objects") != 0 {
+    while info_number(c, "memory", "lazyfree_pending_objects") != 0 {
         assert!(
             Instant::now() < deadline,
             "{name}: lazy free never finished"
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    info_field(c, "lazyfreed_objects")
+    info_number(c, "memory", "lazyfreed_objects")
 }
 
 #[test]

@@ -143,6 +143,22 @@ pub fn start() -> (Server, tempfile::TempDir) {
     start_with(Config::default())
 }
 
+/// The number INFO `section` shows for `field`.
+pub fn info_number(c: &mut Client, section: &str, field: &str) -> u64 {
+    let info = c.call(&format!("INFO {section}"));
+    let at = info
+        .find(&format!("{field}:"))
+        .unwrap_or_else(|| panic!("INFO {section} has no {field}: {info}"))
+        + field.len()
+        + 1;
+    info[at..]
+        .split(|ch: char| !ch.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 /// A server whose configuration file allows DEBUG (`enable-debug-command
 /// yes`, a setting of the file only); the second directory holds the file.
 pub fn start_debuggable() -> (Server, tempfile::TempDir, tempfile::TempDir) {

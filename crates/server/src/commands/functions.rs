@@ -60,6 +60,10 @@ fn fcall_generic(ctx: &mut Ctx, args: Args, ro: bool) -> CmdResult {
             None => return Err(err("ERR Function not found")),
         }
     };
+    // FCALL's own text where EVAL says "value is not an integer".
+    if super::int_arg(args.get(2)).is_err() {
+        return Err(err("ERR Bad number of keys provided"));
+    }
     let (keys, argv) = keys_and_args(&args)?;
     check_flags(ctx, flags, ro)?;
     let call = Call {
@@ -166,7 +170,7 @@ fn function(ctx: &mut Ctx, args: Args) -> CmdResult {
                 2 => {}
                 3 if is(args.get(2), "async") || is(args.get(2), "sync") => {}
                 3 => return Err(err("ERR FUNCTION FLUSH only supports SYNC|ASYNC option")),
-                _ => return Err(wrong_sub_arity("function", sub)),
+                _ => return Err(super::subcommand_syntax_error("function", sub)),
             }
             change_libraries(ctx, |engine| {
                 engine.flush();
@@ -175,8 +179,11 @@ fn function(ctx: &mut Ctx, args: Args) -> CmdResult {
             ctx.out.ok();
         }
         "restore" => {
-            if args.len() != 3 && args.len() != 4 {
+            if args.len() < 3 {
                 return Err(wrong_sub_arity("function", sub));
+            }
+            if args.len() > 4 {
+                return Err(super::subcommand_syntax_error("function", sub));
             }
             let policy = match args.len() {
                 3 => RestorePolicy::Append,

@@ -775,6 +775,16 @@ fn fail_in_multi(session: &mut Session) {
     }
 }
 
+/// Redis's addReplySubcommandSyntaxError: a subcommand whose arguments
+/// its handler refuses beyond the declared arity.
+pub fn subcommand_syntax_error(command: &str, sub: &[u8]) -> CmdError {
+    err(format!(
+        "ERR unknown subcommand or wrong number of arguments for '{}'. Try {} HELP.",
+        printable(sub, 128),
+        command.to_ascii_uppercase()
+    ))
+}
+
 /// `ERR unknown subcommand 'x'. Try CLIENT HELP.`
 pub fn unknown_subcommand(command: &str, sub: &[u8]) -> CmdError {
     err(format!(

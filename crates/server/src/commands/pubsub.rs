@@ -221,10 +221,7 @@ fn pubsub(ctx: &mut Ctx, args: Args) -> CmdResult {
         return Err(wrong_sub_arity("pubsub", sub));
     }
     if argc > max {
-        return Err(err(format!(
-            "ERR unknown subcommand or wrong number of arguments for '{}'. Try PUBSUB HELP.",
-            String::from_utf8_lossy(sub)
-        )));
+        return Err(super::subcommand_syntax_error("pubsub", sub));
     }
     let pattern = (argc == 3).then(|| args.get(2));
     let pubsub = &ctx.shared.pubsub;

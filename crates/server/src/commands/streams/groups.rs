@@ -98,14 +98,6 @@ fn help(out: &mut ReplyWriter, command: &str, lines: &[&str]) {
     out.simple("    Prints this help.");
 }
 
-fn syntax_sub(command: &str, sub: &[u8]) -> CmdError {
-    err(format!(
-        "ERR unknown subcommand or wrong number of arguments for '{}'. Try {} HELP.",
-        text(sub),
-        command
-    ))
-}
-
 // ---- XGROUP ----
 
 /// XGROUP CREATE|SETID|DESTROY|CREATECONSUMER|DELCONSUMER|HELP
@@ -160,11 +152,11 @@ fn xgroup(ctx: &mut Ctx, args: Args) -> CmdResult {
             }
             i += 2;
         } else {
-            return Err(syntax_sub("XGROUP", sub));
+            return Err(super::super::subcommand_syntax_error("XGROUP", sub));
         }
     }
     if (create && args.len() > 8) || (setid && args.len() != 5 && args.len() != 7) {
-        return Err(syntax_sub("XGROUP", sub));
+        return Err(super::super::subcommand_syntax_error("XGROUP", sub));
     }
     let (key, group) = (args.get(2), args.get(3));
     let reply = ctx.write(&[key], false, |txn, db, now| {
@@ -718,12 +710,12 @@ fn xinfo(ctx: &mut Ctx, args: Args) -> CmdResult {
     if name == "stream" && args.len() > 3 {
         let options = args.len() - 3;
         if (options != 1 && options != 3) || !is(args.get(3), "full") {
-            return Err(syntax_sub("XINFO", sub));
+            return Err(super::super::subcommand_syntax_error("XINFO", sub));
         }
         let mut count = 10;
         if options == 3 {
             if !is(args.get(4), "count") {
-                return Err(syntax_sub("XINFO", sub));
+                return Err(super::super::subcommand_syntax_error("XINFO", sub));
             }
             count = parse_i64(args.get(5))?;
             if count < 0 {

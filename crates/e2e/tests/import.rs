@@ -10,12 +10,11 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{connect, serve};
+use common::{connect, serve, RedisServer};
 use redis::{Connection, Value};
 
 /// Keys per kind of value (the whole file holds about 20k keys).
@@ -26,58 +25,34 @@ const LARGE: usize = 25;
 const SHORT_LIVED: usize = 400;
 const DATABASES: [u8; 3] = [0, 3, 12];
 
-struct RedisServer {
-    child: Child,
-    port: u16,
+/// A redis-server that saves into `dir` (with DEBUG allowed: the
+/// short-lived keys must still be in the file when it is saved, so the
+/// test stops active expiry).
+fn start_redis(dir: &Path) -> RedisServer {
+    let dir = dir.to_str().expect("a UTF-8 temporary directory");
+    let server = RedisServer::start(&[
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--enable-debug-command",
+        "yes",
+        "--dir",
+        dir,
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while redis_connect(&server).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not answer");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server
 }
 
-impl RedisServer {
-    fn start(dir: &Path) -> RedisServer {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-            ])
-            // The short-lived keys must still be in the file when it is
-            // saved: no active expiry.
-            .args(["--enable-debug-command", "yes"])
-            .arg("--dir")
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server 7.0.15 must be on PATH");
-        let server = RedisServer { child, port };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while server.connect().is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        server
-    }
-
-    fn connect(&self) -> redis::RedisResult<Connection> {
-        let mut con = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?
-            .get_connection_with_timeout(Duration::from_secs(5))?;
-        redis::cmd("PING").query::<String>(&mut con)?;
-        Ok(con)
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn redis_connect(server: &RedisServer) -> redis::RedisResult<Connection> {
+    let mut con = redis::Client::open(format!("redis://127.0.0.1:{}/", server.port))?
+        .get_connection_with_timeout(Duration::from_secs(5))?;
+    redis::cmd("PING").query::<String>(&mut con)?;
+    Ok(con)
 }
 
 fn import(file: &Path, dir: &Path) -> Output {
@@ -281,8 +256,8 @@ fn a_redis_dump_imports_whole() {
     let work = tempfile::tempdir().unwrap();
     let redis_dir = work.path().join("redis");
     std::fs::create_dir(&redis_dir).unwrap();
-    let redis_server = RedisServer::start(&redis_dir);
-    let mut redis = redis_server.connect().unwrap();
+    let redis_server = start_redis(&redis_dir);
+    let mut redis = redis_connect(&redis_server).unwrap();
     redis::cmd("DEBUG")
         .arg("SET-ACTIVE-EXPIRE")
         .arg(0)

@@ -9,11 +9,9 @@
 
 mod common;
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use common::{connect, serve};
+use common::{connect, serve, RedisServer};
 
 /// A namespace and the veth pair joining it to this one, removed on drop.
 struct Namespace {
@@ -134,43 +132,11 @@ impl Drop for Namespace {
     }
 }
 
-/// A redis-server on all interfaces with its defaults (protected mode on,
-/// no password), killed on drop.
-struct Redis(Child, u16);
-
-impl Redis {
-    fn start() -> Redis {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "0.0.0.0"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("starting redis-server (from PATH)");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Redis(child, port)
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn clients_from_another_host_are_refused_until_a_password_or_the_mode_allows_them() {
     let ns = Namespace::create(0);
-    let redis = Redis::start();
+    // With its defaults: protected mode on, no password.
+    let redis = RedisServer::start(&["--bind", "0.0.0.0", "--save", "", "--appendonly", "no"]);
     let dir = tempfile::tempdir().unwrap();
     let served = serve(&dir.path().join("data"), &["--bind", "0.0.0.0"]);
     assert!(
@@ -182,7 +148,7 @@ fn clients_from_another_host_are_refused_until_a_password_or_the_mode_allows_the
     );
 
     // Refused from the namespace, with Redis's own reply, and closed.
-    let (redis_reply, redis_closed) = ns.ping(redis.1);
+    let (redis_reply, redis_closed) = ns.ping(redis.port);
     assert!(redis_reply.starts_with("-DENIED"), "{redis_reply}");
     assert!(redis_closed);
     let (reply, closed) = ns.ping(served.port);

@@ -189,20 +189,28 @@ impl Stream {
         self.groups.get_mut(name)
     }
 
-    /// The entries with IDs in `start..=end`, in order.
-    pub fn range(&self, start: StreamId, end: StreamId) -> Range<'_> {
-        // The node holding `start` may begin before it.
+    /// The nodes that may hold IDs in `start..=end` (the node holding
+    /// `start` may begin before it); none when `start > end`.
+    fn nodes_covering(
+        &self,
+        start: StreamId,
+        end: StreamId,
+    ) -> std::collections::btree_map::Range<'_, StreamId, Node> {
+        if start > end {
+            return self.nodes.range(end..end);
+        }
         let first_key = self
             .nodes
             .range(..=start)
             .next_back()
             .map(|(key, _)| *key)
             .unwrap_or(start);
-        let nodes = if start <= end {
-            self.nodes.range(first_key..=end)
-        } else {
-            self.nodes.range(end..end)
-        };
+        self.nodes.range(first_key..=end)
+    }
+
+    /// The entries with IDs in `start..=end`, in order.
+    pub fn range(&self, start: StreamId, end: StreamId) -> Range<'_> {
+        let nodes = self.nodes_covering(start, end);
         Range {
             nodes,
             current: None,
@@ -217,17 +225,7 @@ impl Stream {
         start: StreamId,
         end: StreamId,
     ) -> impl Iterator<Item = StreamEntry<'_>> {
-        let first_key = self
-            .nodes
-            .range(..=start)
-            .next_back()
-            .map(|(key, _)| *key)
-            .unwrap_or(start);
-        let nodes = if start <= end {
-            self.nodes.range(first_key..=end)
-        } else {
-            self.nodes.range(end..end)
-        };
+        let nodes = self.nodes_covering(start, end);
         nodes.rev().flat_map(move |(key, node)| {
             let mut entries: Vec<StreamEntry<'_>> = node
                 .entries(*key)

@@ -1,5 +1,6 @@
 //! Consumer groups: XGROUP, XACK, XPENDING, XCLAIM, XAUTOCLAIM; and XINFO.
 
+use engram_collections::op::Bytes;
 use engram_collections::types::stream::Group as StreamGroup;
 use engram_collections::types::{Stream, StreamId};
 use engram_collections::Op;
@@ -525,35 +526,63 @@ fn xclaim(ctx: &mut Ctx, args: Args) -> CmdResult {
             }
             replies += 1;
         }
-        if touched {
-            ops.push(Op::ConsumerTouch {
-                key: ekey.clone(),
-                group: group.into(),
-                consumer: consumer.into(),
-                seen_ms: now,
-            });
-        }
-        if !gone.is_empty() {
-            ops.push(Op::PendingAck {
-                key: ekey.clone(),
-                group: group.into(),
-                ids: gone,
-            });
-        }
-        if !claimed.is_empty() {
-            ops.push(Op::PendingClaim {
-                key: ekey,
-                group: group.into(),
-                consumer: consumer.into(),
-                entries: claimed,
-            });
-        }
+        let claim = Claim {
+            ekey,
+            group,
+            consumer,
+            now,
+        };
+        claim.ops(&mut ops, touched, gone, claimed);
         txn.log(ops)?;
         Ok((replies, out.buf))
     })?;
     ctx.out.array(out_buf.0);
     ctx.out.buf.extend_from_slice(&out_buf.1);
     Ok(())
+}
+
+/// What XCLAIM and XAUTOCLAIM log for one consumer's claim.
+struct Claim<'a> {
+    ekey: Bytes,
+    group: &'a [u8],
+    consumer: &'a [u8],
+    now: u64,
+}
+
+impl Claim<'_> {
+    /// The consumer seen (if `touched`), the pending entries found deleted
+    /// acknowledged, the rest moved to the consumer.
+    fn ops(
+        self,
+        ops: &mut Vec<Op>,
+        touched: bool,
+        gone: Vec<StreamId>,
+        claimed: Vec<(StreamId, u64, u64)>,
+    ) {
+        if touched {
+            ops.push(Op::ConsumerTouch {
+                key: self.ekey.clone(),
+                group: self.group.into(),
+                consumer: self.consumer.into(),
+                seen_ms: self.now,
+            });
+        }
+        if !gone.is_empty() {
+            ops.push(Op::PendingAck {
+                key: self.ekey.clone(),
+                group: self.group.into(),
+                ids: gone,
+            });
+        }
+        if !claimed.is_empty() {
+            ops.push(Op::PendingClaim {
+                key: self.ekey,
+                group: self.group.into(),
+                consumer: self.consumer.into(),
+                entries: claimed,
+            });
+        }
+    }
 }
 
 /// An ID as XCLAIM reads its ID list: the first argument that is not one
@@ -630,31 +659,14 @@ fn xautoclaim(ctx: &mut Ctx, args: Args) -> CmdResult {
             replies += 1;
             left -= 1;
         }
-        let ekey = ckey(db, key)?;
+        let claim = Claim {
+            ekey: ckey(db, key)?,
+            group,
+            consumer,
+            now,
+        };
         let mut ops = Vec::new();
-        if !claimed.is_empty() {
-            ops.push(Op::ConsumerTouch {
-                key: ekey.clone(),
-                group: group.into(),
-                consumer: consumer.into(),
-                seen_ms: now,
-            });
-        }
-        if !gone.is_empty() {
-            ops.push(Op::PendingAck {
-                key: ekey.clone(),
-                group: group.into(),
-                ids: gone.clone(),
-            });
-        }
-        if !claimed.is_empty() {
-            ops.push(Op::PendingClaim {
-                key: ekey,
-                group: group.into(),
-                consumer: consumer.into(),
-                entries: claimed,
-            });
-        }
+        claim.ops(&mut ops, !claimed.is_empty(), gone.clone(), claimed);
         txn.log(ops)?;
         let mut body = ReplyWriter::new();
         body.array(replies);

@@ -72,6 +72,10 @@ pub struct ClientInfo {
     /// tracking): where another client's tracking invalidations redirected
     /// here are queued. Weak: the outbox holds this info.
     pub outbox: Mutex<Option<std::sync::Weak<crate::outbox::Outbox>>>,
+    /// The user the connection is authenticated as (CLIENT LIST's `user`;
+    /// ACL DELUSER closes its connections). None before the session
+    /// starts.
+    pub user: Mutex<Option<Arc<crate::acl::User>>>,
 }
 
 /// `ClientInfo::block`: not in a blocking command's wait.
@@ -204,6 +208,23 @@ impl ClientInfo {
         self.kill.notify_one();
     }
 
+    /// The name of the user the connection is authenticated as.
+    pub fn user_name(&self) -> String {
+        match &*self.user.lock() {
+            Some(user) => user.name_lossy(),
+            None => "default".to_string(),
+        }
+    }
+
+    /// Whether the connection is authenticated as `user` (that very user,
+    /// not a later one of the same name).
+    pub fn is_user(&self, user: &Arc<crate::acl::User>) -> bool {
+        self.user
+            .lock()
+            .as_ref()
+            .is_some_and(|u| Arc::ptr_eq(u, user))
+    }
+
     /// One line of CLIENT LIST, in Redis's format.
     pub fn describe(&self, command_name: &str) -> String {
         let age = self.connected.elapsed();
@@ -231,7 +252,7 @@ impl ClientInfo {
             line,
             "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub={sub} psub={psub} ssub={ssub} \
              multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
-             tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+             tot-mem=0 events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.local_addr,
@@ -242,6 +263,7 @@ impl ClientInfo {
             self.db.load(Ordering::Relaxed),
             self.multi.load(Ordering::Relaxed),
             command_name,
+            self.user_name(),
             self.resp.load(Ordering::Relaxed),
             self.lib_name.lock(),
             self.lib_ver.lock(),
@@ -289,6 +311,7 @@ impl Registry {
             subscriptions: Default::default(),
             monitor: AtomicBool::new(false),
             outbox: Mutex::new(None),
+            user: Mutex::new(None),
         });
         clients.insert(id, info.clone());
         Some(info)

@@ -120,6 +120,9 @@ pub struct Config {
     /// DAX, emulated, or detect (`auto`).
     pub mode: ModeChoice,
     pub requirepass: Option<String>,
+    /// `user` lines: users defined in the configuration file, each line's
+    /// words after `user` (Redis's alternative to an `aclfile`).
+    pub users: Vec<Vec<String>>,
     pub maxclients: usize,
     /// Close clients idle this long, in seconds (0: never).
     pub timeout_secs: u64,
@@ -168,6 +171,7 @@ impl Default for Config {
             durability: Durability::Process,
             mode: ModeChoice::Auto,
             requirepass: None,
+            users: Vec::new(),
             maxclients: 10_000,
             timeout_secs: 0,
             loglevel: LogLevel::Notice,
@@ -255,6 +259,12 @@ impl Config {
             "requirepass" => {
                 let value = one()?;
                 self.requirepass = (!value.is_empty()).then(|| value.to_string());
+            }
+            "user" => {
+                if values.is_empty() {
+                    return Err("'user' needs a user name".into());
+                }
+                self.users.push(values.to_vec());
             }
             "maxclients" => self.maxclients = parse_number(&name, one()?)?,
             "timeout" => self.timeout_secs = parse_number(&name, one()?)?,
@@ -470,10 +480,6 @@ impl Runtime {
     pub fn set_loglevel(&self, level: LogLevel) {
         self.loglevel.store(level as u8, Ordering::Relaxed);
         log::set_max_level(level.filter());
-    }
-
-    pub fn auth_required(&self) -> bool {
-        self.requirepass.read().is_some()
     }
 }
 

@@ -50,7 +50,11 @@ const KEEP_OUTPUT_CAPACITY: usize = 1 << 20;
 
 pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, info: Arc<ClientInfo>) {
     let _ = stream.set_nodelay(true);
-    let mut session = Session::new(info.clone(), !shared.runtime.auth_required());
+    let mut session = Session::new(
+        info.clone(),
+        shared.acl.default_user(),
+        !shared.acl.auth_required(),
+    );
     let mut out = ReplyWriter::new();
     let mut parser = RequestParser::new(shared.runtime.proto_max_bulk_len.load(Ordering::Relaxed));
     let mut buf = BytesMut::with_capacity(READ_CHUNK);

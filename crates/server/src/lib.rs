@@ -10,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+mod acl;
 mod bits;
 mod clients;
 mod command_stats;

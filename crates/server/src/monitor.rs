@@ -145,7 +145,8 @@ fn line(db: usize, addr: &str, args: Args) -> Vec<u8> {
 
 /// The arguments Redis replaces by `(redacted)`: AUTH's (when it has the
 /// two- or three-argument form), and the user and password of each HELLO
-/// AUTH option its parser reaches.
+/// AUTH option its parser reaches, and ACL SETUSER's from the user name
+/// on.
 fn redacted(args: Args) -> Vec<usize> {
     let name = args.get(0);
     if name.eq_ignore_ascii_case(b"auth") {
@@ -154,6 +155,13 @@ fn redacted(args: Args) -> Vec<usize> {
             3 => vec![1, 2],
             _ => Vec::new(),
         };
+    }
+    if name.eq_ignore_ascii_case(b"acl")
+        && args.len() > 2
+        && args.get(1).eq_ignore_ascii_case(b"setuser")
+    {
+        // The user's name too: it says who is being given what.
+        return (2..args.len()).collect();
     }
     if !name.eq_ignore_ascii_case(b"hello") || args.len() < 2 {
         return Vec::new();

@@ -33,7 +33,7 @@ pub const DENIED: &str = "-DENIED Redis is running in protected mode because pro
 /// Whether the server is in the state protected mode guards: the mode on
 /// and no password.
 pub fn guarding(shared: &Shared) -> bool {
-    shared.redis_param("protected-mode") != "no" && !shared.runtime.auth_required()
+    shared.redis_param("protected-mode") != "no" && shared.acl.default_user().rules().nopass
 }
 
 /// Whether a client from `peer` is to be refused.

@@ -162,6 +162,28 @@ fn message(kind: &[u8], parts: &[&[u8]]) -> Frame {
 }
 
 impl PubSub {
+    /// Every subscription of client `id`, as (channel or pattern,
+    /// is_pattern). Scans everything: for rare administrative paths only
+    /// (ACL SETUSER revoking channels).
+    pub fn subscriptions_of(&self, id: u64) -> Vec<(Bytes, bool)> {
+        let mut found = Vec::new();
+        for channels in [&self.channels, &self.shard_channels] {
+            for shard in channels.shards.iter() {
+                for (name, list) in shard.read().iter() {
+                    if list.iter().any(|s| s.id == id) {
+                        found.push((name.clone(), false));
+                    }
+                }
+            }
+        }
+        for (pattern, list) in self.patterns.read().iter() {
+            if list.iter().any(|s| s.id == id) {
+                found.push((pattern.clone(), true));
+            }
+        }
+        found
+    }
+
     /// PUBLISH: `message` to the subscribers of `channel` and of every
     /// pattern matching it (a client subscribed both ways gets it twice,
     /// as in Redis); returns how many received it.

@@ -204,7 +204,7 @@ fn not_supported_yet(name: &str, value: &str) -> Option<&'static str> {
     let asks = match name {
         "tls-port" | "min-replicas-to-write" => value != "0",
         "cluster-enabled" | "daemonize" => value == "yes",
-        "unixsocket" | "aclfile" | "logfile" | "pidfile" | "replicaof" => !value.is_empty(),
+        "unixsocket" | "logfile" | "pidfile" | "replicaof" => !value.is_empty(),
         _ => false,
     };
     if !asks {
@@ -221,7 +221,6 @@ fn not_supported_yet(name: &str, value: &str) -> Option<&'static str> {
             "Engram does not daemonize: run it under a supervisor (systemd, ...) instead"
         }
         "unixsocket" => "Engram does not listen on a Unix socket yet: unixsocket must be empty",
-        "aclfile" => "Engram has no ACL users yet: aclfile must be empty",
         "logfile" => "Engram logs to standard error only: logfile must be empty",
         _ => "Engram writes no pid file: pidfile must be empty",
     })

@@ -59,6 +59,8 @@ impl Server {
             )));
         }
         crate::config::check_integrity(&config.integrity).map_err(StartError::Config)?;
+        // Before the store opens: a bad ACL file stops startup at once.
+        let acl = crate::acl::configured(&config).map_err(StartError::Config)?;
         // Before the store opens: its background threads start on these.
         let background_cpus = engram_threads::configure(&config.background_cpus)
             .map_err(|e| StartError::Config(e.to_string()))?;
@@ -91,14 +93,17 @@ impl Server {
         let runtime_config = Arc::new(Runtime::new(&config));
         runtime_config.set_loglevel(config.loglevel);
         let stop_background = Arc::new(AtomicBool::new(false));
-        let shared = Arc::new(Shared::new(
-            keyspace.clone(),
-            config.clone(),
-            runtime_config,
-            recovery,
-            keyspace_scan,
-            local.port(),
-        ));
+        let shared = Arc::new(
+            Shared::new(
+                keyspace.clone(),
+                config.clone(),
+                runtime_config,
+                recovery,
+                keyspace_scan,
+                local.port(),
+            )
+            .with_acl(acl),
+        );
         let expiry_thread = spawn_expiry_thread(shared.clone(), stop_background.clone());
 
         crate::protected_mode::warn_at_startup(&shared, local);

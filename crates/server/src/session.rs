@@ -21,6 +21,9 @@ pub struct Session {
     pub info: Arc<ClientInfo>,
     pub db: usize,
     pub authenticated: bool,
+    /// The user this connection is authenticated as (`default` until AUTH
+    /// says otherwise); its rules are checked before every command.
+    pub user: Arc<crate::acl::User>,
     /// Commands queued since MULTI (None outside MULTI).
     pub multi: Option<Vec<OwnedArgs>>,
     /// A command was rejected while queuing: EXEC must abort.
@@ -93,11 +96,20 @@ pub struct Blocked {
 }
 
 impl Session {
-    pub fn new(info: Arc<ClientInfo>, authenticated: bool) -> Session {
+    /// Authenticates the connection as `user` (AUTH, HELLO AUTH, RESET).
+    pub fn set_user(&mut self, user: Arc<crate::acl::User>, authenticated: bool) {
+        *self.info.user.lock() = Some(user.clone());
+        self.user = user;
+        self.authenticated = authenticated;
+    }
+
+    pub fn new(info: Arc<ClientInfo>, user: Arc<crate::acl::User>, authenticated: bool) -> Session {
+        *info.user.lock() = Some(user.clone());
         Session {
             info,
             db: 0,
             authenticated,
+            user,
             multi: None,
             multi_failed: false,
             watched: Vec::new(),

@@ -52,6 +52,8 @@ pub struct Shared {
     pub output_limits: OutputLimits,
     /// Lua: EVAL's scripts, FUNCTION's libraries, the script running.
     pub scripting: Scripting,
+    /// Users and their permissions (`acl`).
+    pub acl: crate::acl::Acl,
     pub started: Instant,
     /// How long opening the store (recovery) and the keyspace scan took.
     pub recovery: Duration,
@@ -129,6 +131,7 @@ impl Shared {
             monitors: Monitors::default(),
             output_limits: OutputLimits::default(),
             scripting: Scripting::default(),
+            acl: crate::acl::Acl::new(None),
             started: Instant::now(),
             recovery,
             keyspace_scan,
@@ -236,6 +239,7 @@ impl Shared {
                 }
                 return Some(crate::notify::render(flags));
             }
+            "acl-pubsub-default" => self.acl.set_all_channels_default(value == "allchannels"),
             "tracking-table-max-keys" => self.tracking.set_max_keys(number().max(0) as usize),
             "slowlog-max-len" => self.slowlog.set_max_len(number().max(0) as usize),
             "maxmemory" => self.memory_limit.set_limit(number().max(0) as u64),
@@ -294,6 +298,12 @@ impl Shared {
 
     /// The current value of a Redis parameter kept without effect
     /// (`redis_params`), as CONFIG GET shows it.
+    /// The ACL configured at startup (`acl::configured`).
+    pub fn with_acl(mut self, acl: crate::acl::Acl) -> Shared {
+        self.acl = acl;
+        self
+    }
+
     pub fn redis_param(&self, name: &str) -> String {
         self.runtime
             .redis_params

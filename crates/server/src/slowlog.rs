@@ -123,7 +123,7 @@ fn trimmed(args: &Args) -> Vec<Vec<u8>> {
 
 /// Whether argument `i` is a secret Redis keeps out of the slow log
 /// (replaced by `(redacted)`): passwords given to CONFIG SET, every
-/// argument of ACL SETUSER after the name's command, MIGRATE's AUTH.
+/// argument of ACL SETUSER from the user's name on, MIGRATE's AUTH.
 pub fn redacted(args: &Args, i: usize) -> bool {
     let word = |j: usize| String::from_utf8_lossy(args.get(j)).to_ascii_lowercase();
     match word(0).as_str() {
@@ -135,7 +135,7 @@ pub fn redacted(args: &Args, i: usize) -> bool {
                     "requirepass" | "masterauth" | "tls-key-file-pass" | "tls-client-key-file-pass"
                 )
         }
-        "acl" if args.len() > 2 && word(1) == "setuser" => i >= 3,
+        "acl" if args.len() > 2 && word(1) == "setuser" => i >= 2,
         "migrate" => {
             (i >= 1 && matches!(word(i - 1).as_str(), "auth" | "auth2"))
                 || (i >= 2 && word(i - 2) == "auth2")

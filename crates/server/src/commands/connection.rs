@@ -52,6 +52,23 @@ pub fn commands() -> Vec<CommandSpec> {
             reset,
             "Resets the connection.",
         ),
+        // Cluster mode's read-from-replica switches: Redis without
+        // cluster support answers them with an error, and so does Engram
+        // (they exist so ACL rules and COMMAND name them as Redis does).
+        Group("cluster").keyless(
+            "readonly",
+            1,
+            FAST,
+            cluster_disabled,
+            "Enables read-only queries for a connection to a Redis Cluster replica node.",
+        ),
+        Group("cluster").keyless(
+            "readwrite",
+            1,
+            FAST,
+            cluster_disabled,
+            "Enables read-write queries for a connection to a Redis Cluster replica node.",
+        ),
         g.keyless(
             "client",
             -2,
@@ -83,49 +100,53 @@ fn ping(ctx: &mut Ctx, args: Args) -> CmdResult {
     Ok(())
 }
 
+fn cluster_disabled(_: &mut Ctx, _: Args) -> CmdResult {
+    Err(err("ERR This instance has cluster support disabled"))
+}
+
 fn echo(ctx: &mut Ctx, args: Args) -> CmdResult {
     ctx.out.bulk(args.get(1));
     Ok(())
 }
 
-/// Constant-time comparison, so response time does not reveal how much of
-/// a guessed password was right.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Checks a password, with a user name (AUTH user pass, HELLO AUTH) or
-/// without (AUTH pass, for the default user), against `requirepass`.
-/// Without one, the default user takes any password, as Redis's `nopass`
-/// default user does, but the one-argument form is refused with Redis's
-/// hint.
-fn check_password(ctx: &mut Ctx, user: Option<&[u8]>, password: &[u8]) -> CmdResult {
-    let wrong = || err("WRONGPASS invalid username-password pair or user is disabled.");
-    let required = ctx.shared.runtime.requirepass.read().clone();
-    match (required, user) {
-        (None, None) => {
+/// Authenticates the connection as `user` (AUTH user pass, HELLO AUTH)
+/// or, without one (AUTH pass), as the default user, which the
+/// one-argument form needs to have a password (Redis's hint otherwise).
+/// A failure is recorded in the ACL LOG.
+fn check_password(
+    ctx: &mut Ctx,
+    command: &[u8],
+    user: Option<&[u8]>,
+    password: &[u8],
+) -> CmdResult {
+    let name: &[u8] = match user {
+        Some(name) => name,
+        None if ctx.shared.acl.default_user().rules().nopass => {
             return Err(err(
                 "ERR AUTH <password> called without any password configured for the default \
                  user. Are you sure your configuration is correct?",
             ))
         }
-        (None, Some(user)) if user != b"default" => return Err(wrong()),
-        (None, Some(_)) => {}
-        (Some(required), user) => {
-            if user.is_some_and(|u| u != b"default") || !same_secret(password, required.as_bytes())
-            {
-                return Err(wrong());
-            }
+        None => b"default",
+    };
+    match ctx.shared.acl.authenticate(name, password) {
+        Some(user) => {
+            ctx.session.set_user(user, true);
+            Ok(())
+        }
+        None => {
+            super::acl::log_failed_auth(ctx.shared, ctx.session, command, name);
+            Err(err(
+                "WRONGPASS invalid username-password pair or user is disabled.",
+            ))
         }
     }
-    ctx.session.authenticated = true;
-    Ok(())
 }
 
 fn auth(ctx: &mut Ctx, args: Args) -> CmdResult {
     match args.len() {
-        2 => check_password(ctx, None, args.get(1))?,
-        3 => check_password(ctx, Some(args.get(1)), args.get(2))?,
+        2 => check_password(ctx, args.get(0), None, args.get(1))?,
+        3 => check_password(ctx, args.get(0), Some(args.get(1)), args.get(2))?,
         _ => return Err(err(SYNTAX)),
     }
     ctx.out.ok();
@@ -146,7 +167,7 @@ fn hello(ctx: &mut Ctx, args: Args) -> CmdResult {
     let mut name = None;
     while i < args.len() {
         if is(args.get(i), "auth") && i + 2 < args.len() {
-            check_password(ctx, Some(args.get(i + 1)), args.get(i + 2))?;
+            check_password(ctx, args.get(0), Some(args.get(i + 1)), args.get(i + 2))?;
             i += 3;
         } else if is(args.get(i), "setname") && i + 1 < args.len() {
             name = Some(valid_name(args.get(i + 1))?);
@@ -228,7 +249,9 @@ fn reset(ctx: &mut Ctx, _args: Args) -> CmdResult {
     ctx.out.set_resp3(false);
     ctx.session.info.resp.store(2, Ordering::Relaxed);
     ctx.session.info.name.lock().clear();
-    ctx.session.authenticated = !ctx.shared.runtime.auth_required();
+    let default = ctx.shared.acl.default_user();
+    ctx.session
+        .set_user(default, !ctx.shared.acl.auth_required());
     ctx.out.simple("RESET");
     Ok(())
 }

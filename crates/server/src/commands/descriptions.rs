@@ -134,6 +134,11 @@ pub fn subcommand(container: &str, sub: &[u8]) -> Option<&'static Description> {
         .find(|d| d.name.as_bytes()[container.len() + 1..].eq_ignore_ascii_case(sub))
 }
 
+/// Every subcommand, in the order COMMAND lists them.
+pub fn all_subcommands() -> &'static [Description] {
+    SUBCOMMANDS
+}
+
 /// Whether `name` is a container command (it has subcommands).
 pub fn is_container(name: &str) -> bool {
     subcommands_of(name).next().is_some()
@@ -141,6 +146,7 @@ pub fn is_container(name: &str) -> bool {
 
 #[rustfmt::skip]
 static COMMANDS: &[Description] = &[
+    Description::new("acl", -2, &["sentinel"], &[]),
     Description::new("append", 3, &["write", "denyoom", "fast"], &["string"]),
     Description::new("auth", -2, &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"], &["connection"]),
     Description::new("bgrewriteaof", 1, &["admin", "noscript", "no_async_loading"], &[]),
@@ -267,6 +273,8 @@ static COMMANDS: &[Description] = &[
     Description::new("punsubscribe", -1, &["pubsub", "noscript", "loading", "stale"], &[]),
     Description::new("quit", -1, &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"], &["connection"]),
     Description::new("randomkey", 1, &["readonly"], &["keyspace"]),
+    Description::new("readonly", 1, &["fast", "loading", "stale"], &["connection"]),
+    Description::new("readwrite", 1, &["fast", "loading", "stale"], &["connection"]),
     Description::new("rename", 3, &["write"], &["keyspace"]),
     Description::new("renamenx", 3, &["write", "fast"], &["keyspace"]),
     Description::new("reset", 1, &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"], &["connection"]),
@@ -372,6 +380,19 @@ static COMMANDS: &[Description] = &[
 
 #[rustfmt::skip]
 static SUBCOMMANDS: &[Description] = &[
+    Description::new("acl|cat", -2, &["noscript", "loading", "stale", "sentinel"], &[]),
+    Description::new("acl|deluser", -3, &["admin", "noscript", "loading", "stale", "sentinel"], &[]),
+    Description::new("acl|dryrun", -4, &["admin", "noscript", "loading", "stale", "sentinel"], &[]),
+    Description::new("acl|genpass", -2, &["noscript", "loading", "stale", "sentinel"], &[]),
+    Description::new("acl|getuser", 3, &["admin", "noscript", "loading", "stale", "sentinel"], &[]),
+    Description::new("acl|help", 2, &["loading", "stale", "sentinel"], &[]),
+    Description::new("acl|list", 2, &["admin", "noscript", "loading", "stale", "sentinel"], &[]),
+    Description::new("acl|load", 2, &["admin", "noscript", "loading", "stale", "sentinel"], &[]),
+    Description::new("acl|log", -2, &["admin", "noscript", "loading", "stale", "sentinel"], &[]),
+    Description::new("acl|save", 2, &["admin", "noscript", "loading", "stale", "sentinel"], &[]),
+    Description::new("acl|setuser", -3, &["admin", "noscript", "loading", "stale", "sentinel"], &[]),
+    Description::new("acl|users", 2, &["admin", "noscript", "loading", "stale", "sentinel"], &[]),
+    Description::new("acl|whoami", 2, &["noscript", "loading", "stale", "sentinel"], &[]),
     Description::new("client|id", 2, &["noscript", "loading", "stale"], &["connection"]),
     Description::new("client|setname", 3, &["noscript", "loading", "stale"], &["connection"]),
     Description::new("client|getname", 2, &["noscript", "loading", "stale"], &["connection"]),

@@ -27,7 +27,7 @@ pub fn commands() -> Vec<CommandSpec> {
     ]
 }
 
-fn help(ctx: &mut Ctx, lines: &[&str]) {
+pub(super) fn help(ctx: &mut Ctx, lines: &[&str]) {
     ctx.out.array(lines.len());
     for line in lines {
         ctx.out.simple(line);

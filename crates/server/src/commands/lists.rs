@@ -1002,7 +1002,11 @@ mod tests {
 
     fn session(shared: &Shared) -> Session {
         let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        Session::new(shared.clients.register(addr, addr, 10).unwrap(), true)
+        Session::new(
+            shared.clients.register(addr, addr, 10).unwrap(),
+            shared.acl.default_user(),
+            true,
+        )
     }
 
     /// Runs one command (words split on spaces); its raw reply.

@@ -6,6 +6,7 @@
 //! the reply. Writes go through `Ctx::write`, which locks the keys' stripes
 //! (or, inside EXEC, uses the transaction that already holds them).
 
+mod acl;
 mod bitmaps;
 mod command;
 mod connection;
@@ -19,7 +20,7 @@ mod hashes;
 mod hyperloglog;
 mod introspection;
 mod key_finder;
-mod key_specs;
+pub(crate) mod key_specs;
 mod keys;
 mod lcs;
 mod lists;
@@ -45,6 +46,7 @@ use crate::resp::{Args, ReplyWriter};
 use crate::session::{ReplyMode, Session};
 use crate::shared::Shared;
 
+pub use acl::deny as record_acl_denial;
 pub use connection::client_line;
 pub use migrate::{finish as finish_migration, Pending as PendingMigration};
 pub use pubsub::leave_all as leave_pubsub_and_monitor;
@@ -189,6 +191,7 @@ impl CommandSpec {
 pub static TABLE: LazyLock<Vec<CommandSpec>> = LazyLock::new(|| {
     let mut table = Vec::new();
     table.extend(connection::commands());
+    table.extend(acl::commands());
     table.extend(server::commands());
     table.extend(keys::commands());
     table.extend(dump::commands());
@@ -493,6 +496,30 @@ fn printable(bytes: &[u8], max: usize) -> String {
 
 /// Runs one client command end to end (lookup, checks, MULTI queuing,
 /// handler, error reply).
+/// The ACL check before a command runs or is queued: a denial is logged
+/// and becomes the reply.
+fn check_acl(
+    shared: &Shared,
+    session: &Session,
+    index: usize,
+    spec: &CommandSpec,
+    args: &Args,
+) -> Result<(), String> {
+    let rules = session.user.rules();
+    if rules.unrestricted {
+        return Ok(());
+    }
+    crate::acl::check(&rules, index, spec, args).map_err(|(denial, id)| {
+        let context = if session.in_multi() {
+            crate::acl::Context::Multi
+        } else {
+            crate::acl::Context::TopLevel
+        };
+        acl::deny(shared, session, denial, id, args, context);
+        denial.reply(crate::acl::command_name(id))
+    })
+}
+
 pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, args: Args) {
     shared
         .stats
@@ -512,6 +539,8 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
         Some(wrong_arity(spec.name).0)
     } else if !session.authenticated && !spec.is(NO_AUTH) {
         Some("NOAUTH Authentication required.".to_string())
+    } else if let Err(text) = check_acl(shared, session, index, spec, &args) {
+        Some(text)
     } else if let Some(busy) = shared
         .scripting
         .running

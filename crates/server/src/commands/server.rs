@@ -361,7 +361,14 @@ fn validate_setting(name: &str, value: &str) -> Result<Change, CmdError> {
         }
         "requirepass" => {
             let password = (!value.is_empty()).then(|| value.to_string());
-            Box::new(move |ctx: &mut Ctx| *ctx.shared.runtime.requirepass.write() = password)
+            Box::new(move |ctx: &mut Ctx| {
+                // As Redis's ACLUpdateDefaultUserPassword: the default
+                // user's only password, or nopass when empty.
+                ctx.shared
+                    .acl
+                    .set_default_password(password.as_deref().map(str::as_bytes));
+                *ctx.shared.runtime.requirepass.write() = password;
+            })
         }
         "maxclients" => {
             let n = number()? as usize;

@@ -177,7 +177,32 @@ fn exec(ctx: &mut Ctx, _args: Args) -> CmdResult {
     let mut txn = Some(txn);
     for queued in &queue {
         let args = queued.args();
-        let (index, _) = lookup(args.get(0)).expect("queued commands were looked up");
+        let (index, spec) = lookup(args.get(0)).expect("queued commands were looked up");
+        // The rules may have changed since the command was queued.
+        let rules = ctx.session.user.rules();
+        if !rules.unrestricted {
+            if let Err((denial, id)) = crate::acl::check(&rules, index, spec, &args) {
+                super::acl::deny(
+                    ctx.shared,
+                    ctx.session,
+                    denial,
+                    id,
+                    &args,
+                    crate::acl::Context::Multi,
+                );
+                super::reply_error(
+                    ctx.shared,
+                    ctx.out,
+                    &format!(
+                        "NOPERM ACLs rules changed between the moment the transaction was \
+                         accumulated and the EXEC call. This command is no longer allowed for \
+                         the following reason: {}",
+                        denial.exec_reason()
+                    ),
+                );
+                continue;
+            }
+        }
         txn = run(
             ctx.shared,
             ctx.keyspace,

@@ -411,6 +411,26 @@ fn redis_call(
     if refused_in_scripts(shared, spec, &args) {
         return refuse(lua, "ERR This Redis command is not allowed from script");
     }
+    let rules = st.session.user.rules();
+    if !rules.unrestricted {
+        if let Err((denial, id)) = crate::acl::check(&rules, index, spec, &args) {
+            commands::record_acl_denial(
+                shared,
+                st.session,
+                denial,
+                id,
+                &args,
+                crate::acl::Context::Lua,
+            );
+            return refuse(
+                lua,
+                &format!(
+                    "ERR The user executing the script {}",
+                    denial.script_reason()
+                ),
+            );
+        }
+    }
     let writes = spec.is(commands::WRITE);
     if st.read_only && (writes || may_replicate(spec)) {
         return refuse(

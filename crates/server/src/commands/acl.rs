@@ -300,6 +300,9 @@ fn acl(ctx: &mut Ctx, args: Args) -> CmdResult {
             ]);
             Ok(())
         }
+        _ if super::descriptions::subcommand("acl", args.get(1)).is_none() => {
+            Err(super::unknown_subcommand("acl", args.get(1)))
+        }
         _ => Err(subcommand_syntax_error("acl", args.get(1))),
     }
 }

@@ -205,6 +205,12 @@ pub struct RedisServer {
 
 impl RedisServer {
     pub fn start() -> RedisServer {
+        RedisServer::start_with_args(&[])
+    }
+
+    /// With more command-line arguments (`--aclfile`, ...); the server's
+    /// directory is `dir()`.
+    pub fn start_with_args(extra: &[&str]) -> RedisServer {
         let dir = tempfile::tempdir().unwrap();
         // A port the OS just handed out and took back: free unless another
         // process grabs it in between, which the PING loop would show.
@@ -226,6 +232,7 @@ impl RedisServer {
                 "--enable-debug-command",
                 "yes",
             ])
+            .args(extra)
             .arg("--dir")
             .arg(dir.path())
             .stdout(std::process::Stdio::null())
@@ -255,6 +262,10 @@ impl RedisServer {
 
     pub fn client(&self) -> Client {
         Client::connect_addr(self.addr)
+    }
+
+    pub fn dir(&self) -> &std::path::Path {
+        self._dir.path()
     }
 
     pub fn con(&self) -> redis::Connection {

@@ -62,7 +62,7 @@ fn acl_commands_reply_as_redis() {
         &[
             "ACL SETUSER app on >secret ~app:* +@read",
             "ACL GETUSER app",
-            "ACL SETUSER app %R~r:* %W~w:* &news.* +set -get (+hset ~h:*)",
+            "ACL SETUSER app %R~r:* %W~w:* &news.* -get (+hset ~h:*)",
             "ACL GETUSER app",
             "ACL SETUSER other",
             "ACL LIST",
@@ -445,4 +445,34 @@ fn configuration_file_users_and_requirepass() {
     .expect("users in both places stop startup")
     .to_string();
     assert!(err.contains("ACL file"), "{err}");
+}
+
+#[test]
+fn sort_by_and_get_need_read_access_to_every_key() {
+    let (engram, _dir, redis, mut e, mut r) = beside_redis();
+    same(
+        &mut e,
+        &mut r,
+        &[
+            "ACL SETUSER some on nopass ~list +@all",
+            "ACL SETUSER reader on nopass %R~* ~list +@all",
+            "RPUSH list 2 1",
+            "SET w_1 9",
+        ],
+    );
+    for user in ["some", "reader"] {
+        let (mut ue, mut ur) = logged_in(&engram, &redis, user, "x");
+        same(
+            &mut ue,
+            &mut ur,
+            &[
+                "SORT list",
+                "SORT list BY w_*",
+                "SORT list BY constant",
+                "SORT list GET #",
+                "SORT list GET w_*",
+                "SORT_RO list BY w_*",
+            ],
+        );
+    }
 }

@@ -261,7 +261,7 @@ fn connection_commands_and_resp3() {
         ("PING hi", "\"hi\""),
         ("ECHO hello", "\"hello\""),
         ("FOO a b", "(error) ERR unknown command 'FOO', with args beginning with: 'a' 'b' "),
-        ("ACL WHOAMI", "(error) ERR unknown command 'ACL', with args beginning with: 'WHOAMI' "),
+        ("ACL WHOAMI", "\"default\""),
         ("HELLO 4", "(error) NOPROTO unsupported protocol version"),
         ("HELLO x", "(error) ERR Protocol version is not an integer or out of range"),
         ("CLIENT SETNAME my\\sname", "(error) ERR Client names cannot contain spaces, newlines or special characters."),

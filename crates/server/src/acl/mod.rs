@@ -199,6 +199,26 @@ pub fn check(
     Err((worst.unwrap_or(Denial::Command), id))
 }
 
+/// Whether some selector of `rules` allows the call and reading every
+/// key (`~*`, `%R~*`): what SORT's BY and GET, which read keys named by
+/// the data, need (Redis's ACLUserCheckCmdWithUnrestrictedKeyAccess).
+pub fn may_read_every_key(
+    rules: &UserRules,
+    index: usize,
+    spec: &CommandSpec,
+    args: &Args,
+) -> bool {
+    if rules.unrestricted {
+        return true;
+    }
+    let id = CATALOG.id_of_call(index, spec, args);
+    let mut keys = None;
+    rules.selectors.iter().any(|selector| {
+        check_selector(selector, id, spec, args, &mut keys).is_ok()
+            && selector.allows_every_key(selector::READ)
+    })
+}
+
 /// The catalog's name of command id `id` (`config|get`).
 pub fn command_name(id: usize) -> &'static str {
     &CATALOG.entries[id].name

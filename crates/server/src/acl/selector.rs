@@ -260,6 +260,15 @@ impl Selector {
                 .any(|k| k.access & need == need && glob::matches(&k.pattern, key))
     }
 
+    /// Whether the selector grants `need` on every key (`~*`, `%R~*`).
+    pub fn allows_every_key(&self, need: u8) -> bool {
+        self.all_keys
+            || self
+                .keys
+                .iter()
+                .any(|k| k.access & need == need && k.pattern == b"*")
+    }
+
     /// A channel (`is_pattern`: a PSUBSCRIBE pattern, matched literally
     /// against the selector's patterns, as Redis does).
     pub fn allows_channel(&self, channel: &[u8], is_pattern: bool) -> bool {

@@ -73,7 +73,13 @@ struct Options<'a> {
     store: Option<&'a [u8]>,
 }
 
-fn parse_options<'a>(args: &Args<'a>, readonly: bool) -> Result<Options<'a>, CmdError> {
+/// `every_key`: the user may read every key (SORT's BY and GET read keys
+/// the data names, which no ACL key pattern check could cover).
+fn parse_options<'a>(
+    args: &Args<'a>,
+    readonly: bool,
+    every_key: bool,
+) -> Result<Options<'a>, CmdError> {
     let mut options = Options {
         desc: false,
         alpha: false,
@@ -105,8 +111,18 @@ fn parse_options<'a>(args: &Args<'a>, readonly: bool) -> Result<Options<'a>, Cmd
             let pattern = args.get(j + 1);
             options.by = Some(pattern);
             options.dontsort = !pattern.contains(&b'*');
+            if !options.dontsort && !every_key {
+                return Err(err(
+                    "ERR BY option of SORT denied due to insufficient ACL permissions.",
+                ));
+            }
             j += 1;
         } else if is(arg, "get") && left >= 1 {
+            if !every_key {
+                return Err(err(
+                    "ERR GET option of SORT denied due to insufficient ACL permissions.",
+                ));
+            }
             options.gets.push(args.get(j + 1));
             j += 1;
         } else {
@@ -230,7 +246,11 @@ struct Item {
 }
 
 fn sort_generic(ctx: &mut Ctx, args: Args, readonly: bool) -> CmdResult {
-    let mut options = parse_options(&args, readonly)?;
+    let every_key = {
+        let (index, spec) = super::lookup(args.get(0)).expect("SORT is in the table");
+        crate::acl::may_read_every_key(&ctx.session.user.rules(), index, spec, &args)
+    };
+    let mut options = parse_options(&args, readonly, every_key)?;
     let source = read_source(ctx, args.get(1))?;
     // A set has no order of its own: to store it (replicas must agree),
     // sort it by its elements.

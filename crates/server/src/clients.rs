@@ -49,8 +49,12 @@ pub struct ClientInfo {
     pub resp: AtomicU8,
     /// Milliseconds since `connected` at the last command.
     pub last_active_ms: AtomicU64,
-    /// The last command's name (an index into the command table).
+    /// The last command or subcommand (an id of the ACL catalog, which
+    /// names subcommands `client|list` as CLIENT LIST shows them).
     pub last_command: AtomicUsize,
+    /// Bytes of the query buffer from the command running on (CLIENT
+    /// LIST's `qbuf`: Redis counts the command being processed).
+    pub qbuf: AtomicUsize,
     /// Commands queued by MULTI, or -1 outside MULTI.
     pub multi: AtomicI64,
     pub killed: AtomicBool,
@@ -251,7 +255,7 @@ impl ClientInfo {
         let _ = write!(
             line,
             "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub={sub} psub={psub} ssub={ssub} \
-             multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
+             multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
              tot-mem=0 events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
@@ -262,6 +266,7 @@ impl ClientInfo {
             flags,
             self.db.load(Ordering::Relaxed),
             self.multi.load(Ordering::Relaxed),
+            self.qbuf.load(Ordering::Relaxed),
             command_name,
             self.user_name(),
             self.resp.load(Ordering::Relaxed),
@@ -303,6 +308,7 @@ impl Registry {
             resp: AtomicU8::new(2),
             last_active_ms: AtomicU64::new(0),
             last_command: AtomicUsize::new(usize::MAX),
+            qbuf: AtomicUsize::new(0),
             multi: AtomicI64::new(-1),
             killed: AtomicBool::new(false),
             kill: Notify::new(),

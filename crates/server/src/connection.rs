@@ -163,6 +163,7 @@ async fn run(
                     if shared.keyspace.is_reloading() {
                         shared.keyspace.wait_reloaded().await;
                     }
+                    info.qbuf.store(buf.len() - offset, Ordering::Relaxed);
                     execute(shared, session, out, parser.args(&buf[offset..]));
                     offset += consumed;
                     if std::mem::take(&mut session.reload) {
@@ -289,6 +290,11 @@ fn held_by_pause(
         return None;
     }
     let (_, spec) = lookup(args.get(0))?;
+    // A call refused before it runs (wrong arity) is answered at once, as
+    // Redis rejects it before looking at the pause.
+    if !spec.arity_ok(args.len()) {
+        return None;
+    }
     if session.in_multi() && !spec.is(crate::commands::NOT_QUEUED) {
         return None;
     }

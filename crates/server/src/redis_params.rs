@@ -170,7 +170,8 @@ impl Param {
                             .ok_or("argument must be a memory or percent value")?;
                         if -n < min {
                             return Err(format!(
-                                "argument must be between {min} and {max} inclusive"
+                                "percentage argument must be less or equal to {}",
+                                -min
                             ));
                         }
                         return Ok(format!("{n}%"));

@@ -272,6 +272,20 @@ fn deleting_a_user_or_revoking_its_channels_disconnects_its_clients() {
         &mut keep_r,
         &["PING", "PUBLISH foo x", "ACL WHOAMI"],
     );
+    // CLIENT KILL USER closes that user's connections only.
+    same(&mut e, &mut r, &["ACL SETUSER k on >pw +@all ~*"]);
+    let (mut ke, mut kr) = logged_in(&engram, &redis, "k", "pw");
+    same(
+        &mut e,
+        &mut r,
+        &[
+            "CLIENT KILL USER nobody",
+            "CLIENT KILL USER k",
+            "CLIENT KILL MAXAGE 1",
+        ],
+    );
+    assert!(closed(&mut kr) && closed(&mut ke));
+    same(&mut keep_e, &mut keep_r, &["PING"]);
     // Deleting the user a connection itself is logged in as closes it
     // after the reply.
     same(&mut keep_e, &mut keep_r, &["ACL DELUSER sub"]);

@@ -6,7 +6,7 @@ use super::keys::db_index;
 use super::transactions::unwatch_all;
 use super::{
     err, int_arg, is, lowercase, unknown_subcommand, wrong_sub_arity, CmdError, CmdResult,
-    CommandSpec, Ctx, Group, FAST, NOT_QUEUED, NO_AUTH, SYNTAX, TABLE,
+    CommandSpec, Ctx, Group, FAST, NOT_QUEUED, NO_AUTH, SYNTAX,
 };
 use crate::clients::Unblock;
 use crate::resp::Args;
@@ -386,8 +386,13 @@ fn valid_name(name: &[u8]) -> Result<String, CmdError> {
     Ok(String::from_utf8_lossy(name).into_owned())
 }
 
-fn command_name(index: usize) -> &'static str {
-    TABLE.get(index).map_or("NULL", |spec| spec.name)
+/// CLIENT LIST's `cmd`: the last command or subcommand (`client|list`).
+fn command_name(id: usize) -> &'static str {
+    if id < crate::acl::CATALOG.len() {
+        crate::acl::command_name(id)
+    } else {
+        "NULL"
+    }
 }
 
 /// A client's line of CLIENT LIST (for logs too).
@@ -715,6 +720,7 @@ fn client_kill(ctx: &mut Ctx, args: Args) -> CmdResult {
     }
     let (mut id, mut addr, mut laddr, mut skip_me) = (None, None, None, true);
     let mut kind = None;
+    let mut user = None;
     for pair in (2..argc).step_by(2) {
         let (option, value) = (args.get(pair), args.get(pair + 1));
         let text = String::from_utf8_lossy(value).into_owned();
@@ -738,11 +744,13 @@ fn client_kill(ctx: &mut Ctx, args: Args) -> CmdResult {
             };
         } else if is(option, "type") {
             kind = Some(client_type(value)?);
-        } else if is(option, "user") || is(option, "maxage") {
-            // Every client is a client of the default user.
-            if is(option, "user") && text != "default" {
-                return Err(err(format!("ERR No such user '{text}'")));
-            }
+        } else if is(option, "user") {
+            user = Some(
+                ctx.shared
+                    .acl
+                    .user(value)
+                    .ok_or_else(|| err(format!("ERR No such user '{text}'")))?,
+            );
         } else {
             return Err(err(SYNTAX));
         }
@@ -757,6 +765,7 @@ fn client_kill(ctx: &mut Ctx, args: Args) -> CmdResult {
                 .as_ref()
                 .is_some_and(|a| *a != client.local_addr.to_string())
             || kind.is_some_and(|kind| kind != client.client_type())
+            || user.as_ref().is_some_and(|u| !client.is_user(u))
         {
             continue;
         }

@@ -530,7 +530,10 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
         reply_error(shared, out, &unknown_command(&args).0);
         return;
     };
-    session.info.last_command.store(index, Ordering::Relaxed);
+    session.info.last_command.store(
+        crate::acl::CATALOG.id_of_call(index, spec, &args),
+        Ordering::Relaxed,
+    );
     // The keyspace for this command, everything it calls included (see
     // `reload`).
     let guard = shared.keyspace.guard();

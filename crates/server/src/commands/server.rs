@@ -250,8 +250,16 @@ fn config(ctx: &mut Ctx, args: Args) -> CmdResult {
             if args.len() < 3 {
                 return Err(wrong_sub_arity("config", sub));
             }
-            let all = parameters(ctx);
+            let mut all = parameters(ctx);
             let patterns: Vec<String> = args.iter().skip(2).map(lowercase).collect();
+            // Hidden parameters answer only when named exactly, as Redis.
+            let values = ctx.shared.runtime.redis_params.read().clone();
+            for param in redis_params::PARAMS.iter().filter(|p| p.hidden) {
+                if patterns.iter().any(|p| p == param.name) {
+                    let value = values.get(param.name).cloned().unwrap_or_default();
+                    all.push((param.name, value));
+                }
+            }
             let found: Vec<&(&str, String)> = all
                 .iter()
                 .filter(|(name, _)| {

@@ -376,7 +376,9 @@ fn refused_in_scripts(shared: &Shared, spec: &CommandSpec, args: &crate::resp::A
 }
 
 fn may_replicate(spec: &CommandSpec) -> bool {
-    commands::descriptions::command(spec.name).is_some_and(|d| d.has("may_replicate"))
+    // Redis 7.0's MAY_REPLICATE commands (COMMAND INFO does not show the
+    // flag); EVAL, EVALSHA and FCALL cannot be called from a script.
+    matches!(spec.name, "publish" | "spublish" | "pfcount")
 }
 
 /// `redis.call` / `redis.pcall`: `(true, reply)` or `(false, {err=...})`.

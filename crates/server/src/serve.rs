@@ -212,6 +212,8 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
             .stats
             .connections_received
             .fetch_add(1, Ordering::Relaxed);
+        // Replies go out as soon as they are written, not held for more.
+        let _ = stream.set_nodelay(true);
         let local = stream.local_addr().unwrap_or(addr);
         let maxclients = shared.runtime.maxclients.load(Ordering::Relaxed);
         match shared.clients.register(addr, local, maxclients) {

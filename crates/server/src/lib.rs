@@ -10,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+mod accept;
 mod bits;
 mod clients;
 mod command_stats;
@@ -43,6 +44,7 @@ mod serve;
 mod session;
 mod shared;
 mod slowlog;
+pub mod tls;
 mod tracking;
 
 pub use config::{Config, Durability, LogLevel};

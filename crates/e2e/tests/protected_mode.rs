@@ -4,14 +4,18 @@
 //! same way, and connects to both from inside the namespace. With no
 //! password both refuse with the same DENIED reply and close; loopback
 //! clients are served; a password or `protected-mode no` opens the server
-//! to the namespace. The namespace and the veth pair are removed at the
-//! end, also when the test fails.
+//! to the namespace. The same holds on the TLS port, where the DENIED
+//! reply comes over TLS once the handshake is done. The namespace and the
+//! veth pair are removed at the end, also when the test fails.
 
+#[path = "../../server/tests/common/certs.rs"]
+mod certs;
 mod common;
 
 use std::process::Command;
 
-use common::{connect, serve, RedisServer};
+use certs::Pki;
+use common::{connect, serve, serve_tls, RedisServer};
 
 /// A namespace and the veth pair joining it to this one, removed on drop.
 struct Namespace {
@@ -89,9 +93,21 @@ impl Namespace {
     /// Sends PING from inside the namespace to `port` on this side: the
     /// first reply line, and whether the server then closed the connection.
     fn ping(&self, port: u16) -> (String, bool) {
+        self.ping_over(port, None)
+    }
+
+    /// `ping`, over TLS with the test's CA and client certificate when
+    /// `pki` is given (the client does not check the name: the server's
+    /// certificate names 127.0.0.1, the client dials the veth address).
+    fn ping_over(&self, port: u16, pki: Option<&Pki>) -> (String, bool) {
         const CLIENT: &str = r#"
-import socket, sys
+import socket, ssl, sys
 s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
+if len(sys.argv) > 3:
+    context = ssl.create_default_context(cafile=sys.argv[3])
+    context.check_hostname = False
+    context.load_cert_chain(sys.argv[4], sys.argv[5])
+    s = context.wrap_socket(s)
 s.sendall(b"*1\r\n$4\r\nPING\r\n")
 data = b""
 while b"\r\n" not in data:
@@ -104,8 +120,9 @@ try:
     closed = s.recv(1) == b""
 except socket.timeout:
     closed = False
-except ConnectionResetError:
-    # Closed with the PING unread: a reset instead of an end of stream.
+except (ConnectionResetError, ssl.SSLError):
+    # Closed with the PING unread: a reset instead of an end of stream
+    # (over TLS, an end without TLS's closing alert).
     closed = True
 sys.stdout.write(data.split(b"\r\n")[0].decode() + "\n" + ("closed" if closed else "open"))
 "#;
@@ -113,6 +130,9 @@ sys.stdout.write(data.split(b"\r\n")[0].decode() + "\n" + ("closed" if closed el
             .args(["netns", "exec", &self.name, "python3", "-c", CLIENT])
             .arg(&self.host_ip)
             .arg(port.to_string())
+            .args(pki.map_or(Vec::new(), |pki| {
+                vec![&pki.ca, &pki.client.cert, &pki.client.key]
+            }))
             .output()
             .expect("running python3 in the namespace");
         assert!(
@@ -202,4 +222,56 @@ fn the_mode_can_be_turned_off_at_startup() {
     );
     assert!(!served.log_text().contains("protected mode is on"));
     assert_eq!(ns.ping(served.port), ("+PONG".to_string(), false));
+}
+
+#[test]
+fn tls_clients_from_another_host_are_refused_too() {
+    let ns = Namespace::create(2);
+    let pki_dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(pki_dir.path());
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        ("--tls-cert-file", &pki.server.cert),
+        ("--tls-key-file", &pki.server.key),
+        ("--tls-ca-cert-file", &pki.ca),
+    ]
+    .map(|(flag, path)| (flag, path.display().to_string()));
+    let mut args = vec!["--bind", "0.0.0.0"];
+    for (flag, path) in &files {
+        args.extend([*flag, path.as_str()]);
+    }
+    let served = serve_tls(&dir.path().join("data"), &args);
+
+    // Handshake done, then Redis's DENIED over TLS, then closed.
+    let (reply, closed) = ns.ping_over(served.port, Some(&pki));
+    assert!(reply.starts_with("-DENIED"), "{reply}");
+    assert!(closed, "the refused connection stays open");
+    assert!(served.log_text().contains("refused 10.213."));
+
+    // Served over loopback meanwhile (redis-py, the TLS client at hand);
+    // `protected-mode no` opens the TLS port to the namespace.
+    const LOOPBACK: &str = r#"
+import sys, redis
+port, ca, cert, key = sys.argv[1:]
+r = redis.Redis(host="127.0.0.1", port=int(port), ssl=True, ssl_ca_certs=ca,
+                ssl_certfile=cert, ssl_keyfile=key, decode_responses=True)
+print(r.info("stats")["rejected_connections"])
+print(r.config_set("protected-mode", "no"))
+"#;
+    let output = common::python_with_redis_py()
+        .args(["-c", LOOPBACK])
+        .arg(served.port.to_string())
+        .args([&pki.ca, &pki.client.cert, &pki.client.key])
+        .output()
+        .expect("running python3");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "1\nTrue\n");
+    assert_eq!(
+        ns.ping_over(served.port, Some(&pki)),
+        ("+PONG".to_string(), false)
+    );
 }

@@ -30,7 +30,7 @@ struct Cli {
 enum Command {
     /// Runs the Redis-compatible server (defaults: 127.0.0.1:6379, data in
     /// ./engram-data, durability `process`).
-    // Boxed: its sixteen options dwarf scrub's two.
+    // Boxed: its options dwarf scrub's two.
     Serve(Box<ServeArgs>),
     /// Verifies a stopped store against its page checksums and parity,
     /// rebuilds what parity can, and names the keys on pages it cannot.
@@ -164,6 +164,26 @@ struct ServeArgs {
     /// 2-3,6 [default: auto].
     #[arg(long)]
     background_cpus: Option<String>,
+    /// Serve TLS on this port too (0: no TLS); with --port 0, TLS only.
+    #[arg(long)]
+    tls_port: Option<u16>,
+    /// The server's certificate chain, PEM (needed with --tls-port).
+    #[arg(long)]
+    tls_cert_file: Option<PathBuf>,
+    /// The server's private key, PEM: PKCS#8, RSA or SEC1, unencrypted.
+    #[arg(long)]
+    tls_key_file: Option<PathBuf>,
+    /// The CA certificates that sign client certificates, PEM.
+    #[arg(long)]
+    tls_ca_cert_file: Option<PathBuf>,
+    /// yes: clients must present a certificate signed by the CA; no: none
+    /// is asked for; optional: verified if presented [default: yes].
+    #[arg(long)]
+    tls_auth_clients: Option<String>,
+    /// The TLS versions offered, e.g. "TLSv1.3" or "TLSv1.2 TLSv1.3"
+    /// [default: both].
+    #[arg(long)]
+    tls_protocols: Option<String>,
 }
 
 fn serve(args: ServeArgs) -> Result<()> {
@@ -171,7 +191,8 @@ fn serve(args: ServeArgs) -> Result<()> {
         Some(path) => engram_server::Config::from_file(path).map_err(anyhow::Error::msg)?,
         None => engram_server::Config::default(),
     };
-    let overrides: [(&str, Option<String>); 17] = [
+    let path = |file: Option<PathBuf>| file.map(|f| f.display().to_string());
+    let overrides: [(&str, Option<String>); 23] = [
         ("bind", args.bind),
         ("port", args.port.map(|p| p.to_string())),
         ("dir", args.dir.map(|d| d.display().to_string())),
@@ -198,6 +219,12 @@ fn serve(args: ServeArgs) -> Result<()> {
             args.integrity_scrub_rate_mb.map(|n| n.to_string()),
         ),
         ("background-cpus", args.background_cpus),
+        ("tls-port", args.tls_port.map(|p| p.to_string())),
+        ("tls-cert-file", path(args.tls_cert_file)),
+        ("tls-key-file", path(args.tls_key_file)),
+        ("tls-ca-cert-file", path(args.tls_ca_cert_file)),
+        ("tls-auth-clients", args.tls_auth_clients),
+        ("tls-protocols", args.tls_protocols),
     ];
     for (name, value) in overrides {
         if let Some(value) = value {

@@ -24,6 +24,7 @@ use parking_lot::RwLock;
 
 use crate::redis_params;
 use crate::resp::parse::{split_words, DEFAULT_MAX_BULK_BYTES};
+use crate::tls::TlsSettings;
 
 pub use engram_keyspace::Durability;
 
@@ -157,6 +158,10 @@ pub struct Config {
     /// process's cores), `all`, or a CPU list. Process-wide
     /// ([`engram_threads`]).
     pub background_cpus: BackgroundCpus,
+    /// TLS (`tls-port` and the files it needs; `tls`). With `port` 0 and
+    /// a `tls-port`, only TLS is served, as in Redis; `port` 0 alone lets
+    /// the OS choose the plain port (where Redis would listen nowhere).
+    pub tls: TlsSettings,
     /// Redis parameters that only keep a value here (`redis_params`), as
     /// the configuration file set them: canonical name, checked value.
     pub redis_params: Vec<(&'static str, String)>,
@@ -186,12 +191,22 @@ impl Default for Config {
             collections_checkpoint_bytes: 64 << 20,
             collections_backpressure_factor: 4,
             background_cpus: BackgroundCpus::Auto,
+            tls: TlsSettings::default(),
             redis_params: Vec::new(),
         }
     }
 }
 
 impl Config {
+    /// The plain TCP port to listen on, if any: none when TLS is on and
+    /// `port` is 0 (Redis's TLS-only setup).
+    pub fn plain_port(&self) -> Option<u16> {
+        match (self.port, self.tls.port) {
+            (0, tls) if tls != 0 => None,
+            (port, _) => Some(port),
+        }
+    }
+
     /// Network worker threads: as configured, or one per core.
     pub fn worker_threads(&self) -> usize {
         if self.threads > 0 {
@@ -339,6 +354,9 @@ impl Config {
                 background::resolve(&choice, &background::allowed_cpus())
                     .map_err(|e| e.to_string())?;
                 self.background_cpus = choice;
+            }
+            name if crate::tls::PARAMETERS.contains(&name) => {
+                self.tls.set(name, &values.join(" "))?
             }
             // Every other Redis 7.0 parameter: checked as Redis checks it,
             // kept, shown by CONFIG GET, without effect (`redis_params`).
@@ -674,6 +692,52 @@ mod tests {
         let err = Config::from_file(&path).unwrap_err();
         assert!(
             err.contains("engram.conf:2") && err.contains("integrity-stripe-pages"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn tls_settings_from_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("engram.conf");
+        std::fs::write(
+            &path,
+            "port 0\ntls-port 6380\ntls-cert-file /etc/engram/server.pem\n\
+             tls-key-file /etc/engram/server.key\ntls-ca-cert-file /etc/engram/ca.pem\n\
+             tls-auth-clients optional\ntls-protocols \"TLSv1.2 TLSv1.3\"\n",
+        )
+        .unwrap();
+        let config = Config::from_file(&path).unwrap();
+        assert_eq!(config.tls.port, 6380);
+        assert_eq!(
+            config.tls.cert_file.as_deref(),
+            Some(Path::new("/etc/engram/server.pem"))
+        );
+        assert_eq!(
+            config.tls.key_file.as_deref(),
+            Some(Path::new("/etc/engram/server.key"))
+        );
+        assert_eq!(
+            config.tls.ca_cert_file.as_deref(),
+            Some(Path::new("/etc/engram/ca.pem"))
+        );
+        assert_eq!(config.tls.auth_clients, crate::tls::AuthClients::Optional);
+        assert_eq!(config.tls.protocols.len(), 2);
+        // port 0 beside a tls-port: TLS only, as in Redis.
+        assert_eq!(config.plain_port(), None);
+
+        let mut config = Config::default();
+        assert_eq!(config.plain_port(), Some(6379));
+        config.set("port", &["0".into()]).unwrap();
+        assert_eq!(config.plain_port(), Some(0), "the OS chooses");
+        config.set("tls-port", &["6380".into()]).unwrap();
+        config.set("port", &["7000".into()]).unwrap();
+        assert_eq!(config.plain_port(), Some(7000), "both");
+
+        std::fs::write(&path, "tls-protocols TLSv1.2 SSLv3\n").unwrap();
+        let err = Config::from_file(&path).unwrap_err();
+        assert!(
+            err.contains("engram.conf:1") && err.contains("unknown protocol 'SSLv3'"),
             "{err}"
         );
     }

@@ -437,7 +437,8 @@ fn engram(shared: &Shared, ks: &Keyspace, out: &mut String) -> std::fmt::Result 
          keyspace_scan_ms:{}\r\n\
          batches_replayed:{}\r\n\
          keys_in_hidden_dbs:{}\r\n\
-         background_cpus:{}\r\n",
+         background_cpus:{}\r\n\
+         tls_handshake_failures:{}\r\n",
         stats.mode,
         stats.flush,
         ks.commit().durability().name(),
@@ -458,6 +459,7 @@ fn engram(shared: &Shared, ks: &Keyspace, out: &mut String) -> std::fmt::Result 
         ks.stats.batches_replayed.load(Ordering::Relaxed),
         ks.stats.keys_in_hidden_dbs.load(Ordering::Relaxed),
         engram_threads::describe(&engram_threads::placement()),
+        shared.stats.tls_handshake_failures.load(Ordering::Relaxed),
     )
 }
 

@@ -1,6 +1,7 @@
 //! `engram serve`: a Redis-compatible server over the Engram engine.
 //!
-//! Layers, outside in: `connection` (a tokio task per client: read, parse,
+//! Layers, outside in: `accept` (the plain and TLS ports; `tls` for the
+//! handshake) → `connection` (a tokio task per client: read, parse,
 //! run, reply) → `resp` (the protocol) → `commands` (the command table and
 //! handlers) → `keyspace` (databases, types, expiry, locks, atomic batches
 //! over the engine) → the engine. The keyspace's group commit decides when a
@@ -10,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+mod accept;
 mod acl;
 mod bits;
 mod clients;
@@ -44,6 +46,7 @@ mod serve;
 mod session;
 mod shared;
 mod slowlog;
+pub mod tls;
 mod tracking;
 
 pub use config::{Config, Durability, LogLevel};

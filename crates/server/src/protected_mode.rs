@@ -8,10 +8,6 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
-
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use crate::shared::Shared;
 
@@ -46,18 +42,15 @@ fn is_loopback(ip: IpAddr) -> bool {
     ip.to_canonical().is_loopback()
 }
 
-/// Sends the DENIED error to a refused client and closes it, counted
-/// among INFO's rejected connections.
-pub fn deny(shared: &Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
+/// Counts a refused client among INFO's rejected connections and logs
+/// it; the accept loop sends it DENIED (over TLS on the TLS port, after
+/// the handshake, as Redis does) and closes it.
+pub fn note_refusal(shared: &Shared, peer: SocketAddr) {
     shared
         .stats
         .rejected_connections
         .fetch_add(1, Ordering::Relaxed);
     log::info!("refused {peer}: protected mode is on and no password is set");
-    tokio::spawn(async move {
-        let _ = stream.write_all(DENIED.as_bytes()).await;
-        let _ = stream.shutdown().await;
-    });
 }
 
 /// The startup warning, when the server listens beyond the loopback

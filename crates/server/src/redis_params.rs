@@ -138,7 +138,9 @@ impl Param {
         }
     }
 
-    fn check_kind(&self, value: &str) -> Result<String, String> {
+    /// `check` less the refusal of what Engram does not do yet (`tls`
+    /// checks its own parameters' kinds with this).
+    pub(crate) fn check_kind(&self, value: &str) -> Result<String, String> {
         match self.kind {
             Kind::Bool => match value.to_ascii_lowercase().as_str() {
                 v @ ("yes" | "no") => Ok(v.to_string()),
@@ -198,21 +200,33 @@ impl Param {
 }
 
 /// Values that ask for something Engram does not do yet. Accepting them
-/// and doing nothing would be a silent surprise (a cache that never
-/// evicts, a TLS port that does not listen), so they are refused with the
+/// and doing nothing would be a silent surprise (a Unix socket nobody
+/// listens on, a cipher list not applied), so they are refused with the
 /// reason; only the value that asks for nothing is accepted.
 fn not_supported_yet(name: &str, value: &str) -> Option<&'static str> {
     let asks = match name {
-        "tls-port" | "min-replicas-to-write" => value != "0",
+        "min-replicas-to-write" => value != "0",
         "cluster-enabled" | "daemonize" => value == "yes",
-        "unixsocket" | "logfile" | "pidfile" | "replicaof" => !value.is_empty(),
+        "unixsocket" | "logfile" | "pidfile" | "replicaof" | "tls-ciphers" | "tls-ciphersuites"
+        | "tls-ca-cert-dir" | "tls-key-file-pass" => !value.is_empty(),
         _ => false,
     };
     if !asks {
         return None;
     }
     Some(match name {
-        "tls-port" => "Engram does not speak TLS yet: tls-port must be 0",
+        "tls-ciphers" | "tls-ciphersuites" => {
+            "Engram's TLS (rustls) offers its own set of modern cipher suites and takes no \
+             OpenSSL cipher list: tls-ciphers and tls-ciphersuites must be empty"
+        }
+        "tls-ca-cert-dir" => {
+            "Engram reads CA certificates from tls-ca-cert-file only: tls-ca-cert-dir must \
+             be empty"
+        }
+        "tls-key-file-pass" => {
+            "Engram does not read encrypted private keys: give tls-key-file unencrypted \
+             (openssl pkey -in key.pem -out plain.pem) and leave tls-key-file-pass empty"
+        }
         "min-replicas-to-write" | "replicaof" => {
             "Engram has no Redis replication (replication comes through Raft): only the \
              default is accepted"

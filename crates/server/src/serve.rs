@@ -1,6 +1,7 @@
-//! Starting and stopping the server: open the store, rebuild the keyspace,
-//! bind, accept connections on a multi-threaded runtime, and on shutdown
-//! drain clients, sync and close the store.
+//! Starting and stopping the server: read the TLS files, open the store,
+//! rebuild the keyspace, bind the plain and TLS ports, accept connections
+//! (`accept`) on a multi-threaded runtime, and on shutdown drain clients,
+//! sync and close the store.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,8 +9,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 
 use crate::config::{Config, Runtime};
 use crate::keyspace::{now_ms, Keyspace, KeyspaceOptions, OpenError, Opened};
@@ -37,20 +38,27 @@ pub enum StartError {
     Runtime(std::io::Error),
     #[error("invalid configuration: {0}")]
     Config(String),
+    #[error("cannot set up TLS: {0}")]
+    Tls(String),
 }
 
 /// A running server. Dropping it does not stop it; call `shutdown` (or
 /// send SHUTDOWN / a signal and call `wait`).
 pub struct Server {
+    /// Where the plain TCP port listens; the TLS port when it is the only
+    /// one (`port 0` beside a `tls-port`).
     pub addr: SocketAddr,
+    /// Where the TLS port listens, when `tls-port` is set.
+    pub tls_addr: Option<SocketAddr>,
     /// Held until `join`: the store closes only once every handle is gone.
     shared: Option<Arc<Shared>>,
     main: Option<JoinHandle<Result<(), String>>>,
 }
 
 impl Server {
-    /// Opens the store, recovers, binds, and starts serving in background
-    /// threads. Returns once the port accepts connections.
+    /// Reads the TLS files, binds, opens the store, recovers, and starts
+    /// serving in background threads. Returns once the ports accept
+    /// connections.
     pub fn start(config: Config) -> Result<Server, StartError> {
         if !(1..=255).contains(&config.databases) {
             return Err(StartError::Config(format!(
@@ -61,34 +69,37 @@ impl Server {
         crate::config::check_integrity(&config.integrity).map_err(StartError::Config)?;
         // Before the store opens: a bad ACL file stops startup at once.
         let acl = crate::acl::configured(&config).map_err(StartError::Config)?;
+        // Every TLS file is read now, before the store is created or
+        // opened: a bad one stops the start with its name.
+        let tls = match config.tls.port {
+            0 => None,
+            _ => Some(crate::tls::acceptor(&config.tls).map_err(StartError::Tls)?),
+        };
         // Before the store opens: its background threads start on these.
         let background_cpus = engram_threads::configure(&config.background_cpus)
             .map_err(|e| StartError::Config(e.to_string()))?;
         raise_fd_limit(config.maxclients);
-        let Opened {
-            keyspace,
-            engine_recovery: recovery,
-            keyspace_scan,
-        } = Keyspace::open_dir(&config.dir, &keyspace_options(&config))
-            .map_err(StartError::Open)?;
-
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.worker_threads())
             .thread_name("engram-net")
             .enable_all()
             .build()
             .map_err(StartError::Runtime)?;
-        let addr = format!("{}:{}", config.bind, config.port);
-        let listener = runtime
-            .block_on(TcpListener::bind(&addr))
-            .map_err(|source| StartError::Bind {
-                addr: addr.clone(),
-                source,
-            })?;
-        let local = listener.local_addr().map_err(|source| StartError::Bind {
-            addr: addr.clone(),
-            source,
-        })?;
+        // Bound before the store opens: a port in use is reported at once,
+        // not after a recovery, and leaves the store untouched. Clients
+        // that connect meanwhile wait in the backlog until accepts start.
+        let Listeners { plain, tls } = bind(&runtime, &config, tls)?;
+        let plain_addr = plain.as_ref().map(|(_, local)| *local);
+        let tls_addr = tls.as_ref().map(|(_, local, _)| *local);
+        let local = plain_addr
+            .or(tls_addr)
+            .expect("a plain listener unless TLS listens");
+        let Opened {
+            keyspace,
+            engine_recovery: recovery,
+            keyspace_scan,
+        } = Keyspace::open_dir(&config.dir, &keyspace_options(&config))
+            .map_err(StartError::Open)?;
 
         let runtime_config = Arc::new(Runtime::new(&config));
         runtime_config.set_loglevel(config.loglevel);
@@ -100,7 +111,7 @@ impl Server {
                 runtime_config,
                 recovery,
                 keyspace_scan,
-                local.port(),
+                plain_addr.map_or(0, |addr| addr.port()),
             )
             .with_acl(acl),
         );
@@ -108,8 +119,13 @@ impl Server {
 
         crate::protected_mode::warn_at_startup(&shared, local);
         let stats = keyspace.store().stats();
+        let listening = match (plain_addr, tls_addr) {
+            (Some(plain), Some(tls)) => format!("{plain} and {tls} (TLS)"),
+            (None, Some(tls)) => format!("{tls} (TLS only)"),
+            _ => local.to_string(),
+        };
         log::info!(
-            "Engram {} ready on {local}: mode {} (flush {}), durability {}, data in {}, \
+            "Engram {} ready on {listening}: mode {} (flush {}), durability {}, data in {}, \
              background threads on CPUs {}",
             env!("CARGO_PKG_VERSION"),
             stats.mode,
@@ -142,7 +158,9 @@ impl Server {
         let main = std::thread::Builder::new()
             .name("engram-main".into())
             .spawn(move || {
-                runtime.block_on(accept_loop(main_shared.clone(), listener));
+                let plain = plain.map(|(listener, _)| listener);
+                let tls = tls.map(|(listener, _, acceptor)| (listener, acceptor));
+                runtime.block_on(crate::accept::run(main_shared.clone(), plain, tls));
                 // Let connections finish their batch and leave.
                 let deadline = Instant::now() + DRAIN_PATIENCE;
                 while !main_shared.clients.is_empty() && Instant::now() < deadline {
@@ -163,6 +181,7 @@ impl Server {
             .map_err(StartError::Runtime)?;
         Ok(Server {
             addr: local,
+            tls_addr,
             shared: Some(shared),
             main: Some(main),
         })
@@ -194,53 +213,37 @@ impl Server {
     }
 }
 
-async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = shared.shutdown.notified() => break,
-        };
-        if shared.is_shutting_down() {
-            break;
+/// The bound ports, each with its address; the TLS one with its acceptor.
+struct Listeners {
+    plain: Option<(TcpListener, SocketAddr)>,
+    tls: Option<(TcpListener, SocketAddr, TlsAcceptor)>,
+}
+
+/// Binds the plain port (unless only TLS is served) and, with an
+/// acceptor, the TLS port.
+fn bind(
+    runtime: &tokio::runtime::Runtime,
+    config: &Config,
+    tls: Option<TlsAcceptor>,
+) -> Result<Listeners, StartError> {
+    let bind = |port: u16| {
+        let addr = format!("{}:{}", config.bind, port);
+        let bound = runtime
+            .block_on(TcpListener::bind(&addr))
+            .and_then(|listener| Ok((listener.local_addr()?, listener)));
+        bound
+            .map(|(local, listener)| (listener, local))
+            .map_err(|source| StartError::Bind { addr, source })
+    };
+    let plain = config.plain_port().map(bind).transpose()?;
+    let tls = match tls {
+        Some(acceptor) => {
+            let (listener, local) = bind(config.tls.port)?;
+            Some((listener, local, acceptor))
         }
-        let (mut stream, addr) = match accepted {
-            Ok(pair) => pair,
-            Err(e) => {
-                // Out of file descriptors and the like: back off briefly
-                // rather than spin.
-                log::warn!("accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        shared
-            .stats
-            .connections_received
-            .fetch_add(1, Ordering::Relaxed);
-        let local = stream.local_addr().unwrap_or(addr);
-        let maxclients = shared.runtime.maxclients.load(Ordering::Relaxed);
-        match shared.clients.register(addr, local, maxclients) {
-            Some(info) if crate::protected_mode::refuses(&shared, addr) => {
-                shared.clients.unregister(info.id);
-                crate::protected_mode::deny(&shared, stream, addr);
-            }
-            Some(info) => {
-                tokio::spawn(crate::connection::serve(shared.clone(), stream, info));
-            }
-            None => {
-                shared
-                    .stats
-                    .rejected_connections
-                    .fetch_add(1, Ordering::Relaxed);
-                tokio::spawn(async move {
-                    let _ = stream
-                        .write_all(b"-ERR max number of clients reached\r\n")
-                        .await;
-                });
-            }
-        }
-    }
-    log::info!("no longer accepting connections");
+        None => None,
+    };
+    Ok(Listeners { plain, tls })
 }
 
 /// SIGTERM and SIGINT start a clean shutdown, as in Redis.

@@ -58,8 +58,9 @@ pub struct Shared {
     /// How long opening the store (recovery) and the keyspace scan took.
     pub recovery: Duration,
     pub keyspace_scan: Duration,
-    /// The port actually bound (the configured one, or the one the OS
-    /// chose for port 0).
+    /// The plain TCP port actually bound (the configured one, or the one
+    /// the OS chose for port 0); 0 when only TLS listens (`tls-port` with
+    /// `port 0`).
     pub port: u16,
     /// 40 random hex digits naming this run (INFO's run_id, master_replid).
     pub run_id: String,
@@ -83,6 +84,8 @@ pub struct ServerStats {
     pub net_input_bytes: CachePadded<AtomicU64>,
     pub net_output_bytes: CachePadded<AtomicU64>,
     pub protocol_errors: AtomicU64,
+    /// TLS handshakes that failed or timed out (`tls`; INFO engram).
+    pub tls_handshake_failures: AtomicU64,
     /// The most resident memory INFO memory has seen.
     pub memory_peak: AtomicU64,
     /// INFO commandstats and errorstats.
@@ -98,6 +101,7 @@ impl ServerStats {
             &*self.net_input_bytes,
             &*self.net_output_bytes,
             &self.protocol_errors,
+            &self.tls_handshake_failures,
         ] {
             counter.store(0, Ordering::Relaxed);
         }

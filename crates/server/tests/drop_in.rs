@@ -169,9 +169,10 @@ fn redis_parameters_in_the_config_file() {
         ("CONFIG SET maxmemory-policy allkeys-lru", "OK"),
         // What Engram cannot do yet is refused, not silently ignored.
         (
-            "CONFIG SET tls-port 6380",
-            "(error) ERR CONFIG SET failed (possibly related to argument 'tls-port') - \
-             Engram does not speak TLS yet: tls-port must be 0",
+            "CONFIG SET tls-ciphers HIGH",
+            "(error) ERR CONFIG SET failed (possibly related to argument 'tls-ciphers') - \
+             Engram's TLS (rustls) offers its own set of modern cipher suites and takes no \
+             OpenSSL cipher list: tls-ciphers and tls-ciphersuites must be empty",
         ),
     ]);
     server.shutdown().unwrap();

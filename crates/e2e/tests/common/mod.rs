@@ -1,12 +1,13 @@
 //! What the `engram serve` process suites share: start the binary on a
-//! free port and learn the port from its log; connect a redis client.
+//! free port (or a TLS port) and learn the port from its log; connect a
+//! redis client; a python3 with redis-py.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -34,6 +35,13 @@ impl Drop for Served {
 }
 
 pub fn serve(dir: &Path, extra: &[&str]) -> Served {
+    try_serve(dir, extra).unwrap_or_else(|log| panic!("engram serve did not start:\n{log}"))
+}
+
+/// Starts `engram serve` with `extra` and learns its port from the ready
+/// line (the plain port, or the TLS one when only TLS listens); its log
+/// when it did not start.
+pub fn try_serve(dir: &Path, extra: &[&str]) -> Result<Served, String> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_engram-e2e"))
         .args(["serve", "--port", "0", "--dir"])
         .arg(dir)
@@ -48,28 +56,120 @@ pub fn serve(dir: &Path, extra: &[&str]) -> Served {
     let lines = log.clone();
     thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = line.split(" ready on ").nth(1) {
-                let port = rest
-                    .split(':')
+            let port = line.split(" ready on ").nth(1).map(|rest| {
+                rest.split(':')
                     .nth(1)
                     .and_then(|p| p.split(|c: char| !c.is_ascii_digit()).next())
-                    .and_then(|p| p.parse::<u16>().ok());
+                    .and_then(|p| p.parse::<u16>().ok())
+            });
+            // Logged before the port is handed over: the ready line is in
+            // `log_text` once `serve` returns.
+            lines.lock().unwrap().push(line);
+            if let Some(port) = port {
                 let _ = port_tx.send(port);
             }
-            lines.lock().unwrap().push(line);
         }
+        // The server exited: no ready line is coming.
+        let _ = port_tx.send(None);
     });
-    let port = port_rx
-        .recv_timeout(Duration::from_secs(60))
-        .ok()
-        .flatten()
-        .unwrap_or_else(|| {
-            panic!(
-                "engram serve did not start:\n{}",
-                log.lock().unwrap().join("\n")
-            )
-        });
-    Served { child, port, log }
+    let port = port_rx.recv_timeout(Duration::from_secs(60)).ok().flatten();
+    let served = Served {
+        child,
+        port: port.unwrap_or(0),
+        log,
+    };
+    match port {
+        Some(_) => Ok(served),
+        None => Err(served.log_text()),
+    }
+}
+
+/// `engram serve --port 0 --tls-port P` with `extra` (the certificate
+/// flags): TLS only, on a port free a moment before. `tls-port 0` means
+/// no TLS, as in Redis, so the OS cannot choose it: if another process
+/// takes the port first, the start is tried again on another.
+pub fn serve_tls(dir: &Path, extra: &[&str]) -> Served {
+    for _ in 0..10 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+            .to_string();
+        let args: Vec<&str> = ["--tls-port", &port].iter().chain(extra).copied().collect();
+        match try_serve(dir, &args) {
+            Ok(served) => return served,
+            Err(log) if log.contains("cannot listen on") => continue,
+            Err(log) => panic!("engram serve did not start:\n{log}"),
+        }
+    }
+    panic!("no free port for engram serve's TLS port in ten tries")
+}
+
+/// A `python3` command that can `import redis` (redis-py), for tests that
+/// hold Engram to what redis-py users see; add the script (`-c`) and its
+/// arguments. The first call in a test process checks `python3 -c "import
+/// redis"` and, if that fails, installs redis-py with `python3 -m pip
+/// install redis` (again with `--break-system-packages` when pip refuses
+/// to touch a Python the system manages, PEP 668); later calls, from any
+/// thread, reuse that outcome. Fails the test, with pip's words, when
+/// redis-py cannot be had.
+pub fn python_with_redis_py() -> Command {
+    static READY: OnceLock<Result<(), String>> = OnceLock::new();
+    if let Err(why) = READY.get_or_init(install_redis_py) {
+        panic!("redis-py is needed and could not be installed: {why}");
+    }
+    Command::new("python3")
+}
+
+fn install_redis_py() -> Result<(), String> {
+    let importable = || {
+        Command::new("python3")
+            .args(["-c", "import redis"])
+            .output()
+            .map(|output| output.status.success())
+            .map_err(|e| format!("python3 cannot be run: {e}"))
+    };
+    if importable()? {
+        return Ok(());
+    }
+    let pip = |extra: &[&str]| {
+        let output = Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args(extra)
+            .arg("redis")
+            .output()
+            .map_err(|e| format!("python3 -m pip cannot be run: {e}"))?;
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        Ok::<_, String>((output.status.success(), said))
+    };
+    let (installed, said) = pip(&[])?;
+    if !installed {
+        if !said.contains("externally-managed-environment") {
+            return Err(format!("python3 -m pip install redis failed:\n{said}"));
+        }
+        let (installed, said) = pip(&["--break-system-packages"])?;
+        if !installed {
+            return Err(format!(
+                "python3 -m pip install --break-system-packages redis failed:\n{said}"
+            ));
+        }
+    }
+    if importable()? {
+        Ok(())
+    } else {
+        Err("pip installed redis, but python3 still cannot import it".into())
+    }
 }
 
 pub fn connect(port: u16) -> redis::Connection {

@@ -228,6 +228,9 @@ fn live_parameters(ctx: &Ctx) -> Vec<(&'static str, String)> {
         ),
         ("background-cpus", config.background_cpus.to_string()),
     ]
+    .into_iter()
+    .chain(config.tls.parameters())
+    .collect()
 }
 
 const IMMUTABLE: &[&str] = &["bind", "port", "dir", "databases", "mode", "io-threads"];
@@ -351,6 +354,13 @@ fn validate_setting(name: &str, value: &str) -> Result<Change, CmdError> {
             "can't set immutable config: the integrity and collections checkpoint settings \
              are fixed at startup (set them in the configuration file, or the integrity \
              ones with engram serve --integrity...)"
+                .into(),
+        ));
+    }
+    if crate::tls::PARAMETERS.contains(&name) {
+        return Err(failed(
+            "can't set immutable config: the TLS settings are read once, at startup \
+             (set them in the configuration file or on the command line and restart)"
                 .into(),
         ));
     }

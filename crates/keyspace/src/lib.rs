@@ -809,6 +809,17 @@ impl Keyspace {
         Txn::new(self, guards, None, atomic)
     }
 
+    /// `lock_all` if no key group is held now, else None (nothing held):
+    /// for a caller that must not block its thread on the locks (a network
+    /// worker about to run a script inline).
+    pub fn try_lock_all(&self, atomic: bool) -> Option<Txn<'_>> {
+        let mut guards = Vec::with_capacity(KEY_GROUPS);
+        for i in 0..KEY_GROUPS {
+            guards.push((i, self.groups[i].lock.try_lock()?));
+        }
+        Some(Txn::new(self, guards, None, atomic))
+    }
+
     /// Keys in database `db`.
     pub fn dbsize(&self, db: usize) -> u64 {
         let db = self.db_map.physical(db);

@@ -165,6 +165,11 @@ async fn run<S: Stream>(
                             return Ok(());
                         }
                     }
+                    let _gate = if runs_script(parser.args(&buf[offset..])) {
+                        script_gate(shared).await
+                    } else {
+                        None
+                    };
                     if must_wait_for_script(shared, parser.args(&buf[offset..])) {
                         wait_for_script(shared).await;
                     }
@@ -340,16 +345,72 @@ fn must_wait_for_script(shared: &Shared, args: crate::resp::Args) -> bool {
     lookup(args.get(0)).is_some_and(|(_, spec)| !crate::commands::allowed_while_busy(spec, &args))
 }
 
+/// Whether the call runs a script (and takes the scripts' gate first).
+fn runs_script(args: crate::resp::Args) -> bool {
+    let name = args.get(0);
+    [
+        "eval",
+        "evalsha",
+        "eval_ro",
+        "evalsha_ro",
+        "fcall",
+        "fcall_ro",
+    ]
+    .iter()
+    .any(|s| name.eq_ignore_ascii_case(s.as_bytes()))
+}
+
+/// The scripts' gate (`Scripting::gate`), or None once the script holding
+/// it has run past `busy-reply-threshold`: this call then goes on to get
+/// BUSY, as in Redis, instead of waiting for it.
+async fn script_gate(shared: &Shared) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+    let scripting = &shared.scripting;
+    let gate = scripting.gate.lock();
+    tokio::pin!(gate);
+    loop {
+        tokio::select! {
+            guard = &mut gate => return Some(guard),
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {
+                let threshold_ms = scripting.busy_threshold_ms();
+                let over = scripting
+                    .running
+                    .elapsed_ms()
+                    .is_some_and(|ms| threshold_ms > 0 && ms >= threshold_ms);
+                if over {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
 /// Waits, without holding a worker thread, until the script running ends
 /// or runs past `busy-reply-threshold` (then the command gets BUSY).
 async fn wait_for_script(shared: &Shared) {
     let scripting = &shared.scripting;
-    while let Some(elapsed_ms) = scripting.running.elapsed_ms() {
+    loop {
+        // Registered before the check, so an end in between is not missed.
+        let ended = scripting.running.ended.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        let Some(elapsed_ms) = scripting.running.elapsed_ms() else {
+            return;
+        };
         let threshold_ms = scripting.busy_threshold_ms();
         if threshold_ms > 0 && elapsed_ms >= threshold_ms {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        // Until it ends, or (to answer BUSY) reaches the threshold; the
+        // threshold may change meanwhile, so look again now and then.
+        let wait_ms = if threshold_ms > 0 {
+            (threshold_ms - elapsed_ms).min(100)
+        } else {
+            100
+        };
+        tokio::select! {
+            _ = &mut ended => {}
+            _ = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
+        }
     }
 }
 

@@ -66,7 +66,7 @@ fn fcall_generic(ctx: &mut Ctx, args: Args, ro: bool) -> CmdResult {
     }
     let (keys, argv) = keys_and_args(&args)?;
     check_flags(ctx, flags, ro)?;
-    let call = Call {
+    let mut call = Call {
         name: &name,
         flags,
         eval: false,
@@ -74,8 +74,10 @@ fn fcall_generic(ctx: &mut Ctx, args: Args, ro: bool) -> CmdResult {
         keys,
         args: argv,
         command: args.iter().map(|a| a.to_vec()).collect(),
+        inline: false,
     };
-    let (txn, from_exec) = script_txn(ctx);
+    let (txn, from_exec, placement) = script_txn(ctx);
+    call.inline = placement == super::scripting::Placement::Inline;
     let reply_start = ctx.out.len();
     let txn = {
         let engine = shared.scripting.functions.lock();
@@ -87,7 +89,7 @@ fn fcall_generic(ctx: &mut Ctx, args: Args, ro: bool) -> CmdResult {
         let keyspace = ctx.keyspace;
         let (session, out) = (&mut *ctx.session, &mut *ctx.out);
         let lua_function = &function.function;
-        super::run_blocking(|| {
+        placement.run(|| {
             run_script(
                 shared,
                 keyspace,
@@ -109,7 +111,7 @@ fn change_libraries<R>(
     ctx: &mut Ctx,
     change: impl FnOnce(&mut FunctionsEngine) -> Result<R, String>,
 ) -> Result<R, super::CmdError> {
-    let (mut txn, from_exec) = script_txn(ctx);
+    let (mut txn, from_exec, _) = script_txn(ctx);
     let reply_start = ctx.out.len();
     let outcome = {
         let mut engine = ctx.shared.scripting.functions.lock();

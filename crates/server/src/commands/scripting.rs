@@ -149,13 +149,51 @@ pub fn check_flags(ctx: &Ctx, flags: ScriptFlags, ro_command: bool) -> CmdResult
     Ok(())
 }
 
-/// The transaction a script runs in: EXEC's (which holds every key group
-/// for a queue with a script), or every key group locked now.
-pub fn script_txn<'s>(ctx: &mut Ctx<'s, '_>) -> (Txn<'s>, bool) {
-    match ctx.exec.take() {
-        Some(txn) => (txn, true),
-        None => (ctx.ks().lock_all(true), false),
+/// How a script runs on the network worker that called it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// On the worker itself: the common case, a short script. The other
+    /// workers keep serving (and answer BUSY if it runs long), stealing
+    /// this worker's queued tasks.
+    Inline,
+    /// With the worker's other tasks handed to a fresh thread first
+    /// (`run_blocking`): when the worker may have to wait for the key
+    /// groups (another script holds them), inside EXEC, or when the runtime
+    /// has one worker only (nobody else would answer BUSY or SCRIPT KILL).
+    Handed,
+}
+
+impl Placement {
+    pub fn run<R>(self, work: impl FnOnce() -> R) -> R {
+        match self {
+            Placement::Inline => work(),
+            Placement::Handed => super::run_blocking(work),
+        }
     }
+}
+
+/// Whether other network workers can serve while this one runs a script.
+fn other_workers() -> bool {
+    tokio::runtime::Handle::try_current().is_ok_and(|h| h.metrics().num_workers() > 1)
+}
+
+/// The transaction a script runs in: EXEC's (which holds every key group
+/// for a queue with a script), or every key group locked now. Where the
+/// groups are free at once (no other script runs) the script runs inline;
+/// a worker that would wait for them hands its other tasks on first, so
+/// that two scripts cannot hold up every worker between them.
+pub fn script_txn<'s>(ctx: &mut Ctx<'s, '_>) -> (Txn<'s>, bool, Placement) {
+    if let Some(txn) = ctx.exec.take() {
+        return (txn, true, Placement::Handed);
+    }
+    let keyspace = ctx.ks();
+    if other_workers() {
+        if let Some(txn) = keyspace.try_lock_all(true) {
+            return (txn, false, Placement::Inline);
+        }
+    }
+    let txn = super::run_blocking(|| keyspace.lock_all(true));
+    (txn, false, Placement::Handed)
 }
 
 /// Hands the script's transaction back to EXEC, or commits it (one
@@ -206,7 +244,7 @@ fn eval_generic(ctx: &mut Ctx, args: Args, by_sha: bool, ro: bool) -> CmdResult 
     };
     check_flags(ctx, flags, ro)?;
     let read_only = ro || (!flags.compat && flags.no_writes);
-    let call = Call {
+    let mut call = Call {
         name: &sha,
         flags,
         eval: true,
@@ -214,8 +252,10 @@ fn eval_generic(ctx: &mut Ctx, args: Args, by_sha: bool, ro: bool) -> CmdResult 
         keys,
         args: argv,
         command: Vec::new(),
+        inline: false,
     };
-    let (txn, from_exec) = script_txn(ctx);
+    let (txn, from_exec, placement) = script_txn(ctx);
+    call.inline = placement == super::scripting::Placement::Inline;
     let reply_start = ctx.out.len();
     let txn = {
         let mut eval = shared.scripting.eval.lock();
@@ -234,7 +274,7 @@ fn eval_generic(ctx: &mut Ctx, args: Args, by_sha: bool, ro: bool) -> CmdResult 
         let function = &eval.scripts[&sha].function;
         let keyspace = ctx.keyspace;
         let (session, out) = (&mut *ctx.session, &mut *ctx.out);
-        super::run_blocking(|| {
+        placement.run(|| {
             run_script(
                 shared,
                 keyspace,

@@ -83,6 +83,12 @@ pub struct Scripting {
     /// DEBUG SET-DISABLE-DENY-SCRIPTS: scripts may call the commands Redis
     /// refuses them (`noscript`), for Redis's own tests of DEBUG PROTOCOL.
     pub deny_scripts_disabled: AtomicBool,
+    /// Taken (asynchronously, first come first served) by a connection
+    /// before it runs a script command: scripts run one at a time anyway
+    /// (each holds every key group), and queueing here instead of on the
+    /// key groups' locks keeps the waiting off the worker threads and wakes
+    /// one waiter per script, not all of them (`connection`).
+    pub gate: tokio::sync::Mutex<()>,
 }
 
 impl Scripting {
@@ -138,6 +144,7 @@ impl Default for Scripting {
             libraries_count: AtomicUsize::new(0),
             deny_scripts_disabled: AtomicBool::new(false),
             functions_count: AtomicUsize::new(0),
+            gate: tokio::sync::Mutex::new(()),
         }
     }
 }

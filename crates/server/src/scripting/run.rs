@@ -6,6 +6,7 @@
 //! goes into the caller's reply as Redis writes it.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use mlua::{Function, HookTriggers, Lua, MultiValue, Table, Value, VmState};
@@ -34,6 +35,32 @@ pub struct Call<'a> {
     pub args: Vec<&'a [u8]>,
     /// The command line that ran it (FUNCTION STATS).
     pub command: Vec<Vec<u8>>,
+    /// It runs on its network worker's own thread (`Placement::Inline`):
+    /// once it has run a while, the worker's other tasks are handed to a
+    /// fresh thread (see `hand_off_if_long`).
+    pub inline: bool,
+}
+
+/// How long an inline script runs before its worker's queued tasks are
+/// handed on: a task queued behind it (in the worker's LIFO slot, which
+/// other workers cannot steal) would otherwise wait for the whole script,
+/// and a client waiting to be told BUSY, or to send SCRIPT KILL, could be
+/// that task.
+const HAND_OFF_AFTER_MS: u64 = 2;
+/// Then again this often: a hand-off is a best effort (the fresh thread
+/// may not have started within the pause on a loaded machine), and once
+/// one took, another costs only its pause.
+const HAND_OFF_AGAIN_MS: u64 = 50;
+
+/// Hands the worker's queued tasks to a fresh thread (`block_in_place`
+/// with a short pause, long enough for that thread to take them; the
+/// script then goes on here without them). `next_ms`: when to (0: never).
+fn hand_off_if_long(next_ms: &AtomicU64, running: &Running) {
+    let next = next_ms.load(Ordering::Relaxed);
+    if next > 0 && running.elapsed_ms().is_some_and(|ms| ms >= next) {
+        next_ms.store(next + HAND_OFF_AGAIN_MS, Ordering::Relaxed);
+        commands::run_blocking(|| std::thread::sleep(std::time::Duration::from_millis(1)));
+    }
 }
 
 /// What `redis.call` works with during one run.
@@ -84,9 +111,15 @@ pub fn run_script<'s>(
     });
     let lua = &engine.lua;
     let hook_running = running.clone();
+    let hand_off_at = Arc::new(AtomicU64::new(if call.inline {
+        HAND_OFF_AFTER_MS
+    } else {
+        0
+    }));
     lua.set_hook(
         HookTriggers::new().every_nth_instruction(HOOK_EVERY_INSTRUCTIONS),
         move |lua, _| {
+            hand_off_if_long(&hand_off_at, &hook_running);
             if hook_running.is_killed() {
                 // As Redis's hook: from now on every line raises, so a
                 // `pcall` that caught this cannot keep the script going
@@ -162,10 +195,17 @@ pub fn run_script<'s>(
         }
     }
     running.end();
-    // Lua's garbage collector, a step per run (Redis steps it every 50).
-    let _ = lua.gc_step_kbytes(16);
+    // Lua's garbage collector: a step of 50 every 50 runs, as Redis's
+    // evalGenericCommand (Lua's own allocation-driven steps do the rest).
+    if GC_RUNS.fetch_add(1, Ordering::Relaxed) % GC_PERIOD == GC_PERIOD - 1 {
+        let _ = lua.gc_step_kbytes(GC_PERIOD as i32);
+    }
     state.txn.expect("the script's transaction comes back")
 }
+
+/// Scripts run since start, for the collector's period.
+static GC_RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+const GC_PERIOD: u32 = 50;
 
 /// `-<err> script: <name>, on <source>:<line>.` (luaCallFunction).
 fn write_error(shared: &Shared, out: &mut ReplyWriter, error: &Table, name: &str) {

@@ -26,6 +26,9 @@ pub struct Running {
     description: Mutex<(String, Vec<Vec<u8>>)>,
     /// Milliseconds the last script ran (tests, INFO).
     pub last_duration_ms: AtomicU64,
+    /// Notified when a script ends: clients waiting for it go on at once
+    /// (`connection::wait_for_script`).
+    pub ended: tokio::sync::Notify,
 }
 
 /// What SCRIPT KILL or FUNCTION KILL can do.
@@ -49,6 +52,7 @@ impl Running {
 
     pub fn end(&self) {
         self.active.store(false, Ordering::Release);
+        self.ended.notify_waiters();
         if let Some(started) = self.started.lock().take() {
             self.last_duration_ms
                 .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);

@@ -223,6 +223,7 @@ fn memory(shared: &Shared, ks: &Keyspace, out: &mut String) -> std::fmt::Result 
          maxmemory_human:{}\r\n\
          maxmemory_policy:{}\r\n\
          mem_not_counted_for_evict:0\r\n\
+         number_of_cached_scripts:{}\r\n\
          mem_allocator:mimalloc\r\n\
          lazyfree_pending_objects:{}\r\n\
          lazyfreed_objects:{}\r\n",
@@ -236,6 +237,7 @@ fn memory(shared: &Shared, ks: &Keyspace, out: &mut String) -> std::fmt::Result 
         store.file_bytes,
         human_bytes(maxmemory),
         shared.memory_limit.policy().name(),
+        shared.scripting.cached_scripts.load(Ordering::Relaxed),
         engram_collections::lazy_free::pending(),
         engram_collections::lazy_free::freed(),
     )

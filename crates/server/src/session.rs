@@ -70,6 +70,10 @@ pub struct Session {
     /// CLIENT NO-TOUCH ON: this client's commands (but TOUCH) leave keys'
     /// access fields alone.
     pub no_touch: bool,
+    /// A script of this client is running: the commands now running are
+    /// its `redis.call`s (SORT then orders a set's output, as Redis does
+    /// for scripts).
+    pub in_script: bool,
 }
 
 /// CLIENT REPLY's modes.
@@ -128,6 +132,7 @@ impl Session {
             caching: false,
             tracked_exec: None,
             no_touch: false,
+            in_script: false,
         }
     }
 

@@ -518,3 +518,42 @@ fn oom_checks_and_denied_commands_as_redis() {
         ],
     );
 }
+
+/// What Redis does differently for a script's calls: a set sorted BY a
+/// constant comes back ordered, XREAD may not BLOCK, `redis.acl_check_cmd`
+/// answers for the calling user; and INFO counts the cached scripts.
+#[test]
+fn script_calls_sort_sets_refuse_block_and_check_acl_as_redis() {
+    let (_server, _dir, _redis, mut e, mut r) = beside_redis();
+    same(
+        &mut e,
+        &mut r,
+        &[
+            &["sadd", "s", "u", "i", "f", "aa", "d", "z", "b", "h", "a", "azz"],
+            &["mset", "w_a", "1", "w_b", "2"],
+            &["eval", "return redis.call('sort', KEYS[1], 'by', 'nosort')", "1", "s"],
+            &["eval", "return redis.call('sort', KEYS[1], 'by', 'nosort', 'get', 'w_*')", "1", "s"],
+            &["eval", "return redis.pcall('xread', 'BLOCK', '0', 'STREAMS', 'x', '$')", "0"],
+            &["eval", "return redis.pcall('XREADGROUP', 'GROUP', 'g', 'c', 'BLOCK', '10', 'STREAMS', 'x', '>')", "0"],
+            &["eval", "return redis.pcall('xread', 'STREAMS', 'block', '0')", "0"],
+            &["acl", "setuser", "bob", "on", ">123", "+@scripting", "+set", "~x*"],
+            &["auth", "bob", "123"],
+            &["eval", "return redis.acl_check_cmd('set', 'xx', 1)", "1", "xx"],
+            &["eval", "return redis.acl_check_cmd('hset', 'xx', 'f', 1)", "1", "xx"],
+            &["eval", "return redis.acl_check_cmd('set', 'yy', 1)", "0"],
+        ],
+    );
+    let mut c = Client::connect(&_server);
+    c.call("SCRIPT FLUSH");
+    c.call("SCRIPT LOAD return\\s1");
+    c.call("EVAL return\\s2 0");
+    assert_eq!(
+        common::info_number(&mut c, "memory", "number_of_cached_scripts"),
+        2
+    );
+    c.call("SCRIPT FLUSH ASYNC");
+    assert_eq!(
+        common::info_number(&mut c, "memory", "number_of_cached_scripts"),
+        0
+    );
+}

@@ -109,7 +109,11 @@ pub fn keys_and_args<'a>(args: &Args<'a>) -> Result<KeysAndArgs<'a>, CmdError> {
 
 /// The cached script named `sha`, compiling `body` first if it is new;
 /// the error is the reply.
-fn load_script(eval: &mut EvalEngine, body: &[u8]) -> Result<String, CmdError> {
+fn load_script(
+    shared: &crate::shared::Shared,
+    eval: &mut EvalEngine,
+    body: &[u8],
+) -> Result<String, CmdError> {
     let sha = sha1_hex(body);
     if eval.scripts.contains_key(&sha) {
         return Ok(sha);
@@ -124,6 +128,10 @@ fn load_script(eval: &mut EvalEngine, body: &[u8]) -> Result<String, CmdError> {
             ))
         })?;
     eval.scripts.insert(sha.clone(), Script { flags, function });
+    shared
+        .scripting
+        .cached_scripts
+        .store(eval.scripts.len(), std::sync::atomic::Ordering::Relaxed);
     Ok(sha)
 }
 
@@ -237,7 +245,7 @@ fn eval_generic(ctx: &mut Ctx, args: Args, by_sha: bool, ro: bool) -> CmdResult 
             }
             sha
         } else {
-            load_script(&mut eval, body)?
+            load_script(shared, &mut eval, body)?
         };
         let flags = eval.scripts[&sha].flags;
         (sha, flags)
@@ -265,7 +273,7 @@ fn eval_generic(ctx: &mut Ctx, args: Args, by_sha: bool, ro: bool) -> CmdResult 
                 let result = finish_txn(ctx, txn, from_exec, reply_start);
                 return result.and(Err(err(NOSCRIPT)));
             }
-            if let Err(e) = load_script(&mut eval, body) {
+            if let Err(e) = load_script(shared, &mut eval, body) {
                 let result = finish_txn(ctx, txn, from_exec, reply_start);
                 return result.and(Err(e));
             }
@@ -298,7 +306,7 @@ fn script(ctx: &mut Ctx, args: Args) -> CmdResult {
             if args.len() != 3 {
                 return Err(wrong_sub_arity("script", sub));
             }
-            let sha = load_script(&mut shared.scripting.eval.lock(), args.get(2))?;
+            let sha = load_script(shared, &mut shared.scripting.eval.lock(), args.get(2))?;
             ctx.out.bulk(sha.as_bytes());
         }
         "exists" => {

@@ -252,9 +252,13 @@ fn sort_generic(ctx: &mut Ctx, args: Args, readonly: bool) -> CmdResult {
     };
     let mut options = parse_options(&args, readonly, every_key)?;
     let source = read_source(ctx, args.get(1))?;
-    // A set has no order of its own: to store it (replicas must agree),
-    // sort it by its elements.
-    if options.dontsort && matches!(source, Source::Set(_)) && options.store.is_some() {
+    // A set has no order of its own: to store it, or to hand it to a
+    // script (replicas, and a script's effects, must agree), sort it by
+    // its elements.
+    if options.dontsort
+        && matches!(source, Source::Set(_))
+        && (options.store.is_some() || ctx.session.in_script)
+    {
         options.dontsort = false;
         options.alpha = true;
         options.by = None;

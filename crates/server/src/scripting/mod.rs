@@ -89,6 +89,9 @@ pub struct Scripting {
     /// key groups' locks keeps the waiting off the worker threads and wakes
     /// one waiter per script, not all of them (`connection`).
     pub gate: tokio::sync::Mutex<()>,
+    /// Scripts EVAL and SCRIPT LOAD cached (INFO's
+    /// `number_of_cached_scripts`, readable while a script holds `eval`).
+    pub cached_scripts: AtomicUsize,
 }
 
 impl Scripting {
@@ -145,6 +148,7 @@ impl Default for Scripting {
             deny_scripts_disabled: AtomicBool::new(false),
             functions_count: AtomicUsize::new(0),
             gate: tokio::sync::Mutex::new(()),
+            cached_scripts: AtomicUsize::new(0),
         }
     }
 }
@@ -158,6 +162,7 @@ impl Scripting {
     pub fn flush_eval(&self) {
         let mut eval = self.eval.lock();
         eval.scripts.clear();
+        self.cached_scripts.store(0, Ordering::Relaxed);
         eval.engine = Engine::new(sandbox::Mode::Eval).expect("the Lua state starts");
     }
 }

@@ -97,6 +97,7 @@ pub fn run_script<'s>(
     let running: &Arc<Running> = &shared.scripting.running;
     running.begin(call.eval, call.name.to_string(), call.command.clone());
     let saved_db = session.db;
+    session.in_script = true;
     let state = RefCell::new(CallState {
         shared,
         keyspace,
@@ -153,7 +154,10 @@ pub fn run_script<'s>(
             scope.create_function(|lua, args: MultiValue| set_resp(lua, &state, args))?,
         )?;
         hooks.raw_set("set_repl", lua.create_function(set_repl)?)?;
-        hooks.raw_set("acl_check_cmd", lua.create_function(acl_check_cmd)?)?;
+        hooks.raw_set(
+            "acl_check_cmd",
+            scope.create_function(|lua, args: MultiValue| acl_check_cmd(lua, &state, args))?,
+        )?;
         let keys = string_table(lua, &call.keys)?;
         let args = string_table(lua, &call.args)?;
         if call.eval {
@@ -178,6 +182,7 @@ pub fn run_script<'s>(
     let state = state.into_inner();
     let resp3 = state.resp3;
     state.session.select(saved_db);
+    state.session.in_script = false;
     match outcome {
         Ok((true, value)) => lua_to_reply::write(shared, out, &value, resp3),
         Ok((false, Value::Table(error))) => write_error(shared, out, &error, call.name),
@@ -421,6 +426,15 @@ fn may_replicate(spec: &CommandSpec) -> bool {
     matches!(spec.name, "publish" | "spublish" | "pfcount")
 }
 
+/// Whether an XREAD or XREADGROUP call has BLOCK among its options (the
+/// words before STREAMS).
+fn blocks(args: &crate::resp::Args) -> bool {
+    (1..args.len())
+        .map(|i| args.get(i))
+        .take_while(|a| !a.eq_ignore_ascii_case(b"streams"))
+        .any(|a| a.eq_ignore_ascii_case(b"block"))
+}
+
 /// `redis.call` / `redis.pcall`: `(true, reply)` or `(false, {err=...})`.
 fn redis_call(
     lua: &Lua,
@@ -452,6 +466,16 @@ fn redis_call(
     }
     if refused_in_scripts(shared, spec, &args) {
         return refuse(lua, "ERR This Redis command is not allowed from script");
+    }
+    if matches!(spec.name, "xread" | "xreadgroup") && blocks(&args) {
+        // A script cannot wait: Redis refuses BLOCK outright.
+        return refuse(
+            lua,
+            &format!(
+                "ERR {} command is not allowed with BLOCK option from scripts",
+                String::from_utf8_lossy(args.get(0))
+            ),
+        );
     }
     let rules = st.session.user.rules();
     if !rules.unrestricted {
@@ -569,18 +593,30 @@ fn set_repl(lua: &Lua, args: MultiValue) -> mlua::Result<(bool, Value)> {
     Ok((true, Value::Nil))
 }
 
-fn acl_check_cmd(lua: &Lua, args: MultiValue) -> mlua::Result<(bool, Value)> {
+/// `redis.acl_check_cmd`: whether the calling user may run the command
+/// with these arguments (an unknown command is an error).
+fn acl_check_cmd(
+    lua: &Lua,
+    state: &RefCell<CallState>,
+    args: MultiValue,
+) -> mlua::Result<(bool, Value)> {
     let parts = match command_parts(lua, &args)? {
         Ok(parts) => parts,
         Err(failed) => return Ok(failed),
     };
-    // No ACL yet: the default user may run every command there is.
-    match commands::lookup(&parts[0]) {
-        Some(_) => Ok((true, Value::Boolean(true))),
-        None => failure(
+    let Some((index, spec)) = commands::lookup(&parts[0]) else {
+        // Raised where the script called it (Redis's luaError), so the
+        // reply names the script and line.
+        let (_, error) = failure(
             lua,
             "Invalid command passed to redis.acl_check_cmd()",
             false,
-        ),
-    }
+        )?;
+        return Err(raise(&error));
+    };
+    let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
+    let owned = OwnedArgs::from_slices(&parts);
+    let rules = state.borrow().session.user.rules();
+    let allowed = crate::acl::check(&rules, index, spec, &owned.args()).is_ok();
+    Ok((true, Value::Boolean(allowed)))
 }

@@ -15,29 +15,7 @@ use crate::resp::Args;
 
 /// Redis's ACL categories, in the order ACL CAT lists them (a category's
 /// bit in `Entry::categories` is its index here).
-pub const CATEGORIES: [&str; 21] = [
-    "keyspace",
-    "read",
-    "write",
-    "set",
-    "sortedset",
-    "list",
-    "hash",
-    "string",
-    "bitmap",
-    "hyperloglog",
-    "geo",
-    "stream",
-    "pubsub",
-    "admin",
-    "fast",
-    "slow",
-    "blocking",
-    "dangerous",
-    "connection",
-    "transaction",
-    "scripting",
-];
+pub const CATEGORIES: [&str; 21] = descriptions::CATEGORY_ORDER;
 
 /// One command or subcommand.
 pub struct Entry {

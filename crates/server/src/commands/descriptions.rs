@@ -28,8 +28,8 @@ pub struct Description {
     acl: &'static [&'static str],
 }
 
-/// ACL categories in the order Redis replies them.
-const CATEGORY_ORDER: [&str; 21] = [
+/// ACL categories in the order Redis replies them (and ACL CAT lists them).
+pub const CATEGORY_ORDER: [&str; 21] = [
     "keyspace",
     "read",
     "write",

@@ -165,7 +165,7 @@ async fn run<S: Stream>(
                             return Ok(());
                         }
                     }
-                    let _gate = if runs_script(parser.args(&buf[offset..])) {
+                    let gate = if runs_script(parser.args(&buf[offset..])) {
                         script_gate(shared).await
                     } else {
                         None
@@ -178,6 +178,9 @@ async fn run<S: Stream>(
                     }
                     info.qbuf.store(buf.len() - offset, Ordering::Relaxed);
                     execute(shared, session, out, parser.args(&buf[offset..]));
+                    // Not held across this client's own waits (a flush to a
+                    // client that does not read would hold every script up).
+                    drop(gate);
                     offset += consumed;
                     if std::mem::take(&mut session.reload) {
                         match crate::reload::reload(shared).await {

@@ -557,3 +557,41 @@ fn script_calls_sort_sets_refuse_block_and_check_acl_as_redis() {
         0
     );
 }
+
+/// Function names in any case, a quoted library name, and FUNCTION LIST's
+/// options given twice, beside Redis.
+#[test]
+fn function_names_and_list_options_as_redis() {
+    let (_server, _dir, _redis, mut e, mut r) = beside_redis();
+    same(
+        &mut e,
+        &mut r,
+        &[
+            &[
+                "function",
+                "load",
+                "#!lua name=\"quoted\"\nredis.register_function('MyFn', function() return 1 end)",
+            ],
+            &["fcall", "myfn", "0"],
+            &["fcall", "MYFN", "0"],
+            &[
+                "function",
+                "load",
+                "#!lua name=other\nredis.register_function('myfn', function() return 2 end)",
+            ],
+            &["function", "list", "withcode", "withcode"],
+            &[
+                "function",
+                "list",
+                "withcode",
+                "libraryname",
+                "foo",
+                "libraryname",
+                "foo",
+            ],
+            &["function", "list", "libraryname", "quoted"],
+            &["function", "delete", "quoted"],
+            &["fcall", "myfn", "0"],
+        ],
+    );
+}

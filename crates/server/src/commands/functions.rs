@@ -241,9 +241,9 @@ fn list(ctx: &mut Ctx, args: &Args) -> CmdResult {
     while i < args.len() {
         let arg = args.get(i);
         i += 1;
-        if is(arg, "withcode") {
+        if is(arg, "withcode") && !with_code {
             with_code = true;
-        } else if is(arg, "libraryname") {
+        } else if is(arg, "libraryname") && pattern.is_none() {
             if i >= args.len() {
                 return Err(err("ERR library name argument was not given"));
             }

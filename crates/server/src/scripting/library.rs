@@ -35,7 +35,7 @@ pub struct Library {
 pub struct FunctionsEngine {
     pub engine: Engine,
     pub libraries: BTreeMap<String, Library>,
-    /// Function name → its library's name.
+    /// Function name in lowercase → its library's name.
     pub functions: HashMap<String, String>,
 }
 
@@ -77,7 +77,14 @@ fn metadata(code: &[u8]) -> Result<(String, usize), String> {
                         .to_string(),
                 );
             }
-            name = Some(part[5..].to_string());
+            // Redis splits the line as its config files (sdssplitargs):
+            // `name="foo"` names `foo`.
+            let value = &part[5..];
+            let unquoted = ['"', '\'']
+                .iter()
+                .find_map(|&q| value.strip_prefix(q).and_then(|v| v.strip_suffix(q)))
+                .unwrap_or(value);
+            name = Some(unquoted.to_string());
             continue;
         }
         return Err(format!("ERR Invalid metadata value given: {part}"));
@@ -122,7 +129,7 @@ impl FunctionsEngine {
             return Err("ERR No functions registered".to_string());
         }
         for function in functions.keys() {
-            if let Some(owner) = self.functions.get(function) {
+            if let Some(owner) = self.functions.get(&function.to_ascii_lowercase()) {
                 if *owner != name {
                     return Err(format!("ERR Function {function} already exists"));
                 }
@@ -130,7 +137,8 @@ impl FunctionsEngine {
         }
         self.remove(&name);
         for function in functions.keys() {
-            self.functions.insert(function.clone(), name.clone());
+            self.functions
+                .insert(function.to_ascii_lowercase(), name.clone());
         }
         self.libraries.insert(
             name.clone(),
@@ -149,14 +157,23 @@ impl FunctionsEngine {
             return false;
         };
         for function in library.functions.keys() {
-            self.functions.remove(function);
+            self.functions.remove(&function.to_ascii_lowercase());
         }
         true
     }
 
+    /// Function `name`, in any case (Redis's function names are
+    /// case-insensitive; each keeps the case it was registered with).
     pub fn function(&self, name: &str) -> Option<&FunctionInfo> {
-        let library = self.functions.get(name)?;
-        self.libraries.get(library)?.functions.get(name)
+        let library = self.functions.get(&name.to_ascii_lowercase())?;
+        let functions = &self.libraries.get(library)?.functions;
+        // The exact name first: one library may register `a` and `A`.
+        functions.get(name).or_else(|| {
+            functions
+                .iter()
+                .find(|(registered, _)| registered.eq_ignore_ascii_case(name))
+                .map(|(_, info)| info)
+        })
     }
 
     /// Runs a library's code with the load-time globals; returns what it
@@ -372,6 +389,7 @@ mod tests {
             "ERR Invalid metadata value given: foo=bar"
         );
         assert_eq!(metadata(b"#!LUA name=x\n").unwrap().0, "x");
+        assert_eq!(metadata(b"#!lua name=\"foo\"\n").unwrap().0, "foo");
         assert_eq!(
             metadata(b"#!py name=x\n").unwrap_err(),
             "ERR Engine 'py' not found"

@@ -595,3 +595,55 @@ fn function_names_and_list_options_as_redis() {
         ],
     );
 }
+
+/// A script's bytes in hex, for comparing encodings.
+const HEX: &str =
+    "local h = '' for i = 1, #e do h = h .. string.format('%02x', string.byte(e, i)) end return h";
+
+/// cmsgpack: the bytes of every encoding form and the values decoded,
+/// beside Redis.
+#[test]
+fn cmsgpack_as_redis() {
+    let (_server, _dir, _redis, mut e, mut r) = beside_redis();
+    let packs = [
+        "0.1",
+        "0.5",
+        "-1099511627776",
+        "1, 127, 128, 255, 256, 65535, 65536, 4294967295, 4294967296",
+        "-1, -32, -33, -128, -129, -32768, -32769, -2147483648, -2147483649",
+        "true, false, nil",
+        "'', string.rep('x', 31), string.rep('y', 32)",
+        "string.rep('z', 255), string.rep('z', 256)",
+        "{}",
+        "{1, 2, 3}",
+        "{1, nil, 3}",
+        "{a = 1}",
+        "{[1] = 'a', [3] = 'c'}",
+        "{0.5, {1, {2, {3}}}}",
+        "1/0",
+        "-1/0",
+    ];
+    for pack in packs {
+        let script = format!("local e = cmsgpack.pack({pack}) {HEX}");
+        same(&mut e, &mut r, &[&["eval", &script, "0"]]);
+    }
+    let roundtrips = [
+        "return {cmsgpack.unpack(cmsgpack.pack(1, 'two', {3, 4}, {k = 'v'}, true, 0.25))}",
+        "local e = cmsgpack.pack(string.rep('w', 70000)) return {#e, string.byte(e, 1, 5)}",
+        "local e = cmsgpack.pack(string.rep('w', 300)) return {#e, string.byte(e, 1, 3)}",
+        "local a = {y = 5} a.x = a local r = cmsgpack.unpack(cmsgpack.pack(a)) return {r.x.x.y, r.y}",
+        "local a = {y = 5} a.x = a local e = cmsgpack.pack(a) return #e",
+        "local e = cmsgpack.pack('a', 'b', 'c') return {cmsgpack.unpack_one(e)}",
+        "local e = cmsgpack.pack('a', 'b', 'c') return {cmsgpack.unpack_limit(e, 2, 0)}",
+        "local e = cmsgpack.pack('a', 'b', 'c') return {cmsgpack.unpack_limit(e, 1, 4)}",
+        "local e = cmsgpack.pack('a') return {cmsgpack.unpack_one(e, 0)}",
+        "return cmsgpack.unpack(string.char(0xcd, 0x01))",
+        "return cmsgpack.unpack(string.char(0xc1))",
+        "return cmsgpack.pack()",
+        "return cmsgpack.unpack_one('abc', 9)",
+        "cmsgpack.pack = function() return 1 end",
+    ];
+    for script in roundtrips {
+        same(&mut e, &mut r, &[&["eval", script, "0"]]);
+    }
+}

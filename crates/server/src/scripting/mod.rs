@@ -36,6 +36,7 @@
 
 mod bit;
 mod cjson;
+mod cmsgpack;
 pub mod flags;
 pub mod library;
 mod lua_to_reply;

@@ -76,6 +76,7 @@ pub fn helpers(lua: &Lua) -> mlua::Result<Table> {
     rust.set("version_num", version_num(crate::REDIS_VERSION))?;
     rust.set("cjson", super::cjson::library(lua)?)?;
     rust.set("bit", super::bit::library(lua)?)?;
+    rust.set("cmsgpack", super::cmsgpack::library(lua)?)?;
     Ok(rust)
 }
 

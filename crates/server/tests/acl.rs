@@ -365,6 +365,25 @@ fn the_acl_file_saves_loads_and_outlives_a_restart() {
         ("AUTH ops ops", "OK"),
         ("ACL WHOAMI", "\"ops\""),
     ]);
+    // A save that cannot write (its directory is gone) says so and keeps
+    // serving.
+    let moved = files.path().join("moved");
+    std::fs::create_dir(&moved).unwrap();
+    let lost = moved.join("users.acl");
+    std::fs::copy(&path, &lost).unwrap();
+    let (saver, _saver_dir) = start_with(acl_config(&lost));
+    std::fs::remove_dir_all(&moved).unwrap();
+    let mut s = Client::connect(&saver);
+    s.script(&[
+        (
+            "ACL SAVE",
+            "(error) ERR There was an error trying to save the ACLs. Please check the server \
+             logs for more information",
+        ),
+        ("ACL USERS", "[\"app\", \"default\", \"ops\"]"),
+    ]);
+    drop(s);
+    saver.shutdown().unwrap();
     restarted.shutdown().unwrap();
 
     // A file that does not load stops startup, naming the problem.

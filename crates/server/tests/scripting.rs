@@ -206,6 +206,12 @@ fn busy_scripts_and_script_kill() {
         call(&mut other, &["function", "kill"]),
         "(error) BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
     );
+    // Another script stops waiting for the scripts' gate, which the loop
+    // holds, and gets BUSY too.
+    assert_eq!(
+        call(&mut other, &["eval", "return 1", "0"]),
+        "(error) BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+    );
     assert_eq!(call(&mut other, &["script", "kill"]), "OK");
     let killed = looping.reply();
     assert!(

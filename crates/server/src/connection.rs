@@ -156,20 +156,28 @@ async fn run<S: Stream>(
 
         let mut offset = 0;
         let mut failure = None;
+        // The scripts' gate, kept from one script call to the next of this
+        // read (a pipeline of EVALSHA takes it once, as Redis runs a
+        // client's whole query buffer in one go), and let go before
+        // anything else and before every wait of this client's own.
+        let mut gate = None;
         loop {
             match parser.parse(&buf[offset..]) {
                 Ok(Step::Command { consumed }) => {
+                    let script = runs_script(parser.args(&buf[offset..]));
+                    if !script {
+                        gate = None;
+                    }
                     let held = held_by_pause(shared, session, parser.args(&buf[offset..]));
                     if let Some((until, may_write)) = held {
+                        gate = None;
                         if !wait_unpaused(shared, stream, session, out, until, may_write).await? {
                             return Ok(());
                         }
                     }
-                    let gate = if runs_script(parser.args(&buf[offset..])) {
-                        script_gate(shared).await
-                    } else {
-                        None
-                    };
+                    if script && gate.is_none() {
+                        gate = script_gate(shared).await;
+                    }
                     if must_wait_for_script(shared, parser.args(&buf[offset..])) {
                         wait_for_script(shared).await;
                     }
@@ -178,10 +186,17 @@ async fn run<S: Stream>(
                     }
                     info.qbuf.store(buf.len() - offset, Ordering::Relaxed);
                     execute(shared, session, out, parser.args(&buf[offset..]));
+                    offset += consumed;
                     // Not held across this client's own waits (a flush to a
                     // client that does not read would hold every script up).
-                    drop(gate);
-                    offset += consumed;
+                    if session.reload
+                        || session.migration.is_some()
+                        || session.blocked.is_some()
+                        || session.close
+                        || out.len() >= shared.config.reply_flush_bytes
+                    {
+                        gate = None;
+                    }
                     if std::mem::take(&mut session.reload) {
                         match crate::reload::reload(shared).await {
                             Ok(()) => out.ok(),
@@ -233,6 +248,7 @@ async fn run<S: Stream>(
                 }
             }
         }
+        drop(gate);
         buf.advance(offset);
         if let Some(text) = failure {
             shared.stats.protocol_errors.fetch_add(1, Ordering::Relaxed);

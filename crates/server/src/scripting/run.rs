@@ -134,11 +134,27 @@ pub fn run_script<'s>(
             }
         },
     );
+    // Two functions scoped to the run: `redis.call` itself (a Rust
+    // function, raising) and `hooks.run`, through which the sandbox's
+    // `redis.pcall`, `setresp`, `set_repl` and `acl_check_cmd` reach the
+    // run (each scoped function costs its creation and destruction, and
+    // every registration a call into the Lua state: one for all of them).
     let outcome = lua.scope(|scope| {
-        let hooks = &engine.hooks;
-        hooks.raw_set(
-            "call",
-            scope.create_function(|lua, args: MultiValue| redis_call(lua, &state, args))?,
+        engine.hooks.raw_set(
+            "run",
+            scope.create_function(|lua, mut args: MultiValue| {
+                let name = match args.pop_front() {
+                    Some(Value::String(name)) => name,
+                    _ => return Err(mlua::Error::runtime("hooks.run needs a name")),
+                };
+                match name.as_bytes().as_ref() {
+                    b"call" => redis_call(lua, &state, args),
+                    b"setresp" => set_resp(lua, &state, args),
+                    b"set_repl" => set_repl(lua, args),
+                    b"acl_check_cmd" => acl_check_cmd(lua, &state, args),
+                    _ => Err(mlua::Error::runtime("hooks.run: unknown name")),
+                }
+            })?,
         )?;
         engine.redis_api.raw_set(
             "call",
@@ -148,15 +164,6 @@ pub fn run_script<'s>(
                     (false, error) => Err(raise(&error)),
                 }
             })?,
-        )?;
-        hooks.raw_set(
-            "setresp",
-            scope.create_function(|lua, args: MultiValue| set_resp(lua, &state, args))?,
-        )?;
-        hooks.raw_set("set_repl", lua.create_function(set_repl)?)?;
-        hooks.raw_set(
-            "acl_check_cmd",
-            scope.create_function(|lua, args: MultiValue| acl_check_cmd(lua, &state, args))?,
         )?;
         let keys = string_table(lua, &call.keys)?;
         let args = string_table(lua, &call.args)?;
@@ -172,9 +179,7 @@ pub fn run_script<'s>(
     let _ = engine
         .redis_api
         .raw_set("call", engine.outside_call.clone());
-    for hook in ["call", "setresp", "set_repl", "acl_check_cmd"] {
-        let _ = engine.hooks.raw_set(hook, Value::Nil);
-    }
+    let _ = engine.hooks.raw_set("run", Value::Nil);
     if call.eval {
         let _ = engine.set_global("KEYS", Value::Nil);
         let _ = engine.set_global("ARGV", Value::Nil);

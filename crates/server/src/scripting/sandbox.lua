@@ -61,15 +61,16 @@ local function error_table(text)
   return { err = code .. ' ' .. message }
 end
 
--- A function that runs the per-run hook `name` (set by the script run)
--- and raises the error table it returns.
+-- A function that runs `name` through the per-run hook `run` (one Rust
+-- function a script run sets, for all of them: `run(name, ...)`) and
+-- raises the error table it returns.
 local function raising(name, outside)
   return function(...)
-    local hook = hooks[name]
+    local hook = hooks.run
     if hook == nil then
       error(error_table(outside), 0)
     end
-    local ok, value = hook(...)
+    local ok, value = hook(name, ...)
     if not ok then
       error(value, 0)
     end
@@ -137,11 +138,11 @@ local redis = {}
 local outside_call = 'redis.call/pcall can only be called inside a script invocation'
 redis.call = raising('call', outside_call)
 redis.pcall = function(...)
-  local hook = hooks.call
+  local hook = hooks.run
   if hook == nil then
     error(error_table(outside_call), 0)
   end
-  local _, value = hook(...)
+  local _, value = hook('call', ...)
   return value
 end
 redis.setresp = raising('setresp', 'redis.setresp can only be called inside a script invocation')

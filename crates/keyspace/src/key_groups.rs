@@ -18,25 +18,9 @@ use super::access::AccessTracking;
 use super::value::{decode, Meta};
 use super::{Error, Result};
 
-/// Key groups per core the process may use, and the bounds of the count.
-///
-/// Two commands meet on a group with a chance of about one in
-/// `GROUPS_PER_CORE` when every core runs one, so more groups buy little
-/// concurrency; but whatever locks every group (FLUSHDB, SWAPDB, and every
-/// script, which may touch keys it did not declare) pays about 17 ns per
-/// group (measured: 1,024 groups were a third of a two-command EVALSHA's
-/// CPU time). So the count follows the cores instead of being fixed.
-const GROUPS_PER_CORE: usize = 64;
-const MIN_GROUPS: usize = 128;
-const MAX_GROUPS: usize = 1024;
-
-/// How many key groups a keyspace has on a machine with `cores` cores the
-/// process may use: a power of two (a key's group is its hash masked).
-pub fn group_count(cores: usize) -> usize {
-    (cores.max(1) * GROUPS_PER_CORE)
-        .next_power_of_two()
-        .clamp(MIN_GROUPS, MAX_GROUPS)
-}
+/// Number of key groups: enough that two cores' worth of clients rarely meet
+/// on one, few enough that locking all of them (FLUSHDB) is quick.
+pub const KEY_GROUPS: usize = 1024;
 
 pub struct KeyGroup {
     pub lock: Mutex<GroupState>,
@@ -174,27 +158,6 @@ pub fn touch(group: &GroupState, ekey: &[u8]) {
     for watcher in &group.watchers {
         if &*watcher.key == ekey {
             watcher.flag.store(true, Ordering::Release);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::group_count;
-
-    #[test]
-    fn the_group_count_follows_the_cores_within_its_bounds() {
-        assert_eq!(group_count(0), 128);
-        assert_eq!(group_count(1), 128);
-        assert_eq!(group_count(2), 128);
-        assert_eq!(group_count(3), 256);
-        assert_eq!(group_count(8), 512);
-        assert_eq!(group_count(16), 1024);
-        assert_eq!(group_count(96), 1024);
-        for cores in 0..200 {
-            let n = group_count(cores);
-            assert!(n.is_power_of_two(), "{cores} cores: {n}");
-            assert!(n >= cores.min(16) * 64, "{cores} cores: {n}");
         }
     }
 }

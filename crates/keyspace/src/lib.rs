@@ -50,7 +50,7 @@ use db_map::DbMap;
 pub use durability::{Durability, GroupCommit, SyncStats, Ticket};
 pub use engram_collections::types::{Kind as CKind, Object};
 pub(crate) use key_groups::Watcher;
-pub use key_groups::group_count;
+pub use key_groups::KEY_GROUPS;
 use key_groups::{apply_delete, KeyGroup};
 pub use open::{
     open_stores_for_tests, open_stores_for_tests_with, KeyspaceOptions, OpenError, Opened,
@@ -219,9 +219,7 @@ impl Keyspace {
         let keyspace = Keyspace {
             store,
             collections,
-            groups: (0..key_groups::group_count(
-                std::thread::available_parallelism().map_or(1, |n| n.get()),
-            ))
+            groups: (0..KEY_GROUPS)
                 .map(|_| CachePadded::new(KeyGroup::new(prefixes)))
                 .collect(),
             databases,
@@ -539,18 +537,12 @@ impl Keyspace {
         self.db_map.client_key_name(stored)
     }
 
-    /// The index of `ekey`'s key group.
-    fn slot_index(&self, ekey: &[u8]) -> usize {
-        (xxhash_rust::xxh3::xxh3_64(ekey) as usize) & (self.groups.len() - 1)
+    fn slot_index(ekey: &[u8]) -> usize {
+        (xxhash_rust::xxh3::xxh3_64(ekey) as usize) & (KEY_GROUPS - 1)
     }
 
     fn slot(&self, ekey: &[u8]) -> &KeyGroup {
-        &self.groups[self.slot_index(ekey)]
-    }
-
-    /// How many key groups there are (`key_groups::group_count`).
-    pub fn key_groups(&self) -> usize {
-        self.groups.len()
+        &self.groups[Self::slot_index(ekey)]
     }
 
     /// Reads a key without locks: `f` sees its meta word and payload. An
@@ -799,7 +791,7 @@ impl Keyspace {
 
     /// The key groups of stored keys, locked in ascending order.
     fn guards_of(&self, ekeys: &[EKey]) -> Vec<(usize, MutexGuard<'_, key_groups::GroupState>)> {
-        let mut indexes: SmallVec<[usize; 4]> = ekeys.iter().map(|k| self.slot_index(k)).collect();
+        let mut indexes: SmallVec<[usize; 4]> = ekeys.iter().map(|k| Self::slot_index(k)).collect();
         indexes.sort_unstable();
         indexes.dedup();
         indexes
@@ -811,7 +803,7 @@ impl Keyspace {
     /// Locks every key group (FLUSHDB, and transactions that read or write
     /// the whole keyspace).
     pub fn lock_all(&self, atomic: bool) -> Txn<'_> {
-        let guards = (0..self.groups.len())
+        let guards = (0..KEY_GROUPS)
             .map(|i| (i, self.groups[i].lock.lock()))
             .collect();
         Txn::new(self, guards, None, atomic)
@@ -821,8 +813,8 @@ impl Keyspace {
     /// for a caller that must not block its thread on the locks (a network
     /// worker about to run a script inline).
     pub fn try_lock_all(&self, atomic: bool) -> Option<Txn<'_>> {
-        let mut guards = Vec::with_capacity(self.groups.len());
-        for i in 0..self.groups.len() {
+        let mut guards = Vec::with_capacity(KEY_GROUPS);
+        for i in 0..KEY_GROUPS {
             guards.push((i, self.groups[i].lock.try_lock()?));
         }
         Some(Txn::new(self, guards, None, atomic))
@@ -999,8 +991,8 @@ impl Keyspace {
         };
         if volatile {
             let mut found = Vec::with_capacity(count);
-            for step in 0..self.groups.len() {
-                let group = &self.groups[(start as usize + step) % self.groups.len()];
+            for step in 0..KEY_GROUPS {
+                let group = &self.groups[(start as usize + step) % KEY_GROUPS];
                 if group
                     .expiring
                     .iter()
@@ -1189,8 +1181,8 @@ impl Keyspace {
         self.access.observe(now_ms);
         let mut deleted = 0;
         let start = self.expire_cursor.load(Ordering::Relaxed);
-        for step in 0..self.groups.len() {
-            let i = (start + step) % self.groups.len();
+        for step in 0..KEY_GROUPS {
+            let i = (start + step) % KEY_GROUPS;
             let slot = &self.groups[i];
             if slot.next_due.load(Ordering::Relaxed) > now_ms {
                 continue;

@@ -128,7 +128,7 @@ impl<'a> Txn<'a> {
     }
 
     pub(crate) fn holds_every_group(&self) -> bool {
-        self.guards.len() == self.ks.key_groups()
+        self.guards.len() == super::KEY_GROUPS
     }
 
     pub(crate) fn keyspace(&self) -> &'a Keyspace {
@@ -145,7 +145,7 @@ impl<'a> Txn<'a> {
     }
 
     fn group(&mut self, ekey: &[u8]) -> Result<(usize, &mut GroupState)> {
-        group_of(self.ks, &mut self.guards, ekey)
+        group_of(&mut self.guards, ekey)
     }
 
     /// The live value of `key`, or None (absent or expired; an expired key
@@ -192,7 +192,7 @@ impl<'a> Txn<'a> {
         let stored = Stored::new(value)?;
         if stored.meta.is_expired(now_ms) {
             let ks = self.ks;
-            let (index, group) = group_of(self.ks, &mut self.guards, ekey)?;
+            let (index, group) = group_of(&mut self.guards, ekey)?;
             apply_delete(&ks.store, &ks.groups[index], group, ekey)?;
             self.ks.expired_one(ekey);
             self.wrote = true;
@@ -294,7 +294,7 @@ impl<'a> Txn<'a> {
         let mut touched: SmallVec<[Bytes; 2]> = SmallVec::new();
         for op in &ops {
             for key in op.keys().into_iter().flatten() {
-                group_of(self.ks, &mut self.guards, key)?;
+                group_of(&mut self.guards, key)?;
                 if !touched.iter().any(|k| &**k == key) {
                     touched.push(key.into());
                 }
@@ -356,7 +356,7 @@ impl<'a> Txn<'a> {
         let db = db_of(ekey);
         match (before, after) {
             (None, Some(_)) => {
-                self.ks.groups[self.ks.slot_index(ekey)].counts[db]
+                self.ks.groups[Keyspace::slot_index(ekey)].counts[db]
                     .fetch_add(1, Ordering::Relaxed);
                 // A new collection replaces a string: its record is logged
                 // (or pending) already, so the engine delete comes after.
@@ -365,7 +365,7 @@ impl<'a> Txn<'a> {
                 }
             }
             (Some(_), None) => {
-                self.ks.groups[self.ks.slot_index(ekey)].counts[db]
+                self.ks.groups[Keyspace::slot_index(ekey)].counts[db]
                     .fetch_sub(1, Ordering::Relaxed);
             }
             _ => {}
@@ -377,7 +377,7 @@ impl<'a> Txn<'a> {
             self.peek_collection(ekey, |e| e.access.touch(|_| fresh));
         }
         let ks = self.ks;
-        let (index, group) = group_of(self.ks, &mut self.guards, ekey)?;
+        let (index, group) = group_of(&mut self.guards, ekey)?;
         let slot = &ks.groups[index];
         set_expiry(slot, group, ekey, after.filter(|&at| at != 0));
         touch(group, ekey);
@@ -496,7 +496,7 @@ impl<'a> Txn<'a> {
             return self.apply_raw(&ekey, Some(&value));
         }
         let ks = self.ks;
-        let (index, group) = group_of(self.ks, &mut self.guards, &ekey)?;
+        let (index, group) = group_of(&mut self.guards, &ekey)?;
         apply_meta(&ks.store, &ks.groups[index], group, &ekey, old.meta, new)?;
         self.wrote = true;
         Ok(())
@@ -614,7 +614,7 @@ impl<'a> Txn<'a> {
                 // The Delete cleared the key's expiry; the string's stands.
                 let expire_at = decode(value).map_err(Error::Malformed)?.0.expire_at();
                 let ks = self.ks;
-                let (index, group) = group_of(self.ks, &mut self.guards, ekey)?;
+                let (index, group) = group_of(&mut self.guards, ekey)?;
                 set_expiry(&ks.groups[index], group, ekey, expire_at);
             }
         }
@@ -624,7 +624,7 @@ impl<'a> Txn<'a> {
     /// A write to the engine alone: buffered or applied.
     fn engine_write(&mut self, ekey: &[u8], value: Option<&[u8]>) -> Result<()> {
         let ks = self.ks;
-        let (index, group) = group_of(self.ks, &mut self.guards, ekey)?;
+        let (index, group) = group_of(&mut self.guards, ekey)?;
         if let Some(batch) = &mut self.batch {
             batch.insert(EKey::from_slice(ekey), value.map(<[u8]>::to_vec));
             return Ok(());
@@ -715,7 +715,7 @@ impl<'a> Txn<'a> {
         for ekey in deleted {
             if let Some(at) = self.peek_collection(&ekey, |e| e.expire_at_ms) {
                 let ks = self.ks;
-                let (index, group) = group_of(self.ks, &mut self.guards, &ekey)?;
+                let (index, group) = group_of(&mut self.guards, &ekey)?;
                 set_expiry(&ks.groups[index], group, &ekey, (at != 0).then_some(at));
             }
         }
@@ -735,7 +735,7 @@ impl<'a> Txn<'a> {
         undo.undo(writer.keys_mut());
         for ((key, before), now) in touched.into_iter().zip(now) {
             let db = db_of(&key);
-            let slot = &self.ks.groups[self.ks.slot_index(&key)];
+            let slot = &self.ks.groups[Keyspace::slot_index(&key)];
             match (now, before.is_some()) {
                 (true, false) => slot.counts[db].fetch_sub(1, Ordering::Relaxed),
                 (false, true) => slot.counts[db].fetch_add(1, Ordering::Relaxed),
@@ -752,7 +752,7 @@ impl<'a> Txn<'a> {
                     .flatten()
                     .and_then(|m| m.expire_at()),
             };
-            if let Ok((_, group)) = group_of(self.ks, &mut self.guards, &key) {
+            if let Ok((_, group)) = group_of(&mut self.guards, &key) {
                 set_expiry(slot, group, &key, expiry);
             }
         }
@@ -825,7 +825,7 @@ impl<'a> Txn<'a> {
     /// Deletes every key of `db` (or of every database): FLUSHDB/FLUSHALL.
     /// Needs every key group locked (`Keyspace::lock_all`).
     pub fn flush(&mut self, db: Option<usize>) -> Result<u64> {
-        if self.guards.len() != self.ks.key_groups() {
+        if self.guards.len() != super::KEY_GROUPS {
             return Err(Error::Internal("flush without every group locked".into()));
         }
         self.apply_buffered()?;
@@ -843,7 +843,7 @@ impl<'a> Txn<'a> {
                 let Some(&first) = ekey.first() else { continue };
                 if wanted(first) && !super::is_reserved(&ekey) {
                     let ks = self.ks;
-                    let (index, group) = group_of(self.ks, &mut self.guards, &ekey)?;
+                    let (index, group) = group_of(&mut self.guards, &ekey)?;
                     if apply_delete(&ks.store, &ks.groups[index], group, &ekey)? {
                         deleted += 1;
                         self.wrote = true;
@@ -892,7 +892,7 @@ impl Txn<'_> {
     /// In an atomic transaction (EXEC) the swap is written at once, not
     /// with the transaction's batch.
     pub fn swap_databases(&mut self, a: usize, b: usize, now_ms: u64) -> Result<()> {
-        if self.guards.len() != self.ks.key_groups() {
+        if self.guards.len() != super::KEY_GROUPS {
             return Err(Error::Internal("SWAPDB without every group locked".into()));
         }
         if a == b {
@@ -948,7 +948,7 @@ impl Txn<'_> {
         // Each watch follows its database number to the other prefix.
         for mut watcher in watchers {
             watcher.key[0] = if watcher.key[0] == pa { pb } else { pa };
-            let (_, group) = group_of(self.ks, &mut self.guards, &watcher.key)?;
+            let (_, group) = group_of(&mut self.guards, &watcher.key)?;
             group.watchers.push(watcher);
         }
         ks.wake_all_blocked();
@@ -978,11 +978,10 @@ pub fn ckey(db: usize, key: &[u8]) -> Result<Bytes> {
 /// The held key group of `ekey`, or an error if the transaction did not lock
 /// it (a command whose key list missed a key: a bug, not a crash).
 fn group_of<'g>(
-    ks: &Keyspace,
     guards: &'g mut [(usize, MutexGuard<'_, GroupState>)],
     ekey: &[u8],
 ) -> Result<(usize, &'g mut GroupState)> {
-    let index = ks.slot_index(ekey);
+    let index = Keyspace::slot_index(ekey);
     match guards.binary_search_by_key(&index, |(i, _)| *i) {
         Ok(at) => Ok((index, &mut guards[at].1)),
         Err(_) => Err(Error::Internal(

@@ -192,6 +192,39 @@ fn stream_commands_send_redis_events() {
 }
 
 #[test]
+fn consumers_created_by_reads_and_claims_are_announced_as_in_redis() {
+    // Redis's own pubsub test of stream events: XREADGROUP, XCLAIM and
+    // XAUTOCLAIM create a missing consumer when they deliver or claim,
+    // and say so; reading nothing new or claiming nothing creates none.
+    let events = events_of(
+        "Kt",
+        &[],
+        &[
+            "XGROUP CREATE s g $ MKSTREAM",
+            "XGROUP CREATECONSUMER s g bob",
+            "XREADGROUP GROUP g idle STREAMS s >",
+            "XADD s 1-1 f a",
+            "XADD s 2-1 f b",
+            "XREADGROUP GROUP g alice COUNT 1 STREAMS s >",
+            "XREADGROUP GROUP g alice STREAMS s 0",
+            "XREADGROUP GROUP g history STREAMS s 0",
+            "XCLAIM s g mike 0 1-1 FORCE",
+            "XCLAIM s g nobody 3600000 1-1",
+            "XAUTOCLAIM s g bob 0 0",
+            "XAUTOCLAIM s g carol 0 0",
+            "XAUTOCLAIM s g dave 3600000 0",
+            "XGROUP DELCONSUMER s g lee",
+            "XGROUP DELCONSUMER s g bob",
+        ],
+    );
+    let created = events
+        .iter()
+        .filter(|e| e.contains("xgroup-createconsumer"))
+        .count();
+    assert!(created >= 5, "{events:?}");
+}
+
+#[test]
 fn transactions_send_the_events_of_their_commands() {
     events_of(
         "KEA",

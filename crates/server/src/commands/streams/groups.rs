@@ -526,6 +526,7 @@ fn xclaim(ctx: &mut Ctx, args: Args) -> CmdResult {
             }
             replies += 1;
         }
+        let created = touched && state.consumer(consumer).is_none();
         let claim = Claim {
             ekey,
             group,
@@ -534,8 +535,11 @@ fn xclaim(ctx: &mut Ctx, args: Args) -> CmdResult {
         };
         claim.ops(&mut ops, touched, gone, claimed);
         txn.log(ops)?;
-        Ok((replies, out.buf))
+        Ok((replies, out.buf, created))
     })?;
+    if out_buf.2 {
+        ctx.notify(crate::notify::STREAM, "xgroup-createconsumer", key);
+    }
     ctx.out.array(out_buf.0);
     ctx.out.buf.extend_from_slice(&out_buf.1);
     Ok(())
@@ -618,7 +622,7 @@ fn xautoclaim(ctx: &mut Ctx, args: Args) -> CmdResult {
         }
         j += 1;
     }
-    let (next, body, deleted) = ctx.write(&[key], false, |txn, db, now| {
+    let (next, body, deleted, created) = ctx.write(&[key], false, |txn, db, now| {
         let (stream, state) = claim_group(txn, db, key, group, now)?;
         let mut attempts = count.saturating_mul(10);
         let mut left = count;
@@ -666,13 +670,17 @@ fn xautoclaim(ctx: &mut Ctx, args: Args) -> CmdResult {
             now,
         };
         let mut ops = Vec::new();
+        let created = !claimed.is_empty() && state.consumer(consumer).is_none();
         claim.ops(&mut ops, !claimed.is_empty(), gone.clone(), claimed);
         txn.log(ops)?;
         let mut body = ReplyWriter::new();
         body.array(replies);
         body.buf.extend_from_slice(&out.buf);
-        Ok((next, body.buf, gone))
+        Ok((next, body.buf, gone, created))
     })?;
+    if created {
+        ctx.notify(crate::notify::STREAM, "xgroup-createconsumer", key);
+    }
     ctx.out.array(3);
     reply_id(ctx.out, next);
     ctx.out.buf.extend_from_slice(&body);

@@ -288,8 +288,12 @@ fn xreadgroup(ctx: &mut Ctx, args: Args) -> CmdResult {
     let noack = parsed.noack;
     let keys = parsed.keys.clone();
     let from = parsed.from.clone();
+    // Keys whose group got the consumer by this read (Redis announces the
+    // implicit creation: xgroup-createconsumer).
+    let mut created: Vec<Vec<u8>> = Vec::new();
     let reply =
         ctx.write(&keys, false, |txn, db, now| {
+            created.clear();
             // Every key must hold the group before anything is served.
             for key in &keys {
                 let stream = match stream_in(txn, db, key, now) {
@@ -351,6 +355,9 @@ fn xreadgroup(ctx: &mut Ctx, args: Args) -> CmdResult {
                         for entry in &list {
                             reply_entry(&mut entries, entry);
                         }
+                        if state.consumer(consumer).is_none() {
+                            created.push(key.to_vec());
+                        }
                         ops.push(Op::ConsumerTouch {
                             key: ekey.clone(),
                             group: group.into(),
@@ -400,6 +407,9 @@ fn xreadgroup(ctx: &mut Ctx, args: Args) -> CmdResult {
                                 }
                             }
                         }
+                        if state.consumer(consumer).is_none() {
+                            created.push(key.to_vec());
+                        }
                         ops.push(Op::ConsumerTouch {
                             key: ekey.clone(),
                             group: group.into(),
@@ -431,6 +441,9 @@ fn xreadgroup(ctx: &mut Ctx, args: Args) -> CmdResult {
         }
         other => other?,
     };
+    for key in &created {
+        ctx.notify(crate::notify::STREAM, "xgroup-createconsumer", key);
+    }
     match reply {
         Some((served, body)) => {
             reply_streams(ctx.out, served);

@@ -74,6 +74,10 @@ pub struct Session {
     /// its `redis.call`s (SORT then orders a set's output, as Redis does
     /// for scripts).
     pub in_script: bool,
+    /// When the running script started (ms): its commands see that time,
+    /// so a key does not expire in the middle of a script (Redis's time
+    /// snapshot).
+    pub script_started_ms: u64,
 }
 
 /// CLIENT REPLY's modes.
@@ -133,6 +137,7 @@ impl Session {
             tracked_exec: None,
             no_touch: false,
             in_script: false,
+            script_started_ms: 0,
         }
     }
 

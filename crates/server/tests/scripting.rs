@@ -653,3 +653,26 @@ fn cmsgpack_as_redis() {
         same(&mut e, &mut r, &[&["eval", script, "0"]]);
     }
 }
+
+/// Time stands still inside a script, as Redis's time snapshot: a key set
+/// to expire in 1 ms still exists after the script slept 10 ms, and is gone
+/// for the next command.
+#[test]
+fn a_script_sees_the_time_it_started_at() {
+    let (server, _dir, _conf) = common::start_debuggable();
+    let redis = common::RedisServer::start();
+    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    let script = "redis.call('SET', 'key', 'value', 'PX', '1') \
+                  redis.call('DEBUG', 'SLEEP', 0.01) \
+                  return redis.call('EXISTS', 'key')";
+    same(
+        &mut e,
+        &mut r,
+        &[
+            &["debug", "set-disable-deny-scripts", "1"],
+            &["eval", script, "0"],
+            &["exists", "key"],
+            &["debug", "set-disable-deny-scripts", "0"],
+        ],
+    );
+}

@@ -734,13 +734,19 @@ pub fn run<'s>(
     index: usize,
     args: Args,
 ) -> Option<Txn<'s>> {
+    // A script's commands see the time it started at (Redis's snapshot).
+    let now_ms = if session.in_script {
+        session.script_started_ms
+    } else {
+        now_ms()
+    };
     let mut ctx = Ctx {
         shared,
         keyspace,
         session,
         out,
         exec,
-        now_ms: now_ms(),
+        now_ms,
     };
     let started = std::time::Instant::now();
     let spec = &TABLE[index];

@@ -98,6 +98,7 @@ pub fn run_script<'s>(
     running.begin(call.eval, call.name.to_string(), call.command.clone());
     let saved_db = session.db;
     session.in_script = true;
+    session.script_started_ms = crate::keyspace::now_ms();
     let state = RefCell::new(CallState {
         shared,
         keyspace,

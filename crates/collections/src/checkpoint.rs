@@ -254,12 +254,30 @@ fn fold(
         trim(&mut scratch.records, records);
         trim(&mut scratch.order, records);
     }
+    // One large collection's image (a stream of a million entries is some
+    // 20 MB) would otherwise stay allocated until the next checkpoint.
+    if scratch.image.capacity() > RETAINED_IMAGE_BYTES {
+        scratch.image = Vec::new();
+    }
     result
 }
 
-/// Frees `buffer`'s allocation if it is far larger than `keep` items need.
+/// Records whose tables a checkpoint keeps for the next one, at most
+/// (under 2 MB: `records` and `order`). A checkpoint of a burst of small
+/// writes locates millions of records; kept whole, its tables stayed in
+/// DRAM until the next checkpoint as large (42 bytes a record of a million
+/// XADDs, twice what Redis's stream takes). Beyond this the next large
+/// checkpoint faults its tables in again, a small part of its work.
+const RETAINED_RECORDS: usize = 32 * 1024;
+
+/// The image buffer a checkpoint keeps for the next one, at most.
+const RETAINED_IMAGE_BYTES: usize = 1 << 20;
+
+/// Frees `buffer`'s allocation if it is far larger than `keep` items need,
+/// and all of it beyond [`RETAINED_RECORDS`].
 fn trim<T>(buffer: &mut Vec<T>, keep: usize) {
-    if buffer.capacity() > 4 * keep {
+    let keep = keep.min(RETAINED_RECORDS);
+    if buffer.capacity() > 4 * keep || buffer.capacity() > RETAINED_RECORDS {
         buffer.shrink_to(keep);
     }
 }
@@ -448,5 +466,28 @@ fn load_image(
             key: String::from_utf8_lossy(key).into_owned(),
             what: format!("image of version {version} is missing"),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{trim, RETAINED_RECORDS};
+
+    #[test]
+    fn scratch_is_kept_for_alike_checkpoints_but_never_beyond_the_bound() {
+        // A checkpoint as large as the last keeps its table.
+        let mut alike: Vec<u64> = Vec::with_capacity(1000);
+        trim(&mut alike, 900);
+        assert!(alike.capacity() >= 1000);
+        // One far smaller than the table frees most of it.
+        let mut smaller: Vec<u64> = Vec::with_capacity(10_000);
+        trim(&mut smaller, 100);
+        assert!(smaller.capacity() < 10_000);
+        // A burst's table (a million records) is cut to the bound, even
+        // when this checkpoint needed all of it.
+        let mut burst: Vec<u64> = Vec::with_capacity(1_000_000);
+        trim(&mut burst, 1_000_000);
+        assert!(burst.capacity() <= RETAINED_RECORDS, "{}", burst.capacity());
+        assert!(burst.capacity() >= RETAINED_RECORDS / 2);
     }
 }

@@ -19,6 +19,10 @@ use crate::error::Result;
 use crate::op::Bytes;
 use crate::state::{Entry, Keys};
 
+/// Key slots the working set keeps between checkpoints, at most (the
+/// checkpointer's scratch tables are bounded alike: `checkpoint.rs`).
+const RETAINED_KEYS: usize = 4 * 1024;
+
 /// One touched key.
 #[derive(Debug)]
 pub(crate) struct Slot {
@@ -42,9 +46,11 @@ impl WorkingSet {
 
     /// Frees the table if it is far larger than `keep` keys need: enough
     /// to skip the regrowth when checkpoints are alike, without one huge
-    /// checkpoint pinning its table for ever.
+    /// checkpoint pinning its table for ever (nor more than
+    /// [`RETAINED_KEYS`] slots between checkpoints).
     pub fn trim(&mut self, keep: usize) {
-        if self.slots.capacity() > 4 * keep {
+        let keep = keep.min(RETAINED_KEYS);
+        if self.slots.capacity() > 4 * keep || self.slots.capacity() > RETAINED_KEYS {
             self.slots.shrink_to(keep);
         }
     }

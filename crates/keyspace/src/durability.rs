@@ -93,6 +93,60 @@ pub struct SyncStats {
     /// Writes since the last successful sync (Redis's
     /// `rdb_changes_since_last_save`).
     pub changes_since_sync: AtomicU64,
+    /// Writes since start (each a batch a writer applied: one command,
+    /// or a connection's pipelined writes acknowledged together).
+    pub writes: AtomicU64,
+    /// Over the last whole second the sync thread saw: syncs, and writes
+    /// made durable per sync (f64 bits; 0 without a sync). INFO shows
+    /// them; `always` batches many writers into one sync.
+    pub syncs_last_second: AtomicU64,
+    pub writes_per_sync_bits: AtomicU64,
+}
+
+impl SyncStats {
+    /// Writes made durable per sync over the last second.
+    pub fn writes_per_sync(&self) -> f64 {
+        f64::from_bits(self.writes_per_sync_bits.load(Ordering::Relaxed))
+    }
+}
+
+/// The sync thread's one-second window for [`SyncStats`]' rates.
+struct RateWindow {
+    started: Instant,
+    syncs: u64,
+    writes: u64,
+}
+
+impl RateWindow {
+    fn new(stats: &SyncStats) -> RateWindow {
+        RateWindow {
+            started: Instant::now(),
+            syncs: stats.syncs.load(Ordering::Relaxed),
+            writes: stats.writes.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Publishes the rates once a second has passed, and starts again.
+    fn roll(&mut self, stats: &SyncStats) {
+        let elapsed = self.started.elapsed();
+        if elapsed < Duration::from_secs(1) {
+            return;
+        }
+        let now = RateWindow::new(stats);
+        let syncs = now.syncs - self.syncs;
+        let writes = now.writes - self.writes;
+        let per_second = (syncs as f64 / elapsed.as_secs_f64()).round() as u64;
+        stats.syncs_last_second.store(per_second, Ordering::Relaxed);
+        let per_sync = if syncs == 0 {
+            0.0
+        } else {
+            writes as f64 / syncs as f64
+        };
+        stats
+            .writes_per_sync_bits
+            .store(per_sync.to_bits(), Ordering::Relaxed);
+        *self = now;
+    }
 }
 
 pub struct GroupCommit {
@@ -156,6 +210,7 @@ impl GroupCommit {
         self.stats
             .changes_since_sync
             .fetch_add(1, Ordering::Relaxed);
+        self.stats.writes.fetch_add(1, Ordering::Relaxed);
         if !self.must_wait() {
             self.dirty.store(true, Ordering::Relaxed);
             return None;
@@ -262,7 +317,9 @@ impl GroupCommit {
         alive: impl Fn() -> bool,
     ) {
         let mut last_periodic = Instant::now();
+        let mut window = RateWindow::new(&self.stats);
         loop {
+            window.roll(&self.stats);
             if !alive() {
                 return;
             }

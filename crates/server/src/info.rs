@@ -306,7 +306,9 @@ fn persistence(ks: &Keyspace, out: &mut String) -> std::fmt::Result {
          durability:{}\r\n\
          appendfsync:{}\r\n\
          syncs:{}\r\n\
-         sync_failures:{}\r\n",
+         sync_failures:{}\r\n\
+         syncs_per_sec:{}\r\n\
+         writes_per_sync:{:.2}\r\n",
         durable.changes_since_sync.load(Ordering::Relaxed),
         durable.last_sync_unix.load(Ordering::Relaxed),
         if durable.sync_failures.load(Ordering::Relaxed) == 0 {
@@ -323,6 +325,8 @@ fn persistence(ks: &Keyspace, out: &mut String) -> std::fmt::Result {
         crate::config::appendfsync_name(durability),
         durable.syncs.load(Ordering::Relaxed),
         durable.sync_failures.load(Ordering::Relaxed),
+        durable.syncs_last_second.load(Ordering::Relaxed),
+        durable.writes_per_sync(),
     )
 }
 

@@ -10,7 +10,7 @@ mod common;
 use std::io::Read;
 use std::time::Duration;
 
-use common::{start, start_with, Client, NOT_INT, SYNTAX};
+use common::{info_number, start, start_with, Client, NOT_INT, SYNTAX};
 use engram_server::{Config, Server};
 
 const WRONG_ARGS_GET: &str = "(error) ERR wrong number of arguments for 'get' command";
@@ -614,4 +614,48 @@ fn lcs() {
             ("LCS key1", "(error) ERR wrong number of arguments for 'lcs' command"),
         ],
     );
+}
+
+/// INFO persistence's group-commit rates under `always`: writers waiting
+/// together share a sync, so over a busy second there are syncs each
+/// second and more than one write per sync; at rest both fall to 0.
+#[test]
+fn info_shows_syncs_per_second_and_writes_per_sync() {
+    let (server, _dir) = start();
+    let mut admin = Client::connect(&server);
+    assert_eq!(admin.call("CONFIG SET durability always"), "OK");
+    let writers: Vec<_> = (0..8)
+        .map(|w| {
+            let mut c = Client::connect(&server);
+            std::thread::spawn(move || {
+                let started = std::time::Instant::now();
+                let mut i = 0;
+                while started.elapsed() < std::time::Duration::from_millis(2500) {
+                    assert_eq!(c.call(&format!("SET w{w}:{i} v")), "OK");
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(2200));
+    let info = admin.call("INFO persistence");
+    let syncs_per_sec = info_number(&mut admin, "persistence", "syncs_per_sec");
+    let at = info
+        .find("writes_per_sync:")
+        .unwrap_or_else(|| panic!("no writes_per_sync: {info}"))
+        + "writes_per_sync:".len();
+    let per_sync: f64 = info[at..]
+        .split(|ch: char| !(ch.is_ascii_digit() || ch == '.'))
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert!(syncs_per_sec > 0, "{info}");
+    assert!(per_sync >= 1.0, "{info}");
+    // A quiet second later the window holds no sync.
+    std::thread::sleep(std::time::Duration::from_millis(2600));
+    assert_eq!(info_number(&mut admin, "persistence", "syncs_per_sec"), 0);
 }

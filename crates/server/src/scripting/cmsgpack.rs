@@ -116,14 +116,20 @@ fn encode(out: &mut Vec<u8>, value: &Value, level: usize) -> mlua::Result<()> {
                     encode(out, &table.raw_get::<Value>(i)?, level + 1)?;
                 }
             } else {
-                let pairs: Vec<(Value, Value)> = table
-                    .clone()
-                    .pairs::<Value, Value>()
-                    .collect::<mlua::Result<_>>()?;
-                encode_len(out, pairs.len(), (0x80, 16), None, (0xde, 0xdf));
-                for (key, value) in &pairs {
-                    encode(out, key, level + 1)?;
-                    encode(out, value, level + 1)?;
+                // Counted, then walked again (as lua-cmsgpack does): the
+                // pairs are not all held at once, since every value held
+                // from Rust takes a slot of the Lua stack (a map of 100,000
+                // keys overflowed it).
+                let mut count = 0;
+                for pair in table.clone().pairs::<Value, Value>() {
+                    pair?;
+                    count += 1;
+                }
+                encode_len(out, count, (0x80, 16), None, (0xde, 0xdf));
+                for pair in table.clone().pairs::<Value, Value>() {
+                    let (key, value) = pair?;
+                    encode(out, &key, level + 1)?;
+                    encode(out, &value, level + 1)?;
                 }
             }
         }

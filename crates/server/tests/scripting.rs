@@ -684,3 +684,60 @@ fn a_script_sees_the_time_it_started_at() {
         ],
     );
 }
+
+/// A command a script's `redis.call` is refused (over maxmemory, a write
+/// from a read-only script) counts as that command's rejected call in INFO
+/// commandstats, as in Redis.
+#[test]
+fn refused_script_calls_are_rejected_calls_as_in_redis() {
+    let (_server, _dir, _redis, mut e, mut r) = beside_redis();
+    let counts = |c: &mut Client, command: &str| -> String {
+        let info = c.call("INFO commandstats");
+        let line = format!("cmdstat_{command}:");
+        let Some(at) = info.find(&line) else {
+            return "absent".to_string();
+        };
+        let rest = &info[at + line.len()..];
+        let end = rest.find("\\r\\n").unwrap_or(rest.len());
+        // calls=..,usec=..,usec_per_call=..,rejected_calls=..,failed_calls=..
+        rest[..end]
+            .split(',')
+            .filter(|part| !part.starts_with("usec"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    for (setup, script, read_only) in [
+        (
+            "CONFIG SET maxmemory 1",
+            "return redis.pcall('set','x','y')",
+            false,
+        ),
+        (
+            "CONFIG SET maxmemory 0",
+            "return redis.pcall('set','x','y')",
+            true,
+        ),
+        (
+            "CONFIG SET maxmemory 0",
+            "return redis.pcall('select',99)",
+            false,
+        ),
+    ] {
+        for c in [&mut e, &mut r] {
+            c.call("CONFIG RESETSTAT");
+            c.call(setup);
+        }
+        let command = if read_only { "eval_ro" } else { "eval" };
+        same(&mut e, &mut r, &[&[command, script, "1", "x"]]);
+        for name in ["set", "select", command] {
+            assert_eq!(
+                counts(&mut e, name),
+                counts(&mut r, name),
+                "cmdstat_{name} after {script} ({setup}; left: Engram, right: Redis)"
+            );
+        }
+    }
+    for c in [&mut e, &mut r] {
+        c.call("CONFIG SET maxmemory 0");
+    }
+}

@@ -753,7 +753,12 @@ pub fn run<'s>(
     // Redis's LOOKUP_NOTOUCH commands, and a CLIENT NO-TOUCH client's
     // commands other than TOUCH, leave keys' access fields alone.
     let no_touch = NO_TOUCH.contains(&spec.name) || (ctx.session.no_touch && spec.name != "touch");
+    let reply_start = ctx.out.len();
     let result = keyspace::access::without_touching(no_touch, || (spec.handler)(&mut ctx, args));
+    // A command whose reply is an error failed, whether the handler
+    // returned it or wrote it (a script returning an error, as Redis
+    // counts failed_calls).
+    let failed = result.is_err() || matches!(ctx.out.buf.get(reply_start), Some(b'-' | b'!'));
     if ctx.session.migration.is_some() {
         // MIGRATE waits for its target: the call is counted, timed and
         // logged when it ends (`migrate::finish`), as Redis times it whole.
@@ -765,7 +770,7 @@ pub fn run<'s>(
     // A command that blocked is counted once, when its wait ends (served
     // or failed by a retry, timed out, unblocked), as Redis counts it.
     if result.is_err() || ctx.session.blocked.is_none() {
-        record_call(shared, ctx.session, index, &args, started, result.is_err());
+        record_call(shared, ctx.session, index, &args, started, failed);
     }
     ctx.exec
 }

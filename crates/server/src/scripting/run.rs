@@ -464,6 +464,12 @@ fn redis_call(
     let Some((index, spec)) = commands::lookup(args.get(0)) else {
         return refuse(lua, "ERR Unknown Redis command called from script");
     };
+    // From here a refusal counts as the command's rejected call (INFO
+    // commandstats), as Redis's scriptCall counts it.
+    let refuse = |lua: &Lua, text: &str| {
+        shared.stats.commands.rejected(index, &args);
+        refuse(lua, text)
+    };
     if !spec.arity_ok(args.len()) {
         return refuse(
             lua,

@@ -192,6 +192,16 @@ pub struct Stats {
     pub power_cycles: u64,
 }
 
+/// What a power cut loses (see [`Disk::cut_power`]).
+#[derive(Clone, Debug, Default)]
+pub struct Unsynced {
+    /// Files with bytes or a length not durable: path from the root, and
+    /// pages that may differ.
+    pub files: Vec<(String, usize)>,
+    /// Name changes not durable.
+    pub name_changes: usize,
+}
+
 pub struct Disk {
     nodes: HashMap<u64, Node>,
     /// Namespace changes not yet durable, oldest first.
@@ -476,9 +486,44 @@ impl Disk {
 
     /// The power fails: from now on nothing becomes durable. The kernel
     /// and the processes above carry on with the live state until the
-    /// file system is unmounted.
-    pub fn cut_power(&mut self) {
+    /// file system is unmounted. Returns what the failure loses: each file
+    /// with pages or a length not durable (path, pages), and the name
+    /// changes not durable.
+    pub fn cut_power(&mut self) -> Unsynced {
         self.powered = false;
+        let mut paths = HashMap::from([(ROOT, String::new())]);
+        let mut stack = vec![ROOT];
+        while let Some(dir) = stack.pop() {
+            if let Body::Dir { live, .. } = &self.nodes[&dir].body {
+                for (name, &ino) in live {
+                    paths.insert(ino, format!("{}/{}", paths[&dir], name.to_string_lossy()));
+                    stack.push(ino);
+                }
+            }
+        }
+        let mut files: Vec<(String, usize)> = self
+            .nodes
+            .iter()
+            .filter_map(|(ino, node)| match &node.body {
+                Body::File {
+                    live,
+                    durable,
+                    dirty,
+                } if !dirty.is_empty() || live.len != durable.len => {
+                    let path = paths
+                        .get(ino)
+                        .cloned()
+                        .unwrap_or(format!("(inode {ino}, unlinked)"));
+                    Some((path, dirty.len()))
+                }
+                _ => None,
+            })
+            .collect();
+        files.sort();
+        Unsynced {
+            files,
+            name_changes: self.journal.len(),
+        }
     }
 
     /// The machine comes back: the live state becomes the durable one;

@@ -30,8 +30,7 @@
 //!   kernel sends it for the whole file; the disk makes the whole file
 //!   durable, which includes pages written back earlier by the kernel on
 //!   its own: real disks may keep those too). `close` (FLUSH) and
-//!   `munmap` make nothing durable. Pages are written whole or not at
-//!   all: torn pages are not modelled.
+//!   `munmap` make nothing durable.
 //! * **Names** (create, mkdir, unlink, rmdir, rename) go into a journal in
 //!   the order they happen. An FSYNC of a file makes the journal durable
 //!   up to and including the last change that gave that file a name; an
@@ -42,9 +41,15 @@
 //! * After a cut nothing becomes durable; the kernel and the processes
 //!   above go on seeing the live state until the unmount.
 //!
+//! Not modelled: torn pages (a page is written whole or not at all), and
+//! a disk's cache flush (any file's `fsync`) persisting pages of *other*
+//! files that the kernel had written back on its own; here those wait
+//! for their own file's FSYNC, so an ordering bug that needs them to be
+//! durable early goes unseen.
+//!
 //! Why this rule: it is what Engram is entitled to rely on from ext4 (the
-//! file system its users run it on), and stricter. On ext4 (`data=ordered`)
-//! an `fsync` or `fdatasync` that has anything to commit commits the whole
+//! file system its users run it on), and stricter. On ext4 (`data=ordered`,
+//! without `fast_commit`, which mkfs leaves off) an `fsync` or `fdatasync` that has anything to commit commits the whole
 //! running journal transaction, so every name change made before it, in
 //! any directory, becomes durable with it; a new file's name included.
 //! Here only the prefix that ends at the synced inode's last change does,
@@ -72,7 +77,7 @@ use std::sync::{Arc, Mutex};
 use fuser::{BackgroundSession, Config, MountOption};
 
 use disk::Disk;
-pub use disk::Stats;
+pub use disk::{Stats, Unsynced};
 use fuse::LazyFuse;
 
 /// Why power-cut tests cannot run on this machine, if they cannot: FUSE
@@ -124,8 +129,9 @@ impl LazyFs {
 
     /// The power fails: nothing more becomes durable. Processes using the
     /// file system carry on with what they see until they are killed.
-    pub fn cut_power(&self) {
-        self.disk.lock().unwrap().cut_power();
+    /// Returns what is lost.
+    pub fn cut_power(&self) -> Unsynced {
+        self.disk.lock().unwrap().cut_power()
     }
 
     /// Unmounts, forgets everything that was not durable, and mounts

@@ -210,6 +210,58 @@ fn process_loses_acknowledged_writes_on_a_power_cut() {
     );
 }
 
+/// The power fails between the two syncs of one group commit: the data
+/// file's (`values.pmem`: strings, and the intents of multi-key batches)
+/// is durable, the collections' operation log's is not. An EXEC in flight
+/// that writes a string and collections must still be whole or absent.
+/// The cut lands at that exact point: right after the second sync of
+/// `values.pmem` once the EXEC is sent (the first is its intent's
+/// barrier, the second the one its reply waits for, before the log's).
+#[test]
+fn an_exec_in_flight_is_whole_or_absent_when_the_power_fails_between_the_two_files() {
+    let _turn = SERVER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((dir, mut fs)) = mount() else { return };
+    let data = fs.mountpoint().join("data");
+    let boot_id = dir.path().join("boot_id");
+    let mut rng = Rng(1);
+    let args = ["--durability", "always", "--mode", "emulated"];
+    let mut served = serve_after_boot(&data, &args, &boot_id, &mut rng);
+    let mut con = connect(served.port);
+    let mut acked = State::default();
+    for i in 1..=3 {
+        let (id, _) = Write::Exec(i).send(&mut con, 0).unwrap();
+        Write::Exec(i).apply(&mut acked, id);
+    }
+    fs.cut_power_after_syncs(Path::new("data/values.pmem"), 2)
+        .unwrap();
+    let in_flight = Write::Exec(4);
+    let _ = in_flight.send(&mut con, 0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fs.powered() {
+        assert!(
+            Instant::now() < deadline,
+            "values.pmem was not synced twice"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    served.child.kill().expect("SIGKILL");
+    served.child.wait().unwrap();
+    drop(served);
+    fs.power_cycle().unwrap();
+    let served = serve_after_boot(&data, &args, &boot_id, &mut rng);
+    let found = read_state(served.port, 0);
+    let mut applied = acked.clone();
+    in_flight.apply(&mut applied, None);
+    assert!(
+        differences(&acked, &found).is_empty() || differences(&applied, &found).is_empty(),
+        "the EXEC in flight is half applied after the power failed between the syncs of \
+         values.pmem and collections/oplog.pmem; against the state without it:\n{}",
+        differences(&acked, &found).join("\n")
+    );
+    drop(served);
+    fs.unmount().unwrap();
+}
+
 /// What a run of power cuts found.
 struct Outcome {
     /// One line per key whose recovered state is neither what was

@@ -210,6 +210,9 @@ pub struct Disk {
     /// False from a cut until the next power cycle: nothing more becomes
     /// durable, whatever the kernel asks.
     powered: bool,
+    /// Cut the power once this inode has had this many more syncs (the
+    /// last of them made durable): a cut at an exact point.
+    cut_after: Option<(u64, u32)>,
     stats: Stats,
 }
 
@@ -236,6 +239,7 @@ impl Disk {
             journal: Vec::new(),
             next_ino: ROOT + 1,
             powered: true,
+            cut_after: None,
             stats: Stats::default(),
         }
     }
@@ -481,6 +485,32 @@ impl Disk {
                 }
             }
         }
+        if let Some((target, syncs)) = &mut self.cut_after {
+            if *target == ino {
+                *syncs -= 1;
+                if *syncs == 0 {
+                    self.cut_after = None;
+                    self.powered = false;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the power is on (no cut since the last power cycle).
+    pub fn powered(&self) -> bool {
+        self.powered
+    }
+
+    /// Arms a cut right after the `syncs`-th sync of `path` (relative to
+    /// the root) from now: that sync is made durable, nothing after it.
+    pub fn cut_after_syncs(&mut self, path: &std::path::Path, syncs: u32) -> Result<(), Errno> {
+        assert!(syncs > 0);
+        let mut ino = ROOT;
+        for part in path.iter() {
+            ino = *self.live_entries(ino)?.get(part).ok_or(libc::ENOENT)?;
+        }
+        self.cut_after = Some((ino, syncs));
         Ok(())
     }
 
@@ -563,6 +593,7 @@ impl Disk {
         }
         self.journal.clear();
         self.powered = true;
+        self.cut_after = None;
         self.stats.power_cycles += 1;
     }
 }
@@ -774,6 +805,39 @@ mod tests {
                 .all(|&index| index * PAGE_BYTES < live.len));
             assert!(live.pages.values().all(|page| page.iter().any(|&b| b != 0)));
         }
+    }
+
+    #[test]
+    fn an_armed_cut_comes_right_after_the_chosen_sync_of_the_chosen_file() {
+        let mut disk = Disk::new();
+        let dir = disk.create(ROOT, name("d"), Kind::Dir, 0o755).unwrap().ino;
+        let file = disk.create(dir, name("f"), Kind::File, 0o644).unwrap().ino;
+        let other = disk.create(dir, name("o"), Kind::File, 0o644).unwrap().ino;
+        disk.cut_after_syncs(std::path::Path::new("d/f"), 2)
+            .unwrap();
+        disk.write(file, 0, b"one").unwrap();
+        disk.sync(file).unwrap();
+        disk.write(other, 0, b"other").unwrap();
+        disk.sync(other).unwrap();
+        assert!(disk.powered(), "another file's sync does not count");
+        disk.write(file, 0, b"two").unwrap();
+        disk.sync(file).unwrap();
+        assert!(!disk.powered());
+        disk.write(file, 0, b"three").unwrap();
+        disk.sync(file).unwrap();
+        disk.power_cycle();
+        assert_eq!(
+            read_all(&disk, disk.lookup(dir, name("f")).unwrap().ino),
+            b"two"
+        );
+        assert_eq!(
+            read_all(&disk, disk.lookup(dir, name("o")).unwrap().ino),
+            b"other"
+        );
+        assert_eq!(
+            disk.cut_after_syncs(std::path::Path::new("d/none"), 1),
+            Err(libc::ENOENT)
+        );
     }
 
     #[test]

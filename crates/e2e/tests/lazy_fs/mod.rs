@@ -39,7 +39,9 @@
 //!   named the directory itself. Always a prefix, in order, and a rename is
 //!   one change (its old name goes exactly when the new one comes).
 //! * After a cut nothing becomes durable; the kernel and the processes
-//!   above go on seeing the live state until the unmount.
+//!   above go on seeing the live state until the unmount. A cut comes
+//!   when the test says ([`LazyFs::cut_power`]) or right after the n-th
+//!   FSYNC of a given file ([`LazyFs::cut_power_after_syncs`]).
 //!
 //! Not modelled: torn pages (a page is written whole or not at all), and
 //! a disk's cache flush (any file's `fsync`) persisting pages of *other*
@@ -132,6 +134,23 @@ impl LazyFs {
     /// Returns what is lost.
     pub fn cut_power(&self) -> Unsynced {
         self.disk.lock().unwrap().cut_power()
+    }
+
+    /// Arms a cut at an exact point: right after the `syncs`-th FSYNC of
+    /// `path` (relative to the mount point) from now, which is made
+    /// durable; nothing after it is. [`LazyFs::powered`] says when it
+    /// happened. What is lost is not reported, unlike [`LazyFs::cut_power`].
+    pub fn cut_power_after_syncs(&self, path: &Path, syncs: u32) -> std::io::Result<()> {
+        self.disk
+            .lock()
+            .unwrap()
+            .cut_after_syncs(path, syncs)
+            .map_err(std::io::Error::from_raw_os_error)
+    }
+
+    /// Whether the power is on: false from a cut to the next power cycle.
+    pub fn powered(&self) -> bool {
+        self.disk.lock().unwrap().powered()
     }
 
     /// Unmounts, forgets everything that was not durable, and mounts

@@ -42,10 +42,20 @@ pub fn serve(dir: &Path, extra: &[&str]) -> Served {
 /// line (the plain port, or the TLS one when only TLS listens); its log
 /// when it did not start.
 pub fn try_serve(dir: &Path, extra: &[&str]) -> Result<Served, String> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_engram-e2e"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_engram-e2e"));
+    command
         .args(["serve", "--port", "0", "--dir"])
         .arg(dir)
-        .args(extra)
+        .args(extra);
+    start_served(command)
+}
+
+/// Starts `command`, an `engram serve` with `--port 0`, however wrapped
+/// (a wrapper must exec the server in its place, so that killing the
+/// child kills the server), and learns its port from the ready line; its
+/// log when it did not start.
+pub fn start_served(mut command: Command) -> Result<Served, String> {
+    let mut child = command
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -703,6 +703,17 @@ impl<'a> Txn<'a> {
             }
             return Err(Error::Collections(e));
         }
+        // The intent's deletion (in the engine's file) must not become
+        // durable before the collections' log record (in the operation
+        // log): the two files are synced one after the other, and the
+        // kernel writes pages back when it likes, so a power failure
+        // between them would keep the strings and lose the collections
+        // with nothing left to replay (found by the FUSE power-cut test,
+        // `e2e/tests/power_cut.rs`). Under `always` the record is synced
+        // first: a third sync round, for batches that mix the two only.
+        if intent.is_some() && self.ks.commit().must_wait() {
+            self.ks.commit().barrier();
+        }
         self.wrote = true;
         let deleted: Vec<EKey> = batch
             .iter()

@@ -741,3 +741,37 @@ fn refused_script_calls_are_rejected_calls_as_in_redis() {
         c.call("CONFIG SET maxmemory 0");
     }
 }
+
+/// A key past its expiry that nothing deleted yet: DEBUG OBJECT still
+/// shows it (Redis looks in its dictionary directly), a script's EXISTS
+/// does not see it, and it is gone afterwards (Redis's "Script delete the
+/// expired key").
+#[test]
+fn an_expired_key_is_shown_by_debug_object_and_not_by_a_script() {
+    let (server, _dir, _conf) = common::start_debuggable();
+    let redis = common::RedisServer::start();
+    let (mut e, mut r) = (Client::connect(&server), redis.client());
+    same(
+        &mut e,
+        &mut r,
+        &[
+            &["debug", "set-active-expire", "0"],
+            &["set", "key", "value", "px", "1"],
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    for c in [&mut e, &mut r] {
+        let shown = call(c, &["debug", "object", "key"]);
+        assert!(shown.starts_with("Value at:"), "{shown}");
+    }
+    same(
+        &mut e,
+        &mut r,
+        &[
+            &["eval", "return redis.call('EXISTS', 'key')", "0"],
+            &["exists", "key"],
+            &["debug", "object", "key"],
+            &["debug", "set-active-expire", "1"],
+        ],
+    );
+}

@@ -775,3 +775,32 @@ fn an_expired_key_is_shown_by_debug_object_and_not_by_a_script() {
         ],
     );
 }
+
+/// FUNCTION LOAD is refused over maxmemory (its subcommand's denyoom flag,
+/// which FUNCTION RESTORE shares), and a function flagged allow-oom still
+/// writes, as in Redis.
+#[test]
+fn function_load_is_refused_over_maxmemory_as_in_redis() {
+    let (_server, _dir, _redis, mut e, mut r) = beside_redis();
+    let library = "#!lua name=test\nredis.register_function('f1', function() return 1 end)";
+    let oom_free = "#!lua name=f1\nredis.register_function{function_name='f1', \
+                    callback=function() return redis.call('set', 'x', '1') end, \
+                    flags={'allow-oom'}}";
+    same(&mut e, &mut r, &[&["function", "load", "replace", library]]);
+    same(
+        &mut e,
+        &mut r,
+        &[
+            &["config", "set", "maxmemory", "1"],
+            &["function", "flush"],
+            &["function", "load", "replace", library],
+            &["function", "list"],
+            &["config", "set", "maxmemory", "0"],
+            &["function", "load", "replace", oom_free],
+            &["config", "set", "maxmemory", "1"],
+            &["fcall", "f1", "1", "x"],
+            &["get", "x"],
+            &["config", "set", "maxmemory", "0"],
+        ],
+    );
+}

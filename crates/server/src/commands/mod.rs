@@ -561,7 +561,7 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
         // As Redis, every command evicts first when memory is over the
         // limit; only those that may grow the data are refused.
         && crate::eviction::before_command(shared, keyspace, session) == crate::eviction::Outcome::Fail
-        && may_grow(spec, session)
+        && may_grow(spec, &args, session)
     {
         Some(crate::maxmemory::OOM.to_string())
     } else if session.pubsub.subscribed()
@@ -691,12 +691,21 @@ const NO_TOUCH: &[&str] = &[
 /// Whether the command may grow memory (refused over `maxmemory`):
 /// Redis's denyoom commands, EXEC of a queue holding one, and, as in
 /// Redis, any command queued inside MULTI (a queue grows without bound).
-fn may_grow(spec: &CommandSpec, session: &Session) -> bool {
-    use crate::maxmemory::DENYOOM;
+fn may_grow(spec: &CommandSpec, args: &Args, session: &Session) -> bool {
     if session.in_multi() && !matches!(spec.name, "exec" | "discard" | "quit" | "reset") {
         return true;
     }
-    this_or_queued(spec, session, |s| DENYOOM.contains(&s.name))
+    this_or_queued(spec, args, session, denies_oom)
+}
+
+/// Redis's `denyoom` flag: of the command, or of a container's
+/// subcommand (FUNCTION LOAD and RESTORE).
+fn denies_oom(spec: &CommandSpec, args: &Args) -> bool {
+    if descriptions::is_container(spec.name) {
+        return args.len() > 1
+            && descriptions::subcommand(spec.name, args.get(1)).is_some_and(|d| d.has("denyoom"));
+    }
+    crate::maxmemory::DENYOOM.contains(&spec.name)
 }
 
 /// `test` of the command, or for EXEC, of any command in its queue: what
@@ -704,16 +713,18 @@ fn may_grow(spec: &CommandSpec, session: &Session) -> bool {
 /// denyoom, CLIENT PAUSE's may-write).
 pub fn this_or_queued(
     spec: &CommandSpec,
+    args: &Args,
     session: &Session,
-    test: impl Fn(&CommandSpec) -> bool,
+    test: impl Fn(&CommandSpec, &Args) -> bool,
 ) -> bool {
     if spec.name != "exec" {
-        return test(spec);
+        return test(spec, args);
     }
     session.multi.as_ref().is_some_and(|queue| {
-        queue
-            .iter()
-            .any(|q| lookup(q.args().get(0)).is_some_and(|(_, s)| test(s)))
+        queue.iter().any(|q| {
+            let args = q.args();
+            lookup(args.get(0)).is_some_and(|(_, s)| test(s, &args))
+        })
     })
 }
 

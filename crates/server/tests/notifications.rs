@@ -375,3 +375,47 @@ fn evicted_keys_are_announced_when_the_limit_drops() {
     );
     assert_eq!(client.call("CONFIG SET maxmemory 0"), "OK");
 }
+
+#[test]
+fn keys_created_are_announced_by_the_new_event_as_in_redis() {
+    // Class `n` (not in `A`): Redis sends `new` when a key is added, not
+    // when it is overwritten; before the command's own event.
+    let events = events_of(
+        "KEn",
+        &[],
+        &[
+            "SET foo bar",
+            "SET foo baz",
+            "SET bar bar",
+            "RPUSH l a",
+            "RPUSH l b",
+            "HSET h f v",
+            "SADD s a",
+            "ZADD z 1 a",
+            "XADD x 1-1 f v",
+            "MSET m1 1 m2 2 foo x",
+            "RENAME foo foo2",
+            "COPY bar bar2",
+            "APPEND ap x",
+            "INCR i",
+            "SETNX foo2 y",
+            "LMOVE l l2 LEFT LEFT",
+            "SUNIONSTORE dst s",
+            "MULTI",
+            "SET t1 1",
+            "SET bar 2",
+            "EXEC",
+            "EVAL redis.call('SET',\\sKEYS[1],\\s1)\\sreturn\\sredis.call('SET',\\s'undeclared',\\s1) 1 declared",
+            "DEL foo2",
+            "SET foo2 again",
+        ],
+    );
+    assert!(
+        events.iter().filter(|e| e.contains("\"new\"")).count() >= 15,
+        "{events:?}"
+    );
+    assert!(
+        events.iter().any(|e| e.contains("undeclared")),
+        "{events:?}"
+    );
+}

@@ -765,7 +765,12 @@ pub fn run<'s>(
     // commands other than TOUCH, leave keys' access fields alone.
     let no_touch = NO_TOUCH.contains(&spec.name) || (ctx.session.no_touch && spec.name != "touch");
     let reply_start = ctx.out.len();
+    let absent = absent_keys(&mut ctx, spec, &args);
+    let first_event = ctx.session.notifications.len();
     let result = keyspace::access::without_touching(no_touch, || (spec.handler)(&mut ctx, args));
+    if let Some(absent) = absent {
+        announce_new_keys(&mut ctx, absent, first_event);
+    }
     // A command whose reply is an error failed, whether the handler
     // returned it or wrote it (a script returning an error, as Redis
     // counts failed_calls).
@@ -784,6 +789,50 @@ pub fn run<'s>(
         record_call(shared, ctx.session, index, &args, started, failed);
     }
     ctx.exec
+}
+
+/// The keys of a write command that do not exist before it runs, when
+/// someone listens for the `new` event (class `n`); None otherwise, at no
+/// cost. Scripts are left out: each of their calls is checked.
+fn absent_keys(ctx: &mut Ctx, spec: &CommandSpec, args: &Args) -> Option<Vec<Vec<u8>>> {
+    if !ctx.shared.notifications.wants(crate::notify::NEW)
+        || !spec.is(WRITE)
+        || matches!(spec.name, "eval" | "evalsha" | "fcall")
+    {
+        return None;
+    }
+    let positions = key_finder::key_positions(spec, args)?;
+    let mut absent = Vec::new();
+    for at in positions {
+        let key = args.get(at);
+        let exists = keyspace::access::without_touching(true, || ctx.read(key, |_, _| Ok(())));
+        if matches!(exists, Ok(None)) && !absent.iter().any(|k: &Vec<u8>| k == key) {
+            absent.push(key.to_vec());
+        }
+    }
+    Some(absent)
+}
+
+/// Redis's `new` event (sent by dbAdd, before the command's own events)
+/// for each of `absent` that the command created.
+fn announce_new_keys(ctx: &mut Ctx, absent: Vec<Vec<u8>>, first_event: usize) {
+    let db = ctx.session.db;
+    let mut at = first_event.min(ctx.session.notifications.len());
+    for key in absent {
+        let exists = keyspace::access::without_touching(true, || ctx.read(&key, |_, _| Ok(())));
+        if matches!(exists, Ok(Some(_))) {
+            ctx.session.notifications.insert(
+                at,
+                crate::notify::Pending {
+                    class: crate::notify::NEW,
+                    event: "new",
+                    db,
+                    key: key.into(),
+                },
+            );
+            at += 1;
+        }
+    }
 }
 
 /// Counts a call that began at `started` (INFO commandstats, LATENCY

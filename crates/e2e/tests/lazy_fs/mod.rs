@@ -85,11 +85,15 @@ use fuse::LazyFuse;
 /// Why power-cut tests cannot run on this machine, if they cannot: FUSE
 /// needs `/dev/fuse`.
 pub fn unavailable() -> Option<String> {
-    if Path::new("/dev/fuse").exists() {
-        None
-    } else {
-        Some("/dev/fuse does not exist: no FUSE on this machine".into())
+    if !Path::new("/dev/fuse").exists() {
+        return Some("/dev/fuse does not exist: no FUSE on this machine".into());
     }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        // Without libfuse's setuid helper, the mount is mount(2) itself.
+        return Some("not root: mounting the FUSE file system needs mount(2)".into());
+    }
+    None
 }
 
 /// A mounted lazy file system (see the module docs).

@@ -31,6 +31,7 @@ mod journal;
 mod key_groups;
 pub mod modified;
 mod open;
+mod recovered;
 mod txn;
 pub mod value;
 
@@ -56,6 +57,7 @@ pub use open::{
     open_stores_for_tests, open_stores_for_tests_with, KeyspaceOptions, OpenError, Opened,
     COLLECTIONS_DIR,
 };
+use recovered::RecoveredBooks;
 pub use txn::{ckey, Stored, Txn};
 use value::{decode, Malformed, Meta};
 
@@ -205,6 +207,19 @@ impl Keyspace {
         databases: usize,
         durability: Durability,
     ) -> Result<Arc<Keyspace>> {
+        Keyspace::open_with_books(store, collections, databases, durability, None)
+    }
+
+    /// `open`, with what the engine's recovery gathered for the keyspace
+    /// when the store was opened with `books` as its recovery visitor
+    /// (`open_dir` does): the string keys then are not scanned again.
+    pub(crate) fn open_with_books(
+        store: Store,
+        collections: Collections,
+        databases: usize,
+        durability: Durability,
+        books: Option<&RecoveredBooks>,
+    ) -> Result<Arc<Keyspace>> {
         assert!((1..=255).contains(&databases), "databases must be 1..=255");
         let dax = store.stats().mode == "dax";
         let db_map = load_db_map(&store)?;
@@ -235,7 +250,7 @@ impl Keyspace {
             access: AccessTracking::new(now_ms()),
             expired: expired::ExpiredKeys::default(),
         };
-        let intents = keyspace.rebuild()?;
+        let intents = keyspace.rebuild(books)?;
         keyspace.replay(intents)?;
         let keyspace = Arc::new(keyspace);
         let (commit, weak) = (keyspace.commit.clone(), Arc::downgrade(&keyspace));
@@ -348,8 +363,63 @@ impl Keyspace {
         }
     }
 
-    fn rebuild(&self) -> Result<Vec<Vec<u8>>> {
+    fn rebuild(&self, books: Option<&RecoveredBooks>) -> Result<Vec<Vec<u8>>> {
         self.check_format()?;
+        let intents = match books {
+            Some(books) => self.rebuild_from_books(books.take()),
+            None => self.rebuild_strings()?,
+        };
+        self.rebuild_collections()?;
+        Ok(intents)
+    }
+
+    /// The string keys' counts and expiry index from what the engine's
+    /// recovery gathered (`recovered.rs`): no key is read again.
+    fn rebuild_from_books(&self, books: recovered::Books) -> Vec<Vec<u8>> {
+        for (prefix, counts) in books.counts.chunks(KEY_GROUPS).enumerate() {
+            let keys: u64 = counts.iter().map(|&n| u64::from(n)).sum();
+            if keys == 0 {
+                continue;
+            }
+            if !self.is_visible(&[prefix as u8]) {
+                self.stats
+                    .keys_in_hidden_dbs
+                    .fetch_add(keys, Ordering::Relaxed);
+                continue;
+            }
+            for (group, &n) in counts.iter().enumerate() {
+                self.groups[group].counts[prefix].fetch_add(i64::from(n), Ordering::Relaxed);
+            }
+        }
+        for (group, expiring) in books.expiring.into_iter().enumerate() {
+            let slot = &self.groups[group];
+            let mut state = slot.lock.lock();
+            for (key, expire_at) in expiring {
+                if self.is_visible(&key) {
+                    debug_assert_eq!(Self::slot_index(&key), group);
+                    key_groups::set_expiry(slot, &mut state, &key, Some(expire_at));
+                }
+            }
+        }
+        for key in &books.damaged_named {
+            log::warn!(
+                "key {} is damaged: its value cannot be read",
+                String::from_utf8_lossy(&client_key_name(key))
+            );
+        }
+        if books.damaged > DAMAGED_KEYS_LOGGED {
+            log::warn!(
+                "{} damaged keys in all ({} named above)",
+                books.damaged,
+                DAMAGED_KEYS_LOGGED
+            );
+        }
+        books.intents
+    }
+
+    /// The string keys' counts and expiry index, by reading every key's
+    /// meta word (a store opened without the keyspace's recovery visitor).
+    fn rebuild_strings(&self) -> Result<Vec<Vec<u8>>> {
         let mut intents = Vec::new();
         let mut damaged = 0u64;
         let mut cursor = 0;
@@ -360,7 +430,10 @@ impl Keyspace {
                     intents.push(key);
                     continue;
                 }
-                if format::is_format_key(&key) || db_map::is_map_key(&key) {
+                if format::is_format_key(&key)
+                    || db_map::is_map_key(&key)
+                    || functions_record::is_functions_key(&key)
+                {
                     continue;
                 }
                 if !self.is_visible(&key) {
@@ -405,7 +478,6 @@ impl Keyspace {
                 DAMAGED_KEYS_LOGGED
             );
         }
-        self.rebuild_collections()?;
         Ok(intents)
     }
 

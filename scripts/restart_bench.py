@@ -11,7 +11,9 @@ recommends for a restart that loads a snapshot). Then, per round:
 - Engram: SHUTDOWN, start again; then SIGKILL, start again.
 
 The time measured is from the process's start to PING answered and a GET
-of the last key written answered with its value. Redis has no data that
+of the last key written answered with its value; before each start the
+page cache's dirty pages are written back (`sync`, then 1 s), so that one
+server's stop does not slow the next one's start. Redis has no data that
 survives SIGKILL without AOF, so it is measured after SHUTDOWN SAVE only.
 Engram's own split (engine recovery, keyspace scan) is read from INFO.
 The median of --rounds rounds is reported.
@@ -69,8 +71,17 @@ def start(command):
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def settle():
+    """Lets the previous stop's writeback finish (Redis's SHUTDOWN SAVE
+    leaves a 1 GB RDB file dirty in the page cache) so that it does not
+    land on the next start's clock."""
+    os.sync()
+    time.sleep(1)
+
+
 def ready_after(command, port, last_key, value_bytes):
     """Starts the server; seconds until PING and the last key's GET answer."""
+    settle()
     started = time.monotonic()
     proc = start(command)
     client = redis.Redis(port=port, socket_connect_timeout=1)

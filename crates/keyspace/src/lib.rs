@@ -391,16 +391,29 @@ impl Keyspace {
                 self.groups[group].counts[prefix].fetch_add(i64::from(n), Ordering::Relaxed);
             }
         }
-        for (group, expiring) in books.expiring.into_iter().enumerate() {
-            let slot = &self.groups[group];
-            let mut state = slot.lock.lock();
-            for (key, expire_at) in expiring {
-                if self.is_visible(&key) {
-                    debug_assert_eq!(Self::slot_index(&key), group);
-                    key_groups::set_expiry(slot, &mut state, &key, Some(expire_at));
-                }
+        // The groups' expiry maps are independent: built on as many
+        // threads as recovery had (5M expiring keys: 1.3 s on one).
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut expiring: Vec<(usize, recovered::Expiring)> =
+            books.expiring.into_iter().enumerate().collect();
+        let chunk = expiring.len().div_ceil(threads).max(1);
+        std::thread::scope(|scope| {
+            for part in expiring.chunks_mut(chunk) {
+                scope.spawn(move || {
+                    for (group, keys) in part {
+                        let slot = &self.groups[*group];
+                        let mut state = slot.lock.lock();
+                        state.expires.reserve(keys.len());
+                        for (key, expire_at) in std::mem::take(keys) {
+                            if self.is_visible(&key) {
+                                debug_assert_eq!(Self::slot_index(&key), *group);
+                                key_groups::set_expiry(slot, &mut state, &key, Some(expire_at));
+                            }
+                        }
+                    }
+                });
             }
-        }
+        });
         for key in &books.damaged_named {
             log::warn!(
                 "key {} is damaged: its value cannot be read",

@@ -63,9 +63,9 @@ pub use index::{ACCESS_BITS, ACCESS_MAX};
 pub use index_image::FILE_NAMES as INDEX_IMAGE_FILES;
 #[cfg(feature = "fault-injection")]
 pub use options::FaultInjection;
-pub use options::{CompactionOptions, IndexImageOptions, Observer, Options, SyncPolicy};
+pub use options::{CompactionOptions, IndexImageOptions, Observer, Options, SyncPolicy, Visitor};
 pub use read::ValueRef;
 pub use record::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
-pub use recovery::{ImageRecovery, RecoveryReport};
+pub use recovery::{ImageRecovery, RecoveredKey, RecoveryReport, RecoveryVisitor};
 pub use scrub::{AffectedKey, ScrubReport};
 pub use store::{Stats, Store, DATA_FILE};

@@ -133,6 +133,10 @@ pub struct Options {
     /// Sees every store, flush and fence made to the data file: the hook of
     /// the crash simulator (`engram_pmem::CrashSim`). `None` in normal use.
     pub observer: Option<Observer>,
+    /// Rides along with recovery at open, to learn what the layer above
+    /// needs of every live record while recovery reads it (the keyspace's
+    /// key counts and expiry index). Dropped once the store is open.
+    pub recovery_visitor: Option<Visitor>,
     /// Deliberate defects, for tests that check the checkers (only with
     /// the `fault-injection` feature, which the crate's tests turn on).
     #[cfg(feature = "fault-injection")]
@@ -147,6 +151,16 @@ pub struct Observer(pub Arc<dyn PersistObserver>);
 impl std::fmt::Debug for Observer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Observer")
+    }
+}
+
+/// A recovery visitor, wrapped so `Options` stays `Clone + Debug`.
+#[derive(Clone)]
+pub struct Visitor(pub Arc<dyn crate::RecoveryVisitor>);
+
+impl std::fmt::Debug for Visitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Visitor")
     }
 }
 
@@ -182,6 +196,7 @@ impl Default for Options {
             populate: true,
             fine_writeback: false,
             observer: None,
+            recovery_visitor: None,
             #[cfg(feature = "fault-injection")]
             faults: FaultInjection::default(),
         }

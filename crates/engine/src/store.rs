@@ -83,8 +83,10 @@ impl Store {
     /// it holds none. Recovery (after a clean shutdown or a crash alike)
     /// loads the newest index image, if any, scans the blocks claimed since
     /// (all of them without an image) in parallel, and rebuilds the index.
-    pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Store> {
+    pub fn open(dir: impl AsRef<Path>, mut options: Options) -> Result<Store> {
         options.validate()?;
+        // Not kept past recovery: what it gathered belongs to its owner.
+        let visitor = options.recovery_visitor.take();
         let dir = dir.as_ref();
         std::fs::create_dir_all(dir).map_err(|e| Error::io("creating data directory", dir, e))?;
         let lock = DirectoryLock::acquire(dir)?;
@@ -142,6 +144,7 @@ impl Store {
                 rejected,
                 ..ImageRecovery::default()
             },
+            visitor.as_ref().map(|v| &*v.0),
         )?;
         let image_state = ImageState::after_recovery(
             image.as_ref(),

@@ -11,7 +11,9 @@
 //! 2. checks every key: an operation acknowledged before the crash point is
 //!    there; the operation in flight is either wholly there or wholly absent;
 //!    nothing never written appears; `len()` and a full `scan` agree;
-//! 3. crashes the recovered store and recovers again: the same state
+//! 3. checks what a recovery visitor was told: each present key once,
+//!    with the word it gave that key's value (not an older version's);
+//! 4. crashes the recovered store and recovers again: the same state
 //!    (recovery is idempotent).
 //!
 //! The workload includes power cycles: the store is abandoned and reopened
@@ -32,7 +34,7 @@ use std::time::Instant;
 
 use engram_engine::{
     CompactionOptions, CrashPoint, CrashSim, FaultInjection, IntegrityOptions, ModeChoice,
-    Observer, Options, Store,
+    Observer, Options, RecoveredKey, RecoveryVisitor, Store, Visitor,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -186,17 +188,61 @@ fn key(i: u32) -> Vec<u8> {
     format!("key-{i}").into_bytes()
 }
 
-fn recover(scratch: &Path, image: &[u8]) -> Result<Store, String> {
+/// What a recovery visitor is told: key → the word of its value.
+#[derive(Default)]
+struct Census {
+    indexed: Mutex<Model>,
+}
+
+impl RecoveryVisitor for Census {
+    fn summarize(&self, _key: &[u8], value: Option<&[u8]>) -> u64 {
+        value.map_or(u64::MAX, |v| u64::from(xxhash(v)))
+    }
+
+    fn indexed(&self, _hash: u64, summary: u64, key: RecoveredKey<'_>) {
+        let previous = self
+            .indexed
+            .lock()
+            .unwrap()
+            .insert(key.bytes().to_vec(), summary.to_le_bytes().to_vec());
+        assert!(previous.is_none(), "a key was indexed twice");
+    }
+}
+
+fn recover_with(
+    scratch: &Path,
+    image: &[u8],
+    census: Option<Arc<Census>>,
+) -> Result<Store, String> {
     let _ = std::fs::remove_dir_all(scratch);
     std::fs::create_dir_all(scratch).unwrap();
     std::fs::write(scratch.join("values.pmem"), image).unwrap();
-    Store::open(scratch, options(None, FaultInjection::default()))
-        .map_err(|e| format!("recovery failed: {e}"))
+    let options = Options {
+        recovery_visitor: census.map(|c| Visitor(c as Arc<dyn RecoveryVisitor>)),
+        ..options(None, FaultInjection::default())
+    };
+    Store::open(scratch, options).map_err(|e| format!("recovery failed: {e}"))
+}
+
+fn recover(scratch: &Path, image: &[u8]) -> Result<Store, String> {
+    recover_with(scratch, image, None)
 }
 
 fn check_image(scratch: &Path, image: &[u8], expect: &Expect) -> Result<(), String> {
-    let store = recover(scratch, image)?;
+    let census = Arc::new(Census::default());
+    let store = recover_with(scratch, image, Some(census.clone()))?;
     let first = contents(&store, all_keys())?;
+    let expected: Model = first
+        .iter()
+        .map(|(k, v)| (k.clone(), u64::from(xxhash(v)).to_le_bytes().to_vec()))
+        .collect();
+    if *census.indexed.lock().unwrap() != expected {
+        return Err(format!(
+            "the recovery visitor was told of other keys or values than recovery indexed\n  \
+             recovered: {}",
+            summary(&first)
+        ));
+    }
     let Expect::BeforeOrAfter { before, after } = expect;
     if &first != before && &first != after {
         return Err(format!(

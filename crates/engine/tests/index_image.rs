@@ -13,7 +13,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{pattern, scan_all, small_options};
-use engram_engine::{Error, IndexImageOptions, Options, Store, INDEX_IMAGE_FILES};
+use engram_engine::{
+    Error, IndexImageOptions, Options, RecoveredKey, RecoveryVisitor, Store, Visitor,
+    INDEX_IMAGE_FILES,
+};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -84,6 +87,50 @@ fn assert_matches(store: &Store, model: &Model, what: &str) {
     );
 }
 
+/// A recovery visitor that keeps every indexed key with its value's
+/// first 8 bytes (the word it gave the record).
+#[derive(Default)]
+struct Census {
+    indexed: Mutex<BTreeMap<Vec<u8>, u64>>,
+}
+
+impl RecoveryVisitor for Census {
+    fn summarize(&self, _key: &[u8], value: Option<&[u8]>) -> u64 {
+        u64::from_le_bytes(value.expect("no damage here")[..8].try_into().unwrap())
+    }
+
+    fn indexed(&self, _hash: u64, summary: u64, key: RecoveredKey<'_>) {
+        let previous = self
+            .indexed
+            .lock()
+            .unwrap()
+            .insert(key.bytes().to_vec(), summary);
+        assert!(previous.is_none(), "a key was indexed twice");
+    }
+}
+
+/// Opens with a census; the census matches the model's first words.
+fn open_counting(dir: &Path, options: Options, model: &Model, what: &str) -> Store {
+    let census = std::sync::Arc::new(Census::default());
+    let store = Store::open(
+        dir,
+        Options {
+            recovery_visitor: Some(Visitor(census.clone())),
+            ..options
+        },
+    )
+    .unwrap();
+    let expected: BTreeMap<Vec<u8>, u64> = model
+        .iter()
+        .map(|(k, v)| (k.clone(), u64::from_le_bytes(v[..8].try_into().unwrap())))
+        .collect();
+    assert!(
+        *census.indexed.lock().unwrap() == expected,
+        "{what}: the recovery visitor was told of other keys or values"
+    );
+    store
+}
+
 #[test]
 fn recovery_reads_the_image_and_scans_only_the_blocks_claimed_since() {
     let dir = tempfile::tempdir().unwrap();
@@ -118,7 +165,7 @@ fn recovery_reads_the_image_and_scans_only_the_blocks_claimed_since() {
     store.compact_now().unwrap();
     store.crash();
 
-    let store = Store::open(dir.path(), small_options()).unwrap();
+    let store = open_counting(dir.path(), small_options(), &model, "from the image");
     let report = store.recovery_report();
     assert_eq!(report.index_image.image, Some(image.number), "{report:?}");
     assert_eq!(report.index_image.named, 20_000);
@@ -135,7 +182,7 @@ fn recovery_reads_the_image_and_scans_only_the_blocks_claimed_since() {
     store.crash();
 
     // The same blocks, recovered by scanning all of them: the same store.
-    let store = Store::open(dir.path(), without_images()).unwrap();
+    let store = open_counting(dir.path(), without_images(), &model, "from a full scan");
     let report = store.recovery_report();
     assert_eq!(report.index_image.image, None);
     assert_matches(&store, &model, "from a full scan");

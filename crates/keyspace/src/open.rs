@@ -11,9 +11,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use engram_collections::{CheckpointMode, Collections, CollectionsOptions, OpLogOptions};
-use engram_engine::{IntegrityOptions, ModeChoice, Options, Store, SyncPolicy};
+use engram_engine::{IntegrityOptions, ModeChoice, Options, Store, SyncPolicy, Visitor};
 use engram_pmem::RegionOptions;
 
+use crate::recovered::RecoveredBooks;
 use crate::{Durability, Keyspace};
 
 /// Where the collections store lives inside the data directory.
@@ -97,11 +98,19 @@ impl Keyspace {
         // until the next open.
         let fine_writeback = options.durability == Durability::Always;
         let started = Instant::now();
-        let store = Store::open(dir, store_options(options, fine_writeback)).map_err(|source| {
-            OpenError::Store {
-                dir: dir.display().to_string(),
-                source,
-            }
+        // The engine's recovery fills the keyspace's books as it reads
+        // every record (`recovered.rs`), so nothing reads them again.
+        let books = Arc::new(RecoveredBooks::default());
+        let store = Store::open(
+            dir,
+            Options {
+                recovery_visitor: Some(Visitor(books.clone())),
+                ..store_options(options, fine_writeback)
+            },
+        )
+        .map_err(|source| OpenError::Store {
+            dir: dir.display().to_string(),
+            source,
         })?;
         let engine_recovery = started.elapsed();
         let scan_started = Instant::now();
@@ -128,11 +137,17 @@ impl Keyspace {
             dir: collections_dir.display().to_string(),
             source,
         })?;
-        let keyspace = Keyspace::open(store, collections, options.databases, options.durability)
-            .map_err(|source| OpenError::Keyspace {
-                dir: dir.display().to_string(),
-                source,
-            })?;
+        let keyspace = Keyspace::open_with_books(
+            store,
+            collections,
+            options.databases,
+            options.durability,
+            Some(&books),
+        )
+        .map_err(|source| OpenError::Keyspace {
+            dir: dir.display().to_string(),
+            source,
+        })?;
         Ok(Opened {
             keyspace,
             engine_recovery,

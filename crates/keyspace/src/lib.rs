@@ -144,6 +144,11 @@ pub struct Keyspace {
     /// The thread that runs the group commit's syncs (joined by `stop_syncing`).
     sync_thread: Mutex<Option<JoinHandle<()>>>,
     expire_cursor: AtomicUsize,
+    /// CLIENT PAUSE: until this time (Unix ms; 0: none) expired keys are
+    /// not deleted, neither by reads nor by the active cycle, so the data
+    /// set stays as it is while writes are held (Redis 7.0); reads still
+    /// find them gone.
+    expiry_held_until: AtomicU64,
     /// Wakes clients blocked on collection keys (BLPOP...) after writes.
     written: Box<[WrittenBucket]>,
     pub stats: KeyspaceStats,
@@ -243,6 +248,7 @@ impl Keyspace {
             commit: Arc::new(GroupCommit::new(durability, dax)),
             sync_thread: Mutex::new(None),
             expire_cursor: AtomicUsize::new(0),
+            expiry_held_until: AtomicU64::new(0),
             written: (0..WRITTEN_BUCKETS)
                 .map(|_| WrittenBucket::default())
                 .collect(),
@@ -762,6 +768,23 @@ impl Keyspace {
         }
     }
 
+    /// Holds the deletion of expired keys until `until_unix_ms` (CLIENT
+    /// PAUSE; a later deadline wins), or releases it (`None`: CLIENT
+    /// UNPAUSE).
+    pub fn hold_expiry(&self, until_unix_ms: Option<u64>) {
+        match until_unix_ms {
+            Some(until) => {
+                self.expiry_held_until.fetch_max(until, Ordering::Relaxed);
+            }
+            None => self.expiry_held_until.store(0, Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn expiry_held(&self) -> bool {
+        let until = self.expiry_held_until.load(Ordering::Relaxed);
+        until != 0 && now_ms() < until
+    }
+
     /// Counts (and, when asked, notes) stored key `ekey`, just deleted
     /// because it expired.
     pub(crate) fn expired_one(&self, ekey: &[u8]) {
@@ -789,6 +812,9 @@ impl Keyspace {
 
     /// Deletes `ekey` if it has expired by `now_ms`; true if it did.
     fn expire_if_due(&self, ekey: &[u8], now_ms: u64) -> Result<bool> {
+        if self.expiry_held() {
+            return Ok(false);
+        }
         let slot = self.slot(ekey);
         let mut group = slot.lock.lock();
         match self.meta_any(ekey)? {
@@ -1264,6 +1290,9 @@ impl Keyspace {
     pub fn expire_cycle(&self, now_ms: u64, deadline: Instant) -> Result<u64> {
         // The access clock moves even while no client calls.
         self.access.observe(now_ms);
+        if self.expiry_held() {
+            return Ok(0);
+        }
         let mut deleted = 0;
         let start = self.expire_cursor.load(Ordering::Relaxed);
         for step in 0..KEY_GROUPS {

@@ -191,6 +191,9 @@ impl<'a> Txn<'a> {
         };
         let stored = Stored::new(value)?;
         if stored.meta.is_expired(now_ms) {
+            if self.ks.expiry_held() {
+                return Ok(None);
+            }
             let ks = self.ks;
             let (index, group) = group_of(&mut self.guards, ekey)?;
             apply_delete(&ks.store, &ks.groups[index], group, ekey)?;
@@ -211,6 +214,9 @@ impl<'a> Txn<'a> {
             return Ok(None);
         };
         if expire_at != 0 && expire_at <= now_ms {
+            if self.ks.expiry_held() {
+                return Ok(None);
+            }
             self.log_stored(vec![Op::Delete { key: ekey.into() }])?;
             self.ks.expired_one(ekey);
             return Ok(None);

@@ -829,3 +829,29 @@ fn swapdb_wakes_blocked_clients() {
     other.script(&[("SELECT 9", "OK"), ("EXISTS k", "(integer) 0")]);
     server.shutdown().unwrap();
 }
+
+/// While CLIENT PAUSE holds writes, expired keys are not deleted (reads
+/// find them gone, `expired_keys` does not move, the active cycle skips);
+/// after CLIENT UNPAUSE a read deletes them: Redis 7.0's unit/pause test,
+/// beside redis-server.
+#[test]
+fn expired_keys_stay_until_a_client_pause_ends_as_in_redis() {
+    let (_server, _dir, _redis, mut e, mut r) = common::beside_redis();
+    for c in [&mut e, &mut r] {
+        assert_eq!(c.call("MULTI"), "OK");
+        c.call("SET foo bar PX 10");
+        c.call("SET bar foo PX 10");
+        c.call("CLIENT PAUSE 50000 WRITE");
+        c.call("EXEC");
+    }
+    // Past the expiry and past several active cycles.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    common::same(&mut e, &mut r, &["GET foo", "GET bar"]);
+    for c in [&mut e, &mut r] {
+        assert_eq!(common::info_number(c, "stats", "expired_keys"), 0);
+    }
+    common::same(&mut e, &mut r, &["CLIENT UNPAUSE", "GET foo", "GET bar"]);
+    for c in [&mut e, &mut r] {
+        assert_eq!(common::info_number(c, "stats", "expired_keys"), 2);
+    }
+}

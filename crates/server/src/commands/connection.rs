@@ -488,11 +488,16 @@ fn client(ctx: &mut Ctx, args: Args) -> CmdResult {
             }
             let until = std::time::Instant::now() + std::time::Duration::from_millis(ms as u64);
             ctx.shared.pause.pause(until, all);
+            // Expired keys stay until the pause ends (Redis 7.0: the data
+            // set does not change while writes are held).
+            ctx.ks()
+                .hold_expiry(Some(crate::keyspace::now_ms().saturating_add(ms as u64)));
             ctx.out.ok();
         }
         "unpause" => {
             exact(2)?;
             ctx.shared.pause.unpause();
+            ctx.ks().hold_expiry(None);
             ctx.out.ok();
         }
         "reply" => {

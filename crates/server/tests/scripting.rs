@@ -795,6 +795,8 @@ fn function_load_is_refused_over_maxmemory_as_in_redis() {
             &["function", "flush"],
             &["function", "load", "replace", library],
             &["function", "list"],
+            // Another container's denyoom subcommand.
+            &["xgroup", "create", "s", "g", "$", "mkstream"],
             &["config", "set", "maxmemory", "0"],
             &["function", "load", "replace", oom_free],
             &["config", "set", "maxmemory", "1"],

@@ -115,14 +115,13 @@ fn debug(ctx: &mut Ctx, args: Args) -> CmdResult {
         "object" => {
             arity(3)?;
             let key = args.get(2);
+            let db = ctx.db();
+            let field = ctx.ks().access_of(db, key, 0)?.unwrap_or(0);
+            let idle = ctx.ks().access.idle_ms(field) / 1000;
             // Redis looks the key up in its dictionary directly: a key past
             // its expiry time that nothing has deleted yet is still shown
-            // (and not deleted). A time of 0 finds nothing expired.
+            // (and not deleted). Read as at time 0, nothing has expired.
             let saved_now = std::mem::replace(&mut ctx.now_ms, 0);
-            let db = ctx.db();
-            let field = ctx.ks().access_of(db, key, 0);
-            let field = field.inspect_err(|_| ctx.now_ms = saved_now)?.unwrap_or(0);
-            let idle = ctx.ks().access.idle_ms(field) / 1000;
             let line = ctx.read(key, |meta, payload| {
                 let encoding = super::keys::encoding_name(meta, payload);
                 Ok(format!(

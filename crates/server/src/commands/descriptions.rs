@@ -119,19 +119,41 @@ pub fn command(name: &str) -> Option<&'static Description> {
     BY_NAME.get(name).copied()
 }
 
+/// Each container's subcommands, in the order COMMAND lists them (looked
+/// up per call: a script's every `redis.call` asks whether it is refused).
+static BY_CONTAINER: LazyLock<HashMap<&'static str, Vec<&'static Description>>> =
+    LazyLock::new(|| {
+        let mut map: HashMap<&'static str, Vec<&'static Description>> = HashMap::new();
+        for d in SUBCOMMANDS {
+            let container = d.name.split('|').next().expect("split yields one");
+            map.entry(container).or_default().push(d);
+        }
+        map
+    });
+
 /// The subcommands of `container`, in the order COMMAND lists them.
 pub fn subcommands_of(container: &str) -> impl Iterator<Item = &'static Description> + '_ {
-    SUBCOMMANDS.iter().filter(move |d| {
-        d.name
-            .strip_prefix(container)
-            .is_some_and(|rest| rest.starts_with('|'))
-    })
+    BY_CONTAINER
+        .get(container)
+        .into_iter()
+        .flat_map(|subs| subs.iter().copied())
 }
 
 /// Subcommand `sub` (any case) of `container`.
 pub fn subcommand(container: &str, sub: &[u8]) -> Option<&'static Description> {
     subcommands_of(container)
         .find(|d| d.name.as_bytes()[container.len() + 1..].eq_ignore_ascii_case(sub))
+}
+
+/// Whether a call of `name` with `args` (the name at 0) carries Redis's
+/// flag `flag` (`noscript`, `denyoom`, `allow_busy`...): the command's
+/// own, or for a container the subcommand `args[1]` names (none: false;
+/// containers carry no such flag themselves).
+pub fn call_has(name: &str, args: &crate::resp::Args, flag: &str) -> bool {
+    if is_container(name) {
+        return args.len() > 1 && subcommand(name, args.get(1)).is_some_and(|d| d.has(flag));
+    }
+    command(name).is_some_and(|d| d.has(flag))
 }
 
 /// Every subcommand, in the order COMMAND lists them.
@@ -141,7 +163,7 @@ pub fn all_subcommands() -> &'static [Description] {
 
 /// Whether `name` is a container command (it has subcommands).
 pub fn is_container(name: &str) -> bool {
-    subcommands_of(name).next().is_some()
+    BY_CONTAINER.contains_key(name)
 }
 
 #[rustfmt::skip]

@@ -695,17 +695,9 @@ fn may_grow(spec: &CommandSpec, args: &Args, session: &Session) -> bool {
     if session.in_multi() && !matches!(spec.name, "exec" | "discard" | "quit" | "reset") {
         return true;
     }
-    this_or_queued(spec, args, session, denies_oom)
-}
-
-/// Redis's `denyoom` flag: of the command, or of a container's
-/// subcommand (FUNCTION LOAD and RESTORE).
-fn denies_oom(spec: &CommandSpec, args: &Args) -> bool {
-    if descriptions::is_container(spec.name) {
-        return args.len() > 1
-            && descriptions::subcommand(spec.name, args.get(1)).is_some_and(|d| d.has("denyoom"));
-    }
-    crate::maxmemory::DENYOOM.contains(&spec.name)
+    this_or_queued(spec, args, session, |spec, args| {
+        descriptions::call_has(spec.name, args, "denyoom")
+    })
 }
 
 /// `test` of the command, or for EXEC, of any command in its queue: what

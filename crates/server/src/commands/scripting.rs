@@ -397,13 +397,7 @@ pub fn kill_reply(ctx: &mut Ctx, eval: bool) -> CmdResult {
 /// Whether `spec` may run while a script is past `busy-reply-threshold`
 /// (Redis's `allow_busy` flag, per subcommand for containers).
 pub fn allowed_while_busy(spec: &CommandSpec, args: &Args) -> bool {
-    use super::descriptions;
-    if descriptions::is_container(spec.name) {
-        return args.len() > 1
-            && descriptions::subcommand(spec.name, args.get(1))
-                .is_some_and(|d| d.has("allow_busy"));
-    }
-    descriptions::command(spec.name).is_some_and(|d| d.has("allow_busy"))
+    super::descriptions::call_has(spec.name, args, "allow_busy")
 }
 
 /// The BUSY reply for `spec` if a script has run past the threshold.

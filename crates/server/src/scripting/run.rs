@@ -406,7 +406,6 @@ fn command_args(args: &MultiValue) -> Option<Vec<Vec<u8>>> {
 /// subcommand for containers). MIGRATE too, in Engram: it waits on the
 /// network, which a script holding the keyspace cannot.
 fn refused_in_scripts(shared: &Shared, spec: &CommandSpec, args: &crate::resp::Args) -> bool {
-    use commands::descriptions;
     if spec.name == "migrate" {
         return true;
     }
@@ -417,13 +416,7 @@ fn refused_in_scripts(shared: &Shared, spec: &CommandSpec, args: &crate::resp::A
     {
         return false;
     }
-    if descriptions::is_container(spec.name) && args.len() > 1 {
-        if let Some(sub) = descriptions::subcommand(spec.name, args.get(1)) {
-            return sub.has("noscript");
-        }
-        return false;
-    }
-    descriptions::command(spec.name).is_some_and(|d| d.has("noscript"))
+    commands::descriptions::call_has(spec.name, args, "noscript")
 }
 
 fn may_replicate(spec: &CommandSpec) -> bool {
@@ -519,7 +512,7 @@ fn redis_call(
     if !st.allow_oom
         && !st.wrote
         && shared.memory_limit.is_set()
-        && crate::maxmemory::DENYOOM.contains(&spec.name)
+        && commands::descriptions::call_has(spec.name, &args, "denyoom")
         && shared
             .memory_limit
             .over(|| crate::maxmemory::usage(st.keyspace).used())

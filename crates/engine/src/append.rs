@@ -36,15 +36,47 @@ pub fn append_to_lane(
     seq: Option<u64>,
     new_block: impl FnOnce() -> Result<u32>,
 ) -> Result<(u64, u64)> {
-    debug_assert!(fits_log_block(store, key, value));
-    let size = record::encoded_bytes(key.len(), value.len());
+    append_record(store, lane, key, Some(value), seq, new_block)
+}
+
+/// Appends a tombstone for `key` (lazy retirement: `retirement.rs`) and
+/// persists it; returns its offset and sequence number. Its bytes are
+/// never counted live: nothing indexes it, and its block is reused only
+/// after the versions it shadows are durably retired.
+pub fn append_tombstone(
+    store: &StoreState,
+    lane: &mut Lane,
+    key: &[u8],
+    new_block: impl FnOnce() -> Result<u32>,
+) -> Result<(u64, u64)> {
+    if !fits_log_block(store, key, &[]) {
+        return append_extent_record(store, key, None, None, true);
+    }
+    append_record(store, lane, key, None, None, new_block)
+}
+
+/// A record (`value`), or a tombstone (None), into the lane's block.
+fn append_record(
+    store: &StoreState,
+    lane: &mut Lane,
+    key: &[u8],
+    value: Option<&[u8]>,
+    seq: Option<u64>,
+    new_block: impl FnOnce() -> Result<u32>,
+) -> Result<(u64, u64)> {
+    let value_bytes = value.unwrap_or(&[]);
+    debug_assert!(fits_log_block(store, key, value_bytes));
+    let size = record::encoded_bytes(key.len(), value_bytes.len());
     if lane.block.is_none() || lane.used_bytes + size > store.space.block_bytes {
+        leave_tail(store, lane);
         seal(store, lane);
         let id = new_block()?;
         lane.generation = store.space.start_log_block(id);
         lane.block = Some(id);
         lane.block_start = store.space.block_offset(id).0;
         lane.used_bytes = BLOCK_HEADER_BYTES;
+        // The header is part of what the next tail sync writes back.
+        lane.synced_to = lane.block_start;
     }
     let block = lane.block.expect("lane has a block");
     // Invariant 1: the record repeats its block's generation, whose header
@@ -63,11 +95,16 @@ pub fn append_to_lane(
     let at = PmemOffset(lane.block_start + lane.used_bytes);
     lane.used_bytes += size;
     debug_assert!(lane.used_bytes <= store.space.block_bytes);
-    store.space.add_live(block, size);
+    if value.is_some() {
+        store.space.add_live(block, size);
+    }
     store.appended_bytes.add(block as usize, size as i64);
     let seq = seq.unwrap_or_else(|| store.seq.fetch_add(1, Ordering::Relaxed));
     let region = store.region();
-    record::write(region, at, lane.generation, seq, key, value);
+    match value {
+        Some(value) => record::write(region, at, lane.generation, seq, key, value),
+        None => record::write_tombstone(region, at, lane.generation, seq, key),
+    };
     #[cfg(feature = "fault-injection")]
     if store.options.faults.skip_record_persist {
         return Ok((at.0, seq));
@@ -78,24 +115,102 @@ pub fn append_to_lane(
 
 /// Appends a record too large for a log block to an extent of its own and
 /// persists it; returns its offset and sequence number.
+/// `tail`: an application write, which the next tail sync must cover
+/// (compaction's copies are left to the retirement rounds).
 pub fn append_extent(
     store: &StoreState,
     key: &[u8],
     value: &[u8],
     seq: Option<u64>,
+    tail: bool,
 ) -> Result<(u64, u64)> {
-    let size = record::encoded_bytes(key.len(), value.len());
+    append_extent_record(store, key, Some(value), seq, tail)
+}
+
+/// A record (`value`), or a tombstone (None), in an extent of its own. A
+/// tombstone's extent is dead from the start: freed (two rounds later,
+/// under lazy retirement) like any extent whose record was retired.
+fn append_extent_record(
+    store: &StoreState,
+    key: &[u8],
+    value: Option<&[u8]>,
+    seq: Option<u64>,
+    tail: bool,
+) -> Result<(u64, u64)> {
+    let size = record::encoded_bytes(key.len(), value.map_or(0, <[u8]>::len));
     let blocks = (BLOCK_HEADER_BYTES + size).div_ceil(store.space.block_bytes) as u32;
     let head = store.space.take_run(blocks)?;
     let generation = store.space.start_extent(head, blocks);
     let at = store.space.block_offset(head).add(BLOCK_HEADER_BYTES);
-    store.space.add_live(head, size);
+    if value.is_some() {
+        store.space.add_live(head, size);
+    }
     store.appended_bytes.add(head as usize, size as i64);
     let seq = seq.unwrap_or_else(|| store.seq.fetch_add(1, Ordering::Relaxed));
     let region = store.region();
-    record::write(region, at, generation, seq, key, value);
+    match value {
+        Some(value) => record::write(region, at, generation, seq, key, value),
+        None => record::write_tombstone(region, at, generation, seq, key),
+    };
     region.persist(at, size);
+    if tail && store.space.retirement.is_some() {
+        let start = store.space.block_offset(head).0;
+        store.tail.lock().push((start, at.0 + size));
+    }
+    if value.is_none() {
+        store.space.free_if_dead(head);
+    }
     Ok((at.0, seq))
+}
+
+/// Under lazy retirement, hands what an application lane wrote into its
+/// block since the last tail sync to the next one, before the lane moves
+/// to another block.
+fn leave_tail(store: &StoreState, lane: &Lane) {
+    if lane.compaction || store.space.retirement.is_none() || lane.block.is_none() {
+        return;
+    }
+    let end = lane.block_start + lane.used_bytes;
+    if end > lane.synced_to {
+        store.tail.lock().push((lane.synced_to, end));
+    }
+}
+
+/// Under lazy retirement, makes durable everything appended through the
+/// application lanes (and their extents) since the last call: the ranges
+/// lanes left behind, then each lane's current block up to where it is.
+/// One `msync` per disjoint range; the retirement rounds sync the rest.
+pub fn sync_tail(store: &StoreState) -> Result<()> {
+    let _one_at_a_time = store.tail_sync.lock();
+    let mut ranges = std::mem::take(&mut *store.tail.lock());
+    for lane in store.lanes.iter() {
+        let mut lane = lane.lock();
+        if lane.block.is_some() {
+            let end = lane.block_start + lane.used_bytes;
+            if end > lane.synced_to {
+                ranges.push((lane.synced_to, end));
+                lane.synced_to = end;
+            }
+        }
+    }
+    ranges.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (start, end) in ranges {
+        match merged.last_mut() {
+            // Ranges that share a page are one msync.
+            Some(last) if start <= last.1.next_multiple_of(4096) => last.1 = last.1.max(end),
+            _ => merged.push((start, end)),
+        }
+    }
+    let region = store.region();
+    for (i, &(start, end)) in merged.iter().enumerate() {
+        if let Err(error) = region.sync(PmemOffset(start), end - start) {
+            // Not lost: the next sync tries these again.
+            store.tail.lock().extend_from_slice(&merged[i..]);
+            return Err(error.into());
+        }
+    }
+    Ok(())
 }
 
 /// Hands the lane's block over to compaction (or frees it if all dead).
@@ -106,14 +221,20 @@ pub fn seal(store: &StoreState, lane: &mut Lane) {
     }
 }
 
-/// Marks a record deleted (durably) and gives its bytes back; frees its
-/// block once nothing in it is live. Idempotent.
+/// Marks a record deleted (durably; under lazy retirement, queued for
+/// its bit) and gives its bytes back; frees its block once nothing in it
+/// is live. Idempotent when retiring in place; under lazy retirement
+/// called once per record (each caller retires what it just unindexed).
 pub fn retire(store: &StoreState, offset: u64) {
     let region = store.region();
     let at = PmemOffset(offset);
-    let previous = record::set_flags(region, at, record::DELETED);
-    if previous & record::DELETED != 0 {
-        return;
+    if let Some(retirement) = &store.space.retirement {
+        retirement.queue(offset);
+    } else {
+        let previous = record::set_flags(region, at, record::DELETED);
+        if previous & record::DELETED != 0 {
+            return;
+        }
     }
     let size = record::read_header(region, at).encoded_bytes();
     let block = store.space.block_of(offset);

@@ -184,7 +184,7 @@ fn copy(store: &StoreState, key: &[u8], value: &[u8], seq: u64) -> Result<u64> {
             store.space.take_free_or_grow()
         })?
     } else {
-        append::append_extent(store, key, value, Some(seq))?
+        append::append_extent(store, key, value, Some(seq), false)?
     };
     Ok(at)
 }

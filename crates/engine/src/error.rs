@@ -15,7 +15,7 @@ pub enum Error {
     },
     #[error("{path} is not an Engram data file (bad magic number)")]
     NotAnEngramFile { path: PathBuf },
-    #[error("{path} has format version {found}; this build reads version {supported}")]
+    #[error("{path} has format version {found}; this build reads versions 1 to {supported}")]
     UnsupportedVersion {
         path: PathBuf,
         found: u32,

@@ -23,6 +23,12 @@ pub(crate) struct Lane {
     /// Next free byte, relative to `block_start` (starts after the header).
     pub used_bytes: u64,
     pub generation: u32,
+    /// Under lazy retirement: where in the block the last tail sync
+    /// stopped (absolute offset; `retirement.rs`).
+    pub synced_to: u64,
+    /// The compactor's lane: its copies are not on any acknowledgement's
+    /// path, so the tail sync leaves them to the retirement rounds.
+    pub compaction: bool,
 }
 
 /// A fixed set of lanes, each holding an `L` under its own lock, on its

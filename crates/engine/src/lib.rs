@@ -45,6 +45,7 @@ mod read;
 pub mod record;
 mod recovery;
 pub mod refill;
+mod retirement;
 mod scrub;
 mod space;
 mod store;

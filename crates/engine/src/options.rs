@@ -130,6 +130,19 @@ pub struct Options {
     /// `engram_pmem::RegionOptions::fine_writeback`). Implied by
     /// `SyncPolicy::Always`; servers that group-commit set it themselves.
     pub fine_writeback: bool,
+    /// Emulated memory: acknowledged writes dirty only the log's tail.
+    /// An overwrite or a move leaves the old record to lose by sequence
+    /// number, a delete appends a tombstone, an in-place update appends a
+    /// new version, and `Store::sync` writes back only the log written
+    /// since the last; the DELETED bits follow on the `engram-retirement`
+    /// thread, after a full `msync`, and dead blocks are reused only once
+    /// those bits are durable (`retirement.rs`). Ignored on DAX (a bit
+    /// there costs a cache line) and for stores of format 1.
+    pub lazy_retirement: bool,
+    /// How often the retirement thread syncs the whole file, sets the
+    /// DELETED bits queued since, and releases dead blocks (each dead
+    /// block is reused two such rounds after it died).
+    pub retirement_interval: Duration,
     /// Sees every store, flush and fence made to the data file: the hook of
     /// the crash simulator (`engram_pmem::CrashSim`). `None` in normal use.
     pub observer: Option<Observer>,
@@ -195,6 +208,8 @@ impl Default for Options {
             file_limit_bytes: None,
             populate: true,
             fine_writeback: false,
+            lazy_retirement: false,
+            retirement_interval: Duration::from_millis(500),
             observer: None,
             recovery_visitor: None,
             #[cfg(feature = "fault-injection")]
@@ -237,6 +252,11 @@ impl Options {
             ));
         }
         self.integrity.validate()?;
+        if self.retirement_interval.is_zero() {
+            return Err(Error::InvalidOption(
+                "retirement_interval must be above zero".into(),
+            ));
+        }
         if let SyncPolicy::Periodic(period) = self.sync {
             if period.is_zero() {
                 return Err(Error::InvalidOption(

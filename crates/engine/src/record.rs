@@ -45,6 +45,17 @@
 //!
 //! `seq` is a store-wide sequence number: when two live records of one key
 //! survive a crash, the larger `seq` is the newer write.
+//!
+//! ## Tombstones (format 2)
+//!
+//! A *tombstone* says "deleted at `seq`": bit 31 of `key_len` set, no
+//! value (`value_len` 0). Under lazy retirement (`retirement.rs`) a
+//! delete appends one instead of setting DELETED bits in place, so that
+//! the only page an acknowledged delete dirties is the log's tail; it
+//! outranks every older version of its key by `seq` and is never indexed.
+//! The flag sits in a field `crc_header` covers, so a torn or damaged
+//! tombstone is rejected like any other record. Format 1 stores never
+//! hold one (a format 1 reader would take the flag for a bad length).
 
 use engram_pmem::{PmemOffset, Region};
 
@@ -53,6 +64,8 @@ pub const MAX_VALUE_BYTES: usize = 512 << 20;
 pub const HEADER_BYTES: u64 = 32;
 pub const DELETED: u64 = 1;
 pub const IN_PLACE: u64 = 2;
+/// Bit of the stored `key_len` that makes the record a tombstone.
+const TOMBSTONE_KEY_LEN_BIT: u32 = 1 << 31;
 const FLAG_MASK: u64 = DELETED | IN_PLACE;
 
 const _: () = assert!(MAX_KEY_BYTES <= u32::MAX as usize);
@@ -80,6 +93,8 @@ pub struct Header {
     pub seq: u64,
     pub key_len: u32,
     pub value_len: u32,
+    /// A tombstone (see the module docs): its key was deleted at `seq`.
+    pub tombstone: bool,
 }
 
 impl Header {
@@ -110,14 +125,39 @@ pub fn write(
     key: &[u8],
     value: &[u8],
 ) -> u64 {
+    write_record(region, at, generation, seq, key, value, false)
+}
+
+/// Writes a tombstone for `key` at `at` (not persisted). Returns its size.
+pub fn write_tombstone(
+    region: &Region,
+    at: PmemOffset,
+    generation: u32,
+    seq: u64,
+    key: &[u8],
+) -> u64 {
+    write_record(region, at, generation, seq, key, &[], true)
+}
+
+fn write_record(
+    region: &Region,
+    at: PmemOffset,
+    generation: u32,
+    seq: u64,
+    key: &[u8],
+    value: &[u8],
+    tombstone: bool,
+) -> u64 {
     debug_assert!(key.len() <= MAX_KEY_BYTES);
+    debug_assert!(!tombstone || value.is_empty());
     debug_assert!(value.len() <= MAX_VALUE_BYTES);
     debug_assert!(at.0.is_multiple_of(8));
     let mut header = [0u8; HEADER_BYTES as usize];
     header[0..8].copy_from_slice(&((generation as u64) << 32).to_le_bytes());
     header[12..16].copy_from_slice(&crc32c::crc32c(value).to_le_bytes());
     header[16..24].copy_from_slice(&seq.to_le_bytes());
-    header[24..28].copy_from_slice(&(key.len() as u32).to_le_bytes());
+    let stored_key_len = key.len() as u32 | if tombstone { TOMBSTONE_KEY_LEN_BIT } else { 0 };
+    header[24..28].copy_from_slice(&stored_key_len.to_le_bytes());
     header[28..32].copy_from_slice(&(value.len() as u32).to_le_bytes());
     let crc_header = header_crc(generation, &header[12..32], key);
     header[8..12].copy_from_slice(&crc_header.to_le_bytes());
@@ -132,13 +172,15 @@ pub fn write(
 pub fn read_header(region: &Region, at: PmemOffset) -> Header {
     let state = region.load_u64(at);
     let bytes = region.read(at.add(8), HEADER_BYTES - 8);
+    let stored_key_len = u32::from_le_bytes(bytes[16..20].try_into().unwrap());
     Header {
         state,
         crc_header: u32::from_le_bytes(bytes[0..4].try_into().unwrap()),
         crc_value: u32::from_le_bytes(bytes[4..8].try_into().unwrap()),
         seq: u64::from_le_bytes(bytes[8..16].try_into().unwrap()),
-        key_len: u32::from_le_bytes(bytes[16..20].try_into().unwrap()),
+        key_len: stored_key_len & !TOMBSTONE_KEY_LEN_BIT,
         value_len: u32::from_le_bytes(bytes[20..24].try_into().unwrap()),
+        tombstone: stored_key_len & TOMBSTONE_KEY_LEN_BIT != 0,
     }
 }
 
@@ -197,6 +239,7 @@ pub fn parse_header(
     }
     if header.key_len as usize > MAX_KEY_BYTES
         || header.value_len as usize > MAX_VALUE_BYTES
+        || (header.tombstone && header.value_len != 0)
         || at.0 + header.encoded_bytes() > end
     {
         return Err(Invalid::BadLength);
@@ -226,7 +269,9 @@ pub fn value<'r>(region: &'r Region, at: PmemOffset, header: &Header) -> &'r [u8
     region.read(at.add(header.value_offset()), header.value_len as u64)
 }
 
-/// Whether the record at `at` holds `key` (reads only what it must).
+/// Whether the record at `at` holds `key` (reads only what it must). Never
+/// true of a tombstone (its stored length carries the flag bit): the index
+/// never points at one.
 pub fn has_key(region: &Region, at: PmemOffset, key: &[u8]) -> bool {
     let len = u32::from_le_bytes(region.read(at.add(24), 4).try_into().unwrap());
     len as usize == key.len()

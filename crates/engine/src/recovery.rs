@@ -149,6 +149,9 @@ struct Candidate {
     offset: u64,
     /// The visitor's word for the record (0 without a visitor).
     summary: u64,
+    /// A tombstone (lazy retirement's delete): it outranks older versions
+    /// by seq like any record, and if it wins the key is not indexed.
+    tombstone: bool,
 }
 
 #[derive(Default)]
@@ -464,6 +467,9 @@ fn check_entries(
         if header.is_deleted() {
             continue;
         }
+        if header.tombstone {
+            return Err(format!("entry {i} (offset {offset:#x}) names a tombstone"));
+        }
         let summary = visitor.map_or(0, |visitor| {
             // The image names the record, so its value was not read (and
             // its checksum not checked) here: what parity could not
@@ -478,6 +484,7 @@ fn check_entries(
             hash,
             offset,
             summary,
+            tombstone: false,
         });
         result.records += 1;
         result.max_seq = result.max_seq.max(header.seq);
@@ -614,7 +621,9 @@ fn scan_task(
                     Ok(header) => {
                         if !header.is_deleted() {
                             keep(result, at, &header, true);
-                            live_bytes += header.encoded_bytes();
+                            if !header.tombstone {
+                                live_bytes += header.encoded_bytes();
+                            }
                         }
                         at += header.encoded_bytes();
                     }
@@ -636,7 +645,9 @@ fn scan_task(
                                 {
                                     if !header.is_deleted() {
                                         keep(result, at, &header, false);
-                                        live_bytes += header.encoded_bytes();
+                                        if !header.tombstone {
+                                            live_bytes += header.encoded_bytes();
+                                        }
                                     }
                                     at += header.encoded_bytes();
                                 } else if let Some(next) = resync(region, at + 8, end, generation) {
@@ -679,7 +690,11 @@ fn scan_task(
                 Ok(header) if !header.is_deleted() => {
                     keep(result, at, &header, trusted);
                     space.mark_extent(head, blocks, generation);
-                    space.add_live(head, header.encoded_bytes());
+                    // A tombstone (of a key too long for a log block) only
+                    // shadows older versions: phase 4 frees its extent.
+                    if !header.tombstone {
+                        space.add_live(head, header.encoded_bytes());
+                    }
                 }
                 outcome => {
                     // Deleted, or torn while being written: phase 4 frees it.
@@ -756,14 +771,19 @@ fn collect(
 ) {
     let key = record::key(region, PmemOffset(at), header);
     let hash = hash_key(key);
-    let summary = visitor.map_or(0, |visitor| {
-        let value = trusted.then(|| record::value(region, PmemOffset(at), header));
-        visitor.summarize(key, value)
-    });
+    // A tombstone has no value to summarize: if it wins, nothing is told.
+    let summary = match visitor {
+        Some(visitor) if !header.tombstone => {
+            let value = trusted.then(|| record::value(region, PmemOffset(at), header));
+            visitor.summarize(key, value)
+        }
+        _ => 0,
+    };
     result.candidates[shard_of(hash) % SHARD_GROUPS].push(Candidate {
         hash,
         offset: at,
         summary,
+        tombstone: header.tombstone,
     });
     result.records += 1;
     result.max_seq = result.max_seq.max(header.seq);
@@ -793,6 +813,9 @@ fn build_group(
     // shard comes from its run (the index starts empty, a shard belongs to
     // one group), so a replaced entry is always found here.
     let mut winners: Vec<Candidate> = Vec::new();
+    // Tombstones that became a key's entry in this run: removed at its end
+    // (a later candidate may still outrank them).
+    let mut tombstones: Vec<(u64, u64)> = Vec::new();
     for run in candidates.chunk_by(|a, b| shard_of(a.hash) == shard_of(b.hash)) {
         let mut table = index.shard(run[0].hash).write();
         table.reserve(run.len(), entry_hash);
@@ -818,6 +841,9 @@ fn build_group(
                     );
                     let loser = if existing_seq < candidate_seq {
                         occupied.get_mut().set_offset(candidate.offset);
+                        if candidate.tombstone {
+                            tombstones.push((hash, candidate.offset));
+                        }
                         if visitor.is_some() {
                             let replaced = winners
                                 .iter_mut()
@@ -842,12 +868,23 @@ fn build_group(
                         entry_hash,
                     );
                     keys += 1;
+                    if candidate.tombstone {
+                        tombstones.push((hash, candidate.offset));
+                    }
                     if visitor.is_some() {
                         winners.push(*candidate);
                     }
                 }
             }
         }
+        // A key whose newest record is a tombstone was deleted: no entry.
+        for (hash, offset) in tombstones.drain(..) {
+            if let Ok(entry) = table.find_entry(hash, |e| e.offset() == offset) {
+                entry.remove();
+                keys -= 1;
+            }
+        }
+        winners.retain(|winner| !winner.tombstone);
         drop(table);
         if let Some(visitor) = visitor {
             for winner in winners.drain(..) {
@@ -881,6 +918,9 @@ fn same_value(region: &engram_pmem::Region, a: u64, b: u64) -> bool {
 fn retire_loser(space: &Space, offset: u64) {
     let at = PmemOffset(offset);
     record::set_flags(&space.region, at, record::DELETED);
-    let size = record::read_header(&space.region, at).encoded_bytes();
-    space.sub_live(space.block_of(offset), size);
+    let header = record::read_header(&space.region, at);
+    // A tombstone's bytes were never counted live.
+    if !header.tombstone {
+        space.sub_live(space.block_of(offset), header.encoded_bytes());
+    }
 }

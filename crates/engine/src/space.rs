@@ -36,6 +36,7 @@ use parking_lot::{Mutex, MutexGuard, RwLock};
 use crate::block::{state, BlockHeader, BlockKind, BlockMeta, BlockTable, BLOCK_HEADER_BYTES};
 use crate::counter::StripedCounter;
 use crate::refill::RefillSignal;
+use crate::retirement::Retirement;
 use crate::superblock::Superblock;
 use crate::{Error, Result};
 
@@ -83,8 +84,11 @@ pub struct Space {
     pub blocks_freed: AtomicU64,
     /// Dead blocks whose epoch has passed, waiting to be released.
     ready: SegQueue<u32>,
-    /// Dead blocks still waiting for their epoch.
+    /// Dead blocks still waiting for their epoch (or, under lazy
+    /// retirement, for their two rounds).
     pending_frees: AtomicU64,
+    /// Lazy retirement (`retirement.rs`); `None`: retire in place.
+    pub retirement: Option<Retirement>,
 }
 
 struct FreeBlocks {
@@ -99,6 +103,7 @@ impl Space {
         grow_bytes: u64,
         grow_ahead: bool,
         integrity: Option<Arc<Integrity>>,
+        lazy_retirement: bool,
     ) -> Space {
         let block_bytes = superblock.block_bytes;
         let max_blocks = region.reserve_bytes() / block_bytes;
@@ -128,6 +133,7 @@ impl Space {
             blocks_freed: AtomicU64::new(0),
             ready: SegQueue::new(),
             pending_frees: AtomicU64::new(0),
+            retirement: lazy_retirement.then(Retirement::default),
             block_bytes,
             region,
             integrity,
@@ -478,8 +484,14 @@ impl Space {
         let guard = crossbeam_epoch::pin();
         guard.defer(move || {
             if let Some(space) = space.upgrade() {
-                space.ready.push(id);
-                space.pending_frees.fetch_sub(1, Ordering::AcqRel);
+                match &space.retirement {
+                    // Still pending: released by a later round.
+                    Some(retirement) => retirement.block_died(id),
+                    None => {
+                        space.ready.push(id);
+                        space.pending_frees.fetch_sub(1, Ordering::AcqRel);
+                    }
+                }
             }
         });
         guard.flush();
@@ -493,6 +505,11 @@ impl Space {
         let deadline = Instant::now() + patience;
         loop {
             flush_epochs();
+            if self.retirement.is_some() {
+                if let Err(error) = self.retirement_round() {
+                    log::warn!("retirement round while settling frees: {error}");
+                }
+            }
             self.release_ready();
             if self.pending_frees.load(Ordering::Acquire) == 0 {
                 return true;
@@ -502,6 +519,31 @@ impl Space {
             }
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// One round of lazy retirement (`retirement.rs`): the whole file
+    /// synced, the queued DELETED bits set, the blocks of the round before
+    /// released. Nothing without lazy retirement.
+    pub fn retirement_round(&self) -> Result<()> {
+        let Some(retirement) = &self.retirement else {
+            return Ok(());
+        };
+        retirement.round(
+            &self.region,
+            |offset| {
+                self.meta(self.block_of(offset))
+                    .generation
+                    .load(Ordering::Acquire)
+            },
+            |blocks| {
+                for id in blocks {
+                    self.ready.push(id);
+                    self.pending_frees.fetch_sub(1, Ordering::AcqRel);
+                }
+            },
+        )?;
+        self.release_ready();
+        Ok(())
     }
 
     /// Releases every block whose epoch has passed. Called by allocators,
@@ -534,6 +576,18 @@ impl Space {
         // block goes into a log block.
         if n > 1 {
             self.write_free_headers(id, n, meta.generation.load(Ordering::Relaxed));
+            if self.retirement.is_some() {
+                // Under lazy retirement nothing else syncs them before a
+                // lane reuses one of these blocks and syncs only its own
+                // range: the other blocks' FREE headers must be durable
+                // first (invariant 7), or a tail's stale value bytes
+                // could be read as a header after a power failure.
+                let extent = self.block_offset(id);
+                if let Err(error) = self.region.sync(extent, n as u64 * self.block_bytes) {
+                    log::error!("syncing the FREE headers of a dead extent failed: {error}; the extent is kept");
+                    return;
+                }
+            }
         }
         for block in id..id + n {
             let meta = self.meta(block);

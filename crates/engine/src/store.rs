@@ -24,7 +24,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use engram_integrity::{Integrity, IntegrityMode, IntegrityStats};
-use engram_pmem::{Region, RegionOptions};
+use engram_pmem::{Mode, Region, RegionOptions};
 use parking_lot::{Condvar, Mutex};
 
 use crate::counter::StripedCounter;
@@ -40,7 +40,7 @@ use crate::space::Space;
 use crate::store_state::StoreState;
 use crate::superblock::Superblock;
 use crate::sync::Syncer;
-use crate::{compaction, write, Error, Options, Result, SyncPolicy};
+use crate::{append, compaction, write, Error, Options, Result, SyncPolicy};
 
 /// The data file inside a store's directory.
 pub const DATA_FILE: &str = "values.pmem";
@@ -119,12 +119,25 @@ impl Store {
                 (Some(Arc::new(integrity)), Some(report))
             }
         };
+        // Lazy retirement writes tombstones, which only format 2 has, and
+        // saves nothing on DAX.
+        let lazy_retirement = options.lazy_retirement
+            && region.mode() == Mode::Emulated
+            && superblock.format_version >= 2;
+        if options.lazy_retirement && !lazy_retirement && superblock.format_version < 2 {
+            log::info!(
+                "{}: format {} store, retiring records in place (lazy retirement needs format 2)",
+                path.display(),
+                superblock.format_version
+            );
+        }
         let space = Arc::new(Space::new(
             region,
             superblock,
             options.grow_bytes,
             options.grow_ahead,
             integrity.clone(),
+            lazy_retirement,
         ));
         let index = Index::new();
         let threads = Options::threads_or_cores(options.recovery_threads, 1);
@@ -146,6 +159,12 @@ impl Store {
             },
             visitor.as_ref().map(|v| &*v.0),
         )?;
+        // What recovery wrote (losers' DELETED bits, dead extents' FREE
+        // headers) reaches the media before any block is reused: a block
+        // handed out now may be written and synced by a lane at once, and
+        // the tombstone or newer version it held must not vanish before
+        // the versions it outranked are durably retired.
+        space.region.sync_all()?;
         let image_state = ImageState::after_recovery(
             image.as_ref(),
             recovered.report.index_image.image.is_some(),
@@ -158,7 +177,12 @@ impl Store {
         let state = Arc::new(StoreState {
             syncer: Syncer::new(options.sync, space.region.mode()),
             lanes: Lanes::new(Options::threads_or_cores(options.write_lanes, 2)),
-            compaction_lane: Mutex::new(Lane::default()),
+            compaction_lane: Mutex::new(Lane {
+                compaction: true,
+                ..Lane::default()
+            }),
+            tail: Mutex::new(Vec::new()),
+            tail_sync: Mutex::new(()),
             seq: AtomicU64::new(recovered.next_seq),
             keys: {
                 let keys = StripedCounter::new();
@@ -198,6 +222,12 @@ impl Store {
         if let SyncPolicy::Periodic(period) = state.syncer.policy() {
             let state = Arc::clone(&state);
             background.push(spawn("engram-sync", move || periodic_sync(&state, period)));
+        }
+        if state.space.retirement.is_some() {
+            let state = Arc::clone(&state);
+            background.push(spawn("engram-retirement", move || {
+                retirement_rounds(&state)
+            }));
         }
         if state.options.index_image.enabled {
             let state = Arc::clone(&state);
@@ -296,9 +326,10 @@ impl Store {
     /// `field_offset` of the key's value, in place; returns the new value.
     pub fn incr_by(&self, key: &[u8], field_offset: u64, delta: i64) -> Result<u64> {
         let delta = delta as u64;
-        write::update_word(&self.state, key, field_offset, |region, word| {
-            region.fetch_add_u64(word, delta).wrapping_add(delta)
-        })
+        let found = write::update_word(&self.state, key, field_offset, |word| {
+            Some(word.wrapping_add(delta))
+        })?;
+        Ok(found.wrapping_add(delta))
     }
 
     /// Atomically replaces the u64 at `field_offset` with `new` if it equals
@@ -310,10 +341,8 @@ impl Store {
         expected: u64,
         new: u64,
     ) -> Result<u64> {
-        write::update_word(&self.state, key, field_offset, |region, word| match region
-            .compare_exchange_u64(word, expected, new)
-        {
-            Ok(found) | Err(found) => found,
+        write::update_word(&self.state, key, field_offset, |word| {
+            (word == expected).then_some(new)
         })
     }
 
@@ -430,7 +459,12 @@ impl Store {
     }
 
     /// Makes everything written so far durable against power loss.
+    /// Under lazy retirement, that is the log written since the last sync
+    /// (what recovery needs; the retirement rounds write the rest).
     pub fn sync(&self) -> Result<()> {
+        if self.state.space.retirement.is_some() {
+            return append::sync_tail(&self.state);
+        }
         self.state.syncer.sync_now(&self.state.space.region)
     }
 
@@ -445,7 +479,16 @@ impl Store {
     pub fn close(mut self) -> Result<()> {
         self.stop_background();
         // Data first: the integrity file's clean close vouches for it.
-        let result = self.sync();
+        let result = if self.state.space.retirement.is_some() {
+            // Everything, not just the tail: the queued bits a last round
+            // sets included, so the next open finds fewer losers.
+            self.state
+                .space
+                .retirement_round()
+                .and_then(|()| Ok(self.state.space.region.sync_all()?))
+        } else {
+            self.sync()
+        };
         let images = &self.state.options.index_image;
         if result.is_ok()
             && images.enabled
@@ -538,6 +581,24 @@ fn periodic_sync(store: &StoreState, period: Duration) {
     while store.sleep(period) {
         // A failure is retried next period; writers are not blocked by it.
         let _ = store.syncer.sync_now(store.region());
+    }
+}
+
+/// The `engram-retirement` thread: a round of lazy retirement
+/// (`retirement.rs`) every `retirement_interval` while there is work.
+fn retirement_rounds(store: &StoreState) {
+    while store.sleep(store.options.retirement_interval) {
+        let has_work = store
+            .space
+            .retirement
+            .as_ref()
+            .is_some_and(|retirement| retirement.has_work());
+        if has_work {
+            if let Err(error) = store.space.retirement_round() {
+                // Retried next round; only space reuse waits meanwhile.
+                log::warn!("retirement round failed: {error}");
+            }
+        }
     }
 }
 

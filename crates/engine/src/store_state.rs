@@ -47,6 +47,12 @@ pub(crate) struct StoreState {
     pub appended_bytes: StripedCounter,
     pub in_place_updates: StripedCounter,
     pub syncer: Syncer,
+    /// Under lazy retirement: ranges appended through application lanes
+    /// that the next tail sync must write back (`append::sync_tail`), and
+    /// the lock that keeps tail syncs one at a time (so a caller never
+    /// returns while another's msync of its writes is still running).
+    pub tail: Mutex<Vec<(u64, u64)>>,
+    pub tail_sync: Mutex<()>,
     pub options: Options,
     pub report: RecoveryReport,
     pub compactions: AtomicU64,

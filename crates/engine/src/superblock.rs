@@ -7,7 +7,7 @@
 //! ```text
 //! offset size  field             mutability  valid when
 //!      0    8  magic             immutable   = 89 'E' 'N' 'G' 'R' 'A' 'M' 0A
-//!      8    4  format_version    immutable   = FORMAT_VERSION
+//!      8    4  format_version    immutable   1 or 2 (FORMAT_VERSION, new stores)
 //!     12    4  reserved (0)
 //!     16    8  block_bytes       immutable   power of two, 64 KiB ..= 64 MiB
 //!     24    8  created_unix_ms   immutable
@@ -36,7 +36,13 @@ use engram_pmem::{PmemOffset, Region};
 use crate::{Error, Result};
 
 pub const MAGIC: [u8; 8] = [0x89, b'E', b'N', b'G', b'R', b'A', b'M', 0x0A];
-pub const FORMAT_VERSION: u32 = 1;
+/// The version new stores are created with. Format 2 may hold tombstone
+/// records (`record.rs`); format 1 never does, and is still read (a store
+/// of format 1 is run without lazy retirement, so it never gains one and
+/// older builds can still open it).
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest version this build reads.
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
 const HEADER_CRC_OFFSET: u64 = 40;
 const HEADER_BYTES: u64 = 44;
 const SLOT_OFFSETS: [u64; 2] = [64, 128];
@@ -51,6 +57,8 @@ pub struct Superblock {
     pub store_id: u64,
     /// Data blocks recorded in the newest valid size slot.
     pub block_count: u64,
+    /// 1 or 2: whether tombstones may be written (2).
+    pub format_version: u32,
     slot_seq: u64,
     slot_index: usize,
 }
@@ -81,6 +89,7 @@ impl Superblock {
             created_unix_ms,
             store_id,
             block_count: 0,
+            format_version: FORMAT_VERSION,
             slot_seq: 0,
             slot_index: 1,
         };
@@ -106,7 +115,7 @@ impl Superblock {
         }
         let header = region.read(PmemOffset(0), HEADER_BYTES);
         let version = u32::from_le_bytes(header[8..12].try_into().unwrap());
-        if version != FORMAT_VERSION {
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(Error::UnsupportedVersion {
                 path: path.into(),
                 found: version,
@@ -147,6 +156,7 @@ impl Superblock {
             // Blocks past the recorded count come from a growth that crashed
             // before its slot update; they are zeroed and usable.
             block_count: file_bytes / block_bytes - 1,
+            format_version: version,
             slot_seq,
             slot_index,
         })

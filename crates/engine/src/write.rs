@@ -15,10 +15,16 @@
 //! Retiring under the shard lock is what makes deletes safe: once a new
 //! version is visible, the old one is durably dead, so deleting the new one
 //! can never let the old one come back after a crash.
+//!
+//! Under lazy retirement (`retirement.rs`, emulated memory) the old record
+//! is only queued for its bit: it loses to the new one by sequence number
+//! until then; a delete appends a tombstone, which outranks every older
+//! version the same way; and an in-place update appends a new version
+//! ([`update_by_append`]). So an acknowledged write dirties only the log.
 
 use std::sync::atomic::Ordering;
 
-use engram_pmem::{PmemOffset, Region};
+use engram_pmem::PmemOffset;
 
 use crate::append;
 use crate::compaction;
@@ -43,7 +49,8 @@ pub fn put(
     // write in flight to be published (`image_writer.rs`).
     let guard = crossbeam_epoch::pin();
     let (offset, seq) = append(store, key, value, None)?;
-    let is_new = publish(store, hash, key, offset, seq, access);
+    let is_new = publish(store, hash, key, offset, seq, None, access)
+        .expect("an unconditional publish always takes place");
     drop(guard);
     store.syncer.after_write(store.region())?;
     Ok(is_new)
@@ -51,6 +58,9 @@ pub fn put(
 
 /// Removes `key`; true when it existed. Durable on return.
 pub fn delete(store: &StoreState, key: &[u8]) -> Result<bool> {
+    if store.space.retirement.is_some() {
+        return delete_by_tombstone(store, key);
+    }
     let hash = hash_key(key);
     let region = store.region();
     let mut table = store.index.shard(hash).write();
@@ -67,15 +77,75 @@ pub fn delete(store: &StoreState, key: &[u8]) -> Result<bool> {
     Ok(true)
 }
 
-/// Applies `update` to the aligned word at `field_offset` of `key`'s
-/// value, in place, under the shard's read lock (compaction, which moves
-/// records, takes the write lock), and persists it.
-pub fn update_word<R>(
+/// Lazy retirement's delete: a tombstone appended (and persisted) first,
+/// then the key unindexed and its record queued for retirement. The
+/// tombstone's larger sequence number is what keeps the key deleted after
+/// a crash until the retired versions' bits are durable.
+fn delete_by_tombstone(store: &StoreState, key: &[u8]) -> Result<bool> {
+    if key.len() > MAX_KEY_BYTES {
+        return Ok(false);
+    }
+    let hash = hash_key(key);
+    let region = store.region();
+    // No tombstone for a key that is not there (a delete racing a put of
+    // it is ordered after the put by the tombstone's number).
+    let indexed = store
+        .index
+        .shard(hash)
+        .read()
+        .find(hash, |e| {
+            e.hash == hash && record::has_key(region, PmemOffset(e.offset()), key)
+        })
+        .is_some();
+    if !indexed {
+        return Ok(false);
+    }
+    let guard = crossbeam_epoch::pin();
+    let (_, seq) = {
+        let mut lane = store.lanes.acquire();
+        append::append_tombstone(store, &mut lane, key, || {
+            compaction::block_for_writer(store)
+        })?
+    };
+    let mut table = store.index.shard(hash).write();
+    let existed = match table.find_entry(hash, |e| {
+        e.hash == hash && record::has_key(region, PmemOffset(e.offset()), key)
+    }) {
+        Ok(occupied) => {
+            let offset = occupied.get().offset();
+            if record::read_header(region, PmemOffset(offset)).seq < seq {
+                occupied.remove();
+                store.keys.add(shard_of(hash), -1);
+                append::retire(store, offset);
+            }
+            // A put published after our number was taken outranks the
+            // tombstone: the delete came first.
+            true
+        }
+        Err(_) => false,
+    };
+    drop(table);
+    drop(guard);
+    store.syncer.after_write(region)?;
+    Ok(existed)
+}
+
+/// Replaces the aligned word at `field_offset` of `key`'s value with
+/// `update(word)` (None: leave it) and returns the word it found.
+/// Atomic per key: concurrent updates of one word never lose one.
+///
+/// In place under the shard's read lock (compaction, which moves records,
+/// takes the write lock) with a compare-and-swap loop, persisted; under
+/// lazy retirement, a new version appended instead ([`update_by_append`]).
+pub fn update_word(
     store: &StoreState,
     key: &[u8],
     field_offset: u64,
-    update: impl FnOnce(&Region, PmemOffset) -> R,
-) -> Result<R> {
+    update: impl Fn(u64) -> Option<u64>,
+) -> Result<u64> {
+    if store.space.retirement.is_some() {
+        return update_by_append(store, key, field_offset, update);
+    }
     let hash = hash_key(key);
     let region = store.region();
     let table = store.index.shard(hash).read();
@@ -88,7 +158,34 @@ pub fn update_word<R>(
     // As a read would: a header on a page damaged beyond repair, or whose
     // lengths run past the file, says nothing a write may trust.
     let header = read::checked_header(store, at)?;
-    let value_len = header.value_len as u64;
+    check_field(field_offset, header.value_len as u64)?;
+    let word = at.add(header.value_offset() + field_offset);
+    let mut found = region.load_u64(word);
+    loop {
+        let Some(new) = update(found).filter(|&new| new != found) else {
+            return Ok(found);
+        };
+        if !record::read_header(region, at).is_in_place() {
+            // Durable before the value changes: recovery must know the
+            // value checksum no longer applies.
+            record::set_flags(region, at, record::IN_PLACE);
+        }
+        // Invariant 6: the flag is set (and persisted) before the value changes.
+        debug_assert!(record::read_header(region, at).is_in_place());
+        match region.compare_exchange_u64(word, found, new) {
+            Ok(_) => break,
+            Err(now) => found = now,
+        }
+    }
+    region.persist(word, 8);
+    store.in_place_updates.add(hash as usize, 1);
+    drop(table);
+    store.syncer.after_write(region)?;
+    Ok(found)
+}
+
+/// Refuses a field that is not an aligned word inside the value.
+fn check_field(field_offset: u64, value_len: u64) -> Result<()> {
     if !field_offset.is_multiple_of(8)
         || field_offset
             .checked_add(8)
@@ -99,20 +196,56 @@ pub fn update_word<R>(
             value_len,
         });
     }
-    if !header.is_in_place() {
-        // Durable before the value changes: recovery must know the value
-        // checksum no longer applies.
-        record::set_flags(region, at, record::IN_PLACE);
+    Ok(())
+}
+
+/// Lazy retirement's in-place update: the value copied with its word
+/// replaced, appended as a new version, and published only if the version
+/// it was made from is still the indexed one; otherwise our version is
+/// retired unseen and the update starts again from the new one.
+fn update_by_append(
+    store: &StoreState,
+    key: &[u8],
+    field_offset: u64,
+    update: impl Fn(u64) -> Option<u64>,
+) -> Result<u64> {
+    let hash = hash_key(key);
+    let region = store.region();
+    loop {
+        // Pinned from the read to the publish: an index image waits for
+        // writes in flight, and the version read must not be reused.
+        let guard = crossbeam_epoch::pin();
+        let (from, mut value) = {
+            let table = store.index.shard(hash).read();
+            let entry = table
+                .find(hash, |e| {
+                    e.hash == hash && record::has_key(region, PmemOffset(e.offset()), key)
+                })
+                .ok_or(Error::KeyNotFound)?;
+            let at = PmemOffset(entry.offset());
+            let header = read::checked_header(store, at)?;
+            (at.0, record::value(region, at, &header).to_vec())
+        };
+        check_field(field_offset, value.len() as u64)?;
+        let field = field_offset as usize..field_offset as usize + 8;
+        let found = u64::from_le_bytes(value[field.clone()].try_into().expect("8 bytes"));
+        let Some(new) = update(found).filter(|&new| new != found) else {
+            return Ok(found);
+        };
+        value[field].copy_from_slice(&new.to_le_bytes());
+        let (offset, seq) = append(store, key, &value, None)?;
+        if publish(store, hash, key, offset, seq, Some(from), |old| {
+            old.unwrap_or(0)
+        })
+        .is_some()
+        {
+            drop(guard);
+            store.in_place_updates.add(hash as usize, 1);
+            store.syncer.after_write(region)?;
+            return Ok(found);
+        }
+        append::retire(store, offset);
     }
-    // Invariant 6: the flag is set (and persisted) before the value changes.
-    debug_assert!(record::read_header(region, at).is_in_place());
-    let word = at.add(header.value_offset() + field_offset);
-    let result = update(region, word);
-    region.persist(word, 8);
-    store.in_place_updates.add(hash as usize, 1);
-    drop(table);
-    store.syncer.after_write(region)?;
-    Ok(result)
 }
 
 /// Appends an application write's record (through the thread's lane, or
@@ -125,7 +258,7 @@ pub(crate) fn append(
     seq: Option<u64>,
 ) -> Result<(u64, u64)> {
     if !append::fits_log_block(store, key, value) {
-        return append::append_extent(store, key, value, seq);
+        return append::append_extent(store, key, value, seq, true);
     }
     let mut lane = store.lanes.acquire();
     append::append_to_lane(store, &mut lane, key, value, seq, || {
@@ -134,15 +267,18 @@ pub(crate) fn append(
 }
 
 /// Makes `offset`'s record the indexed version of `key` unless a newer
-/// one is already there; retires whichever lost. Returns true for a new key.
+/// one is already there; retires whichever lost. Returns whether the key
+/// is new, or None (nothing changed, nothing retired) when `expected` is
+/// given and the indexed record is not at that offset any more.
 fn publish(
     store: &StoreState,
     hash: u64,
     key: &[u8],
     offset: u64,
     seq: u64,
+    expected: Option<u64>,
     access: impl FnOnce(Option<u32>) -> u32,
-) -> bool {
+) -> Option<bool> {
     let region = store.region();
     // Invariant 2: what the index is about to name is a record recovery
     // would accept.
@@ -156,6 +292,9 @@ fn publish(
     }) {
         Ok(mut occupied) => {
             let old = occupied.get().offset();
+            if expected.is_some_and(|expected| expected != old) {
+                return None;
+            }
             let old_seq = record::read_header(region, PmemOffset(old)).seq;
             if old_seq > seq {
                 append::retire(store, offset);
@@ -172,14 +311,17 @@ fn publish(
                 entry.touch(|old| access(Some(old)));
                 append::retire(store, old);
                 // Invariant 3: retired (durably: retire persists the bit)
-                // before the shard lock lets anyone see the new version.
+                // before the shard lock lets anyone see the new version;
+                // under lazy retirement, outranked by seq until its bit is.
                 debug_assert!(
-                    record::read_header(region, PmemOffset(old)).is_deleted(),
+                    store.space.retirement.is_some()
+                        || record::read_header(region, PmemOffset(old)).is_deleted(),
                     "invariant 3: the replaced record at {old:#x} is not retired"
                 );
             }
-            false
+            Some(false)
         }
+        Err(_) if expected.is_some() => None,
         Err(absent) => {
             absent.into_table().insert_unique(
                 hash,
@@ -187,7 +329,7 @@ fn publish(
                 entry_hash,
             );
             store.keys.add(shard_of(hash), 1);
-            true
+            Some(true)
         }
     }
 }

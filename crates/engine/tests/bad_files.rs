@@ -174,7 +174,7 @@ fn wrong_magic_is_not_an_engram_file() {
 fn future_version_is_unsupported() {
     damage_and_restore(
         |bytes| {
-            bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+            bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
             let crc = header_crc(bytes);
             bytes[40..44].copy_from_slice(&crc);
         },
@@ -182,8 +182,8 @@ fn future_version_is_unsupported() {
             matches!(
                 e,
                 Error::UnsupportedVersion {
-                    found: 2,
-                    supported: 1,
+                    found: 3,
+                    supported: 2,
                     ..
                 }
             )

@@ -34,6 +34,8 @@ const CHILD_TEST: &str = "kill_child_workload";
 const CHILD_DIR_ENV: &str = "ENGRAM_KILL_CHILD_DIR";
 const CHILD_CYCLE_ENV: &str = "ENGRAM_KILL_CHILD_CYCLE";
 const CHILD_SEED_ENV: &str = "ENGRAM_KILL_CHILD_SEED";
+/// Set for the children of the lazy retirement variant.
+const CHILD_LAZY_ENV: &str = "ENGRAM_KILL_CHILD_LAZY";
 const THREADS: usize = 2;
 const KEYS_PER_THREAD: usize = 24;
 const KEYS: usize = THREADS * KEYS_PER_THREAD;
@@ -44,8 +46,12 @@ const CHILD_LIFETIME: Duration = Duration::from_secs(20);
 /// How long the parent waits for the child to get going.
 const CHILD_PROGRESS_TIMEOUT: Duration = Duration::from_secs(20);
 
-fn options() -> Options {
+/// `lazy`: lazy retirement, with rounds every few milliseconds so kills
+/// land before, during and after them.
+fn options(lazy: bool) -> Options {
     Options {
+        lazy_retirement: lazy,
+        retirement_interval: Duration::from_millis(3),
         write_lanes: 4,
         recovery_threads: 2,
         ..small_options()
@@ -110,7 +116,8 @@ fn kill_child_workload() {
     };
     let cycle: u64 = std::env::var(CHILD_CYCLE_ENV).unwrap().parse().unwrap();
     let seed: u64 = std::env::var(CHILD_SEED_ENV).unwrap().parse().unwrap();
-    let store = Store::open(&dir, options()).expect("child: opening the store");
+    let lazy = std::env::var_os(CHILD_LAZY_ENV).is_some();
+    let store = Store::open(&dir, options(lazy)).expect("child: opening the store");
     // On a line of its own: the test harness has printed "test ... " before.
     emit(&format!("\nREADY {cycle}\n"));
     let started = Instant::now();
@@ -418,8 +425,12 @@ impl Expectations {
     }
 }
 
-fn spawn_child(dir: &Path, cycle: u64, seed: u64) -> Child {
-    Command::new(std::env::current_exe().unwrap())
+fn spawn_child(dir: &Path, cycle: u64, seed: u64, lazy: bool) -> Child {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    if lazy {
+        command.env(CHILD_LAZY_ENV, "1");
+    }
+    command
         .args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
         .env(CHILD_DIR_ENV, dir)
         .env(CHILD_CYCLE_ENV, cycle.to_string())
@@ -444,8 +455,8 @@ enum KillAt {
 
 /// Runs one child until `kill_at`, SIGKILLs it, and returns every complete
 /// line it printed.
-fn run_child(dir: &Path, cycle: u64, seed: u64, kill_at: &KillAt) -> Vec<String> {
-    let mut child = spawn_child(dir, cycle, seed);
+fn run_child(dir: &Path, cycle: u64, seed: u64, kill_at: &KillAt, lazy: bool) -> Vec<String> {
+    let mut child = spawn_child(dir, cycle, seed, lazy);
     let spawned = Instant::now();
     let stdout = child.stdout.take().unwrap();
     let (sender, receiver) = mpsc::channel::<String>();
@@ -519,8 +530,20 @@ fn run_child(dir: &Path, cycle: u64, seed: u64, kill_at: &KillAt) -> Vec<String>
 
 #[test]
 fn killed_writers_lose_no_acknowledged_write() {
+    run_kills(false, 200);
+}
+
+/// The same under lazy retirement: kills between a write and the round
+/// that sets its predecessor's bit, tombstones instead of bits, updates
+/// appended as new versions.
+#[test]
+fn killed_writers_lose_no_acknowledged_write_with_lazy_retirement() {
+    run_kills(true, 100);
+}
+
+fn run_kills(lazy: bool, default_cycles: u64) {
     let seed = seed_from_env("ENGRAM_KILL_SEED");
-    let cycles = count_from_env("ENGRAM_KILL_CYCLES", 200);
+    let cycles = count_from_env("ENGRAM_KILL_CYCLES", default_cycles);
     let _watchdog = watchdog(
         "killed_writers_lose_no_acknowledged_write",
         Duration::from_secs(180).max(Duration::from_millis(cycles * 500)),
@@ -547,7 +570,7 @@ fn killed_writers_lose_no_acknowledged_write() {
             _ => KillAt::AfterAcks(rng.random_range(0..3000)),
         };
         let child_seed = rng.random();
-        let lines = run_child(&dir, cycle, child_seed, &kill_at);
+        let lines = run_child(&dir, cycle, child_seed, &kill_at, lazy);
         if !lines.iter().any(|l| l.starts_with("READY")) {
             killed_before_ready += 1;
         }
@@ -559,7 +582,7 @@ fn killed_writers_lose_no_acknowledged_write() {
             // Killed before the child even created the directory.
             continue;
         }
-        let store = match Store::open(&dir, options()) {
+        let store = match Store::open(&dir, options(lazy)) {
             Ok(store) => store,
             Err(error) => panic!(
                 "cycle {cycle} (ENGRAM_KILL_SEED={seed}, kill at {kill_at:?}): reopening failed: {error}"
@@ -572,7 +595,7 @@ fn killed_writers_lose_no_acknowledged_write() {
     // Crashes must not leak space: after a compaction, the blocks in use
     // hold at most about twice the live data (blocks above half live are
     // kept; an extent may be half empty), plus the blocks lanes hold open.
-    let store = Store::open(&dir, options()).unwrap();
+    let store = Store::open(&dir, options(lazy)).unwrap();
     expectations.check_recovered(&store);
     store.compact_now().unwrap();
     let stats = store.stats();

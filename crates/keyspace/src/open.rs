@@ -105,6 +105,12 @@ impl Keyspace {
             dir,
             Options {
                 recovery_visitor: Some(Visitor(books.clone())),
+                // Under `always` an acknowledgement waits for the syncs of
+                // what it wrote: then only the log's tail is written, and
+                // retirement follows in the background (the engine's
+                // `retirement.rs`). Collections' images keep the eager
+                // path: the checkpointer syncs them whole anyway.
+                lazy_retirement: fine_writeback,
                 ..store_options(options, fine_writeback)
             },
         )

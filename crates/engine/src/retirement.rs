@@ -1,0 +1,116 @@
+//! Lazy retirement: on emulated memory, acknowledged writes dirty only the
+//! log's tail (`Options::lazy_retirement`).
+//!
+//! Why: on emulated memory every page a write stores to must be written
+//! back by the next `msync` before the write may be acknowledged at
+//! `always`. Retiring an overwritten record in place (its DELETED bit)
+//! dirties one random page per overwrite, and an `msync` of 200 writes
+//! then writes ~200 random pages besides the few of the log's tail
+//! (BENCHMARKS, issue 25: SET at `-P 16` ran at a fifth of Redis's speed).
+//! Here nothing but the tail is on the acknowledgement's path:
+//!
+//! - an overwritten (or moved, or losing) record stays valid on the media
+//!   and loses to its successor by sequence number (invariant 4 already
+//!   made recovery pick the larger);
+//! - a delete appends a tombstone (`record.rs`), which outranks every
+//!   older version of its key the same way;
+//! - an in-place update appends a new version instead (`write.rs`);
+//! - `Store::sync` writes back only the ranges appended through the
+//!   application lanes since the last sync (`Tail`).
+//!
+//! The DELETED bits still matter: a tombstone, and the block it lies in,
+//! must not vanish while an older version of its key is valid on the
+//! media without its bit. So the bits follow in rounds, on the
+//! `engram-retirement` thread (or whoever needs space now):
+//!
+//! 1. take the queue of records retired since the last round, and the
+//!    blocks that died since;
+//! 2. sync the whole file: every record that superseded a queued one, and
+//!    every compaction copy of a dead block's records, is now durable;
+//! 3. set the queued records' DELETED bits (their blocks are not reused
+//!    yet: see 4);
+//! 4. release the blocks the *previous* round took: they died before that
+//!    round began, so every record in them was queued no later than it,
+//!    and this round's sync made those bits durable. A tombstone among
+//!    them was written after the retirements of the versions it shadows
+//!    were queued, so it goes only once they can no longer come back.
+//!
+//! A dead block is therefore reused two full syncs after it died, and a
+//! block's bytes are counted dead as soon as nothing in the index points
+//! there (tombstones are never counted live). Nothing here runs on DAX,
+//! where a persisted bit costs a cache line and the eager path stays.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use engram_pmem::{PmemOffset, Region};
+use parking_lot::Mutex;
+
+use crate::record;
+use crate::Result;
+
+/// The queues of one store's lazy retirement.
+#[derive(Default)]
+pub struct Retirement {
+    /// Records retired since the last round began (offsets).
+    queued: Mutex<Vec<u64>>,
+    /// Blocks that died (their epoch passed) since the last round began.
+    died: Mutex<Vec<u32>>,
+    /// One round at a time; holds the blocks the last round took, released
+    /// by the next.
+    round: Mutex<Vec<u32>>,
+    pub rounds: AtomicU64,
+}
+
+impl Retirement {
+    /// Queues a record for its DELETED bit (its bytes are already counted
+    /// dead by the caller).
+    pub fn queue(&self, offset: u64) {
+        self.queued.lock().push(offset);
+    }
+
+    /// A dead block whose epoch has passed: reused after two rounds.
+    pub fn block_died(&self, id: u32) {
+        self.died.lock().push(id);
+    }
+
+    /// Whether a round would do anything.
+    pub fn has_work(&self) -> bool {
+        !self.queued.lock().is_empty()
+            || !self.died.lock().is_empty()
+            || !self.round.lock().is_empty()
+    }
+
+    /// One round (module docs). `generation_of(offset)` gives the current
+    /// generation of the block holding `offset` (a record whose block was
+    /// reused meanwhile must not have a bit set in the new content);
+    /// `release` gets the blocks whose time has come. On a failed sync
+    /// nothing is lost: the taken work goes back for the next round.
+    pub fn round(
+        &self,
+        region: &Region,
+        generation_of: impl Fn(u64) -> u32,
+        mut release: impl FnMut(Vec<u32>),
+    ) -> Result<()> {
+        let mut previous = self.round.lock();
+        let queued = std::mem::take(&mut *self.queued.lock());
+        let died = std::mem::take(&mut *self.died.lock());
+        if let Err(error) = region.sync_all() {
+            self.queued.lock().extend(queued);
+            self.died.lock().extend(died);
+            return Err(error.into());
+        }
+        for offset in queued {
+            let at = PmemOffset(offset);
+            let header = record::read_header(region, at);
+            // A queued record's block is not released before this round
+            // (step 4), so its generation still matches.
+            debug_assert_eq!(header.generation(), generation_of(offset));
+            if header.generation() == generation_of(offset) {
+                record::set_flags(region, at, record::DELETED);
+            }
+        }
+        release(std::mem::replace(&mut *previous, died));
+        self.rounds.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}

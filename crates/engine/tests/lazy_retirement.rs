@@ -1,0 +1,253 @@
+//! Lazy retirement (`Options::lazy_retirement`, `retirement.rs`): what an
+//! acknowledged write leaves on the media is the log's tail, and that is
+//! enough. Each test checks it from outside, through what recovery finds:
+//! records that lost by sequence number (nothing retired them in place),
+//! tombstones that keep deleted keys deleted, dead blocks reused once the
+//! background rounds have made the bits durable. The model test runs the
+//! same random operations with lazy retirement on
+//! (`model.rs`, `store_matches_model_with_lazy_retirement`).
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{data_file, pattern, small_options};
+use engram_engine::{Options, Store};
+
+/// Lazy retirement, with rounds every `interval`.
+fn lazy(interval: Duration) -> Options {
+    Options {
+        lazy_retirement: true,
+        retirement_interval: interval,
+        write_lanes: 2,
+        recovery_threads: 2,
+        ..small_options()
+    }
+}
+
+/// Rounds that never come within a test: nothing but the tail reaches
+/// the media, as after a power failure that lost every page the
+/// acknowledgements did not wait for.
+fn no_rounds() -> Options {
+    lazy(Duration::from_secs(3600))
+}
+
+fn reopen_after_crash(store: Store, dir: &Path, options: Options) -> Store {
+    store.crash();
+    Store::open(dir, options).expect("reopening after a crash")
+}
+
+#[test]
+fn overwritten_records_lose_by_sequence_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), no_rounds()).unwrap();
+    for version in 0..5u64 {
+        for key in 0..100u64 {
+            store
+                .put(
+                    format!("k{key}").as_bytes(),
+                    &pattern(key * 10 + version, 100),
+                )
+                .unwrap();
+        }
+    }
+    let store = reopen_after_crash(store, dir.path(), no_rounds());
+    // Nothing retired the four old versions of each key in place: recovery
+    // found them valid and each lost to its key's newest record.
+    assert_eq!(store.recovery_report().superseded, 400);
+    assert_eq!(store.len(), 100);
+    for key in 0..100u64 {
+        assert_eq!(
+            store.get(format!("k{key}").as_bytes()).unwrap(),
+            Some(pattern(key * 10 + 4, 100))
+        );
+    }
+}
+
+#[test]
+fn deleted_keys_stay_deleted_without_any_retirement_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), no_rounds()).unwrap();
+    for version in 0..3u64 {
+        store.put(b"gone", &pattern(version, 50)).unwrap();
+        store.put(b"kept", &pattern(version, 50)).unwrap();
+    }
+    assert!(store.delete(b"gone").unwrap());
+    assert!(
+        !store.delete(b"gone").unwrap(),
+        "a second delete finds nothing"
+    );
+    assert!(!store.delete(b"never").unwrap());
+    let store = reopen_after_crash(store, dir.path(), no_rounds());
+    assert_eq!(store.get(b"gone").unwrap(), None);
+    assert_eq!(store.get(b"kept").unwrap(), Some(pattern(2, 50)));
+    assert_eq!(store.len(), 1);
+    // Deleted again after a put: the newer tombstone outranks the put.
+    store.put(b"gone", b"back").unwrap();
+    assert_eq!(store.get(b"gone").unwrap().as_deref(), Some(&b"back"[..]));
+    assert!(store.delete(b"gone").unwrap());
+    let store = reopen_after_crash(store, dir.path(), no_rounds());
+    assert_eq!(store.get(b"gone").unwrap(), None);
+    assert_eq!(store.len(), 1);
+}
+
+/// An index image names a key's record; the delete after it is a
+/// tombstone in the tail, which recovery from the image must find.
+#[test]
+fn a_tombstone_in_the_tail_outranks_the_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), no_rounds()).unwrap();
+    for key in 0..50u64 {
+        store
+            .put(format!("i{key}").as_bytes(), &pattern(key, 80))
+            .unwrap();
+    }
+    store.write_index_image().unwrap();
+    for key in (0..50u64).step_by(2) {
+        assert!(store.delete(format!("i{key}").as_bytes()).unwrap());
+    }
+    store.put(b"i1", b"newer").unwrap();
+    let store = reopen_after_crash(store, dir.path(), no_rounds());
+    assert!(
+        store.recovery_report().index_image.image.is_some(),
+        "recovery used the image"
+    );
+    assert_eq!(store.len(), 25);
+    for key in 0..50u64 {
+        let found = store.get(format!("i{key}").as_bytes()).unwrap();
+        match key {
+            1 => assert_eq!(found.as_deref(), Some(&b"newer"[..])),
+            _ if key % 2 == 0 => assert_eq!(found, None, "key i{key}"),
+            _ => assert_eq!(found, Some(pattern(key, 80)), "key i{key}"),
+        }
+    }
+}
+
+#[test]
+fn in_place_updates_append_new_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), no_rounds()).unwrap();
+    store.put(b"counter", &[0u8; 16]).unwrap();
+    let appended_before = store.stats().appended_bytes;
+    for i in 1..=200u64 {
+        assert_eq!(store.incr_by(b"counter", 8, 1).unwrap(), i);
+    }
+    assert_eq!(
+        store.compare_and_swap(b"counter", 0, 1, 9).unwrap(),
+        0,
+        "a miss"
+    );
+    assert_eq!(
+        store.compare_and_swap(b"counter", 0, 0, 9).unwrap(),
+        0,
+        "a hit"
+    );
+    let stats = store.stats();
+    // 201 changes, each a new 72-byte version (32 header + 8 key + 16 value
+    // + padding), none of them a store into an existing record.
+    assert!(
+        stats.appended_bytes - appended_before >= 201 * 56,
+        "appended {} bytes",
+        stats.appended_bytes - appended_before
+    );
+    let store = reopen_after_crash(store, dir.path(), no_rounds());
+    let value = store.get(b"counter").unwrap().unwrap();
+    assert_eq!(u64::from_le_bytes(value[0..8].try_into().unwrap()), 9);
+    assert_eq!(u64::from_le_bytes(value[8..16].try_into().unwrap()), 200);
+}
+
+/// Updates of one word from two threads: each new version is published
+/// only over the version it was made from, so none is lost.
+#[test]
+fn concurrent_appended_updates_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), lazy(Duration::from_millis(2))).unwrap());
+    store.put(b"shared", &[0u8; 8]).unwrap();
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                for _ in 0..2000 {
+                    store.incr_by(b"shared", 0, 1).unwrap();
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let value = store.get(b"shared").unwrap().unwrap();
+    assert_eq!(u64::from_le_bytes(value.try_into().unwrap()), 4000);
+}
+
+/// Overwrites keep making blocks dead; the rounds set their bits and give
+/// the blocks back, so the file stays near the live data instead of
+/// growing with every write.
+#[test]
+fn dead_blocks_are_reused_after_the_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), lazy(Duration::from_millis(2))).unwrap();
+    let value_bytes = 1000;
+    for round in 0..200u64 {
+        for key in 0..100u64 {
+            store
+                .put(format!("r{key}").as_bytes(), &pattern(round, value_bytes))
+                .unwrap();
+        }
+    }
+    // 20 MB written over 100 KB of live data.
+    let file_bytes = std::fs::metadata(data_file(dir.path())).unwrap().len();
+    assert!(
+        file_bytes < 8 << 20,
+        "the data file grew to {file_bytes} bytes: dead blocks were not reused"
+    );
+    let stats = store.stats();
+    assert!(
+        stats.blocks_freed > 100,
+        "{} blocks freed",
+        stats.blocks_freed
+    );
+    let store = reopen_after_crash(store, dir.path(), lazy(Duration::from_millis(2)));
+    for key in 0..100u64 {
+        assert_eq!(
+            store.get(format!("r{key}").as_bytes()).unwrap(),
+            Some(pattern(199, value_bytes))
+        );
+    }
+    store.close().unwrap();
+}
+
+/// A store of format 1 (written before tombstones existed) is run with
+/// in-place retirement even when lazy retirement is asked for, so a build
+/// that reads only format 1 can still open it.
+#[test]
+fn a_format_1_store_keeps_retiring_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    Store::open(dir.path(), small_options())
+        .unwrap()
+        .close()
+        .unwrap();
+    set_format_version(&data_file(dir.path()), 1);
+    let store = Store::open(dir.path(), no_rounds()).unwrap();
+    store.put(b"k", b"one").unwrap();
+    store.put(b"k", b"two").unwrap();
+    store.delete(b"k").unwrap();
+    store.put(b"j", b"one").unwrap();
+    let store = reopen_after_crash(store, dir.path(), no_rounds());
+    // Retired in place: nothing was left for recovery to resolve.
+    assert_eq!(store.recovery_report().superseded, 0);
+    assert_eq!(store.get(b"k").unwrap(), None);
+    assert_eq!(store.get(b"j").unwrap().as_deref(), Some(&b"one"[..]));
+}
+
+/// Rewrites the superblock's format version (bytes 8..12) and its header
+/// checksum (CRC32C of bytes 0..40, at 40..44), as an older build wrote it.
+fn set_format_version(path: &Path, version: u32) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[8..12].copy_from_slice(&version.to_le_bytes());
+    let crc = crc32c::crc32c(&bytes[..40]);
+    bytes[40..44].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(path, bytes).unwrap();
+}

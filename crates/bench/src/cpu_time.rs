@@ -72,6 +72,41 @@ pub(crate) fn process_ticks(pid: &str) -> Option<u64> {
     Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
 }
 
+/// The kernel's clock ticks per second (`USER_HZ`), the unit of
+/// [`process_ticks`]: the `AT_CLKTCK` entry of this process's auxiliary
+/// vector, where C's `sysconf(_SC_CLK_TCK)` reads it too (a file to read,
+/// where calling sysconf would need `unsafe`, which the crate root denies
+/// here). 100 if it cannot be read: USER_HZ is 100 on every architecture
+/// but Alpha.
+pub(crate) fn ticks_per_second() -> u64 {
+    const AT_CLKTCK: usize = 17;
+    const FALLBACK: u64 = 100;
+    let Ok(auxv) = std::fs::read("/proc/self/auxv") else {
+        return FALLBACK;
+    };
+    // (type, value) pairs of native words, ending with type 0.
+    const WORD: usize = std::mem::size_of::<usize>();
+    let words: Vec<usize> = auxv
+        .chunks_exact(WORD)
+        .filter_map(|bytes| <[u8; WORD]>::try_from(bytes).ok())
+        .map(usize::from_ne_bytes)
+        .collect();
+    words
+        .chunks_exact(2)
+        .find(|pair| pair[0] == AT_CLKTCK)
+        .map(|pair| pair[1] as u64)
+        .filter(|&hz| hz > 0)
+        .unwrap_or(FALLBACK)
+}
+
+/// The user and system CPU time so far of process `pid`, all its threads,
+/// in seconds (to the kernel's clock tick, 10 ms at the usual USER_HZ).
+/// Children it has reaped are not counted (their time is in cutime and
+/// cstime, which this leaves out).
+pub(crate) fn process_seconds(pid: u32) -> Option<f64> {
+    Some(process_ticks(&pid.to_string())? as f64 / ticks_per_second() as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +129,13 @@ mod tests {
             assert!((0.0..=1.0).contains(&share), "{share}");
         }
         assert!(machine_cores().unwrap() >= 1);
+    }
+
+    #[test]
+    fn the_clock_tick_rate_is_read_from_auxv() {
+        // USER_HZ is 100 on x86 and ARM, the machines this runs on.
+        assert_eq!(ticks_per_second(), 100);
+        let seconds = process_seconds(std::process::id()).expect("this process's /proc stat");
+        assert!(seconds >= 0.0);
     }
 }

@@ -4,7 +4,8 @@
 use clap::Parser;
 use engram_bench::server::report::{Pairing, PipelineRequests, ReportConfig};
 use engram_bench::server::{
-    parse_csv, CsvRow, Durability, Report, ServerBenchArgs, ServerBenchError, System,
+    in_redis_benchmark_order, parse_csv, round_order, CsvRow, Durability, Report, Sample,
+    ServerBenchArgs, ServerBenchError, System,
 };
 use engram_bench::Machine;
 
@@ -111,14 +112,92 @@ fn defaults_follow_the_issue_and_quick_shrinks_the_run() {
         .collect();
     assert_eq!(requests, [(4, 5000), (1, 5000)]);
 
-    let subset = args(&["--durability", "always,process", "--tests", "SET,get"])
+    let subset = args(&["--durability", "always,process", "--tests", "get,SET"])
         .config(String::new())
         .unwrap();
     assert_eq!(
         subset.durabilities,
         [Durability::Always, Durability::Process]
     );
+    // In redis-benchmark's order, so GET reads what SET wrote.
     assert_eq!(subset.tests, ["set", "get"]);
+}
+
+#[test]
+fn matrix_is_issue_25s_and_refuses_the_flags_it_sets() {
+    let config = args(&["--matrix"]).config(String::new()).unwrap();
+    assert_eq!(
+        config.tests,
+        ["set", "get", "incr", "lpush", "sadd", "hset", "zadd", "mset"]
+    );
+    let pipelines: Vec<u32> = config.requests.iter().map(|r| r.pipeline).collect();
+    assert_eq!(pipelines, [1, 16]);
+    assert_eq!(
+        (config.clients, config.value_bytes, config.keyspace),
+        (50, 200, 100_000)
+    );
+    assert_eq!(config.runs, 3);
+    assert_eq!(config.durabilities, Durability::ALL);
+    let five = args(&["--matrix", "--runs", "5", "--durability", "always"])
+        .config(String::new())
+        .unwrap();
+    assert_eq!((five.runs, five.durabilities.len()), (5, 1));
+    for flag in [
+        "--tests=set",
+        "--pipelines=1",
+        "--clients=10",
+        "--value-bytes=8",
+        "--keyspace=10",
+    ] {
+        assert!(
+            Cli::try_parse_from(["bench-server", "--matrix", flag]).is_err(),
+            "{flag}"
+        );
+    }
+}
+
+#[test]
+fn redis_without_fsync_runs_at_always_only_unless_skipped() {
+    let config = args(&[]).config(String::new()).unwrap();
+    assert_eq!(
+        config.systems(Durability::Always),
+        [System::Engram, System::Redis, System::RedisNoFsync]
+    );
+    assert_eq!(
+        config.systems(Durability::Process),
+        [System::Engram, System::Redis]
+    );
+    let skipped = args(&["--skip-redis-no-fsync"])
+        .config(String::new())
+        .unwrap();
+    assert_eq!(
+        skipped.systems(Durability::Always),
+        [System::Engram, System::Redis]
+    );
+}
+
+#[test]
+fn rounds_alternate_which_system_goes_first() {
+    let systems = [System::Engram, System::Redis, System::RedisNoFsync];
+    assert_eq!(round_order(&systems, 1), systems);
+    assert_eq!(
+        round_order(&systems, 2),
+        [System::RedisNoFsync, System::Redis, System::Engram]
+    );
+    assert_eq!(round_order(&systems, 3), systems);
+    assert_eq!(
+        round_order(&systems[..2], 4),
+        [System::Redis, System::Engram]
+    );
+}
+
+#[test]
+fn tests_run_in_redis_benchmarks_order_unknown_ones_last() {
+    let names = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        in_redis_benchmark_order(&names(&["mset", "xadd", "zadd", "get", "set", "foo"])),
+        names(&["set", "get", "zadd", "mset", "xadd", "foo"])
+    );
 }
 
 #[test]
@@ -154,10 +233,17 @@ fn row(test: &str, ops_per_sec: f64, p50_ms: f64, p99_ms: f64) -> CsvRow {
     }
 }
 
+fn sample(row: CsvRow, cpu_s_per_million_ops: Option<f64>) -> Sample {
+    Sample {
+        row,
+        cpu_s_per_million_ops,
+    }
+}
+
 fn report() -> Report {
     let mut report = Report::new(ReportConfig {
         command: "engram-bench server --runs 3".into(),
-        durabilities: vec!["process", "always"],
+        durabilities: vec!["process", "everysec", "always"],
         pipelines: vec![1, 16],
         tests: vec!["set".into(), "get".into()],
         clients: 50,
@@ -178,16 +264,18 @@ fn report() -> Report {
         engram_version: "engram 0.1.0".into(),
         redis_server_version: "Redis server v=7.0.15".into(),
         redis_benchmark_version: "redis-benchmark 7.0.15".into(),
+        cpu_ticks_per_second: 100,
         pairings: vec![
-            Pairing::of(Durability::Process),
-            Pairing::of(Durability::Always),
+            Pairing::of(Durability::Process, false),
+            Pairing::of(Durability::Everysec, false),
+            Pairing::of(Durability::Always, true),
         ],
         machine: Machine::this(),
     });
     let engram_runs = [
-        row("SET", 300_000.0, 1.0, 9.0),
-        row("SET", 100_000.0, 3.0, 30.0),
-        row("SET", 200_000.0, 2.0, 4.0),
+        sample(row("SET", 300_000.0, 1.0, 9.0), Some(3.0)),
+        sample(row("SET", 100_000.0, 3.0, 30.0), None),
+        sample(row("SET", 200_000.0, 2.0, 4.0), Some(1.0)),
     ];
     report.add_result(
         System::Engram,
@@ -201,14 +289,37 @@ fn report() -> Report {
         Durability::Process,
         16,
         1_000_000,
-        &[row("SET", 100_000.0, 4.0, 8.0)],
+        &[sample(row("SET", 100_000.0, 4.0, 8.0), Some(2.0))],
     );
     report.add_result(
         System::Engram,
         Durability::Process,
         16,
         1_000_000,
-        &[row("GET", 1_234_567.0, 0.5, 1.0)],
+        &[sample(row("GET", 1_234_567.0, 0.5, 1.0), Some(1.5))],
+    );
+    // At `always`, Redis without fsync too; the Redis results come in
+    // first, and Engram's ratios to both are added with it.
+    report.add_result(
+        System::Redis,
+        Durability::Always,
+        16,
+        1_000_000,
+        &[sample(row("SET", 400_000.0, 2.0, 4.0), Some(2.0))],
+    );
+    report.add_result(
+        System::RedisNoFsync,
+        Durability::Always,
+        16,
+        1_000_000,
+        &[sample(row("SET", 500_000.0, 1.0, 2.0), Some(1.6))],
+    );
+    report.add_result(
+        System::Engram,
+        Durability::Always,
+        16,
+        1_000_000,
+        &[sample(row("SET", 100_000.0, 8.0, 16.0), Some(4.0))],
     );
     report.add_key_count(System::Engram, Durability::Process, 1, Some(632_120));
     report.add_key_count(System::Redis, Durability::Process, 1, None);
@@ -224,13 +335,38 @@ fn the_median_run_is_reported_and_the_ratio_added_once_both_are_in() {
     assert_eq!(engram.ops_per_sec, 200_000.0);
     assert_eq!(engram.p99_ms, 4.0, "the latencies of the median run");
     assert_eq!(engram.runs_ops_per_sec, [300_000.0, 100_000.0, 200_000.0]);
-    // GET has no Redis counterpart, so only SET has a ratio.
-    assert_eq!(report.ratios.len(), 1);
-    let ratio = &report.ratios[0];
+    // The median CPU of the rounds that have one (the upper of two).
+    assert_eq!(engram.cpu_s_per_million_ops, Some(3.0));
+    assert_eq!(
+        engram.runs_cpu_s_per_million_ops,
+        [Some(3.0), None, Some(1.0)]
+    );
+    // GET has no Redis counterpart, so at `process` only SET has a ratio.
+    let process: Vec<_> = report
+        .ratios
+        .iter()
+        .filter(|r| r.durability == "process")
+        .collect();
+    assert_eq!(process.len(), 1);
+    let ratio = process[0];
     assert_eq!((ratio.test.as_str(), ratio.pipeline), ("SET", 16));
+    assert_eq!(ratio.against, "redis");
     assert_eq!(ratio.ops_per_sec_ratio, 2.0);
     assert_eq!(ratio.p50_ratio, 0.5);
     assert_eq!(ratio.p99_ratio, 0.5);
+    assert_eq!(ratio.cpu_ratio, Some(1.5));
+    // At `always`, Engram against both Redises.
+    let redis = report
+        .ratio("always", "SET", 16, System::Redis)
+        .expect("against redis");
+    assert_eq!(redis.ops_per_sec_ratio, 0.25);
+    assert_eq!(redis.cpu_ratio, Some(2.0));
+    let no_fsync = report
+        .ratio("always", "SET", 16, System::RedisNoFsync)
+        .expect("against redis-no-fsync");
+    assert_eq!(no_fsync.ops_per_sec_ratio, 0.2);
+    assert_eq!(no_fsync.cpu_ratio, Some(2.5));
+    assert_eq!(report.ratios.len(), 3);
 }
 
 #[test]
@@ -265,6 +401,8 @@ fn json_has_the_documented_field_names() {
             "p95_ms",
             "max_ms",
             "runs_ops_per_sec",
+            "cpu_s_per_million_ops",
+            "runs_cpu_s_per_million_ops",
         ])
     );
     let first = &json["results"][0];
@@ -279,9 +417,11 @@ fn json_has_the_documented_field_names() {
             "durability",
             "test",
             "pipeline",
+            "against",
             "ops_per_sec_ratio",
             "p50_ratio",
             "p99_ratio",
+            "cpu_ratio",
         ])
     );
     assert_eq!(json["keys"][1]["keys"], serde_json::Value::Null);
@@ -300,6 +440,7 @@ fn json_has_the_documented_field_names() {
         "engram_version",
         "redis_server_version",
         "redis_benchmark_version",
+        "cpu_ticks_per_second",
         "pairings",
         "machine",
     ] {
@@ -308,6 +449,19 @@ fn json_has_the_documented_field_names() {
     assert_eq!(
         config["pairings"][0]["redis"],
         "redis-server --appendonly yes --appendfsync no --save \"\""
+    );
+    assert_eq!(
+        config["pairings"][0]["redis_no_fsync"],
+        serde_json::Value::Null
+    );
+    assert_eq!(
+        config["pairings"][2]["redis_no_fsync"],
+        "redis-server --appendonly yes --appendfsync no --save \"\""
+    );
+    assert_eq!(first["cpu_s_per_million_ops"], 3.0);
+    assert_eq!(
+        first["runs_cpu_s_per_million_ops"][1],
+        serde_json::Value::Null
     );
 }
 
@@ -336,8 +490,84 @@ fn the_table_shows_both_systems_and_the_ratios() {
     assert!(get.contains("1,234,567") && get.contains('-'), "{get}");
     assert!(table.contains("engram run 1: 632,120"), "{table}");
     assert!(table.contains("redis run 1: -"), "{table}");
-    // No results for `always`: no section for it.
-    assert!(!table.contains("always:"), "{table}");
+    // No results for `everysec`: no section for it.
+    assert!(!table.contains("everysec:"), "{table}");
+}
+
+/// The lines of `table` from the one starting with `heading` to the next
+/// blank line.
+fn section<'a>(table: &'a str, heading: &str) -> Vec<&'a str> {
+    table
+        .lines()
+        .skip_while(|line| !line.starts_with(heading))
+        .take_while(|line| !line.is_empty())
+        .collect()
+}
+
+#[test]
+fn the_cpu_table_follows_each_ops_table() {
+    let table = report().table();
+    let process = section(&table, "process:");
+    let cpu = process
+        .iter()
+        .position(|line| line.starts_with("CPU seconds per million operations (process)"))
+        .expect("a CPU table at process");
+    // Engram's median 3.0 s against Redis's 2.0 s per million SETs.
+    let set = process[cpu..]
+        .iter()
+        .find(|line| line.starts_with("SET"))
+        .expect("a SET line in the CPU table");
+    let cells: Vec<&str> = set.split_whitespace().collect();
+    assert_eq!(cells, ["SET", "16", "3.00", "2.00", "1.50"], "{set}");
+    let get = process[cpu..]
+        .iter()
+        .find(|line| line.starts_with("GET"))
+        .expect("a GET line in the CPU table");
+    assert_eq!(
+        get.split_whitespace().collect::<Vec<_>>(),
+        ["GET", "16", "1.50", "-", "-"]
+    );
+}
+
+#[test]
+fn at_always_redis_without_fsync_has_columns_of_its_own() {
+    let table = report().table();
+    let always = section(&table, "always:");
+    assert!(always[0].contains("appendfsync always"), "{}", always[0]);
+    assert!(always[0].contains("(redis-no-fsync)"), "{}", always[0]);
+    assert!(always[1].contains("× redis-no-fsync"), "{}", always[1]);
+    let set = always
+        .iter()
+        .find(|line| line.starts_with("SET"))
+        .expect("a SET line");
+    assert!(set.contains("500,000"), "{set}");
+    assert!(set.trim_end().ends_with("0.20"), "{set}");
+    // The process table has no such column.
+    let process = section(&table, "process:");
+    assert!(!process[1].contains("no-fsync"), "{}", process[1]);
+    // The summary in issue 25's shape: a row per level and depth, and one
+    // against Redis without fsync.
+    let summary = section(&table, "Engram ÷ Redis, ops/s");
+    let row = |label: &str| -> Vec<String> {
+        let line = summary
+            .iter()
+            .find(|line| line.starts_with(label))
+            .unwrap_or_else(|| panic!("no {label} row in {summary:?}"));
+        line[label.len()..]
+            .split_whitespace()
+            .map(String::from)
+            .collect()
+    };
+    // Only tests with a ratio have a column: SET, not GET.
+    assert_eq!(row("durability"), ["-P", "SET"]);
+    assert_eq!(row("always vs no-fsync"), ["16", "0.20"]);
+    assert_eq!(row("process"), ["16", "2.00"]);
+    let cpu = section(&table, "Engram ÷ Redis, CPU");
+    assert!(
+        cpu.iter().any(|line| line.starts_with("always vs no-fsync")
+            && line.split_whitespace().nth(4) == Some("2.50")),
+        "{cpu:?}"
+    );
 }
 
 #[test]

@@ -124,7 +124,6 @@ impl Configuration {
                 .unwrap_or(engram_engine::IntegrityOptions::default().period),
             stripe_pages,
             scrub_bytes_per_sec,
-            ..IntegrityOptions::default()
         }
     }
 }

@@ -7,17 +7,30 @@
 //! | everysec   | `serve --durability everysec`  | `appendonly yes`, `appendfsync everysec` |
 //! | always     | `serve --durability always`    | `appendonly yes`, `appendfsync always` |
 //!
-//! Per durability level and run, a fresh Engram and a fresh Redis are
-//! started side by side (each on a free port, with its own data directory
-//! and log); then for each pipeline depth the same redis-benchmark command
-//! runs against one and then the other. Who goes first alternates from
-//! pipeline to pipeline, run to run and level to level, and the file systems
-//! are synced before each measurement, so that neither server pays for the
-//! other's write-back or profits from going first. The servers are stopped
-//! with SIGTERM after the run.
+//! At `always` a third server runs beside the two: Redis with
+//! `appendfsync no` (the `process` pairing's), the ceiling issue 25
+//! measures `always` against (`--skip-redis-no-fsync` leaves it out).
 //!
-//! Modules: [`peers`] (the server processes, and finding Redis's tools), [`redis_benchmark`] (running it, parsing `--csv`), [`report`]
-//! (the table and the JSON).
+//! The measurement is in rounds (`--runs`). Per durability level and round,
+//! fresh servers are started side by side (each on a free port, with its
+//! own data directory and log); then for each pipeline depth and test, the
+//! same redis-benchmark command (one test per invocation) runs against each
+//! server in turn, back to back. The order is Engram, Redis (, Redis without
+//! fsync) in odd rounds and the reverse in even ones, and the file systems
+//! are synced before each measurement, so that no server pays for
+//! another's write-back or profits from its place. The tests run in
+//! redis-benchmark's own order (GET after SET). The servers are stopped with
+//! SIGTERM after each round; the median round is reported per cell.
+//!
+//! Around each redis-benchmark run, the server's CPU time (utime+stime from
+//! /proc/PID/stat) is read just before and just after, and reported as CPU
+//! seconds per million operations: what an operation costs the server,
+//! whatever the client's speed. `--matrix` runs issue 25's acceptance
+//! matrix.
+//!
+//! Modules: [`peers`] (the server processes, and finding Redis's tools),
+//! [`redis_benchmark`] (running it, parsing `--csv`), [`report`] (the
+//! tables and the JSON).
 
 mod error;
 pub mod peers;
@@ -31,9 +44,10 @@ use std::time::{Duration, Instant};
 pub use error::{Result, ServerBenchError};
 pub use peers::System;
 pub use redis_benchmark::{parse_csv, CsvRow, Invocation};
-pub use report::Report;
+pub use report::{Report, Sample};
 
 use crate::command::{ReportOutput, RunDir};
+use crate::cpu_time;
 use crate::machine::Machine;
 use peers::Peer;
 use report::{Pairing, PipelineRequests, ReportConfig};
@@ -47,6 +61,43 @@ pub const DEFAULT_PIPELINED_REQUESTS: u64 = 1_000_000;
 /// Both servers' default `maxclients`: more clients would be refused.
 pub const MAX_CLIENTS: u32 = 10_000;
 pub const MAX_RUNS: usize = 1000;
+/// Issue 25's matrix (`--matrix`): the tests, in redis-benchmark's order.
+pub const MATRIX_TESTS: [&str; 8] = [
+    "set", "get", "incr", "lpush", "sadd", "hset", "zadd", "mset",
+];
+/// `--matrix`'s pipeline depths.
+pub const MATRIX_PIPELINES: [u32; 2] = [1, 16];
+/// `--matrix`'s keyspace: small enough that most writes overwrite a key, as
+/// in a real store.
+pub const MATRIX_KEYSPACE: u64 = 100_000;
+/// `--matrix`'s rounds: the issue asks for the median of at least 3.
+pub const MATRIX_RUNS: usize = 3;
+/// redis-benchmark's own order of its tests (`-t` does not change it), so
+/// that running them one invocation each keeps GET after SET, as one
+/// invocation of them all would.
+const REDIS_BENCHMARK_ORDER: [&str; 21] = [
+    "ping_inline",
+    "ping_mbulk",
+    "ping",
+    "set",
+    "get",
+    "incr",
+    "lpush",
+    "rpush",
+    "lpop",
+    "rpop",
+    "sadd",
+    "hset",
+    "spop",
+    "zadd",
+    "zpopmin",
+    "lrange",
+    "lrange_100",
+    "lrange_300",
+    "lrange_500",
+    "lrange_600",
+    "mset",
+];
 
 /// A durability level, named as `engram serve --durability` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -131,10 +182,22 @@ pub struct ServerBenchArgs {
     /// pipelining, 1000000 with; 20000 with --quick].
     #[arg(long)]
     pub requests: Option<u64>,
-    /// Runs per durability level, each on fresh servers; the median is
-    /// reported.
-    #[arg(long, default_value_t = 1)]
-    pub runs: usize,
+    /// Rounds per durability level, each on fresh servers, the order of the
+    /// systems reversed every other round (round 1 Engram first, round 2
+    /// Engram last, ...); the median is reported [default: 1; 3 with
+    /// --matrix].
+    #[arg(long)]
+    pub runs: Option<usize>,
+    /// Issue 25's acceptance matrix: tests set,get,incr,lpush,sadd,hset,
+    /// zadd,mset at -P 1 and 16, 50 clients, 200-byte values, 100,000 keys,
+    /// 3 rounds unless --runs says otherwise; at each --durability level.
+    #[arg(long, conflicts_with_all = ["tests", "pipelines", "clients", "value_bytes", "keyspace"])]
+    pub matrix: bool,
+    /// Leave out the Redis without fsync (`appendfsync no`) that otherwise
+    /// runs beside the other two at `always`, as the ceiling issue 25
+    /// measures `always` against.
+    #[arg(long)]
+    pub skip_redis_no_fsync: bool,
     /// A small run for demonstrations and smoke tests (20000 requests per
     /// test unless --requests says otherwise).
     #[arg(long)]
@@ -179,6 +242,8 @@ pub struct Config {
     /// One entry per pipeline depth, in the order given.
     pub requests: Vec<PipelineRequests>,
     pub runs: usize,
+    /// Run Redis without fsync beside the other two at `always`.
+    pub redis_no_fsync: bool,
     pub engram_bin: PathBuf,
     pub redis_server: PathBuf,
     pub redis_benchmark: PathBuf,
@@ -190,13 +255,69 @@ pub struct Config {
     pub command: String,
 }
 
+impl Config {
+    /// The systems measured at `durability`, in round 1's order: Engram,
+    /// Redis, and at `always` Redis without fsync (unless left out).
+    pub fn systems(&self, durability: Durability) -> Vec<System> {
+        let mut systems = vec![System::Engram, System::Redis];
+        if durability == Durability::Always && self.redis_no_fsync {
+            systems.push(System::RedisNoFsync);
+        }
+        systems
+    }
+}
+
+/// The order of `systems` in round `round` (from 1): as given in odd
+/// rounds, reversed in even ones, so that over the rounds each system goes
+/// first as often as last and neither pays for or profits from its place
+/// (a disk still writing back the other's data, a warmer or cooler CPU).
+pub fn round_order(systems: &[System], round: usize) -> Vec<System> {
+    let mut order = systems.to_vec();
+    if round.is_multiple_of(2) {
+        order.reverse();
+    }
+    order
+}
+
+/// `tests` in redis-benchmark's order; names it does not know keep theirs,
+/// after the others.
+pub fn in_redis_benchmark_order(tests: &[String]) -> Vec<String> {
+    let rank = |test: &String| {
+        REDIS_BENCHMARK_ORDER
+            .iter()
+            .position(|known| known == test)
+            .unwrap_or(REDIS_BENCHMARK_ORDER.len())
+    };
+    let mut sorted = tests.to_vec();
+    // Stable: unknown names stay in the order given.
+    sorted.sort_by_key(rank);
+    sorted
+}
+
 impl ServerBenchArgs {
-    /// Checks the flags and fills in the defaults.
+    /// Checks the flags and fills in the defaults (`--matrix`'s where it is
+    /// given: clap refuses the flags it sets beside it).
     pub fn config(&self, command: String) -> Result<Config> {
         let durabilities = dedup(&self.durability);
         if durabilities.is_empty() {
             return Err(ServerBenchError::flag("durability", "names no level"));
         }
+        let matrix = self.matrix.then(|| ServerBenchArgs {
+            tests: MATRIX_TESTS.iter().map(|test| test.to_string()).collect(),
+            pipelines: MATRIX_PIPELINES.to_vec(),
+            clients: 50,
+            value_bytes: 200,
+            keyspace: MATRIX_KEYSPACE,
+            runs: Some(self.runs.unwrap_or(MATRIX_RUNS)),
+            ..self.clone()
+        });
+        let args = matrix.as_ref().unwrap_or(self);
+        args.checked(durabilities, command)
+    }
+
+    /// [`ServerBenchArgs::config`] once `--matrix` is applied.
+    fn checked(&self, durabilities: Vec<Durability>, command: String) -> Result<Config> {
+        let runs = self.runs.unwrap_or(1);
         let pipelines = dedup(&self.pipelines);
         if pipelines.is_empty() || pipelines.contains(&0) {
             return Err(ServerBenchError::flag(
@@ -204,13 +325,13 @@ impl ServerBenchArgs {
                 "needs depths of at least 1",
             ));
         }
-        let tests = dedup(
+        let tests = in_redis_benchmark_order(&dedup(
             &self
                 .tests
                 .iter()
                 .map(|test| test.trim().to_ascii_lowercase())
                 .collect::<Vec<_>>(),
-        );
+        ));
         if tests.is_empty() {
             return Err(ServerBenchError::flag("tests", "names no test"));
         }
@@ -240,10 +361,10 @@ impl ServerBenchArgs {
         if self.requests == Some(0) {
             return Err(ServerBenchError::flag("requests", "must be at least 1"));
         }
-        if !(1..=MAX_RUNS).contains(&self.runs) {
+        if !(1..=MAX_RUNS).contains(&runs) {
             return Err(ServerBenchError::flag(
                 "runs",
-                format!("must be 1 to {MAX_RUNS}, got {}", self.runs),
+                format!("must be 1 to {MAX_RUNS}, got {runs}"),
             ));
         }
         if self.timeout == 0 {
@@ -273,7 +394,8 @@ impl ServerBenchArgs {
             value_bytes: self.value_bytes,
             keyspace: self.keyspace,
             requests,
-            runs: self.runs,
+            runs,
+            redis_no_fsync: !self.skip_redis_no_fsync,
             engram_bin,
             redis_server: self.redis_server.clone(),
             redis_benchmark: self.redis_benchmark.clone(),
@@ -322,11 +444,39 @@ pub fn cli(args: ServerBenchArgs, command: String) -> Result<()> {
     Ok(())
 }
 
-/// Runs every durability level, `config.runs` times each, with data and
+/// Each system's samples at one durability level: by (system, pipeline
+/// depth, test as redis-benchmark labels it), one per round.
+type Samples = BTreeMap<(System, u32, String), Vec<Sample>>;
+
+/// Runs every durability level, `config.runs` rounds each, with data and
 /// logs under `dir`.
 pub fn run(config: &Config, dir: &Path) -> Result<Report> {
     check_programs(config)?;
-    let mut report = Report::new(ReportConfig {
+    let mut report = Report::new(report_config(config));
+    for &durability in &config.durabilities {
+        let mut samples = Samples::new();
+        // The tests in the order redis-benchmark labelled them.
+        let mut labels: Vec<String> = Vec::new();
+        for round in 1..=config.runs {
+            let measured = run_round(config, durability, round, dir, &mut report)?;
+            for (system, pipeline, sample) in measured {
+                if !labels.contains(&sample.row.test) {
+                    labels.push(sample.row.test.clone());
+                }
+                samples
+                    .entry((system, pipeline, sample.row.test.clone()))
+                    .or_default()
+                    .push(sample);
+            }
+        }
+        add_results(&mut report, config, durability, &labels, &samples);
+    }
+    Ok(report)
+}
+
+/// What the report says of the run before any result is in.
+fn report_config(config: &Config) -> ReportConfig {
+    ReportConfig {
         command: config.command.clone(),
         durabilities: config.durabilities.iter().map(|d| d.name()).collect(),
         pipelines: config.requests.iter().map(|r| r.pipeline).collect(),
@@ -340,107 +490,138 @@ pub fn run(config: &Config, dir: &Path) -> Result<Report> {
         engram_version: peers::version(&config.engram_bin),
         redis_server_version: peers::version(&config.redis_server),
         redis_benchmark_version: peers::version(&config.redis_benchmark),
+        cpu_ticks_per_second: cpu_time::ticks_per_second(),
         pairings: config
             .durabilities
             .iter()
-            .map(|&d| Pairing::of(d))
+            .map(|&d| Pairing::of(d, config.systems(d).contains(&System::RedisNoFsync)))
             .collect(),
         machine: Machine::this(),
-    });
-    for (level, &durability) in config.durabilities.iter().enumerate() {
-        // Each run's rows, by system and pipeline depth.
-        let mut runs: BTreeMap<(System, u32), Vec<Vec<CsvRow>>> = BTreeMap::new();
-        for run in 1..=config.runs {
-            let tag = format!("{durability}-run{run}");
-            let engram = start(config, System::Engram, durability, dir, &tag)?;
-            let redis = start(config, System::Redis, durability, dir, &tag)?;
-            let mut peers = [engram, redis];
-            for (depth, pipeline) in config.requests.iter().enumerate() {
-                let invocation = Invocation {
-                    program: config.redis_benchmark.clone(),
-                    clients: config.clients,
-                    value_bytes: config.value_bytes,
-                    keyspace: config.keyspace,
-                    requests: pipeline.requests,
-                    tests: config.tests.clone(),
-                    pipeline: pipeline.pipeline,
-                };
-                // Take turns going first.
-                let order = if (level + run - 1 + depth) % 2 == 0 {
-                    [0, 1]
-                } else {
-                    [1, 0]
-                };
-                for index in order {
-                    let peer = &mut peers[index];
-                    peers::sync_file_systems();
-                    peer.check_alive("before redis-benchmark")?;
-                    let started = Instant::now();
-                    let rows = invocation.run(peer, config.timeout)?;
-                    if let Some(missing) = config
-                        .tests
-                        .iter()
-                        .find(|test| !redis_benchmark::covers(&rows, test))
-                    {
-                        return Err(ServerBenchError::flag(
-                            "tests",
-                            format!("redis-benchmark ran no test named '{missing}'"),
-                        ));
-                    }
-                    eprintln!(
-                        "[{tag}] {:<6} -P {:<3} {} ({:.1} s)",
-                        peer.system.name(),
-                        pipeline.pipeline,
-                        rows.iter()
-                            .map(|row| format!(
-                                "{} {}/s",
-                                row.test,
-                                crate::table::thousands(row.ops_per_sec)
-                            ))
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                        started.elapsed().as_secs_f64()
-                    );
-                    runs.entry((peer.system, pipeline.pipeline))
-                        .or_default()
-                        .push(rows);
-                }
-            }
-            for peer in peers {
-                report.add_key_count(peer.system, durability, run, peer.key_count());
-                peer.stop()?;
+    }
+}
+
+/// One round at `durability`: fresh servers, then for each pipeline depth
+/// and test, the same redis-benchmark command against each server in the
+/// round's order ([`round_order`]), back to back so that the machine is in
+/// the same state for all; then the servers' key counts, and they stop.
+fn run_round(
+    config: &Config,
+    durability: Durability,
+    round: usize,
+    dir: &Path,
+    report: &mut Report,
+) -> Result<Vec<(System, u32, Sample)>> {
+    let tag = format!("{durability}-run{round}");
+    let order = round_order(&config.systems(durability), round);
+    let mut peers = order
+        .iter()
+        .map(|&system| start(config, system, durability, dir, &tag))
+        .collect::<Result<Vec<Peer>>>()?;
+    let mut measured = Vec::new();
+    for pipeline in &config.requests {
+        for test in &config.tests {
+            for peer in &mut peers {
+                let samples = measure(config, peer, *pipeline, test, &tag)?;
+                measured.extend(
+                    samples
+                        .into_iter()
+                        .map(|sample| (peer.system, pipeline.pipeline, sample)),
+                );
             }
         }
-        for pipeline in &config.requests {
-            let key = |system| (system, pipeline.pipeline);
-            // The tests in the order redis-benchmark ran them.
-            let tests: Vec<String> = runs
-                .get(&key(System::Engram))
-                .and_then(|runs| runs.first())
-                .map(|rows| rows.iter().map(|row| row.test.clone()).collect())
-                .unwrap_or_default();
-            for test in dedup(&tests) {
-                for system in System::BOTH {
-                    let samples: Vec<CsvRow> = runs
-                        .get(&key(system))
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|rows| rows.iter().find(|row| row.test == test).cloned())
-                        .collect();
-                    if !samples.is_empty() {
-                        report.add_result(
-                            system,
-                            durability,
-                            pipeline.pipeline,
-                            pipeline.requests,
-                            &samples,
-                        );
-                    }
+    }
+    for peer in peers {
+        report.add_key_count(peer.system, durability, round, peer.key_count());
+        peer.stop()?;
+    }
+    Ok(measured)
+}
+
+/// One redis-benchmark run of one test against `peer`, with the server's
+/// CPU time read just before and just after it: a sample per row it prints
+/// (one, except for tests such as `lrange` that print several, which share
+/// the run's CPU per operation).
+fn measure(
+    config: &Config,
+    peer: &mut Peer,
+    pipeline: PipelineRequests,
+    test: &str,
+    tag: &str,
+) -> Result<Vec<Sample>> {
+    let invocation = Invocation {
+        program: config.redis_benchmark.clone(),
+        clients: config.clients,
+        value_bytes: config.value_bytes,
+        keyspace: config.keyspace,
+        requests: pipeline.requests,
+        tests: vec![test.to_string()],
+        pipeline: pipeline.pipeline,
+    };
+    peers::sync_file_systems();
+    peer.check_alive("before redis-benchmark")?;
+    let started = Instant::now();
+    let cpu_before = peer.cpu_seconds();
+    let rows = invocation.run(peer, config.timeout)?;
+    let cpu_after = peer.cpu_seconds();
+    let elapsed = started.elapsed();
+    if !redis_benchmark::covers(&rows, test) {
+        return Err(ServerBenchError::flag(
+            "tests",
+            format!("redis-benchmark ran no test named '{test}'"),
+        ));
+    }
+    let operations = pipeline.requests as f64 * rows.len() as f64;
+    let cpu_s_per_million_ops = cpu_before
+        .zip(cpu_after)
+        .map(|(before, after)| (after - before).max(0.0) / operations * 1e6);
+    eprintln!(
+        "[{tag}] {:<14} -P {:<3} {} (CPU {} s/M ops; {:.1} s)",
+        peer.system.name(),
+        pipeline.pipeline,
+        rows.iter()
+            .map(|row| format!(
+                "{} {}/s",
+                row.test,
+                crate::table::thousands(row.ops_per_sec)
+            ))
+            .collect::<Vec<_>>()
+            .join(", "),
+        cpu_s_per_million_ops.map_or("-".into(), |cpu| format!("{cpu:.2}")),
+        elapsed.as_secs_f64()
+    );
+    Ok(rows
+        .into_iter()
+        .map(|row| Sample {
+            row,
+            cpu_s_per_million_ops,
+        })
+        .collect())
+}
+
+/// Adds each (system, pipeline, test)'s rounds to the report, Engram first
+/// so that each other system's ratio to it follows.
+fn add_results(
+    report: &mut Report,
+    config: &Config,
+    durability: Durability,
+    labels: &[String],
+    samples: &Samples,
+) {
+    for pipeline in &config.requests {
+        for test in labels {
+            for system in config.systems(durability) {
+                if let Some(rounds) = samples.get(&(system, pipeline.pipeline, test.clone())) {
+                    report.add_result(
+                        system,
+                        durability,
+                        pipeline.pipeline,
+                        pipeline.requests,
+                        rounds,
+                    );
                 }
             }
         }
     }
-    Ok(report)
 }
 
 /// Where `engram` is when nobody says: in the directory of this program,
@@ -482,16 +663,12 @@ fn start(
     let port = peers::free_port()?;
     let data = dir.join(format!("{}-{tag}", system.name()));
     let log = dir.join(format!("{}-{tag}.log", system.name()));
-    let (program, args) = match system {
-        System::Engram => (
-            &config.engram_bin,
-            peers::engram_args(port, &data, durability),
-        ),
-        System::Redis => (
-            &config.redis_server,
-            peers::redis_args(port, &data, durability),
-        ),
+    let program = if system.is_redis() {
+        &config.redis_server
+    } else {
+        &config.engram_bin
     };
+    let args = system.server_args(port, &data, durability);
     eprintln!(
         "[{tag}] starting {} {} (log {})",
         program.display(),

@@ -1,6 +1,7 @@
-//! The two servers as child processes: finding Redis's tools, picking
-//! ports, starting `engram serve` and `redis-server` at a given durability,
-//! waiting until they answer PING, and stopping them.
+//! The servers as child processes: finding Redis's tools, picking ports,
+//! starting `engram serve` and `redis-server` at a given durability,
+//! waiting until they answer PING, reading their CPU time, and stopping
+//! them.
 //!
 //! Each server writes its stdout and stderr to its own log file and its data
 //! to its own fresh directory, so nothing carries over from one run to the
@@ -31,20 +32,39 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Lines of a server's log quoted in an error.
 const LOG_TAIL_LINES: usize = 20;
 
+/// A server measured: Engram, Redis at the matching durability, or Redis
+/// with its AOF never fsynced (the ceiling issue 25 measures `always`
+/// against: what a durable Redis would do if fsync were free).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum System {
     Engram,
     Redis,
+    RedisNoFsync,
 }
 
 impl System {
-    pub const BOTH: [System; 2] = [System::Engram, System::Redis];
-
     pub fn name(self) -> &'static str {
         match self {
             System::Engram => "engram",
             System::Redis => "redis",
+            System::RedisNoFsync => "redis-no-fsync",
         }
+    }
+
+    /// The arguments this system's server gets at `durability` (after the
+    /// program name).
+    pub fn server_args(self, port: u16, dir: &Path, durability: Durability) -> Vec<String> {
+        match self {
+            System::Engram => engram_args(port, dir, durability),
+            System::Redis => redis_args(port, dir, durability),
+            // Exactly the `process` pairing's Redis: AOF on, appendfsync no.
+            System::RedisNoFsync => redis_args(port, dir, Durability::Process),
+        }
+    }
+
+    /// Whether this is redis-server (started from `--redis-server`).
+    pub fn is_redis(self) -> bool {
+        self != System::Engram
     }
 }
 
@@ -156,6 +176,12 @@ impl Peer {
     /// The server's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The server's user and system CPU time so far, all threads, in
+    /// seconds; `None` if /proc cannot be read.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        crate::cpu_time::process_seconds(self.pid())
     }
 
     /// Fails if the server has exited; `when` says at what point, for the
@@ -418,6 +444,10 @@ mod tests {
         assert!(args.contains("--bind 127.0.0.1"), "{args}");
         let args = redis_args(7000, Path::new("/d"), Durability::Always).join(" ");
         assert!(args.contains("--appendfsync always"), "{args}");
+        let args = System::RedisNoFsync
+            .server_args(7000, Path::new("/d"), Durability::Always)
+            .join(" ");
+        assert!(args.contains("--appendonly yes --appendfsync no"), "{args}");
         let args = engram_args(7000, Path::new("/d"), Durability::Everysec).join(" ");
         assert_eq!(
             args,

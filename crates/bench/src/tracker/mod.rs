@@ -648,7 +648,6 @@ fn integrity_options(period: Duration) -> IntegrityOptions {
         period,
         stripe_pages: DEFAULT_STRIPE_PAGES,
         scrub_bytes_per_sec: 0,
-        ..IntegrityOptions::default()
     }
 }
 

@@ -420,6 +420,9 @@ fn serve_after_boot(data: &Path, args: &[&str], boot_id: &Path, rng: &mut Rng) -
 enum Write {
     /// `SET p{n}:s i`
     Set(u64),
+    /// `DEL p{n}:s` (every third round, so the key is also overwritten
+    /// several times between deletes: no older version may come back)
+    Del,
     /// `INCR p{n}:ctr`
     Incr,
     /// `RPUSH p{n}:l i`
@@ -466,6 +469,7 @@ impl Write {
     fn apply(self, state: &mut State, id: Option<String>) {
         match self {
             Write::Set(i) => state.string = Some(i),
+            Write::Del => state.string = None,
             Write::Incr => state.counter = Some(state.counter.unwrap_or(0) + 1),
             Write::Rpush(i) => state.list.push(i),
             Write::Hset(i) => {
@@ -500,6 +504,7 @@ impl Write {
         let none = |result: redis::RedisResult<redis::Value>| result.map(|_| (None, 0));
         match self {
             Write::Set(i) => none(redis::cmd("SET").arg(key("s")).arg(i).query(con)),
+            Write::Del => none(redis::cmd("DEL").arg(key("s")).query(con)),
             Write::Incr => redis::cmd("INCR")
                 .arg(key("ctr"))
                 .query(con)
@@ -623,7 +628,7 @@ impl Client {
     }
 }
 
-/// Writes the nine kinds of write in turn until the server is gone or a
+/// Writes the ten kinds of write in turn (DEL every third round) until the server is gone or a
 /// reply comes after the cut; then the client knows what was acknowledged
 /// and which write may or may not have happened.
 fn write(port: u16, mut client: Client, cut: &AtomicBool, progress: &AtomicU64) -> Client {
@@ -631,17 +636,22 @@ fn write(port: u16, mut client: Client, cut: &AtomicBool, progress: &AtomicU64) 
     loop {
         let i = client.next;
         client.next += 1;
+        let delete = (i % 3 == 0).then_some(Write::Del);
         for write in [
-            Write::Set(i),
-            Write::Incr,
-            Write::Rpush(i),
-            Write::Hset(i),
-            Write::Sadd(i),
-            Write::Zadd(i),
-            Write::Xadd(i),
-            Write::Mset(i),
-            Write::Exec(i),
-        ] {
+            Some(Write::Set(i)),
+            Some(Write::Incr),
+            Some(Write::Rpush(i)),
+            Some(Write::Hset(i)),
+            Some(Write::Sadd(i)),
+            Some(Write::Zadd(i)),
+            Some(Write::Xadd(i)),
+            Some(Write::Mset(i)),
+            delete,
+            Some(Write::Exec(i)),
+        ]
+        .into_iter()
+        .flatten()
+        {
             client.in_flight = Some(write);
             let Ok((id, value)) = write.send(&mut con, client.n) else {
                 return client;

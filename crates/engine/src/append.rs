@@ -67,6 +67,64 @@ fn append_record(
     let value_bytes = value.unwrap_or(&[]);
     debug_assert!(fits_log_block(store, key, value_bytes));
     let size = record::encoded_bytes(key.len(), value_bytes.len());
+    make_room(store, lane, size, new_block)?;
+    let (at, seq) = place_record(store, lane, key, value, seq);
+    #[cfg(feature = "fault-injection")]
+    if store.options.faults.skip_record_persist {
+        return Ok((at.0, seq));
+    }
+    store.region().persist(at, size);
+    Ok((at.0, seq))
+}
+
+/// Appends one atomic batch to the lane's block: a batch header, then a
+/// record (Some) or tombstone (None) per write, all in one block and
+/// persisted once; returns each write's offset and sequence number. The
+/// caller checked that the whole batch fits a log block.
+pub fn append_batch(
+    store: &StoreState,
+    lane: &mut Lane,
+    writes: &[(&[u8], Option<&[u8]>)],
+    new_block: impl FnOnce() -> Result<u32>,
+) -> Result<Vec<(u64, u64)>> {
+    let size = batch_bytes(writes);
+    debug_assert!(size <= store.space.log_payload_bytes());
+    make_room(store, lane, size, new_block)?;
+    let start = PmemOffset(lane.block_start + lane.used_bytes);
+    lane.used_bytes += record::BATCH_HEADER_BYTES;
+    store
+        .appended_bytes
+        .add(0, record::BATCH_HEADER_BYTES as i64);
+    let seq = store.seq.fetch_add(1, Ordering::Relaxed);
+    let region = store.region();
+    record::write_batch_header(region, start, lane.generation, seq, writes.len() as u64);
+    let placed = writes
+        .iter()
+        .map(|&(key, value)| {
+            let (at, seq) = place_record(store, lane, key, value, None);
+            (at.0, seq)
+        })
+        .collect();
+    region.persist(start, size);
+    Ok(placed)
+}
+
+/// Bytes a batch of these writes occupies in a block, header included.
+pub fn batch_bytes(writes: &[(&[u8], Option<&[u8]>)]) -> u64 {
+    record::BATCH_HEADER_BYTES
+        + writes
+            .iter()
+            .map(|(key, value)| record::encoded_bytes(key.len(), value.map_or(0, <[u8]>::len)))
+            .sum::<u64>()
+}
+
+/// Moves the lane to a fresh block unless `size` more bytes fit its own.
+fn make_room(
+    store: &StoreState,
+    lane: &mut Lane,
+    size: u64,
+    new_block: impl FnOnce() -> Result<u32>,
+) -> Result<()> {
     if lane.block.is_none() || lane.used_bytes + size > store.space.block_bytes {
         leave_tail(store, lane);
         seal(store, lane);
@@ -78,6 +136,20 @@ fn append_record(
         // The header is part of what the next tail sync writes back.
         lane.synced_to = lane.block_start;
     }
+    Ok(())
+}
+
+/// Writes a record (or tombstone) at the lane's next free byte, which
+/// `make_room` made sure of; not persisted (the caller persists what it
+/// placed at once). Counts a record's bytes live, never a tombstone's.
+fn place_record(
+    store: &StoreState,
+    lane: &mut Lane,
+    key: &[u8],
+    value: Option<&[u8]>,
+    seq: Option<u64>,
+) -> (PmemOffset, u64) {
+    let size = record::encoded_bytes(key.len(), value.map_or(0, <[u8]>::len));
     let block = lane.block.expect("lane has a block");
     // Invariant 1: the record repeats its block's generation, whose header
     // went to the media before the block's first record.
@@ -105,12 +177,7 @@ fn append_record(
         Some(value) => record::write(region, at, lane.generation, seq, key, value),
         None => record::write_tombstone(region, at, lane.generation, seq, key),
     };
-    #[cfg(feature = "fault-injection")]
-    if store.options.faults.skip_record_persist {
-        return Ok((at.0, seq));
-    }
-    region.persist(at, size);
-    Ok((at.0, seq))
+    (at, seq)
 }
 
 /// Appends a record too large for a log block to an extent of its own and

@@ -56,6 +56,15 @@
 //! The flag sits in a field `crc_header` covers, so a torn or damaged
 //! tombstone is rejected like any other record. Format 1 stores never
 //! hold one (a format 1 reader would take the flag for a bad length).
+//!
+//! ## Batch headers (format 2)
+//!
+//! A *batch header* (bit 30 of `key_len`, no key, an 8-byte value: the
+//! count N) says that the N records after it, in the same block, are one
+//! atomic write: recovery keeps them only if all N are valid, so a power
+//! failure never leaves part of a multi-key write (`write::write_batch`).
+//! Each of the N is an ordinary record or tombstone, read, retired and
+//! moved like any other; the header itself is never indexed.
 
 use engram_pmem::{PmemOffset, Region};
 
@@ -66,6 +75,13 @@ pub const DELETED: u64 = 1;
 pub const IN_PLACE: u64 = 2;
 /// Bit of the stored `key_len` that makes the record a tombstone.
 const TOMBSTONE_KEY_LEN_BIT: u32 = 1 << 31;
+/// Bit of the stored `key_len` that makes the record a batch header.
+const BATCH_KEY_LEN_BIT: u32 = 1 << 30;
+const KIND_BITS: u32 = TOMBSTONE_KEY_LEN_BIT | BATCH_KEY_LEN_BIT;
+/// A batch header's value: the count of records it covers.
+pub const BATCH_HEADER_VALUE_BYTES: usize = 8;
+/// Bytes a batch header occupies.
+pub const BATCH_HEADER_BYTES: u64 = encoded_bytes(0, BATCH_HEADER_VALUE_BYTES);
 const FLAG_MASK: u64 = DELETED | IN_PLACE;
 
 const _: () = assert!(MAX_KEY_BYTES <= u32::MAX as usize);
@@ -95,6 +111,8 @@ pub struct Header {
     pub value_len: u32,
     /// A tombstone (see the module docs): its key was deleted at `seq`.
     pub tombstone: bool,
+    /// A batch header (see the module docs).
+    pub batch: bool,
 }
 
 impl Header {
@@ -125,7 +143,7 @@ pub fn write(
     key: &[u8],
     value: &[u8],
 ) -> u64 {
-    write_record(region, at, generation, seq, key, value, false)
+    write_record(region, at, generation, seq, key, value, 0)
 }
 
 /// Writes a tombstone for `key` at `at` (not persisted). Returns its size.
@@ -136,7 +154,33 @@ pub fn write_tombstone(
     seq: u64,
     key: &[u8],
 ) -> u64 {
-    write_record(region, at, generation, seq, key, &[], true)
+    write_record(region, at, generation, seq, key, &[], TOMBSTONE_KEY_LEN_BIT)
+}
+
+/// Writes a batch header covering the `count` records that follow it (not
+/// persisted). Returns its size.
+pub fn write_batch_header(
+    region: &Region,
+    at: PmemOffset,
+    generation: u32,
+    seq: u64,
+    count: u64,
+) -> u64 {
+    write_record(
+        region,
+        at,
+        generation,
+        seq,
+        &[],
+        &count.to_le_bytes(),
+        BATCH_KEY_LEN_BIT,
+    )
+}
+
+/// The count of records a batch header covers.
+pub fn batch_count(region: &Region, at: PmemOffset, header: &Header) -> u64 {
+    debug_assert!(header.batch);
+    u64::from_le_bytes(value(region, at, header).try_into().expect("8 bytes"))
 }
 
 fn write_record(
@@ -146,17 +190,17 @@ fn write_record(
     seq: u64,
     key: &[u8],
     value: &[u8],
-    tombstone: bool,
+    kind: u32,
 ) -> u64 {
     debug_assert!(key.len() <= MAX_KEY_BYTES);
-    debug_assert!(!tombstone || value.is_empty());
+    debug_assert!(kind != TOMBSTONE_KEY_LEN_BIT || value.is_empty());
     debug_assert!(value.len() <= MAX_VALUE_BYTES);
     debug_assert!(at.0.is_multiple_of(8));
     let mut header = [0u8; HEADER_BYTES as usize];
     header[0..8].copy_from_slice(&((generation as u64) << 32).to_le_bytes());
     header[12..16].copy_from_slice(&crc32c::crc32c(value).to_le_bytes());
     header[16..24].copy_from_slice(&seq.to_le_bytes());
-    let stored_key_len = key.len() as u32 | if tombstone { TOMBSTONE_KEY_LEN_BIT } else { 0 };
+    let stored_key_len = key.len() as u32 | kind;
     header[24..28].copy_from_slice(&stored_key_len.to_le_bytes());
     header[28..32].copy_from_slice(&(value.len() as u32).to_le_bytes());
     let crc_header = header_crc(generation, &header[12..32], key);
@@ -178,9 +222,10 @@ pub fn read_header(region: &Region, at: PmemOffset) -> Header {
         crc_header: u32::from_le_bytes(bytes[0..4].try_into().unwrap()),
         crc_value: u32::from_le_bytes(bytes[4..8].try_into().unwrap()),
         seq: u64::from_le_bytes(bytes[8..16].try_into().unwrap()),
-        key_len: stored_key_len & !TOMBSTONE_KEY_LEN_BIT,
+        key_len: stored_key_len & !KIND_BITS,
         value_len: u32::from_le_bytes(bytes[20..24].try_into().unwrap()),
         tombstone: stored_key_len & TOMBSTONE_KEY_LEN_BIT != 0,
+        batch: stored_key_len & BATCH_KEY_LEN_BIT != 0,
     }
 }
 
@@ -240,6 +285,10 @@ pub fn parse_header(
     if header.key_len as usize > MAX_KEY_BYTES
         || header.value_len as usize > MAX_VALUE_BYTES
         || (header.tombstone && header.value_len != 0)
+        || (header.batch
+            && (header.tombstone
+                || header.key_len != 0
+                || header.value_len as usize != BATCH_HEADER_VALUE_BYTES))
         || at.0 + header.encoded_bytes() > end
     {
         return Err(Invalid::BadLength);

@@ -467,8 +467,10 @@ fn check_entries(
         if header.is_deleted() {
             continue;
         }
-        if header.tombstone {
-            return Err(format!("entry {i} (offset {offset:#x}) names a tombstone"));
+        if header.tombstone || header.batch {
+            return Err(format!(
+                "entry {i} (offset {offset:#x}) names a tombstone or a batch header"
+            ));
         }
         let summary = visitor.map_or(0, |visitor| {
             // The image names the record, so its value was not read (and
@@ -618,6 +620,26 @@ fn scan_task(
             let mut repaired_at = None;
             loop {
                 match record::parse(region, PmemOffset(at), end, generation) {
+                    Ok(header) if header.batch => {
+                        // All of the batch, or (torn) none of it, and the
+                        // block's log ends there as at any torn write.
+                        // Damage that parity can answer for is left to
+                        // the records' own checks below.
+                        let count = record::batch_count(region, PmemOffset(at), &header);
+                        let first = at + header.encoded_bytes();
+                        match whole_batch(region, first, end, generation, count) {
+                            Ok(()) => at = first,
+                            Err(broken) => {
+                                match classify(region, integrity, broken, end, generation) {
+                                    Damage::Torn => {
+                                        result.torn_tails += 1;
+                                        break;
+                                    }
+                                    Damage::Repaired | Damage::Lost => at = first,
+                                }
+                            }
+                        }
+                    }
                     Ok(header) => {
                         if !header.is_deleted() {
                             keep(result, at, &header, true);
@@ -643,7 +665,9 @@ fn scan_task(
                                 if let Ok(header) =
                                     record::parse_header(region, PmemOffset(at), end, generation)
                                 {
-                                    if !header.is_deleted() {
+                                    // A batch header is never a candidate;
+                                    // its records are checked one by one.
+                                    if !header.is_deleted() && !header.batch {
                                         keep(result, at, &header, false);
                                         if !header.tombstone {
                                             live_bytes += header.encoded_bytes();
@@ -687,7 +711,7 @@ fn scan_task(
                 }
             }
             match parsed {
-                Ok(header) if !header.is_deleted() => {
+                Ok(header) if !header.is_deleted() && !header.batch => {
                     keep(result, at, &header, trusted);
                     space.mark_extent(head, blocks, generation);
                     // A tombstone (of a key too long for a log block) only
@@ -705,6 +729,24 @@ fn scan_task(
             }
         }
     }
+}
+
+/// Whether the `count` records from `at` are all valid (a batch written
+/// whole); else the position of the first that is not.
+fn whole_batch(
+    region: &engram_pmem::Region,
+    mut at: u64,
+    end: u64,
+    generation: u32,
+    count: u64,
+) -> std::result::Result<(), u64> {
+    for _ in 0..count {
+        match record::parse(region, PmemOffset(at), end, generation) {
+            Ok(header) if !header.batch => at += header.encoded_bytes(),
+            _ => return Err(at),
+        }
+    }
+    Ok(())
 }
 
 /// What unparsable bytes at a record position mean.

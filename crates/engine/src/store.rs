@@ -317,6 +317,21 @@ impl Store {
         self.state.space.live_bytes()
     }
 
+    /// Writes several keys (Some: put, None: delete) as one atomic batch:
+    /// after a crash, all of it or none. Each key's outcome (a new key for
+    /// a put, existed for a delete), or `Ok(None)` when this store cannot
+    /// make the batch atomic by itself: only under lazy retirement
+    /// (`Options::lazy_retirement`, emulated memory), and only a batch that
+    /// fits a log block. `access` sets a put key's access field as in
+    /// [`Store::put_with_access`].
+    pub fn write_batch(
+        &self,
+        writes: &[(&[u8], Option<&[u8]>)],
+        access: impl Fn(Option<u32>) -> u32,
+    ) -> Result<Option<Vec<bool>>> {
+        write::write_batch(&self.state, writes, access)
+    }
+
     /// Removes `key`; `Ok(true)` when it existed. Durable on return.
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
         write::delete(&self.state, key)

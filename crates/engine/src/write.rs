@@ -107,8 +107,62 @@ fn delete_by_tombstone(store: &StoreState, key: &[u8]) -> Result<bool> {
             compaction::block_for_writer(store)
         })?
     };
+    let existed = unindex_before(store, hash, key, seq);
+    drop(guard);
+    store.syncer.after_write(region)?;
+    Ok(existed)
+}
+
+/// Writes several keys as one atomic batch (a put for Some, a delete for
+/// None): after a crash all of it or none of it is there. Each key's
+/// outcome (new key for a put, existed for a delete), or None when the
+/// store cannot do it in one record run (without lazy retirement, or a
+/// batch larger than a log block): the caller then needs its own
+/// atomicity (the keyspace's intents). `access` is `put_with_access`'s.
+pub fn write_batch(
+    store: &StoreState,
+    writes: &[(&[u8], Option<&[u8]>)],
+    access: impl Fn(Option<u32>) -> u32,
+) -> Result<Option<Vec<bool>>> {
+    if store.space.retirement.is_none()
+        || append::batch_bytes(writes) > store.space.log_payload_bytes()
+    {
+        return Ok(None);
+    }
+    for (key, value) in writes {
+        check_sizes(key, value.unwrap_or(&[]))?;
+    }
+    // Pinned from append to publish, as `put` is.
+    let guard = crossbeam_epoch::pin();
+    let placed = {
+        let mut lane = store.lanes.acquire();
+        append::append_batch(store, &mut lane, writes, || {
+            compaction::block_for_writer(store)
+        })?
+    };
+    let outcomes = writes
+        .iter()
+        .zip(placed)
+        .map(|(&(key, value), (offset, seq))| {
+            let hash = hash_key(key);
+            match value {
+                Some(_) => publish(store, hash, key, offset, seq, None, &access)
+                    .expect("an unconditional publish always takes place"),
+                None => unindex_before(store, hash, key, seq),
+            }
+        })
+        .collect();
+    drop(guard);
+    store.syncer.after_write(store.region())?;
+    Ok(Some(outcomes))
+}
+
+/// A tombstone at `seq` was written for `key`: unindexes and retires the
+/// key's record if it is older. Whether the key existed.
+fn unindex_before(store: &StoreState, hash: u64, key: &[u8], seq: u64) -> bool {
+    let region = store.region();
     let mut table = store.index.shard(hash).write();
-    let existed = match table.find_entry(hash, |e| {
+    match table.find_entry(hash, |e| {
         e.hash == hash && record::has_key(region, PmemOffset(e.offset()), key)
     }) {
         Ok(occupied) => {
@@ -123,11 +177,7 @@ fn delete_by_tombstone(store: &StoreState, key: &[u8]) -> Result<bool> {
             true
         }
         Err(_) => false,
-    };
-    drop(table);
-    drop(guard);
-    store.syncer.after_write(region)?;
-    Ok(existed)
+    }
 }
 
 /// Replaces the aligned word at `field_offset` of `key`'s value with

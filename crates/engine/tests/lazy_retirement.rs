@@ -251,3 +251,92 @@ fn set_format_version(path: &Path, version: u32) {
     bytes[40..44].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(path, bytes).unwrap();
 }
+
+#[test]
+fn a_batch_is_applied_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), no_rounds()).unwrap();
+    store.put(b"b", b"old b").unwrap();
+    store.put(b"c", b"old c").unwrap();
+    let outcomes = store
+        .write_batch(
+            &[
+                (b"a", Some(b"new a")),
+                (b"b", Some(b"new b")),
+                (b"c", None),
+                (b"d", None),
+            ],
+            |old| old.unwrap_or(0),
+        )
+        .unwrap()
+        .expect("lazy retirement takes batches");
+    assert_eq!(outcomes, [true, false, true, false]);
+    assert_eq!(store.len(), 2);
+    let store = reopen_after_crash(store, dir.path(), no_rounds());
+    assert_eq!(store.get(b"a").unwrap().as_deref(), Some(&b"new a"[..]));
+    assert_eq!(store.get(b"b").unwrap().as_deref(), Some(&b"new b"[..]));
+    assert_eq!(store.get(b"c").unwrap(), None);
+    assert_eq!(store.len(), 2);
+}
+
+/// A batch one of whose records never reached the media (here: its bytes
+/// damaged on a page written since the last refresh, which recovery reads
+/// as a write cut short) is dropped whole: no key of it changes.
+#[test]
+fn a_torn_batch_is_dropped_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), no_rounds()).unwrap();
+    store.put(b"before", b"kept").unwrap();
+    store.put(b"x", b"x0").unwrap();
+    let marker = pattern(42, 64);
+    store
+        .write_batch(
+            &[
+                (b"x", Some(b"x1")),
+                (b"y", Some(&marker)),
+                (b"z", Some(b"z1")),
+            ],
+            |old| old.unwrap_or(0),
+        )
+        .unwrap()
+        .unwrap();
+    store.crash();
+    let path = data_file(dir.path());
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes
+        .windows(marker.len())
+        .position(|window| window == marker.as_slice())
+        .expect("the batch's middle value is in the file");
+    bytes[at + 3] ^= 0xFF;
+    std::fs::write(&path, bytes).unwrap();
+    let store = Store::open(dir.path(), no_rounds()).unwrap();
+    assert_eq!(store.get(b"before").unwrap().as_deref(), Some(&b"kept"[..]));
+    assert_eq!(
+        store.get(b"x").unwrap().as_deref(),
+        Some(&b"x0"[..]),
+        "x kept its old value"
+    );
+    assert_eq!(store.get(b"y").unwrap(), None);
+    assert_eq!(store.get(b"z").unwrap(), None);
+}
+
+#[test]
+fn without_lazy_retirement_a_batch_is_the_callers() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), small_options()).unwrap();
+    let outcome = store
+        .write_batch(&[(b"a", Some(b"1")), (b"b", Some(b"2"))], |_| 0)
+        .unwrap();
+    assert_eq!(outcome, None);
+    assert_eq!(store.get(b"a").unwrap(), None, "nothing was written");
+    let lazy_store_dir = tempfile::tempdir().unwrap();
+    let lazy_store = Store::open(lazy_store_dir.path(), no_rounds()).unwrap();
+    let too_large = vec![7u8; 40 << 10];
+    let outcome = lazy_store
+        .write_batch(&[(b"a", Some(&too_large)), (b"b", Some(&too_large))], |_| 0)
+        .unwrap();
+    assert_eq!(
+        outcome, None,
+        "a batch larger than a log block is the caller's"
+    );
+}

@@ -77,9 +77,20 @@ pub fn apply_put(
     let created = store
         .put_with_access(ekey, value, |old| access.on_write(old))
         .map_err(Error::Engine)?;
-    let db = db_of(ekey);
+    put_books(slot, group, ekey, value, created)
+}
+
+/// The key group's books after `value` was written under `ekey`
+/// (`created`: the key is new to the engine).
+pub fn put_books(
+    slot: &KeyGroup,
+    group: &mut GroupState,
+    ekey: &[u8],
+    value: &[u8],
+    created: bool,
+) -> Result<()> {
     if created {
-        slot.counts[db].fetch_add(1, Ordering::Relaxed);
+        slot.counts[db_of(ekey)].fetch_add(1, Ordering::Relaxed);
     }
     let expire_at = decode(value).map_err(Error::Malformed)?.0.expire_at();
     set_expiry(slot, group, ekey, expire_at);
@@ -95,12 +106,18 @@ pub fn apply_delete(
     ekey: &[u8],
 ) -> Result<bool> {
     let existed = store.delete(ekey).map_err(Error::Engine)?;
+    delete_books(slot, group, ekey, existed);
+    Ok(existed)
+}
+
+/// The key group's books after `ekey` was deleted (`existed`: it was
+/// there to delete).
+pub fn delete_books(slot: &KeyGroup, group: &mut GroupState, ekey: &[u8], existed: bool) {
     if existed {
         slot.counts[db_of(ekey)].fetch_sub(1, Ordering::Relaxed);
         set_expiry(slot, group, ekey, None);
         touch(group, ekey);
     }
-    Ok(existed)
 }
 
 /// Replaces the meta word in place (EXPIRE, PERSIST): one atomic 8-byte

@@ -38,7 +38,8 @@ use smallvec::SmallVec;
 
 use super::journal::{self, Write};
 use super::key_groups::{
-    apply_delete, apply_meta, apply_put, db_of, set_expiry, swap_word, touch, GroupState,
+    apply_delete, apply_meta, apply_put, db_of, delete_books, put_books, set_expiry, swap_word,
+    touch, GroupState,
 };
 use super::value::{decode, encode_int, Meta, StringValue, META_BYTES};
 use super::{ekey, CKind, EKey, Error, Keyspace, Object, Result};
@@ -786,6 +787,10 @@ impl<'a> Txn<'a> {
             (None, 0) => return Ok(()),
             // One key: the engine makes it atomic by itself.
             (None, 1) => None,
+            // Several: one record run of the engine's when it can (lazy
+            // retirement, a batch that fits a log block), so no intent
+            // and no extra sync round.
+            (None, _) if self.engine_batch(&ops)? => return Ok(()),
             (None, _) => {
                 let journal_ops: Vec<journal::Op> = ops
                     .iter()
@@ -813,6 +818,33 @@ impl<'a> Txn<'a> {
                 "{e}; the multi-key write was applied only in part"
             ))),
         }
+    }
+
+    /// Writes `ops` as one atomic engine batch and brings the books up to
+    /// date; false (nothing written) when the engine cannot.
+    fn engine_batch(&mut self, ops: &[(EKey, Option<Vec<u8>>)]) -> Result<bool> {
+        let ks = self.ks;
+        let writes: Vec<(&[u8], Option<&[u8]>)> = ops
+            .iter()
+            .map(|(key, value)| (&key[..], value.as_deref()))
+            .collect();
+        let Some(outcomes) = ks
+            .store
+            .write_batch(&writes, |old| ks.access.on_write(old))
+            .map_err(Error::Engine)?
+        else {
+            return Ok(false);
+        };
+        for ((ekey, value), outcome) in ops.iter().zip(outcomes) {
+            let (index, group) = group_of(&mut self.guards, ekey)?;
+            let slot = &ks.groups[index];
+            match value {
+                Some(value) => put_books(slot, group, ekey, value, outcome)?,
+                None => delete_books(slot, group, ekey, outcome),
+            }
+        }
+        self.wrote = true;
+        Ok(true)
     }
 
     /// Applies the buffered writes (atomic transactions) and releases the

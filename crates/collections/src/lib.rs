@@ -641,7 +641,7 @@ impl Collections {
             shared, threads, ..
         } = self;
         drop(threads);
-        shared.log.sync()?;
+        shared.log.sync_all()?;
         match Arc::try_unwrap(shared) {
             Ok(shared) => shared.images.close()?,
             // Not reached: the threads' handles were the only other owners.

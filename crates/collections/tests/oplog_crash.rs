@@ -640,3 +640,25 @@ fn version_one_files_are_upgraded_and_impossible_runs_refused() {
         .to_string();
     assert!(error.contains("heads a run of 1000 segments"), "{error}");
 }
+
+/// A sync with no record appended since the last one costs nothing (under
+/// `always` a round of string writes would otherwise flush an untouched
+/// log); one with a record appended syncs.
+#[test]
+fn a_sync_with_nothing_appended_is_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = OpLog::open(dir.path(), options(None, 1), 0).unwrap().log;
+    let counter = OwnSequencer::starting_at(1);
+    log.sync().unwrap();
+    assert_eq!(log.stats().syncs, 0, "nothing appended yet");
+    log.append(&counter, Position::default(), b"one").unwrap();
+    log.sync().unwrap();
+    assert_eq!(log.stats().syncs, 1);
+    log.sync().unwrap();
+    assert_eq!(log.stats().syncs, 1, "nothing appended since");
+    log.append(&counter, Position::default(), b"two").unwrap();
+    log.sync().unwrap();
+    assert_eq!(log.stats().syncs, 2);
+    log.sync_all().unwrap();
+    assert_eq!(log.stats().syncs, 3, "sync_all always syncs");
+}

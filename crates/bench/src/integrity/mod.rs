@@ -115,6 +115,10 @@ impl Configuration {
 
     /// The store's integrity options, with background scrubbing at
     /// `scrub_bytes_per_sec` (0: off).
+    // `IntegrityOptions` has a `faults` field only when the integrity crate's
+    // `fault-injection` feature is on (a workspace test build turns it on,
+    // `-p engram-bench` alone does not): the struct update serves both.
+    #[allow(clippy::needless_update)]
     pub fn options(self, stripe_pages: u32, scrub_bytes_per_sec: u64) -> IntegrityOptions {
         IntegrityOptions {
             mode: self.mode(),
@@ -124,6 +128,7 @@ impl Configuration {
                 .unwrap_or(engram_engine::IntegrityOptions::default().period),
             stripe_pages,
             scrub_bytes_per_sec,
+            ..IntegrityOptions::default()
         }
     }
 }

@@ -642,12 +642,17 @@ fn map_options(config: &TrackerConfig) -> MapOptions {
     }
 }
 
+// `IntegrityOptions` has a `faults` field only when the integrity crate's
+// `fault-injection` feature is on (a workspace test build turns it on,
+// `-p engram-bench` alone does not): the struct update serves both.
+#[allow(clippy::needless_update)]
 fn integrity_options(period: Duration) -> IntegrityOptions {
     IntegrityOptions {
         mode: IntegrityMode::Lazy,
         period,
         stripe_pages: DEFAULT_STRIPE_PAGES,
         scrub_bytes_per_sec: 0,
+        ..IntegrityOptions::default()
     }
 }
 

@@ -304,7 +304,7 @@ fn refused_by_name(file: &str, known: u32) {
 
 #[test]
 fn the_strings_data_file_of_an_unknown_version_is_refused_by_name() {
-    refused_by_name("values.pmem", 1);
+    refused_by_name("values.pmem", 2);
 }
 
 #[test]
@@ -319,7 +319,7 @@ fn the_operation_log_of_an_unknown_version_is_refused_by_name() {
 
 #[test]
 fn the_images_data_file_of_an_unknown_version_is_refused_by_name() {
-    refused_by_name("collections/images/values.pmem", 1);
+    refused_by_name("collections/images/values.pmem", 2);
 }
 
 #[test]

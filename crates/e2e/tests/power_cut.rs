@@ -636,7 +636,7 @@ fn write(port: u16, mut client: Client, cut: &AtomicBool, progress: &AtomicU64) 
     loop {
         let i = client.next;
         client.next += 1;
-        let delete = (i % 3 == 0).then_some(Write::Del);
+        let delete = i.is_multiple_of(3).then_some(Write::Del);
         for write in [
             Some(Write::Set(i)),
             Some(Write::Incr),

@@ -2,7 +2,8 @@
 //! level. `engram serve` runs on a lazy FUSE file system (`lazy_fs/`) that
 //! keeps every write not yet fsynced or msynced in memory and forgets it
 //! when the power is cut. Clients write strings and every collection type
-//! (list, hash, set, sorted set, stream), MSETs of three keys, and
+//! (list, hash, set, sorted set, stream), bits of a 2 MiB bitmap (updated
+//! in place: not at the log's tail), MSETs of three keys, and
 //! MULTI/EXECs over all six types; the power is cut at a random moment,
 //! the server SIGKILLed, the file system remounted from its durable state
 //! only, and the server started again on it.
@@ -43,6 +44,11 @@ const CUT_AFTER_MS: std::ops::Range<u64> = 100..600;
 /// Hash fields and sorted-set members a client's writes go round (so they
 /// overwrite as well as add).
 const FIELDS: u64 = 16;
+/// SETBIT's offsets lie in the last `BIT_SPAN` bits of a `BITMAP_BITS`
+/// bitmap: 2 MiB, larger than a log block, so the engine updates it in
+/// place (a word's page in the next sync) rather than appending it anew.
+const BITMAP_BITS: u64 = 1 << 24;
+const BIT_SPAN: u64 = 1 << 20;
 
 /// The two server tests take turns: each wants both cores.
 static SERVER_TESTS: Mutex<()> = Mutex::new(());
@@ -425,6 +431,8 @@ enum Write {
     Del,
     /// `INCR p{n}:ctr`
     Incr,
+    /// `SETBIT p{n}:bits bit_offset(i) 1`: a word of a 2 MiB string
+    Setbit(u64),
     /// `RPUSH p{n}:l i`
     Rpush(u64),
     /// `HSET p{n}:h f{i % FIELDS} i`
@@ -447,6 +455,8 @@ enum Write {
 struct State {
     string: Option<u64>,
     counter: Option<i64>,
+    /// The offsets of the bitmap's set bits.
+    bits: BTreeSet<u64>,
     list: Vec<u64>,
     hash: BTreeMap<String, u64>,
     set: BTreeSet<u64>,
@@ -471,6 +481,9 @@ impl Write {
             Write::Set(i) => state.string = Some(i),
             Write::Del => state.string = None,
             Write::Incr => state.counter = Some(state.counter.unwrap_or(0) + 1),
+            Write::Setbit(i) => {
+                state.bits.insert(bit_offset(i));
+            }
             Write::Rpush(i) => state.list.push(i),
             Write::Hset(i) => {
                 state.hash.insert(format!("f{}", i % FIELDS), i);
@@ -509,6 +522,13 @@ impl Write {
                 .arg(key("ctr"))
                 .query(con)
                 .map(|value: i64| (None, value)),
+            Write::Setbit(i) => none(
+                redis::cmd("SETBIT")
+                    .arg(key("bits"))
+                    .arg(bit_offset(i))
+                    .arg(1)
+                    .query(con),
+            ),
             Write::Rpush(i) => none(redis::cmd("RPUSH").arg(key("l")).arg(i).query(con)),
             Write::Hset(i) => none(
                 redis::cmd("HSET")
@@ -628,7 +648,7 @@ impl Client {
     }
 }
 
-/// Writes the ten kinds of write in turn (DEL every third round) until the server is gone or a
+/// Writes the eleven kinds of write in turn (DEL every third round) until the server is gone or a
 /// reply comes after the cut; then the client knows what was acknowledged
 /// and which write may or may not have happened.
 fn write(port: u16, mut client: Client, cut: &AtomicBool, progress: &AtomicU64) -> Client {
@@ -640,6 +660,7 @@ fn write(port: u16, mut client: Client, cut: &AtomicBool, progress: &AtomicU64) 
         for write in [
             Some(Write::Set(i)),
             Some(Write::Incr),
+            Some(Write::Setbit(i)),
             Some(Write::Rpush(i)),
             Some(Write::Hset(i)),
             Some(Write::Sadd(i)),
@@ -672,6 +693,26 @@ fn write(port: u16, mut client: Client, cut: &AtomicBool, progress: &AtomicU64) 
             progress.fetch_add(1, Ordering::SeqCst);
         }
     }
+}
+
+/// The bit SETBIT `i` sets: spread over the bitmap's last `BIT_SPAN`
+/// bits, so successive writes land on different pages.
+fn bit_offset(i: u64) -> u64 {
+    BITMAP_BITS - BIT_SPAN + i.wrapping_mul(7_919) % BIT_SPAN
+}
+
+/// The offsets of a bitmap's set bits (Redis numbers bits from the most
+/// significant bit of byte 0).
+fn set_bits(bitmap: &[u8]) -> BTreeSet<u64> {
+    let mut bits = BTreeSet::new();
+    for (byte_index, &byte) in bitmap.iter().enumerate() {
+        for bit in 0..8 {
+            if byte & (0x80 >> bit) != 0 {
+                bits.insert(byte_index as u64 * 8 + bit);
+            }
+        }
+    }
+    bits
 }
 
 /// XRANGE's reply: (ID, [field, value]) per entry.
@@ -731,6 +772,10 @@ fn read_state(port: u16, n: usize) -> State {
         .arg(key("m:c"))
         .query(&mut con)
         .unwrap_or_else(|e| panic!("client {n}: reading its keys: {e}"));
+    let bitmap: Option<Vec<u8>> = redis::cmd("GET")
+        .arg(key("bits"))
+        .query(&mut con)
+        .unwrap_or_else(|e| panic!("client {n}: reading its bitmap: {e}"));
     let (exec_string, exec_list, exec_hash, exec_set, exec_zset, exec_stream): ExecReplies =
         redis::pipe()
             .cmd("GET")
@@ -766,6 +811,7 @@ fn read_state(port: u16, n: usize) -> State {
     State {
         string,
         counter,
+        bits: set_bits(&bitmap.unwrap_or_default()),
         list,
         hash,
         set,
@@ -801,6 +847,7 @@ fn differences(expected: &State, found: &State) -> Vec<String> {
     }
     field!("s (SET)", string);
     field!("ctr (INCR)", counter);
+    field!("bits (SETBIT)", bits);
     field!("l (RPUSH)", list);
     field!("h (HSET)", hash);
     field!("set (SADD)", set);

@@ -185,17 +185,20 @@ fn unindex_before(store: &StoreState, hash: u64, key: &[u8], seq: u64) -> bool {
 /// Atomic per key: concurrent updates of one word never lose one.
 ///
 /// In place under the shard's read lock (compaction, which moves records,
-/// takes the write lock) with a compare-and-swap loop, persisted; under
-/// lazy retirement, a new version appended instead ([`update_by_append`]).
+/// takes the write lock) with a compare-and-swap loop, persisted. Under
+/// lazy retirement a value that fits a log block gets a new version
+/// appended instead ([`update_by_append`]): a few hundred bytes at the
+/// tail cost less than a random page in the next sync. A larger value (a
+/// bitmap of megabytes) is still updated in place, where rewriting it
+/// would cost its whole size per update: its word's page joins the next
+/// tail sync, and the IN_PLACE flag is synced before the first change.
 pub fn update_word(
     store: &StoreState,
     key: &[u8],
     field_offset: u64,
     update: impl Fn(u64) -> Option<u64>,
 ) -> Result<u64> {
-    if store.space.retirement.is_some() {
-        return update_by_append(store, key, field_offset, update);
-    }
+    let lazy = store.space.retirement.is_some();
     let hash = hash_key(key);
     let region = store.region();
     let table = store.index.shard(hash).read();
@@ -208,6 +211,13 @@ pub fn update_word(
     // As a read would: a header on a page damaged beyond repair, or whose
     // lengths run past the file, says nothing a write may trust.
     let header = read::checked_header(store, at)?;
+    if lazy
+        && record::encoded_bytes(key.len(), header.value_len as usize)
+            <= store.space.log_payload_bytes()
+    {
+        drop(table);
+        return update_by_append(store, key, field_offset, update);
+    }
     check_field(field_offset, header.value_len as u64)?;
     let word = at.add(header.value_offset() + field_offset);
     let mut found = region.load_u64(word);
@@ -219,6 +229,12 @@ pub fn update_word(
             // Durable before the value changes: recovery must know the
             // value checksum no longer applies.
             record::set_flags(region, at, record::IN_PLACE);
+            if lazy {
+                // Persisted is not durable on emulated memory: an msync
+                // of the word's page could otherwise reach the media
+                // before the flag's (another page of an extent).
+                region.sync(at, 8)?;
+            }
         }
         // Invariant 6: the flag is set (and persisted) before the value changes.
         debug_assert!(record::read_header(region, at).is_in_place());
@@ -228,6 +244,10 @@ pub fn update_word(
         }
     }
     region.persist(word, 8);
+    if lazy {
+        // Not in a lane's tail: named for the next tail sync.
+        store.tail.lock().push((word.0, word.0 + 8));
+    }
     store.in_place_updates.add(hash as usize, 1);
     drop(table);
     store.syncer.after_write(region)?;

@@ -247,6 +247,18 @@ fn leave_tail(store: &StoreState, lane: &Lane) {
 /// application lanes (and their extents) since the last call: the ranges
 /// lanes left behind, then each lane's current block up to where it is.
 /// One `msync` per disjoint range; the retirement rounds sync the rest.
+/// Makes every write stored so far durable: under lazy retirement the
+/// log's tail ([`sync_tail`]), otherwise the whole file. What
+/// `Store::sync`, the group commit of `SyncPolicy::Always` and the
+/// periodic syncer call.
+pub fn sync_written(store: &StoreState) -> Result<()> {
+    if store.space.retirement.is_some() {
+        store.syncer.syncs.fetch_add(1, Ordering::Relaxed);
+        return sync_tail(store);
+    }
+    store.syncer.sync_now(store.region())
+}
+
 pub fn sync_tail(store: &StoreState) -> Result<()> {
     let _one_at_a_time = store.tail_sync.lock();
     let mut ranges = std::mem::take(&mut *store.tail.lock());

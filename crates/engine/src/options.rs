@@ -136,8 +136,9 @@ pub struct Options {
     /// new version, and `Store::sync` writes back only the log written
     /// since the last; the DELETED bits follow on the `engram-retirement`
     /// thread, after a full `msync`, and dead blocks are reused only once
-    /// those bits are durable (`retirement.rs`). Ignored on DAX (a bit
-    /// there costs a cache line) and for stores of format 1.
+    /// those bits are durable (`retirement.rs`). Implied by
+    /// `SyncPolicy::Always`. Ignored on DAX (a bit there costs a cache
+    /// line) and for stores of format 1.
     pub lazy_retirement: bool,
     /// How often the retirement thread syncs the whole file, sets the
     /// DELETED bits queued since, and releases dead blocks (each dead

@@ -121,10 +121,12 @@ impl Store {
         };
         // Lazy retirement writes tombstones, which only format 2 has, and
         // saves nothing on DAX.
-        let lazy_retirement = options.lazy_retirement
-            && region.mode() == Mode::Emulated
-            && superblock.format_version >= 2;
-        if options.lazy_retirement && !lazy_retirement && superblock.format_version < 2 {
+        // Implied by `SyncPolicy::Always`, where each acknowledgement waits
+        // for a sync: an embedder gets the server's `always` write path.
+        let wants_lazy = options.lazy_retirement || options.sync == SyncPolicy::Always;
+        let lazy_retirement =
+            wants_lazy && region.mode() == Mode::Emulated && superblock.format_version >= 2;
+        if wants_lazy && !lazy_retirement && superblock.format_version < 2 {
             log::info!(
                 "{}: format {} store, retiring records in place (lazy retirement needs format 2)",
                 path.display(),
@@ -477,10 +479,7 @@ impl Store {
     /// Under lazy retirement, that is the log written since the last sync
     /// (what recovery needs; the retirement rounds write the rest).
     pub fn sync(&self) -> Result<()> {
-        if self.state.space.retirement.is_some() {
-            return append::sync_tail(&self.state);
-        }
-        self.state.syncer.sync_now(&self.state.space.region)
+        append::sync_written(&self.state)
     }
 
     /// Sets or lifts the data-file quota (tests of the full-disk path).
@@ -595,7 +594,7 @@ fn spawn(name: &str, work: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
 fn periodic_sync(store: &StoreState, period: Duration) {
     while store.sleep(period) {
         // A failure is retried next period; writers are not blocked by it.
-        let _ = store.syncer.sync_now(store.region());
+        let _ = append::sync_written(store);
     }
 }
 

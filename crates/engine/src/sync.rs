@@ -51,16 +51,19 @@ impl Syncer {
         self.policy
     }
 
-    /// Called after a write is stored and before it is acknowledged.
+    /// Called after a write is stored and before it is acknowledged;
+    /// `sync` makes every write stored so far durable (the whole file, or
+    /// under lazy retirement the log's tail: `append::sync_written`).
     #[inline]
-    pub fn after_write(&self, region: &Region) -> Result<()> {
+    pub fn after_write(&self, region: &Region, sync: impl FnOnce() -> Result<()>) -> Result<()> {
         match self.policy {
-            SyncPolicy::Always => self.group_commit(region),
+            SyncPolicy::Always => self.group_commit(region, sync),
             SyncPolicy::Never | SyncPolicy::Periodic(_) => Ok(()),
         }
     }
 
-    fn group_commit(&self, region: &Region) -> Result<()> {
+    fn group_commit(&self, region: &Region, sync: impl FnOnce() -> Result<()>) -> Result<()> {
+        let mut sync = Some(sync);
         let mut rounds = self.rounds.lock();
         rounds.requested += 1;
         let ticket = rounds.requested;
@@ -82,7 +85,9 @@ impl Syncer {
             rounds.leader_active = true;
             let target = rounds.requested;
             drop(rounds);
-            let result = self.sync_now(region);
+            // A thread leads at most once: after its round its ticket is
+            // synced or failed, and the loop returns.
+            let result = sync.take().expect("one round led per write")();
             rounds = self.rounds.lock();
             rounds.leader_active = false;
             match result {

@@ -52,7 +52,9 @@ pub fn put(
     let is_new = publish(store, hash, key, offset, seq, None, access)
         .expect("an unconditional publish always takes place");
     drop(guard);
-    store.syncer.after_write(store.region())?;
+    store
+        .syncer
+        .after_write(store.region(), || append::sync_written(store))?;
     Ok(is_new)
 }
 
@@ -73,7 +75,9 @@ pub fn delete(store: &StoreState, key: &[u8]) -> Result<bool> {
     store.keys.add(shard_of(hash), -1);
     append::retire(store, entry.offset());
     drop(table);
-    store.syncer.after_write(region)?;
+    store
+        .syncer
+        .after_write(region, || append::sync_written(store))?;
     Ok(true)
 }
 
@@ -109,7 +113,9 @@ fn delete_by_tombstone(store: &StoreState, key: &[u8]) -> Result<bool> {
     };
     let existed = unindex_before(store, hash, key, seq);
     drop(guard);
-    store.syncer.after_write(region)?;
+    store
+        .syncer
+        .after_write(region, || append::sync_written(store))?;
     Ok(existed)
 }
 
@@ -153,7 +159,9 @@ pub fn write_batch(
         })
         .collect();
     drop(guard);
-    store.syncer.after_write(store.region())?;
+    store
+        .syncer
+        .after_write(store.region(), || append::sync_written(store))?;
     Ok(Some(outcomes))
 }
 
@@ -250,7 +258,9 @@ pub fn update_word(
     }
     store.in_place_updates.add(hash as usize, 1);
     drop(table);
-    store.syncer.after_write(region)?;
+    store
+        .syncer
+        .after_write(region, || append::sync_written(store))?;
     Ok(found)
 }
 
@@ -311,7 +321,9 @@ fn update_by_append(
         {
             drop(guard);
             store.in_place_updates.add(hash as usize, 1);
-            store.syncer.after_write(region)?;
+            store
+                .syncer
+                .after_write(region, || append::sync_written(store))?;
             return Ok(found);
         }
         append::retire(store, offset);

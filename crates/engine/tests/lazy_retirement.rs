@@ -66,6 +66,45 @@ fn overwritten_records_lose_by_sequence_number() {
     }
 }
 
+/// An embedder asking for `SyncPolicy::Always` gets the server's
+/// `always` write path: lazy retirement (overwrites leave the old records
+/// to lose by sequence number), each acknowledgement covered by a sync of
+/// the tail, and what was acknowledged is there after a crash.
+#[test]
+fn sync_always_implies_lazy_retirement() {
+    let dir = tempfile::tempdir().unwrap();
+    let always = || Options {
+        sync: engram_engine::SyncPolicy::Always,
+        lazy_retirement: false,
+        retirement_interval: Duration::from_secs(3600),
+        ..small_options()
+    };
+    let store = Store::open(dir.path(), always()).unwrap();
+    for version in 0..3u64 {
+        for key in 0..50u64 {
+            store
+                .put(
+                    format!("k{key}").as_bytes(),
+                    &pattern(key * 10 + version, 100),
+                )
+                .unwrap();
+        }
+    }
+    assert!(store.stats().syncs >= 1, "always synced");
+    let store = reopen_after_crash(store, dir.path(), always());
+    assert_eq!(
+        store.recovery_report().superseded,
+        100,
+        "no bit set in place"
+    );
+    for key in 0..50u64 {
+        assert_eq!(
+            store.get(format!("k{key}").as_bytes()).unwrap().unwrap(),
+            pattern(key * 10 + 2, 100)
+        );
+    }
+}
+
 #[test]
 fn deleted_keys_stay_deleted_without_any_retirement_bit() {
     let dir = tempfile::tempdir().unwrap();

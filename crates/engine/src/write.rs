@@ -24,7 +24,7 @@
 
 use std::sync::atomic::Ordering;
 
-use engram_pmem::PmemOffset;
+use engram_pmem::{PmemOffset, Region};
 
 use crate::append;
 use crate::compaction;
@@ -58,6 +58,12 @@ pub fn put(
     Ok(is_new)
 }
 
+/// Finds `key`'s entry in its shard's table: the hash, then the key's
+/// bytes in the record the entry points at.
+fn is_key<'a>(region: &'a Region, hash: u64, key: &'a [u8]) -> impl Fn(&Entry) -> bool + 'a {
+    move |e| e.hash == hash && record::has_key(region, PmemOffset(e.offset()), key)
+}
+
 /// Removes `key`; true when it existed. Durable on return.
 pub fn delete(store: &StoreState, key: &[u8]) -> Result<bool> {
     if store.space.retirement.is_some() {
@@ -66,9 +72,7 @@ pub fn delete(store: &StoreState, key: &[u8]) -> Result<bool> {
     let hash = hash_key(key);
     let region = store.region();
     let mut table = store.index.shard(hash).write();
-    let Ok(occupied) = table.find_entry(hash, |e| {
-        e.hash == hash && record::has_key(region, PmemOffset(e.offset()), key)
-    }) else {
+    let Ok(occupied) = table.find_entry(hash, is_key(region, hash, key)) else {
         return Ok(false);
     };
     let (entry, _) = occupied.remove();
@@ -97,9 +101,7 @@ fn delete_by_tombstone(store: &StoreState, key: &[u8]) -> Result<bool> {
         .index
         .shard(hash)
         .read()
-        .find(hash, |e| {
-            e.hash == hash && record::has_key(region, PmemOffset(e.offset()), key)
-        })
+        .find(hash, is_key(region, hash, key))
         .is_some();
     if !indexed {
         return Ok(false);
@@ -170,9 +172,7 @@ pub fn write_batch(
 fn unindex_before(store: &StoreState, hash: u64, key: &[u8], seq: u64) -> bool {
     let region = store.region();
     let mut table = store.index.shard(hash).write();
-    match table.find_entry(hash, |e| {
-        e.hash == hash && record::has_key(region, PmemOffset(e.offset()), key)
-    }) {
+    match table.find_entry(hash, is_key(region, hash, key)) {
         Ok(occupied) => {
             let offset = occupied.get().offset();
             if record::read_header(region, PmemOffset(offset)).seq < seq {
@@ -211,9 +211,7 @@ pub fn update_word(
     let region = store.region();
     let table = store.index.shard(hash).read();
     let entry = table
-        .find(hash, |e| {
-            e.hash == hash && record::has_key(region, PmemOffset(e.offset()), key)
-        })
+        .find(hash, is_key(region, hash, key))
         .ok_or(Error::KeyNotFound)?;
     let at = PmemOffset(entry.offset());
     // As a read would: a header on a page damaged beyond repair, or whose
@@ -298,9 +296,7 @@ fn update_by_append(
         let (from, mut value) = {
             let table = store.index.shard(hash).read();
             let entry = table
-                .find(hash, |e| {
-                    e.hash == hash && record::has_key(region, PmemOffset(e.offset()), key)
-                })
+                .find(hash, is_key(region, hash, key))
                 .ok_or(Error::KeyNotFound)?;
             let at = PmemOffset(entry.offset());
             let header = read::checked_header(store, at)?;
@@ -369,9 +365,7 @@ fn publish(
         "invariant 2: the record published at {offset:#x} (seq {seq}) does not validate"
     );
     let mut table = store.index.shard(hash).write();
-    match table.find_entry(hash, |e| {
-        e.hash == hash && record::has_key(region, PmemOffset(e.offset()), key)
-    }) {
+    match table.find_entry(hash, is_key(region, hash, key)) {
         Ok(mut occupied) => {
             let old = occupied.get().offset();
             if expected.is_some_and(|expected| expected != old) {

@@ -60,6 +60,17 @@ pub fn write_image(store: &StoreState) -> Result<IndexImageReport> {
     let mut entries = store
         .index
         .copy_entries(store.keys.sum().max(0) as usize + 1024);
+    // 4. Under lazy retirement every record replaced before the copy is
+    //    queued for its DELETED bit: set them, durably, before the image
+    //    can be found. Recovery from this image scans only blocks at or
+    //    above the floor, so an older version below it still lacking its
+    //    bit would be seen by no recovery from the image (which then frees
+    //    the block of a tombstone that outranked it) and would come back
+    //    at the first full scan (invariant 14).
+    if store.space.retirement.is_some() {
+        store.space.retirement_round()?;
+        store.region().sync_all()?;
+    }
     let header = ImageHeader {
         number: images.last_number + 1,
         store_id: store.store_id,

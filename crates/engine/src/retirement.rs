@@ -23,8 +23,8 @@
 //! media without its bit. So the bits follow in rounds, on the
 //! `engram-retirement` thread (or whoever needs space now):
 //!
-//! 1. take the queue of records retired since the last round, and the
-//!    blocks that died since;
+//! 1. take the blocks that died since the last round, then the queue of
+//!    records retired since (in that order: see `round`);
 //! 2. sync the whole file: every record that superseded a queued one, and
 //!    every compaction copy of a dead block's records, is now durable;
 //! 3. set the queued records' DELETED bits (their blocks are not reused
@@ -92,8 +92,16 @@ impl Retirement {
         mut release: impl FnMut(Vec<u32>),
     ) -> Result<()> {
         let mut previous = self.round.lock();
-        let queued = std::mem::take(&mut *self.queued.lock());
+        // The dead blocks first, then the queue: a block dies only after
+        // the retirements it shadows were queued (a tombstone's delete
+        // queues its victim while pinned, and the block's death waits for
+        // that epoch), so every such retirement is in this queue and gets
+        // its bit this round, durable by the next round's sync, before the
+        // block is released. Taken the other way round, a retirement
+        // queued between the two takes would get its bit only in the
+        // round that releases the block, after that round's sync.
         let died = std::mem::take(&mut *self.died.lock());
+        let queued = std::mem::take(&mut *self.queued.lock());
         if let Err(error) = region.sync_all() {
             self.queued.lock().extend(queued);
             self.died.lock().extend(died);

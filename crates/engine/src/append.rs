@@ -243,10 +243,6 @@ fn leave_tail(store: &StoreState, lane: &Lane) {
     }
 }
 
-/// Under lazy retirement, makes durable everything appended through the
-/// application lanes (and their extents) since the last call: the ranges
-/// lanes left behind, then each lane's current block up to where it is.
-/// One `msync` per disjoint range; the retirement rounds sync the rest.
 /// Makes every write stored so far durable: under lazy retirement the
 /// log's tail ([`sync_tail`]), otherwise the whole file. What
 /// `Store::sync`, the group commit of `SyncPolicy::Always` and the
@@ -259,6 +255,11 @@ pub fn sync_written(store: &StoreState) -> Result<()> {
     store.syncer.sync_now(store.region())
 }
 
+/// Under lazy retirement, makes durable everything appended through the
+/// application lanes (and their extents) since the last call: the ranges
+/// lanes left behind and the words updated in place outside them, then
+/// each lane's current block up to where it is.
+/// One `msync` per disjoint range; the retirement rounds sync the rest.
 pub fn sync_tail(store: &StoreState) -> Result<()> {
     let _one_at_a_time = store.tail_sync.lock();
     let mut ranges = std::mem::take(&mut *store.tail.lock());

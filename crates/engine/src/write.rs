@@ -64,6 +64,23 @@ fn is_key<'a>(region: &'a Region, hash: u64, key: &'a [u8]) -> impl Fn(&Entry) -
     move |e| e.hash == hash && record::has_key(region, PmemOffset(e.offset()), key)
 }
 
+/// `key`'s indexed record in its shard's `table` (held by the caller),
+/// with its header checked as a read would: a header on a page damaged
+/// beyond repair, or whose lengths run past the file, says nothing a
+/// write may trust.
+fn indexed_record(
+    store: &StoreState,
+    table: &hashbrown::HashTable<Entry>,
+    hash: u64,
+    key: &[u8],
+) -> Result<(PmemOffset, record::Header)> {
+    let entry = table
+        .find(hash, is_key(store.region(), hash, key))
+        .ok_or(Error::KeyNotFound)?;
+    let at = PmemOffset(entry.offset());
+    Ok((at, read::checked_header(store, at)?))
+}
+
 /// Removes `key`; true when it existed. Durable on return.
 pub fn delete(store: &StoreState, key: &[u8]) -> Result<bool> {
     if store.space.retirement.is_some() {
@@ -210,13 +227,7 @@ pub fn update_word(
     let hash = hash_key(key);
     let region = store.region();
     let table = store.index.shard(hash).read();
-    let entry = table
-        .find(hash, is_key(region, hash, key))
-        .ok_or(Error::KeyNotFound)?;
-    let at = PmemOffset(entry.offset());
-    // As a read would: a header on a page damaged beyond repair, or whose
-    // lengths run past the file, says nothing a write may trust.
-    let header = read::checked_header(store, at)?;
+    let (at, header) = indexed_record(store, &table, hash, key)?;
     if lazy
         && record::encoded_bytes(key.len(), header.value_len as usize)
             <= store.space.log_payload_bytes()
@@ -295,11 +306,7 @@ fn update_by_append(
         let guard = crossbeam_epoch::pin();
         let (from, mut value) = {
             let table = store.index.shard(hash).read();
-            let entry = table
-                .find(hash, is_key(region, hash, key))
-                .ok_or(Error::KeyNotFound)?;
-            let at = PmemOffset(entry.offset());
-            let header = read::checked_header(store, at)?;
+            let (at, header) = indexed_record(store, &table, hash, key)?;
             (at.0, record::value(region, at, &header).to_vec())
         };
         check_field(field_offset, value.len() as u64)?;

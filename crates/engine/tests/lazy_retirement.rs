@@ -34,6 +34,21 @@ fn no_rounds() -> Options {
     lazy(Duration::from_secs(3600))
 }
 
+/// Writes `versions` versions of keys `k0`..`k{keys-1}`, in rounds: the
+/// value of `key`'s version `v` is `pattern(key * 10 + v, 100)`.
+fn put_versions(store: &Store, versions: u64, keys: u64) {
+    for version in 0..versions {
+        for key in 0..keys {
+            store
+                .put(
+                    format!("k{key}").as_bytes(),
+                    &pattern(key * 10 + version, 100),
+                )
+                .unwrap();
+        }
+    }
+}
+
 fn reopen_after_crash(store: Store, dir: &Path, options: Options) -> Store {
     store.crash();
     Store::open(dir, options).expect("reopening after a crash")
@@ -43,16 +58,7 @@ fn reopen_after_crash(store: Store, dir: &Path, options: Options) -> Store {
 fn overwritten_records_lose_by_sequence_number() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), no_rounds()).unwrap();
-    for version in 0..5u64 {
-        for key in 0..100u64 {
-            store
-                .put(
-                    format!("k{key}").as_bytes(),
-                    &pattern(key * 10 + version, 100),
-                )
-                .unwrap();
-        }
-    }
+    put_versions(&store, 5, 100);
     let store = reopen_after_crash(store, dir.path(), no_rounds());
     // Nothing retired the four old versions of each key in place: recovery
     // found them valid and each lost to its key's newest record.
@@ -80,16 +86,7 @@ fn sync_always_implies_lazy_retirement() {
         ..small_options()
     };
     let store = Store::open(dir.path(), always()).unwrap();
-    for version in 0..3u64 {
-        for key in 0..50u64 {
-            store
-                .put(
-                    format!("k{key}").as_bytes(),
-                    &pattern(key * 10 + version, 100),
-                )
-                .unwrap();
-        }
-    }
+    put_versions(&store, 3, 50);
     assert!(store.stats().syncs >= 1, "always synced");
     let store = reopen_after_crash(store, dir.path(), always());
     assert_eq!(
@@ -175,16 +172,7 @@ fn a_tombstone_in_the_tail_outranks_the_image() {
 fn an_index_image_retires_what_was_replaced_before_it() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), no_rounds()).unwrap();
-    for version in 0..2u64 {
-        for key in 0..100u64 {
-            store
-                .put(
-                    format!("k{key}").as_bytes(),
-                    &pattern(key * 10 + version, 100),
-                )
-                .unwrap();
-        }
-    }
+    put_versions(&store, 2, 100);
     store.write_index_image().unwrap();
     store.crash();
     for name in ["index-0.pmem", "index-1.pmem"] {

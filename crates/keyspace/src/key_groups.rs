@@ -6,15 +6,22 @@
 //! (INCR, APPEND, SET ... GET) never lose an update, and a multi-key
 //! command locks all its key groups in ascending order (no deadlock). Reads of
 //! single keys take no lock at all: the engine publishes whole values.
+//!
+//! Whole-keyspace writers (scripts, FLUSHALL, SWAPDB) do not lock the
+//! groups one by one: they exclude every other writer through the
+//! keyspace's `exclusion`, which every holder of a key group enters first,
+//! and then own every group.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crossbeam_utils::CachePadded;
 use engram_engine::Store;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use super::access::AccessTracking;
+use super::exclusion::{Exclusion, Exclusive, Shared};
 use super::value::{decode, Meta};
 use super::{Error, Result};
 
@@ -23,7 +30,9 @@ use super::{Error, Result};
 pub const KEY_GROUPS: usize = 1024;
 
 pub struct KeyGroup {
-    pub lock: Mutex<GroupState>,
+    /// Locked only inside the keyspace's exclusion: through [`GroupLock`]
+    /// or a transaction's [`Held`].
+    lock: Mutex<GroupState>,
     /// Live keys per database whose key hashes here (read without the lock
     /// by DBSIZE; written only under it).
     pub counts: Box<[AtomicI64]>,
@@ -177,4 +186,148 @@ pub fn touch(group: &GroupState, ekey: &[u8]) {
             watcher.flag.store(true, Ordering::Release);
         }
     }
+}
+
+/// One key group locked outside a transaction (expiry, eviction, WATCH),
+/// with the reader's presence that covers it (see `exclusion`).
+pub struct GroupLock<'k> {
+    // Field order: the group is unlocked before the presence ends.
+    guard: MutexGuard<'k, GroupState>,
+    _shared: Shared<'k>,
+}
+
+impl<'k> GroupLock<'k> {
+    pub fn new(exclusion: &'k Exclusion, slot: &'k KeyGroup) -> GroupLock<'k> {
+        let shared = exclusion.shared();
+        GroupLock {
+            guard: slot.lock.lock(),
+            _shared: shared,
+        }
+    }
+}
+
+impl std::ops::Deref for GroupLock<'_> {
+    type Target = GroupState;
+    fn deref(&self) -> &GroupState {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for GroupLock<'_> {
+    fn deref_mut(&mut self) -> &mut GroupState {
+        &mut self.guard
+    }
+}
+
+/// How a transaction holds the keyspace: as one writer among others, or
+/// excluding all of them.
+/// (Held for their drops: leaving the exclusion, or ending it.)
+enum Scope<'k> {
+    Shared { _presence: Shared<'k> },
+    Exclusive { _whole: Exclusive<'k> },
+}
+
+/// The key groups a transaction holds. A shared transaction locked its
+/// keys' groups up front (ascending); an exclusive one owns every group
+/// and locks each the first time it touches it (no other writer can hold
+/// one, so that never waits).
+pub struct Held<'k> {
+    groups: &'k [CachePadded<KeyGroup>],
+    // Field order: the groups are unlocked before the scope ends.
+    guards: Vec<(usize, MutexGuard<'k, GroupState>)>,
+    scope: Scope<'k>,
+}
+
+impl<'k> Held<'k> {
+    /// The groups `indexes` (ascending, no repeats) of `groups`, locked
+    /// as one writer among others.
+    pub fn shared(
+        exclusion: &'k Exclusion,
+        groups: &'k [CachePadded<KeyGroup>],
+        indexes: impl IntoIterator<Item = usize>,
+    ) -> Held<'k> {
+        let shared = exclusion.shared();
+        let guards = indexes
+            .into_iter()
+            .map(|i| (i, groups[i].lock.lock()))
+            .collect();
+        Held {
+            groups,
+            guards,
+            scope: Scope::Shared { _presence: shared },
+        }
+    }
+
+    /// Every group, no group locked yet.
+    pub fn exclusive(exclusive: Exclusive<'k>, groups: &'k [CachePadded<KeyGroup>]) -> Held<'k> {
+        Held {
+            groups,
+            guards: Vec::new(),
+            scope: Scope::Exclusive { _whole: exclusive },
+        }
+    }
+
+    pub fn is_exclusive(&self) -> bool {
+        matches!(self.scope, Scope::Exclusive { .. })
+    }
+
+    /// The group of `ekey` (its index and state), or an error if a shared
+    /// transaction did not lock it (a command whose key list missed a key:
+    /// a bug, not a crash).
+    pub fn get(&mut self, ekey: &[u8]) -> Result<(usize, &mut GroupState)> {
+        let index = slot_index(ekey);
+        let at = match self.guards.binary_search_by_key(&index, |(i, _)| *i) {
+            Ok(at) => at,
+            Err(at) if self.is_exclusive() => {
+                self.guards.insert(at, (index, self.lock_owned(index)));
+                at
+            }
+            Err(_) => {
+                return Err(Error::Internal(
+                    "a command touched a key it did not lock".into(),
+                ))
+            }
+        };
+        Ok((index, &mut self.guards[at].1))
+    }
+
+    /// Locks every group not locked yet (FLUSHALL, SWAPDB); an error for
+    /// a shared transaction.
+    pub fn every(&mut self) -> Result<&mut [(usize, MutexGuard<'k, GroupState>)]> {
+        if !self.is_exclusive() {
+            return Err(Error::Internal(
+                "a whole-keyspace write without the keyspace excluded".into(),
+            ));
+        }
+        if self.guards.len() < KEY_GROUPS {
+            let mut held = std::mem::take(&mut self.guards).into_iter().peekable();
+            let mut all = Vec::with_capacity(KEY_GROUPS);
+            for index in 0..KEY_GROUPS {
+                match held.next_if(|(i, _)| *i == index) {
+                    Some(guard) => all.push(guard),
+                    None => all.push((index, self.lock_owned(index))),
+                }
+            }
+            self.guards = all;
+        }
+        Ok(&mut self.guards)
+    }
+
+    /// The mutex of a group the exclusive scope owns: free, unless a
+    /// writer took it without entering the exclusion (a bug).
+    fn lock_owned(&self, index: usize) -> MutexGuard<'k, GroupState> {
+        let lock = &self.groups[index].lock;
+        match lock.try_lock() {
+            Some(guard) => guard,
+            None => {
+                debug_assert!(false, "key group {index} held under exclusion");
+                lock.lock()
+            }
+        }
+    }
+}
+
+/// The key group of an engine key.
+pub fn slot_index(ekey: &[u8]) -> usize {
+    (xxhash_rust::xxh3::xxh3_64(ekey) as usize) & (KEY_GROUPS - 1)
 }

@@ -24,6 +24,7 @@
 pub mod access;
 mod db_map;
 pub mod durability;
+mod exclusion;
 pub mod expired;
 pub mod format;
 mod functions_record;
@@ -38,21 +39,22 @@ pub mod value;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_utils::CachePadded;
 use engram_collections::{Collections, Op};
 use engram_engine::{Store, MAX_KEY_BYTES};
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 pub use access::AccessTracking;
 use db_map::DbMap;
 pub use durability::{Durability, GroupCommit, SyncStats, Ticket};
 pub use engram_collections::types::{Kind as CKind, Object};
+use exclusion::Exclusion;
 pub(crate) use key_groups::Watcher;
 pub use key_groups::KEY_GROUPS;
-use key_groups::{apply_delete, KeyGroup};
+use key_groups::{apply_delete, GroupLock, Held, KeyGroup};
 pub use open::{
     open_stores_for_tests, open_stores_for_tests_with, KeyspaceOptions, OpenError, Opened,
     COLLECTIONS_DIR,
@@ -134,6 +136,9 @@ pub struct Keyspace {
     store: Store,
     collections: Collections,
     groups: Box<[CachePadded<KeyGroup>]>,
+    /// Entered by every holder of key groups; whole-keyspace writers
+    /// exclude the rest through it instead of locking every group.
+    exclusion: Exclusion,
     databases: usize,
     /// Client database numbers → stored prefixes (SWAPDB).
     db_map: DbMap,
@@ -242,6 +247,7 @@ impl Keyspace {
             groups: (0..KEY_GROUPS)
                 .map(|_| CachePadded::new(KeyGroup::new(prefixes)))
                 .collect(),
+            exclusion: Exclusion::default(),
             databases,
             db_map,
             journal_seq: AtomicU64::new(0),
@@ -408,7 +414,7 @@ impl Keyspace {
                 scope.spawn(move || {
                     for (group, keys) in part {
                         let slot = &self.groups[*group];
-                        let mut state = slot.lock.lock();
+                        let mut state = self.lock_group(slot);
                         state.expires.reserve(keys.len());
                         for (key, expire_at) in std::mem::take(keys) {
                             if self.is_visible(&key) {
@@ -481,7 +487,7 @@ impl Keyspace {
                 let slot = self.slot(&key);
                 slot.counts[key_groups::db_of(&key)].fetch_add(1, Ordering::Relaxed);
                 if meta.expire_at().is_some() {
-                    let mut group = slot.lock.lock();
+                    let mut group = self.lock_group(slot);
                     key_groups::set_expiry(slot, &mut group, &key, meta.expire_at());
                 }
             }
@@ -520,7 +526,7 @@ impl Keyspace {
                 continue;
             }
             let slot = self.slot(&ekey);
-            let mut group = slot.lock.lock();
+            let mut group = self.lock_group(slot);
             if apply_delete(&self.store, slot, &mut group, &ekey)? {
                 resolved += 1;
             }
@@ -629,7 +635,12 @@ impl Keyspace {
     }
 
     fn slot_index(ekey: &[u8]) -> usize {
-        (xxhash_rust::xxh3::xxh3_64(ekey) as usize) & (KEY_GROUPS - 1)
+        key_groups::slot_index(ekey)
+    }
+
+    /// Locks one key group (inside the exclusion, as every holder must).
+    fn lock_group<'k>(&'k self, slot: &'k KeyGroup) -> GroupLock<'k> {
+        GroupLock::new(&self.exclusion, slot)
     }
 
     fn slot(&self, ekey: &[u8]) -> &KeyGroup {
@@ -816,7 +827,7 @@ impl Keyspace {
             return Ok(false);
         }
         let slot = self.slot(ekey);
-        let mut group = slot.lock.lock();
+        let mut group = self.lock_group(slot);
         match self.meta_any(ekey)? {
             Some(meta) if meta.is_expired(now_ms) => {
                 self.delete_any(slot, &mut group, ekey)?;
@@ -901,34 +912,28 @@ impl Keyspace {
     }
 
     /// The key groups of stored keys, locked in ascending order.
-    fn guards_of(&self, ekeys: &[EKey]) -> Vec<(usize, MutexGuard<'_, key_groups::GroupState>)> {
+    fn guards_of(&self, ekeys: &[EKey]) -> Held<'_> {
         let mut indexes: SmallVec<[usize; 4]> = ekeys.iter().map(|k| Self::slot_index(k)).collect();
         indexes.sort_unstable();
         indexes.dedup();
-        indexes
-            .into_iter()
-            .map(|i| (i, self.groups[i].lock.lock()))
-            .collect()
+        Held::shared(&self.exclusion, &self.groups, indexes)
     }
 
-    /// Locks every key group (FLUSHDB, and transactions that read or write
-    /// the whole keyspace).
+    /// Excludes every other writer from the whole keyspace (FLUSHDB,
+    /// SWAPDB, scripts, transactions that read or write the whole
+    /// keyspace), waiting for those inside to finish.
     pub fn lock_all(&self, atomic: bool) -> Txn<'_> {
-        let guards = (0..KEY_GROUPS)
-            .map(|i| (i, self.groups[i].lock.lock()))
-            .collect();
-        Txn::new(self, guards, None, atomic)
+        let held = Held::exclusive(self.exclusion.exclusive(), &self.groups);
+        Txn::new(self, held, None, atomic)
     }
 
-    /// `lock_all` if no key group is held now, else None (nothing held):
-    /// for a caller that must not block its thread on the locks (a network
-    /// worker about to run a script inline).
-    pub fn try_lock_all(&self, atomic: bool) -> Option<Txn<'_>> {
-        let mut guards = Vec::with_capacity(KEY_GROUPS);
-        for i in 0..KEY_GROUPS {
-            guards.push((i, self.groups[i].lock.try_lock()?));
-        }
-        Some(Txn::new(self, guards, None, atomic))
+    /// `lock_all` if no other transaction excludes the keyspace and the
+    /// writers inside it leave within `patience`, else None (nothing
+    /// held): for a caller that must not block its thread for long (a
+    /// network worker about to run a script inline).
+    pub fn try_lock_all(&self, atomic: bool, patience: Duration) -> Option<Txn<'_>> {
+        let held = Held::exclusive(self.exclusion.try_exclusive(patience)?, &self.groups);
+        Some(Txn::new(self, held, None, atomic))
     }
 
     /// Keys in database `db`.
@@ -1111,7 +1116,7 @@ impl Keyspace {
                 {
                     continue;
                 }
-                let state = group.lock.lock();
+                let state = self.lock_group(group);
                 let len = state.expires.len();
                 if len == 0 {
                     continue;
@@ -1193,7 +1198,7 @@ impl Keyspace {
     /// if it was gone already.
     pub fn evict(&self, ekey: &[u8]) -> Result<bool> {
         let slot = self.slot(ekey);
-        let mut group = slot.lock.lock();
+        let mut group = self.lock_group(slot);
         self.delete_any(slot, &mut group, ekey)
     }
 
@@ -1243,7 +1248,7 @@ impl Keyspace {
         loop {
             let version = self.db_map.begin();
             let stored = self.to_physical(&name);
-            let mut group = self.slot(&stored).lock.lock();
+            let mut group = self.lock_group(self.slot(&stored));
             if !self.db_map.unchanged(version) {
                 continue;
             }
@@ -1263,7 +1268,7 @@ impl Keyspace {
             loop {
                 let version = self.db_map.begin();
                 let stored = self.to_physical(name);
-                let mut group = self.slot(&stored).lock.lock();
+                let mut group = self.lock_group(self.slot(&stored));
                 if !self.db_map.unchanged(version) {
                     continue;
                 }
@@ -1278,7 +1283,7 @@ impl Keyspace {
     /// keyspace the watches were made on).
     pub fn abort_all_watches(&self) {
         for group in self.groups.iter() {
-            for watcher in &group.lock.lock().watchers {
+            for watcher in &self.lock_group(group).watchers {
                 watcher.flag.store(true, Ordering::Release);
             }
         }
@@ -1301,7 +1306,7 @@ impl Keyspace {
             if slot.next_due.load(Ordering::Relaxed) > now_ms {
                 continue;
             }
-            let mut group = slot.lock.lock();
+            let mut group = self.lock_group(slot);
             let due: Vec<Box<[u8]>> = group
                 .expires
                 .iter()

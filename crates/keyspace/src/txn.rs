@@ -33,13 +33,12 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use engram_collections::{apply, op::Bytes, Entry, Op, Undo, Writer};
-use parking_lot::MutexGuard;
 use smallvec::SmallVec;
 
 use super::journal::{self, Write};
 use super::key_groups::{
     apply_delete, apply_meta, apply_put, db_of, delete_books, put_books, set_expiry, swap_word,
-    touch, GroupState,
+    touch, GroupState, Held,
 };
 use super::value::{decode, encode_int, Meta, StringValue, META_BYTES};
 use super::{ekey, CKind, EKey, Error, Keyspace, Object, Result};
@@ -82,8 +81,8 @@ impl Stored {
 
 pub struct Txn<'a> {
     ks: &'a Keyspace,
-    /// Held key groups, ascending by index.
-    guards: Vec<(usize, MutexGuard<'a, GroupState>)>,
+    /// Held key groups (or the whole keyspace).
+    guards: Held<'a>,
     /// The keys whose key groups it holds (None: every key group).
     ekeys: Option<Vec<EKey>>,
     /// Buffered writes of an atomic transaction (None: a delete).
@@ -105,7 +104,7 @@ pub struct Txn<'a> {
 impl<'a> Txn<'a> {
     pub(super) fn new(
         ks: &'a Keyspace,
-        guards: Vec<(usize, MutexGuard<'a, GroupState>)>,
+        guards: Held<'a>,
         ekeys: Option<Vec<EKey>>,
         atomic: bool,
     ) -> Txn<'a> {
@@ -129,7 +128,7 @@ impl<'a> Txn<'a> {
     }
 
     pub(crate) fn holds_every_group(&self) -> bool {
-        self.guards.len() == super::KEY_GROUPS
+        self.guards.is_exclusive()
     }
 
     pub(crate) fn keyspace(&self) -> &'a Keyspace {
@@ -146,7 +145,7 @@ impl<'a> Txn<'a> {
     }
 
     fn group(&mut self, ekey: &[u8]) -> Result<(usize, &mut GroupState)> {
-        group_of(&mut self.guards, ekey)
+        self.guards.get(ekey)
     }
 
     /// The live value of `key`, or None (absent or expired; an expired key
@@ -196,7 +195,7 @@ impl<'a> Txn<'a> {
                 return Ok(None);
             }
             let ks = self.ks;
-            let (index, group) = group_of(&mut self.guards, ekey)?;
+            let (index, group) = self.guards.get(ekey)?;
             apply_delete(&ks.store, &ks.groups[index], group, ekey)?;
             self.ks.expired_one(ekey);
             self.wrote = true;
@@ -301,7 +300,7 @@ impl<'a> Txn<'a> {
         let mut touched: SmallVec<[Bytes; 2]> = SmallVec::new();
         for op in &ops {
             for key in op.keys().into_iter().flatten() {
-                group_of(&mut self.guards, key)?;
+                self.guards.get(key)?;
                 if !touched.iter().any(|k| &**k == key) {
                     touched.push(key.into());
                 }
@@ -384,7 +383,7 @@ impl<'a> Txn<'a> {
             self.peek_collection(ekey, |e| e.access.touch(|_| fresh));
         }
         let ks = self.ks;
-        let (index, group) = group_of(&mut self.guards, ekey)?;
+        let (index, group) = self.guards.get(ekey)?;
         let slot = &ks.groups[index];
         set_expiry(slot, group, ekey, after.filter(|&at| at != 0));
         touch(group, ekey);
@@ -503,7 +502,7 @@ impl<'a> Txn<'a> {
             return self.apply_raw(&ekey, Some(&value));
         }
         let ks = self.ks;
-        let (index, group) = group_of(&mut self.guards, &ekey)?;
+        let (index, group) = self.guards.get(&ekey)?;
         apply_meta(&ks.store, &ks.groups[index], group, &ekey, old.meta, new)?;
         self.wrote = true;
         Ok(())
@@ -621,7 +620,7 @@ impl<'a> Txn<'a> {
                 // The Delete cleared the key's expiry; the string's stands.
                 let expire_at = decode(value).map_err(Error::Malformed)?.0.expire_at();
                 let ks = self.ks;
-                let (index, group) = group_of(&mut self.guards, ekey)?;
+                let (index, group) = self.guards.get(ekey)?;
                 set_expiry(&ks.groups[index], group, ekey, expire_at);
             }
         }
@@ -631,7 +630,7 @@ impl<'a> Txn<'a> {
     /// A write to the engine alone: buffered or applied.
     fn engine_write(&mut self, ekey: &[u8], value: Option<&[u8]>) -> Result<()> {
         let ks = self.ks;
-        let (index, group) = group_of(&mut self.guards, ekey)?;
+        let (index, group) = self.guards.get(ekey)?;
         if let Some(batch) = &mut self.batch {
             batch.insert(EKey::from_slice(ekey), value.map(<[u8]>::to_vec));
             return Ok(());
@@ -733,7 +732,7 @@ impl<'a> Txn<'a> {
         for ekey in deleted {
             if let Some(at) = self.peek_collection(&ekey, |e| e.expire_at_ms) {
                 let ks = self.ks;
-                let (index, group) = group_of(&mut self.guards, &ekey)?;
+                let (index, group) = self.guards.get(&ekey)?;
                 set_expiry(&ks.groups[index], group, &ekey, (at != 0).then_some(at));
             }
         }
@@ -770,7 +769,7 @@ impl<'a> Txn<'a> {
                     .flatten()
                     .and_then(|m| m.expire_at()),
             };
-            if let Ok((_, group)) = group_of(&mut self.guards, &key) {
+            if let Ok((_, group)) = self.guards.get(&key) {
                 set_expiry(slot, group, &key, expiry);
             }
         }
@@ -836,7 +835,7 @@ impl<'a> Txn<'a> {
             return Ok(false);
         };
         for ((ekey, value), outcome) in ops.iter().zip(outcomes) {
-            let (index, group) = group_of(&mut self.guards, ekey)?;
+            let (index, group) = self.guards.get(ekey)?;
             let slot = &ks.groups[index];
             match value {
                 Some(value) => put_books(slot, group, ekey, value, outcome)?,
@@ -874,9 +873,7 @@ impl<'a> Txn<'a> {
     /// Deletes every key of `db` (or of every database): FLUSHDB/FLUSHALL.
     /// Needs every key group locked (`Keyspace::lock_all`).
     pub fn flush(&mut self, db: Option<usize>) -> Result<u64> {
-        if self.guards.len() != super::KEY_GROUPS {
-            return Err(Error::Internal("flush without every group locked".into()));
-        }
+        self.guards.every()?;
         self.apply_buffered()?;
         let ks = self.ks;
         let db = db.map(|db| ks.db_map.physical(db));
@@ -892,7 +889,7 @@ impl<'a> Txn<'a> {
                 let Some(&first) = ekey.first() else { continue };
                 if wanted(first) && !super::is_reserved(&ekey) {
                     let ks = self.ks;
-                    let (index, group) = group_of(&mut self.guards, &ekey)?;
+                    let (index, group) = self.guards.get(&ekey)?;
                     if apply_delete(&ks.store, &ks.groups[index], group, &ekey)? {
                         deleted += 1;
                         self.wrote = true;
@@ -941,9 +938,7 @@ impl Txn<'_> {
     /// In an atomic transaction (EXEC) the swap is written at once, not
     /// with the transaction's batch.
     pub fn swap_databases(&mut self, a: usize, b: usize, now_ms: u64) -> Result<()> {
-        if self.guards.len() != super::KEY_GROUPS {
-            return Err(Error::Internal("SWAPDB without every group locked".into()));
-        }
+        self.guards.every()?;
         if a == b {
             return Ok(());
         }
@@ -961,7 +956,7 @@ impl Txn<'_> {
         // that merely expired are deleted (that changes nothing a client
         // can see, so it must not fail their transactions).
         let mut watchers = Vec::new();
-        for (_, group) in &mut self.guards {
+        for (_, group) in self.guards.every()? {
             let (theirs, rest) = std::mem::take(&mut group.watchers)
                 .into_iter()
                 .partition(|w| w.key.first().is_some_and(|&p| p == pa || p == pb));
@@ -997,7 +992,7 @@ impl Txn<'_> {
         // Each watch follows its database number to the other prefix.
         for mut watcher in watchers {
             watcher.key[0] = if watcher.key[0] == pa { pb } else { pa };
-            let (_, group) = group_of(&mut self.guards, &watcher.key)?;
+            let (_, group) = self.guards.get(&watcher.key)?;
             group.watchers.push(watcher);
         }
         ks.wake_all_blocked();
@@ -1022,19 +1017,4 @@ impl Drop for Txn<'_> {
 /// name it.
 pub fn ckey(db: usize, key: &[u8]) -> Result<Bytes> {
     Ok(ekey(db, key)?.as_slice().into())
-}
-
-/// The held key group of `ekey`, or an error if the transaction did not lock
-/// it (a command whose key list missed a key: a bug, not a crash).
-fn group_of<'g>(
-    guards: &'g mut [(usize, MutexGuard<'_, GroupState>)],
-    ekey: &[u8],
-) -> Result<(usize, &'g mut GroupState)> {
-    let index = Keyspace::slot_index(ekey);
-    match guards.binary_search_by_key(&index, |(i, _)| *i) {
-        Ok(at) => Ok((index, &mut guards[at].1)),
-        Err(_) => Err(Error::Internal(
-            "a command touched a key it did not lock".into(),
-        )),
-    }
 }

@@ -185,6 +185,12 @@ fn other_workers() -> bool {
     tokio::runtime::Handle::try_current().is_ok_and(|h| h.metrics().num_workers() > 1)
 }
 
+/// How long a network worker about to run a script inline waits for the
+/// writers inside the keyspace to leave before it hands its tasks on and
+/// waits on another thread: a write takes microseconds, unless it waits
+/// for a sync under `always`.
+const INLINE_PATIENCE: std::time::Duration = std::time::Duration::from_micros(200);
+
 /// The transaction a script runs in: EXEC's (which holds every key group
 /// for a queue with a script), or every key group locked now. Where the
 /// groups are free at once (no other script runs) the script runs inline;
@@ -196,7 +202,7 @@ pub fn script_txn<'s>(ctx: &mut Ctx<'s, '_>) -> (Txn<'s>, bool, Placement) {
     }
     let keyspace = ctx.ks();
     if other_workers() {
-        if let Some(txn) = keyspace.try_lock_all(true) {
+        if let Some(txn) = keyspace.try_lock_all(true, INLINE_PATIENCE) {
             return (txn, false, Placement::Inline);
         }
     }

@@ -125,9 +125,16 @@ pub fn run_script<'s>(
             if hook_running.is_killed() {
                 // As Redis's hook: from now on every line raises, so a
                 // `pcall` that caught this cannot keep the script going
-                // (the line after it raises again). Removed after the run.
-                lua.set_hook(HookTriggers::new().every_line(), |_, _| {
-                    Err(mlua::Error::runtime(KILLED))
+                // (the line after it raises again). Every line of the
+                // user's code: the sandbox's own (`run_with` putting the
+                // run's functions away) goes on. Removed after the run.
+                lua.set_hook(HookTriggers::new().every_line(), |_, debug| {
+                    match debug.source().source.as_deref() {
+                        Some("@user_script" | "@user_function") => {
+                            Err(mlua::Error::runtime(KILLED))
+                        }
+                        _ => Ok(VmState::Continue),
+                    }
                 });
                 Err(mlua::Error::runtime(KILLED))
             } else {
@@ -138,52 +145,48 @@ pub fn run_script<'s>(
     // Two functions scoped to the run: `redis.call` itself (a Rust
     // function, raising) and `hooks.run`, through which the sandbox's
     // `redis.pcall`, `setresp`, `set_repl` and `acl_check_cmd` reach the
-    // run (each scoped function costs its creation and destruction, and
-    // every registration a call into the Lua state: one for all of them).
+    // run (each scoped function costs its creation and destruction: one
+    // for all of them). `run_with` puts them in place and takes them away.
     let outcome = lua.scope(|scope| {
-        engine.hooks.raw_set(
-            "run",
-            scope.create_function(|lua, mut args: MultiValue| {
-                let name = match args.pop_front() {
-                    Some(Value::String(name)) => name,
-                    _ => return Err(mlua::Error::runtime("hooks.run needs a name")),
-                };
-                match name.as_bytes().as_ref() {
-                    b"call" => redis_call(lua, &state, args),
-                    b"setresp" => set_resp(lua, &state, args),
-                    b"set_repl" => set_repl(lua, args),
-                    b"acl_check_cmd" => acl_check_cmd(lua, &state, args),
-                    _ => Err(mlua::Error::runtime("hooks.run: unknown name")),
-                }
-            })?,
-        )?;
-        engine.redis_api.raw_set(
-            "call",
-            scope.create_function(|lua, args: MultiValue| {
-                match redis_call(lua, &state, args)? {
-                    (true, value) => Ok(value),
-                    (false, error) => Err(raise(&error)),
-                }
-            })?,
-        )?;
+        let hook = scope.create_function(|lua, mut args: MultiValue| {
+            let name = match args.pop_front() {
+                Some(Value::String(name)) => name,
+                _ => return Err(mlua::Error::runtime("hooks.run needs a name")),
+            };
+            match name.as_bytes().as_ref() {
+                b"call" => redis_call(lua, &state, args),
+                b"setresp" => set_resp(lua, &state, args),
+                b"set_repl" => set_repl(lua, args),
+                b"acl_check_cmd" => acl_check_cmd(lua, &state, args),
+                _ => Err(mlua::Error::runtime("hooks.run: unknown name")),
+            }
+        })?;
+        let redis_call = scope.create_function(|lua, args: MultiValue| {
+            match redis_call(lua, &state, args)? {
+                (true, value) => Ok(value),
+                (false, error) => Err(raise(&error)),
+            }
+        })?;
         let keys = string_table(lua, &call.keys)?;
         let args = string_table(lua, &call.args)?;
-        if call.eval {
-            engine.set_global("KEYS", Value::Table(keys.clone()))?;
-            engine.set_global("ARGV", Value::Table(args.clone()))?;
-        }
-        engine
-            .runner
-            .call::<(bool, Value)>((function.clone(), engine.handler.clone(), keys, args))
+        engine.run_with.call::<(bool, Value)>((
+            function,
+            &engine.handler,
+            redis_call,
+            hook,
+            keys,
+            args,
+            call.eval,
+        ))
     });
     lua.remove_hook();
-    let _ = engine
-        .redis_api
-        .raw_set("call", engine.outside_call.clone());
-    let _ = engine.hooks.raw_set("run", Value::Nil);
-    if call.eval {
-        let _ = engine.set_global("KEYS", Value::Nil);
-        let _ = engine.set_global("ARGV", Value::Nil);
+    if outcome.is_err() {
+        // `run_with` did not get to take them away (an error it could not
+        // catch, or one before it ran).
+        let _ = engine
+            .redis_api
+            .raw_set("call", engine.outside_call.clone());
+        let _ = engine.hooks.raw_set("run", Value::Nil);
     }
     let state = state.into_inner();
     let resp3 = state.resp3;

@@ -344,4 +344,20 @@ local function run(f, handler, keys, argv)
   return xpcall(function() return f(keys, argv) end, handler)
 end
 
-return globals, load_globals, run, redis
+-- Runs a script or function with the run's two Rust functions in place:
+-- `call` as redis.call and `hook` as hooks.run (see run.rs), and, for
+-- EVAL, KEYS and ARGV as globals. Set and cleared here, in the VM: each
+-- table write made from Rust costs far more, and a short script's run is
+-- mostly such costs.
+local outside = redis.call
+local function run_with(f, handler, call, hook, keys, argv, set_globals)
+  redis.call, hooks.run = call, hook
+  if set_globals then
+    globals.KEYS, globals.ARGV = keys, argv
+  end
+  local ok, value = xpcall(function() return f(keys, argv) end, handler)
+  redis.call, hooks.run = outside, nil
+  return ok, value
+end
+
+return globals, load_globals, run, redis, run_with

@@ -4,7 +4,7 @@
 //! Redis's `pcall`. The Lua side is `sandbox.lua`; this module starts it
 //! and keeps what it returns.
 
-use mlua::{Function, Lua, LuaOptions, StdLib, Table, Value};
+use mlua::{Function, Lua, LuaOptions, StdLib, Table};
 
 /// Which of Redis's two Lua states this is.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -28,6 +28,10 @@ pub struct Engine {
     pub hooks: Table,
     /// `run(f, handler, keys, argv)`: `xpcall` of `f(keys, argv)`.
     pub runner: Function,
+    /// `run_with(f, handler, call, hook, keys, argv, set_globals)`: the
+    /// same with `call` as `redis.call` and `hook` as `hooks.run` for the
+    /// run, and KEYS and ARGV as globals if asked (a script run).
+    pub run_with: Function,
     /// The error handler: an error table with where the script failed.
     pub handler: Function,
     /// The real `redis` table: a run puts its `call` there (a Rust
@@ -48,10 +52,17 @@ impl Engine {
         )?;
         let hooks = lua.create_table()?;
         let rust = super::redis_api::helpers(&lua)?;
-        let (globals, load_globals, runner, redis_api): (Table, Table, Function, Table) = lua
-            .load(SANDBOX)
-            .set_name("=sandbox")
-            .call((hooks.clone(), rust, mode == Mode::Eval))?;
+        let (globals, load_globals, runner, redis_api, run_with): (
+            Table,
+            Table,
+            Function,
+            Table,
+            Function,
+        ) = lua.load(SANDBOX).set_name("=sandbox").call((
+            hooks.clone(),
+            rust,
+            mode == Mode::Eval,
+        ))?;
         let handler = lua.create_function(super::run::error_handler)?;
         let outside_call = redis_api.raw_get("call")?;
         Ok(Engine {
@@ -62,6 +73,7 @@ impl Engine {
             load_globals,
             hooks,
             runner,
+            run_with,
             handler,
         })
     }
@@ -78,10 +90,5 @@ impl Engine {
                 mlua::Error::SyntaxError { message, .. } => message,
                 other => other.to_string(),
             })
-    }
-
-    /// Sets the global `name` for the scripts that follow (KEYS, ARGV).
-    pub fn set_global(&self, name: &str, value: Value) -> mlua::Result<()> {
-        self.globals.raw_set(name, value)
     }
 }

@@ -200,7 +200,7 @@ impl<'k> GroupLock<'k> {
     pub fn new(exclusion: &'k Exclusion, slot: &'k KeyGroup) -> GroupLock<'k> {
         let shared = exclusion.shared();
         GroupLock {
-            guard: slot.lock.lock(),
+            guard: lock_spinning(&slot.lock),
             _shared: shared,
         }
     }
@@ -249,7 +249,7 @@ impl<'k> Held<'k> {
         let shared = exclusion.shared();
         let guards = indexes
             .into_iter()
-            .map(|i| (i, groups[i].lock.lock()))
+            .map(|i| (i, lock_spinning(&groups[i].lock)))
             .collect();
         Held {
             groups,
@@ -325,6 +325,33 @@ impl<'k> Held<'k> {
             }
         }
     }
+}
+
+/// Spins this many times (a `pause` each, about 24 ns on this project's
+/// machine: ~100 us in all) for a held key group before parking. A write
+/// holds its group for a microsecond or two, and on a hot key (every
+/// client on one set or hash) the two network workers meet on its group
+/// at almost every command: parking and waking the waiter costs two
+/// context switches and a futex call each time, several times the wait.
+/// Measured (redis-benchmark -P 16, 50 clients, one key, 3 rounds
+/// interleaved): SADD 597K/s with parking_lot's own short spin, 687K with
+/// 1,024 spins, 744K with 4,096 (CPU per op 1.89 / 1.82 / 1.58 s per
+/// million); HSET, LPUSH and ZADD alike (BENCHMARKS, 2026-11-28).
+const SPINS_BEFORE_PARKING: u32 = 4096;
+
+fn lock_spinning(lock: &Mutex<GroupState>) -> MutexGuard<'_, GroupState> {
+    if let Some(guard) = lock.try_lock() {
+        return guard;
+    }
+    for _ in 0..SPINS_BEFORE_PARKING {
+        std::hint::spin_loop();
+        if !lock.is_locked() {
+            if let Some(guard) = lock.try_lock() {
+                return guard;
+            }
+        }
+    }
+    lock.lock()
 }
 
 /// The key group of an engine key.

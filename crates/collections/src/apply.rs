@@ -22,7 +22,12 @@ use crate::types::{Hash, InsertPosition, Kind, List, Object, Score, Set, Stream}
 /// Applies `op`, whether its byte strings are owned or borrowed from a log
 /// record (see [`OpBytes`]): the same changes either way, a borrowed
 /// string being copied only when it is stored.
-pub fn apply<B: OpBytes>(keys: &mut impl Keys, op: Op<B>) {
+///
+/// Returns how many fields an [`Op::HashSet`] added (the rest replaced
+/// values), so HSET's reply needs no lookup of its own before the write;
+/// 0 for every other operation.
+pub fn apply<B: OpBytes>(keys: &mut impl Keys, op: Op<B>) -> usize {
+    let mut added = 0;
     match op {
         Op::Delete { key } => keys.discard(&key),
         Op::Expire { key, at_ms } => {
@@ -61,7 +66,7 @@ pub fn apply<B: OpBytes>(keys: &mut impl Keys, op: Op<B>) {
         Op::HashSet { key, pairs } => update(keys, &key, Kind::Hash, |object| {
             if let Object::Hash(hash) = object {
                 for (field, value) in pairs {
-                    set_field(hash, field, value.into());
+                    added += usize::from(set_field(hash, field, value.into()));
                 }
             }
         }),
@@ -163,7 +168,7 @@ pub fn apply<B: OpBytes>(keys: &mut impl Keys, op: Op<B>) {
                 Some(entry) => entry.object.kind() == Kind::List,
             };
             if !destination_ok {
-                return;
+                return 0;
             }
             if *from == *to {
                 // A rotation: the list never empties on the way, so the key
@@ -174,7 +179,7 @@ pub fn apply<B: OpBytes>(keys: &mut impl Keys, op: Op<B>) {
                         push(list, to_front, value);
                     }
                 }
-                return;
+                return 0;
             }
             let mut moved = None;
             update_existing(keys, &from, |object| {
@@ -264,6 +269,7 @@ pub fn apply<B: OpBytes>(keys: &mut impl Keys, op: Op<B>) {
             }
         }),
     }
+    added
 }
 
 /// Runs `change` on the stream at `key`, if it holds one.
@@ -283,12 +289,16 @@ fn with_group(keys: &mut impl Keys, key: &[u8], group: &[u8], change: impl FnOnc
 }
 
 /// HSET of one field: takes an owned field whole (one descent); looks a
-/// borrowed one up first and copies it only when it is new.
-fn set_field<B: OpBytes>(hash: &mut Hash, field: B, value: Bytes) {
+/// borrowed one up first and copies it only when it is new. True if the
+/// field is new.
+fn set_field<B: OpBytes>(hash: &mut Hash, field: B, value: Bytes) -> bool {
     if B::OWNED {
-        hash.insert(field.into(), value);
+        hash.insert(field.into(), value).is_none()
     } else if let Err(value) = hash.replace(&field, value) {
         hash.insert(field.into(), value);
+        true
+    } else {
+        false
     }
 }
 

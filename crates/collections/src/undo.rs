@@ -61,14 +61,15 @@ impl Undo {
     }
 
     /// Applies `op` to `keys`, first recording how to take it back.
-    pub fn apply(&mut self, keys: &mut impl Keys, op: Op) {
+    pub fn apply(&mut self, keys: &mut impl Keys, op: Op) -> usize {
         let mark = self.steps.len();
         let op = self.record(keys, op);
         // Steps of one operation are undone newest first too: recorded in
         // the order they are to run, so reverse them.
         self.steps[mark..].reverse();
-        if let Some(op) = op {
-            apply(keys, op);
+        match op {
+            Some(op) => apply(keys, op),
+            None => 0,
         }
     }
 
@@ -82,7 +83,9 @@ impl Undo {
                         keys.take(&key);
                     }
                 },
-                Step::Op(op) => apply(keys, op),
+                Step::Op(op) => {
+                    apply(keys, op);
+                }
             }
         }
     }

@@ -283,7 +283,14 @@ impl<'a> Txn<'a> {
     /// are named as [`ckey`] names them (a client's database byte, then
     /// the key). Keeps key counts, the expiry index and WATCH up to date,
     /// and removes a string that a new collection replaces.
-    pub fn log(&mut self, mut ops: Vec<Op>) -> Result<()> {
+    pub fn log(&mut self, ops: Vec<Op>) -> Result<()> {
+        self.log_counting(ops).map(drop)
+    }
+
+    /// `log`, returning how many hash fields the operations added (see
+    /// `engram_collections::apply::apply`): HSET's reply without a lookup
+    /// of each field before the write.
+    pub fn log_counting(&mut self, mut ops: Vec<Op>) -> Result<usize> {
         for op in &mut ops {
             for key in op.keys_mut().into_iter().flatten() {
                 self.ks.db_map.to_physical(key);
@@ -292,10 +299,10 @@ impl<'a> Txn<'a> {
         self.log_stored(ops)
     }
 
-    /// `log` of operations on stored keys.
-    fn log_stored(&mut self, ops: Vec<Op>) -> Result<()> {
+    /// `log_counting` of operations on stored keys.
+    fn log_stored(&mut self, ops: Vec<Op>) -> Result<usize> {
         if ops.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let mut touched: SmallVec<[Bytes; 2]> = SmallVec::new();
         for op in &ops {
@@ -326,6 +333,7 @@ impl<'a> Txn<'a> {
             .iter()
             .map(|k| writer.keys().get(k).map(|e| e.expire_at_ms))
             .collect();
+        let mut added = 0;
         if atomic {
             for (key, before) in touched.iter().zip(&before) {
                 if !self.touched.iter().any(|(k, _)| k == key) {
@@ -334,13 +342,13 @@ impl<'a> Txn<'a> {
             }
             let writer = self.coll.as_mut().expect("held");
             for op in &ops {
-                self.undo.apply(writer.keys_mut(), op.clone());
+                added += self.undo.apply(writer.keys_mut(), op.clone());
             }
             self.pending.extend(ops);
         } else {
             writer.log(&ops).map_err(Error::Collections)?;
             for op in ops {
-                apply::apply(writer.keys_mut(), op);
+                added += apply::apply(writer.keys_mut(), op);
             }
         }
         self.wrote = true;
@@ -353,7 +361,7 @@ impl<'a> Txn<'a> {
                 self.engine_write(&key, None)?;
             }
         }
-        Ok(())
+        Ok(added)
     }
 
     /// Brings counts, the expiry index and WATCH up to date after a
@@ -439,7 +447,7 @@ impl<'a> Txn<'a> {
                 ]
             }
         };
-        self.log_stored(ops)
+        self.log_stored(ops).map(drop)
     }
 
     /// Writes a whole engine value (meta word and payload).
@@ -491,10 +499,12 @@ impl<'a> Txn<'a> {
     pub fn set_meta(&mut self, db: usize, key: &[u8], old: &Stored, new: Meta) -> Result<()> {
         let ekey = self.ks.physical_ekey(db, key)?;
         if old.meta.is_collection() {
-            return self.log_stored(vec![Op::Expire {
-                key: ekey.as_slice().into(),
-                at_ms: new.expire_at().unwrap_or(0),
-            }]);
+            return self
+                .log_stored(vec![Op::Expire {
+                    key: ekey.as_slice().into(),
+                    at_ms: new.expire_at().unwrap_or(0),
+                }])
+                .map(drop);
         }
         if self.batch.is_some() {
             let mut value = old.raw().to_vec();
@@ -915,7 +925,7 @@ impl<'a> Txn<'a> {
                 .iter()
                 .map(|k| Op::Delete { key: k.clone() })
                 .collect();
-            result = self.log_stored(ops);
+            result = self.log_stored(ops).map(drop);
             if result.is_err() {
                 break;
             }

@@ -623,6 +623,14 @@ fn transactions() {
         ("HSET h a again", "QUEUED"),
         ("EXEC", "[(integer) 2, (integer) 0, (nil), (integer) 1]"),
         ("HGETALL h", "[\"a\", \"again\"]"),
+        // HSET's count inside a transaction: fields new to the hash as the
+        // transaction left it, each counted once.
+        ("MULTI", "OK"),
+        ("HSET h a 1 z 1 z 2", "QUEUED"),
+        ("HSET h z 3 y 1", "QUEUED"),
+        ("EXEC", "[(integer) 1, (integer) 1]"),
+        ("HMGET h a z y", "[\"1\", \"3\", \"1\"]"),
+        ("HDEL h z y", "(integer) 2"),
         // A queued command with the wrong arity fails the transaction.
         ("MULTI", "OK"),
         ("HSET h b 2", "QUEUED"),

@@ -179,25 +179,19 @@ fn set_pairs(ctx: &mut Ctx, args: &Args, command: &str) -> Result<i64, CmdError>
     }
     let key = args.get(1);
     ctx.write(&[key], false, |txn, db, now| {
-        let current = hash_of(txn.collection(db, key, CKind::Hash, now)?)?;
-        let mut created: HashSet<&[u8]> = HashSet::new();
-        for i in (2..args.len()).step_by(2) {
-            let field = args.get(i);
-            if !current.is_some_and(|hash| hash.contains(field)) {
-                created.insert(field);
-            }
-        }
+        // The type check; which fields are new, the write itself says.
+        hash_of(txn.collection(db, key, CKind::Hash, now)?)?;
         // Logged even when every value is already there: Redis counts an
         // HSET as a modification whatever it sets (WATCH sees it).
         let pairs = (2..args.len())
             .step_by(2)
             .map(|i| (boxed(args.get(i)), boxed(args.get(i + 1))))
             .collect();
-        txn.log(vec![Op::HashSet {
+        let created = txn.log_counting(vec![Op::HashSet {
             key: ckey(db, key)?,
             pairs,
         }])?;
-        Ok(created.len() as i64)
+        Ok(created as i64)
     })
 }
 

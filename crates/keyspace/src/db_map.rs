@@ -16,7 +16,7 @@
 //!
 //! Everything below the keyspace's public API works on physical keys; the
 //! API translates on the way in. Writers translate, lock, then check that
-//! no swap came in between (a swap holds every key group); lock-free
+//! no swap came in between (a swap runs under the keyspace's exclusion); lock-free
 //! readers check the same after their read, seqlock-style, and retry. A
 //! store that never swapped pays two loads of a read-mostly word per
 //! operation.

@@ -3,7 +3,7 @@
 //! whole library set in the format the server chooses (Redis's FUNCTION
 //! DUMP payload). The keyspace only stores it: written whole, by one
 //! engine put, whenever the set changes (so a crash leaves the old set or
-//! the new one), under every key group, and covered by the group commit
+//! the new one), under the keyspace's exclusion, and covered by the group commit
 //! like any write; read once at startup.
 
 use crate::{Error, Keyspace, Result, Txn};
@@ -23,7 +23,7 @@ impl Keyspace {
 }
 
 impl Txn<'_> {
-    /// Replaces the functions record. Needs every key group
+    /// Replaces the functions record. Needs the keyspace excluded
     /// (`Keyspace::lock_all`), so no other writer runs beside it; written
     /// at once (not with an atomic transaction's batch), and durable with
     /// the transaction's other writes (the reply waits on the group

@@ -897,7 +897,7 @@ impl Keyspace {
                 ekey[0] = self.db_map.physical(db as usize) as u8;
             }
             let guards = self.guards_of(&ekeys);
-            // A swap needs every key group: once ours are held none can
+            // A swap excludes the keyspace: once ours are held none can
             // start, and if none ran since the translation it holds.
             if self.db_map.unchanged(version) {
                 return Txn::new(self, guards, Some(ekeys), atomic);

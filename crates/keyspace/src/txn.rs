@@ -881,7 +881,7 @@ impl<'a> Txn<'a> {
     }
 
     /// Deletes every key of `db` (or of every database): FLUSHDB/FLUSHALL.
-    /// Needs every key group locked (`Keyspace::lock_all`).
+    /// Needs the keyspace excluded (`Keyspace::lock_all`).
     pub fn flush(&mut self, db: Option<usize>) -> Result<u64> {
         self.guards.every()?;
         self.apply_buffered()?;
@@ -938,8 +938,8 @@ impl<'a> Txn<'a> {
 
 impl Txn<'_> {
     /// SWAPDB: exchanges logical databases `a` and `b` (one durable write
-    /// of the database map, whatever they hold). Needs every key group
-    /// locked (`Keyspace::lock_all`). As in Redis, a client watching a key
+    /// of the database map, whatever they hold). Needs the keyspace
+    /// excluded (`Keyspace::lock_all`). As in Redis, a client watching a key
     /// of either database has its transaction fail if the key exists in
     /// either (its value changes or appears); keys that only expired do
     /// not count. Watches and blocked clients stay with their database

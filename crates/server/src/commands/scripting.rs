@@ -1,7 +1,7 @@
 //! EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT (LOAD, EXISTS, FLUSH,
 //! KILL, DEBUG, HELP). The Lua side is `crate::scripting`; here are the
 //! arguments, the script cache's replies and the order a run takes its
-//! locks in: the keyspace (every key group, or EXEC's transaction), then
+//! locks in: the keyspace (excluded whole, or EXEC's transaction), then
 //! the Lua state.
 
 use super::{
@@ -191,8 +191,8 @@ fn other_workers() -> bool {
 /// for a sync under `always`.
 const INLINE_PATIENCE: std::time::Duration = std::time::Duration::from_micros(200);
 
-/// The transaction a script runs in: EXEC's (which holds every key group
-/// for a queue with a script), or every key group locked now. Where the
+/// The transaction a script runs in: EXEC's (which excludes the keyspace
+/// for a queue with a script), or the keyspace excluded now. Where the
 /// groups are free at once (no other script runs) the script runs inline;
 /// a worker that would wait for them hands its other tasks on first, so
 /// that two scripts cannot hold up every worker between them.

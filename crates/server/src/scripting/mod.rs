@@ -15,9 +15,9 @@
 //!
 //! ## Atomicity and durability
 //!
-//! A script runs as one transaction, the way EXEC runs its queue: it holds
-//! every key group (`Keyspace::lock_all(true)`, since a script may touch
-//! keys it did not declare) and each `redis.call` runs through the same
+//! A script runs as one transaction, the way EXEC runs its queue: it
+//! excludes every other writer from the keyspace (`Keyspace::lock_all(true)`,
+//! since a script may touch keys it did not declare) and each `redis.call` runs through the same
 //! `commands::run` EXEC uses, against that one atomic `Txn`. Its writes are
 //! committed once, when the script ends, as one batch: one durable record
 //! of the effects (never the script text), so a crash in the middle of a
@@ -28,9 +28,9 @@
 //! ## Concurrency
 //!
 //! One Lua state runs EVAL scripts and another FUNCTION's libraries, each
-//! behind a mutex. Lock order: key groups → the Lua state's mutex (EXEC
-//! holds the groups before an EVAL in its queue asks for the state, so
-//! every script takes them first). While a script runs, `running` says so
+//! behind a mutex. Lock order: the keyspace's exclusion → the Lua state's
+//! mutex (EXEC holds the keyspace before an EVAL in its queue asks for the
+//! state, so every script takes it first). While a script runs, `running` says so
 //! without any lock: other clients' commands wait for it (asynchronously,
 //! on their own tasks) and, past `busy-reply-threshold`, get BUSY.
 
@@ -86,7 +86,7 @@ pub struct Scripting {
     pub deny_scripts_disabled: AtomicBool,
     /// Taken (asynchronously, first come first served) by a connection
     /// before it runs a script command: scripts run one at a time anyway
-    /// (each holds every key group), and queueing here instead of on the
+    /// (each excludes every other writer), and queueing here instead of on the
     /// key groups' locks keeps the waiting off the worker threads and wakes
     /// one waiter per script, not all of them (`connection`).
     pub gate: tokio::sync::Mutex<()>,

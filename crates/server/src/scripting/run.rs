@@ -1,5 +1,5 @@
 //! One script run (an EVAL script or a function): the caller holds the
-//! keyspace (an atomic `Txn` over every key group) and the Lua state;
+//! keyspace (an atomic `Txn` excluding every other writer) and the Lua state;
 //! `redis.call` runs each command through `commands::run` against that
 //! `Txn` with a scratch reply writer, whose RESP is turned back into Lua
 //! values. An instruction hook polls SCRIPT KILL. The result or the error

@@ -4,8 +4,8 @@
 //!
 //! Written only by the client running the script (`begin`, `wrote`,
 //! `end`) and by SCRIPT/FUNCTION KILL (`kill`); read by every client
-//! before its command runs. At most one script runs at a time (each holds
-//! every key group), so the fields never describe two scripts.
+//! before its command runs. At most one script runs at a time (each
+//! excludes every other writer), so the fields never describe two scripts.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;

@@ -384,6 +384,12 @@ fn runs_script(args: crate::resp::Args) -> bool {
 /// BUSY, as in Redis, instead of waiting for it.
 async fn script_gate(shared: &Shared) -> Option<tokio::sync::MutexGuard<'_, ()>> {
     let scripting = &shared.scripting;
+    // Free: no timer to set and clear. (No spinning for it: the gate is
+    // handed to the first queued waiter, so a spinner cannot win it from
+    // a queue.)
+    if let Ok(guard) = scripting.gate.try_lock() {
+        return Some(guard);
+    }
     let gate = scripting.gate.lock();
     tokio::pin!(gate);
     loop {

@@ -718,17 +718,34 @@ impl<'c> Writer<'c> {
         if ops.is_empty() {
             return Ok(());
         }
-        let payload = op::encode_batch(ops);
-        self.shared.log.append(
-            &*self.shared.sequencer,
-            oplog::Position::default(),
-            &payload,
-        )?;
-        self.shared
-            .logged(oplog::format::record_bytes(payload.len()));
+        // Encoded into this thread's buffer: no allocation per write.
+        let bytes = ENCODED.with_borrow_mut(|payload| {
+            payload.clear();
+            op::encode_batch_into(ops, payload);
+            let appended = self.shared.log.append(
+                &*self.shared.sequencer,
+                oplog::Position::default(),
+                payload,
+            );
+            let len = payload.len();
+            if payload.capacity() > ENCODED_KEPT_BYTES {
+                *payload = Vec::new();
+            }
+            appended.map(|_| len)
+        });
+        self.shared.logged(oplog::format::record_bytes(bytes?));
         Ok(())
     }
 }
+
+thread_local! {
+    /// A writer thread's encoding buffer for its log records.
+    static ENCODED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The encoding buffer a thread keeps between records, at most (a large
+/// record's buffer is let go).
+const ENCODED_KEPT_BYTES: usize = 64 * 1024;
 
 impl CollectionsState {
     fn logged(&self, bytes: u64) {

@@ -299,11 +299,16 @@ pub struct DecodeError(pub String);
 
 pub fn encode_batch(ops: &[Op]) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
-    put_varint(&mut out, ops.len() as u64);
-    for op in ops {
-        encode_op(op, &mut out);
-    }
+    encode_batch_into(ops, &mut out);
     out
+}
+
+/// `encode_batch` appended to `out` (a buffer kept between calls).
+pub fn encode_batch_into(ops: &[Op], out: &mut Vec<u8>) {
+    put_varint(out, ops.len() as u64);
+    for op in ops {
+        encode_op(op, out);
+    }
 }
 
 pub fn decode_batch(bytes: &[u8]) -> Result<Vec<Op>, DecodeError> {

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
 use hashbrown::HashMap;
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use smallvec::SmallVec;
 
 use crate::op::Bytes;
 use crate::types::Object;
@@ -113,7 +114,7 @@ impl ShardedMap {
 
     /// Locks the shards of `keys` for writing (ascending, each once).
     pub fn lock<'m>(&'m self, keys: &[&[u8]]) -> Locked<'m> {
-        let mut indexes: Vec<usize> = keys.iter().map(|k| shard_of(k)).collect();
+        let mut indexes: SmallVec<[usize; 4]> = keys.iter().map(|k| shard_of(k)).collect();
         indexes.sort_unstable();
         indexes.dedup();
         Locked {
@@ -159,8 +160,10 @@ impl ShardedMap {
 }
 
 /// The write-locked shards of one update.
+type ShardGuard<'m> = (usize, RwLockWriteGuard<'m, HashMap<Bytes, Entry>>);
+
 pub struct Locked<'m> {
-    guards: Vec<(usize, RwLockWriteGuard<'m, HashMap<Bytes, Entry>>)>,
+    guards: SmallVec<[ShardGuard<'m>; 2]>,
     keys: &'m AtomicI64,
 }
 

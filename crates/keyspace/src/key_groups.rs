@@ -19,6 +19,7 @@ use std::sync::Arc;
 use crossbeam_utils::CachePadded;
 use engram_engine::Store;
 use parking_lot::{Mutex, MutexGuard};
+use smallvec::SmallVec;
 
 use super::access::AccessTracking;
 use super::exclusion::{Exclusion, Exclusive, Shared};
@@ -234,7 +235,7 @@ enum Scope<'k> {
 pub struct Held<'k> {
     groups: &'k [CachePadded<KeyGroup>],
     // Field order: the groups are unlocked before the scope ends.
-    guards: Vec<(usize, MutexGuard<'k, GroupState>)>,
+    guards: SmallVec<[(usize, MutexGuard<'k, GroupState>); 2]>,
     scope: Scope<'k>,
 }
 
@@ -262,7 +263,7 @@ impl<'k> Held<'k> {
     pub fn exclusive(exclusive: Exclusive<'k>, groups: &'k [CachePadded<KeyGroup>]) -> Held<'k> {
         Held {
             groups,
-            guards: Vec::new(),
+            guards: SmallVec::new(),
             scope: Scope::Exclusive { _whole: exclusive },
         }
     }
@@ -301,7 +302,7 @@ impl<'k> Held<'k> {
         }
         if self.guards.len() < KEY_GROUPS {
             let mut held = std::mem::take(&mut self.guards).into_iter().peekable();
-            let mut all = Vec::with_capacity(KEY_GROUPS);
+            let mut all = SmallVec::with_capacity(KEY_GROUPS);
             for index in 0..KEY_GROUPS {
                 match held.next_if(|(i, _)| *i == index) {
                     Some(guard) => all.push(guard),

@@ -69,6 +69,9 @@ pub type KeyMeta = (Vec<u8>, Meta);
 /// An engine key: the database byte, then the client's key.
 pub type EKey = SmallVec<[u8; 64]>;
 
+/// The keys a transaction locks (one, most often: kept inline).
+pub type EKeys = SmallVec<[EKey; 1]>;
+
 /// Damaged keys named one by one in the startup log; the rest are counted.
 const DAMAGED_KEYS_LOGGED: u64 = 20;
 
@@ -876,7 +879,7 @@ impl Keyspace {
         let ekeys = keys
             .into_iter()
             .map(|(db, key)| ekey(db, key))
-            .collect::<Result<Vec<EKey>>>()?;
+            .collect::<Result<EKeys>>()?;
         Ok(self.lock_named(ekeys, atomic))
     }
 
@@ -889,7 +892,7 @@ impl Keyspace {
     /// Locks keys named with clients' database numbers: translated in
     /// place to the stored prefixes, locked, and translated again if a
     /// SWAPDB came in between.
-    fn lock_named(&self, mut ekeys: Vec<EKey>, atomic: bool) -> Txn<'_> {
+    fn lock_named(&self, mut ekeys: EKeys, atomic: bool) -> Txn<'_> {
         let names: SmallVec<[u8; 4]> = ekeys.iter().map(|k| k[0]).collect();
         loop {
             let version = self.db_map.begin();
@@ -906,7 +909,7 @@ impl Keyspace {
     }
 
     /// Locks the key groups of stored (physical) keys.
-    fn lock_stored(&self, ekeys: Vec<EKey>, atomic: bool) -> Txn<'_> {
+    fn lock_stored(&self, ekeys: EKeys, atomic: bool) -> Txn<'_> {
         let guards = self.guards_of(&ekeys);
         Txn::new(self, guards, Some(ekeys), atomic)
     }

@@ -41,7 +41,7 @@ use super::key_groups::{
     touch, GroupState, Held,
 };
 use super::value::{decode, encode_int, Meta, StringValue, META_BYTES};
-use super::{ekey, CKind, EKey, Error, Keyspace, Object, Result};
+use super::{ekey, CKind, EKey, EKeys, Error, Keyspace, Object, Result};
 
 /// A value read inside a transaction: its meta word and payload, copied.
 #[derive(Clone, Debug)]
@@ -84,7 +84,7 @@ pub struct Txn<'a> {
     /// Held key groups (or the whole keyspace).
     guards: Held<'a>,
     /// The keys whose key groups it holds (None: every key group).
-    ekeys: Option<Vec<EKey>>,
+    ekeys: Option<EKeys>,
     /// Buffered writes of an atomic transaction (None: a delete).
     batch: Option<BTreeMap<EKey, Option<Vec<u8>>>>,
     /// The collections' shards of `ekeys`, taken at the first collection
@@ -105,7 +105,7 @@ impl<'a> Txn<'a> {
     pub(super) fn new(
         ks: &'a Keyspace,
         guards: Held<'a>,
-        ekeys: Option<Vec<EKey>>,
+        ekeys: Option<EKeys>,
         atomic: bool,
     ) -> Txn<'a> {
         Txn {
@@ -304,12 +304,14 @@ impl<'a> Txn<'a> {
         if ops.is_empty() {
             return Ok(0);
         }
-        let mut touched: SmallVec<[Bytes; 2]> = SmallVec::new();
+        // Copies held inline (no allocation for a key of up to 64 bytes):
+        // `ops` is consumed by the apply below.
+        let mut touched: SmallVec<[EKey; 2]> = SmallVec::new();
         for op in &ops {
             for key in op.keys().into_iter().flatten() {
                 self.guards.get(key)?;
-                if !touched.iter().any(|k| &**k == key) {
-                    touched.push(key.into());
+                if !touched.iter().any(|k| &k[..] == key) {
+                    touched.push(EKey::from_slice(key));
                 }
             }
         }
@@ -336,8 +338,8 @@ impl<'a> Txn<'a> {
         let mut added = 0;
         if atomic {
             for (key, before) in touched.iter().zip(&before) {
-                if !self.touched.iter().any(|(k, _)| k == key) {
-                    self.touched.push((key.clone(), *before));
+                if !self.touched.iter().any(|(k, _)| k[..] == key[..]) {
+                    self.touched.push((Bytes::from(&key[..]), *before));
                 }
             }
             let writer = self.coll.as_mut().expect("held");

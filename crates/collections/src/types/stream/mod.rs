@@ -593,6 +593,7 @@ impl<'a> Iterator for Range<'a> {
     fn next(&mut self) -> Option<StreamEntry<'a>> {
         loop {
             if let Some(current) = &mut self.current {
+                current.skip_below(self.start);
                 for entry in current.by_ref() {
                     if entry.id > self.end {
                         self.current = None;

@@ -197,14 +197,10 @@ pub(super) struct NodeIter<'a> {
     left: u32,
 }
 
-impl<'a> Iterator for NodeIter<'a> {
-    type Item = StreamEntry<'a>;
-
-    fn next(&mut self) -> Option<StreamEntry<'a>> {
-        if self.left == 0 {
-            return None;
-        }
-        self.left -= 1;
+impl NodeIter<'_> {
+    /// The next entry's ID and whether it has the master fields, reading
+    /// past them (its values come next).
+    fn header(&mut self) -> (StreamId, bool) {
         let bytes = self.bytes;
         let same = bytes[self.at] == 1;
         self.at += 1;
@@ -221,7 +217,46 @@ impl<'a> Iterator for NodeIter<'a> {
                 seq,
             }
         };
+        (id, same)
+    }
+
+    /// Moves past the entries below `start` reading only their IDs and
+    /// the lengths of their strings: a range that starts inside the node
+    /// (XREADGROUP's next entry, XRANGE from an ID) builds no field list
+    /// for the entries before it.
+    pub(super) fn skip_below(&mut self, start: StreamId) {
+        while self.left > 0 {
+            let (at, previous) = (self.at, self.previous);
+            let (id, same) = self.header();
+            if id >= start {
+                (self.at, self.previous) = (at, previous);
+                return;
+            }
+            let strings = if same {
+                self.master_count
+            } else {
+                2 * varint(self.bytes, &mut self.at) as usize
+            };
+            for _ in 0..strings {
+                string(self.bytes, &mut self.at);
+            }
+            self.previous = id;
+            self.left -= 1;
+        }
+    }
+}
+
+impl<'a> Iterator for NodeIter<'a> {
+    type Item = StreamEntry<'a>;
+
+    fn next(&mut self) -> Option<StreamEntry<'a>> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let (id, same) = self.header();
         self.previous = id;
+        let bytes = self.bytes;
         let fields = if same {
             let mut master_at = 0;
             varint(bytes, &mut master_at);

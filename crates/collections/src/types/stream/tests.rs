@@ -69,6 +69,15 @@ fn ranges_read_what_was_appended_across_nodes() {
             .collect();
         assert_eq!(inner.len(), (to - from + 1).saturating_sub(2));
     }
+    // A range may start at any entry of a node (the entries before it are
+    // skipped by ID only) or between two entries.
+    for (i, (start, _)) in model.iter().enumerate() {
+        let mut from_here = stream.range(*start, StreamId::MAX);
+        assert_eq!(from_here.next().map(owned).as_ref(), Some(&model[i]));
+        assert_eq!(from_here.next().map(owned).as_ref(), model.get(i + 1));
+        let after = stream.range(start.next().unwrap(), StreamId::MAX).next();
+        assert_eq!(after.map(owned).as_ref(), model.get(i + 1));
+    }
     assert_eq!(stream.range(model[10].0, model[5].0).count(), 0);
     assert_eq!(stream.range(id(0, 0), id(1, 0)).count(), 0);
     assert!(stream.get(model[500].0).is_some());

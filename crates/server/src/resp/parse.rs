@@ -128,6 +128,21 @@ impl OwnedArgs {
     pub fn args(&self) -> Args<'_> {
         Args::new(&self.bytes, &self.ranges)
     }
+    /// Room for `count` arguments.
+    pub fn with_capacity(count: usize) -> OwnedArgs {
+        OwnedArgs {
+            bytes: Vec::with_capacity(count * 16),
+            ranges: Vec::with_capacity(count),
+        }
+    }
+
+    /// Appends an argument.
+    pub fn push(&mut self, part: &[u8]) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(part);
+        self.ranges.push(start..self.bytes.len());
+    }
+
     pub fn from_slices(parts: &[&[u8]]) -> OwnedArgs {
         let mut bytes = Vec::new();
         let mut ranges = Vec::with_capacity(parts.len());

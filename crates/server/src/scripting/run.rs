@@ -77,7 +77,7 @@ struct CallState<'s, 'c> {
     wrote: bool,
     /// The keys the script declared (EVAL's KEYS): what client-side
     /// caching remembers when the script reads.
-    declared: Vec<Box<[u8]>>,
+    declared: &'c [&'c [u8]],
 }
 
 /// Runs `function` as `call` says, with `txn` holding the keyspace, and
@@ -109,7 +109,7 @@ pub fn run_script<'s>(
         read_only: call.read_only,
         allow_oom: call.flags.allow_oom || call.flags.no_writes,
         wrote: false,
-        declared: call.keys.iter().map(|&k| Box::from(k)).collect(),
+        declared: &call.keys,
     });
     let lua = &engine.lua;
     let hook_running = running.clone();
@@ -372,7 +372,7 @@ type LuaOutcome = (bool, Value);
 
 /// A `redis.*` call's command and arguments, or the failure to return
 /// (none given, or one that is not a string or a number).
-fn command_parts(lua: &Lua, args: &MultiValue) -> mlua::Result<Result<Vec<Vec<u8>>, LuaOutcome>> {
+fn command_parts(lua: &Lua, args: &MultiValue) -> mlua::Result<Result<OwnedArgs, LuaOutcome>> {
     if args.is_empty() {
         return failure(
             lua,
@@ -393,16 +393,18 @@ fn command_parts(lua: &Lua, args: &MultiValue) -> mlua::Result<Result<Vec<Vec<u8
 }
 
 /// A hook's arguments as command arguments: strings as they are, numbers
-/// as `%.17g`; None if one is neither.
-fn command_args(args: &MultiValue) -> Option<Vec<Vec<u8>>> {
-    args.iter()
-        .map(|value| match value {
-            Value::String(s) => Some(s.as_bytes().to_vec()),
-            Value::Integer(i) => Some(i.to_string().into_bytes()),
-            Value::Number(n) => Some(number::format_g(*n, 17).into_bytes()),
-            _ => None,
-        })
-        .collect()
+/// as `%.17g`; None if one is neither. Copied once, into one buffer.
+fn command_args(args: &MultiValue) -> Option<OwnedArgs> {
+    let mut owned = OwnedArgs::with_capacity(args.len());
+    for value in args.iter() {
+        match value {
+            Value::String(s) => owned.push(&s.as_bytes()),
+            Value::Integer(i) => owned.push(i.to_string().as_bytes()),
+            Value::Number(n) => owned.push(number::format_g(*n, 17).as_bytes()),
+            _ => return None,
+        }
+    }
+    Some(owned)
 }
 
 /// Whether Redis refuses `spec` inside scripts (its `noscript` flag, per
@@ -443,12 +445,10 @@ fn redis_call(
     state: &RefCell<CallState>,
     args: MultiValue,
 ) -> mlua::Result<(bool, Value)> {
-    let parts = match command_parts(lua, &args)? {
-        Ok(parts) => parts,
+    let owned = match command_parts(lua, &args)? {
+        Ok(owned) => owned,
         Err(failed) => return Ok(failed),
     };
-    let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
-    let owned = OwnedArgs::from_slices(&parts);
     let args = owned.args();
     let mut guard = state.borrow_mut();
     let st = &mut *guard;
@@ -543,8 +543,7 @@ fn redis_call(
         // As Redis's `call`: a read-only command in a script makes the
         // caller track the keys the script declared.
         if spec.is(crate::commands::READONLY) {
-            let declared: Vec<&[u8]> = st.declared.iter().map(|k| &**k).collect();
-            crate::tracking::remember(shared, st.session, &declared);
+            crate::tracking::remember(shared, st.session, st.declared);
         }
     }
     let reply = &st.scratch.buf;
@@ -608,11 +607,11 @@ fn acl_check_cmd(
     state: &RefCell<CallState>,
     args: MultiValue,
 ) -> mlua::Result<(bool, Value)> {
-    let parts = match command_parts(lua, &args)? {
-        Ok(parts) => parts,
+    let owned = match command_parts(lua, &args)? {
+        Ok(owned) => owned,
         Err(failed) => return Ok(failed),
     };
-    let Some((index, spec)) = commands::lookup(&parts[0]) else {
+    let Some((index, spec)) = commands::lookup(owned.args().get(0)) else {
         // Raised where the script called it (Redis's luaError), so the
         // reply names the script and line.
         let (_, error) = failure(
@@ -622,8 +621,6 @@ fn acl_check_cmd(
         )?;
         return Err(raise(&error));
     };
-    let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
-    let owned = OwnedArgs::from_slices(&parts);
     let rules = state.borrow().session.user.rules();
     let allowed = crate::acl::check(&rules, index, spec, &owned.args()).is_ok();
     Ok((true, Value::Boolean(allowed)))

@@ -174,7 +174,7 @@ pub(crate) fn run(shared: &CollectionsState) {
 
 fn due(shared: &CollectionsState) -> bool {
     shared.requested.load(Ordering::Relaxed)
-        || shared.log_bytes_since_cut.load(Ordering::Relaxed) >= shared.options.checkpoint_log_bytes
+        || shared.log_bytes_since_cut.load(Ordering::Relaxed) >= shared.checkpoint_threshold()
 }
 
 pub(crate) fn checkpoint(shared: &CollectionsState) -> Result<CheckpointReport> {
@@ -188,6 +188,9 @@ pub(crate) fn checkpoint(shared: &CollectionsState) -> Result<CheckpointReport> 
     if let Ok(report) = &result {
         if report.records > 0 {
             shared.checkpoints.fetch_add(1, Ordering::Relaxed);
+            shared
+                .last_image_bytes
+                .store(report.image_bytes, Ordering::Relaxed);
             *shared.last_checkpoint.lock() = Some(report.clone());
         }
     }

@@ -94,7 +94,10 @@ pub struct CollectionsOptions {
     /// Options of the engine store that holds the images.
     pub images: engram_engine::Options,
     /// A checkpoint starts when the log written since the last one reaches
-    /// this many bytes.
+    /// this many bytes, or, when the last checkpoint wrote more bytes of
+    /// images than that, as many as it wrote (up to
+    /// [`MAX_CHECKPOINT_PACING`] times this): see
+    /// `CollectionsState::checkpoint_threshold`.
     pub checkpoint_log_bytes: u64,
     pub checkpoints: CheckpointMode,
     /// Writers are slowed, gradually, when the log not yet checkpointed
@@ -180,6 +183,9 @@ pub struct CollectionsStats {
     pub keys: u64,
     pub log: oplog::OpLogStats,
     pub log_bytes_since_checkpoint: u64,
+    /// The log since the last checkpoint that starts the next one (see
+    /// [`CollectionsOptions::checkpoint_log_bytes`]).
+    pub checkpoint_threshold: u64,
     pub checkpoints: u64,
     pub checkpoint_running: bool,
     pub last_checkpoint: Option<CheckpointReport>,
@@ -205,6 +211,8 @@ pub(crate) struct CollectionsState {
     /// The committed checkpoint's version, for stats (a copy of the root).
     checkpointed_through: AtomicU64,
     log_bytes_since_cut: AtomicU64,
+    /// Image bytes the last checkpoint that folded records wrote (pacing).
+    last_image_bytes: AtomicU64,
     checkpoints: AtomicU64,
     checkpoint_running: AtomicBool,
     /// A checkpoint was asked for (BGSAVE).
@@ -355,6 +363,7 @@ impl Collections {
             checkpoint: Mutex::new(checkpoint::State::new(loaded.root, loaded.versions)),
             checkpointed_through: AtomicU64::new(loaded.root),
             log_bytes_since_cut: AtomicU64::new(log_bytes),
+            last_image_bytes: AtomicU64::new(0),
             checkpoints: AtomicU64::new(0),
             checkpoint_running: AtomicBool::new(false),
             requested: AtomicBool::new(false),
@@ -617,6 +626,7 @@ impl Collections {
             keys: shared.map.len(),
             log: shared.log.stats(),
             log_bytes_since_checkpoint: shared.log_bytes_since_cut.load(Ordering::Relaxed),
+            checkpoint_threshold: shared.checkpoint_threshold(),
             checkpoints: shared.checkpoints.load(Ordering::Relaxed),
             checkpoint_running: shared.checkpoint_running.load(Ordering::Relaxed),
             last_checkpoint,
@@ -747,11 +757,37 @@ thread_local! {
 /// record's buffer is let go).
 const ENCODED_KEPT_BYTES: usize = 64 * 1024;
 
+/// How far the last checkpoint's image bytes may stretch the log a
+/// checkpoint waits for, as a multiple of `checkpoint_log_bytes` (256 MiB
+/// of log with the defaults). The bound is what a longer interval costs:
+/// the log must hold it, recovery replays it, and a checkpoint's tables
+/// of the records it folds (some 40 bytes a record, in DRAM while it
+/// runs) grow with it.
+pub const MAX_CHECKPOINT_PACING: u64 = 4;
+
 impl CollectionsState {
+    /// The log written since the last checkpoint that starts the next one.
+    ///
+    /// A checkpoint rewrites the whole image of every key the log touched
+    /// since the last (DIPPER's images are per key), so on a large hot key
+    /// (a list of a million 200-byte values, one hash every client writes)
+    /// a checkpoint every 64 MiB of log rewrote hundreds of megabytes each
+    /// time: more CPU in the checkpointer than in the writes it folded.
+    /// Waiting for as much log as the last checkpoint wrote in images keeps
+    /// the image bytes written per log byte at about one at most, whatever
+    /// the keys' sizes; small keys keep the configured interval.
+    fn checkpoint_threshold(&self) -> u64 {
+        let base = self.options.checkpoint_log_bytes;
+        let paced = self
+            .last_image_bytes
+            .load(Ordering::Relaxed)
+            .min(base.saturating_mul(MAX_CHECKPOINT_PACING));
+        base.max(paced)
+    }
+
     fn logged(&self, bytes: u64) {
         let total = self.log_bytes_since_cut.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        if total >= self.options.checkpoint_log_bytes
-            && !self.checkpoint_running.load(Ordering::Relaxed)
+        if total >= self.checkpoint_threshold() && !self.checkpoint_running.load(Ordering::Relaxed)
         {
             self.wake_checkpointer();
         }
@@ -770,12 +806,13 @@ impl CollectionsState {
         if self.options.checkpoints == CheckpointMode::Manual {
             return;
         }
-        let limit = self.options.checkpoint_log_bytes * self.options.backpressure_factor;
+        let threshold = self.checkpoint_threshold();
+        let limit = threshold * self.options.backpressure_factor;
         let pending = self.log_bytes_since_cut.load(Ordering::Relaxed);
         if pending <= limit {
             return;
         }
-        let over = (pending - limit) as f64 / self.options.checkpoint_log_bytes as f64;
+        let over = (pending - limit) as f64 / threshold as f64;
         let pause = Duration::from_micros((50.0 * (1.0 + over)).min(1000.0) as u64);
         std::thread::sleep(pause);
         self.backpressure_waits.fetch_add(1, Ordering::Relaxed);

@@ -591,3 +591,101 @@ fn backpressure_slows_writers_only_when_a_checkpointer_could_catch_up() {
     }
     store.read(b"s", |entry| assert_eq!(entry.unwrap().object.len(), 3000));
 }
+
+#[test]
+fn checkpoints_of_a_large_key_wait_for_as_much_log_as_its_image() {
+    // A checkpoint rewrites a touched key's whole image: on a large hot key
+    // the next one waits for as much log as the last wrote in images (at
+    // most MAX_CHECKPOINT_PACING times the configured interval).
+    let dir = tempfile::tempdir().unwrap();
+    let base = 16u64 << 10;
+    let store = Collections::open(
+        dir.path(),
+        CollectionsOptions {
+            checkpoints: CheckpointMode::Background,
+            checkpoint_log_bytes: base,
+            ..options(Faults::default())
+        },
+    )
+    .unwrap();
+    assert_eq!(store.stats().checkpoint_threshold, base);
+    // A list of ~40 KiB, then its checkpoint: an image of more than base.
+    for i in 0..400u32 {
+        store
+            .write(vec![Op::ListPush {
+                key: b(b"big"),
+                front: true,
+                values: vec![b(&[i as u8; 100])],
+            }])
+            .unwrap();
+    }
+    store.request_checkpoint();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while store.stats().log_bytes_since_checkpoint > 0 || store.stats().checkpoint_running {
+        assert!(std::time::Instant::now() < deadline, "no checkpoint");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let image = store.stats().last_checkpoint.unwrap().image_bytes;
+    assert!(image > 2 * base, "image {image}");
+    assert_eq!(store.stats().checkpoint_threshold, image);
+    // Log up to the paced threshold (more than base) starts no checkpoint.
+    let checkpoints = store.stats().checkpoints;
+    while store.stats().log_bytes_since_checkpoint < image - base / 2 {
+        store
+            .write(vec![Op::ListPush {
+                key: b(b"big"),
+                front: true,
+                values: vec![b(&[7; 100])],
+            }])
+            .unwrap();
+    }
+    assert!(store.stats().log_bytes_since_checkpoint > base);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(
+        store.stats().checkpoints,
+        checkpoints,
+        "checkpointed before the paced threshold"
+    );
+    // Past it, one starts.
+    while store.stats().checkpoints == checkpoints {
+        assert!(std::time::Instant::now() < deadline, "no paced checkpoint");
+        store
+            .write(vec![Op::ListPush {
+                key: b(b"big"),
+                front: true,
+                values: vec![b(&[8; 100])],
+            }])
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    store.close().unwrap();
+
+    // The pacing is bounded: an image far larger than MAX_CHECKPOINT_PACING
+    // intervals waits for that many intervals' log only.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Collections::open(
+        dir.path(),
+        CollectionsOptions {
+            checkpoints: CheckpointMode::Manual,
+            checkpoint_log_bytes: 1 << 10,
+            ..options(Faults::default())
+        },
+    )
+    .unwrap();
+    for i in 0..400u32 {
+        store
+            .write(vec![Op::ListPush {
+                key: b(b"big"),
+                front: true,
+                values: vec![b(&[i as u8; 100])],
+            }])
+            .unwrap();
+    }
+    let report = store.checkpoint_now().unwrap();
+    assert!(report.image_bytes > engram_collections::MAX_CHECKPOINT_PACING << 10);
+    assert_eq!(
+        store.stats().checkpoint_threshold,
+        engram_collections::MAX_CHECKPOINT_PACING << 10
+    );
+    store.close().unwrap();
+}

@@ -467,6 +467,21 @@ impl Collections {
         }
     }
 
+    /// A writer that locks each shard the first time it covers one of its
+    /// keys ([`Writer::cover`]): for a caller that excludes every other
+    /// writer (the keyspace's whole-keyspace transactions: scripts,
+    /// FLUSHALL, SWAPDB), which may touch any key.
+    pub fn writer_as_needed(&self) -> Writer<'_> {
+        self.shared.backpressure();
+        let world = self.shared.world.read();
+        let locked = self.shared.map.lock_as_needed();
+        Writer {
+            shared: &self.shared,
+            locked,
+            _world: world,
+        }
+    }
+
     /// A writer holding every shard (FLUSHALL, whole-keyspace transactions).
     pub fn writer_all(&self) -> Writer<'_> {
         self.shared.backpressure();
@@ -718,6 +733,17 @@ impl<'c> Writer<'c> {
     /// Whether `key` lives in one of the locked shards.
     pub fn covers(&self, key: &[u8]) -> bool {
         self.locked.covers(key)
+    }
+
+    /// Covers `keys` (see [`state::Locked::cover`]); false if the writer
+    /// does not and may not lock more.
+    pub fn cover(&mut self, keys: &[&[u8]]) -> bool {
+        self.locked.cover(keys)
+    }
+
+    /// Covers every shard (see [`state::Locked::cover_all`]).
+    pub fn cover_all(&mut self) -> bool {
+        self.locked.cover_all()
     }
 
     /// Appends `ops` as one record (one command, or one MULTI); returns

@@ -123,6 +123,20 @@ impl ShardedMap {
                 .map(|index| (index, self.shards[index].write()))
                 .collect(),
             keys: &self.keys,
+            more: None,
+        }
+    }
+
+    /// Locks no shard yet: each is locked the first time the update
+    /// covers one of its keys ([`Locked::cover`]), in whatever order. Only
+    /// for a caller that excludes every other writer (the keyspace's
+    /// whole-keyspace transactions): then no writer holds a shard while
+    /// waiting for another, and locking all 256 up front is waste.
+    pub fn lock_as_needed(&self) -> Locked<'_> {
+        Locked {
+            guards: SmallVec::new(),
+            keys: &self.keys,
+            more: Some(&self.shards),
         }
     }
 
@@ -136,6 +150,7 @@ impl ShardedMap {
                 .map(|(i, s)| (i, s.write()))
                 .collect(),
             keys: &self.keys,
+            more: None,
         }
     }
 
@@ -165,6 +180,9 @@ type ShardGuard<'m> = (usize, RwLockWriteGuard<'m, HashMap<Bytes, Entry>>);
 pub struct Locked<'m> {
     guards: SmallVec<[ShardGuard<'m>; 2]>,
     keys: &'m AtomicI64,
+    /// Every shard, for an update that locks them as it goes
+    /// ([`ShardedMap::lock_as_needed`]).
+    more: Option<&'m [RwLock<HashMap<Bytes, Entry>>]>,
 }
 
 impl Locked<'_> {
@@ -200,6 +218,35 @@ impl Locked<'_> {
     pub fn covers(&self, key: &[u8]) -> bool {
         let index = shard_of(key);
         self.guards.iter().any(|(i, _)| *i == index)
+    }
+
+    /// Makes the update cover `keys`: an update locking as it goes locks
+    /// their shards now; any other answers whether it covers them already.
+    pub fn cover(&mut self, keys: &[&[u8]]) -> bool {
+        for key in keys {
+            let index = shard_of(key);
+            if self.guards.iter().any(|(i, _)| *i == index) {
+                continue;
+            }
+            match self.more {
+                Some(shards) => self.guards.push((index, shards[index].write())),
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// `cover` of every shard (FLUSHALL's walk of all keys).
+    pub fn cover_all(&mut self) -> bool {
+        let Some(shards) = self.more else {
+            return self.guards.len() == SHARDS;
+        };
+        for (index, shard) in shards.iter().enumerate() {
+            if !self.guards.iter().any(|(i, _)| *i == index) {
+                self.guards.push((index, shard.write()));
+            }
+        }
+        true
     }
 }
 

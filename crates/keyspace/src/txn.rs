@@ -225,12 +225,26 @@ impl<'a> Txn<'a> {
     }
 
     /// Looks at the collection entry of `ekey` (through the held shards if
-    /// any, else under a read lock).
+    /// they cover it, else under a read lock: no writer of ours holds it).
     fn peek_collection<R>(&self, ekey: &[u8], f: impl FnOnce(&Entry) -> R) -> Option<R> {
         match &self.coll {
-            Some(writer) => writer.keys().get(ekey).map(f),
-            None => self.ks.collections.read(ekey, |e| e.map(f)),
+            Some(writer) if writer.covers(ekey) => writer.keys().get(ekey).map(f),
+            _ => self.ks.collections.read(ekey, |e| e.map(f)),
         }
+    }
+
+    /// The writer, covering `keys`' shards: a whole-keyspace transaction
+    /// locks them now (it excludes every other writer, so in any order);
+    /// another has locked its keys' shards already, and a key outside them
+    /// is a command's bug.
+    fn writer_covering(&mut self, keys: &[&[u8]]) -> Result<&mut Writer<'a>> {
+        let writer = self.writer();
+        if !writer.cover(keys) {
+            return Err(Error::Internal(
+                "a command touched a key it did not lock".into(),
+            ));
+        }
+        Ok(writer)
     }
 
     fn writer(&mut self) -> &mut Writer<'a> {
@@ -241,7 +255,7 @@ impl<'a> Txn<'a> {
                     let keys: SmallVec<[&[u8]; 4]> = keys.iter().map(|k| k.as_slice()).collect();
                     collections.writer(&keys)
                 }
-                None => collections.writer_all(),
+                None => collections.writer_as_needed(),
             });
         }
         self.coll.as_mut().expect("just set")
@@ -259,7 +273,7 @@ impl<'a> Txn<'a> {
     ) -> Result<Option<&Object>> {
         let ekey = self.ks.physical_ekey(db, key)?;
         self.group(&ekey)?;
-        self.writer();
+        self.writer_covering(&[&ekey])?;
         match self.collection_stored(&ekey, now_ms)? {
             Some(stored) if stored.meta.kind() != super::value::Kind::of_collection(kind) => {
                 return Err(Error::WrongType)
@@ -325,12 +339,8 @@ impl<'a> Txn<'a> {
             })
             .collect();
         let atomic = self.batch.is_some();
-        let writer = self.writer();
-        if touched.iter().any(|k| !writer.covers(k)) {
-            return Err(Error::Internal(
-                "a command touched a key it did not lock".into(),
-            ));
-        }
+        let keys: SmallVec<[&[u8]; 2]> = touched.iter().map(|k| &k[..]).collect();
+        let writer = self.writer_covering(&keys)?;
         let before: SmallVec<[Option<u64>; 2]> = touched
             .iter()
             .map(|k| writer.keys().get(k).map(|e| e.expire_at_ms))
@@ -913,8 +923,13 @@ impl<'a> Txn<'a> {
             }
             cursor = next;
         }
-        let keys: Vec<Bytes> = self
-            .writer()
+        let writer = self.writer();
+        if !writer.cover_all() {
+            return Err(Error::Internal(
+                "flush without every collection shard".into(),
+            ));
+        }
+        let keys: Vec<Bytes> = writer
             .keys_in_shards()
             .into_iter()
             .filter(|k| k.first().is_some_and(|&first| wanted(first)))

@@ -457,14 +457,7 @@ impl Collections {
     /// fails, since no reader sees them until the writer is dropped.
     /// May pause briefly first (backpressure).
     pub fn writer(&self, keys: &[&[u8]]) -> Writer<'_> {
-        self.shared.backpressure();
-        let world = self.shared.world.read();
-        let locked = self.shared.map.lock(keys);
-        Writer {
-            shared: &self.shared,
-            locked,
-            _world: world,
-        }
+        self.writer_locking(|map| map.lock(keys))
     }
 
     /// A writer that locks each shard the first time it covers one of its
@@ -472,21 +465,19 @@ impl Collections {
     /// writer (the keyspace's whole-keyspace transactions: scripts,
     /// FLUSHALL, SWAPDB), which may touch any key.
     pub fn writer_as_needed(&self) -> Writer<'_> {
-        self.shared.backpressure();
-        let world = self.shared.world.read();
-        let locked = self.shared.map.lock_as_needed();
-        Writer {
-            shared: &self.shared,
-            locked,
-            _world: world,
-        }
+        self.writer_locking(ShardedMap::lock_as_needed)
     }
 
-    /// A writer holding every shard (FLUSHALL, whole-keyspace transactions).
-    pub fn writer_all(&self) -> Writer<'_> {
+    /// Backpressure, then the stop-the-world guard, then the shards `lock`
+    /// takes (in that order: a stop-the-world checkpoint holds the guard
+    /// exclusively and takes no shard).
+    fn writer_locking<'c>(
+        &'c self,
+        lock: impl FnOnce(&'c ShardedMap) -> state::Locked<'c>,
+    ) -> Writer<'c> {
         self.shared.backpressure();
         let world = self.shared.world.read();
-        let locked = self.shared.map.lock_all();
+        let locked = lock(&self.shared.map);
         Writer {
             shared: &self.shared,
             locked,

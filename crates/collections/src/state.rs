@@ -140,20 +140,6 @@ impl ShardedMap {
         }
     }
 
-    /// Locks every shard for writing (FLUSHALL, whole-keyspace transactions).
-    pub fn lock_all(&self) -> Locked<'_> {
-        Locked {
-            guards: self
-                .shards
-                .iter()
-                .enumerate()
-                .map(|(i, s)| (i, s.write()))
-                .collect(),
-            keys: &self.keys,
-            more: None,
-        }
-    }
-
     pub fn len(&self) -> u64 {
         self.keys.load(Ordering::Relaxed).max(0) as u64
     }

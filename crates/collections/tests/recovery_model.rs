@@ -592,6 +592,24 @@ fn backpressure_slows_writers_only_when_a_checkpointer_could_catch_up() {
     store.read(b"s", |entry| assert_eq!(entry.unwrap().object.len(), 3000));
 }
 
+/// Pushes one 100-byte value onto the list `big`.
+fn push_to_big_list(store: &Collections, byte: u8) {
+    store
+        .write(vec![Op::ListPush {
+            key: b(b"big"),
+            front: true,
+            values: vec![b(&[byte; 100])],
+        }])
+        .unwrap();
+}
+
+/// Makes `big` a list of 400 values (~40 KiB: its image is that large).
+fn fill_big_list(store: &Collections) {
+    for i in 0..400u32 {
+        push_to_big_list(store, i as u8);
+    }
+}
+
 #[test]
 fn checkpoints_of_a_large_key_wait_for_as_much_log_as_its_image() {
     // A checkpoint rewrites a touched key's whole image: on a large hot key
@@ -610,15 +628,7 @@ fn checkpoints_of_a_large_key_wait_for_as_much_log_as_its_image() {
     .unwrap();
     assert_eq!(store.stats().checkpoint_threshold, base);
     // A list of ~40 KiB, then its checkpoint: an image of more than base.
-    for i in 0..400u32 {
-        store
-            .write(vec![Op::ListPush {
-                key: b(b"big"),
-                front: true,
-                values: vec![b(&[i as u8; 100])],
-            }])
-            .unwrap();
-    }
+    fill_big_list(&store);
     store.request_checkpoint();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while store.stats().log_bytes_since_checkpoint > 0 || store.stats().checkpoint_running {
@@ -631,13 +641,7 @@ fn checkpoints_of_a_large_key_wait_for_as_much_log_as_its_image() {
     // Log up to the paced threshold (more than base) starts no checkpoint.
     let checkpoints = store.stats().checkpoints;
     while store.stats().log_bytes_since_checkpoint < image - base / 2 {
-        store
-            .write(vec![Op::ListPush {
-                key: b(b"big"),
-                front: true,
-                values: vec![b(&[7; 100])],
-            }])
-            .unwrap();
+        push_to_big_list(&store, 7);
     }
     assert!(store.stats().log_bytes_since_checkpoint > base);
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -649,13 +653,7 @@ fn checkpoints_of_a_large_key_wait_for_as_much_log_as_its_image() {
     // Past it, one starts.
     while store.stats().checkpoints == checkpoints {
         assert!(std::time::Instant::now() < deadline, "no paced checkpoint");
-        store
-            .write(vec![Op::ListPush {
-                key: b(b"big"),
-                front: true,
-                values: vec![b(&[8; 100])],
-            }])
-            .unwrap();
+        push_to_big_list(&store, 8);
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     store.close().unwrap();
@@ -672,15 +670,7 @@ fn checkpoints_of_a_large_key_wait_for_as_much_log_as_its_image() {
         },
     )
     .unwrap();
-    for i in 0..400u32 {
-        store
-            .write(vec![Op::ListPush {
-                key: b(b"big"),
-                front: true,
-                values: vec![b(&[i as u8; 100])],
-            }])
-            .unwrap();
-    }
+    fill_big_list(&store);
     let report = store.checkpoint_now().unwrap();
     assert!(report.image_bytes > engram_collections::MAX_CHECKPOINT_PACING << 10);
     assert_eq!(

@@ -279,3 +279,36 @@ fn access_fields_and_eviction_follow_swaps_and_skip_hidden_databases() {
     assert_eq!(get(&ks, 1, b"s"), None);
     assert_eq!(members(&ks, 1, b"c"), 0);
 }
+
+#[test]
+fn whole_keyspace_writes_are_refused_without_the_keyspace_excluded() {
+    // FLUSHDB and SWAPDB own every key group only under the keyspace's
+    // exclusion (`lock_all`); a transaction that locked one key's group
+    // gets an error and changes nothing.
+    let dir = tempfile::tempdir().unwrap();
+    let ks = open(dir.path(), 4);
+    set(&ks, 0, b"k", b"v", None);
+    sadd(&ks, 1, b"s", b"m");
+    let mut txn = ks.lock([(0, &b"k"[..])], false).unwrap();
+    for refused in [
+        txn.flush(None).map(drop),
+        txn.swap_databases(0, 1, now_ms()),
+    ] {
+        let error = refused.expect_err("a whole-keyspace write under one key's lock");
+        assert!(
+            error.to_string().contains("without the keyspace excluded"),
+            "{error}"
+        );
+    }
+    drop(txn);
+    assert_eq!(get(&ks, 0, b"k").as_deref(), Some(&b"v"[..]));
+    assert_eq!(members(&ks, 1, b"s"), 1);
+    // Under the exclusion both go through.
+    swap(&ks, 0, 1);
+    assert_eq!(get(&ks, 1, b"k").as_deref(), Some(&b"v"[..]));
+    let mut txn = ks.lock_all(false);
+    assert_eq!(txn.flush(None).unwrap(), 2);
+    txn.commit().unwrap();
+    assert_eq!(get(&ks, 1, b"k"), None);
+    assert_eq!(members(&ks, 0, b"s"), 0);
+}

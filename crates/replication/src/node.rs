@@ -1,0 +1,613 @@
+//! One member of a Raft group: the Raft loop (a thread driving raft-rs's
+//! `RawNode`), the apply thread, and the handle the server holds.
+//!
+//! The Raft loop owns the `RawNode` and the durable log. Each pass takes
+//! every message, proposal and read request queued, ticks when a tick is
+//! due, then handles one `Ready`: messages a leader may send at once go out
+//! first (its appends to followers overlap its own write), new entries and
+//! the hard state are written and made durable with one sync, messages
+//! that must follow persistence go out, committed entries go to the apply
+//! thread. Everything that arrived while a sync ran is handled in the next
+//! pass as one batch: the pipelined batching of Blizzard's section 5.2.
+//!
+//! The apply thread hands committed entries, in log order and in batches,
+//! to the [`StateMachine`], then publishes the applied index. A proposal's
+//! reply comes from the state machine's apply of that entry on this node
+//! (`Reply`), so a client hears its result only once the entry is
+//! committed (a majority has it durably) and applied here.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use crossbeam_channel::{select, unbounded, Receiver, Sender};
+use parking_lot::Mutex;
+use raft::prelude::{Entry, EntryType, Message};
+use raft::{Config, RawNode, ReadOnlyOption, StateRole};
+use slog::Drain;
+use tokio::sync::{oneshot, watch};
+
+use crate::bus::{Bus, Directory};
+use crate::error::{Error, Result};
+use crate::raft_log::RaftLog;
+
+/// A member of the group: its id and bus address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub id: u64,
+    pub bus: SocketAddr,
+}
+
+/// Parses `1@host:port,2@host:port,...` (the `--peers` option).
+pub fn parse_peers(spec: &str) -> Result<Vec<Peer>> {
+    let mut peers = Vec::new();
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = part
+            .split_once('@')
+            .ok_or_else(|| Error::Peers(format!("'{part}' is not ID@HOST:PORT")))?;
+        let id: u64 = id
+            .parse()
+            .ok()
+            .filter(|&id| id > 0)
+            .ok_or_else(|| Error::Peers(format!("'{id}' is not a node id (a number > 0)")))?;
+        let bus = std::net::ToSocketAddrs::to_socket_addrs(addr)
+            .map_err(|e| Error::Peers(format!("'{addr}': {e}")))?
+            .next()
+            .ok_or_else(|| Error::Peers(format!("'{addr}' names no address")))?;
+        if peers.iter().any(|p: &Peer| p.id == id) {
+            return Err(Error::Peers(format!("node id {id} appears twice")));
+        }
+        peers.push(Peer { id, bus });
+    }
+    if peers.is_empty() {
+        return Err(Error::Peers("no peers given".into()));
+    }
+    Ok(peers)
+}
+
+pub struct NodeConfig {
+    pub id: u64,
+    /// Every voter of the group, this node included.
+    pub peers: Vec<Peer>,
+    /// Where the Raft log lives (`DIR/raft`).
+    pub dir: PathBuf,
+    /// The address clients reach this node at (told to the peers).
+    pub client_addr: String,
+    pub tick: Duration,
+    pub heartbeat_ticks: usize,
+    pub election_ticks: usize,
+    /// The last index the state machine applied durably (from its own
+    /// store at startup): raft-rs delivers the entries after it.
+    pub applied: u64,
+}
+
+impl NodeConfig {
+    /// The defaults: a 10 ms tick, heartbeats every tick, elections after
+    /// 6 to 12 silent ticks (60 to 120 ms).
+    pub fn new(id: u64, peers: Vec<Peer>, dir: PathBuf, client_addr: String) -> NodeConfig {
+        NodeConfig {
+            id,
+            peers,
+            dir,
+            client_addr,
+            tick: Duration::from_millis(10),
+            heartbeat_ticks: 1,
+            election_ticks: 6,
+            applied: 0,
+        }
+    }
+}
+
+/// Why a proposal or a read was not served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// This node is not the leader; the leader's id if known.
+    NotLeader(Option<u64>),
+    /// Leadership changed before the outcome was known: the entry may or
+    /// may not be applied.
+    Unknown,
+    /// The node is shutting down.
+    Stopped,
+}
+
+/// Where the state machine sends a proposal's result (the server's reply
+/// bytes); dropping it unanswered tells the proposer `Refused::Unknown`.
+pub struct Reply(oneshot::Sender<std::result::Result<Vec<u8>, Refused>>);
+
+impl Reply {
+    pub fn send(self, reply: Vec<u8>) {
+        let _ = self.0.send(Ok(reply));
+    }
+}
+
+/// A committed entry, handed to the state machine in log order.
+pub struct Committed {
+    pub index: u64,
+    pub term: u64,
+    /// The proposal's bytes (empty for the entries a new leader appends).
+    pub data: Bytes,
+    /// Set on the node that proposed the entry, while its client waits.
+    pub reply: Option<Reply>,
+}
+
+/// What the group replicates into: applies committed entries in log order.
+pub trait StateMachine: Send + 'static {
+    /// Applies a batch of committed entries, in order, and answers each
+    /// `reply`. When it returns, the entries are applied (and their
+    /// applied index recorded as the state machine's durability promises).
+    fn apply(&mut self, entries: Vec<Committed>);
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Status {
+    pub id: u64,
+    pub role: &'static str,
+    pub leader: u64,
+    pub term: u64,
+    pub commit: u64,
+    pub applied: u64,
+    pub last_index: u64,
+    pub log_bytes: u64,
+    /// On the leader: each follower's match index.
+    pub progress: Vec<(u64, u64)>,
+}
+
+enum Input {
+    Propose(
+        Vec<u8>,
+        oneshot::Sender<std::result::Result<Vec<u8>, Refused>>,
+    ),
+    Read(oneshot::Sender<std::result::Result<u64, Refused>>),
+    Transfer(u64),
+}
+
+/// The server's handle on its group.
+pub struct Replica {
+    id: u64,
+    inputs: Sender<Input>,
+    leader: Arc<AtomicU64>,
+    is_leader: Arc<AtomicBool>,
+    applied: watch::Receiver<u64>,
+    status: Arc<Mutex<Status>>,
+    directory: Directory,
+    members: Vec<u64>,
+    pub bus_addr: SocketAddr,
+}
+
+impl Replica {
+    /// Opens the log, binds the bus, starts the Raft loop and the apply
+    /// thread.
+    pub fn start(config: NodeConfig, machine: Box<dyn StateMachine>) -> Result<Replica> {
+        let me = config
+            .peers
+            .iter()
+            .find(|p| p.id == config.id)
+            .ok_or_else(|| {
+                Error::Peers(format!(
+                    "this node's id {} is not among the peers",
+                    config.id
+                ))
+            })?
+            .clone();
+        let members: Vec<u64> = config.peers.iter().map(|p| p.id).collect();
+        let mut log = RaftLog::open(&config.dir, &members)?;
+        // Applied entries were committed, whatever commit index the last
+        // state write recorded (light readies' commits are not written).
+        let mut hs = log.hard_state().clone();
+        if hs.commit < config.applied {
+            if config.applied > log.last_index() {
+                return Err(Error::Corrupt(format!(
+                    "the state machine applied index {} but the Raft log ends at {}",
+                    config.applied,
+                    log.last_index()
+                )));
+            }
+            hs.commit = config.applied;
+            log.set_hard_state(hs);
+            log.sync()?;
+        }
+        let raft_config = Config {
+            id: config.id,
+            election_tick: config.election_ticks,
+            heartbeat_tick: config.heartbeat_ticks,
+            applied: config.applied,
+            max_size_per_msg: 1 << 20,
+            max_inflight_msgs: 256,
+            check_quorum: true,
+            pre_vote: true,
+            read_only_option: ReadOnlyOption::Safe,
+            ..Default::default()
+        };
+        raft_config.validate()?;
+        let logger = slog::Logger::root(slog_stdlog::StdLog.fuse(), slog::o!());
+        let raw = RawNode::new(&raft_config, log, &logger)?;
+
+        let (message_tx, message_rx) = unbounded();
+        let peers: HashMap<u64, SocketAddr> = config.peers.iter().map(|p| (p.id, p.bus)).collect();
+        let bus = Bus::start(config.id, me.bus, &peers, &config.client_addr, message_tx)?;
+        let (input_tx, input_rx) = unbounded();
+        let (applied_tx, applied_rx) = watch::channel(config.applied);
+        let (apply_tx, apply_rx) = unbounded::<Vec<Committed>>();
+        let status = Arc::new(Mutex::new(Status {
+            id: config.id,
+            applied: config.applied,
+            ..Default::default()
+        }));
+        let leader = Arc::new(AtomicU64::new(0));
+        let is_leader = Arc::new(AtomicBool::new(false));
+        let replica = Replica {
+            id: config.id,
+            inputs: input_tx,
+            leader: leader.clone(),
+            is_leader: is_leader.clone(),
+            applied: applied_rx,
+            status: status.clone(),
+            directory: bus.directory().clone(),
+            members,
+            bus_addr: bus.local_addr,
+        };
+        {
+            let status = status.clone();
+            std::thread::Builder::new()
+                .name("engram-apply".into())
+                .spawn(move || apply_loop(machine, apply_rx, applied_tx, status))
+                .map_err(|e| Error::Internal(e.to_string()))?;
+        }
+        let driver = Driver {
+            raw,
+            bus,
+            messages: message_rx,
+            inputs: input_rx,
+            apply: apply_tx,
+            tick: config.tick,
+            pending: HashMap::new(),
+            reads_waiting: Vec::new(),
+            reads_in_flight: HashMap::new(),
+            read_counter: 0,
+            leader,
+            is_leader,
+            status,
+        };
+        std::thread::Builder::new()
+            .name("engram-raft".into())
+            .spawn(move || driver.run())
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        Ok(replica)
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The voters of the group.
+    pub fn members(&self) -> &[u64] {
+        &self.members
+    }
+
+    /// Whether this node believes it leads (a hint: a proposal or a read
+    /// barrier is what proves it).
+    pub fn is_leader(&self) -> bool {
+        self.is_leader.load(Ordering::Acquire)
+    }
+
+    /// The leader's id, 0 when unknown.
+    pub fn leader(&self) -> u64 {
+        self.leader.load(Ordering::Acquire)
+    }
+
+    /// The address clients reach node `id` at, as it told the group.
+    pub fn client_addr(&self, id: u64) -> Option<String> {
+        self.directory.read().get(&id).cloned()
+    }
+
+    pub fn status(&self) -> Status {
+        self.status.lock().clone()
+    }
+
+    /// Proposes `data` now; the future resolves with the state machine's
+    /// reply once the entry is committed and applied here.
+    pub fn propose(
+        &self,
+        data: Vec<u8>,
+    ) -> impl std::future::Future<Output = std::result::Result<Vec<u8>, Refused>> {
+        let (tx, rx) = oneshot::channel();
+        let sent = self.inputs.send(Input::Propose(data, tx)).is_ok();
+        async move {
+            if !sent {
+                return Err(Refused::Stopped);
+            }
+            rx.await.unwrap_or(Err(Refused::Unknown))
+        }
+    }
+
+    /// A linearizable read point (Raft's ReadIndex), asked for now: the
+    /// future resolves once this node has confirmed with a majority that
+    /// it still leads and has applied everything committed before the
+    /// call.
+    pub fn read_barrier(
+        &self,
+    ) -> impl std::future::Future<Output = std::result::Result<(), Refused>> + '_ {
+        let (tx, rx) = oneshot::channel();
+        let sent = self.inputs.send(Input::Read(tx)).is_ok();
+        async move {
+            if !sent {
+                return Err(Refused::Stopped);
+            }
+            let index = rx.await.unwrap_or(Err(Refused::Unknown))?;
+            self.wait_applied(index).await;
+            Ok(())
+        }
+    }
+
+    /// Waits until the applied index reaches `index`.
+    pub async fn wait_applied(&self, index: u64) {
+        let mut applied = self.applied.clone();
+        let _ = applied.wait_for(|&applied| applied >= index).await;
+    }
+
+    pub fn applied(&self) -> u64 {
+        *self.applied.borrow()
+    }
+
+    /// Asks raft-rs to hand leadership to `to` (a no-op off the leader).
+    pub fn transfer_leader(&self, to: u64) {
+        let _ = self.inputs.send(Input::Transfer(to));
+    }
+}
+
+type ProposalReply = oneshot::Sender<std::result::Result<Vec<u8>, Refused>>;
+type ReadReply = oneshot::Sender<std::result::Result<u64, Refused>>;
+
+struct Driver {
+    raw: RawNode<RaftLog>,
+    bus: Bus,
+    messages: Receiver<Message>,
+    inputs: Receiver<Input>,
+    apply: Sender<Vec<Committed>>,
+    tick: Duration,
+    /// Proposals of this node waiting for their entry: index → (term, reply).
+    pending: HashMap<u64, (u64, ProposalReply)>,
+    reads_waiting: Vec<ReadReply>,
+    reads_in_flight: HashMap<Vec<u8>, Vec<ReadReply>>,
+    read_counter: u64,
+    leader: Arc<AtomicU64>,
+    is_leader: Arc<AtomicBool>,
+    status: Arc<Mutex<Status>>,
+}
+
+impl Driver {
+    fn run(mut self) {
+        let mut next_tick = Instant::now() + self.tick;
+        loop {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            select! {
+                recv(self.messages) -> message => match message {
+                    Ok(message) => self.step(message),
+                    Err(_) => return,
+                },
+                recv(self.inputs) -> input => match input {
+                    Ok(input) => self.input(input),
+                    // The handle is gone: the server stopped.
+                    Err(_) => return,
+                },
+                default(wait) => {}
+            }
+            while let Ok(message) = self.messages.try_recv() {
+                self.step(message);
+            }
+            while let Ok(input) = self.inputs.try_recv() {
+                self.input(input);
+            }
+            if Instant::now() >= next_tick {
+                self.raw.tick();
+                next_tick += self.tick;
+                if next_tick < Instant::now() {
+                    // A stall (the machine was busy): do not tick in a burst.
+                    next_tick = Instant::now() + self.tick;
+                }
+                for peer in self.bus.take_unreachable() {
+                    self.raw.report_unreachable(peer);
+                }
+            }
+            self.issue_reads();
+            if let Err(e) = self.handle_ready() {
+                // The log cannot be written: this node must not go on
+                // voting or acknowledging. Stop, as a crash would.
+                log::error!("replication stopped: {e}");
+                std::process::exit(70);
+            }
+        }
+    }
+
+    fn step(&mut self, message: Message) {
+        if let Err(e) = self.raw.step(message) {
+            log::debug!("raft step: {e}");
+        }
+    }
+
+    fn input(&mut self, input: Input) {
+        match input {
+            Input::Propose(data, reply) => {
+                if self.raw.raft.state != StateRole::Leader {
+                    let _ = reply.send(Err(Refused::NotLeader(self.known_leader())));
+                    return;
+                }
+                match self.raw.propose(Vec::new(), data) {
+                    Ok(()) => {
+                        let index = self.raw.raft.raft_log.last_index();
+                        self.pending.insert(index, (self.raw.raft.term, reply));
+                    }
+                    Err(_) => {
+                        let _ = reply.send(Err(Refused::NotLeader(self.known_leader())));
+                    }
+                }
+            }
+            Input::Read(reply) => {
+                if self.raw.raft.state != StateRole::Leader {
+                    let _ = reply.send(Err(Refused::NotLeader(self.known_leader())));
+                } else {
+                    self.reads_waiting.push(reply);
+                }
+            }
+            Input::Transfer(to) => self.raw.transfer_leader(to),
+        }
+    }
+
+    fn known_leader(&self) -> Option<u64> {
+        Some(self.raw.raft.leader_id).filter(|&id| id != 0)
+    }
+
+    /// One ReadIndex request for every read that arrived since the last.
+    fn issue_reads(&mut self) {
+        if self.reads_waiting.is_empty() {
+            return;
+        }
+        self.read_counter += 1;
+        let context = self.read_counter.to_le_bytes().to_vec();
+        self.raw.read_index(context.clone());
+        self.reads_in_flight
+            .insert(context, std::mem::take(&mut self.reads_waiting));
+    }
+
+    fn handle_ready(&mut self) -> Result<()> {
+        if !self.raw.has_ready() {
+            return Ok(());
+        }
+        let mut ready = self.raw.ready();
+        if let Some(soft) = ready.ss() {
+            self.role_changed(soft.leader_id, soft.raft_state);
+        }
+        self.bus.send(ready.take_messages());
+        let committed = ready.take_committed_entries();
+        self.hand_to_apply(committed);
+        let store = self.raw.mut_store();
+        store.append(ready.entries())?;
+        if let Some(hs) = ready.hs() {
+            store.set_hard_state(hs.clone());
+        }
+        store.sync()?;
+        self.bus.send(ready.take_persisted_messages());
+        for read in ready.take_read_states() {
+            if let Some(replies) = self.reads_in_flight.remove(&read.request_ctx) {
+                for reply in replies {
+                    let _ = reply.send(Ok(read.index));
+                }
+            }
+        }
+        let mut light = self.raw.advance(ready);
+        if let Some(commit) = light.commit_index() {
+            self.raw.mut_store().set_commit(commit);
+        }
+        self.bus.send(light.take_messages());
+        let committed = light.take_committed_entries();
+        self.hand_to_apply(committed);
+        self.raw.advance_apply();
+        self.publish_status();
+        Ok(())
+    }
+
+    fn role_changed(&mut self, leader: u64, role: StateRole) {
+        let was_leader = self.is_leader.load(Ordering::Relaxed);
+        let leads = role == StateRole::Leader;
+        self.leader.store(leader, Ordering::Release);
+        self.is_leader.store(leads, Ordering::Release);
+        if was_leader && !leads {
+            // Entries proposed here may still commit under the next
+            // leader, or be replaced: their clients cannot be told which.
+            for (_, (_, reply)) in self.pending.drain() {
+                let _ = reply.send(Err(Refused::Unknown));
+            }
+            for (_, replies) in self.reads_in_flight.drain() {
+                for reply in replies {
+                    let _ = reply.send(Err(Refused::NotLeader(Some(leader).filter(|&l| l != 0))));
+                }
+            }
+        }
+        log::info!(
+            "raft: node {} is now {:?} (leader {leader}, term {})",
+            self.raw.raft.id,
+            role,
+            self.raw.raft.term
+        );
+    }
+
+    fn hand_to_apply(&mut self, entries: Vec<Entry>) {
+        if entries.is_empty() {
+            return;
+        }
+        let mut batch = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let reply = match self.pending.remove(&entry.index) {
+                Some((term, reply)) if term == entry.term => Some(Reply(reply)),
+                Some((_, reply)) => {
+                    // Another leader's entry took our proposal's index.
+                    let _ = reply.send(Err(Refused::Unknown));
+                    None
+                }
+                None => None,
+            };
+            let data = match entry.get_entry_type() {
+                EntryType::EntryNormal => entry.data,
+                _ => {
+                    // Membership changes are not proposed yet (issue 26).
+                    log::warn!("raft: ignoring a configuration change at {}", entry.index);
+                    Bytes::new()
+                }
+            };
+            batch.push(Committed {
+                index: entry.index,
+                term: entry.term,
+                data,
+                reply,
+            });
+        }
+        let _ = self.apply.send(batch);
+    }
+
+    fn publish_status(&self) {
+        let raft = &self.raw.raft;
+        let mut status = self.status.lock();
+        status.role = match raft.state {
+            StateRole::Leader => "leader",
+            StateRole::Follower => "follower",
+            StateRole::Candidate => "candidate",
+            StateRole::PreCandidate => "pre-candidate",
+        };
+        status.leader = raft.leader_id;
+        status.term = raft.term;
+        status.commit = raft.raft_log.committed;
+        status.last_index = raft.raft_log.last_index();
+        status.log_bytes = raft.raft_log.store.bytes();
+        status.progress.clear();
+        if raft.state == StateRole::Leader {
+            for (&id, progress) in raft.prs().iter() {
+                if id != raft.id {
+                    status.progress.push((id, progress.matched));
+                }
+            }
+            status.progress.sort_unstable();
+        }
+    }
+}
+
+fn apply_loop(
+    mut machine: Box<dyn StateMachine>,
+    batches: Receiver<Vec<Committed>>,
+    applied: watch::Sender<u64>,
+    status: Arc<Mutex<Status>>,
+) {
+    while let Ok(mut batch) = batches.recv() {
+        // Whatever else is committed goes in the same batch.
+        while let Ok(more) = batches.try_recv() {
+            batch.extend(more);
+        }
+        let last = batch.last().map_or(0, |c| c.index);
+        machine.apply(batch);
+        status.lock().applied = last;
+        applied.send_replace(last);
+    }
+}

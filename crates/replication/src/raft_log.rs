@@ -1,0 +1,631 @@
+//! The durable Raft log: the entries raft-rs hands the node, appended to one
+//! persistent region, and the node's hard state (term, vote, commit) and
+//! membership, kept in two alternating slots of the region's first page.
+//!
+//! Layout of `DIR/raft/log`:
+//! - page 0: the magic word, then two state slots (`[crc u32][len u32]`
+//!   body); a write goes to the slot not holding the newest state, so a
+//!   torn write leaves the other;
+//! - from `RECORDS_START`, records back to back, each
+//!   `[data_len u32][crc u32][term u64][index u64][type u32][ctx_len u32]`
+//!   then data and context, padded to 8 bytes; after the last record, an
+//!   all-zero header (the end).
+//!
+//! A conflicting append (raft-rs's "truncate the uncommitted suffix")
+//! rewrites from the first conflicting record's offset. Recovery reads
+//! records while each checks out (CRC, index one past the previous, term
+//! not below it) and stops at the first that does not: a torn tail, the
+//! end mark, or a stale record of a longer, truncated log. A stale record
+//! that passes those checks has the term of the entry a leader wrote at
+//! that index, so by Raft's log matching it is that entry.
+//!
+//! The DRAM side keeps 16 bytes per entry (its offset and term); `entries`
+//! decodes records from the mapping when raft-rs asks (sending to a
+//! follower that lags, applying after a restart).
+//!
+//! What is missing (issue 26's notes): compaction and snapshots, so the
+//! log grows until the node's directory is rebuilt.
+
+use std::path::Path;
+
+use bytes::Bytes;
+use engram_pmem::{PmemOffset, Region, RegionOptions};
+use raft::prelude::{ConfState, Entry, EntryType, HardState, Snapshot};
+use raft::{GetEntriesContext, RaftState, Storage, StorageError};
+
+use crate::error::{Error, Result};
+
+/// The file's first word.
+const MAGIC: u64 = u64::from_le_bytes(*b"ENGRAFT1");
+const SLOT_BYTES: u64 = 1024;
+const SLOTS: [u64; 2] = [1024, 2048];
+const RECORDS_START: u64 = 4096;
+const RECORD_HEADER: u64 = 32;
+/// The region grows by this much at a time (and starts at it).
+const GROWTH: u64 = 64 << 20;
+/// Most voters plus learners a slot can name.
+const MAX_MEMBERS: usize = 100;
+
+#[derive(Clone, Copy, Debug)]
+struct Located {
+    offset: u64,
+    term: u64,
+}
+
+pub struct RaftLog {
+    region: Region,
+    /// Index of `entries[0]`.
+    first_index: u64,
+    entries: Vec<Located>,
+    /// Where the next record goes.
+    tail: u64,
+    hard_state: HardState,
+    conf_state: ConfState,
+    /// Sequence of the newest state slot, and which slot holds it.
+    state_seq: u64,
+    state_slot: usize,
+    /// The lowest offset written since the last `sync` (records), and
+    /// whether a state slot was.
+    unsynced_from: Option<u64>,
+    unsynced_slot: Option<u64>,
+}
+
+impl RaftLog {
+    /// Opens the log in `dir` (created with `voters` as the first
+    /// membership if there is none).
+    pub fn open(dir: &Path, voters: &[u64]) -> Result<RaftLog> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("creating", dir, e))?;
+        let path = dir.join("log");
+        if !path.exists() {
+            let region = Region::create(&path, GROWTH, RegionOptions::default())?;
+            region.store_u64(PmemOffset(0), MAGIC);
+            let mut log = RaftLog::empty(region);
+            log.conf_state.voters = voters.to_vec();
+            log.write_state();
+            log.write_end();
+            log.sync()?;
+            engram_pmem::sync_directory(dir).map_err(|e| Error::io("syncing", dir, e))?;
+            return Ok(log);
+        }
+        let region = Region::open(&path, RegionOptions::default())?;
+        if region.len() < RECORDS_START + RECORD_HEADER || region.load_u64(PmemOffset(0)) != MAGIC {
+            return Err(Error::Corrupt(format!(
+                "{}: not an Engram Raft log (bad magic)",
+                path.display()
+            )));
+        }
+        let mut log = RaftLog::empty(region);
+        log.read_state(&path)?;
+        log.read_records();
+        Ok(log)
+    }
+
+    fn empty(region: Region) -> RaftLog {
+        RaftLog {
+            region,
+            first_index: 1,
+            entries: Vec::new(),
+            tail: RECORDS_START,
+            hard_state: HardState::default(),
+            conf_state: ConfState::default(),
+            state_seq: 0,
+            state_slot: 1,
+            unsynced_from: None,
+            unsynced_slot: None,
+        }
+    }
+
+    pub fn hard_state(&self) -> &HardState {
+        &self.hard_state
+    }
+
+    pub fn conf_state(&self) -> &ConfState {
+        &self.conf_state
+    }
+
+    pub fn last_index(&self) -> u64 {
+        self.first_index + self.entries.len() as u64 - 1
+    }
+
+    /// Bytes of records in the log (for INFO).
+    pub fn bytes(&self) -> u64 {
+        self.tail - RECORDS_START
+    }
+
+    /// Appends entries raft-rs made ready; the first may overwrite the
+    /// uncommitted suffix (a conflict), never a committed entry.
+    pub fn append(&mut self, entries: &[Entry]) -> Result<()> {
+        let Some(first) = entries.first() else {
+            return Ok(());
+        };
+        if first.index < self.first_index || first.index > self.last_index() + 1 {
+            return Err(Error::Internal(format!(
+                "append at index {} to a log holding {}..={}",
+                first.index,
+                self.first_index,
+                self.last_index()
+            )));
+        }
+        if first.index <= self.hard_state.commit {
+            return Err(Error::Internal(format!(
+                "append at index {} would overwrite committed entries (commit {})",
+                first.index, self.hard_state.commit
+            )));
+        }
+        let keep = (first.index - self.first_index) as usize;
+        if keep < self.entries.len() {
+            self.tail = self.entries[keep].offset;
+            self.entries.truncate(keep);
+        }
+        let start = self.tail;
+        for entry in entries {
+            self.write_record(entry)?;
+        }
+        self.write_end();
+        self.unsynced_from = Some(self.unsynced_from.map_or(start, |from| from.min(start)));
+        Ok(())
+    }
+
+    fn write_record(&mut self, entry: &Entry) -> Result<()> {
+        let payload = entry.data.len() + entry.context.len();
+        let len = RECORD_HEADER + (payload as u64).next_multiple_of(8);
+        self.ensure_room(len + RECORD_HEADER)?;
+        let mut record = Vec::with_capacity(len as usize);
+        record.extend_from_slice(&(entry.data.len() as u32).to_le_bytes());
+        record.extend_from_slice(&[0; 4]);
+        record.extend_from_slice(&entry.term.to_le_bytes());
+        record.extend_from_slice(&entry.index.to_le_bytes());
+        record.extend_from_slice(&(entry.entry_type as u32).to_le_bytes());
+        record.extend_from_slice(&(entry.context.len() as u32).to_le_bytes());
+        record.extend_from_slice(&entry.data);
+        record.extend_from_slice(&entry.context);
+        record.resize(len as usize, 0);
+        let crc = crc32c::crc32c(&record[8..]);
+        record[4..8].copy_from_slice(&crc.to_le_bytes());
+        self.region.write(PmemOffset(self.tail), &record);
+        self.entries.push(Located {
+            offset: self.tail,
+            term: entry.term,
+        });
+        self.tail += len;
+        Ok(())
+    }
+
+    /// The all-zero header after the last record.
+    fn write_end(&mut self) {
+        self.region
+            .write(PmemOffset(self.tail), &[0; RECORD_HEADER as usize]);
+    }
+
+    fn ensure_room(&self, bytes: u64) -> Result<()> {
+        let needed = self.tail + bytes;
+        if needed > self.region.len() {
+            self.region
+                .grow_to(needed.next_multiple_of(GROWTH))
+                .map_err(Error::Pmem)?;
+        }
+        Ok(())
+    }
+
+    pub fn set_hard_state(&mut self, hard_state: HardState) {
+        if hard_state != self.hard_state {
+            self.hard_state = hard_state;
+            self.write_state();
+        }
+    }
+
+    /// Records a commit index raft-rs reported after the fact (a light
+    /// ready); written with the next state write, and recovered as at
+    /// least the applied index (see `Node::start`).
+    pub fn set_commit(&mut self, commit: u64) {
+        self.hard_state.commit = commit;
+    }
+
+    pub fn set_conf_state(&mut self, conf_state: ConfState) {
+        self.conf_state = conf_state;
+        self.write_state();
+    }
+
+    fn write_state(&mut self) {
+        let hs = &self.hard_state;
+        let cs = &self.conf_state;
+        let mut body = Vec::with_capacity(128);
+        body.extend_from_slice(&(self.state_seq + 1).to_le_bytes());
+        body.extend_from_slice(&hs.term.to_le_bytes());
+        body.extend_from_slice(&hs.vote.to_le_bytes());
+        body.extend_from_slice(&hs.commit.to_le_bytes());
+        for ids in [
+            &cs.voters,
+            &cs.learners,
+            &cs.voters_outgoing,
+            &cs.learners_next,
+        ] {
+            body.extend_from_slice(&(ids.len() as u32).to_le_bytes());
+            for id in ids.iter().take(MAX_MEMBERS) {
+                body.extend_from_slice(&id.to_le_bytes());
+            }
+        }
+        body.push(cs.auto_leave as u8);
+        let mut slot = Vec::with_capacity(body.len() + 8);
+        slot.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+        slot.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        slot.extend_from_slice(&body);
+        assert!(
+            slot.len() as u64 <= SLOT_BYTES,
+            "membership too large for a slot"
+        );
+        let next = 1 - self.state_slot;
+        self.region.write(PmemOffset(SLOTS[next]), &slot);
+        self.state_slot = next;
+        self.state_seq += 1;
+        self.unsynced_slot = Some(SLOTS[next]);
+    }
+
+    fn read_state(&mut self, path: &Path) -> Result<()> {
+        let mut best: Option<(u64, usize, HardState, ConfState)> = None;
+        for (which, &at) in SLOTS.iter().enumerate() {
+            let Some((seq, hs, cs)) = self.decode_slot(at) else {
+                continue;
+            };
+            if best.as_ref().is_none_or(|b| seq > b.0) {
+                best = Some((seq, which, hs, cs));
+            }
+        }
+        let Some((seq, which, hs, cs)) = best else {
+            return Err(Error::Corrupt(format!(
+                "{}: neither state slot is readable",
+                path.display()
+            )));
+        };
+        self.state_seq = seq;
+        self.state_slot = which;
+        self.hard_state = hs;
+        self.conf_state = cs;
+        Ok(())
+    }
+
+    fn decode_slot(&self, at: u64) -> Option<(u64, HardState, ConfState)> {
+        let head = self.region.read(PmemOffset(at), 8);
+        let crc = u32::from_le_bytes(head[0..4].try_into().unwrap());
+        let len = u32::from_le_bytes(head[4..8].try_into().unwrap()) as u64;
+        if !(49..=SLOT_BYTES - 8).contains(&len) {
+            return None;
+        }
+        let body = self.region.read(PmemOffset(at + 8), len);
+        if crc32c::crc32c(body) != crc {
+            return None;
+        }
+        let mut reader = Reader(body);
+        let seq = reader.u64()?;
+        let hs = HardState {
+            term: reader.u64()?,
+            vote: reader.u64()?,
+            commit: reader.u64()?,
+            ..Default::default()
+        };
+        let mut cs = ConfState::default();
+        for ids in [
+            &mut cs.voters,
+            &mut cs.learners,
+            &mut cs.voters_outgoing,
+            &mut cs.learners_next,
+        ] {
+            let n = reader.u32()? as usize;
+            for _ in 0..n.min(MAX_MEMBERS) {
+                ids.push(reader.u64()?);
+            }
+        }
+        cs.auto_leave = reader.bytes(1)?[0] != 0;
+        Some((seq, hs, cs))
+    }
+
+    /// Reads records from the start while they check out.
+    fn read_records(&mut self) {
+        let mut at = RECORDS_START;
+        let mut previous: Option<(u64, u64)> = None;
+        while let Some((index, term, len)) = self.check_record(at) {
+            if let Some((prev_index, prev_term)) = previous {
+                if index != prev_index + 1 || term < prev_term {
+                    break;
+                }
+            } else if index != self.first_index {
+                break;
+            }
+            self.entries.push(Located { offset: at, term });
+            previous = Some((index, term));
+            at += len;
+        }
+        self.tail = at;
+    }
+
+    /// A record's index, term and length, if its header and CRC hold.
+    fn check_record(&self, at: u64) -> Option<(u64, u64, u64)> {
+        if at + RECORD_HEADER > self.region.len() {
+            return None;
+        }
+        let head = self.region.read(PmemOffset(at), RECORD_HEADER);
+        let data_len = u32::from_le_bytes(head[0..4].try_into().unwrap()) as u64;
+        let crc = u32::from_le_bytes(head[4..8].try_into().unwrap());
+        let term = u64::from_le_bytes(head[8..16].try_into().unwrap());
+        let index = u64::from_le_bytes(head[16..24].try_into().unwrap());
+        let ctx_len = u32::from_le_bytes(head[28..32].try_into().unwrap()) as u64;
+        if index == 0 {
+            return None;
+        }
+        let len = RECORD_HEADER + (data_len + ctx_len).next_multiple_of(8);
+        if at + len > self.region.len() {
+            return None;
+        }
+        let record = self.region.read(PmemOffset(at), len);
+        (crc32c::crc32c(&record[8..]) == crc).then_some((index, term, len))
+    }
+
+    fn decode(&self, located: Located) -> Entry {
+        let head = self.region.read(PmemOffset(located.offset), RECORD_HEADER);
+        let data_len = u32::from_le_bytes(head[0..4].try_into().unwrap()) as u64;
+        let ctx_len = u32::from_le_bytes(head[28..32].try_into().unwrap()) as u64;
+        let kind = u32::from_le_bytes(head[24..28].try_into().unwrap());
+        let payload = self.region.read(
+            PmemOffset(located.offset + RECORD_HEADER),
+            data_len + ctx_len,
+        );
+        Entry {
+            term: located.term,
+            index: u64::from_le_bytes(head[16..24].try_into().unwrap()),
+            entry_type: match kind {
+                1 => EntryType::EntryConfChange,
+                2 => EntryType::EntryConfChangeV2,
+                _ => EntryType::EntryNormal,
+            },
+            data: Bytes::copy_from_slice(&payload[..data_len as usize]),
+            context: Bytes::copy_from_slice(&payload[data_len as usize..]),
+            ..Default::default()
+        }
+    }
+
+    /// Makes what was written since the last call durable: one persist
+    /// (DAX) or `msync` (emulated) of the new records, one of the state
+    /// slot.
+    pub fn sync(&mut self) -> Result<()> {
+        if let Some(from) = self.unsynced_from.take() {
+            let len = self.tail + RECORD_HEADER - from;
+            self.region.persist(PmemOffset(from), len);
+            self.region.sync(PmemOffset(from), len)?;
+        }
+        if let Some(slot) = self.unsynced_slot.take() {
+            self.region.persist(PmemOffset(slot), SLOT_BYTES);
+            self.region.sync(PmemOffset(slot), SLOT_BYTES)?;
+        }
+        Ok(())
+    }
+
+    fn unavailable(&self, index: u64) -> raft::Error {
+        if index < self.first_index {
+            raft::Error::Store(StorageError::Compacted)
+        } else {
+            raft::Error::Store(StorageError::Unavailable)
+        }
+    }
+}
+
+impl Storage for RaftLog {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        Ok(RaftState::new(
+            self.hard_state.clone(),
+            self.conf_state.clone(),
+        ))
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        _context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        if low < self.first_index {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        if high > self.last_index() + 1 {
+            return Err(self.unavailable(high));
+        }
+        let max_size = max_size.into().unwrap_or(u64::MAX);
+        let mut out = Vec::with_capacity((high - low) as usize);
+        let mut size = 0u64;
+        for index in low..high {
+            let entry = self.decode(self.entries[(index - self.first_index) as usize]);
+            size += (entry.data.len() + entry.context.len()) as u64 + 16;
+            // raft-rs's rule: at least one entry, whatever its size.
+            if !out.is_empty() && size > max_size {
+                break;
+            }
+            out.push(entry);
+        }
+        Ok(out)
+    }
+
+    fn term(&self, index: u64) -> raft::Result<u64> {
+        if index == self.first_index - 1 {
+            // The (empty) snapshot's point: the log starts at index 1.
+            return Ok(0);
+        }
+        if index < self.first_index || index > self.last_index() {
+            return Err(self.unavailable(index));
+        }
+        Ok(self.entries[(index - self.first_index) as usize].term)
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        Ok(self.first_index)
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        Ok(RaftLog::last_index(self))
+    }
+
+    fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        // No compaction yet, so no follower ever needs one.
+        Err(raft::Error::Store(
+            StorageError::SnapshotTemporarilyUnavailable,
+        ))
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.bytes(8)?.try_into().ok()?))
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.bytes(4)?.try_into().ok()?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
+        Entry {
+            index,
+            term,
+            data: Bytes::copy_from_slice(data),
+            ..Default::default()
+        }
+    }
+
+    fn ctx() -> GetEntriesContext {
+        GetEntriesContext::empty(false)
+    }
+
+    #[test]
+    fn entries_and_state_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut log = RaftLog::open(dir.path(), &[1, 2, 3]).unwrap();
+            log.append(&[entry(1, 1, b"a"), entry(2, 1, b"bb"), entry(3, 2, b"")])
+                .unwrap();
+            log.set_hard_state(HardState {
+                term: 2,
+                vote: 3,
+                commit: 2,
+                ..Default::default()
+            });
+            log.sync().unwrap();
+        }
+        let log = RaftLog::open(dir.path(), &[9]).unwrap();
+        assert_eq!(log.conf_state().voters, vec![1, 2, 3]);
+        assert_eq!(
+            (
+                log.hard_state().term,
+                log.hard_state().vote,
+                log.hard_state().commit
+            ),
+            (2, 3, 2)
+        );
+        assert_eq!(RaftLog::last_index(&log), 3);
+        let got = log.entries(1, 4, None, ctx()).unwrap();
+        let data: Vec<&[u8]> = got.iter().map(|e| &e.data[..]).collect();
+        assert_eq!(data, vec![&b"a"[..], b"bb", b""]);
+        assert_eq!(log.term(3).unwrap(), 2);
+        assert_eq!(log.term(0).unwrap(), 0);
+        assert!(log.term(4).is_err());
+    }
+
+    #[test]
+    fn a_conflicting_append_truncates_and_the_stale_tail_is_not_recovered() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut log = RaftLog::open(dir.path(), &[1]).unwrap();
+            let long: Vec<Entry> = (1..=6).map(|i| entry(i, 1, b"old entry")).collect();
+            log.append(&long).unwrap();
+            // A new leader of term 2 replaces 3.. with one shorter entry.
+            log.append(&[entry(3, 2, b"n")]).unwrap();
+            log.sync().unwrap();
+            assert_eq!(RaftLog::last_index(&log), 3);
+        }
+        let log = RaftLog::open(dir.path(), &[1]).unwrap();
+        assert_eq!(RaftLog::last_index(&log), 3);
+        assert_eq!(log.entries(3, 4, None, ctx()).unwrap()[0].data, &b"n"[..]);
+        assert_eq!(log.term(3).unwrap(), 2);
+    }
+
+    #[test]
+    fn a_torn_record_ends_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let offset;
+        {
+            let mut log = RaftLog::open(dir.path(), &[1]).unwrap();
+            log.append(&[entry(1, 1, b"keep"), entry(2, 1, b"torn")])
+                .unwrap();
+            log.sync().unwrap();
+            offset = log.entries[1].offset;
+            // A byte of the second record's data flips.
+            let at = PmemOffset(offset + RECORD_HEADER);
+            log.region.write(at, b"X");
+            log.region.sync_all().unwrap();
+        }
+        let log = RaftLog::open(dir.path(), &[1]).unwrap();
+        assert_eq!(RaftLog::last_index(&log), 1);
+        assert_eq!(log.tail, offset);
+    }
+
+    #[test]
+    fn appending_over_committed_entries_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = RaftLog::open(dir.path(), &[1]).unwrap();
+        log.append(&[entry(1, 1, b"a"), entry(2, 1, b"b")]).unwrap();
+        log.set_hard_state(HardState {
+            commit: 2,
+            ..Default::default()
+        });
+        assert!(log.append(&[entry(2, 2, b"x")]).is_err());
+        assert!(log.append(&[entry(5, 2, b"gap")]).is_err());
+        assert_eq!(RaftLog::last_index(&log), 2);
+    }
+
+    #[test]
+    fn a_torn_state_slot_falls_back_to_the_other() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut log = RaftLog::open(dir.path(), &[1]).unwrap();
+            let mut hs = HardState {
+                term: 4,
+                ..Default::default()
+            };
+            log.set_hard_state(hs.clone());
+            log.sync().unwrap();
+            hs.term = 5;
+            log.set_hard_state(hs);
+            log.sync().unwrap();
+            // The newest slot is torn.
+            let slot = SLOTS[log.state_slot];
+            log.region.write(PmemOffset(slot + 12), &[0xAB]);
+            log.region.sync_all().unwrap();
+        }
+        let log = RaftLog::open(dir.path(), &[1]).unwrap();
+        assert_eq!(log.hard_state().term, 4);
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_log_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("log"), vec![7u8; 8192]).unwrap();
+        let error = RaftLog::open(dir.path(), &[1]).err().expect("refused");
+        assert!(
+            error.to_string().contains("not an Engram Raft log"),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,193 @@
+//! Three nodes in one process, over real TCP on loopback: an election, a
+//! proposal's reply coming from its own apply, followers applying the same
+//! entries in the same order, a follower refusing, read barriers, and a
+//! leadership transfer.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use engram_replication::{Committed, NodeConfig, Peer, Refused, Replica, StateMachine};
+use parking_lot::Mutex;
+
+/// Records every non-empty entry it applies; replies with the entry's
+/// index and how many entries it holds.
+type Applied = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
+
+struct Recorder(Applied);
+
+impl StateMachine for Recorder {
+    fn apply(&mut self, entries: Vec<Committed>) {
+        let mut seen = self.0.lock();
+        for entry in entries {
+            if entry.data.is_empty() {
+                continue;
+            }
+            seen.push((entry.index, entry.data.to_vec()));
+            if let Some(reply) = entry.reply {
+                reply.send(format!("{}:{}", entry.index, seen.len()).into_bytes());
+            }
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Group {
+    nodes: Vec<Replica>,
+    applied: Vec<Applied>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+fn start_group() -> Group {
+    let peers: Vec<Peer> = (1..=3)
+        .map(|id| Peer {
+            id,
+            bus: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
+        })
+        .collect();
+    let mut group = Group {
+        nodes: Vec::new(),
+        applied: Vec::new(),
+        _dirs: Vec::new(),
+    };
+    for id in 1..=3u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let config = NodeConfig::new(
+            id,
+            peers.clone(),
+            dir.path().join("raft"),
+            format!("127.0.0.1:{}", 7000 + id),
+        );
+        let node = Replica::start(config, Box::new(Recorder(seen.clone()))).unwrap();
+        group.nodes.push(node);
+        group.applied.push(seen);
+        group._dirs.push(dir);
+    }
+    group
+}
+
+fn wait_for_leader(group: &Group) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let leaders: Vec<usize> = (0..3).filter(|&i| group.nodes[i].is_leader()).collect();
+        if leaders.len() == 1 {
+            let leader = leaders[0];
+            // Every node knows it.
+            if group
+                .nodes
+                .iter()
+                .all(|n| n.leader() == group.nodes[leader].id())
+            {
+                return leader;
+            }
+        }
+        assert!(Instant::now() < deadline, "no leader elected");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_group_elects_a_leader_and_replicates_in_order() {
+    let group = start_group();
+    let leader = wait_for_leader(&group);
+    let follower = (leader + 1) % 3;
+
+    // A follower refuses and names the leader.
+    let refused = group.nodes[follower].propose(b"nope".to_vec()).await;
+    assert_eq!(
+        refused,
+        Err(Refused::NotLeader(Some(group.nodes[leader].id())))
+    );
+    assert!(matches!(
+        group.nodes[follower].read_barrier().await,
+        Err(Refused::NotLeader(_))
+    ));
+
+    // Proposals, some concurrent: each reply comes from its own apply.
+    let node = &group.nodes[leader];
+    let mut replies = Vec::new();
+    for round in 0..20 {
+        let batch: Vec<_> = (0..5)
+            .map(|i| node.propose(format!("w{round}-{i}").into_bytes()))
+            .collect();
+        for reply in futures_join(batch).await {
+            replies.push(String::from_utf8(reply.unwrap()).unwrap());
+        }
+    }
+    assert_eq!(replies.len(), 100);
+    let counts: Vec<usize> = replies
+        .iter()
+        .map(|r| r.split(':').nth(1).unwrap().parse().unwrap())
+        .collect();
+    let mut sorted = counts.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted,
+        (1..=100).collect::<Vec<_>>(),
+        "each write applied once"
+    );
+
+    // A read barrier on the leader returns after everything acknowledged
+    // is applied there.
+    node.read_barrier().await.unwrap();
+    assert_eq!(group.applied[leader].lock().len(), 100);
+
+    // Every follower applies the same entries in the same order.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while group.applied.iter().any(|a| a.lock().len() < 100) {
+        assert!(Instant::now() < deadline, "followers did not catch up");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let reference = group.applied[leader].lock().clone();
+    for applied in &group.applied {
+        assert_eq!(*applied.lock(), reference);
+    }
+    // Every node learned every other's client address from the bus.
+    let everyone_known = || {
+        group.nodes.iter().all(|n| {
+            (1..=3).all(|id| n.client_addr(id) == Some(format!("127.0.0.1:{}", 7000 + id)))
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !everyone_known() {
+        assert!(Instant::now() < deadline, "client addresses not learned");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Leadership moves where it is asked to.
+    let target = group.nodes[follower].id();
+    node.transfer_leader(target);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !group.nodes[follower].is_leader() {
+        assert!(Instant::now() < deadline, "transfer did not happen");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let reply = group.nodes[follower]
+        .propose(b"after".to_vec())
+        .await
+        .unwrap();
+    assert!(String::from_utf8(reply).unwrap().ends_with(":101"));
+    let status = group.nodes[follower].status();
+    assert_eq!(status.role, "leader");
+    assert_eq!(status.progress.len(), 2);
+}
+
+/// Awaits every future, in order (no extra dependency for join_all).
+async fn futures_join<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut handles = Vec::new();
+    for f in futures {
+        handles.push(Box::pin(f));
+    }
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await);
+    }
+    out
+}

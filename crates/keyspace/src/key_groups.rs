@@ -99,6 +99,10 @@ pub fn put_books(
     value: &[u8],
     created: bool,
 ) -> Result<()> {
+    if crate::is_reserved(ekey) {
+        // A keyspace record (the applied index): no database, no books.
+        return Ok(());
+    }
     if created {
         slot.counts[db_of(ekey)].fetch_add(1, Ordering::Relaxed);
     }
@@ -123,7 +127,7 @@ pub fn apply_delete(
 /// The key group's books after `ekey` was deleted (`existed`: it was
 /// there to delete).
 pub fn delete_books(slot: &KeyGroup, group: &mut GroupState, ekey: &[u8], existed: bool) {
-    if existed {
+    if existed && !crate::is_reserved(ekey) {
         slot.counts[db_of(ekey)].fetch_sub(1, Ordering::Relaxed);
         set_expiry(slot, group, ekey, None);
         touch(group, ekey);

@@ -22,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
+mod applied_record;
 mod db_map;
 pub mod durability;
 mod exclusion;
@@ -461,6 +462,7 @@ impl Keyspace {
                 if format::is_format_key(&key)
                     || db_map::is_map_key(&key)
                     || functions_record::is_functions_key(&key)
+                    || applied_record::is_applied_key(&key)
                 {
                     continue;
                 }
@@ -1408,6 +1410,7 @@ pub(crate) fn is_reserved(ekey: &[u8]) -> bool {
         || format::is_format_key(ekey)
         || db_map::is_map_key(ekey)
         || functions_record::is_functions_key(ekey)
+        || applied_record::is_applied_key(ekey)
         || journal::is_intent_key(ekey)
 }
 

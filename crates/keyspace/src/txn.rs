@@ -649,6 +649,13 @@ impl<'a> Txn<'a> {
         Ok(())
     }
 
+    /// Writes a keyspace record (a reserved key, no database) with this
+    /// transaction's other writes: in its atomic batch when it has one.
+    pub(crate) fn put_reserved(&mut self, ekey: &[u8], value: &[u8]) -> Result<()> {
+        debug_assert!(crate::is_reserved(ekey));
+        self.engine_write(ekey, Some(value))
+    }
+
     /// A write to the engine alone: buffered or applied.
     fn engine_write(&mut self, ekey: &[u8], value: Option<&[u8]>) -> Result<()> {
         let ks = self.ks;

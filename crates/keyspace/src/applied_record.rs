@@ -1,0 +1,106 @@
+//! A replicated node's applied index: the last Raft entry whose effects
+//! the keyspace holds, one engine value under a reserved key (`0xFF 'R'`:
+//! 0xFF is never a database). It is written inside the atomic batch of the
+//! entries it covers (`Txn::put_applied_index`), so after a crash the
+//! keyspace holds an entry's effects exactly when the record counts it,
+//! and the node re-applies from the next entry: exactly once.
+
+use crate::{Error, Keyspace, Result, Txn};
+
+/// The reserved engine key of the record.
+pub const KEY: [u8; 2] = [0xFF, b'R'];
+
+pub fn is_applied_key(key: &[u8]) -> bool {
+    key == KEY
+}
+
+impl Keyspace {
+    /// The applied index recorded, 0 if none ever was.
+    pub fn applied_index(&self) -> Result<u64> {
+        match self.store().get(&KEY).map_err(Error::Engine)? {
+            None => Ok(0),
+            Some(value) => value
+                .get(..8)
+                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+                .ok_or_else(|| Error::Internal("the applied-index record is short".into())),
+        }
+    }
+}
+
+impl Txn<'_> {
+    /// Records `index` as applied, in this transaction's atomic batch.
+    /// Needs an atomic transaction that excludes the keyspace
+    /// (`Keyspace::lock_all(true)`).
+    pub fn put_applied_index(&mut self, index: u64) -> Result<()> {
+        if !self.is_atomic() || !self.holds_every_group() {
+            return Err(Error::Internal(
+                "the applied index outside an atomic whole-keyspace transaction".into(),
+            ));
+        }
+        self.put_reserved(&KEY, &index.to_le_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{now_ms, CKind, Keyspace, KeyspaceOptions};
+    use engram_collections::Op;
+
+    fn open(dir: &std::path::Path) -> std::sync::Arc<Keyspace> {
+        Keyspace::open_dir(dir, &KeyspaceOptions::default())
+            .unwrap()
+            .keyspace
+    }
+
+    #[test]
+    fn the_applied_index_commits_with_its_batch_and_is_no_key() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let ks = open(dir.path());
+            assert_eq!(ks.applied_index().unwrap(), 0);
+            // Strings only, then strings and a collection: both kinds of
+            // atomic batch carry the record.
+            let mut txn = ks.lock_all(true);
+            txn.put_string(0, b"a", b"1", None).unwrap();
+            txn.put_applied_index(7).unwrap();
+            txn.commit().unwrap();
+            assert_eq!(ks.applied_index().unwrap(), 7);
+            let mut txn = ks.lock_all(true);
+            txn.collection(0, b"s", CKind::Set, now_ms()).unwrap();
+            txn.log(vec![Op::SetAdd {
+                key: crate::ckey(0, b"s").unwrap(),
+                members: vec![b"m".to_vec().into()],
+            }])
+            .unwrap();
+            txn.put_applied_index(9).unwrap();
+            txn.commit().unwrap();
+            assert_eq!(ks.applied_index().unwrap(), 9);
+            // Not a key of any database.
+            assert_eq!(ks.dbsize(0), 2);
+            assert_eq!((1..16).map(|db| ks.dbsize(db)).sum::<u64>(), 0);
+            Keyspace::close(ks).unwrap();
+        }
+        let ks = open(dir.path());
+        assert_eq!(ks.applied_index().unwrap(), 9);
+        assert_eq!(ks.dbsize(0), 2);
+        assert_eq!(
+            ks.stats
+                .keys_in_hidden_dbs
+                .load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+    }
+
+    #[test]
+    fn the_applied_index_needs_an_atomic_whole_keyspace_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let ks = open(dir.path());
+        let mut direct = ks.lock_all(false);
+        assert!(direct.put_applied_index(1).is_err());
+        drop(direct);
+        let mut keys = ks.lock([(0, b"k".as_slice())], true).unwrap();
+        assert!(keys.put_applied_index(1).is_err());
+        drop(keys);
+        assert_eq!(ks.applied_index().unwrap(), 0);
+    }
+}

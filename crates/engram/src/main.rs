@@ -184,6 +184,13 @@ struct ServeArgs {
     /// [default: both].
     #[arg(long)]
     tls_protocols: Option<String>,
+    /// This node's id in its Raft group (with --peers): a number above 0.
+    #[arg(long)]
+    node_id: Option<u64>,
+    /// Every member of the group with its bus address (Raft's traffic),
+    /// this node included: 1@HOST:BUSPORT,2@HOST:BUSPORT,3@HOST:BUSPORT.
+    #[arg(long)]
+    peers: Option<String>,
 }
 
 fn serve(args: ServeArgs) -> Result<()> {
@@ -192,7 +199,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         None => engram_server::Config::default(),
     };
     let path = |file: Option<PathBuf>| file.map(|f| f.display().to_string());
-    let overrides: [(&str, Option<String>); 23] = [
+    let overrides: [(&str, Option<String>); 25] = [
         ("bind", args.bind),
         ("port", args.port.map(|p| p.to_string())),
         ("dir", args.dir.map(|d| d.display().to_string())),
@@ -225,6 +232,8 @@ fn serve(args: ServeArgs) -> Result<()> {
         ("tls-ca-cert-file", path(args.tls_ca_cert_file)),
         ("tls-auth-clients", args.tls_auth_clients),
         ("tls-protocols", args.tls_protocols),
+        ("node-id", args.node_id.map(|n| n.to_string())),
+        ("peers", args.peers),
     ];
     for (name, value) in overrides {
         if let Some(value) = value {

@@ -165,6 +165,11 @@ pub struct Config {
     /// Redis parameters that only keep a value here (`redis_params`), as
     /// the configuration file set them: canonical name, checked value.
     pub redis_params: Vec<(&'static str, String)>,
+    /// Replication (`node-id` and `peers`): this node's id in its Raft
+    /// group and every member's bus address (`1@host:port,...`). Both or
+    /// neither; without them the server is a single node.
+    pub node_id: Option<u64>,
+    pub peers: Option<Vec<engram_replication::Peer>>,
 }
 
 impl Default for Config {
@@ -193,6 +198,8 @@ impl Default for Config {
             background_cpus: BackgroundCpus::Auto,
             tls: TlsSettings::default(),
             redis_params: Vec::new(),
+            node_id: None,
+            peers: None,
         }
     }
 }
@@ -347,6 +354,18 @@ impl Config {
                     ));
                 }
                 self.collections_backpressure_factor = factor;
+            }
+            "node-id" => {
+                let id: u64 = one()?
+                    .parse()
+                    .ok()
+                    .filter(|&id| id > 0)
+                    .ok_or("node-id must be a number above 0")?;
+                self.node_id = Some(id);
+            }
+            "peers" => {
+                let peers = engram_replication::parse_peers(one()?).map_err(|e| e.to_string())?;
+                self.peers = Some(peers);
             }
             "background-cpus" => {
                 let choice: BackgroundCpus = one()?.parse().map_err(|e| format!("{e}"))?;

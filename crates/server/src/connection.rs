@@ -185,7 +185,32 @@ async fn run<S: Stream>(
                         shared.keyspace.wait_reloaded().await;
                     }
                     info.qbuf.store(buf.len() - offset, Ordering::Relaxed);
+                    let replicated = shared.group.get().is_some();
+                    if replicated {
+                        let args = parser.args(&buf[offset..]);
+                        if !session.proposals.is_empty()
+                            && !crate::group::will_propose(session, &args)
+                        {
+                            // This command may read what they write, and its
+                            // reply follows theirs.
+                            gate = None;
+                            crate::group::resolve(shared, session, out).await;
+                        }
+                        if crate::group::needs_fence(&args) {
+                            gate = None;
+                            crate::group::fence(shared, session).await;
+                        }
+                    }
+                    let mark = out.len();
                     execute(shared, session, out, parser.args(&buf[offset..]));
+                    if replicated && !session.proposals.is_empty() && out.len() > mark {
+                        // A refusal (arity, ACL) of a command after queued
+                        // writes: its reply goes after theirs.
+                        let reply = out.buf.split_off(mark);
+                        session
+                            .proposals
+                            .push(crate::group::Pending::Local(reply.to_vec()));
+                    }
                     offset += consumed;
                     // Not held across this client's own waits (a flush to a
                     // client that does not read would hold every script up).
@@ -249,6 +274,8 @@ async fn run<S: Stream>(
             }
         }
         drop(gate);
+        // The next batch takes a read barrier of its own.
+        session.read_fence = None;
         buf.advance(offset);
         if let Some(text) = failure {
             shared.stats.protocol_errors.fetch_add(1, Ordering::Relaxed);
@@ -647,6 +674,9 @@ async fn flush<S: Stream>(
         // What ran outside `commands::execute` (a blocked command's retry,
         // MIGRATE's delete), taken before this task awaits anything.
         crate::tracking::invalidate_modified(shared, Some(session.info.id));
+    }
+    if !session.proposals.is_empty() {
+        crate::group::resolve(shared, session, out).await;
     }
     if session.wrote {
         session.wrote = false;

@@ -381,9 +381,60 @@ fn stats(shared: &Shared, ks: &Keyspace, out: &mut String) -> std::fmt::Result {
     )
 }
 
-/// A primary without replicas (replication of Engram itself is Raft's,
-/// a later layer): the fields clients read to find the role.
+/// A single node: a primary without replicas (the fields clients read to
+/// find the role). A member of a Raft group: its role as Redis names it,
+/// then the group's own state (term, commit and applied index, each
+/// follower's match index and lag on the leader).
 fn replication(shared: &Shared, out: &mut String) -> std::fmt::Result {
+    if let Some(replica) = shared.group.get() {
+        let status = replica.status();
+        let leader = status.leader;
+        let address = |id: u64| replica.client_addr(id).unwrap_or_default();
+        if replica.is_leader() {
+            write!(
+                out,
+                "# Replication\r\nrole:master\r\nconnected_slaves:{}\r\n",
+                status.progress.len()
+            )?;
+            for (i, (id, matched)) in status.progress.iter().enumerate() {
+                let (host, port) = address(*id)
+                    .rsplit_once(':')
+                    .map(|(h, p)| (h.to_string(), p.to_string()))
+                    .unwrap_or_default();
+                write!(
+                    out,
+                    "slave{i}:ip={host},port={port},state=online,offset={matched},lag={}\r\n",
+                    status.last_index.saturating_sub(*matched)
+                )?;
+            }
+        } else {
+            let (host, port) = address(leader)
+                .rsplit_once(':')
+                .map(|(h, p)| (h.to_string(), p.to_string()))
+                .unwrap_or_default();
+            write!(
+                out,
+                "# Replication\r\nrole:slave\r\nmaster_host:{host}\r\nmaster_port:{port}\r\n\
+                 master_link_status:{}\r\nslave_repl_offset:{}\r\nslave_read_only:1\r\n",
+                if leader != 0 { "up" } else { "down" },
+                status.applied
+            )?;
+        }
+        return write!(
+            out,
+            "master_repl_offset:{}\r\nraft_node_id:{}\r\nraft_role:{}\r\nraft_leader:{leader}\r\n\
+             raft_term:{}\r\nraft_commit_index:{}\r\nraft_applied_index:{}\r\n\
+             raft_last_index:{}\r\nraft_log_bytes:{}\r\n",
+            status.applied,
+            status.id,
+            status.role,
+            status.term,
+            status.commit,
+            status.applied,
+            status.last_index,
+            status.log_bytes,
+        );
+    }
     write!(
         out,
         "# Replication\r\n\

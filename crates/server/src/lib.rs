@@ -22,6 +22,7 @@ mod connection;
 mod delivery;
 mod eviction;
 pub mod glob;
+mod group;
 mod hll;
 mod info;
 mod latency;

@@ -115,6 +115,7 @@ impl Server {
             )
             .with_acl(acl),
         );
+        crate::group::start(&shared, local).map_err(StartError::Config)?;
         let expiry_thread = spawn_expiry_thread(shared.clone(), stop_background.clone());
 
         crate::protected_mode::warn_at_startup(&shared, local);

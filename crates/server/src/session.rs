@@ -78,6 +78,17 @@ pub struct Session {
     /// so a key does not expire in the middle of a script (Redis's time
     /// snapshot).
     pub script_started_ms: u64,
+    /// On a replicated node (`group`): writes queued to be proposed, in
+    /// order, with any replies produced meanwhile.
+    pub proposals: Vec<crate::group::Pending>,
+    /// READONLY was sent: a follower serves this client's reads (stale).
+    pub readonly: bool,
+    /// The read barrier of this batch of commands on the leader: None
+    /// before it is taken, then whether it held.
+    pub read_fence: Option<bool>,
+    /// The time commands see instead of the clock's (a replicated entry's
+    /// time, the same on every node).
+    pub clock_ms: Option<u64>,
 }
 
 /// CLIENT REPLY's modes.
@@ -138,6 +149,10 @@ impl Session {
             no_touch: false,
             in_script: false,
             script_started_ms: 0,
+            proposals: Vec::new(),
+            readonly: false,
+            read_fence: None,
+            clock_ms: None,
         }
     }
 

@@ -68,6 +68,9 @@ pub struct Shared {
     pub migrate_targets: Arc<TargetCache>,
     /// Whether the background expiry runs (DEBUG SET-ACTIVE-EXPIRE).
     pub active_expire: Arc<AtomicBool>,
+    /// This node's Raft group, when `node-id` and `peers` make it one
+    /// (`group`); set once at start.
+    pub group: std::sync::OnceLock<engram_replication::Replica>,
     /// The keyspace notification classes in force (`notify-keyspace-events`).
     pub notifications: crate::notify::Notifications,
     /// Client-side caching: who tracks which keys (`tracking`).
@@ -149,6 +152,7 @@ impl Shared {
             },
             migrate_targets: Arc::default(),
             active_expire: Arc::new(AtomicBool::new(true)),
+            group: std::sync::OnceLock::new(),
             notifications: Default::default(),
             tracking: Default::default(),
             shutting_down: AtomicBool::new(false),

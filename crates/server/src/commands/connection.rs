@@ -52,23 +52,6 @@ pub fn commands() -> Vec<CommandSpec> {
             reset,
             "Resets the connection.",
         ),
-        // Cluster mode's read-from-replica switches: Redis without
-        // cluster support answers them with an error, and so does Engram
-        // (they exist so ACL rules and COMMAND name them as Redis does).
-        Group("cluster").keyless(
-            "readonly",
-            1,
-            FAST,
-            cluster_disabled,
-            "Enables read-only queries for a connection to a Redis Cluster replica node.",
-        ),
-        Group("cluster").keyless(
-            "readwrite",
-            1,
-            FAST,
-            cluster_disabled,
-            "Enables read-write queries for a connection to a Redis Cluster replica node.",
-        ),
         g.keyless(
             "client",
             -2,
@@ -98,10 +81,6 @@ fn ping(ctx: &mut Ctx, args: Args) -> CmdResult {
         _ => return Err(super::wrong_arity("ping")),
     }
     Ok(())
-}
-
-fn cluster_disabled(_: &mut Ctx, _: Args) -> CmdResult {
-    Err(err("ERR This instance has cluster support disabled"))
 }
 
 fn echo(ctx: &mut Ctx, args: Args) -> CmdResult {

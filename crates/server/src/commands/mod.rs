@@ -8,6 +8,7 @@
 
 mod acl;
 mod bitmaps;
+mod cluster;
 mod command;
 mod connection;
 mod debug;
@@ -191,6 +192,7 @@ impl CommandSpec {
 pub static TABLE: LazyLock<Vec<CommandSpec>> = LazyLock::new(|| {
     let mut table = Vec::new();
     table.extend(connection::commands());
+    table.extend(cluster::commands());
     table.extend(acl::commands());
     table.extend(server::commands());
     table.extend(keys::commands());
@@ -605,6 +607,23 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
         out.simple("QUEUED");
         return;
     }
+    if let Some(replica) = shared.group.get() {
+        match crate::group::route(replica, session, spec, &args) {
+            crate::group::Route::Local => {}
+            crate::group::Route::Propose => {
+                crate::group::queue(session, spec, args);
+                return;
+            }
+            crate::group::Route::Refuse(text) => {
+                if spec.name == "exec" {
+                    session.end_multi();
+                    unwatch_all(keyspace, session);
+                }
+                reply_error(shared, out, &text);
+                return;
+            }
+        }
+    }
     let tracking = shared.tracking.active();
     if tracking {
         // Keys changed before this command ran (an eviction): their
@@ -740,6 +759,8 @@ pub fn run<'s>(
     // A script's commands see the time it started at (Redis's snapshot).
     let now_ms = if session.in_script {
         session.script_started_ms
+    } else if let Some(clock) = session.clock_ms {
+        clock
     } else {
         now_ms()
     };

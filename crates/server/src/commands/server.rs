@@ -597,6 +597,43 @@ fn bgrewriteaof(ctx: &mut Ctx, _args: Args) -> CmdResult {
 
 /// ROLE: a primary with no replicas (replication offset 0).
 fn role(ctx: &mut Ctx, _args: Args) -> CmdResult {
+    if let Some(replica) = ctx.shared.group.get() {
+        // A Raft group as Redis's replication shows itself: the leader is
+        // the master, each follower a replica of it (offsets: log indexes).
+        let status = replica.status();
+        let split = |address: Option<String>| {
+            let address = address.unwrap_or_else(|| ":0".into());
+            let (host, port) = address.rsplit_once(':').unwrap_or((&address, "0"));
+            (host.to_string(), port.to_string())
+        };
+        if replica.is_leader() {
+            ctx.out.array(3);
+            ctx.out.bulk(b"master");
+            ctx.out.int(status.applied as i64);
+            ctx.out.array(status.progress.len());
+            for (id, matched) in &status.progress {
+                let (host, port) = split(replica.client_addr(*id));
+                ctx.out.array(3);
+                ctx.out.bulk(host.as_bytes());
+                ctx.out.bulk(port.as_bytes());
+                ctx.out.bulk(matched.to_string().as_bytes());
+            }
+        } else {
+            let leader = replica.leader();
+            let (host, port) = split((leader != 0).then(|| replica.client_addr(leader)).flatten());
+            ctx.out.array(5);
+            ctx.out.bulk(b"slave");
+            ctx.out.bulk(host.as_bytes());
+            ctx.out.int(port.parse().unwrap_or(0));
+            ctx.out.bulk(if leader != 0 {
+                b"connected"
+            } else {
+                b"connect"
+            });
+            ctx.out.int(status.applied as i64);
+        }
+        return Ok(());
+    }
     ctx.out.array(3);
     ctx.out.bulk(b"master");
     ctx.out.int(0);

@@ -1,0 +1,249 @@
+//! Three `engram serve` processes as one Raft group on loopback (issue 26):
+//! a leader is elected and shows itself as Redis Cluster's master; writes
+//! on it are replicated and readable on followers after READONLY; a
+//! follower answers MOVED to the leader; SIGKILL of the leader elects
+//! another that holds every acknowledged write; the killed node restarts
+//! from its directory and catches up.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{connect, serve, Served};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start_node(dir: &std::path::Path, id: u64, peers: &str) -> Served {
+    serve(dir, &["--node-id", &id.to_string(), "--peers", peers])
+}
+
+/// ROLE's first element on `port`, if it answers.
+fn role(port: u16) -> Option<String> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+    let mut con = client
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .ok()?;
+    let reply: redis::Value = redis::cmd("ROLE").query(&mut con).ok()?;
+    match reply {
+        redis::Value::Array(items) => match items.first() {
+            Some(redis::Value::BulkString(role)) => Some(String::from_utf8_lossy(role).into()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Waits until exactly one of `ports` is master and the others follow it.
+fn leader_among(ports: &[u16]) -> u16 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let roles: Vec<Option<String>> = ports.iter().map(|&p| role(p)).collect();
+        let masters: Vec<u16> = ports
+            .iter()
+            .zip(&roles)
+            .filter(|(_, r)| r.as_deref() == Some("master"))
+            .map(|(&p, _)| p)
+            .collect();
+        if masters.len() == 1 && roles.iter().all(|r| r.is_some()) {
+            let leader = masters[0];
+            // The followers know where it is.
+            let followers_know = ports.iter().filter(|&&p| p != leader).all(|&p| {
+                let mut con = connect(p);
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut con)
+                    .unwrap();
+                info.contains(&format!("master_port:{leader}"))
+            });
+            if followers_know {
+                return leader;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no leader among {ports:?}: {roles:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Polls a follower (READONLY) until `key` holds `want`.
+fn wait_replicated(port: u16, key: &str, want: &str) {
+    let mut con = connect(port);
+    let _: () = redis::cmd("READONLY").query(&mut con).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got: Option<String> = redis::cmd("GET").arg(key).query(&mut con).unwrap();
+        if got.as_deref() == Some(want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{key} on :{port} is {got:?}, not {want}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_group_replicates_redirects_and_survives_its_leaders_death() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let peers = (0..3)
+        .map(|i| format!("{}@127.0.0.1:{}", i + 1, bus[i]))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut nodes: Vec<Option<Served>> = (0..3)
+        .map(|i| Some(start_node(dirs[i].path(), i as u64 + 1, &peers)))
+        .collect();
+    let ports: Vec<u16> = nodes.iter().map(|n| n.as_ref().unwrap().port).collect();
+    let leader = leader_among(&ports);
+    let at = |port: u16| ports.iter().position(|&p| p == port).unwrap();
+
+    // Writes on the leader, their replies from the apply.
+    let mut con = connect(leader);
+    let _: () = redis::cmd("SET").arg("k").arg("v").query(&mut con).unwrap();
+    for i in 1..=10 {
+        let n: i64 = redis::cmd("INCR").arg("n").query(&mut con).unwrap();
+        assert_eq!(n, i);
+    }
+    let added: i64 = redis::cmd("HSET")
+        .arg("h")
+        .arg("f")
+        .arg("x")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(added, 1);
+    // A pipeline of writes and reads keeps its order; a transaction is
+    // applied whole.
+    let (set, got, n): (String, String, i64) = redis::pipe()
+        .cmd("SET")
+        .arg("p")
+        .arg("1")
+        .cmd("GET")
+        .arg("p")
+        .cmd("INCR")
+        .arg("n")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!((set.as_str(), got.as_str(), n), ("OK", "1", 11));
+    let (a, b): (i64, i64) = redis::pipe()
+        .atomic()
+        .cmd("INCR")
+        .arg("n")
+        .cmd("INCR")
+        .arg("n")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!((a, b), (12, 13));
+    // A refusal (wrong arity) between queued writes keeps its place.
+    {
+        use std::io::{Read, Write};
+        let mut raw = std::net::TcpStream::connect(("127.0.0.1", leader)).unwrap();
+        raw.write_all(
+            b"*3\r\n$3\r\nSET\r\n$1\r\nq\r\n$1\r\n1\r\n\
+              *2\r\n$3\r\nSET\r\n$1\r\nq\r\n\
+              *3\r\n$3\r\nSET\r\n$1\r\nq\r\n$1\r\n2\r\n\
+              *2\r\n$3\r\nGET\r\n$1\r\nq\r\n",
+        )
+        .unwrap();
+        let want = "+OK\r\n-ERR wrong number of arguments for 'set' command\r\n+OK\r\n$1\r\n2\r\n";
+        let mut got = Vec::new();
+        raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        while got.len() < want.len() {
+            let mut chunk = [0u8; 256];
+            let n = raw.read(&mut chunk).unwrap();
+            assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&chunk[..n]);
+        }
+        assert_eq!(String::from_utf8_lossy(&got), want);
+    }
+
+    // The group as a cluster client sees it.
+    let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut con).unwrap();
+    assert!(info.contains("cluster_state:ok"), "{info}");
+    assert!(info.contains("cluster_known_nodes:3"), "{info}");
+    let replication: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut con)
+        .unwrap();
+    assert!(replication.contains("role:master"), "{replication}");
+    assert!(replication.contains("connected_slaves:2"), "{replication}");
+    let slot: i64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg("k")
+        .query(&mut con)
+        .unwrap();
+
+    // A follower redirects writes and plain reads to the leader.
+    let follower = *ports.iter().find(|&&p| p != leader).unwrap();
+    let mut fcon = connect(follower);
+    let refused = redis::cmd("SET")
+        .arg("k")
+        .arg("w")
+        .query::<()>(&mut fcon)
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("MOVED") || refused.to_string().contains("Moved"),
+        "{refused}"
+    );
+    assert!(
+        refused
+            .to_string()
+            .contains(&format!("{slot} 127.0.0.1:{leader}")),
+        "{refused}"
+    );
+    let refused = redis::cmd("GET")
+        .arg("k")
+        .query::<Option<String>>(&mut fcon)
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains(&format!("{slot} 127.0.0.1:{leader}")),
+        "{refused}"
+    );
+    assert_eq!(role(follower).as_deref(), Some("slave"));
+    for &port in ports.iter().filter(|&&p| p != leader) {
+        wait_replicated(port, "n", "13");
+        wait_replicated(port, "k", "v");
+    }
+
+    // SIGKILL the leader: another is elected and has every acknowledged
+    // write.
+    let killed = at(leader);
+    let mut dead = nodes[killed].take().unwrap();
+    dead.child.kill().unwrap();
+    dead.child.wait().unwrap();
+    drop(dead);
+    let survivors: Vec<u16> = ports.iter().copied().filter(|&p| p != leader).collect();
+    let started = Instant::now();
+    let new_leader = leader_among(&survivors);
+    eprintln!("new leader after {:?}", started.elapsed());
+    let mut con = connect(new_leader);
+    let n: i64 = redis::cmd("GET").arg("n").query(&mut con).unwrap();
+    assert_eq!(n, 13);
+    let h: String = redis::cmd("HGET")
+        .arg("h")
+        .arg("f")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(h, "x");
+    let n: i64 = redis::cmd("INCR").arg("n").query(&mut con).unwrap();
+    assert_eq!(n, 14);
+
+    // The killed node restarts from its directory and catches up as a
+    // follower.
+    let restarted = start_node(dirs[killed].path(), killed as u64 + 1, &peers);
+    let port = restarted.port;
+    nodes[killed] = Some(restarted);
+    wait_replicated(port, "n", "14");
+    wait_replicated(port, "p", "1");
+    assert_eq!(role(port).as_deref(), Some("slave"));
+}

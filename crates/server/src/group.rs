@@ -1,0 +1,510 @@
+//! The server as a member of a Raft group (issue 26): `node-id` and `peers`
+//! make it one; without them nothing here runs.
+//!
+//! Writes are ordered by Raft before they run (state machine replication):
+//! on the leader a write command is not executed where it arrives but
+//! queued in its session (`Pending`); the connection proposes everything
+//! queued as one entry (the client's pipelined writes, each with its
+//! database, the leader's clock and the client's protocol), and every node
+//! applies committed entries in log order on its apply thread
+//! ([`Applier`]): all entries of a batch in one atomic whole-keyspace
+//! transaction with the applied index, so a crash leaves each entry applied
+//! exactly once. The client's replies are the ones the leader's apply
+//! wrote, so it hears of its write only when a majority holds it durably.
+//!
+//! Reads on the leader wait for a Raft read barrier (ReadIndex), one per
+//! batch of commands read from the socket, so a deposed leader cannot
+//! answer from a stale keyspace. A follower answers writes with `MOVED`
+//! (to the leader's client address, which the bus told it) and reads too,
+//! unless the connection said READONLY (stale reads, opt-in).
+//!
+//! Not yet (see issue 26's notes): WATCH, blocking commands (they apply as
+//! inside MULTI: no wait), expiry proposed by the leader (active expiry is
+//! off on every node; an expired key is hidden by reads and removed by the
+//! next write that meets it, at the entry's time), scripts' clock and
+//! random seed taken from the entry, membership changes, snapshots and log
+//! compaction.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+use engram_replication::{Committed, NodeConfig, Refused, Replica, StateMachine};
+
+use crate::commands::{self, lookup, CommandSpec, READONLY, WRITE};
+use crate::keyspace::now_ms;
+use crate::resp::{Args, OwnedArgs, ReplyWriter};
+use crate::session::Session;
+use crate::shared::Shared;
+
+/// A command (or a whole MULTI/EXEC) waiting in its session to be
+/// proposed, or a reply produced meanwhile that must follow theirs.
+pub enum Pending {
+    Command { db: usize, args: OwnedArgs },
+    Exec { db: usize, queue: Vec<OwnedArgs> },
+    Local(Vec<u8>),
+}
+
+/// Starts this node's Raft member when the configuration names a group.
+pub fn start(shared: &Arc<Shared>, client: SocketAddr) -> Result<(), String> {
+    let config = &shared.config;
+    let (id, peers) = match (config.node_id, config.peers.clone()) {
+        (None, None) => return Ok(()),
+        (Some(id), Some(peers)) => (id, peers),
+        _ => return Err("node-id and peers go together: give both or neither".into()),
+    };
+    let applied = {
+        let guard = shared.keyspace.guard();
+        let keyspace = guard.as_ref().expect("the keyspace is open at start");
+        keyspace.applied_index().map_err(|e| e.to_string())?
+    };
+    // The address peers hand to clients in MOVED: the bound one, or
+    // loopback when bound to every interface.
+    let host = if client.ip().is_unspecified() {
+        "127.0.0.1".to_string()
+    } else {
+        client.ip().to_string()
+    };
+    let mut node = NodeConfig::new(
+        id,
+        peers,
+        config.dir.join("raft"),
+        format!("{host}:{}", client.port()),
+    );
+    node.applied = applied;
+    let applier = Applier::new(shared)?;
+    let replica = Replica::start(node, Box::new(applier)).map_err(|e| e.to_string())?;
+    // Expiry must be the same on every node: not the local clock's.
+    shared.active_expire.store(false, Ordering::Relaxed);
+    log::info!(
+        "node {id} of a Raft group of {}: bus on {}, applied index {applied}",
+        replica.members().len(),
+        replica.bus_addr
+    );
+    shared
+        .group
+        .set(replica)
+        .map_err(|_| "the group was started twice".to_string())
+}
+
+/// What a command does on a replicated node.
+pub enum Route {
+    /// Runs here, as on a single node.
+    Local,
+    /// Queued to be proposed (the leader's writes).
+    Propose,
+    /// Refused with this error (a follower's writes and reads).
+    Refuse(String),
+}
+
+/// Whether a command changes data, so it goes through the log.
+pub fn is_write(spec: &CommandSpec, args: &Args) -> bool {
+    if spec.is(WRITE) {
+        return true;
+    }
+    let sub = || {
+        if args.len() > 1 {
+            args.get(1).to_ascii_lowercase()
+        } else {
+            Vec::new()
+        }
+    };
+    match spec.name {
+        "eval" | "evalsha" | "fcall" | "exec" => true,
+        "script" => matches!(&sub()[..], b"load" | b"flush"),
+        "function" => matches!(&sub()[..], b"load" | b"delete" | b"flush" | b"restore"),
+        _ => false,
+    }
+}
+
+/// Whether the command reads data (and so needs the read barrier on the
+/// leader, or READONLY on a follower).
+fn is_read(spec: &CommandSpec) -> bool {
+    spec.is(READONLY)
+}
+
+/// Whether the next command will be queued for proposal rather than run
+/// (the connection resolves what is queued before anything else runs).
+pub fn will_propose(session: &Session, args: &Args) -> bool {
+    let Some((_, spec)) = lookup(args.get(0)) else {
+        return false;
+    };
+    if session.in_multi() {
+        return spec.name == "exec";
+    }
+    is_write(spec, args)
+}
+
+pub fn route(replica: &Replica, session: &Session, spec: &CommandSpec, args: &Args) -> Route {
+    let write = is_write(spec, args);
+    if !write && !is_read(spec) {
+        return Route::Local;
+    }
+    if replica.is_leader() {
+        return if write {
+            Route::Propose
+        } else {
+            match session.read_fence {
+                Some(false) => Route::Refuse(not_leader(replica, spec, args)),
+                _ => Route::Local,
+            }
+        };
+    }
+    if !write && session.readonly {
+        return Route::Local;
+    }
+    Route::Refuse(not_leader(replica, spec, args))
+}
+
+/// The refusal of a command that only the leader may serve: `MOVED` to it
+/// for a command with a key (what cluster clients follow), Redis's
+/// replica errors otherwise.
+fn not_leader(replica: &Replica, spec: &CommandSpec, args: &Args) -> String {
+    let leader = replica.leader();
+    let address = (leader != 0).then(|| replica.client_addr(leader)).flatten();
+    let key = spec.key_args(args).first().map(|k| k.to_vec());
+    match (key, address) {
+        (Some(key), Some(address)) => format!("MOVED {} {address}", key_slot(&key)),
+        (_, None) => "CLUSTERDOWN The cluster is down: no leader is known".into(),
+        (None, Some(_)) if is_write(spec, args) => {
+            "READONLY You can't write against a read only replica.".into()
+        }
+        (None, Some(address)) => format!("MOVED 0 {address}"),
+    }
+}
+
+/// Redis Cluster's hash slot of a key: CRC16 (XMODEM) of the key, or of
+/// its hash tag (the part between the first `{` and the next `}`, if not
+/// empty), modulo 16384.
+pub fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        rest.iter()
+            .position(|&b| b == b'}')
+            .filter(|&close| close > 0)
+            .map(|close| &rest[..close])
+    });
+    const CRC16: crc::Crc<u16> = crc::Crc::<u16>::new(&crc::CRC_16_XMODEM);
+    CRC16.checksum(tagged.unwrap_or(key)) % 16384
+}
+
+/// Queues a write in its session (the leader's path in `execute`).
+pub fn queue(session: &mut Session, spec: &CommandSpec, args: Args) {
+    let pending = if spec.name == "exec" {
+        let queue = session.multi.take().unwrap_or_default();
+        session.end_multi();
+        Pending::Exec {
+            db: session.db,
+            queue,
+        }
+    } else {
+        Pending::Command {
+            db: session.db,
+            args: args.to_owned(),
+        }
+    };
+    session.proposals.push(pending);
+}
+
+/// Proposes what the session queued, as one entry, and writes the replies
+/// (with any local ones in between) in order.
+pub async fn resolve(shared: &Shared, session: &mut Session, out: &mut ReplyWriter) {
+    let pending = std::mem::take(&mut session.proposals);
+    let Some(replica) = shared.group.get() else {
+        return;
+    };
+    let mut entry = Vec::with_capacity(256);
+    entry.extend_from_slice(&now_ms().to_le_bytes());
+    entry.push(out.is_resp3() as u8);
+    let items = pending
+        .iter()
+        .filter(|p| !matches!(p, Pending::Local(_)))
+        .count();
+    if items == 0 {
+        for p in pending {
+            if let Pending::Local(bytes) = p {
+                out.buf.extend_from_slice(&bytes);
+            }
+        }
+        return;
+    }
+    entry.extend_from_slice(&(items as u32).to_le_bytes());
+    for p in &pending {
+        match p {
+            Pending::Command { db, args } => {
+                entry.extend_from_slice(&[0, *db as u8]);
+                entry.extend_from_slice(&1u32.to_le_bytes());
+                encode_args(&mut entry, &args.args());
+            }
+            Pending::Exec { db, queue } => {
+                entry.extend_from_slice(&[EXEC, *db as u8]);
+                entry.extend_from_slice(&(queue.len() as u32).to_le_bytes());
+                for args in queue {
+                    encode_args(&mut entry, &args.args());
+                }
+            }
+            Pending::Local(_) => {}
+        }
+    }
+    let result = replica.propose(entry).await;
+    let mut replies = match &result {
+        Ok(bytes) => decode_replies(bytes),
+        Err(_) => Vec::new(),
+    }
+    .into_iter();
+    for p in pending {
+        match p {
+            Pending::Local(bytes) => out.buf.extend_from_slice(&bytes),
+            Pending::Command { .. } | Pending::Exec { .. } => match (&result, replies.next()) {
+                (Ok(_), Some(reply)) => out.buf.extend_from_slice(reply),
+                (Ok(_), None) => {
+                    commands::reply_error(shared, out, "ERR replication: a reply went missing")
+                }
+                (Err(refused), _) => commands::reply_error(shared, out, &refusal(replica, refused)),
+            },
+        }
+    }
+    session.wrote = true;
+}
+
+fn refusal(replica: &Replica, refused: &Refused) -> String {
+    match refused {
+        Refused::NotLeader(Some(leader)) => match replica.client_addr(*leader) {
+            Some(address) => format!("MOVED 0 {address}"),
+            None => "CLUSTERDOWN The cluster is down: the leader's address is unknown".into(),
+        },
+        Refused::NotLeader(None) => "CLUSTERDOWN The cluster is down: no leader is known".into(),
+        Refused::Unknown => "TRYAGAIN leadership changed before the write was confirmed: it may \
+                             or may not have been applied"
+            .into(),
+        Refused::Stopped => "ERR the server is shutting down".into(),
+    }
+}
+
+/// The read barrier before a batch's reads on the leader; its outcome is
+/// what `route` sees for the batch's reads.
+pub async fn fence(shared: &Shared, session: &mut Session) {
+    let Some(replica) = shared.group.get() else {
+        return;
+    };
+    if session.read_fence.is_some() || !replica.is_leader() {
+        return;
+    }
+    session.read_fence = Some(replica.read_barrier().await.is_ok());
+}
+
+/// Whether a command needs the read barrier first.
+pub fn needs_fence(args: &Args) -> bool {
+    lookup(args.get(0)).is_some_and(|(_, spec)| is_read(spec))
+}
+
+/// An item's tag: a MULTI/EXEC (its replies are one array).
+const EXEC: u8 = 1;
+
+fn encode_args(out: &mut Vec<u8>, args: &Args) {
+    out.extend_from_slice(&(args.len() as u32).to_le_bytes());
+    for arg in args.iter() {
+        out.extend_from_slice(&(arg.len() as u32).to_le_bytes());
+        out.extend_from_slice(arg);
+    }
+}
+
+struct Entry {
+    time_ms: u64,
+    resp3: bool,
+    items: Vec<(usize, bool, Vec<OwnedArgs>)>,
+}
+
+fn decode_entry(data: &[u8]) -> Option<Entry> {
+    let mut r = Reader(data);
+    let time_ms = r.u64()?;
+    let resp3 = r.bytes(1)?[0] != 0;
+    let n = r.u32()? as usize;
+    let mut items = Vec::with_capacity(n.min(1024));
+    for _ in 0..n {
+        let [tag, db] = r.bytes(2)? else {
+            return None;
+        };
+        let commands = r.u32()? as usize;
+        let mut list = Vec::with_capacity(commands.min(1024));
+        for _ in 0..commands {
+            let argc = r.u32()? as usize;
+            let mut parts: Vec<&[u8]> = Vec::with_capacity(argc.min(1024));
+            for _ in 0..argc {
+                let len = r.u32()? as usize;
+                parts.push(r.bytes(len)?);
+            }
+            list.push(OwnedArgs::from_slices(&parts));
+        }
+        items.push((*db as usize, *tag == EXEC, list));
+    }
+    Some(Entry {
+        time_ms,
+        resp3,
+        items,
+    })
+}
+
+fn decode_replies(bytes: &[u8]) -> Vec<&[u8]> {
+    let mut r = Reader(bytes);
+    let mut replies = Vec::new();
+    while let Some(len) = r.u32() {
+        match r.bytes(len as usize) {
+            Some(reply) => replies.push(reply),
+            None => break,
+        }
+    }
+    replies
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.bytes(4)?.try_into().ok()?))
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.bytes(8)?.try_into().ok()?))
+    }
+}
+
+/// Applies committed entries to the keyspace: every entry of a batch in
+/// one atomic transaction that excludes the keyspace (as a script runs),
+/// with the applied index in the same batch.
+pub struct Applier {
+    shared: Weak<Shared>,
+    session: Session,
+}
+
+impl Applier {
+    fn new(shared: &Arc<Shared>) -> Result<Applier, String> {
+        let addr: SocketAddr = "127.0.0.1:0".parse().expect("an address");
+        let info = shared
+            .clients
+            .register(addr, addr, usize::MAX)
+            .ok_or("no client slot for the apply thread")?;
+        // Not a connection: out of CLIENT LIST.
+        shared.clients.unregister(info.id);
+        Ok(Applier {
+            shared: Arc::downgrade(shared),
+            session: Session::new(info, shared.acl.default_user(), true),
+        })
+    }
+}
+
+impl StateMachine for Applier {
+    fn apply(&mut self, entries: Vec<Committed>) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let guard = shared.keyspace.guard();
+        let keyspace = guard.as_ref().expect("guard() holds a keyspace");
+        let session = &mut self.session;
+        let mut txn = Some(keyspace.lock_all(true));
+        let mut answers = Vec::new();
+        let mut last = 0;
+        for committed in entries {
+            last = committed.index;
+            if committed.data.is_empty() {
+                continue;
+            }
+            let Some(entry) = decode_entry(&committed.data) else {
+                log::error!("raft entry {} does not decode: skipped", committed.index);
+                continue;
+            };
+            session.clock_ms = Some(entry.time_ms);
+            let mut out = ReplyWriter::new();
+            out.set_resp3(entry.resp3);
+            let mut replies = Vec::new();
+            for (db, exec, commands) in &entry.items {
+                let start = out.len();
+                session.db = *db;
+                if *exec {
+                    out.array(commands.len());
+                }
+                for args in commands {
+                    let args = args.args();
+                    match lookup(args.get(0)) {
+                        Some((index, _)) => {
+                            txn = commands::run(
+                                &shared, keyspace, session, &mut out, txn, index, args,
+                            );
+                        }
+                        None => out.error("ERR unknown command"),
+                    }
+                }
+                let reply = &out.buf[start..];
+                replies.extend_from_slice(&(reply.len() as u32).to_le_bytes());
+                replies.extend_from_slice(reply);
+            }
+            session.notifications.clear();
+            if let Some(reply) = committed.reply {
+                answers.push((reply, replies));
+            }
+        }
+        session.clock_ms = None;
+        let mut txn = txn.expect("commands hand the transaction back");
+        let committed = txn.put_applied_index(last).and_then(|()| txn.commit());
+        if let Err(e) = committed {
+            // The keyspace no longer follows the log: stop as a crash
+            // would; the restart applies these entries again.
+            log::error!("applying Raft entries up to {last} failed: {e}; stopping");
+            std::process::exit(70);
+        }
+        for (reply, bytes) in answers {
+            reply.send(bytes);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_redis_clusters() {
+        // Values from Redis Cluster's specification and CLUSTER KEYSLOT.
+        assert_eq!(key_slot(b"123456789"), 0x31C3);
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+        // An empty tag does not count: the whole key is hashed.
+        assert_eq!(key_slot(b"foo{}{bar}"), key_slot(b"foo{}{bar}"));
+        assert_ne!(key_slot(b"foo{}{bar}"), key_slot(b"bar"));
+    }
+
+    #[test]
+    fn entries_round_trip() {
+        let mut entry = Vec::new();
+        entry.extend_from_slice(&42u64.to_le_bytes());
+        entry.push(1);
+        entry.extend_from_slice(&2u32.to_le_bytes());
+        entry.extend_from_slice(&[0, 3]);
+        entry.extend_from_slice(&1u32.to_le_bytes());
+        encode_args(
+            &mut entry,
+            &OwnedArgs::from_slices(&[b"set", b"k", b"v"]).args(),
+        );
+        entry.extend_from_slice(&[EXEC, 200]);
+        entry.extend_from_slice(&2u32.to_le_bytes());
+        encode_args(&mut entry, &OwnedArgs::from_slices(&[b"incr", b"n"]).args());
+        encode_args(&mut entry, &OwnedArgs::from_slices(&[b"get", b"n"]).args());
+        let decoded = decode_entry(&entry).unwrap();
+        assert_eq!((decoded.time_ms, decoded.resp3), (42, true));
+        assert_eq!(decoded.items.len(), 2);
+        assert_eq!((decoded.items[0].0, decoded.items[0].1), (3, false));
+        assert_eq!(decoded.items[1].2[1].args().get(0), b"get");
+        assert_eq!((decoded.items[1].0, decoded.items[1].1), (200, true));
+        // A truncated entry is refused, not misread.
+        assert!(decode_entry(&entry[..entry.len() - 1]).is_none());
+    }
+}

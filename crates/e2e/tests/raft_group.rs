@@ -165,6 +165,62 @@ fn a_group_replicates_redirects_and_survives_its_leaders_death() {
         assert_eq!(String::from_utf8_lossy(&got), want);
     }
 
+    // Writes that draw random numbers or read the clock apply alike on
+    // every node: the entry carries its time and seeds its randomness.
+    let members: Vec<String> = (0..50).map(|i| format!("m{i}")).collect();
+    let _: i64 = redis::cmd("SADD")
+        .arg("s")
+        .arg(&members)
+        .query(&mut con)
+        .unwrap();
+    let popped: Vec<String> = redis::cmd("SPOP").arg("s").arg(5).query(&mut con).unwrap();
+    assert_eq!(popped.len(), 5);
+    let _: Option<String> = redis::cmd("SPOP").arg("s").query(&mut con).unwrap();
+    let drawn: String = redis::cmd("EVAL")
+        .arg("local r = tostring(math.random()) redis.call('SET', KEYS[1], r) return r")
+        .arg(1)
+        .arg("r")
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("t")
+        .arg("1")
+        .arg("EX")
+        .arg(1000)
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("marker")
+        .arg("1")
+        .query(&mut con)
+        .unwrap();
+    let mut left: Vec<String> = redis::cmd("SMEMBERS").arg("s").query(&mut con).unwrap();
+    left.sort();
+    assert_eq!(left.len(), 44);
+    for &port in ports.iter().filter(|&&p| p != leader) {
+        wait_replicated(port, "marker", "1");
+        let mut f = connect(port);
+        let _: () = redis::cmd("READONLY").query(&mut f).unwrap();
+        let mut theirs: Vec<String> = redis::cmd("SMEMBERS").arg("s").query(&mut f).unwrap();
+        theirs.sort();
+        assert_eq!(theirs, left, "SPOP took the same members on :{port}");
+        let r: String = redis::cmd("GET").arg("r").query(&mut f).unwrap();
+        assert_eq!(r, drawn, "math.random drew the same on :{port}");
+        let ttl: i64 = redis::cmd("TTL").arg("t").query(&mut f).unwrap();
+        assert!((990..=1000).contains(&ttl), "TTL {ttl} on :{port}");
+    }
+    // WATCH cannot be honoured yet: refused, not ignored.
+    let refused = redis::cmd("WATCH")
+        .arg("k")
+        .query::<()>(&mut con)
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("not supported on a replicated node"),
+        "{refused}"
+    );
+
     // The group as a cluster client sees it.
     let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut con).unwrap();
     assert!(info.contains("cluster_state:ok"), "{info}");

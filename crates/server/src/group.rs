@@ -18,12 +18,18 @@
 //! (to the leader's client address, which the bus told it) and reads too,
 //! unless the connection said READONLY (stale reads, opt-in).
 //!
-//! Not yet (see issue 26's notes): WATCH, blocking commands (they apply as
-//! inside MULTI: no wait), expiry proposed by the leader (active expiry is
-//! off on every node; an expired key is hidden by reads and removed by the
-//! next write that meets it, at the entry's time), scripts' clock and
-//! random seed taken from the entry, membership changes, snapshots and log
-//! compaction.
+//! Every node applies an entry alike: commands see the entry's time (the
+//! leader's clock when it proposed), and the randomness of writes (SPOP,
+//! scripts' `math.random`) comes from a generator seeded by the entry's
+//! index (`random`).
+//!
+//! Not yet (see issue 26's notes): WATCH (refused), blocking commands
+//! (they apply as inside MULTI: no wait, a nil reply at once), expiry
+//! proposed by the leader (active expiry is off on every node; an expired
+//! key is hidden by reads and removed by the next write that meets it, at
+//! the entry's time), keyspace notifications and client-side caching's
+//! invalidations for replicated writes, membership changes, snapshots and
+//! log compaction.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -136,6 +142,10 @@ pub fn will_propose(session: &Session, args: &Args) -> bool {
 }
 
 pub fn route(replica: &Replica, session: &Session, spec: &CommandSpec, args: &Args) -> Route {
+    if spec.name == "watch" {
+        // EXEC would have to check the watched keys where it is applied.
+        return Route::Refuse("ERR WATCH is not supported on a replicated node yet".into());
+    }
     let write = is_write(spec, args);
     if !write && !is_read(spec) {
         return Route::Local;
@@ -423,6 +433,7 @@ impl StateMachine for Applier {
                 continue;
             };
             session.clock_ms = Some(entry.time_ms);
+            crate::random::seed(Some(committed.index));
             let mut out = ReplyWriter::new();
             out.set_resp3(entry.resp3);
             let mut replies = Vec::new();
@@ -453,6 +464,7 @@ impl StateMachine for Applier {
             }
         }
         session.clock_ms = None;
+        crate::random::seed(None);
         let mut txn = txn.expect("commands hand the transaction back");
         let committed = txn.put_applied_index(last).and_then(|()| txn.commit());
         if let Err(e) = committed {

@@ -38,6 +38,7 @@ mod output_limit;
 mod pause;
 mod protected_mode;
 mod pubsub;
+mod random;
 pub mod rdb;
 mod redis_params;
 mod reload;

@@ -320,12 +320,13 @@ fn scard(ctx: &mut Ctx, args: Args) -> CmdResult {
 
 /// `count` distinct members picked uniformly at random (`count < len`).
 fn sample(set: &Set, count: usize) -> Vec<Bytes> {
-    let mut rng = rand::rng();
-    rand::seq::index::sample(&mut rng, set.len(), count.min(set.len()))
-        .into_iter()
-        .filter_map(|rank| set.select(rank))
-        .map(Bytes::from)
-        .collect()
+    crate::random::with(|mut rng| {
+        rand::seq::index::sample(&mut rng, set.len(), count.min(set.len()))
+    })
+    .into_iter()
+    .filter_map(|rank| set.select(rank))
+    .map(Bytes::from)
+    .collect()
 }
 
 fn spop(ctx: &mut Ctx, args: Args) -> CmdResult {
@@ -339,7 +340,7 @@ fn spop(ctx: &mut Ctx, args: Args) -> CmdResult {
         let set = set_of(txn, db, key, now)?;
         let emptied = set.is_some_and(|set| set.len() == 1);
         let member = set
-            .and_then(|set| set.random(&mut rand::rng()))
+            .and_then(|set| crate::random::with(|mut rng| set.random(&mut rng)))
             .map(Bytes::from);
         if let Some(member) = &member {
             txn.log(vec![Op::SetRemove {

@@ -20,6 +20,12 @@ fn srand48(seed: i32) {
     *LRAND48.lock() = ((seed as u32 as u64) << 16) | 0x330E;
 }
 
+/// Reseeds the scripts' generator (a replicated entry's seed, so every
+/// node's script draws the same numbers).
+pub fn reseed(seed: u64) {
+    srand48(seed as i32);
+}
+
 /// `redis_math_random`'s number in [0, 1).
 fn random_fraction() -> f64 {
     (lrand48() % LRAND48_MAX) as f64 / LRAND48_MAX as f64

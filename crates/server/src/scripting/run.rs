@@ -98,7 +98,12 @@ pub fn run_script<'s>(
     running.begin(call.eval, call.name.to_string(), call.command.clone());
     let saved_db = session.db;
     session.in_script = true;
-    session.script_started_ms = crate::keyspace::now_ms();
+    // On a replicated node's apply thread: the entry's time and seed, the
+    // same on every node.
+    session.script_started_ms = session.clock_ms.unwrap_or_else(crate::keyspace::now_ms);
+    if let Some(seed) = crate::random::seeded() {
+        super::redis_api::reseed(seed);
+    }
     let state = RefCell::new(CallState {
         shared,
         keyspace,

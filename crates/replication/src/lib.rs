@@ -12,6 +12,8 @@
 //! What an entry means is the state machine's business (the server
 //! replicates client commands and applies them to its keyspace).
 
+#![forbid(unsafe_code)]
+
 mod bus;
 mod error;
 mod node;

@@ -303,3 +303,27 @@ fn a_group_replicates_redirects_and_survives_its_leaders_death() {
     wait_replicated(port, "p", "1");
     assert_eq!(role(port).as_deref(), Some("slave"));
 }
+
+#[test]
+fn a_bad_group_configuration_stops_the_start_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = format!("1@127.0.0.1:{}", held.local_addr().unwrap().port());
+    let other = format!("2@127.0.0.1:{}", free_port());
+    for (args, reason) in [
+        (vec!["--node-id", "1"], "node-id and peers go together"),
+        (
+            vec!["--node-id", "3", "--peers", &other],
+            "this node's id 3 is not among the peers",
+        ),
+        (
+            vec!["--node-id", "1", "--peers", &format!("{busy},{other}")],
+            "cannot listen on bus address",
+        ),
+    ] {
+        let log = common::try_serve(dir.path(), &args)
+            .err()
+            .unwrap_or_else(|| panic!("{args:?} started"));
+        assert!(log.contains(reason), "{args:?}:\n{log}");
+    }
+}

@@ -191,6 +191,13 @@ struct ServeArgs {
     /// this node included: 1@HOST:BUSPORT,2@HOST:BUSPORT,3@HOST:BUSPORT.
     #[arg(long)]
     peers: Option<String>,
+    /// Raft's tick in ms: a heartbeat every tick [default: 10].
+    #[arg(long)]
+    raft_tick_ms: Option<u64>,
+    /// Silent ticks before a follower calls an election (randomised up to
+    /// twice this) [default: 6].
+    #[arg(long)]
+    raft_election_ticks: Option<usize>,
 }
 
 fn serve(args: ServeArgs) -> Result<()> {
@@ -199,7 +206,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         None => engram_server::Config::default(),
     };
     let path = |file: Option<PathBuf>| file.map(|f| f.display().to_string());
-    let overrides: [(&str, Option<String>); 25] = [
+    let overrides: [(&str, Option<String>); 27] = [
         ("bind", args.bind),
         ("port", args.port.map(|p| p.to_string())),
         ("dir", args.dir.map(|d| d.display().to_string())),
@@ -234,6 +241,11 @@ fn serve(args: ServeArgs) -> Result<()> {
         ("tls-protocols", args.tls_protocols),
         ("node-id", args.node_id.map(|n| n.to_string())),
         ("peers", args.peers),
+        ("raft-tick-ms", args.raft_tick_ms.map(|n| n.to_string())),
+        (
+            "raft-election-ticks",
+            args.raft_election_ticks.map(|n| n.to_string()),
+        ),
     ];
     for (name, value) in overrides {
         if let Some(value) = value {

@@ -170,6 +170,11 @@ pub struct Config {
     /// neither; without them the server is a single node.
     pub node_id: Option<u64>,
     pub peers: Option<Vec<engram_replication::Peer>>,
+    /// Raft's clock (`raft-tick-ms`, default 10): heartbeats go out every
+    /// tick; a follower that hears nothing for `raft-election-ticks` to
+    /// twice that (default 6) calls an election.
+    pub raft_tick_ms: u64,
+    pub raft_election_ticks: usize,
 }
 
 impl Default for Config {
@@ -200,6 +205,8 @@ impl Default for Config {
             redis_params: Vec::new(),
             node_id: None,
             peers: None,
+            raft_tick_ms: 10,
+            raft_election_ticks: 6,
         }
     }
 }
@@ -362,6 +369,20 @@ impl Config {
                     .filter(|&id| id > 0)
                     .ok_or("node-id must be a number above 0")?;
                 self.node_id = Some(id);
+            }
+            "raft-tick-ms" => {
+                let ms: u64 = parse_number(&name, one()?)?;
+                if !(1..=1000).contains(&ms) {
+                    return Err("raft-tick-ms must be 1 to 1000".into());
+                }
+                self.raft_tick_ms = ms;
+            }
+            "raft-election-ticks" => {
+                let ticks: usize = parse_number(&name, one()?)?;
+                if !(3..=1000).contains(&ticks) {
+                    return Err("raft-election-ticks must be 3 to 1000".into());
+                }
+                self.raft_election_ticks = ticks;
             }
             "peers" => {
                 let peers = engram_replication::parse_peers(one()?).map_err(|e| e.to_string())?;
@@ -768,5 +789,50 @@ mod tests {
         assert_eq!(parse_memory("100").unwrap(), 100);
         assert!(parse_memory("12xb").is_err());
         assert!(parse_memory("99999999999999999999gb").is_err());
+    }
+
+    #[test]
+    fn group_settings() {
+        let mut config = Config::default();
+        config.set("node-id", &["2".into()]).unwrap();
+        config
+            .set(
+                "peers",
+                &["1@127.0.0.1:7101, 2@127.0.0.1:7102,3@127.0.0.1:7103".into()],
+            )
+            .unwrap();
+        assert_eq!(config.node_id, Some(2));
+        let peers = config.peers.clone().unwrap();
+        assert_eq!(peers.len(), 3);
+        assert_eq!(peers[1].bus.port(), 7102);
+        config.set("raft-tick-ms", &["5".into()]).unwrap();
+        config.set("raft-election-ticks", &["8".into()]).unwrap();
+        assert_eq!((config.raft_tick_ms, config.raft_election_ticks), (5, 8));
+        for (name, value, error) in [
+            ("node-id", "0", "node-id must be a number above 0"),
+            ("node-id", "x", "node-id must be a number above 0"),
+            ("peers", "", "no peers given"),
+            (
+                "peers",
+                "1@127.0.0.1:1,1@127.0.0.1:2",
+                "node id 1 appears twice",
+            ),
+            ("peers", "127.0.0.1:7000", "is not ID@HOST:PORT"),
+            ("peers", "0@127.0.0.1:7000", "is not a node id"),
+            ("peers", "1@nowhere", "nowhere"),
+            ("raft-tick-ms", "0", "raft-tick-ms must be 1 to 1000"),
+            (
+                "raft-election-ticks",
+                "2",
+                "raft-election-ticks must be 3 to 1000",
+            ),
+        ] {
+            let err = config.set(name, &[value.into()]).unwrap_err();
+            assert!(err.contains(error), "{name} {value}: {err}");
+        }
+        // A refused value changes nothing.
+        assert_eq!(config.node_id, Some(2));
+        assert_eq!(config.peers.as_ref().map(Vec::len), Some(3));
+        assert_eq!(config.raft_tick_ms, 5);
     }
 }

@@ -39,6 +39,11 @@ pub struct KeyspaceOptions {
     pub collections_backpressure_factor: u64,
     /// Background checkpoints (the default), or only when asked.
     pub checkpoints: CheckpointMode,
+    /// Keep multi-key batches cheap at any durability: the engine's lazy
+    /// retirement (implied by `always`) makes a batch that fits one log
+    /// block atomic by itself, with no intent record. A replicated node
+    /// applies every committed batch atomically, so it asks for it.
+    pub atomic_batches: bool,
 }
 
 impl Default for KeyspaceOptions {
@@ -52,6 +57,7 @@ impl Default for KeyspaceOptions {
             collections_checkpoint_bytes: collections.checkpoint_log_bytes,
             collections_backpressure_factor: collections.backpressure_factor,
             checkpoints: collections.checkpoints,
+            atomic_batches: false,
         }
     }
 }
@@ -110,7 +116,7 @@ impl Keyspace {
                 // retirement follows in the background (the engine's
                 // `retirement.rs`). Collections' images keep the eager
                 // path: the checkpointer syncs them whole anyway.
-                lazy_retirement: fine_writeback,
+                lazy_retirement: fine_writeback || options.atomic_batches,
                 ..store_options(options, fine_writeback)
             },
         )

@@ -122,6 +122,14 @@ impl<'a> Txn<'a> {
         }
     }
 
+    /// How many writes an atomic transaction holds back for its commit
+    /// (engine writes and collection operations): a writer applying a long
+    /// run of commands commits every so often, so each batch stays one
+    /// engine record run (see `Store::write_batch`).
+    pub fn buffered_writes(&self) -> usize {
+        self.batch.as_ref().map_or(0, BTreeMap::len) + self.pending.len()
+    }
+
     /// Whether engine writes are buffered into one batch (EXEC, MSET...).
     pub fn is_atomic(&self) -> bool {
         self.batch.is_some()

@@ -414,6 +414,10 @@ impl Applier {
     }
 }
 
+/// An apply transaction is committed once it holds this many writes (at
+/// an entry's end), so its batch stays one engine record run.
+const APPLY_CHUNK_WRITES: usize = 512;
+
 impl StateMachine for Applier {
     fn apply(&mut self, entries: Vec<Committed>) {
         let Some(shared) = self.shared.upgrade() else {
@@ -424,61 +428,81 @@ impl StateMachine for Applier {
         let session = &mut self.session;
         let mut txn = Some(keyspace.lock_all(true));
         let mut answers = Vec::new();
-        let mut last = 0;
-        for committed in entries {
-            last = committed.index;
-            if committed.data.is_empty() {
-                continue;
-            }
-            let Some(entry) = decode_entry(&committed.data) else {
-                log::error!("raft entry {} does not decode: skipped", committed.index);
-                continue;
-            };
-            session.clock_ms = Some(entry.time_ms);
-            crate::random::seed(Some(committed.index));
-            let mut out = ReplyWriter::new();
-            out.set_resp3(entry.resp3);
-            let mut replies = Vec::new();
-            for (db, exec, commands) in &entry.items {
-                let start = out.len();
-                session.db = *db;
-                if *exec {
-                    out.array(commands.len());
-                }
-                for args in commands {
-                    let args = args.args();
-                    match lookup(args.get(0)) {
-                        Some((index, _)) => {
-                            txn = commands::run(
-                                &shared, keyspace, session, &mut out, txn, index, args,
-                            );
+        let total = entries.len();
+        for (at, committed) in entries.into_iter().enumerate() {
+            let index = committed.index;
+            if !committed.data.is_empty() {
+                match decode_entry(&committed.data) {
+                    Some(entry) => {
+                        session.clock_ms = Some(entry.time_ms);
+                        crate::random::seed(Some(index));
+                        let replies;
+                        (txn, replies) = apply_entry(&shared, keyspace, session, txn, &entry);
+                        session.notifications.clear();
+                        if let Some(reply) = committed.reply {
+                            answers.push((reply, replies));
                         }
-                        None => out.error("ERR unknown command"),
                     }
+                    None => log::error!("raft entry {index} does not decode: skipped"),
                 }
-                let reply = &out.buf[start..];
-                replies.extend_from_slice(&(reply.len() as u32).to_le_bytes());
-                replies.extend_from_slice(reply);
             }
-            session.notifications.clear();
-            if let Some(reply) = committed.reply {
-                answers.push((reply, replies));
+            let full = txn
+                .as_ref()
+                .is_some_and(|t| t.buffered_writes() >= APPLY_CHUNK_WRITES);
+            if full || at + 1 == total {
+                let mut done = txn.take().expect("commands hand the transaction back");
+                let committed = done.put_applied_index(index).and_then(|()| done.commit());
+                if let Err(e) = committed {
+                    // The keyspace no longer follows the log: stop as a
+                    // crash would; the restart applies these entries again.
+                    log::error!("applying Raft entries up to {index} failed: {e}; stopping");
+                    std::process::exit(70);
+                }
+                for (reply, bytes) in answers.drain(..) {
+                    reply.send(bytes);
+                }
+                if at + 1 < total {
+                    txn = Some(keyspace.lock_all(true));
+                }
             }
         }
         session.clock_ms = None;
         crate::random::seed(None);
-        let mut txn = txn.expect("commands hand the transaction back");
-        let committed = txn.put_applied_index(last).and_then(|()| txn.commit());
-        if let Err(e) = committed {
-            // The keyspace no longer follows the log: stop as a crash
-            // would; the restart applies these entries again.
-            log::error!("applying Raft entries up to {last} failed: {e}; stopping");
-            std::process::exit(70);
-        }
-        for (reply, bytes) in answers {
-            reply.send(bytes);
-        }
     }
+}
+
+/// Runs one entry's items against the apply transaction; their replies,
+/// each `[len u32][bytes]`.
+fn apply_entry<'s>(
+    shared: &'s Shared,
+    keyspace: &'s Arc<crate::keyspace::Keyspace>,
+    session: &mut Session,
+    mut txn: Option<crate::keyspace::Txn<'s>>,
+    entry: &Entry,
+) -> (Option<crate::keyspace::Txn<'s>>, Vec<u8>) {
+    let mut out = ReplyWriter::new();
+    out.set_resp3(entry.resp3);
+    let mut replies = Vec::new();
+    for (db, exec, commands) in &entry.items {
+        let start = out.len();
+        session.db = *db;
+        if *exec {
+            out.array(commands.len());
+        }
+        for args in commands {
+            let args = args.args();
+            match lookup(args.get(0)) {
+                Some((index, _)) => {
+                    txn = commands::run(shared, keyspace, session, &mut out, txn, index, args);
+                }
+                None => out.error("ERR unknown command"),
+            }
+        }
+        let reply = &out.buf[start..];
+        replies.extend_from_slice(&(reply.len() as u32).to_le_bytes());
+        replies.extend_from_slice(reply);
+    }
+    (txn, replies)
 }
 
 #[cfg(test)]

@@ -397,6 +397,8 @@ pub(crate) fn keyspace_options(config: &Config) -> KeyspaceOptions {
         integrity: config.integrity.clone(),
         collections_checkpoint_bytes: config.collections_checkpoint_bytes,
         collections_backpressure_factor: config.collections_backpressure_factor,
+        // A member of a Raft group applies each batch of entries atomically.
+        atomic_batches: config.node_id.is_some(),
         ..KeyspaceOptions::default()
     }
 }

@@ -1,5 +1,6 @@
 //! A three-node group under faults, checked for linearizability (issue 26):
-//! clients run SET, GET and INCR on a few keys against whichever node
+//! clients run SET, GET and INCR on a few string keys and HSET, HGET and
+//! HINCRBY on a few hashes against whichever node
 //! leads (following MOVED), recording when each call started and ended and
 //! what it returned; meanwhile the leader is SIGKILLed and restarted, and
 //! nodes are frozen with SIGSTOP and thawed. After the faults every key is
@@ -24,7 +25,34 @@ use common::Served;
 use rand::Rng;
 
 const CLIENTS: usize = 4;
-const KEYS: [&str; 3] = ["k0", "k1", "k2"];
+/// Strings (GET, SET, INCR) and hashes (HGET, HSET, HINCRBY of field
+/// `f`): both stores, and both copies of the applied index.
+const KEYS: [&str; 5] = ["k0", "k1", "k2", "h0", "h1"];
+
+/// The command for an operation of the register model on `key`.
+fn command_for(op: &str, key: &str, value: Option<i64>) -> redis::Cmd {
+    let hash = key.starts_with('h');
+    let name = match (op, hash) {
+        ("get", false) => "GET",
+        ("set", false) => "SET",
+        ("incr", false) => "INCR",
+        ("get", true) => "HGET",
+        ("set", true) => "HSET",
+        _ => "HINCRBY",
+    };
+    let mut command = redis::cmd(name);
+    command.arg(key);
+    if hash {
+        command.arg("f");
+    }
+    if let Some(v) = value {
+        command.arg(v);
+    }
+    if name == "HINCRBY" {
+        command.arg(1);
+    }
+    command
+}
 const FAULTS: usize = 6;
 
 fn free_port() -> u16 {
@@ -157,11 +185,7 @@ fn client(
             }
             _ => ("incr", None),
         };
-        let mut command = redis::cmd(&op.to_uppercase());
-        command.arg(key);
-        if let Some(v) = value {
-            command.arg(v);
-        }
+        let command = command_for(op, key, value);
         let call = now(clock);
         let result: redis::RedisResult<redis::Value> = command.query(con.as_mut().unwrap());
         let ret = now(clock);
@@ -177,6 +201,12 @@ fn client(
         };
         match result {
             Ok(reply) => {
+                // HSET's reply counts new fields: not the register's value.
+                let reply = if op == "set" {
+                    redis::Value::Nil
+                } else {
+                    reply
+                };
                 record.output = match reply {
                     redis::Value::Int(n) => Some(n),
                     redis::Value::BulkString(b) => {
@@ -304,7 +334,7 @@ fn one_run(run: usize, checker: &Path, work: &Path) {
     let mut con = common::connect(group.ports[leader]);
     for key in KEYS {
         let call = clock.elapsed().as_nanos() as u64;
-        let value: Option<i64> = redis::cmd("GET").arg(key).query(&mut con).unwrap();
+        let value: Option<i64> = command_for("get", key, None).query(&mut con).unwrap();
         history.lock().unwrap().push(Op {
             client: CLIENTS,
             key: key.into(),

@@ -1,11 +1,26 @@
 //! A replicated node's applied index: the last Raft entry whose effects
-//! the keyspace holds, one engine value under a reserved key (`0xFF 'R'`:
-//! 0xFF is never a database). It is written inside the atomic batch of the
-//! entries it covers (`Txn::put_applied_index`), so after a crash the
-//! keyspace holds an entry's effects exactly when the record counts it,
-//! and the node re-applies from the next entry: exactly once.
+//! the keyspace holds, under a reserved key (`0xFF 'R'`: 0xFF is never a
+//! database) in whichever store the entries wrote to. It is written inside
+//! the atomic batch of the entries it covers (`Txn::put_applied_index`),
+//! so after a crash the keyspace holds an entry's effects exactly when the
+//! record counts it, and the node re-applies from the next entry: exactly
+//! once.
+//!
+//! Two copies, because a batch must stay in one store to stay cheap: a
+//! batch with string writes carries an engine value (one engine record run
+//! with the rest); a batch of collection writes only carries a hash field
+//! in its operation-log record (mixing in an engine value would make the
+//! batch an intent holding every touched collection whole). Batches commit
+//! one after the other on one thread, so the larger of the two is the
+//! applied index. The hash is a key of no database: like keys of hidden
+//! databases, no count, scan, flush or eviction sees it.
+
+use engram_collections::{op::Bytes, Op};
 
 use crate::{Error, Keyspace, Result, Txn};
+
+/// The hash field of the collections' copy.
+const FIELD: &[u8] = b"applied";
 
 /// The reserved engine key of the record.
 pub const KEY: [u8; 2] = [0xFF, b'R'];
@@ -17,13 +32,29 @@ pub fn is_applied_key(key: &[u8]) -> bool {
 impl Keyspace {
     /// The applied index recorded, 0 if none ever was.
     pub fn applied_index(&self) -> Result<u64> {
-        match self.store().get(&KEY).map_err(Error::Engine)? {
-            None => Ok(0),
-            Some(value) => value
+        let decode = |value: &[u8]| {
+            value
                 .get(..8)
                 .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-                .ok_or_else(|| Error::Internal("the applied-index record is short".into())),
-        }
+                .ok_or_else(|| Error::Internal("the applied-index record is short".into()))
+        };
+        let engine = match self.store().get(&KEY).map_err(Error::Engine)? {
+            None => 0,
+            Some(value) => decode(&value)?,
+        };
+        let collections: Option<Vec<u8>> =
+            self.collections
+                .read(&KEY, |entry| match entry.map(|e| &e.object) {
+                    Some(engram_collections::types::Object::Hash(hash)) => {
+                        hash.get(FIELD).map(<[u8]>::to_vec)
+                    }
+                    _ => None,
+                });
+        let collections = match collections {
+            None => 0,
+            Some(value) => decode(&value)?,
+        };
+        Ok(engine.max(collections))
     }
 }
 
@@ -36,6 +67,13 @@ impl Txn<'_> {
             return Err(Error::Internal(
                 "the applied index outside an atomic whole-keyspace transaction".into(),
             ));
+        }
+        if self.buffered_collections_only() {
+            let op = Op::HashSet {
+                key: Bytes::from(&KEY[..]),
+                pairs: vec![(Bytes::from(FIELD), Bytes::from(&index.to_le_bytes()[..]))],
+            };
+            return self.log_reserved(op);
         }
         self.put_reserved(&KEY, &index.to_le_bytes())
     }
@@ -75,6 +113,10 @@ mod tests {
             txn.put_applied_index(9).unwrap();
             txn.commit().unwrap();
             assert_eq!(ks.applied_index().unwrap(), 9);
+            // The collections-only batch kept its record in its own store:
+            // the engine's copy still says 7.
+            let engine = ks.store().get(&super::KEY).unwrap().unwrap();
+            assert_eq!(u64::from_le_bytes(engine[..8].try_into().unwrap()), 7);
             // Not a key of any database.
             assert_eq!(ks.dbsize(0), 2);
             assert_eq!((1..16).map(|db| ks.dbsize(db)).sum::<u64>(), 0);

@@ -524,6 +524,11 @@ impl Keyspace {
         }
         let mut resolved = 0u64;
         for (ekey, expire_at) in keys {
+            if is_reserved(&ekey) {
+                // A keyspace record kept as a collection (the applied
+                // index): no key of any database.
+                continue;
+            }
             if !self.is_visible(&ekey) {
                 self.stats
                     .keys_in_hidden_dbs

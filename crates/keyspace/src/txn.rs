@@ -664,6 +664,42 @@ impl<'a> Txn<'a> {
         self.engine_write(ekey, Some(value))
     }
 
+    /// Whether an atomic transaction holds collection operations and no
+    /// engine write (its commit is one operation-log record).
+    pub(crate) fn buffered_collections_only(&self) -> bool {
+        self.batch.as_ref().is_some_and(BTreeMap::is_empty) && !self.pending.is_empty()
+    }
+
+    /// Adds an operation on a keyspace record held as a collection (a
+    /// reserved key, no database) to an atomic transaction's pending
+    /// operations: logged in the same record as the rest, taken back with
+    /// them if the commit fails, and kept out of the books (no database
+    /// counts it, no WATCH sees it).
+    pub(crate) fn log_reserved(&mut self, op: Op) -> Result<()> {
+        let keys: Vec<EKey> = op
+            .keys()
+            .into_iter()
+            .flatten()
+            .map(EKey::from_slice)
+            .collect();
+        debug_assert!(keys.iter().all(|k| crate::is_reserved(k)));
+        if self.batch.is_none() {
+            return Err(Error::Internal(
+                "a reserved collection record outside an atomic transaction".into(),
+            ));
+        }
+        for key in &keys {
+            self.guards.get(key)?;
+        }
+        let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+        self.writer_covering(&refs)?;
+        let writer = self.coll.as_mut().expect("held");
+        self.undo.apply(writer.keys_mut(), op.clone());
+        self.pending.push(op);
+        self.wrote = true;
+        Ok(())
+    }
+
     /// A write to the engine alone: buffered or applied.
     fn engine_write(&mut self, ekey: &[u8], value: Option<&[u8]>) -> Result<()> {
         let ks = self.ks;

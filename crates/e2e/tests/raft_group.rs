@@ -327,3 +327,70 @@ fn a_bad_group_configuration_stops_the_start_with_a_reason() {
         assert!(log.contains(reason), "{args:?}:\n{log}");
     }
 }
+
+/// redis-py's RedisCluster, as an application would use it: it finds the
+/// leader from CLUSTER SLOTS, runs a session, and goes on through a SIGKILL
+/// of the leader (retrying what failed while the group elected another).
+const CLUSTER_SESSION: &str = r#"
+import os, signal, sys, time
+import redis
+from redis.cluster import RedisCluster, ClusterNode
+
+ports = [int(p) for p in sys.argv[1].split(",")]
+pids = dict(zip(ports, (int(p) for p in sys.argv[2].split(","))))
+rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", p) for p in ports])
+assert rc.set("a", 1)
+assert rc.incr("a") == 2
+assert rc.hset("h", "f", "v") == 1
+assert rc.hgetall("h") == {b"f": b"v"}
+with rc.pipeline() as pipe:
+    pipe.set("b", "x").incr("a").get("b")
+    assert pipe.execute() == [True, 3, b"x"]
+leader = next(p for p in ports if redis.Redis(port=p).execute_command("ROLE")[0] == b"master")
+os.kill(pids[leader], signal.SIGKILL)
+killed = time.time()
+while True:
+    try:
+        value = rc.incr("a")
+        break
+    except (redis.exceptions.ConnectionError, redis.exceptions.ClusterDownError,
+            redis.exceptions.TimeoutError) as e:
+        if time.time() - killed > 20:
+            raise
+        time.sleep(0.05)
+# The INCR that failed at the kill may or may not have been applied.
+assert value in (4, 5), value
+assert rc.get("b") == b"x"
+assert rc.hget("h", "f") == b"v"
+print(f"survived the leader's SIGKILL: next INCR after {(time.time() - killed) * 1000:.0f} ms")
+"#;
+
+#[test]
+fn redis_py_cluster_client_runs_a_session_through_a_leader_kill() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let peers = (0..3)
+        .map(|i| format!("{}@127.0.0.1:{}", i + 1, free_port()))
+        .collect::<Vec<_>>()
+        .join(",");
+    let nodes: Vec<Served> = (0..3)
+        .map(|i| start_node(dirs[i].path(), i as u64 + 1, &peers))
+        .collect();
+    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+    leader_among(&ports);
+    let list = |v: Vec<String>| v.join(",");
+    let output = common::python_with_redis_py()
+        .args(["-c", CLUSTER_SESSION])
+        .arg(list(ports.iter().map(|p| p.to_string()).collect()))
+        .arg(list(
+            nodes.iter().map(|n| n.child.id().to_string()).collect(),
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    eprintln!("{}", String::from_utf8_lossy(&output.stdout).trim());
+}

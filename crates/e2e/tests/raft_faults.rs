@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::Served;
+use common::{free_port, role, Served};
 use rand::Rng;
 
 const CLIENTS: usize = 4;
@@ -54,14 +54,6 @@ fn command_for(op: &str, key: &str, value: Option<i64>) -> redis::Cmd {
     command
 }
 const FAULTS: usize = 6;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 #[derive(serde::Serialize, Clone)]
 struct Op {
@@ -117,25 +109,9 @@ impl Group {
         self.nodes[i] = Some(served);
     }
 
-    fn role(&self, i: usize) -> Option<String> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.ports[i])).ok()?;
-        let mut con = client
-            .get_connection_with_timeout(Duration::from_millis(300))
-            .ok()?;
-        con.set_read_timeout(Some(Duration::from_millis(300)))
-            .ok()?;
-        let reply: redis::Value = redis::cmd("ROLE").query(&mut con).ok()?;
-        match reply {
-            redis::Value::Array(items) => match items.first() {
-                Some(redis::Value::BulkString(r)) => Some(String::from_utf8_lossy(r).into()),
-                _ => None,
-            },
-            _ => None,
-        }
-    }
-
     fn leader(&self) -> Option<usize> {
-        (0..3).find(|&i| self.nodes[i].is_some() && self.role(i).as_deref() == Some("master"))
+        (0..3)
+            .find(|&i| self.nodes[i].is_some() && role(self.ports[i]).as_deref() == Some("master"))
     }
 
     fn pid(&self, i: usize) -> Option<i32> {

@@ -9,34 +9,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{connect, serve, Served};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use common::{connect, free_port, role, serve, Served};
 
 fn start_node(dir: &std::path::Path, id: u64, peers: &str) -> Served {
     serve(dir, &["--node-id", &id.to_string(), "--peers", peers])
-}
-
-/// ROLE's first element on `port`, if it answers.
-fn role(port: u16) -> Option<String> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
-    let mut con = client
-        .get_connection_with_timeout(Duration::from_secs(2))
-        .ok()?;
-    let reply: redis::Value = redis::cmd("ROLE").query(&mut con).ok()?;
-    match reply {
-        redis::Value::Array(items) => match items.first() {
-            Some(redis::Value::BulkString(role)) => Some(String::from_utf8_lossy(role).into()),
-            _ => None,
-        },
-        _ => None,
-    }
 }
 
 /// Waits until exactly one of `ports` is master and the others follow it.

@@ -28,7 +28,7 @@
 
 use std::path::Path;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use engram_pmem::{PmemOffset, Region, RegionOptions};
 use raft::prelude::{ConfState, Entry, EntryType, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
@@ -305,12 +305,12 @@ impl RaftLog {
         if crc32c::crc32c(body) != crc {
             return None;
         }
-        let mut reader = Reader(body);
-        let seq = reader.u64()?;
+        let mut reader = body;
+        let seq = reader.try_get_u64_le().ok()?;
         let hs = HardState {
-            term: reader.u64()?,
-            vote: reader.u64()?,
-            commit: reader.u64()?,
+            term: reader.try_get_u64_le().ok()?,
+            vote: reader.try_get_u64_le().ok()?,
+            commit: reader.try_get_u64_le().ok()?,
             ..Default::default()
         };
         let mut cs = ConfState::default();
@@ -320,12 +320,12 @@ impl RaftLog {
             &mut cs.voters_outgoing,
             &mut cs.learners_next,
         ] {
-            let n = reader.u32()? as usize;
+            let n = reader.try_get_u32_le().ok()? as usize;
             for _ in 0..n.min(MAX_MEMBERS) {
-                ids.push(reader.u64()?);
+                ids.push(reader.try_get_u64_le().ok()?);
             }
         }
-        cs.auto_leave = reader.bytes(1)?[0] != 0;
+        cs.auto_leave = reader.try_get_u8().ok()? != 0;
         Some((seq, hs, cs))
     }
 
@@ -478,27 +478,6 @@ impl Storage for RaftLog {
         Err(raft::Error::Store(
             StorageError::SnapshotTemporarilyUnavailable,
         ))
-    }
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(head)
-    }
-
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.bytes(8)?.try_into().ok()?))
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.bytes(4)?.try_into().ok()?))
     }
 }
 

@@ -35,6 +35,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
+use bytes::Buf;
 use engram_replication::{Committed, NodeConfig, Refused, Replica, StateMachine};
 
 use crate::commands::{self, lookup, CommandSpec, READONLY, WRITE};
@@ -327,28 +328,36 @@ struct Entry {
     items: Vec<(usize, bool, Vec<OwnedArgs>)>,
 }
 
+/// The next `n` bytes of `r`, if it holds them.
+fn take<'a>(r: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+    (r.len() >= n).then(|| {
+        let (head, rest) = r.split_at(n);
+        *r = rest;
+        head
+    })
+}
+
 fn decode_entry(data: &[u8]) -> Option<Entry> {
-    let mut r = Reader(data);
-    let time_ms = r.u64()?;
-    let resp3 = r.bytes(1)?[0] != 0;
-    let n = r.u32()? as usize;
+    let mut r = data;
+    let time_ms = r.try_get_u64_le().ok()?;
+    let resp3 = r.try_get_u8().ok()? != 0;
+    let n = r.try_get_u32_le().ok()? as usize;
     let mut items = Vec::with_capacity(n.min(1024));
     for _ in 0..n {
-        let [tag, db] = r.bytes(2)? else {
-            return None;
-        };
-        let commands = r.u32()? as usize;
+        let tag = r.try_get_u8().ok()?;
+        let db = r.try_get_u8().ok()?;
+        let commands = r.try_get_u32_le().ok()? as usize;
         let mut list = Vec::with_capacity(commands.min(1024));
         for _ in 0..commands {
-            let argc = r.u32()? as usize;
+            let argc = r.try_get_u32_le().ok()? as usize;
             let mut parts: Vec<&[u8]> = Vec::with_capacity(argc.min(1024));
             for _ in 0..argc {
-                let len = r.u32()? as usize;
-                parts.push(r.bytes(len)?);
+                let len = r.try_get_u32_le().ok()? as usize;
+                parts.push(take(&mut r, len)?);
             }
             list.push(OwnedArgs::from_slices(&parts));
         }
-        items.push((*db as usize, *tag == EXEC, list));
+        items.push((db as usize, tag == EXEC, list));
     }
     Some(Entry {
         time_ms,
@@ -358,36 +367,15 @@ fn decode_entry(data: &[u8]) -> Option<Entry> {
 }
 
 fn decode_replies(bytes: &[u8]) -> Vec<&[u8]> {
-    let mut r = Reader(bytes);
+    let mut r = bytes;
     let mut replies = Vec::new();
-    while let Some(len) = r.u32() {
-        match r.bytes(len as usize) {
+    while let Ok(len) = r.try_get_u32_le() {
+        match take(&mut r, len as usize) {
             Some(reply) => replies.push(reply),
             None => break,
         }
     }
     replies
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(head)
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.bytes(4)?.try_into().ok()?))
-    }
-
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.bytes(8)?.try_into().ok()?))
-    }
 }
 
 /// Applies committed entries to the keyspace: every entry of a batch in

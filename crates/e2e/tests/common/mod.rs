@@ -182,6 +182,34 @@ fn install_redis_py() -> Result<(), String> {
     }
 }
 
+/// A loopback port free a moment ago (for a server told its port, or a
+/// bus port of a Raft group).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// ROLE's first word on `port` (`master`, `slave`), if it answers within
+/// 300 ms.
+pub fn role(port: u16) -> Option<String> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+    let mut con = client
+        .get_connection_with_timeout(Duration::from_millis(300))
+        .ok()?;
+    con.set_read_timeout(Some(Duration::from_millis(300)))
+        .ok()?;
+    match redis::cmd("ROLE").query(&mut con).ok()? {
+        redis::Value::Array(items) => match items.first() {
+            Some(redis::Value::BulkString(role)) => Some(String::from_utf8_lossy(role).into()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 pub fn connect(port: u16) -> redis::Connection {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
     client

@@ -217,9 +217,18 @@ impl RaftLog {
         Ok(())
     }
 
+    /// Records raft-rs's hard state. Term and vote are written (the next
+    /// `sync` makes them durable: a node must never vote twice in a term);
+    /// a commit index alone is only kept in DRAM and written with the next
+    /// state that must be, because a lost commit index is safe (Raft
+    /// learns it again from the leader, and a restart starts from at least
+    /// the applied index, see `Replica::start`). That saves a sync of the
+    /// state slot on nearly every round of appends.
     pub fn set_hard_state(&mut self, hard_state: HardState) {
-        if hard_state != self.hard_state {
-            self.hard_state = hard_state;
+        let must_write =
+            hard_state.term != self.hard_state.term || hard_state.vote != self.hard_state.vote;
+        self.hard_state = hard_state;
+        if must_write {
             self.write_state();
         }
     }
@@ -605,6 +614,34 @@ mod tests {
         }
         let log = RaftLog::open(dir.path(), &[1]).unwrap();
         assert_eq!(log.hard_state().term, 4);
+    }
+
+    #[test]
+    fn a_commit_index_alone_is_not_written() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut log = RaftLog::open(dir.path(), &[1]).unwrap();
+            log.append(&[entry(1, 1, b"a"), entry(2, 1, b"b")]).unwrap();
+            log.set_hard_state(HardState {
+                term: 1,
+                vote: 1,
+                commit: 1,
+                ..Default::default()
+            });
+            log.sync().unwrap();
+            // Only the commit index moves: nothing to sync in the slots.
+            log.set_hard_state(HardState {
+                term: 1,
+                vote: 1,
+                commit: 2,
+                ..Default::default()
+            });
+            assert!(log.unsynced_slot.is_none());
+            assert_eq!(log.hard_state().commit, 2);
+            log.sync().unwrap();
+        }
+        let log = RaftLog::open(dir.path(), &[1]).unwrap();
+        assert_eq!((log.hard_state().term, log.hard_state().commit), (1, 1));
     }
 
     #[test]

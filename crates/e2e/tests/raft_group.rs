@@ -207,6 +207,9 @@ fn a_group_replicates_redirects_and_survives_its_leaders_death() {
         .unwrap();
     assert!(replication.contains("role:master"), "{replication}");
     assert!(replication.contains("connected_slaves:2"), "{replication}");
+    // WAIT: both followers hold this client's last write.
+    let held: i64 = redis::cmd("WAIT").arg(2).arg(5000).query(&mut con).unwrap();
+    assert_eq!(held, 2);
     let slot: i64 = redis::cmd("CLUSTER")
         .arg("KEYSLOT")
         .arg("k")
@@ -242,6 +245,17 @@ fn a_group_replicates_redirects_and_survives_its_leaders_death() {
         "{refused}"
     );
     assert_eq!(role(follower).as_deref(), Some("slave"));
+    let refused = redis::cmd("WAIT")
+        .arg(1)
+        .arg(0)
+        .query::<i64>(&mut fcon)
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("WAIT cannot be used with replica instances"),
+        "{refused}"
+    );
     for &port in ports.iter().filter(|&&p| p != leader) {
         wait_replicated(port, "n", "13");
         wait_replicated(port, "k", "v");
@@ -269,6 +283,11 @@ fn a_group_replicates_redirects_and_survives_its_leaders_death() {
     assert_eq!(h, "x");
     let n: i64 = redis::cmd("INCR").arg("n").query(&mut con).unwrap();
     assert_eq!(n, 14);
+    // One follower is left: WAIT for two gives up at its timeout with one.
+    let started = Instant::now();
+    let held: i64 = redis::cmd("WAIT").arg(2).arg(300).query(&mut con).unwrap();
+    assert_eq!(held, 1);
+    assert!(started.elapsed() >= Duration::from_millis(300));
 
     // The killed node restarts from its directory and catches up as a
     // follower.
@@ -369,4 +388,28 @@ fn redis_py_cluster_client_runs_a_session_through_a_leader_kill() {
         String::from_utf8_lossy(&output.stderr)
     );
     eprintln!("{}", String::from_utf8_lossy(&output.stdout).trim());
+}
+
+#[test]
+fn wait_on_a_single_node_answers_as_redis_without_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve(dir.path(), &[]);
+    let mut con = connect(served.port);
+    let _: () = redis::cmd("SET").arg("k").arg("v").query(&mut con).unwrap();
+    let none: i64 = redis::cmd("WAIT").arg(0).arg(0).query(&mut con).unwrap();
+    assert_eq!(none, 0);
+    let started = Instant::now();
+    let none: i64 = redis::cmd("WAIT").arg(1).arg(100).query(&mut con).unwrap();
+    assert_eq!(none, 0);
+    assert!(started.elapsed() >= Duration::from_millis(100));
+    for (args, error) in [
+        (["1", "-1"], "timeout is negative"),
+        (["x", "1"], "value is not an integer or out of range"),
+    ] {
+        let refused = redis::cmd("WAIT")
+            .arg(&args)
+            .query::<i64>(&mut con)
+            .unwrap_err();
+        assert!(refused.to_string().contains(error), "{args:?}: {refused}");
+    }
 }

@@ -21,6 +21,7 @@ mod raft_log;
 
 pub use error::{Error, Result};
 pub use node::{
-    parse_peers, Committed, NodeConfig, Peer, Refused, Replica, Reply, StateMachine, Status,
+    parse_peers, Applied, Committed, NodeConfig, Peer, Refused, Replica, Reply, StateMachine,
+    Status,
 };
 pub use raft_log::RaftLog;

@@ -114,13 +114,27 @@ pub enum Refused {
     Stopped,
 }
 
+/// What a proposer hears once its entry is applied: the entry's index and
+/// the state machine's reply.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Applied {
+    pub index: u64,
+    pub reply: Vec<u8>,
+}
+
 /// Where the state machine sends a proposal's result (the server's reply
 /// bytes); dropping it unanswered tells the proposer `Refused::Unknown`.
-pub struct Reply(oneshot::Sender<std::result::Result<Vec<u8>, Refused>>);
+pub struct Reply {
+    index: u64,
+    sender: ProposalReply,
+}
 
 impl Reply {
     pub fn send(self, reply: Vec<u8>) {
-        let _ = self.0.send(Ok(reply));
+        let _ = self.sender.send(Ok(Applied {
+            index: self.index,
+            reply,
+        }));
     }
 }
 
@@ -157,10 +171,7 @@ pub struct Status {
 }
 
 enum Input {
-    Propose(
-        Vec<u8>,
-        oneshot::Sender<std::result::Result<Vec<u8>, Refused>>,
-    ),
+    Propose(Vec<u8>, ProposalReply),
     Read(oneshot::Sender<std::result::Result<u64, Refused>>),
     Transfer(u64),
 }
@@ -313,7 +324,7 @@ impl Replica {
     pub fn propose(
         &self,
         data: Vec<u8>,
-    ) -> impl std::future::Future<Output = std::result::Result<Vec<u8>, Refused>> {
+    ) -> impl std::future::Future<Output = std::result::Result<Applied, Refused>> {
         let (tx, rx) = oneshot::channel();
         let sent = self.inputs.send(Input::Propose(data, tx)).is_ok();
         async move {
@@ -343,6 +354,20 @@ impl Replica {
         }
     }
 
+    /// How many followers hold the log up to `index` durably (their match
+    /// index, as the leader last heard it); 0 off the leader.
+    pub fn followers_holding(&self, index: u64) -> usize {
+        let status = self.status.lock();
+        if status.role != "leader" {
+            return 0;
+        }
+        status
+            .progress
+            .iter()
+            .filter(|(_, matched)| *matched >= index)
+            .count()
+    }
+
     /// Waits until the applied index reaches `index`.
     pub async fn wait_applied(&self, index: u64) {
         let mut applied = self.applied.clone();
@@ -359,7 +384,7 @@ impl Replica {
     }
 }
 
-type ProposalReply = oneshot::Sender<std::result::Result<Vec<u8>, Refused>>;
+type ProposalReply = oneshot::Sender<std::result::Result<Applied, Refused>>;
 type ReadReply = oneshot::Sender<std::result::Result<u64, Refused>>;
 
 struct Driver {
@@ -542,7 +567,10 @@ impl Driver {
         let mut batch = Vec::with_capacity(entries.len());
         for entry in entries {
             let reply = match self.pending.remove(&entry.index) {
-                Some((term, reply)) if term == entry.term => Some(Reply(reply)),
+                Some((term, sender)) if term == entry.term => Some(Reply {
+                    index: entry.index,
+                    sender,
+                }),
                 Some((_, reply)) => {
                     // Another leader's entry took our proposal's index.
                     let _ = reply.send(Err(Refused::Unknown));

@@ -118,7 +118,11 @@ async fn a_group_elects_a_leader_and_replicates_in_order() {
             .map(|i| node.propose(format!("w{round}-{i}").into_bytes()))
             .collect();
         for reply in futures_join(batch).await {
-            replies.push(String::from_utf8(reply.unwrap()).unwrap());
+            let applied = reply.unwrap();
+            let text = String::from_utf8(applied.reply).unwrap();
+            // The reply names the entry's index, which the proposer hears.
+            assert!(text.starts_with(&format!("{}:", applied.index)), "{text}");
+            replies.push(text);
         }
     }
     assert_eq!(replies.len(), 100);
@@ -169,11 +173,22 @@ async fn a_group_elects_a_leader_and_replicates_in_order() {
         assert!(Instant::now() < deadline, "transfer did not happen");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let reply = group.nodes[follower]
+    let applied = group.nodes[follower]
         .propose(b"after".to_vec())
         .await
         .unwrap();
-    assert!(String::from_utf8(reply).unwrap().ends_with(":101"));
+    assert!(String::from_utf8(applied.reply).unwrap().ends_with(":101"));
+    // Both followers hold it once the new leader has heard back.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while group.nodes[follower].followers_holding(applied.index) < 2 {
+        assert!(Instant::now() < deadline, "followers never caught up");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        group.nodes[leader].followers_holding(1),
+        0,
+        "not the leader"
+    );
     let status = group.nodes[follower].status();
     assert_eq!(status.role, "leader");
     assert_eq!(status.progress.len(), 2);

@@ -222,6 +222,13 @@ async fn run<S: Stream>(
                     {
                         gate = None;
                     }
+                    if let Some((replicas, timeout)) = session.wait_replicas.take() {
+                        gate = None;
+                        let holding =
+                            crate::group::wait_for_replicas(shared, session, replicas, timeout)
+                                .await;
+                        out.int(holding);
+                    }
                     if std::mem::take(&mut session.reload) {
                         match crate::reload::reload(shared).await {
                             Ok(()) => out.ok(),

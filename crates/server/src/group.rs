@@ -260,8 +260,12 @@ pub async fn resolve(shared: &Shared, session: &mut Session, out: &mut ReplyWrit
         }
     }
     let result = replica.propose(entry).await;
+    if let Ok(applied) = &result {
+        // What WAIT waits for.
+        session.last_write_index = applied.index;
+    }
     let mut replies = match &result {
-        Ok(bytes) => decode_replies(bytes),
+        Ok(applied) => decode_replies(&applied.reply),
         Err(_) => Vec::new(),
     }
     .into_iter();
@@ -304,6 +308,34 @@ pub async fn fence(shared: &Shared, session: &mut Session) {
         return;
     }
     session.read_fence = Some(replica.read_barrier().await.is_ok());
+}
+
+/// WAIT's wait (the connection runs it once the command asked): until
+/// `replicas` followers hold this client's last write durably in their
+/// logs, or `timeout_ms` passed (0: no limit); how many do. A single node
+/// has no replicas: it answers 0, at once if none were asked for.
+pub async fn wait_for_replicas(
+    shared: &Shared,
+    session: &Session,
+    replicas: i64,
+    timeout_ms: u64,
+) -> i64 {
+    let deadline = (timeout_ms > 0)
+        .then(|| std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms));
+    loop {
+        let holding = shared
+            .group
+            .get()
+            .map_or(0, |g| g.followers_holding(session.last_write_index))
+            as i64;
+        if holding >= replicas
+            || deadline.is_some_and(|d| std::time::Instant::now() >= d)
+            || session.info.killed.load(Ordering::Acquire)
+        {
+            return holding;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
 }
 
 /// Whether a command needs the read barrier first.

@@ -89,6 +89,11 @@ pub struct Session {
     /// The time commands see instead of the clock's (a replicated entry's
     /// time, the same on every node).
     pub clock_ms: Option<u64>,
+    /// The index of this client's last replicated write (WAIT's target).
+    pub last_write_index: u64,
+    /// Set by WAIT, which replied nothing yet: the connection waits for
+    /// (replicas, timeout ms), then replies.
+    pub wait_replicas: Option<(i64, u64)>,
 }
 
 /// CLIENT REPLY's modes.
@@ -153,6 +158,8 @@ impl Session {
             readonly: false,
             read_fence: None,
             clock_ms: None,
+            last_write_index: 0,
+            wait_replicas: None,
         }
     }
 

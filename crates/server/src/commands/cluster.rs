@@ -26,6 +26,14 @@ pub fn commands() -> Vec<super::CommandSpec> {
             readwrite,
             "Enables read-write queries for a connection to a Redis Cluster replica node.",
         ),
+        Group("generic").keyless(
+            "wait",
+            3,
+            0,
+            wait,
+            "Waits until this connection's writes are held by the given number of replicas \
+             (followers of a Raft group), or the timeout.",
+        ),
         g.keyless(
             "cluster",
             -2,
@@ -54,6 +62,37 @@ fn readwrite(ctx: &mut Ctx, _: Args) -> CmdResult {
     group(ctx)?;
     ctx.session.readonly = false;
     ctx.out.ok();
+    Ok(())
+}
+
+/// WAIT numreplicas timeout: checked here, waited for by the connection
+/// (`group::wait_for_replicas`); inside MULTI or a script, answered at
+/// once with the count now, as Redis does where a client cannot block.
+fn wait(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let replicas = super::int_arg(args.get(1))?;
+    let timeout = super::int_arg(args.get(2))?;
+    if timeout < 0 {
+        return Err(err("ERR timeout is negative"));
+    }
+    if let Some(replica) = ctx.shared.group.get() {
+        if !replica.is_leader() {
+            return Err(err(
+                "ERR WAIT cannot be used with replica instances. Please also note that since \
+                 Redis 4.0 if a replica is configured to be writable (which is not the \
+                 default) writes to replicas are just local and are not propagated.",
+            ));
+        }
+    }
+    let holding = ctx
+        .shared
+        .group
+        .get()
+        .map_or(0, |g| g.followers_holding(ctx.session.last_write_index)) as i64;
+    if holding >= replicas || ctx.exec.is_some() || ctx.session.in_script {
+        ctx.out.int(holding);
+    } else {
+        ctx.session.wait_replicas = Some((replicas, timeout as u64));
+    }
     Ok(())
 }
 

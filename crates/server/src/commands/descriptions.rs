@@ -188,6 +188,7 @@ static COMMANDS: &[Description] = &[
     Description::new("bzpopmin", -3, &["write", "noscript", "blocking", "fast"], &["sortedset"]),
     Description::new("client", -2, &[], &[]),
     Description::new("cluster", -2, &[], &[]),
+    Description::new("wait", 3, &["noscript"], &["connection"]),
     Description::new("command", -1, &["loading", "stale"], &["connection"]),
     Description::new("config", -2, &[], &[]),
     Description::new("copy", -3, &["write", "denyoom"], &["keyspace"]),

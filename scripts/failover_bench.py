@@ -20,6 +20,7 @@ acknowledged writes any one writer saw (what a client lives through).
 import argparse
 import os
 import shlex
+import shutil
 import socket
 import statistics
 import subprocess
@@ -178,6 +179,7 @@ def main():
             if p is not None:
                 p.kill()
                 p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
     times.sort()
     p99 = times[min(len(times) - 1, int(round(0.99 * (len(times) - 1))))]
     print()

@@ -157,9 +157,12 @@ pub fn route(replica: &Replica, session: &Session, spec: &CommandSpec, args: &Ar
         return if write {
             Route::Propose
         } else {
+            // Only after this batch's barrier held: a node that became
+            // leader after the batch's check may not have applied
+            // everything committed yet.
             match session.read_fence {
-                Some(false) => Route::Refuse(not_leader(replica, spec, args)),
-                _ => Route::Local,
+                Some(true) => Route::Local,
+                _ => Route::Refuse(not_leader(replica, spec, args)),
             }
         };
     }
@@ -304,10 +307,14 @@ pub async fn fence(shared: &Shared, session: &mut Session) {
     let Some(replica) = shared.group.get() else {
         return;
     };
-    if session.read_fence.is_some() || !replica.is_leader() {
+    if session.read_fence.is_some() {
         return;
     }
-    session.read_fence = Some(replica.read_barrier().await.is_ok());
+    // Off the leader there is no barrier to take (a READONLY follower
+    // reads without one); should this node lead by the time the read runs,
+    // the read is refused rather than served unfenced.
+    let held = replica.is_leader() && replica.read_barrier().await.is_ok();
+    session.read_fence = Some(held);
 }
 
 /// WAIT's wait (the connection runs it once the command asked): until

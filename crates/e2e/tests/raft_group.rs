@@ -197,6 +197,27 @@ fn a_group_replicates_redirects_and_survives_its_leaders_death() {
         "{refused}"
     );
 
+    // CLIENT REPLY silences replicated writes as any others.
+    {
+        use std::io::{Read, Write};
+        let mut raw = std::net::TcpStream::connect(("127.0.0.1", leader)).unwrap();
+        raw.write_all(
+            b"CLIENT REPLY OFF\r\nSET quiet 1\r\nCLIENT REPLY ON\r\nCLIENT REPLY SKIP\r\n\
+              SET quiet 2\r\nGET quiet\r\n",
+        )
+        .unwrap();
+        let want = "+OK\r\n$1\r\n2\r\n";
+        let mut got = Vec::new();
+        raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        while got.len() < want.len() {
+            let mut chunk = [0u8; 256];
+            let n = raw.read(&mut chunk).unwrap();
+            assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&chunk[..n]);
+        }
+        assert_eq!(String::from_utf8_lossy(&got), want);
+    }
+
     // The group as a cluster client sees it.
     let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut con).unwrap();
     assert!(info.contains("cluster_state:ok"), "{info}");

@@ -41,14 +41,23 @@ use engram_replication::{Committed, NodeConfig, Refused, Replica, StateMachine};
 use crate::commands::{self, lookup, CommandSpec, READONLY, WRITE};
 use crate::keyspace::now_ms;
 use crate::resp::{Args, OwnedArgs, ReplyWriter};
-use crate::session::Session;
+use crate::session::{ReplyMode, Session};
 use crate::shared::Shared;
 
 /// A command (or a whole MULTI/EXEC) waiting in its session to be
 /// proposed, or a reply produced meanwhile that must follow theirs.
 pub enum Pending {
-    Command { db: usize, args: OwnedArgs },
-    Exec { db: usize, queue: Vec<OwnedArgs> },
+    /// `silent`: CLIENT REPLY OFF or SKIP dropped its reply.
+    Command {
+        db: usize,
+        args: OwnedArgs,
+        silent: bool,
+    },
+    Exec {
+        db: usize,
+        queue: Vec<OwnedArgs>,
+        silent: bool,
+    },
     Local(Vec<u8>),
 }
 
@@ -204,19 +213,30 @@ pub fn key_slot(key: &[u8]) -> u16 {
     CRC16.checksum(tagged.unwrap_or(key)) % 16384
 }
 
-/// Queues a write in its session (the leader's path in `execute`).
+/// Queues a write in its session (the leader's path in `execute`), with
+/// whether CLIENT REPLY silences it (as `execute` would after running it).
 pub fn queue(session: &mut Session, spec: &CommandSpec, args: Args) {
+    let silent = match session.reply {
+        ReplyMode::Off => true,
+        ReplyMode::Skip => {
+            session.reply = ReplyMode::On;
+            true
+        }
+        ReplyMode::On | ReplyMode::SkipNext => false,
+    };
     let pending = if spec.name == "exec" {
         let queue = session.multi.take().unwrap_or_default();
         session.end_multi();
         Pending::Exec {
             db: session.db,
             queue,
+            silent,
         }
     } else {
         Pending::Command {
             db: session.db,
             args: args.to_owned(),
+            silent,
         }
     };
     session.proposals.push(pending);
@@ -247,12 +267,12 @@ pub async fn resolve(shared: &Shared, session: &mut Session, out: &mut ReplyWrit
     entry.extend_from_slice(&(items as u32).to_le_bytes());
     for p in &pending {
         match p {
-            Pending::Command { db, args } => {
+            Pending::Command { db, args, .. } => {
                 entry.extend_from_slice(&[0, *db as u8]);
                 entry.extend_from_slice(&1u32.to_le_bytes());
                 encode_args(&mut entry, &args.args());
             }
-            Pending::Exec { db, queue } => {
+            Pending::Exec { db, queue, .. } => {
                 entry.extend_from_slice(&[EXEC, *db as u8]);
                 entry.extend_from_slice(&(queue.len() as u32).to_le_bytes());
                 for args in queue {
@@ -275,13 +295,18 @@ pub async fn resolve(shared: &Shared, session: &mut Session, out: &mut ReplyWrit
     for p in pending {
         match p {
             Pending::Local(bytes) => out.buf.extend_from_slice(&bytes),
-            Pending::Command { .. } | Pending::Exec { .. } => match (&result, replies.next()) {
-                (Ok(_), Some(reply)) => out.buf.extend_from_slice(reply),
-                (Ok(_), None) => {
-                    commands::reply_error(shared, out, "ERR replication: a reply went missing")
+            Pending::Command { silent, .. } | Pending::Exec { silent, .. } => {
+                match (&result, replies.next()) {
+                    _ if silent => {}
+                    (Ok(_), Some(reply)) => out.buf.extend_from_slice(reply),
+                    (Ok(_), None) => {
+                        commands::reply_error(shared, out, "ERR replication: a reply went missing")
+                    }
+                    (Err(refused), _) => {
+                        commands::reply_error(shared, out, &refusal(replica, refused))
+                    }
                 }
-                (Err(refused), _) => commands::reply_error(shared, out, &refusal(replica, refused)),
-            },
+            }
         }
     }
     session.wrote = true;

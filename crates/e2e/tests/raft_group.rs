@@ -370,7 +370,7 @@ while True:
         value = rc.incr("a")
         break
     except (redis.exceptions.ConnectionError, redis.exceptions.ClusterDownError,
-            redis.exceptions.TimeoutError) as e:
+            redis.exceptions.TimeoutError, redis.exceptions.RedisClusterException) as e:
         if time.time() - killed > 20:
             raise
         time.sleep(0.05)

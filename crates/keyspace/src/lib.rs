@@ -158,6 +158,8 @@ pub struct Keyspace {
     /// set stays as it is while writes are held (Redis 7.0); reads still
     /// find them gone.
     expiry_held_until: AtomicU64,
+    /// See `KeyspaceOptions::expire_on_read`.
+    pub(crate) expire_on_read: std::sync::atomic::AtomicBool,
     /// Wakes clients blocked on collection keys (BLPOP...) after writes.
     written: Box<[WrittenBucket]>,
     pub stats: KeyspaceStats,
@@ -259,6 +261,7 @@ impl Keyspace {
             sync_thread: Mutex::new(None),
             expire_cursor: AtomicUsize::new(0),
             expiry_held_until: AtomicU64::new(0),
+            expire_on_read: std::sync::atomic::AtomicBool::new(true),
             written: (0..WRITTEN_BUCKETS)
                 .map(|_| WrittenBucket::default())
                 .collect(),
@@ -833,7 +836,7 @@ impl Keyspace {
 
     /// Deletes `ekey` if it has expired by `now_ms`; true if it did.
     fn expire_if_due(&self, ekey: &[u8], now_ms: u64) -> Result<bool> {
-        if self.expiry_held() {
+        if self.expiry_held() || !self.expire_on_read.load(Ordering::Relaxed) {
             return Ok(false);
         }
         let slot = self.slot(ekey);

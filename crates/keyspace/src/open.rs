@@ -7,6 +7,7 @@
 //! ```
 
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,6 +45,13 @@ pub struct KeyspaceOptions {
     /// block atomic by itself, with no intent record. A replicated node
     /// applies every committed batch atomically, so it asks for it.
     pub atomic_batches: bool,
+    /// Whether a read that finds a key expired deletes it (Redis's lazy
+    /// expiry; the default). A replicated node turns it off: a deletion
+    /// of its own, at its own clock, would take the key from under
+    /// entries still to be applied at the leader's earlier time. Such a
+    /// key is hidden from reads and deleted by the next write that meets
+    /// it, at that write's time.
+    pub expire_on_read: bool,
 }
 
 impl Default for KeyspaceOptions {
@@ -58,6 +66,7 @@ impl Default for KeyspaceOptions {
             collections_backpressure_factor: collections.backpressure_factor,
             checkpoints: collections.checkpoints,
             atomic_batches: false,
+            expire_on_read: true,
         }
     }
 }
@@ -160,6 +169,9 @@ impl Keyspace {
             dir: dir.display().to_string(),
             source,
         })?;
+        keyspace
+            .expire_on_read
+            .store(options.expire_on_read, Ordering::Relaxed);
         Ok(Opened {
             keyspace,
             engine_recovery,
@@ -200,4 +212,45 @@ pub fn open_stores_for_tests_with(dir: &Path, options: Options) -> (Store, Colle
     )
     .unwrap();
     (store, collections)
+}
+
+#[cfg(test)]
+mod expire_on_read {
+    use crate::{now_ms, Keyspace, KeyspaceOptions};
+
+    #[test]
+    fn without_expiry_on_read_an_expired_key_is_hidden_until_a_write_meets_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let ks = Keyspace::open_dir(
+            dir.path(),
+            &KeyspaceOptions {
+                expire_on_read: false,
+                ..KeyspaceOptions::default()
+            },
+        )
+        .unwrap()
+        .keyspace;
+        let past = now_ms() - 1000;
+        let mut txn = ks.lock([(0, b"k".as_slice())], false).unwrap();
+        txn.put_string(0, b"k", b"v", Some(past)).unwrap();
+        txn.commit().unwrap();
+        // Reads hide it and leave it (a member's clock is not the log's).
+        assert!(ks.read(0, b"k", now_ms(), |_, _| ()).unwrap().is_none());
+        assert_eq!(ks.dbsize(0), 1);
+        // A write at a time past its expiry deletes it.
+        let mut txn = ks.lock([(0, b"k".as_slice())], false).unwrap();
+        assert!(txn.get(0, b"k", now_ms()).unwrap().is_none());
+        txn.commit().unwrap();
+        assert_eq!(ks.dbsize(0), 0);
+        // The default deletes on read.
+        let dir = tempfile::tempdir().unwrap();
+        let ks = Keyspace::open_dir(dir.path(), &KeyspaceOptions::default())
+            .unwrap()
+            .keyspace;
+        let mut txn = ks.lock([(0, b"k".as_slice())], false).unwrap();
+        txn.put_string(0, b"k", b"v", Some(past)).unwrap();
+        txn.commit().unwrap();
+        assert!(ks.read(0, b"k", now_ms(), |_, _| ()).unwrap().is_none());
+        assert_eq!(ks.dbsize(0), 0);
+    }
 }

@@ -181,6 +181,8 @@ pub struct Replica {
     id: u64,
     inputs: Sender<Input>,
     leader: Arc<AtomicU64>,
+    /// The last leader this node knew (kept through an election).
+    last_leader: Arc<AtomicU64>,
     is_leader: Arc<AtomicBool>,
     applied: watch::Receiver<u64>,
     status: Arc<Mutex<Status>>,
@@ -249,11 +251,13 @@ impl Replica {
             ..Default::default()
         }));
         let leader = Arc::new(AtomicU64::new(0));
+        let last_leader = Arc::new(AtomicU64::new(0));
         let is_leader = Arc::new(AtomicBool::new(false));
         let replica = Replica {
             id: config.id,
             inputs: input_tx,
             leader: leader.clone(),
+            last_leader: last_leader.clone(),
             is_leader: is_leader.clone(),
             applied: applied_rx,
             status: status.clone(),
@@ -280,6 +284,7 @@ impl Replica {
             reads_in_flight: HashMap::new(),
             read_counter: 0,
             leader,
+            last_leader,
             is_leader,
             status,
         };
@@ -308,6 +313,16 @@ impl Replica {
     /// The leader's id, 0 when unknown.
     pub fn leader(&self) -> u64 {
         self.leader.load(Ordering::Acquire)
+    }
+
+    /// The leader now, or during an election the last one this node knew
+    /// (0 if it never knew one): what a topology shown to clients names,
+    /// as Redis Cluster keeps showing a failed master until it is replaced.
+    pub fn last_known_leader(&self) -> u64 {
+        match self.leader() {
+            0 => self.last_leader.load(Ordering::Acquire),
+            leader => leader,
+        }
     }
 
     /// The address clients reach node `id` at, as it told the group.
@@ -400,6 +415,7 @@ struct Driver {
     reads_in_flight: HashMap<Vec<u8>, Vec<ReadReply>>,
     read_counter: u64,
     leader: Arc<AtomicU64>,
+    last_leader: Arc<AtomicU64>,
     is_leader: Arc<AtomicBool>,
     status: Arc<Mutex<Status>>,
 }
@@ -539,6 +555,9 @@ impl Driver {
         let was_leader = self.is_leader.load(Ordering::Relaxed);
         let leads = role == StateRole::Leader;
         self.leader.store(leader, Ordering::Release);
+        if leader != 0 {
+            self.last_leader.store(leader, Ordering::Release);
+        }
         self.is_leader.store(leads, Ordering::Release);
         if was_leader && !leads {
             // Entries proposed here may still commit under the next

@@ -25,9 +25,10 @@
 //!
 //! Not yet (see issue 26's notes): WATCH (refused), blocking commands
 //! (they apply as inside MULTI: no wait, a nil reply at once), expiry
-//! proposed by the leader (active expiry is off on every node; an expired
-//! key is hidden by reads and removed by the next write that meets it, at
-//! the entry's time), keyspace notifications and client-side caching's
+//! proposed by the leader (active expiry and expiry on read are off on
+//! every node, `KeyspaceOptions::expire_on_read`: an expired key is hidden
+//! by reads and removed by the next write that meets it, at the entry's
+//! time), keyspace notifications and client-side caching's
 //! invalidations for replicated writes, membership changes, snapshots and
 //! log compaction.
 
@@ -92,7 +93,8 @@ pub fn start(shared: &Arc<Shared>, client: SocketAddr) -> Result<(), String> {
     node.election_ticks = config.raft_election_ticks;
     let applier = Applier::new(shared)?;
     let replica = Replica::start(node, Box::new(applier)).map_err(|e| e.to_string())?;
-    // Expiry must be the same on every node: not the local clock's.
+    // Expiry must be the same on every node: not the local clock's (reads
+    // do not expire keys either: `serve::keyspace_options`).
     shared.active_expire.store(false, Ordering::Relaxed);
     log::info!(
         "node {id} of a Raft group of {}: bus on {}, applied index {applied}",

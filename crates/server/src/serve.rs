@@ -399,6 +399,8 @@ pub(crate) fn keyspace_options(config: &Config) -> KeyspaceOptions {
         collections_backpressure_factor: config.collections_backpressure_factor,
         // A member of a Raft group applies each batch of entries atomically.
         atomic_batches: config.node_id.is_some(),
+        // Expiry on a member happens at entries' times only.
+        expire_on_read: config.node_id.is_none(),
         ..KeyspaceOptions::default()
     }
 }

@@ -109,9 +109,10 @@ fn host_port(address: &str) -> (String, i64) {
     }
 }
 
-/// The members in reply order: the leader first, then the others by id.
+/// The members in reply order: the leader (or the last one known, during
+/// an election) first, then the others by id.
 fn members(replica: &Replica) -> Vec<u64> {
-    let leader = replica.leader();
+    let leader = replica.last_known_leader();
     let mut ids: Vec<u64> = replica.members().to_vec();
     ids.sort_unstable_by_key(|&id| (id != leader, id));
     ids
@@ -127,14 +128,17 @@ fn cluster(ctx: &mut Ctx, args: Args) -> CmdResult {
         return Ok(());
     }
     let replica = group(ctx)?;
-    let leader = replica.leader();
+    // During an election the topology still names the last leader (as
+    // Redis Cluster lists a failed master until it is replaced), so
+    // clients keep a map and retry; CLUSTER INFO says the state is fail.
+    let leader = replica.last_known_leader();
     let address = |id: u64| replica.client_addr(id).unwrap_or_else(|| ":0".into());
     if is(sub, "myid") {
         ctx.out.bulk(node_name(replica.id()).as_bytes());
     } else if is(sub, "info") {
         let status = replica.status();
         let known = replica.members().len();
-        let state = if leader != 0 { "ok" } else { "fail" };
+        let state = if replica.leader() != 0 { "ok" } else { "fail" };
         let assigned = if leader != 0 { 16384 } else { 0 };
         let text = format!(
             "cluster_state:{state}\r\ncluster_slots_assigned:{assigned}\r\n\
@@ -235,7 +239,7 @@ fn cluster(ctx: &mut Ctx, args: Args) -> CmdResult {
         if replica.is_leader() {
             return Err(err("ERR You should send CLUSTER FAILOVER to a replica"));
         }
-        if leader == 0 {
+        if replica.leader() == 0 {
             return Err(err("ERR no leader is known to hand over from"));
         }
         replica.transfer_leader(replica.id());

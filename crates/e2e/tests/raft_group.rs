@@ -49,6 +49,23 @@ fn leader_among(ports: &[u16]) -> u16 {
     }
 }
 
+/// Sends `request` as raw bytes (a pipeline) and checks the replies are
+/// exactly `want`, in order.
+fn exchange(port: u16, request: &[u8], want: &str) {
+    use std::io::{Read, Write};
+    let mut raw = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    raw.write_all(request).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut got = Vec::new();
+    while got.len() < want.len() {
+        let mut chunk = [0u8; 256];
+        let n = raw.read(&mut chunk).unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&chunk[..n]);
+    }
+    assert_eq!(String::from_utf8_lossy(&got), want);
+}
+
 /// Polls a follower (READONLY) until `key` holds `want`.
 fn wait_replicated(port: u16, key: &str, want: &str) {
     let mut con = connect(port);
@@ -119,27 +136,14 @@ fn a_group_replicates_redirects_and_survives_its_leaders_death() {
         .unwrap();
     assert_eq!((a, b), (12, 13));
     // A refusal (wrong arity) between queued writes keeps its place.
-    {
-        use std::io::{Read, Write};
-        let mut raw = std::net::TcpStream::connect(("127.0.0.1", leader)).unwrap();
-        raw.write_all(
-            b"*3\r\n$3\r\nSET\r\n$1\r\nq\r\n$1\r\n1\r\n\
-              *2\r\n$3\r\nSET\r\n$1\r\nq\r\n\
-              *3\r\n$3\r\nSET\r\n$1\r\nq\r\n$1\r\n2\r\n\
-              *2\r\n$3\r\nGET\r\n$1\r\nq\r\n",
-        )
-        .unwrap();
-        let want = "+OK\r\n-ERR wrong number of arguments for 'set' command\r\n+OK\r\n$1\r\n2\r\n";
-        let mut got = Vec::new();
-        raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        while got.len() < want.len() {
-            let mut chunk = [0u8; 256];
-            let n = raw.read(&mut chunk).unwrap();
-            assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
-            got.extend_from_slice(&chunk[..n]);
-        }
-        assert_eq!(String::from_utf8_lossy(&got), want);
-    }
+    exchange(
+        leader,
+        b"*3\r\n$3\r\nSET\r\n$1\r\nq\r\n$1\r\n1\r\n\
+          *2\r\n$3\r\nSET\r\n$1\r\nq\r\n\
+          *3\r\n$3\r\nSET\r\n$1\r\nq\r\n$1\r\n2\r\n\
+          *2\r\n$3\r\nGET\r\n$1\r\nq\r\n",
+        "+OK\r\n-ERR wrong number of arguments for 'set' command\r\n+OK\r\n$1\r\n2\r\n",
+    );
 
     // Writes that draw random numbers or read the clock apply alike on
     // every node: the entry carries its time and seeds its randomness.
@@ -198,25 +202,12 @@ fn a_group_replicates_redirects_and_survives_its_leaders_death() {
     );
 
     // CLIENT REPLY silences replicated writes as any others.
-    {
-        use std::io::{Read, Write};
-        let mut raw = std::net::TcpStream::connect(("127.0.0.1", leader)).unwrap();
-        raw.write_all(
-            b"CLIENT REPLY OFF\r\nSET quiet 1\r\nCLIENT REPLY ON\r\nCLIENT REPLY SKIP\r\n\
-              SET quiet 2\r\nGET quiet\r\n",
-        )
-        .unwrap();
-        let want = "+OK\r\n$1\r\n2\r\n";
-        let mut got = Vec::new();
-        raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        while got.len() < want.len() {
-            let mut chunk = [0u8; 256];
-            let n = raw.read(&mut chunk).unwrap();
-            assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
-            got.extend_from_slice(&chunk[..n]);
-        }
-        assert_eq!(String::from_utf8_lossy(&got), want);
-    }
+    exchange(
+        leader,
+        b"CLIENT REPLY OFF\r\nSET quiet 1\r\nCLIENT REPLY ON\r\nCLIENT REPLY SKIP\r\n\
+          SET quiet 2\r\nGET quiet\r\n",
+        "+OK\r\n$1\r\n2\r\n",
+    );
 
     // The group as a cluster client sees it.
     let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut con).unwrap();

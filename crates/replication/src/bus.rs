@@ -70,9 +70,11 @@ impl Bus {
         {
             let directory = directory.clone();
             let stopped = stopped.clone();
+            let members: Arc<Vec<u64>> =
+                Arc::new(peers.keys().copied().filter(|&p| p != id).collect());
             std::thread::Builder::new()
                 .name("engram-bus-accept".into())
-                .spawn(move || accept_loop(listener, directory, inbound, stopped))
+                .spawn(move || accept_loop(listener, members, directory, inbound, stopped))
                 .map_err(|e| Error::Internal(e.to_string()))?;
         }
         let mut queues = HashMap::new();
@@ -147,6 +149,7 @@ fn hello_frame(id: u64, client_addr: &str) -> Vec<u8> {
 
 fn accept_loop(
     listener: TcpListener,
+    members: Arc<Vec<u64>>,
     directory: Directory,
     inbound: Sender<Message>,
     stopped: Arc<AtomicBool>,
@@ -159,10 +162,11 @@ fn accept_loop(
         let directory = directory.clone();
         let inbound = inbound.clone();
         let stopped = stopped.clone();
+        let members = members.clone();
         let spawned = std::thread::Builder::new()
             .name("engram-bus-recv".into())
             .spawn(move || {
-                if let Err(e) = receive(stream, &directory, &inbound, &stopped) {
+                if let Err(e) = receive(stream, &members, &directory, &inbound, &stopped) {
                     log::debug!("bus connection closed: {e}");
                 }
             });
@@ -187,6 +191,7 @@ fn read_frame(reader: &mut impl Read, buf: &mut Vec<u8>) -> std::io::Result<()> 
 
 fn receive(
     stream: TcpStream,
+    members: &[u64],
     directory: &Directory,
     inbound: &Sender<Message>,
     stopped: &AtomicBool,
@@ -199,6 +204,11 @@ fn receive(
         return Err(std::io::Error::other("short hello"));
     }
     let peer = u64::from_le_bytes(buf[..8].try_into().unwrap());
+    if !members.contains(&peer) {
+        return Err(std::io::Error::other(format!(
+            "a hello from node {peer}, not a peer of this group"
+        )));
+    }
     let client_addr = String::from_utf8_lossy(&buf[8..]).into_owned();
     directory.write().insert(peer, client_addr);
     loop {

@@ -209,9 +209,8 @@ impl Replica {
         let members: Vec<u64> = config.peers.iter().map(|p| p.id).collect();
         let mut log = RaftLog::open(&config.dir, &members)?;
         // Applied entries were committed, whatever commit index the last
-        // state write recorded (light readies' commits are not written).
-        let mut hs = log.hard_state().clone();
-        if hs.commit < config.applied {
+        // state write recorded (a commit index alone is not written).
+        if log.hard_state().commit < config.applied {
             if config.applied > log.last_index() {
                 return Err(Error::Corrupt(format!(
                     "the state machine applied index {} but the Raft log ends at {}",
@@ -219,9 +218,7 @@ impl Replica {
                     log.last_index()
                 )));
             }
-            hs.commit = config.applied;
-            log.set_hard_state(hs);
-            log.sync()?;
+            log.set_commit(config.applied);
         }
         let raft_config = Config {
             id: config.id,
@@ -372,10 +369,10 @@ impl Replica {
     /// How many followers hold the log up to `index` durably (their match
     /// index, as the leader last heard it); 0 off the leader.
     pub fn followers_holding(&self, index: u64) -> usize {
-        let status = self.status.lock();
-        if status.role != "leader" {
+        if !self.is_leader() {
             return 0;
         }
+        let status = self.status.lock();
         status
             .progress
             .iter()

@@ -233,9 +233,9 @@ impl RaftLog {
         }
     }
 
-    /// Records a commit index raft-rs reported after the fact (a light
-    /// ready); written with the next state write, and recovered as at
-    /// least the applied index (see `Node::start`).
+    /// Records a commit index (raft-rs's light ready, or the applied index
+    /// at start); written with the next state write, and recovered as at
+    /// least the applied index (see `Replica::start`).
     pub fn set_commit(&mut self, commit: u64) {
         self.hard_state.commit = commit;
     }
@@ -642,6 +642,24 @@ mod tests {
         }
         let log = RaftLog::open(dir.path(), &[1]).unwrap();
         assert_eq!((log.hard_state().term, log.hard_state().commit), (1, 1));
+    }
+
+    #[test]
+    fn the_log_grows_past_its_first_mapping() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = vec![0x5Au8; GROWTH as usize + 4096];
+        {
+            let mut log = RaftLog::open(dir.path(), &[1]).unwrap();
+            log.append(&[entry(1, 1, b"a"), entry(2, 1, &big), entry(3, 1, b"c")])
+                .unwrap();
+            log.sync().unwrap();
+            assert!(log.region.len() > GROWTH);
+        }
+        let log = RaftLog::open(dir.path(), &[1]).unwrap();
+        let got = log.entries(1, 4, None, ctx()).unwrap();
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[1].data.len(), big.len());
+        assert_eq!(&got[2].data[..], b"c");
     }
 
     #[test]

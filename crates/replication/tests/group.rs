@@ -165,6 +165,45 @@ async fn a_group_elects_a_leader_and_replicates_in_order() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
+    // A connection that says it is no member, or a member that sends
+    // garbage, is cut off; the node goes on.
+    let hello = |id: u64| {
+        let address = format!("127.0.0.1:{}", 7000 + id);
+        let body = [&id.to_le_bytes()[..], address.as_bytes()].concat();
+        [&(body.len() as u32).to_le_bytes()[..], &body].concat()
+    };
+    let member = group.nodes[leader].id();
+    for garbage in [
+        hello(9),
+        // A frame announcing more than any frame may hold.
+        [hello(member), u32::MAX.to_le_bytes().to_vec()].concat(),
+        // A frame that is no Raft message.
+        [hello(member), 3u32.to_le_bytes().to_vec(), vec![0xFF; 3]].concat(),
+    ] {
+        use std::io::{Read, Write};
+        let mut peer = std::net::TcpStream::connect(group.nodes[follower].bus_addr).unwrap();
+        peer.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        peer.write_all(&garbage).unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(
+            peer.read(&mut buf).unwrap(),
+            0,
+            "the bus closes the connection"
+        );
+    }
+    assert_eq!(group.nodes[follower].client_addr(9), None);
+    let applied = node.propose(b"after garbage".to_vec()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while group.applied[follower].lock().len() < 101 {
+        assert!(Instant::now() < deadline, "the follower stopped applying");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        group.applied[follower].lock().last().unwrap().0,
+        applied.index
+    );
+
     // Leadership moves where it is asked to.
     let target = group.nodes[follower].id();
     node.transfer_leader(target);
@@ -177,7 +216,7 @@ async fn a_group_elects_a_leader_and_replicates_in_order() {
         .propose(b"after".to_vec())
         .await
         .unwrap();
-    assert!(String::from_utf8(applied.reply).unwrap().ends_with(":101"));
+    assert!(String::from_utf8(applied.reply).unwrap().ends_with(":102"));
     // Both followers hold it once the new leader has heard back.
     let deadline = Instant::now() + Duration::from_secs(10);
     while group.nodes[follower].followers_holding(applied.index) < 2 {

@@ -295,8 +295,20 @@ impl Registry {
         if clients.len() >= maxclients {
             return None;
         }
+        let info = self.new_info(addr, local_addr);
+        clients.insert(info.id, info.clone());
+        Some(info)
+    }
+
+    /// A client of the server's own that is no connection (a replicated
+    /// node's apply thread): an id, never listed, never counted.
+    pub fn detached(&self, addr: SocketAddr) -> Arc<ClientInfo> {
+        self.new_info(addr, addr)
+    }
+
+    fn new_info(&self, addr: SocketAddr, local_addr: SocketAddr) -> Arc<ClientInfo> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        let info = Arc::new(ClientInfo {
+        Arc::new(ClientInfo {
             id,
             addr,
             local_addr,
@@ -318,9 +330,7 @@ impl Registry {
             monitor: AtomicBool::new(false),
             outbox: Mutex::new(None),
             user: Mutex::new(None),
-        });
-        clients.insert(id, info.clone());
-        Some(info)
+        })
     }
 
     pub fn unregister(&self, id: u64) {

@@ -91,7 +91,7 @@ pub fn start(shared: &Arc<Shared>, client: SocketAddr) -> Result<(), String> {
     node.applied = applied;
     node.tick = std::time::Duration::from_millis(config.raft_tick_ms);
     node.election_ticks = config.raft_election_ticks;
-    let applier = Applier::new(shared)?;
+    let applier = Applier::new(shared);
     let replica = Replica::start(node, Box::new(applier)).map_err(|e| e.to_string())?;
     // Expiry must be the same on every node: not the local clock's (reads
     // do not expire keys either: `serve::keyspace_options`).
@@ -453,18 +453,14 @@ pub struct Applier {
 }
 
 impl Applier {
-    fn new(shared: &Arc<Shared>) -> Result<Applier, String> {
-        let addr: SocketAddr = "127.0.0.1:0".parse().expect("an address");
+    fn new(shared: &Arc<Shared>) -> Applier {
         let info = shared
             .clients
-            .register(addr, addr, usize::MAX)
-            .ok_or("no client slot for the apply thread")?;
-        // Not a connection: out of CLIENT LIST.
-        shared.clients.unregister(info.id);
-        Ok(Applier {
+            .detached("127.0.0.1:0".parse().expect("an address"));
+        Applier {
             shared: Arc::downgrade(shared),
             session: Session::new(info, shared.acl.default_user(), true),
-        })
+        }
     }
 }
 

@@ -222,6 +222,34 @@ fn a_group_replicates_redirects_and_survives_its_leaders_death() {
     // WAIT: both followers hold this client's last write.
     let held: i64 = redis::cmd("WAIT").arg(2).arg(5000).query(&mut con).unwrap();
     assert_eq!(held, 2);
+    let help: Vec<String> = redis::cmd("CLUSTER").arg("HELP").query(&mut con).unwrap();
+    assert!(help.iter().any(|l| l.starts_with("KEYSLOT")), "{help:?}");
+    let refused = redis::cmd("CLUSTER")
+        .arg("ADDSLOTS")
+        .arg(1)
+        .query::<()>(&mut con)
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("is not supported"),
+        "{refused}"
+    );
+    let refused = redis::cmd("CLUSTER")
+        .arg("NOPE")
+        .query::<()>(&mut con)
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("unknown subcommand"),
+        "{refused}"
+    );
+    let refused = redis::cmd("EVAL")
+        .arg("return redis.call('cluster', 'reset', 'hard')")
+        .arg(0)
+        .query::<()>(&mut con)
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("command is not allowed"),
+        "{refused}"
+    );
     let slot: i64 = redis::cmd("CLUSTER")
         .arg("KEYSLOT")
         .arg("k")
@@ -423,5 +451,29 @@ fn wait_on_a_single_node_answers_as_redis_without_replicas() {
             .query::<i64>(&mut con)
             .unwrap_err();
         assert!(refused.to_string().contains(error), "{args:?}: {refused}");
+    }
+}
+
+#[test]
+fn cluster_on_a_single_node_is_disabled_as_in_redis() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve(dir.path(), &[]);
+    let mut con = connect(served.port);
+    for args in [&["INFO"][..], &["KEYSLOT", "k"], &["HELP"], &["RESET"]] {
+        let refused = redis::cmd("CLUSTER")
+            .arg(args)
+            .query::<()>(&mut con)
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("cluster support disabled"),
+            "{args:?}: {refused}"
+        );
+    }
+    for command in ["READONLY", "READWRITE"] {
+        let refused = redis::cmd(command).query::<()>(&mut con).unwrap_err();
+        assert!(
+            refused.to_string().contains("cluster support disabled"),
+            "{refused}"
+        );
     }
 }

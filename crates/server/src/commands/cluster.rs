@@ -96,6 +96,27 @@ fn wait(ctx: &mut Ctx, args: Args) -> CmdResult {
     Ok(())
 }
 
+/// CLUSTER HELP on a member of a group: what it answers.
+const HELP: &[&str] = &[
+    "CLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "INFO",
+    "    Information about the group: one shard, its state and Raft term.",
+    "MYID",
+    "    This node's id (its Raft node id, as 40 hex digits).",
+    "NODES",
+    "    The members in Redis Cluster's format: the leader is the master.",
+    "SLOTS",
+    "    The slot range (all 16384) and its nodes, leader first.",
+    "SHARDS",
+    "    The one shard: its slots and nodes.",
+    "KEYSLOT <key>",
+    "    The hash slot of <key>.",
+    "FAILOVER",
+    "    On a follower: leadership moves to it.",
+    "HELP",
+    "    Prints this help.",
+];
+
 /// A node's 40-character id, as Redis Cluster names nodes.
 fn node_name(id: u64) -> String {
     format!("{id:040x}")
@@ -120,6 +141,8 @@ fn members(replica: &Replica) -> Vec<u64> {
 
 fn cluster(ctx: &mut Ctx, args: Args) -> CmdResult {
     let sub = args.get(1);
+    // As Redis without cluster support: every subcommand refused.
+    let replica = group(ctx)?;
     if is(sub, "keyslot") {
         if args.len() != 3 {
             return Err(super::wrong_arity("cluster|keyslot"));
@@ -127,7 +150,13 @@ fn cluster(ctx: &mut Ctx, args: Args) -> CmdResult {
         ctx.out.int(crate::group::key_slot(args.get(2)) as i64);
         return Ok(());
     }
-    let replica = group(ctx)?;
+    if is(sub, "help") {
+        ctx.out.array(HELP.len());
+        for line in HELP {
+            ctx.out.simple(line);
+        }
+        return Ok(());
+    }
     // During an election the topology still names the last leader (as
     // Redis Cluster lists a failed master until it is replaced), so
     // clients keep a map and retry; CLUSTER INFO says the state is fail.
@@ -244,6 +273,13 @@ fn cluster(ctx: &mut Ctx, args: Args) -> CmdResult {
         }
         replica.transfer_leader(replica.id());
         ctx.out.ok();
+    } else if super::descriptions::subcommand("cluster", sub).is_some() {
+        // Redis Cluster's slot management and membership: a group is one
+        // shard owning every slot, its membership Raft's.
+        return Err(err(format!(
+            "ERR CLUSTER {} is not supported: an Engram group is one Raft shard owning every slot",
+            String::from_utf8_lossy(sub).to_uppercase()
+        )));
     } else {
         return Err(super::unknown_subcommand("CLUSTER", sub));
     }

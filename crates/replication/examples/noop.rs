@@ -31,6 +31,18 @@ impl StateMachine for NoOp {
             }
         }
     }
+
+    fn snapshot(&mut self) -> Result<Vec<u8>, String> {
+        Ok(Vec::new())
+    }
+
+    fn restore(&mut self, _index: u64, _data: &[u8]) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 fn free_port() -> u16 {

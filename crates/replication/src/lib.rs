@@ -18,6 +18,7 @@ mod bus;
 mod error;
 mod node;
 mod raft_log;
+mod snapshots;
 
 pub use error::{Error, Result};
 pub use node::{

@@ -26,14 +26,15 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use parking_lot::Mutex;
-use raft::prelude::{Entry, EntryType, Message};
-use raft::{Config, RawNode, ReadOnlyOption, StateRole};
+use raft::prelude::{Entry, EntryType, Message, MessageType};
+use raft::{Config, RawNode, ReadOnlyOption, SnapshotStatus, StateRole};
 use slog::Drain;
 use tokio::sync::{oneshot, watch};
 
 use crate::bus::{Bus, Directory};
 use crate::error::{Error, Result};
 use crate::raft_log::RaftLog;
+use crate::snapshots::{SnapshotFile, Snapshots};
 
 /// A member of the group: its id and bus address.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,6 +84,10 @@ pub struct NodeConfig {
     /// The last index the state machine applied durably (from its own
     /// store at startup): raft-rs delivers the entries after it.
     pub applied: u64,
+    /// The log is compacted once its records take this many bytes (up to
+    /// what every follower holds, or past a follower that lags by four
+    /// times as much, which then gets a snapshot).
+    pub compact_bytes: u64,
 }
 
 impl NodeConfig {
@@ -98,6 +103,7 @@ impl NodeConfig {
             heartbeat_ticks: 1,
             election_ticks: 6,
             applied: 0,
+            compact_bytes: 64 << 20,
         }
     }
 }
@@ -154,6 +160,30 @@ pub trait StateMachine: Send + 'static {
     /// `reply`. When it returns, the entries are applied (and their
     /// applied index recorded as the state machine's durability promises).
     fn apply(&mut self, entries: Vec<Committed>);
+
+    /// The whole state as it is now (after the last entry applied), for a
+    /// follower the log cannot catch up: what `restore` takes.
+    fn snapshot(&mut self) -> std::result::Result<Vec<u8>, String>;
+
+    /// Replaces the whole state with a snapshot's, taken at `index`, and
+    /// records `index` as applied; durable when it returns.
+    fn restore(&mut self, index: u64, data: &[u8]) -> std::result::Result<(), String>;
+
+    /// Makes everything applied so far durable (the log is about to drop
+    /// those entries).
+    fn sync(&mut self) -> std::result::Result<(), String>;
+}
+
+/// What the Raft loop hands the apply thread, in log order.
+enum ToApply {
+    Entries(Vec<Committed>),
+    /// A snapshot from the leader, already written to the snapshot file.
+    Snapshot {
+        index: u64,
+        data: Bytes,
+    },
+    /// Make the state durable, then report how far (for compaction).
+    Sync,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -166,6 +196,12 @@ pub struct Status {
     pub applied: u64,
     pub last_index: u64,
     pub log_bytes: u64,
+    /// The index of the last entry the log dropped (compaction).
+    pub compacted: u64,
+    /// Snapshots this node installed from a leader, and built for
+    /// followers, since it started.
+    pub snapshots_installed: u64,
+    pub snapshots_built: u64,
     /// On the leader: each follower's match index.
     pub progress: Vec<(u64, u64)>,
 }
@@ -194,7 +230,7 @@ pub struct Replica {
 impl Replica {
     /// Opens the log, binds the bus, starts the Raft loop and the apply
     /// thread.
-    pub fn start(config: NodeConfig, machine: Box<dyn StateMachine>) -> Result<Replica> {
+    pub fn start(mut config: NodeConfig, mut machine: Box<dyn StateMachine>) -> Result<Replica> {
         let me = config
             .peers
             .iter()
@@ -208,6 +244,37 @@ impl Replica {
             .clone();
         let members: Vec<u64> = config.peers.iter().map(|p| p.id).collect();
         let mut log = RaftLog::open(&config.dir, &members)?;
+        // A snapshot from a leader that the state machine does not hold
+        // yet (a crash came during or before its load): load it again.
+        let snapshot_file = SnapshotFile::new(&config.dir);
+        if let Some((index, term, data)) = snapshot_file.read()? {
+            if index > config.applied {
+                log::info!("raft: loading the snapshot at index {index} again");
+                machine.restore(index, &data).map_err(Error::Internal)?;
+                config.applied = index;
+            }
+            if log.compacted_to() < index {
+                // The crash came between the file and the log's reset.
+                let mut metadata = raft::prelude::SnapshotMetadata {
+                    index,
+                    term,
+                    ..Default::default()
+                };
+                metadata.set_conf_state(log.conf_state().clone());
+                log.apply_snapshot(&metadata)?;
+            }
+            snapshot_file.remove()?;
+        }
+        if config.applied < log.compacted_to() {
+            return Err(Error::Corrupt(format!(
+                "the state machine applied index {} but the Raft log starts after {}: the \
+                 entries between are gone (data lost under a durability that allows it?); \
+                 remove {} to rejoin the group from a snapshot",
+                config.applied,
+                log.compacted_to(),
+                config.dir.display()
+            )));
+        }
         // Applied entries were committed, whatever commit index the last
         // state write recorded (a commit index alone is not written).
         if log.hard_state().commit < config.applied {
@@ -220,6 +287,8 @@ impl Replica {
             }
             log.set_commit(config.applied);
         }
+        let (snapshots, snapshot_requests) = Snapshots::new();
+        log.set_snapshots(snapshots.clone());
         let raft_config = Config {
             id: config.id,
             election_tick: config.election_ticks,
@@ -241,7 +310,8 @@ impl Replica {
         let bus = Bus::start(config.id, me.bus, &peers, &config.client_addr, message_tx)?;
         let (input_tx, input_rx) = unbounded();
         let (applied_tx, applied_rx) = watch::channel(config.applied);
-        let (apply_tx, apply_rx) = unbounded::<Vec<Committed>>();
+        let (apply_tx, apply_rx) = unbounded::<ToApply>();
+        let (durable_tx, durable_rx) = unbounded::<u64>();
         let status = Arc::new(Mutex::new(Status {
             id: config.id,
             applied: config.applied,
@@ -263,10 +333,18 @@ impl Replica {
             bus_addr: bus.local_addr,
         };
         {
-            let status = status.clone();
+            let applier = ApplyLoop {
+                machine,
+                status: status.clone(),
+                applied: applied_tx,
+                last: config.applied,
+                snapshots,
+                snapshot_file: SnapshotFile::new(&config.dir),
+                durable: durable_tx,
+            };
             std::thread::Builder::new()
                 .name("engram-apply".into())
-                .spawn(move || apply_loop(machine, apply_rx, applied_tx, status))
+                .spawn(move || applier.run(apply_rx, snapshot_requests))
                 .map_err(|e| Error::Internal(e.to_string()))?;
         }
         let driver = Driver {
@@ -284,6 +362,10 @@ impl Replica {
             last_leader,
             is_leader,
             status,
+            snapshot_file,
+            durable: durable_rx,
+            compact_bytes: config.compact_bytes.max(1),
+            sync_asked: false,
         };
         std::thread::Builder::new()
             .name("engram-raft".into())
@@ -404,7 +486,7 @@ struct Driver {
     bus: Bus,
     messages: Receiver<Message>,
     inputs: Receiver<Input>,
-    apply: Sender<Vec<Committed>>,
+    apply: Sender<ToApply>,
     tick: Duration,
     /// Proposals of this node waiting for their entry: index → (term, reply).
     pending: HashMap<u64, (u64, ProposalReply)>,
@@ -415,6 +497,12 @@ struct Driver {
     last_leader: Arc<AtomicU64>,
     is_leader: Arc<AtomicBool>,
     status: Arc<Mutex<Status>>,
+    snapshot_file: SnapshotFile,
+    /// Durable applied indexes from the apply thread.
+    durable: Receiver<u64>,
+    compact_bytes: u64,
+    /// A sync for compaction was asked of the apply thread, not answered.
+    sync_asked: bool,
 }
 
 impl Driver {
@@ -430,6 +518,10 @@ impl Driver {
                 recv(self.inputs) -> input => match input {
                     Ok(input) => self.input(input),
                     // The handle is gone: the server stopped.
+                    Err(_) => return,
+                },
+                recv(self.durable) -> index => match index {
+                    Ok(index) => self.durable(index),
                     Err(_) => return,
                 },
                 default(wait) => {}
@@ -450,6 +542,7 @@ impl Driver {
                 for peer in self.bus.take_unreachable() {
                     self.raw.report_unreachable(peer);
                 }
+                self.maybe_ask_sync();
             }
             self.issue_reads();
             if let Err(e) = self.handle_ready() {
@@ -495,6 +588,58 @@ impl Driver {
         }
     }
 
+    /// The apply thread made the state durable up to `index`: compact.
+    fn durable(&mut self, index: u64) {
+        self.sync_asked = false;
+        if let Err(e) = self.compact(index) {
+            log::error!("replication stopped: compacting the Raft log: {e}");
+            std::process::exit(70);
+        }
+    }
+
+    /// Starts a compaction when the log has grown past its threshold: the
+    /// apply thread first makes the state durable (the entries dropped
+    /// must not be needed by this node's own restart).
+    fn maybe_ask_sync(&mut self) {
+        if self.sync_asked || self.raw.store().bytes() < self.compact_bytes {
+            return;
+        }
+        if self.apply.send(ToApply::Sync).is_ok() {
+            self.sync_asked = true;
+        }
+    }
+
+    /// Drops the log up to `durable`, the state machine's durable applied
+    /// index; on the leader not past what a follower still needs, unless
+    /// the log holds four times the threshold (that follower will get a
+    /// snapshot).
+    fn compact(&mut self, durable: u64) -> Result<()> {
+        let raft = &self.raw.raft;
+        let mut to = durable;
+        if raft.state == StateRole::Leader {
+            let lagging = raft
+                .prs()
+                .iter()
+                .filter(|(&id, _)| id != raft.id)
+                .map(|(_, progress)| progress.matched)
+                .min();
+            if let Some(matched) = lagging {
+                if raft.raft_log.store.bytes() < self.compact_bytes.saturating_mul(4) {
+                    to = to.min(matched);
+                }
+            }
+        }
+        let started = Instant::now();
+        if self.raw.mut_store().compact(to)? {
+            log::info!(
+                "raft: node {} compacted its log up to index {to} in {:?}",
+                self.raw.raft.id,
+                started.elapsed()
+            );
+        }
+        Ok(())
+    }
+
     fn known_leader(&self) -> Option<u64> {
         Some(self.raw.raft.leader_id).filter(|&id| id != 0)
     }
@@ -519,7 +664,27 @@ impl Driver {
         if let Some(soft) = ready.ss() {
             self.role_changed(soft.leader_id, soft.raft_state);
         }
-        self.bus.send(ready.take_messages());
+        let messages = ready.take_messages();
+        let snapshots_sent = snapshot_targets(&messages);
+        self.bus.send(messages);
+        if !ready.snapshot().is_empty() {
+            // The leader's state: durable in the snapshot file before the
+            // log forgets the entries it replaces.
+            let snapshot = ready.snapshot();
+            let metadata = snapshot.get_metadata();
+            self.snapshot_file
+                .write(metadata.index, metadata.term, &snapshot.data)?;
+            self.raw.mut_store().apply_snapshot(metadata)?;
+            log::info!(
+                "raft: installing a snapshot at index {} ({} bytes)",
+                metadata.index,
+                snapshot.data.len()
+            );
+            let _ = self.apply.send(ToApply::Snapshot {
+                index: metadata.index,
+                data: snapshot.data.clone(),
+            });
+        }
         let committed = ready.take_committed_entries();
         self.hand_to_apply(committed);
         let store = self.raw.mut_store();
@@ -528,7 +693,15 @@ impl Driver {
             store.set_hard_state(hs.clone());
         }
         store.sync()?;
-        self.bus.send(ready.take_persisted_messages());
+        let persisted = ready.take_persisted_messages();
+        let mut snapshots_sent = snapshots_sent;
+        snapshots_sent.extend(snapshot_targets(&persisted));
+        self.bus.send(persisted);
+        // Handed to the bus: raft-rs probes the follower again, which
+        // either holds the snapshot by then or gets another.
+        for to in snapshots_sent {
+            self.raw.report_snapshot(to, SnapshotStatus::Finish);
+        }
         for read in ready.take_read_states() {
             if let Some(replies) = self.reads_in_flight.remove(&read.request_ctx) {
                 for reply in replies {
@@ -609,7 +782,7 @@ impl Driver {
                 reply,
             });
         }
-        let _ = self.apply.send(batch);
+        let _ = self.apply.send(ToApply::Entries(batch));
     }
 
     fn publish_status(&self) {
@@ -626,6 +799,7 @@ impl Driver {
         status.commit = raft.raft_log.committed;
         status.last_index = raft.raft_log.last_index();
         status.log_bytes = raft.raft_log.store.bytes();
+        status.compacted = raft.raft_log.store.compacted_to();
         status.progress.clear();
         if raft.state == StateRole::Leader {
             for (&id, progress) in raft.prs().iter() {
@@ -638,20 +812,114 @@ impl Driver {
     }
 }
 
-fn apply_loop(
-    mut machine: Box<dyn StateMachine>,
-    batches: Receiver<Vec<Committed>>,
-    applied: watch::Sender<u64>,
+/// The peers a batch of messages sends snapshots to.
+fn snapshot_targets(messages: &[Message]) -> Vec<u64> {
+    messages
+        .iter()
+        .filter(|m| m.get_msg_type() == MessageType::MsgSnapshot)
+        .map(|m| m.to)
+        .collect()
+}
+
+/// The apply thread: committed entries and snapshots in log order, and
+/// snapshots built for followers between batches.
+struct ApplyLoop {
+    machine: Box<dyn StateMachine>,
     status: Arc<Mutex<Status>>,
-) {
-    while let Ok(mut batch) = batches.recv() {
-        // Whatever else is committed goes in the same batch.
-        while let Ok(more) = batches.try_recv() {
-            batch.extend(more);
+    applied: watch::Sender<u64>,
+    /// The last index applied.
+    last: u64,
+    snapshots: Arc<Snapshots>,
+    snapshot_file: SnapshotFile,
+    /// Where durable points go (to the Raft loop, for compaction).
+    durable: Sender<u64>,
+}
+
+impl ApplyLoop {
+    fn run(mut self, work: Receiver<ToApply>, snapshot_requests: Receiver<()>) {
+        loop {
+            select! {
+                recv(work) -> item => match item {
+                    Ok(item) => self.handle(item, &work),
+                    Err(_) => return,
+                },
+                recv(snapshot_requests) -> request => match request {
+                    Ok(()) => self.build_snapshot(),
+                    Err(_) => return,
+                },
+            }
         }
-        let last = batch.last().map_or(0, |c| c.index);
-        machine.apply(batch);
-        status.lock().applied = last;
-        applied.send_replace(last);
+    }
+
+    fn handle(&mut self, item: ToApply, work: &Receiver<ToApply>) {
+        match item {
+            ToApply::Entries(mut batch) => {
+                // Whatever else is committed goes in the same batch.
+                let mut next = None;
+                while let Ok(more) = work.try_recv() {
+                    match more {
+                        ToApply::Entries(more) => batch.extend(more),
+                        other => {
+                            next = Some(other);
+                            break;
+                        }
+                    }
+                }
+                if let Some(last) = batch.last().map(|c| c.index) {
+                    self.machine.apply(batch);
+                    self.published(last);
+                }
+                if let Some(next) = next {
+                    self.handle(next, work);
+                }
+            }
+            ToApply::Snapshot { index, data } => {
+                if let Err(e) = self.machine.restore(index, &data) {
+                    // The snapshot file stays: the restart loads it again.
+                    log::error!("loading the leader's snapshot at {index} failed: {e}; stopping");
+                    std::process::exit(70);
+                }
+                if let Err(e) = self.snapshot_file.remove() {
+                    log::warn!("raft: {e}");
+                }
+                self.status.lock().snapshots_installed += 1;
+                self.published(index);
+            }
+            ToApply::Sync => match self.machine.sync() {
+                Ok(()) => {
+                    let _ = self.durable.send(self.last);
+                }
+                Err(e) => {
+                    log::error!("making applied entries durable failed: {e}; stopping");
+                    std::process::exit(70);
+                }
+            },
+        }
+    }
+
+    fn published(&mut self, index: u64) {
+        self.last = index;
+        self.status.lock().applied = index;
+        self.applied.send_replace(index);
+    }
+
+    fn build_snapshot(&mut self) {
+        let started = Instant::now();
+        match self.machine.snapshot() {
+            Ok(data) => {
+                log::info!(
+                    "raft: built a snapshot at index {} ({} bytes) in {:?}",
+                    self.last,
+                    data.len(),
+                    started.elapsed()
+                );
+                self.status.lock().snapshots_built += 1;
+                self.snapshots.publish(self.last, Bytes::from(data));
+            }
+            Err(e) => {
+                log::error!("raft: cannot build a snapshot: {e}");
+                self.snapshots.publish_failed();
+            }
+        }
     }
 }

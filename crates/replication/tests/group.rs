@@ -28,6 +28,33 @@ impl StateMachine for Recorder {
             }
         }
     }
+
+    /// Every entry held: `[index u64][len u32][data]`...
+    fn snapshot(&mut self) -> Result<Vec<u8>, String> {
+        let mut out = Vec::new();
+        for (index, data) in self.0.lock().iter() {
+            out.extend_from_slice(&index.to_le_bytes());
+            out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+            out.extend_from_slice(data);
+        }
+        Ok(out)
+    }
+
+    fn restore(&mut self, _index: u64, mut data: &[u8]) -> Result<(), String> {
+        let mut seen = Vec::new();
+        while !data.is_empty() {
+            let index = u64::from_le_bytes(data[..8].try_into().unwrap());
+            let len = u32::from_le_bytes(data[8..12].try_into().unwrap()) as usize;
+            seen.push((index, data[12..12 + len].to_vec()));
+            data = &data[12 + len..];
+        }
+        *self.0.lock() = seen;
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 fn free_port() -> u16 {
@@ -41,10 +68,18 @@ fn free_port() -> u16 {
 struct Group {
     nodes: Vec<Replica>,
     applied: Vec<Applied>,
+    peers: Vec<Peer>,
+    compact_bytes: u64,
     _dirs: Vec<tempfile::TempDir>,
 }
 
 fn start_group() -> Group {
+    start_nodes(&[1, 2, 3], 64 << 20)
+}
+
+/// Starts the nodes `ids` of a group of three (the others can join later
+/// through `join`), compacting their logs at `compact_bytes`.
+fn start_nodes(ids: &[u64], compact_bytes: u64) -> Group {
     let peers: Vec<Peer> = (1..=3)
         .map(|id| Peer {
             id,
@@ -54,23 +89,33 @@ fn start_group() -> Group {
     let mut group = Group {
         nodes: Vec::new(),
         applied: Vec::new(),
+        peers,
+        compact_bytes,
         _dirs: Vec::new(),
     };
-    for id in 1..=3u64 {
+    for &id in ids {
+        group.join(id);
+    }
+    group
+}
+
+impl Group {
+    /// Starts node `id` with an empty directory.
+    fn join(&mut self, id: u64) {
         let dir = tempfile::tempdir().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let config = NodeConfig::new(
+        let mut config = NodeConfig::new(
             id,
-            peers.clone(),
+            self.peers.clone(),
             dir.path().join("raft"),
             format!("127.0.0.1:{}", 7000 + id),
         );
+        config.compact_bytes = self.compact_bytes;
         let node = Replica::start(config, Box::new(Recorder(seen.clone()))).unwrap();
-        group.nodes.push(node);
-        group.applied.push(seen);
-        group._dirs.push(dir);
+        self.nodes.push(node);
+        self.applied.push(seen);
+        self._dirs.push(dir);
     }
-    group
 }
 
 fn wait_for_leader(group: &Group) -> usize {
@@ -244,4 +289,68 @@ async fn futures_join<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output>
         out.push(h.await);
     }
     out
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_node_that_joins_after_compaction_is_sent_a_snapshot() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    // Two of three nodes are a majority: they commit, and compact their
+    // logs every 16 KiB.
+    let mut group = start_nodes(&[1, 2], 16 << 10);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let leader = loop {
+        if let Some(i) = (0..2).find(|&i| group.nodes[i].is_leader()) {
+            break i;
+        }
+        assert!(Instant::now() < deadline, "no leader elected");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    for i in 0..600 {
+        let data = format!("entry {i:04} {}", "x".repeat(100)).into_bytes();
+        if let Err(e) = group.nodes[leader].propose(data).await {
+            panic!(
+                "entry {i}: {e:?}; {:?} {:?}",
+                group.nodes[0].status(),
+                group.nodes[1].status()
+            );
+        }
+    }
+    let status = group.nodes[leader].status();
+    assert!(
+        status.compacted > 0,
+        "the leader's log was never compacted: {status:?}"
+    );
+    // The third node starts empty: the entries it lacks are gone from
+    // every log, so only a snapshot brings it up to date.
+    group.join(3);
+    let newcomer = 2;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while group.nodes[newcomer].applied() < group.nodes[leader].applied() {
+        assert!(
+            Instant::now() < deadline,
+            "the new node never caught up: {:?}",
+            group.nodes[newcomer].status()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(group.nodes[newcomer].status().snapshots_installed, 1);
+    assert_eq!(group.nodes[leader].status().snapshots_built, 1);
+    // Its state is the leader's, and it goes on applying what follows.
+    group.nodes[leader]
+        .propose(b"after".to_vec())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (a, b) = (
+            group.applied[leader].lock().clone(),
+            group.applied[newcomer].lock().clone(),
+        );
+        if a == b && a.last().is_some_and(|(_, d)| d == b"after") {
+            assert_eq!(a.len(), 601);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new node's state differs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

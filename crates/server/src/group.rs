@@ -519,6 +519,27 @@ impl StateMachine for Applier {
         session.clock_ms = None;
         crate::random::seed(None);
     }
+
+    fn snapshot(&mut self) -> Result<Vec<u8>, String> {
+        let shared = self.shared.upgrade().ok_or("the server stopped")?;
+        let guard = shared.keyspace.guard();
+        let keyspace = guard.as_ref().expect("guard() holds a keyspace");
+        crate::snapshot::build(&shared, keyspace)
+    }
+
+    fn restore(&mut self, index: u64, data: &[u8]) -> Result<(), String> {
+        let shared = self.shared.upgrade().ok_or("the server stopped")?;
+        let guard = shared.keyspace.guard();
+        let keyspace = guard.as_ref().expect("guard() holds a keyspace");
+        crate::snapshot::load(&shared, keyspace, index, data)
+    }
+
+    fn sync(&mut self) -> Result<(), String> {
+        let shared = self.shared.upgrade().ok_or("the server stopped")?;
+        let guard = shared.keyspace.guard();
+        let keyspace = guard.as_ref().expect("guard() holds a keyspace");
+        keyspace.sync().map_err(|e| e.to_string())
+    }
 }
 
 /// Runs one entry's items against the apply transaction; their replies,

@@ -48,6 +48,7 @@ mod serve;
 mod session;
 mod shared;
 mod slowlog;
+mod snapshot;
 pub mod tls;
 mod tracking;
 

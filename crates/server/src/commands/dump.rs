@@ -14,8 +14,8 @@ use engram_collections::Op;
 use super::{
     err, int_arg, is, CmdError, CmdResult, CommandSpec, Ctx, Group, READONLY, SYNTAX, WRITE,
 };
-use crate::keyspace::value::{Kind, StringValue};
-use crate::keyspace::{ckey, CKind};
+use crate::keyspace::value::{Kind, Meta, StringValue};
+use crate::keyspace::{ckey, CKind, Object, Txn};
 use crate::notify;
 use crate::rdb::payload::{self, PayloadError};
 use crate::rdb::value::Stored;
@@ -75,25 +75,14 @@ pub fn serialize(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Dumped>, CmdError> 
             if meta.is_collection() {
                 return Ok((meta.expire_at(), Err(meta.kind())));
             }
-            let mut body = Vec::with_capacity(payload.len() + 16);
-            match StringValue::from_payload(meta, payload) {
-                StringValue::Raw(bytes) => writer::put_string_value(&mut body, bytes),
-                StringValue::Int(n) => {
-                    writer::put_string_value(&mut body, itoa::Buffer::new().format(n).as_bytes())
-                }
-            }
-            Ok((meta.expire_at(), Ok(body)))
+            Ok((meta.expire_at(), Ok(string_body(meta, payload))))
         })?;
         let (expire_at, body) = match found {
             None => return Ok(None),
             Some((expire_at, Ok(body))) => (expire_at, body),
             Some((expire_at, Err(kind))) => {
                 let read = ctx.read_collection(key, collection_kind(kind), |object| {
-                    Ok(object.map(|object| {
-                        let mut body = Vec::new();
-                        writer::put_object(&mut body, object);
-                        body
-                    }))
+                    Ok(object.map(object_body))
                 });
                 match read {
                     Ok(Some(body)) => (expire_at, body),
@@ -112,7 +101,53 @@ pub fn serialize(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Dumped>, CmdError> 
     ))
 }
 
-fn collection_kind(kind: Kind) -> CKind {
+/// A string's value as DUMP encodes it (before the seal).
+pub fn string_body(meta: Meta, payload: &[u8]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(payload.len() + 16);
+    match StringValue::from_payload(meta, payload) {
+        StringValue::Raw(bytes) => writer::put_string_value(&mut body, bytes),
+        StringValue::Int(n) => {
+            writer::put_string_value(&mut body, itoa::Buffer::new().format(n).as_bytes())
+        }
+    }
+    body
+}
+
+/// A collection as DUMP encodes it (before the seal).
+pub fn object_body(object: &Object) -> Vec<u8> {
+    let mut body = Vec::new();
+    writer::put_object(&mut body, object);
+    body
+}
+
+/// Writes a decoded value as `key` of `db`, with its expiry: a string as
+/// one engine write, a collection as one operation-log record (the whole
+/// object, then its expiry), so it appears whole or not at all.
+pub fn put_stored(
+    txn: &mut Txn,
+    db: usize,
+    key: &[u8],
+    stored: Stored,
+    expire_at: Option<u64>,
+) -> Result<(), CmdError> {
+    match stored {
+        Stored::String(text) => txn.put_string(db, key, &text, expire_at)?,
+        Stored::Collection(object) => {
+            let ckey = ckey(db, key)?;
+            let mut ops = vec![Op::Replace {
+                key: ckey.clone(),
+                object,
+            }];
+            if let Some(at_ms) = expire_at {
+                ops.push(Op::Expire { key: ckey, at_ms });
+            }
+            txn.log(ops)?;
+        }
+    }
+    Ok(())
+}
+
+pub fn collection_kind(kind: Kind) -> CKind {
     match kind {
         Kind::Hash => CKind::Hash,
         Kind::Set => CKind::Set,
@@ -186,20 +221,7 @@ fn restore(ctx: &mut Ctx, args: Args) -> CmdResult {
             }
             return Ok(None);
         }
-        match stored {
-            Stored::String(text) => txn.put_string(db, key, &text, expire_at)?,
-            Stored::Collection(object) => {
-                let ckey = ckey(db, key)?;
-                let mut ops = vec![Op::Replace {
-                    key: ckey.clone(),
-                    object,
-                }];
-                if let Some(at_ms) = expire_at {
-                    ops.push(Op::Expire { key: ckey, at_ms });
-                }
-                txn.log(ops)?;
-            }
-        }
+        put_stored(txn, db, key, stored, expire_at)?;
         Ok(Some((notify::GENERIC, "restore")))
     })?;
     if let Some((class, event)) = event {

@@ -13,7 +13,7 @@ mod command;
 mod connection;
 mod debug;
 pub(crate) mod descriptions;
-mod dump;
+pub(crate) mod dump;
 mod engram;
 mod functions;
 mod geo;

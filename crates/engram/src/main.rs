@@ -198,6 +198,10 @@ struct ServeArgs {
     /// twice this) [default: 6].
     #[arg(long)]
     raft_election_ticks: Option<usize>,
+    /// Compact the Raft log once it holds this many bytes (64kb to 64gb)
+    /// [default: 64mb].
+    #[arg(long)]
+    raft_compact_bytes: Option<String>,
 }
 
 fn serve(args: ServeArgs) -> Result<()> {
@@ -206,7 +210,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         None => engram_server::Config::default(),
     };
     let path = |file: Option<PathBuf>| file.map(|f| f.display().to_string());
-    let overrides: [(&str, Option<String>); 27] = [
+    let overrides: [(&str, Option<String>); 28] = [
         ("bind", args.bind),
         ("port", args.port.map(|p| p.to_string())),
         ("dir", args.dir.map(|d| d.display().to_string())),
@@ -246,6 +250,7 @@ fn serve(args: ServeArgs) -> Result<()> {
             "raft-election-ticks",
             args.raft_election_ticks.map(|n| n.to_string()),
         ),
+        ("raft-compact-bytes", args.raft_compact_bytes),
     ];
     for (name, value) in overrides {
         if let Some(value) = value {

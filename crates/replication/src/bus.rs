@@ -2,10 +2,11 @@
 //!
 //! Each node listens on its bus port and opens one connection to every
 //! peer, used only to send; so a pair of nodes has two connections, one per
-//! direction. A connection starts with a hello frame (the sender's id and
-//! the address its clients use, so every node learns the others' client
-//! addresses from the group itself), then carries frames of raft-rs
-//! messages: `[len u32][protobuf bytes]`.
+//! direction. A connection starts with a hello frame (the sender's id,
+//! whether it starts from an empty log, and the address its clients use,
+//! so every node learns the others' client addresses from the group
+//! itself), then carries frames of raft-rs messages: `[len u32][protobuf
+//! bytes]`.
 //!
 //! Sending never blocks the Raft loop: each peer has a bounded queue and a
 //! thread that writes everything queued in one `write` (a batch of
@@ -30,8 +31,10 @@ use crate::error::{Error, Result};
 
 /// Messages queued for one peer before new ones are dropped.
 const QUEUE: usize = 8192;
-/// Most bytes one frame may announce (a hostile or broken peer).
-const MAX_FRAME: usize = 256 << 20;
+/// Most bytes one frame may announce (a snapshot is one message). A
+/// frame's buffer grows as its bytes arrive, so a peer that announces a
+/// large frame and sends little costs little.
+const MAX_FRAME: usize = 2 << 30;
 const RECONNECT_BACKOFF: Duration = Duration::from_millis(20);
 /// How often an idle sender without a connection tries to make one.
 const IDLE_CONNECT: Duration = Duration::from_millis(500);
@@ -51,12 +54,17 @@ pub struct Bus {
 impl Bus {
     /// Binds `listen`, starts the accept loop (messages received go to
     /// `inbound`) and one sender per peer.
+    /// `fresh`: whether this node's log is empty (a new node, or one that
+    /// lost its disk), said in each hello; `fresh_peers`: the peers whose
+    /// hello said so.
     pub fn start(
         id: u64,
         listen: SocketAddr,
         peers: &HashMap<u64, SocketAddr>,
         client_addr: &str,
         inbound: Sender<Message>,
+        fresh: Arc<AtomicBool>,
+        fresh_peers: Sender<u64>,
     ) -> Result<Bus> {
         let listener = TcpListener::bind(listen)
             .map_err(|e| Error::Peers(format!("cannot listen on bus address {listen}: {e}")))?;
@@ -74,7 +82,15 @@ impl Bus {
                 Arc::new(peers.keys().copied().filter(|&p| p != id).collect());
             std::thread::Builder::new()
                 .name("engram-bus-accept".into())
-                .spawn(move || accept_loop(listener, members, directory, inbound, stopped))
+                .spawn(move || {
+                    let peers = Peers {
+                        members,
+                        directory,
+                        inbound,
+                        fresh: fresh_peers,
+                    };
+                    accept_loop(listener, peers, stopped)
+                })
                 .map_err(|e| Error::Internal(e.to_string()))?;
         }
         let mut queues = HashMap::new();
@@ -83,7 +99,11 @@ impl Bus {
                 continue;
             }
             let (sender, receiver) = bounded(QUEUE);
-            let hello = hello_frame(id, client_addr);
+            let hello = Hello {
+                id,
+                fresh: fresh.clone(),
+                client_addr: client_addr.to_string(),
+            };
             let stopped = stopped.clone();
             let unreachable = unreachable.clone();
             std::thread::Builder::new()
@@ -139,34 +159,47 @@ impl Drop for Bus {
     }
 }
 
-fn hello_frame(id: u64, client_addr: &str) -> Vec<u8> {
-    let mut body = id.to_le_bytes().to_vec();
-    body.extend_from_slice(client_addr.as_bytes());
-    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
-    frame.extend_from_slice(&body);
-    frame
+/// What a connection's first frame says: `[id u64][fresh u8][client
+/// address]`.
+struct Hello {
+    id: u64,
+    fresh: Arc<AtomicBool>,
+    client_addr: String,
 }
 
-fn accept_loop(
-    listener: TcpListener,
+impl Hello {
+    fn frame(&self) -> Vec<u8> {
+        let mut body = self.id.to_le_bytes().to_vec();
+        body.push(self.fresh.load(Ordering::Acquire) as u8);
+        body.extend_from_slice(self.client_addr.as_bytes());
+        let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+        frame.extend_from_slice(&body);
+        frame
+    }
+}
+
+/// What the receiving side needs: who may connect, where client
+/// addresses, messages and fresh peers go.
+#[derive(Clone)]
+struct Peers {
     members: Arc<Vec<u64>>,
     directory: Directory,
     inbound: Sender<Message>,
-    stopped: Arc<AtomicBool>,
-) {
+    fresh: Sender<u64>,
+}
+
+fn accept_loop(listener: TcpListener, peers: Peers, stopped: Arc<AtomicBool>) {
     for stream in listener.incoming() {
         if stopped.load(Ordering::Acquire) {
             return;
         }
         let Ok(stream) = stream else { continue };
-        let directory = directory.clone();
-        let inbound = inbound.clone();
+        let peers = peers.clone();
         let stopped = stopped.clone();
-        let members = members.clone();
         let spawned = std::thread::Builder::new()
             .name("engram-bus-recv".into())
             .spawn(move || {
-                if let Err(e) = receive(stream, &members, &directory, &inbound, &stopped) {
+                if let Err(e) = receive(stream, &peers, &stopped) {
                     log::debug!("bus connection closed: {e}");
                 }
             });
@@ -185,32 +218,33 @@ fn read_frame(reader: &mut impl Read, buf: &mut Vec<u8>) -> std::io::Result<()> 
             "a frame of {len} bytes (at most {MAX_FRAME})"
         )));
     }
-    buf.resize(len, 0);
-    reader.read_exact(buf)
+    buf.clear();
+    let read = reader.take(len as u64).read_to_end(buf)?;
+    if read < len {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(())
 }
 
-fn receive(
-    stream: TcpStream,
-    members: &[u64],
-    directory: &Directory,
-    inbound: &Sender<Message>,
-    stopped: &AtomicBool,
-) -> std::io::Result<()> {
+fn receive(stream: TcpStream, peers: &Peers, stopped: &AtomicBool) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     let mut reader = BufReader::with_capacity(256 << 10, stream);
     let mut buf = Vec::new();
     read_frame(&mut reader, &mut buf)?;
-    if buf.len() < 8 {
+    if buf.len() < 9 {
         return Err(std::io::Error::other("short hello"));
     }
     let peer = u64::from_le_bytes(buf[..8].try_into().unwrap());
-    if !members.contains(&peer) {
+    if !peers.members.contains(&peer) {
         return Err(std::io::Error::other(format!(
             "a hello from node {peer}, not a peer of this group"
         )));
     }
-    let client_addr = String::from_utf8_lossy(&buf[8..]).into_owned();
-    directory.write().insert(peer, client_addr);
+    let client_addr = String::from_utf8_lossy(&buf[9..]).into_owned();
+    peers.directory.write().insert(peer, client_addr);
+    if buf[8] != 0 {
+        let _ = peers.fresh.send(peer);
+    }
     loop {
         read_frame(&mut reader, &mut buf)?;
         if stopped.load(Ordering::Acquire) {
@@ -218,7 +252,7 @@ fn receive(
         }
         let message = Message::parse_from_bytes(&buf)
             .map_err(|e| std::io::Error::other(format!("bad message from node {peer}: {e}")))?;
-        if inbound.send(message).is_err() {
+        if peers.inbound.send(message).is_err() {
             return Ok(());
         }
     }
@@ -227,7 +261,7 @@ fn receive(
 fn send_loop(
     peer: u64,
     addr: SocketAddr,
-    hello: Vec<u8>,
+    hello: Hello,
     queue: Receiver<Message>,
     unreachable: Arc<RwLock<Vec<u64>>>,
     stopped: Arc<AtomicBool>,
@@ -247,7 +281,7 @@ fn send_loop(
             return;
         }
         if connection.is_none() {
-            connection = connect(peer, addr, &hello);
+            connection = connect(peer, addr, &hello.frame());
         }
         let Some(first) = first else { continue };
         buf.clear();

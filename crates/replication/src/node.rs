@@ -307,7 +307,17 @@ impl Replica {
 
         let (message_tx, message_rx) = unbounded();
         let peers: HashMap<u64, SocketAddr> = config.peers.iter().map(|p| (p.id, p.bus)).collect();
-        let bus = Bus::start(config.id, me.bus, &peers, &config.client_addr, message_tx)?;
+        let fresh = Arc::new(AtomicBool::new(raw.store().was_created()));
+        let (fresh_tx, fresh_rx) = unbounded();
+        let bus = Bus::start(
+            config.id,
+            me.bus,
+            &peers,
+            &config.client_addr,
+            message_tx,
+            fresh.clone(),
+            fresh_tx,
+        )?;
         let (input_tx, input_rx) = unbounded();
         let (applied_tx, applied_rx) = watch::channel(config.applied);
         let (apply_tx, apply_rx) = unbounded::<ToApply>();
@@ -364,6 +374,9 @@ impl Replica {
             status,
             snapshot_file,
             durable: durable_rx,
+            fresh,
+            fresh_peers: fresh_rx,
+            catch_up_to: None,
             compact_bytes: config.compact_bytes.max(1),
             sync_asked: false,
         };
@@ -500,6 +513,13 @@ struct Driver {
     snapshot_file: SnapshotFile,
     /// Durable applied indexes from the apply thread.
     durable: Receiver<u64>,
+    /// This node started with an empty log and has not caught up with a
+    /// leader yet (see `step`); told to peers in the bus's hello.
+    fresh: Arc<AtomicBool>,
+    /// Peers that said in their hello that they start empty.
+    fresh_peers: Receiver<u64>,
+    /// While fresh: the commit index of the first leader that reached it.
+    catch_up_to: Option<u64>,
     compact_bytes: u64,
     /// A sync for compaction was asked of the apply thread, not answered.
     sync_asked: bool,
@@ -524,6 +544,10 @@ impl Driver {
                     Ok(index) => self.durable(index),
                     Err(_) => return,
                 },
+                recv(self.fresh_peers) -> peer => match peer {
+                    Ok(peer) => self.peer_is_fresh(peer),
+                    Err(_) => return,
+                },
                 default(wait) => {}
             }
             while let Ok(message) = self.messages.try_recv() {
@@ -533,7 +557,9 @@ impl Driver {
                 self.input(input);
             }
             if Instant::now() >= next_tick {
-                self.raw.tick();
+                if !self.catching_up() {
+                    self.raw.tick();
+                }
                 next_tick += self.tick;
                 if next_tick < Instant::now() {
                     // A stall (the machine was busy): do not tick in a burst.
@@ -554,9 +580,91 @@ impl Driver {
         }
     }
 
-    fn step(&mut self, message: Message) {
+    fn step(&mut self, mut message: Message) {
+        if self.fresh.load(Ordering::Relaxed) && !self.fresh_step(&mut message) {
+            return;
+        }
         if let Err(e) = self.raw.step(message) {
             log::debug!("raft step: {e}");
+        }
+    }
+
+    /// A node that starts with an empty log may be one that lost its disk
+    /// and rejoins a group with history, where Raft assumes every node
+    /// keeps what it acknowledged. Until it has caught up with a leader it
+    /// must not help elect a candidate that lacks committed entries it
+    /// once held, nor campaign itself: it grants no vote to a candidate
+    /// with a log (a brand-new group's first candidates have none), and
+    /// once a leader has reached it, it neither ticks nor votes until its
+    /// log is committed up to that leader's commit index. A heartbeat's
+    /// commit index, computed by a leader that still counts the entries
+    /// this node held before, is cut to its log (raft-rs would stop on
+    /// it). Whether to step `message`.
+    fn fresh_step(&mut self, message: &mut Message) -> bool {
+        let leader_commit = match message.get_msg_type() {
+            MessageType::MsgRequestVote | MessageType::MsgRequestPreVote => {
+                if message.index > 0 {
+                    log::debug!(
+                        "raft: node {} starts empty: no vote for node {} (it has a log)",
+                        self.raw.raft.id,
+                        message.from
+                    );
+                    return false;
+                }
+                None
+            }
+            MessageType::MsgHeartbeat => {
+                message.commit = message.commit.min(self.raw.raft.raft_log.last_index());
+                None
+            }
+            MessageType::MsgAppend => Some(message.commit),
+            MessageType::MsgSnapshot => Some(message.get_snapshot().get_metadata().index),
+            _ => None,
+        };
+        if let Some(commit) = leader_commit {
+            self.catch_up_to = Some(self.catch_up_to.unwrap_or(0).max(commit));
+        }
+        true
+    }
+
+    /// Whether this node started empty, a leader reached it, and its log
+    /// is not yet committed as far as that leader's was.
+    fn catching_up(&mut self) -> bool {
+        if !self.fresh.load(Ordering::Relaxed) {
+            return false;
+        }
+        let Some(target) = self.catch_up_to else {
+            return false;
+        };
+        if self.raw.raft.raft_log.committed >= target {
+            self.fresh.store(false, Ordering::Release);
+            log::info!(
+                "raft: node {} caught up with the group (commit index {target})",
+                self.raw.raft.id
+            );
+            return false;
+        }
+        true
+    }
+
+    /// A peer says it starts with an empty log: a leader forgets what it
+    /// believed the peer held and probes it from the start (from there it
+    /// gets the log, or a snapshot if the log was compacted).
+    fn peer_is_fresh(&mut self, peer: u64) {
+        let raft = &mut self.raw.raft;
+        if raft.state != StateRole::Leader || peer == raft.id {
+            return;
+        }
+        if let Some(progress) = raft.mut_prs().get_mut(peer) {
+            if progress.matched > 0 {
+                log::info!(
+                    "raft: node {peer} starts with an empty log (it held up to {}): probing it \
+                     from the start",
+                    progress.matched
+                );
+            }
+            progress.matched = 0;
+            progress.become_probe();
         }
     }
 
@@ -921,5 +1029,88 @@ impl ApplyLoop {
                 self.snapshots.publish_failed();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Restored = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
+
+    /// Records the snapshots it is asked to restore.
+    struct Restores(Restored);
+
+    impl StateMachine for Restores {
+        fn apply(&mut self, _entries: Vec<Committed>) {}
+
+        fn snapshot(&mut self) -> std::result::Result<Vec<u8>, String> {
+            Ok(Vec::new())
+        }
+
+        fn restore(&mut self, index: u64, data: &[u8]) -> std::result::Result<(), String> {
+            self.0.lock().push((index, data.to_vec()));
+            Ok(())
+        }
+
+        fn sync(&mut self) -> std::result::Result<(), String> {
+            Ok(())
+        }
+    }
+
+    fn one_node(dir: &std::path::Path, applied: u64) -> NodeConfig {
+        let bus = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let mut config = NodeConfig::new(
+            1,
+            vec![Peer { id: 1, bus }],
+            dir.to_path_buf(),
+            "127.0.0.1:1".into(),
+        );
+        config.applied = applied;
+        config
+    }
+
+    #[test]
+    fn a_snapshot_not_yet_loaded_is_loaded_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let raft = dir.path().join("raft");
+        // The log was written, then a leader's snapshot at 7 was kept, and
+        // the node crashed before the log's reset and the load.
+        drop(RaftLog::open(&raft, &[1]).unwrap());
+        SnapshotFile::new(&raft).write(7, 2, b"state").unwrap();
+        let restores = Arc::new(Mutex::new(Vec::new()));
+        let replica =
+            Replica::start(one_node(&raft, 3), Box::new(Restores(restores.clone()))).unwrap();
+        assert_eq!(*restores.lock(), vec![(7, b"state".to_vec())]);
+        assert_eq!(replica.applied(), 7);
+        assert!(!raft.join("snapshot").exists());
+        drop(replica);
+        std::thread::sleep(Duration::from_millis(100));
+        let log = RaftLog::open(&raft, &[1]).unwrap();
+        assert_eq!(log.compacted_to(), 7);
+        assert!(log.hard_state().commit >= 7);
+    }
+
+    #[test]
+    fn a_state_machine_behind_the_compacted_log_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let raft = dir.path().join("raft");
+        let mut log = RaftLog::open(&raft, &[1]).unwrap();
+        let mut metadata = raft::prelude::SnapshotMetadata {
+            index: 20,
+            term: 1,
+            ..Default::default()
+        };
+        metadata.set_conf_state(log.conf_state().clone());
+        log.apply_snapshot(&metadata).unwrap();
+        drop(log);
+        let restores = Arc::new(Mutex::new(Vec::new()));
+        let error = Replica::start(one_node(&raft, 5), Box::new(Restores(restores)))
+            .err()
+            .expect("refused");
+        assert!(error.to_string().contains("to rejoin the group"), "{error}");
     }
 }

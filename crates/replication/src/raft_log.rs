@@ -72,6 +72,15 @@ fn region_options() -> RegionOptions {
     }
 }
 
+/// What a state slot holds.
+struct Slot {
+    seq: u64,
+    hard_state: HardState,
+    conf_state: ConfState,
+    snap_index: u64,
+    snap_term: u64,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Located {
     offset: u64,
@@ -99,6 +108,8 @@ pub struct RaftLog {
     /// whether a state slot was.
     unsynced_from: Option<u64>,
     unsynced_slot: Option<u64>,
+    /// Whether `open` created the log (the node starts with no history).
+    created: bool,
     /// Where snapshots for lagging followers come from (none in tests
     /// of the log alone).
     snapshots: Option<Arc<Snapshots>>,
@@ -119,6 +130,7 @@ impl RaftLog {
             let region = Region::create(&path, GROWTH, region_options())?;
             region.store_u64(PmemOffset(0), MAGIC);
             let mut log = RaftLog::empty(region, dir);
+            log.created = true;
             log.conf_state.voters = voters.to_vec();
             log.write_state();
             log.write_end();
@@ -155,6 +167,7 @@ impl RaftLog {
             state_slot: 1,
             unsynced_from: None,
             unsynced_slot: None,
+            created: false,
             snapshots: None,
         }
     }
@@ -162,6 +175,12 @@ impl RaftLog {
     /// Where `Storage::snapshot` gets snapshots from.
     pub(crate) fn set_snapshots(&mut self, snapshots: Arc<Snapshots>) {
         self.snapshots = Some(snapshots);
+    }
+
+    /// Whether `open` created the log: this node has no Raft history (a
+    /// new node, or one that lost its directory).
+    pub fn was_created(&self) -> bool {
+        self.created
     }
 
     /// The compaction point: the index of the last entry dropped (0 if
@@ -328,16 +347,26 @@ impl RaftLog {
     }
 
     fn read_state(&mut self, path: &Path) -> Result<()> {
-        let mut best: Option<(u64, usize, HardState, ConfState, (u64, u64))> = None;
+        let mut best: Option<(usize, Slot)> = None;
         for (which, &at) in SLOTS.iter().enumerate() {
-            let Some((seq, hs, cs, snap)) = self.decode_slot(at) else {
+            let Some(slot) = self.decode_slot(at) else {
                 continue;
             };
-            if best.as_ref().is_none_or(|b| seq > b.0) {
-                best = Some((seq, which, hs, cs, snap));
+            if best.as_ref().is_none_or(|b| slot.seq > b.1.seq) {
+                best = Some((which, slot));
             }
         }
-        let Some((seq, which, hs, cs, (snap_index, snap_term))) = best else {
+        let Some((
+            which,
+            Slot {
+                seq,
+                hard_state: hs,
+                conf_state: cs,
+                snap_index,
+                snap_term,
+            },
+        )) = best
+        else {
             return Err(Error::Corrupt(format!(
                 "{}: neither state slot is readable",
                 path.display()
@@ -352,8 +381,7 @@ impl RaftLog {
         Ok(())
     }
 
-    #[allow(clippy::type_complexity)]
-    fn decode_slot(&self, at: u64) -> Option<(u64, HardState, ConfState, (u64, u64))> {
+    fn decode_slot(&self, at: u64) -> Option<Slot> {
         let head = self.region.read(PmemOffset(at), 8);
         let crc = u32::from_le_bytes(head[0..4].try_into().unwrap());
         let len = u32::from_le_bytes(head[4..8].try_into().unwrap()) as u64;
@@ -387,11 +415,13 @@ impl RaftLog {
         cs.auto_leave = reader.try_get_u8().ok()? != 0;
         // The compaction point (absent from a log never compacted by a
         // build before compaction existed).
-        let snap = (
-            reader.try_get_u64_le().unwrap_or(0),
-            reader.try_get_u64_le().unwrap_or(0),
-        );
-        Some((seq, hs, cs, snap))
+        Some(Slot {
+            seq,
+            hard_state: hs,
+            conf_state: cs,
+            snap_index: reader.try_get_u64_le().unwrap_or(0),
+            snap_term: reader.try_get_u64_le().unwrap_or(0),
+        })
     }
 
     /// Reads records from the start while they check out.

@@ -162,7 +162,7 @@ mod tests {
         let last = bytes.len() - 1;
         bytes[last] ^= 1;
         std::fs::write(&path, &bytes).unwrap();
-        let error = file.read().err().expect("refused");
+        let error = file.read().expect_err("refused");
         assert!(error.to_string().contains("checksum"), "{error}");
         bytes.truncate(20);
         std::fs::write(&path, &bytes).unwrap();

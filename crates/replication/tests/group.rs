@@ -214,7 +214,7 @@ async fn a_group_elects_a_leader_and_replicates_in_order() {
     // garbage, is cut off; the node goes on.
     let hello = |id: u64| {
         let address = format!("127.0.0.1:{}", 7000 + id);
-        let body = [&id.to_le_bytes()[..], address.as_bytes()].concat();
+        let body = [&id.to_le_bytes()[..], &[0], address.as_bytes()].concat();
         [&(body.len() as u32).to_le_bytes()[..], &body].concat()
     };
     let member = group.nodes[leader].id();

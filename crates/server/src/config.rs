@@ -175,6 +175,9 @@ pub struct Config {
     /// twice that (default 6) calls an election.
     pub raft_tick_ms: u64,
     pub raft_election_ticks: usize,
+    /// The Raft log is compacted once its records take this many bytes
+    /// (`raft-compact-bytes`, default 64mb; 64kb to 64gb).
+    pub raft_compact_bytes: u64,
 }
 
 impl Default for Config {
@@ -207,6 +210,7 @@ impl Default for Config {
             peers: None,
             raft_tick_ms: 10,
             raft_election_ticks: 6,
+            raft_compact_bytes: 64 << 20,
         }
     }
 }
@@ -383,6 +387,15 @@ impl Config {
                     return Err("raft-election-ticks must be 3 to 1000".into());
                 }
                 self.raft_election_ticks = ticks;
+            }
+            "raft-compact-bytes" => {
+                let bytes = parse_memory(one()?)? as u64;
+                if !((64 << 10)..=(64 << 30)).contains(&bytes) {
+                    return Err(format!(
+                        "raft-compact-bytes must be 64kb to 64gb, got {bytes}"
+                    ));
+                }
+                self.raft_compact_bytes = bytes;
             }
             "peers" => {
                 let peers = engram_replication::parse_peers(one()?).map_err(|e| e.to_string())?;
@@ -808,6 +821,8 @@ mod tests {
         config.set("raft-tick-ms", &["5".into()]).unwrap();
         config.set("raft-election-ticks", &["8".into()]).unwrap();
         assert_eq!((config.raft_tick_ms, config.raft_election_ticks), (5, 8));
+        config.set("raft-compact-bytes", &["1mb".into()]).unwrap();
+        assert_eq!(config.raft_compact_bytes, 1 << 20);
         for (name, value, error) in [
             ("node-id", "0", "node-id must be a number above 0"),
             ("node-id", "x", "node-id must be a number above 0"),
@@ -821,6 +836,12 @@ mod tests {
             ("peers", "0@127.0.0.1:7000", "is not a node id"),
             ("peers", "1@nowhere", "nowhere"),
             ("raft-tick-ms", "0", "raft-tick-ms must be 1 to 1000"),
+            (
+                "raft-compact-bytes",
+                "1kb",
+                "raft-compact-bytes must be 64kb to 64gb",
+            ),
+            ("raft-compact-bytes", "-5", "invalid size"),
             (
                 "raft-election-ticks",
                 "2",

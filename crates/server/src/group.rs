@@ -91,6 +91,7 @@ pub fn start(shared: &Arc<Shared>, client: SocketAddr) -> Result<(), String> {
     node.applied = applied;
     node.tick = std::time::Duration::from_millis(config.raft_tick_ms);
     node.election_ticks = config.raft_election_ticks;
+    node.compact_bytes = config.raft_compact_bytes;
     let applier = Applier::new(shared);
     let replica = Replica::start(node, Box::new(applier)).map_err(|e| e.to_string())?;
     // Expiry must be the same on every node: not the local clock's (reads

@@ -424,7 +424,8 @@ fn replication(shared: &Shared, out: &mut String) -> std::fmt::Result {
             out,
             "master_repl_offset:{}\r\nraft_node_id:{}\r\nraft_role:{}\r\nraft_leader:{leader}\r\n\
              raft_term:{}\r\nraft_commit_index:{}\r\nraft_applied_index:{}\r\n\
-             raft_last_index:{}\r\nraft_log_bytes:{}\r\n",
+             raft_last_index:{}\r\nraft_log_bytes:{}\r\nraft_compacted_index:{}\r\n\
+             raft_snapshots_installed:{}\r\nraft_snapshots_built:{}\r\n",
             status.applied,
             status.id,
             status.role,
@@ -433,6 +434,9 @@ fn replication(shared: &Shared, out: &mut String) -> std::fmt::Result {
             status.applied,
             status.last_index,
             status.log_bytes,
+            status.compacted,
+            status.snapshots_installed,
+            status.snapshots_built,
         );
     }
     write!(

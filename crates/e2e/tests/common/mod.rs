@@ -347,3 +347,60 @@ impl Drop for RedisServer {
         let _ = self.child.wait();
     }
 }
+
+/// Starts node `id` of a Raft group (`peers`: `1@HOST:BUSPORT,...`).
+pub fn start_node(dir: &std::path::Path, id: u64, peers: &str) -> Served {
+    serve(dir, &["--node-id", &id.to_string(), "--peers", peers])
+}
+
+/// Waits until exactly one of `ports` is master and the others follow it.
+pub fn leader_among(ports: &[u16]) -> u16 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let roles: Vec<Option<String>> = ports.iter().map(|&p| role(p)).collect();
+        let masters: Vec<u16> = ports
+            .iter()
+            .zip(&roles)
+            .filter(|(_, r)| r.as_deref() == Some("master"))
+            .map(|(&p, _)| p)
+            .collect();
+        if masters.len() == 1 && roles.iter().all(|r| r.is_some()) {
+            let leader = masters[0];
+            // The followers know where it is.
+            let followers_know = ports.iter().filter(|&&p| p != leader).all(|&p| {
+                let mut con = connect(p);
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut con)
+                    .unwrap();
+                info.contains(&format!("master_port:{leader}"))
+            });
+            if followers_know {
+                return leader;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no leader among {ports:?}: {roles:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Polls a follower (READONLY) until `key` holds `want`.
+pub fn wait_replicated(port: u16, key: &str, want: &str) {
+    let mut con = connect(port);
+    let _: () = redis::cmd("READONLY").query(&mut con).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got: Option<String> = redis::cmd("GET").arg(key).query(&mut con).unwrap();
+        if got.as_deref() == Some(want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{key} on :{port} is {got:?}, not {want}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -2,8 +2,10 @@
 //! clients run SET, GET and INCR on a few string keys and HSET, HGET and
 //! HINCRBY on a few hashes against whichever node
 //! leads (following MOVED), recording when each call started and ended and
-//! what it returned; meanwhile the leader is SIGKILLed and restarted, and
-//! nodes are frozen with SIGSTOP and thawed. After the faults every key is
+//! what it returned; meanwhile the leader is SIGKILLed and restarted,
+//! nodes are frozen with SIGSTOP and thawed, and a follower loses its
+//! directory and rejoins empty (the logs compact every 64 KiB, so it
+//! catches up by a snapshot once the log has moved past what it had). After the faults every key is
 //! read once more, then `tools/lincheck` (porcupine, in Go) checks the
 //! whole history: a lost acknowledged write or a stale read is a
 //! violation.
@@ -103,7 +105,8 @@ impl Group {
         command
             .args(["serve", "--port", &port, "--dir"])
             .arg(self.dirs[i].path())
-            .args(["--node-id", &id, "--peers", &self.peers]);
+            .args(["--node-id", &id, "--peers", &self.peers])
+            .args(["--raft-compact-bytes", "64kb"]);
         let served = common::start_served(command)
             .unwrap_or_else(|log| panic!("node {id} did not start:\n{log}"));
         self.nodes[i] = Some(served);
@@ -268,10 +271,24 @@ fn one_run(run: usize, checker: &Path, work: &Path) {
         })
         .collect();
     let mut rng = rand::rng();
-    let mut kills = 0;
+    let (mut kills, mut wipes) = (0, 0);
     for fault in 0..FAULTS {
         thread::sleep(Duration::from_millis(300));
-        if fault % 2 == 0 {
+        if fault % 3 == 2 {
+            // A follower loses its disk: killed, its directory emptied,
+            // restarted with nothing.
+            let leader = group.leader();
+            let victim = (0..3).find(|&i| Some(i) != leader).unwrap();
+            let mut node = group.nodes[victim].take().unwrap();
+            node.child.kill().unwrap();
+            node.child.wait().unwrap();
+            wipes += 1;
+            let dir = group.dirs[victim].path().to_path_buf();
+            std::fs::remove_dir_all(&dir).unwrap();
+            std::fs::create_dir(&dir).unwrap();
+            thread::sleep(Duration::from_millis(300));
+            group.launch(victim);
+        } else if fault % 3 == 0 {
             // SIGKILL the leader (or a node, if none leads now), restart
             // it from its directory a moment later.
             let victim = group.leader().unwrap_or(rng.random_range(0..3));
@@ -322,6 +339,20 @@ fn one_run(run: usize, checker: &Path, work: &Path) {
             ok: true,
         });
     }
+    // How many rejoins went by snapshot (the rest replayed the log).
+    let snapshots: u64 = (0..3)
+        .map(|i| {
+            let mut con = common::connect(group.ports[i]);
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut con)
+                .unwrap();
+            info.lines()
+                .find_map(|l| l.strip_prefix("raft_snapshots_installed:"))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum();
     let history = history.lock().unwrap().clone();
     let acknowledged_writes = history.iter().filter(|o| o.ok && o.op != "get").count();
     assert!(
@@ -333,7 +364,8 @@ fn one_run(run: usize, checker: &Path, work: &Path) {
     let checked = Command::new(checker).arg(&file).output().unwrap();
     let verdict = String::from_utf8_lossy(&checked.stdout).into_owned();
     eprintln!(
-        "run {run}: {} operations ({acknowledged_writes} acknowledged writes), {kills} kills: {}",
+        "run {run}: {} operations ({acknowledged_writes} acknowledged writes), {kills} kills, \
+         {wipes} lost directories ({snapshots} snapshots installed since the last start): {}",
         history.len(),
         verdict.trim()
     );

@@ -58,6 +58,8 @@ def main():
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--writers", type=int, default=4)
     parser.add_argument("--extra", default="", help="more engram serve flags")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the nodes' directories and logs (printed at the end)")
     args = parser.parse_args()
     if import_error:
         sys.exit(f"needs redis-py: python3 -m pip install redis ({import_error})")
@@ -179,7 +181,10 @@ def main():
             if p is not None:
                 p.kill()
                 p.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if args.keep:
+            print(f"nodes' directories and logs kept in {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     times.sort()
     p99 = times[min(len(times) - 1, int(round(0.99 * (len(times) - 1))))]
     print()

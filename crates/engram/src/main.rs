@@ -202,6 +202,10 @@ struct ServeArgs {
     /// [default: 64mb].
     #[arg(long)]
     raft_compact_bytes: Option<String>,
+    /// This node joins a running group (added with ENGRAM.GROUP ADD on
+    /// the leader): it waits for the leader's snapshot.
+    #[arg(long)]
+    join: bool,
 }
 
 fn serve(args: ServeArgs) -> Result<()> {
@@ -210,7 +214,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         None => engram_server::Config::default(),
     };
     let path = |file: Option<PathBuf>| file.map(|f| f.display().to_string());
-    let overrides: [(&str, Option<String>); 28] = [
+    let overrides: [(&str, Option<String>); 29] = [
         ("bind", args.bind),
         ("port", args.port.map(|p| p.to_string())),
         ("dir", args.dir.map(|d| d.display().to_string())),
@@ -251,6 +255,7 @@ fn serve(args: ServeArgs) -> Result<()> {
             args.raft_election_ticks.map(|n| n.to_string()),
         ),
         ("raft-compact-bytes", args.raft_compact_bytes),
+        ("join", args.join.then(|| "yes".to_string())),
     ];
     for (name, value) in overrides {
         if let Some(value) = value {

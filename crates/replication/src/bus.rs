@@ -45,6 +45,10 @@ pub type Directory = Arc<RwLock<HashMap<u64, String>>>;
 pub struct Bus {
     queues: HashMap<u64, Sender<Message>>,
     directory: Directory,
+    /// The peers whose hello is accepted (the group's other members).
+    members: Arc<RwLock<Vec<u64>>>,
+    /// What this node says in its hellos.
+    hello: Arc<Hello>,
     /// Peers whose last send failed (reported to raft-rs, then cleared).
     unreachable: Arc<RwLock<Vec<u64>>>,
     stopped: Arc<AtomicBool>,
@@ -54,17 +58,16 @@ pub struct Bus {
 impl Bus {
     /// Binds `listen`, starts the accept loop (messages received go to
     /// `inbound`) and one sender per peer.
-    /// `fresh`: whether this node's log is empty (a new node, or one that
-    /// lost its disk), said in each hello; `fresh_peers`: the peers whose
-    /// hello said so.
+    /// `flags`: what this node says of itself in each hello; `events`:
+    /// what the Raft loop hears of peers' connections.
     pub fn start(
         id: u64,
         listen: SocketAddr,
         peers: &HashMap<u64, SocketAddr>,
         client_addr: &str,
         inbound: Sender<Message>,
-        fresh: Arc<AtomicBool>,
-        fresh_peers: Sender<u64>,
+        flags: HelloFlags,
+        events: Sender<PeerEvent>,
     ) -> Result<Bus> {
         let listener = TcpListener::bind(listen)
             .map_err(|e| Error::Peers(format!("cannot listen on bus address {listen}: {e}")))?;
@@ -74,51 +77,64 @@ impl Bus {
         let directory: Directory = Arc::new(RwLock::new(HashMap::new()));
         directory.write().insert(id, client_addr.to_string());
         let stopped = Arc::new(AtomicBool::new(false));
-        let unreachable = Arc::new(RwLock::new(Vec::new()));
+        let members = Arc::new(RwLock::new(Vec::new()));
         {
-            let directory = directory.clone();
-            let stopped = stopped.clone();
-            let members: Arc<Vec<u64>> =
-                Arc::new(peers.keys().copied().filter(|&p| p != id).collect());
-            std::thread::Builder::new()
-                .name("engram-bus-accept".into())
-                .spawn(move || {
-                    let peers = Peers {
-                        members,
-                        directory,
-                        inbound,
-                        fresh: fresh_peers,
-                    };
-                    accept_loop(listener, peers, stopped)
-                })
-                .map_err(|e| Error::Internal(e.to_string()))?;
-        }
-        let mut queues = HashMap::new();
-        for (&peer, &addr) in peers {
-            if peer == id {
-                continue;
-            }
-            let (sender, receiver) = bounded(QUEUE);
-            let hello = Hello {
-                id,
-                fresh: fresh.clone(),
-                client_addr: client_addr.to_string(),
+            let peers = Peers {
+                members: members.clone(),
+                directory: directory.clone(),
+                inbound,
+                events,
             };
             let stopped = stopped.clone();
-            let unreachable = unreachable.clone();
             std::thread::Builder::new()
-                .name(format!("engram-bus-{peer}"))
-                .spawn(move || send_loop(peer, addr, hello, receiver, unreachable, stopped))
+                .name("engram-bus-accept".into())
+                .spawn(move || accept_loop(listener, peers, stopped))
                 .map_err(|e| Error::Internal(e.to_string()))?;
-            queues.insert(peer, sender);
         }
-        Ok(Bus {
-            queues,
+        let mut bus = Bus {
+            queues: HashMap::new(),
             directory,
-            unreachable,
+            members,
+            hello: Arc::new(Hello {
+                id,
+                flags,
+                client_addr: client_addr.to_string(),
+            }),
+            unreachable: Arc::new(RwLock::new(Vec::new())),
             stopped,
             local_addr,
-        })
+        };
+        for (&peer, &addr) in peers {
+            bus.add_peer(peer, addr)?;
+        }
+        Ok(bus)
+    }
+
+    /// Starts talking to `peer` at `addr` (a member, or one joining), and
+    /// accepts its hellos.
+    pub fn add_peer(&mut self, peer: u64, addr: SocketAddr) -> Result<()> {
+        if peer == self.hello.id || self.queues.contains_key(&peer) {
+            return Ok(());
+        }
+        self.members.write().push(peer);
+        let (sender, receiver) = bounded(QUEUE);
+        let hello = self.hello.clone();
+        let stopped = self.stopped.clone();
+        let unreachable = self.unreachable.clone();
+        std::thread::Builder::new()
+            .name(format!("engram-bus-{peer}"))
+            .spawn(move || send_loop(peer, addr, hello, receiver, unreachable, stopped))
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        self.queues.insert(peer, sender);
+        Ok(())
+    }
+
+    /// Stops talking to `peer` (removed from the group): its sender ends
+    /// with its queue, and its hellos are refused from now on.
+    pub fn remove_peer(&mut self, peer: u64) {
+        self.queues.remove(&peer);
+        self.members.write().retain(|&m| m != peer);
+        self.directory.write().remove(&peer);
     }
 
     pub fn directory(&self) -> &Directory {
@@ -159,18 +175,35 @@ impl Drop for Bus {
     }
 }
 
-/// What a connection's first frame says: `[id u64][fresh u8][client
+/// What a node says of itself in its hellos (read at each connect).
+#[derive(Clone, Default)]
+pub struct HelloFlags {
+    /// Its log was just created and it has not caught up with a leader
+    /// (a new node, or one that lost its disk).
+    pub fresh: Arc<AtomicBool>,
+    /// It has no membership yet (it joins a running group): only a
+    /// snapshot can bring it in.
+    pub awaiting_snapshot: Arc<AtomicBool>,
+}
+
+const FRESH: u8 = 1;
+const AWAITING_SNAPSHOT: u8 = 2;
+
+/// What a connection's first frame says: `[id u64][flags u8][client
 /// address]`.
 struct Hello {
     id: u64,
-    fresh: Arc<AtomicBool>,
+    flags: HelloFlags,
     client_addr: String,
 }
 
 impl Hello {
     fn frame(&self) -> Vec<u8> {
         let mut body = self.id.to_le_bytes().to_vec();
-        body.push(self.fresh.load(Ordering::Acquire) as u8);
+        let flag = |set: &AtomicBool, bit: u8| if set.load(Ordering::Acquire) { bit } else { 0 };
+        body.push(
+            flag(&self.flags.fresh, FRESH) | flag(&self.flags.awaiting_snapshot, AWAITING_SNAPSHOT),
+        );
         body.extend_from_slice(self.client_addr.as_bytes());
         let mut frame = (body.len() as u32).to_le_bytes().to_vec();
         frame.extend_from_slice(&body);
@@ -178,14 +211,28 @@ impl Hello {
     }
 }
 
+/// What the bus tells the Raft loop about a peer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PeerEvent {
+    /// It connected, and said this of itself.
+    Hello {
+        peer: u64,
+        fresh: bool,
+        awaiting_snapshot: bool,
+    },
+    /// Its connection to this node ended (the peer's process is gone, as
+    /// a rule: its sender never closes a working connection).
+    Closed(u64),
+}
+
 /// What the receiving side needs: who may connect, where client
-/// addresses, messages and fresh peers go.
+/// addresses, messages and peer events go.
 #[derive(Clone)]
 struct Peers {
-    members: Arc<Vec<u64>>,
+    members: Arc<RwLock<Vec<u64>>>,
     directory: Directory,
     inbound: Sender<Message>,
-    fresh: Sender<u64>,
+    events: Sender<PeerEvent>,
 }
 
 fn accept_loop(listener: TcpListener, peers: Peers, stopped: Arc<AtomicBool>) {
@@ -235,22 +282,39 @@ fn receive(stream: TcpStream, peers: &Peers, stopped: &AtomicBool) -> std::io::R
         return Err(std::io::Error::other("short hello"));
     }
     let peer = u64::from_le_bytes(buf[..8].try_into().unwrap());
-    if !peers.members.contains(&peer) {
+    if !peers.members.read().contains(&peer) {
         return Err(std::io::Error::other(format!(
             "a hello from node {peer}, not a peer of this group"
         )));
     }
     let client_addr = String::from_utf8_lossy(&buf[9..]).into_owned();
     peers.directory.write().insert(peer, client_addr);
-    if buf[8] != 0 {
-        let _ = peers.fresh.send(peer);
+    let _ = peers.events.send(PeerEvent::Hello {
+        peer,
+        fresh: buf[8] & FRESH != 0,
+        awaiting_snapshot: buf[8] & AWAITING_SNAPSHOT != 0,
+    });
+    let ended = carry(peer, &mut reader, &mut buf, peers, stopped);
+    if ended.is_err() {
+        let _ = peers.events.send(PeerEvent::Closed(peer));
     }
+    ended
+}
+
+/// Passes a peer's messages on until its connection ends.
+fn carry(
+    peer: u64,
+    reader: &mut impl Read,
+    buf: &mut Vec<u8>,
+    peers: &Peers,
+    stopped: &AtomicBool,
+) -> std::io::Result<()> {
     loop {
-        read_frame(&mut reader, &mut buf)?;
+        read_frame(reader, buf)?;
         if stopped.load(Ordering::Acquire) {
             return Ok(());
         }
-        let message = Message::parse_from_bytes(&buf)
+        let message = Message::parse_from_bytes(buf)
             .map_err(|e| std::io::Error::other(format!("bad message from node {peer}: {e}")))?;
         if peers.inbound.send(message).is_err() {
             return Ok(());
@@ -261,7 +325,7 @@ fn receive(stream: TcpStream, peers: &Peers, stopped: &AtomicBool) -> std::io::R
 fn send_loop(
     peer: u64,
     addr: SocketAddr,
-    hello: Hello,
+    hello: Arc<Hello>,
     queue: Receiver<Message>,
     unreachable: Arc<RwLock<Vec<u64>>>,
     stopped: Arc<AtomicBool>,

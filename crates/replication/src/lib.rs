@@ -16,11 +16,13 @@
 
 mod bus;
 mod error;
+mod membership;
 mod node;
 mod raft_log;
 mod snapshots;
 
 pub use error::{Error, Result};
+pub use membership::Change;
 pub use node::{
     parse_peers, Applied, Committed, NodeConfig, Peer, Refused, Replica, Reply, StateMachine,
     Status,

@@ -16,7 +16,7 @@
 //! (`Reply`), so a client hears its result only once the entry is
 //! committed (a majority has it durably) and applied here.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,13 +26,17 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use parking_lot::Mutex;
-use raft::prelude::{Entry, EntryType, Message, MessageType};
+use protobuf::Message as _;
+use raft::prelude::{
+    ConfChange, ConfChangeType, ConfState, Entry, EntryType, Message, MessageType,
+};
 use raft::{Config, RawNode, ReadOnlyOption, SnapshotStatus, StateRole};
 use slog::Drain;
 use tokio::sync::{oneshot, watch};
 
-use crate::bus::{Bus, Directory};
+use crate::bus::{Bus, Directory, HelloFlags, PeerEvent};
 use crate::error::{Error, Result};
+use crate::membership::{Change, PeersFile};
 use crate::raft_log::RaftLog;
 use crate::snapshots::{SnapshotFile, Snapshots};
 
@@ -88,6 +92,9 @@ pub struct NodeConfig {
     /// what every follower holds, or past a follower that lags by four
     /// times as much, which then gets a snapshot).
     pub compact_bytes: u64,
+    /// This node joins a running group (added with a membership change):
+    /// it starts with no membership and waits for the leader's snapshot.
+    pub join: bool,
 }
 
 impl NodeConfig {
@@ -104,6 +111,7 @@ impl NodeConfig {
             election_ticks: 6,
             applied: 0,
             compact_bytes: 64 << 20,
+            join: false,
         }
     }
 }
@@ -118,6 +126,8 @@ pub enum Refused {
     Unknown,
     /// The node is shutting down.
     Stopped,
+    /// A membership change that cannot be made, and why.
+    Invalid(String),
 }
 
 /// What a proposer hears once its entry is applied: the entry's index and
@@ -204,12 +214,15 @@ pub struct Status {
     pub snapshots_built: u64,
     /// On the leader: each follower's match index.
     pub progress: Vec<(u64, u64)>,
+    /// The members that do not vote (joining nodes not yet caught up).
+    pub learners: Vec<u64>,
 }
 
 enum Input {
     Propose(Vec<u8>, ProposalReply),
     Read(oneshot::Sender<std::result::Result<u64, Refused>>),
     Transfer(u64),
+    Members(Change, ProposalReply),
 }
 
 /// The server's handle on its group.
@@ -223,7 +236,8 @@ pub struct Replica {
     applied: watch::Receiver<u64>,
     status: Arc<Mutex<Status>>,
     directory: Directory,
-    members: Vec<u64>,
+    /// Voters and learners, as this node last applied them.
+    members: Arc<parking_lot::RwLock<Vec<u64>>>,
     pub bus_addr: SocketAddr,
 }
 
@@ -231,6 +245,23 @@ impl Replica {
     /// Opens the log, binds the bus, starts the Raft loop and the apply
     /// thread.
     pub fn start(mut config: NodeConfig, mut machine: Box<dyn StateMachine>) -> Result<Replica> {
+        // After a membership change the members are the ones applied last,
+        // whatever --peers says now.
+        let peers_file = PeersFile::new(&config.dir);
+        if let Some(known) = peers_file.read()? {
+            if !known.iter().any(|p| p.id == config.id) {
+                return Err(Error::Peers(format!(
+                    "node {} was removed from its group ({} names the members); to add it \
+                     again, empty its directory and start it with --join",
+                    config.id,
+                    config.dir.join("peers").display()
+                )));
+            }
+            if known != config.peers {
+                log::info!("raft: the members come from the last membership change, not --peers");
+            }
+            config.peers = known;
+        }
         let me = config
             .peers
             .iter()
@@ -242,8 +273,12 @@ impl Replica {
                 ))
             })?
             .clone();
-        let members: Vec<u64> = config.peers.iter().map(|p| p.id).collect();
-        let mut log = RaftLog::open(&config.dir, &members)?;
+        let bootstrap: Vec<u64> = if config.join {
+            Vec::new()
+        } else {
+            config.peers.iter().map(|p| p.id).collect()
+        };
+        let mut log = RaftLog::open(&config.dir, &bootstrap)?;
         // A snapshot from a leader that the state machine does not hold
         // yet (a crash came during or before its load): load it again.
         let snapshot_file = SnapshotFile::new(&config.dir);
@@ -307,17 +342,28 @@ impl Replica {
 
         let (message_tx, message_rx) = unbounded();
         let peers: HashMap<u64, SocketAddr> = config.peers.iter().map(|p| (p.id, p.bus)).collect();
-        let fresh = Arc::new(AtomicBool::new(raw.store().was_created()));
-        let (fresh_tx, fresh_rx) = unbounded();
+        let flags = HelloFlags::default();
+        flags
+            .fresh
+            .store(raw.store().was_created(), Ordering::Release);
+        flags
+            .awaiting_snapshot
+            .store(no_members(raw.store().conf_state()), Ordering::Release);
+        let fresh = flags.fresh.clone();
+        let awaiting_snapshot = flags.awaiting_snapshot.clone();
+        let (events_tx, events_rx) = unbounded();
         let bus = Bus::start(
             config.id,
             me.bus,
             &peers,
             &config.client_addr,
             message_tx,
-            fresh.clone(),
-            fresh_tx,
+            flags,
+            events_tx,
         )?;
+        let members = Arc::new(parking_lot::RwLock::new(member_ids(
+            raw.store().conf_state(),
+        )));
         let (input_tx, input_rx) = unbounded();
         let (applied_tx, applied_rx) = watch::channel(config.applied);
         let (apply_tx, apply_rx) = unbounded::<ToApply>();
@@ -339,7 +385,7 @@ impl Replica {
             applied: applied_rx,
             status: status.clone(),
             directory: bus.directory().clone(),
-            members,
+            members: members.clone(),
             bus_addr: bus.local_addr,
         };
         {
@@ -375,8 +421,14 @@ impl Replica {
             snapshot_file,
             durable: durable_rx,
             fresh,
-            fresh_peers: fresh_rx,
+            awaiting_snapshot,
+            peer_events: events_rx,
             catch_up_to: None,
+            fast_election: None,
+            addresses: config.peers.iter().map(|p| (p.id, p.bus)).collect(),
+            members,
+            peers_file,
+            want_snapshot: HashSet::new(),
             compact_bytes: config.compact_bytes.max(1),
             sync_asked: false,
         };
@@ -391,9 +443,25 @@ impl Replica {
         self.id
     }
 
-    /// The voters of the group.
-    pub fn members(&self) -> &[u64] {
-        &self.members
+    /// The members of the group (voters and learners), in id order.
+    pub fn members(&self) -> Vec<u64> {
+        self.members.read().clone()
+    }
+
+    /// Proposes a membership change (on the leader); resolves once it is
+    /// applied here.
+    pub fn change_members(
+        &self,
+        change: Change,
+    ) -> impl std::future::Future<Output = std::result::Result<Applied, Refused>> {
+        let (tx, rx) = oneshot::channel();
+        let sent = self.inputs.send(Input::Members(change, tx)).is_ok();
+        async move {
+            if !sent {
+                return Err(Refused::Stopped);
+            }
+            rx.await.unwrap_or(Err(Refused::Unknown))
+        }
     }
 
     /// Whether this node believes it leads (a hint: a proposal or a read
@@ -494,6 +562,14 @@ impl Replica {
 type ProposalReply = oneshot::Sender<std::result::Result<Applied, Refused>>;
 type ReadReply = oneshot::Sender<std::result::Result<u64, Refused>>;
 
+/// A follower's campaign after its leader's connection closed.
+struct FastElection {
+    /// When this node campaigns (its rank among the survivors, in ticks).
+    at: Instant,
+    /// When the ordinary election timer has surely taken over.
+    until: Instant,
+}
+
 struct Driver {
     raw: RawNode<RaftLog>,
     bus: Bus,
@@ -516,10 +592,22 @@ struct Driver {
     /// This node started with an empty log and has not caught up with a
     /// leader yet (see `step`); told to peers in the bus's hello.
     fresh: Arc<AtomicBool>,
-    /// Peers that said in their hello that they start empty.
-    fresh_peers: Receiver<u64>,
+    /// Peers that start empty, and peers whose connection ended.
+    peer_events: Receiver<PeerEvent>,
     /// While fresh: the commit index of the first leader that reached it.
     catch_up_to: Option<u64>,
+    /// The leader's connection ended and this node has yet to campaign
+    /// for its place.
+    fast_election: Option<FastElection>,
+    /// This node has no membership yet (it joins): it takes no entries
+    /// until a leader's snapshot gives it the group's.
+    awaiting_snapshot: Arc<AtomicBool>,
+    /// Every member's bus address, this node's included.
+    addresses: HashMap<u64, SocketAddr>,
+    members: Arc<parking_lot::RwLock<Vec<u64>>>,
+    peers_file: PeersFile,
+    /// Peers whose last hello asked for a snapshot (joining nodes).
+    want_snapshot: HashSet<u64>,
     compact_bytes: u64,
     /// A sync for compaction was asked of the apply thread, not answered.
     sync_asked: bool,
@@ -544,8 +632,11 @@ impl Driver {
                     Ok(index) => self.durable(index),
                     Err(_) => return,
                 },
-                recv(self.fresh_peers) -> peer => match peer {
-                    Ok(peer) => self.peer_is_fresh(peer),
+                recv(self.peer_events) -> event => match event {
+                    Ok(PeerEvent::Hello { peer, fresh, awaiting_snapshot }) => {
+                        self.peer_said_hello(peer, fresh, awaiting_snapshot)
+                    }
+                    Ok(PeerEvent::Closed(peer)) => self.peer_closed(peer),
                     Err(_) => return,
                 },
                 default(wait) => {}
@@ -569,7 +660,9 @@ impl Driver {
                     self.raw.report_unreachable(peer);
                 }
                 self.maybe_ask_sync();
+                self.promote_caught_up_learner();
             }
+            self.run_fast_election();
             self.issue_reads();
             if let Err(e) = self.handle_ready() {
                 // The log cannot be written: this node must not go on
@@ -582,6 +675,13 @@ impl Driver {
 
     fn step(&mut self, mut message: Message) {
         if self.fresh.load(Ordering::Relaxed) && !self.fresh_step(&mut message) {
+            return;
+        }
+        if message.get_msg_type() == MessageType::MsgAppend
+            && self.awaiting_snapshot.load(Ordering::Relaxed)
+        {
+            // Entries replayed onto no membership would build a wrong one:
+            // a joining node learns the group's from a snapshot first.
             return;
         }
         if let Err(e) = self.raw.step(message) {
@@ -647,9 +747,85 @@ impl Driver {
         true
     }
 
-    /// A peer says it starts with an empty log: a leader forgets what it
+    /// The leader's connection to this node ended: its process is gone (a
+    /// crash or a kill closes its sockets at once), or its host dropped
+    /// the connection. Rather than wait out the election timeout, the
+    /// followers forget it (a follower that still counts a live leader
+    /// refuses to vote: check-quorum's lease) and the survivors campaign
+    /// in the order of their ids, one tick apart, so that one of them
+    /// wins the first round (the first in order whose log is complete)
+    /// instead of all splitting the vote. A leader that is in fact alive
+    /// loses nothing: the other follower still hears it and refuses.
+    fn peer_closed(&mut self, peer: u64) {
+        let raft = &mut self.raw.raft;
+        if peer != raft.leader_id || raft.state == StateRole::Leader || self.catching_up() {
+            return;
+        }
+        let raft = &mut self.raw.raft;
+        raft.leader_id = raft::INVALID_ID;
+        let mut survivors: Vec<u64> = raft
+            .prs()
+            .conf()
+            .voters()
+            .ids()
+            .iter()
+            .filter(|&id| id != peer)
+            .collect();
+        survivors.sort_unstable();
+        let rank = survivors.iter().position(|&id| id == raft.id);
+        log::info!(
+            "raft: node {}: the leader's (node {peer}) connection closed; campaigning {}",
+            raft.id,
+            match rank {
+                Some(0) => "now".to_string(),
+                Some(rank) => format!("after {rank} tick(s) if no one leads"),
+                None => "never (not a voter)".to_string(),
+            }
+        );
+        self.fast_election = rank.map(|rank| FastElection {
+            at: Instant::now() + self.tick * rank as u32,
+            until: Instant::now() + self.tick * self.raw.raft.election_timeout() as u32,
+        });
+    }
+
+    /// Campaigns when this node's turn in a fast election comes and no one
+    /// leads yet; gives up past an election timeout (the ordinary timer
+    /// goes on meanwhile).
+    fn run_fast_election(&mut self) {
+        let Some(election) = &self.fast_election else {
+            return;
+        };
+        let now = Instant::now();
+        let raft = &self.raw.raft;
+        if raft.leader_id != raft::INVALID_ID || now >= election.until {
+            self.fast_election = None;
+            return;
+        }
+        if now >= election.at && raft.state == StateRole::Follower {
+            self.fast_election = None;
+            if let Err(e) = self.raw.campaign() {
+                log::debug!("raft: campaign: {e}");
+            }
+        }
+    }
+
+    /// A peer connected. Said it was fresh: a leader forgets what it
     /// believed the peer held and probes it from the start (from there it
-    /// gets the log, or a snapshot if the log was compacted).
+    /// gets the log, or a snapshot if the log was compacted). Said it has
+    /// no membership: it gets a snapshot (from whichever node leads now or
+    /// later).
+    fn peer_said_hello(&mut self, peer: u64, fresh: bool, awaiting_snapshot: bool) {
+        if awaiting_snapshot {
+            self.want_snapshot.insert(peer);
+            self.request_snapshot_for(peer);
+        } else {
+            self.want_snapshot.remove(&peer);
+        }
+        if fresh {
+            self.peer_is_fresh(peer);
+        }
+    }
+
     fn peer_is_fresh(&mut self, peer: u64) {
         let raft = &mut self.raw.raft;
         if raft.state != StateRole::Leader || peer == raft.id {
@@ -693,6 +869,166 @@ impl Driver {
                 }
             }
             Input::Transfer(to) => self.raw.transfer_leader(to),
+            Input::Members(change, reply) => match self.propose_change(change) {
+                Ok(index) => {
+                    self.pending.insert(index, (self.raw.raft.term, reply));
+                }
+                Err(refused) => {
+                    let _ = reply.send(Err(refused));
+                }
+            },
+        }
+    }
+
+    /// Checks and proposes a membership change; the index of its entry.
+    fn propose_change(&mut self, change: Change) -> std::result::Result<u64, Refused> {
+        let raft = &self.raw.raft;
+        if raft.state != StateRole::Leader {
+            return Err(Refused::NotLeader(self.known_leader()));
+        }
+        if raft.has_pending_conf() {
+            return Err(Refused::Invalid(
+                "a membership change is in progress: try again once it is applied".into(),
+            ));
+        }
+        let conf = raft.prs().conf();
+        let voters: Vec<u64> = conf.voters().ids().iter().collect();
+        let is_member = |id: u64| voters.contains(&id) || conf.learners().contains(&id);
+        let mut cc = ConfChange::default();
+        match change {
+            Change::Add { id, bus } => {
+                if id == 0 {
+                    return Err(Refused::Invalid("node ids are numbers above 0".into()));
+                }
+                if is_member(id) {
+                    return Err(Refused::Invalid(format!("node {id} is already a member")));
+                }
+                cc.set_change_type(ConfChangeType::AddLearnerNode);
+                cc.node_id = id;
+                cc.context = bus.to_string().into_bytes().into();
+            }
+            Change::Remove { id } => {
+                if !is_member(id) {
+                    return Err(Refused::Invalid(format!("node {id} is not a member")));
+                }
+                if id == raft.id {
+                    return Err(Refused::Invalid(
+                        "this node leads the group: hand leadership to another node first \
+                         (CLUSTER FAILOVER on it), then remove this one there"
+                            .into(),
+                    ));
+                }
+                cc.set_change_type(ConfChangeType::RemoveNode);
+                cc.node_id = id;
+            }
+        }
+        self.raw
+            .propose_conf_change(Vec::new(), cc)
+            .map_err(|_| Refused::NotLeader(self.known_leader()))?;
+        Ok(self.raw.raft.raft_log.last_index())
+    }
+
+    /// Applies a committed membership change: raft-rs's configuration, the
+    /// log's (synced before anything later is applied), the bus, the
+    /// members and the peers file.
+    fn apply_conf_change(&mut self, entry: &Entry) -> Result<()> {
+        let cc = ConfChange::parse_from_bytes(&entry.data)
+            .map_err(|e| Error::Corrupt(format!("configuration change at {}: {e}", entry.index)))?;
+        let conf = self.raw.apply_conf_change(&cc)?;
+        let store = self.raw.mut_store();
+        store.set_conf_state(conf.clone());
+        store.sync()?;
+        let id = cc.node_id;
+        match cc.get_change_type() {
+            ConfChangeType::AddNode | ConfChangeType::AddLearnerNode => {
+                let bus = std::str::from_utf8(&cc.context)
+                    .ok()
+                    .and_then(|text| text.parse::<SocketAddr>().ok());
+                if let Some(bus) = bus {
+                    self.addresses.insert(id, bus);
+                    self.bus.add_peer(id, bus)?;
+                }
+                if cc.get_change_type() == ConfChangeType::AddLearnerNode {
+                    // It has no membership until a snapshot gives it one.
+                    self.want_snapshot.insert(id);
+                    self.request_snapshot_for(id);
+                }
+                log::info!(
+                    "raft: node {} applied: node {id} {} (members {:?})",
+                    self.raw.raft.id,
+                    if cc.get_change_type() == ConfChangeType::AddNode {
+                        "is a voter"
+                    } else {
+                        "joins as a learner"
+                    },
+                    member_ids(&conf)
+                );
+            }
+            ConfChangeType::RemoveNode => {
+                self.addresses.remove(&id);
+                self.bus.remove_peer(id);
+                if id == self.raw.raft.id {
+                    log::warn!("raft: this node (node {id}) was removed from the group");
+                } else {
+                    log::info!(
+                        "raft: node {} applied: node {id} removed (members {:?})",
+                        self.raw.raft.id,
+                        member_ids(&conf)
+                    );
+                }
+            }
+        }
+        self.members_changed(&conf)
+    }
+
+    /// The members are `conf`'s now: the handle's list and the peers file.
+    fn members_changed(&mut self, conf: &ConfState) -> Result<()> {
+        let ids = member_ids(conf);
+        let peers: Vec<Peer> = ids
+            .iter()
+            .filter_map(|id| self.addresses.get(id).map(|&bus| Peer { id: *id, bus }))
+            .collect();
+        *self.members.write() = ids;
+        self.peers_file.write(&peers)
+    }
+
+    /// On the leader, once no change is pending: a learner whose log has
+    /// caught up with the commit index becomes a voter.
+    fn promote_caught_up_learner(&mut self) {
+        let raft = &self.raw.raft;
+        if raft.state != StateRole::Leader || raft.has_pending_conf() {
+            return;
+        }
+        let committed = raft.raft_log.committed;
+        let ready = raft.prs().conf().learners().iter().copied().find(|&id| {
+            raft.prs()
+                .get(id)
+                .is_some_and(|p| p.matched > 0 && p.matched >= committed)
+        });
+        let Some(id) = ready else { return };
+        let mut cc = ConfChange::default();
+        cc.set_change_type(ConfChangeType::AddNode);
+        cc.node_id = id;
+        if let Some(bus) = self.addresses.get(&id) {
+            cc.context = bus.to_string().into_bytes().into();
+        }
+        log::info!("raft: node {id} has caught up: promoting it to voter");
+        if let Err(e) = self.raw.propose_conf_change(Vec::new(), cc) {
+            log::debug!("raft: promoting node {id}: {e}");
+        }
+    }
+
+    /// On the leader: `peer` gets a snapshot before any entry.
+    fn request_snapshot_for(&mut self, peer: u64) {
+        let raft = &mut self.raw.raft;
+        if raft.state != StateRole::Leader {
+            return;
+        }
+        let index = raft.raft_log.committed.max(1);
+        if let Some(progress) = raft.mut_prs().get_mut(peer) {
+            if progress.pending_request_snapshot == raft::INVALID_INDEX {
+                progress.pending_request_snapshot = index;
+            }
         }
     }
 
@@ -783,6 +1119,23 @@ impl Driver {
             self.snapshot_file
                 .write(metadata.index, metadata.term, &snapshot.data)?;
             self.raw.mut_store().apply_snapshot(metadata)?;
+            let conf = metadata.get_conf_state().clone();
+            if !no_members(&conf) {
+                self.awaiting_snapshot.store(false, Ordering::Release);
+            }
+            let ids = member_ids(&conf);
+            for (&id, &bus) in &self.addresses {
+                if ids.contains(&id) {
+                    self.bus.add_peer(id, bus)?;
+                } else {
+                    self.bus.remove_peer(id);
+                }
+            }
+            let me = self.raw.raft.id;
+            self.addresses.retain(|id, _| ids.contains(id) || *id == me);
+            self.members_changed(&conf)?;
+            let snapshot = ready.snapshot();
+            let metadata = snapshot.get_metadata();
             log::info!(
                 "raft: installing a snapshot at index {} ({} bytes)",
                 metadata.index,
@@ -794,7 +1147,7 @@ impl Driver {
             });
         }
         let committed = ready.take_committed_entries();
-        self.hand_to_apply(committed);
+        self.hand_to_apply(committed)?;
         let store = self.raw.mut_store();
         store.append(ready.entries())?;
         if let Some(hs) = ready.hs() {
@@ -823,7 +1176,7 @@ impl Driver {
         }
         self.bus.send(light.take_messages());
         let committed = light.take_committed_entries();
-        self.hand_to_apply(committed);
+        self.hand_to_apply(committed)?;
         self.raw.advance_apply();
         self.publish_status();
         Ok(())
@@ -837,6 +1190,11 @@ impl Driver {
             self.last_leader.store(leader, Ordering::Release);
         }
         self.is_leader.store(leads, Ordering::Release);
+        if leads && !was_leader {
+            for peer in self.want_snapshot.clone() {
+                self.request_snapshot_for(peer);
+            }
+        }
         if was_leader && !leads {
             // Entries proposed here may still commit under the next
             // leader, or be replaced: their clients cannot be told which.
@@ -857,9 +1215,9 @@ impl Driver {
         );
     }
 
-    fn hand_to_apply(&mut self, entries: Vec<Entry>) {
+    fn hand_to_apply(&mut self, entries: Vec<Entry>) -> Result<()> {
         if entries.is_empty() {
-            return;
+            return Ok(());
         }
         let mut batch = Vec::with_capacity(entries.len());
         for entry in entries {
@@ -875,12 +1233,22 @@ impl Driver {
                 }
                 None => None,
             };
-            let data = match entry.get_entry_type() {
-                EntryType::EntryNormal => entry.data,
-                _ => {
-                    // Membership changes are not proposed yet (issue 26).
-                    log::warn!("raft: ignoring a configuration change at {}", entry.index);
-                    Bytes::new()
+            let (data, reply) = match entry.get_entry_type() {
+                EntryType::EntryNormal => (entry.data, reply),
+                EntryType::EntryConfChange => {
+                    self.apply_conf_change(&entry)?;
+                    if let Some(reply) = reply {
+                        reply.send(Vec::new());
+                    }
+                    (Bytes::new(), None)
+                }
+                EntryType::EntryConfChangeV2 => {
+                    // Never proposed here (one change at a time, V1).
+                    log::warn!(
+                        "raft: ignoring a joint configuration change at {}",
+                        entry.index
+                    );
+                    (Bytes::new(), None)
                 }
             };
             batch.push(Committed {
@@ -891,6 +1259,7 @@ impl Driver {
             });
         }
         let _ = self.apply.send(ToApply::Entries(batch));
+        Ok(())
     }
 
     fn publish_status(&self) {
@@ -908,6 +1277,8 @@ impl Driver {
         status.last_index = raft.raft_log.last_index();
         status.log_bytes = raft.raft_log.store.bytes();
         status.compacted = raft.raft_log.store.compacted_to();
+        status.learners = raft.prs().conf().learners().iter().copied().collect();
+        status.learners.sort_unstable();
         status.progress.clear();
         if raft.state == StateRole::Leader {
             for (&id, progress) in raft.prs().iter() {
@@ -918,6 +1289,19 @@ impl Driver {
             status.progress.sort_unstable();
         }
     }
+}
+
+/// Voters and learners, in id order.
+fn member_ids(conf: &ConfState) -> Vec<u64> {
+    let mut ids: Vec<u64> = conf.voters.iter().chain(&conf.learners).copied().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// A configuration naming no one: a joining node's before its snapshot.
+fn no_members(conf: &ConfState) -> bool {
+    conf.voters.is_empty() && conf.learners.is_empty()
 }
 
 /// The peers a batch of messages sends snapshots to.
@@ -987,7 +1371,7 @@ impl ApplyLoop {
                     log::error!("loading the leader's snapshot at {index} failed: {e}; stopping");
                     std::process::exit(70);
                 }
-                if let Err(e) = self.snapshot_file.remove() {
+                if let Err(e) = self.snapshot_file.remove_if_at(index) {
                     log::warn!("raft: {e}");
                 }
                 self.status.lock().snapshots_installed += 1;

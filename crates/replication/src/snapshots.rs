@@ -135,6 +135,21 @@ impl SnapshotFile {
         Ok(Some((index, term, Bytes::copy_from_slice(data))))
     }
 
+    /// Removes the file if it holds the snapshot at `index` (the one the
+    /// state machine now holds durably; a newer one received meanwhile
+    /// stays for its own load).
+    pub fn remove_if_at(&self, index: u64) -> Result<()> {
+        use std::io::Read;
+        let mut header = [0u8; 16];
+        let held = std::fs::File::open(&self.path).and_then(|mut f| f.read_exact(&mut header));
+        match held {
+            Ok(()) if u64::from_le_bytes(header[8..16].try_into().unwrap()) == index => {
+                self.remove()
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Removes the file once the state machine holds its state durably.
     pub fn remove(&self) -> Result<()> {
         match std::fs::remove_file(&self.path) {
@@ -167,8 +182,16 @@ mod tests {
         bytes.truncate(20);
         std::fs::write(&path, &bytes).unwrap();
         assert!(file.read().is_err());
-        file.remove().unwrap();
+        file.write(43, 7, b"newer").unwrap();
+        file.remove_if_at(42).unwrap();
+        assert_eq!(
+            file.read().unwrap().unwrap().0,
+            43,
+            "a newer snapshot stays"
+        );
+        file.remove_if_at(43).unwrap();
         assert!(file.read().unwrap().is_none());
+        file.remove_if_at(43).unwrap();
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use engram_replication::{Committed, NodeConfig, Peer, Refused, Replica, StateMachine};
+use engram_replication::{Change, Committed, NodeConfig, Peer, Refused, Replica, StateMachine};
 use parking_lot::Mutex;
 
 /// Records every non-empty entry it applies; replies with the entry's
@@ -353,4 +353,108 @@ async fn a_node_that_joins_after_compaction_is_sent_a_snapshot() {
         assert!(Instant::now() < deadline, "the new node's state differs");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_joining_node_gets_a_snapshot_then_votes() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let peers: Vec<Peer> = (1..=4)
+        .map(|id| Peer {
+            id,
+            bus: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
+        })
+        .collect();
+    let mut group = Group {
+        nodes: Vec::new(),
+        applied: Vec::new(),
+        peers: peers[..3].to_vec(),
+        compact_bytes: 64 << 20,
+        _dirs: Vec::new(),
+    };
+    for id in 1..=3 {
+        group.join(id);
+    }
+    let leader = wait_for_leader(&group);
+    for i in 0..50 {
+        group.nodes[leader]
+            .propose(format!("before {i}").into_bytes())
+            .await
+            .unwrap();
+    }
+    // Node 4 starts with no membership and waits for the leader.
+    group.peers = peers.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut config = NodeConfig::new(
+        4,
+        peers.clone(),
+        dir.path().join("raft"),
+        "127.0.0.1:7004".into(),
+    );
+    config.join = true;
+    let node4 = Replica::start(config, Box::new(Recorder(seen.clone()))).unwrap();
+    assert!(node4.members().is_empty());
+    let applied = group.nodes[leader]
+        .change_members(Change::Add {
+            id: 4,
+            bus: peers[3].bus,
+        })
+        .await
+        .unwrap();
+    assert!(applied.index > 50);
+    // A second change while the first (the promotion) may be pending, or
+    // a duplicate, is refused with a reason.
+    let again = group.nodes[leader]
+        .change_members(Change::Add {
+            id: 4,
+            bus: peers[3].bus,
+        })
+        .await;
+    assert!(matches!(again, Err(Refused::Invalid(_))), "{again:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = group.nodes[leader].status();
+        if status.learners.is_empty() && group.nodes[leader].members() == vec![1, 2, 3, 4] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node 4 never became a voter: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        node4.status().snapshots_installed,
+        1,
+        "{:?}",
+        node4.status()
+    );
+    assert_eq!(node4.members(), vec![1, 2, 3, 4]);
+    // Its state is the others': what the snapshot held, then the log.
+    group.nodes[leader]
+        .propose(b"after".to_vec())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen.lock().last().map(|(_, d)| d.clone()) != Some(b"after".to_vec()) {
+        assert!(Instant::now() < deadline, "node 4 does not apply");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(*seen.lock(), *group.applied[leader].lock());
+
+    // A follower is removed; the rest go on.
+    let removed = (0..3).find(|&i| i != leader).unwrap();
+    let removed_id = group.nodes[removed].id();
+    group.nodes[leader]
+        .change_members(Change::Remove { id: removed_id })
+        .await
+        .unwrap();
+    assert!(!group.nodes[leader].members().contains(&removed_id));
+    let refused = group.nodes[leader]
+        .change_members(Change::Remove {
+            id: group.nodes[leader].id(),
+        })
+        .await;
+    assert!(matches!(refused, Err(Refused::Invalid(ref why)) if why.contains("leadership")));
+    group.nodes[leader].propose(b"last".to_vec()).await.unwrap();
 }

@@ -178,6 +178,10 @@ pub struct Config {
     /// The Raft log is compacted once its records take this many bytes
     /// (`raft-compact-bytes`, default 64mb; 64kb to 64gb).
     pub raft_compact_bytes: u64,
+    /// `join yes`: this node is being added to a running group (ENGRAM.GROUP
+    /// ADD on the leader): it starts with no membership and waits for the
+    /// leader's snapshot. Only read when its Raft log is created.
+    pub join: bool,
 }
 
 impl Default for Config {
@@ -211,6 +215,7 @@ impl Default for Config {
             raft_tick_ms: 10,
             raft_election_ticks: 6,
             raft_compact_bytes: 64 << 20,
+            join: false,
         }
     }
 }
@@ -387,6 +392,13 @@ impl Config {
                     return Err("raft-election-ticks must be 3 to 1000".into());
                 }
                 self.raft_election_ticks = ticks;
+            }
+            "join" => {
+                self.join = match one()?.to_ascii_lowercase().as_str() {
+                    "yes" => true,
+                    "no" => false,
+                    other => return Err(format!("join must be yes or no, got '{other}'")),
+                };
             }
             "raft-compact-bytes" => {
                 let bytes = parse_memory(one()?)? as u64;

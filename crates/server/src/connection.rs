@@ -222,6 +222,13 @@ async fn run<S: Stream>(
                     {
                         gate = None;
                     }
+                    if let Some(change) = session.member_change.take() {
+                        gate = None;
+                        match crate::group::change_members(shared, change).await {
+                            Ok(()) => out.ok(),
+                            Err(text) => crate::commands::reply_error(shared, out, &text),
+                        }
+                    }
                     if let Some((replicas, timeout)) = session.wait_replicas.take() {
                         gate = None;
                         let holding =

@@ -92,6 +92,7 @@ pub fn start(shared: &Arc<Shared>, client: SocketAddr) -> Result<(), String> {
     node.tick = std::time::Duration::from_millis(config.raft_tick_ms);
     node.election_ticks = config.raft_election_ticks;
     node.compact_bytes = config.raft_compact_bytes;
+    node.join = config.join;
     let applier = Applier::new(shared);
     let replica = Replica::start(node, Box::new(applier)).map_err(|e| e.to_string())?;
     // Expiry must be the same on every node: not the local clock's (reads
@@ -326,7 +327,25 @@ fn refusal(replica: &Replica, refused: &Refused) -> String {
                              or may not have been applied"
             .into(),
         Refused::Stopped => "ERR the server is shutting down".into(),
+        Refused::Invalid(why) => format!("ERR {why}"),
     }
+}
+
+/// ENGRAM.GROUP ADD/REMOVE: proposes the change and waits until it is
+/// applied here; the error text otherwise.
+pub async fn change_members(
+    shared: &Shared,
+    change: engram_replication::Change,
+) -> Result<(), String> {
+    let replica = shared
+        .group
+        .get()
+        .ok_or("ERR this server is not a member of a replicated group")?;
+    replica
+        .change_members(change)
+        .await
+        .map(|_| ())
+        .map_err(|refused| refusal(replica, &refused))
 }
 
 /// The read barrier before a batch's reads on the leader; its outcome is

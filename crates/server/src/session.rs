@@ -94,6 +94,9 @@ pub struct Session {
     /// Set by WAIT, which replied nothing yet: the connection waits for
     /// (replicas, timeout ms), then replies.
     pub wait_replicas: Option<(i64, u64)>,
+    /// ENGRAM.GROUP ADD/REMOVE's change, proposed by the connection after
+    /// the command (it waits for the change to be applied).
+    pub member_change: Option<engram_replication::Change>,
 }
 
 /// CLIENT REPLY's modes.
@@ -160,6 +163,7 @@ impl Session {
             clock_ms: None,
             last_write_index: 0,
             wait_replicas: None,
+            member_change: None,
         }
     }
 

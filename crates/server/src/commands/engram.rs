@@ -1,4 +1,5 @@
-//! Engram's own commands (no Redis equivalent): ENGRAM.SCRUB.
+//! Engram's own commands (no Redis equivalent): ENGRAM.SCRUB, and
+//! ENGRAM.GROUP (a replicated group's membership, below).
 //!
 //! `ENGRAM.SCRUB` brings the integrity layer's redundancy up to date, then
 //! verifies every page of the data file against its checksum and every
@@ -27,20 +28,108 @@
 
 use super::{err, run_blocking, CmdResult, CommandSpec, Ctx, Group, ADMIN};
 use crate::resp::Args;
+use engram_replication::Change;
 
 /// The reply to ENGRAM.SCRUB on a server started with `--integrity off`.
 pub const INTEGRITY_OFF: &str = "ERR integrity is off (start with --integrity lazy or inline)";
 
 pub fn commands() -> Vec<CommandSpec> {
     let g = Group("engram");
-    vec![g.keyless(
-        "engram.scrub",
-        1,
-        ADMIN,
-        scrub,
-        "Verifies every page of the data file against its checksum and parity, \
-         repairs what parity can, and names the keys on pages it cannot.",
-    )]
+    vec![
+        g.keyless(
+            "engram.scrub",
+            1,
+            ADMIN,
+            scrub,
+            "Verifies every page of the data file against its checksum and parity, \
+             repairs what parity can, and names the keys on pages it cannot.",
+        ),
+        g.keyless(
+            "engram.group",
+            -2,
+            ADMIN,
+            group,
+            "A replicated group's membership: MEMBERS, ADD id host:busport, REMOVE id.",
+        ),
+    ]
+}
+
+/// `ENGRAM.GROUP MEMBERS`: each member as `[id, role, client address]`
+/// (role `leader`, `voter` or `learner`; the address empty while the node
+/// has not said it). `ENGRAM.GROUP ADD id host:busport`: on the leader,
+/// adds node `id` (started with `--join` and `--peers` naming the members
+/// and itself) as a learner; it is sent a snapshot and promoted to voter
+/// once caught up; the reply comes once the change is applied here.
+/// `ENGRAM.GROUP REMOVE id`: on the leader, removes node `id` (not the
+/// leader itself). One change at a time; inside MULTI or a script it is
+/// refused.
+fn group(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let Some(replica) = ctx.shared.group.get() else {
+        return Err(err("ERR this server is not a member of a replicated group"));
+    };
+    let sub = args.get(1).to_ascii_lowercase();
+    let arity = |n: usize| {
+        if args.len() == n {
+            Ok(())
+        } else {
+            Err(err(format!(
+                "ERR wrong number of arguments for 'engram.group|{}' command",
+                String::from_utf8_lossy(&sub)
+            )))
+        }
+    };
+    match &sub[..] {
+        b"members" => {
+            arity(2)?;
+            let status = replica.status();
+            let members = replica.members();
+            ctx.out.array(members.len());
+            for id in members {
+                let role = if id == status.leader {
+                    "leader"
+                } else if status.learners.contains(&id) {
+                    "learner"
+                } else {
+                    "voter"
+                };
+                ctx.out.array(3);
+                ctx.out.int(id as i64);
+                ctx.out.bulk(role.as_bytes());
+                ctx.out
+                    .bulk(replica.client_addr(id).unwrap_or_default().as_bytes());
+            }
+            Ok(())
+        }
+        b"add" | b"remove" => {
+            if ctx.exec.is_some() || ctx.session.in_script {
+                return Err(err(
+                    "ERR ENGRAM.GROUP is not allowed inside MULTI/EXEC or a script",
+                ));
+            }
+            let id = std::str::from_utf8(args.get(2))
+                .ok()
+                .and_then(|t| t.parse::<u64>().ok())
+                .filter(|&id| id > 0);
+            let change = if &sub[..] == b"add" {
+                arity(4)?;
+                let id = id.ok_or_else(|| err("ERR the node id must be a number above 0"))?;
+                let bus = std::str::from_utf8(args.get(3))
+                    .ok()
+                    .and_then(|t| std::net::ToSocketAddrs::to_socket_addrs(t).ok())
+                    .and_then(|mut a| a.next())
+                    .ok_or_else(|| err("ERR the bus address must be HOST:PORT"))?;
+                Change::Add { id, bus }
+            } else {
+                arity(3)?;
+                let id = id.ok_or_else(|| err("ERR the node id must be a number above 0"))?;
+                Change::Remove { id }
+            };
+            // The connection proposes it and answers once it is applied.
+            ctx.session.member_change = Some(change);
+            Ok(())
+        }
+        _ => Err(super::subcommand_syntax_error("engram.group", args.get(1))),
+    }
 }
 
 fn scrub(ctx: &mut Ctx, _args: Args) -> CmdResult {

@@ -10,8 +10,13 @@
 //! whole history: a lost acknowledged write or a stale read is a
 //! violation.
 //!
-//! One run of a few seconds here; `ENGRAM_FAULT_RUNS=200 cargo test -p
-//! engram-e2e --test raft_faults -- --nocapture` is the long run
+//! A second test runs each node in a network namespace of its own, joined
+//! by a bridge (`common::netns`), and partitions the network: the leader
+//! alone, a follower alone, a link flapping, every link slowed to 2 Mbit/s
+//! with drops, then a SIGKILL of the leader.
+//!
+//! One run of each of a few seconds here; `ENGRAM_FAULT_RUNS=200 cargo
+//! test -p engram-e2e --test raft_faults -- --nocapture` is the long run
 //! (TESTING.md).
 
 mod common;
@@ -23,7 +28,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{free_port, role, Served};
+use common::netns::Netns;
+use common::{free_port, Served};
 use rand::Rng;
 
 const CLIENTS: usize = 4;
@@ -55,7 +61,42 @@ fn command_for(op: &str, key: &str, value: Option<i64>) -> redis::Cmd {
     }
     command
 }
-const FAULTS: usize = 6;
+/// A fault and its repair.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// SIGKILL the leader, restart it from its directory.
+    KillLeader,
+    /// SIGSTOP a node for 400 ms.
+    Freeze,
+    /// A follower loses its directory and restarts empty.
+    WipeFollower,
+    /// The leader's link goes down for 600 ms (it is alone).
+    IsolateLeader,
+    /// A follower's link goes down for 600 ms (a minority).
+    IsolateFollower,
+    /// A node's link goes down and up five times, 80 ms each.
+    Flap,
+    /// Every link slowed to 2 Mbit/s with drops for a second.
+    SlowLinks,
+}
+
+const LOOPBACK_FAULTS: [Fault; 6] = [
+    Fault::KillLeader,
+    Fault::Freeze,
+    Fault::WipeFollower,
+    Fault::KillLeader,
+    Fault::Freeze,
+    Fault::WipeFollower,
+];
+
+const NETWORK_FAULTS: [Fault; 6] = [
+    Fault::IsolateLeader,
+    Fault::IsolateFollower,
+    Fault::Flap,
+    Fault::SlowLinks,
+    Fault::KillLeader,
+    Fault::IsolateLeader,
+];
 
 #[derive(serde::Serialize, Clone)]
 struct Op {
@@ -74,70 +115,182 @@ struct Group {
     dirs: Vec<tempfile::TempDir>,
     peers: String,
     nodes: Vec<Option<Served>>,
-    /// Each node's client port (kept across restarts: `--port` is fixed).
-    ports: Vec<u16>,
+    /// Each node's address and client port (kept across restarts).
+    addrs: Vec<(String, u16)>,
+    /// The nodes' namespaces, when they have them.
+    net: Option<Netns>,
 }
 
 impl Group {
-    fn start() -> Group {
+    fn start(net: Option<Netns>) -> Group {
         let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-        let peers = (1..=3)
-            .map(|id| format!("{id}@127.0.0.1:{}", free_port()))
+        let host = |i: usize| match &net {
+            Some(net) => net.address(i),
+            None => "127.0.0.1".to_string(),
+        };
+        let peers = (0..3)
+            .map(|i| format!("{}@{}:{}", i + 1, host(i), free_port()))
             .collect::<Vec<_>>()
             .join(",");
+        let addrs = (0..3).map(|i| (host(i), free_port())).collect();
         let mut group = Group {
             dirs,
             peers,
             nodes: vec![None, None, None],
-            ports: vec![0; 3],
+            addrs,
+            net,
         };
         for i in 0..3 {
-            group.ports[i] = free_port();
             group.launch(i);
         }
         group
     }
 
     fn launch(&mut self, i: usize) {
-        let port = self.ports[i].to_string();
+        let (host, port) = self.addrs[i].clone();
         let id = (i + 1).to_string();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_engram-e2e"));
+        let binary = env!("CARGO_BIN_EXE_engram-e2e");
+        let mut command = match &self.net {
+            Some(net) => {
+                let prefix = net.exec(i);
+                let mut command = Command::new(&prefix[0]);
+                command.args(&prefix[1..]).arg(binary);
+                command
+            }
+            None => Command::new(binary),
+        };
         command
-            .args(["serve", "--port", &port, "--dir"])
+            .args([
+                "serve",
+                "--bind",
+                &host,
+                "--port",
+                &port.to_string(),
+                "--dir",
+            ])
             .arg(self.dirs[i].path())
             .args(["--node-id", &id, "--peers", &self.peers])
-            .args(["--raft-compact-bytes", "64kb"]);
+            .args(["--raft-compact-bytes", "64kb"])
+            // Clients come from the bridge's address, not loopback.
+            .args(["--protected-mode", "no"]);
         let served = common::start_served(command)
             .unwrap_or_else(|log| panic!("node {id} did not start:\n{log}"));
         self.nodes[i] = Some(served);
     }
 
     fn leader(&self) -> Option<usize> {
-        (0..3)
-            .find(|&i| self.nodes[i].is_some() && role(self.ports[i]).as_deref() == Some("master"))
+        (0..3).find(|&i| {
+            let (host, port) = &self.addrs[i];
+            self.nodes[i].is_some() && common::role_at(host, *port).as_deref() == Some("master")
+        })
     }
 
     fn pid(&self, i: usize) -> Option<i32> {
         self.nodes[i].as_ref().map(|n| n.child.id() as i32)
     }
+
+    fn kill(&mut self, i: usize) {
+        let mut node = self.nodes[i].take().unwrap();
+        node.child.kill().unwrap();
+        node.child.wait().unwrap();
+    }
+
+    /// Runs `fault` and repairs it.
+    fn inflict(&mut self, fault: Fault, tally: &mut Tally) {
+        let mut rng = rand::rng();
+        match fault {
+            Fault::KillLeader => {
+                // The leader (or a node, if none leads now), restarted
+                // from its directory a moment later.
+                let victim = self.leader().unwrap_or(rng.random_range(0..3));
+                self.kill(victim);
+                tally.kills += 1;
+                thread::sleep(Duration::from_millis(300));
+                self.launch(victim);
+            }
+            Fault::Freeze => {
+                // It hears nothing and says nothing, then thaws.
+                let victim = rng.random_range(0..3);
+                let pid = self.pid(victim).unwrap();
+                signal(pid, libc::SIGSTOP);
+                thread::sleep(Duration::from_millis(400));
+                signal(pid, libc::SIGCONT);
+            }
+            Fault::WipeFollower => {
+                // A follower loses its disk: killed, its directory
+                // emptied, restarted with nothing.
+                let leader = self.leader();
+                let victim = (0..3).find(|&i| Some(i) != leader).unwrap();
+                self.kill(victim);
+                tally.wipes += 1;
+                let dir = self.dirs[victim].path().to_path_buf();
+                std::fs::remove_dir_all(&dir).unwrap();
+                std::fs::create_dir(&dir).unwrap();
+                thread::sleep(Duration::from_millis(300));
+                self.launch(victim);
+            }
+            Fault::IsolateLeader | Fault::IsolateFollower => {
+                let leader = self.leader().unwrap_or(0);
+                let victim = match fault {
+                    Fault::IsolateLeader => leader,
+                    _ => (leader + 1) % 3,
+                };
+                let net = self.net.as_ref().expect("a network to partition");
+                net.cut(victim);
+                tally.partitions += 1;
+                thread::sleep(Duration::from_millis(600));
+                net.heal(victim);
+            }
+            Fault::Flap => {
+                let victim = rng.random_range(0..3);
+                let net = self.net.as_ref().expect("a network to partition");
+                for _ in 0..5 {
+                    net.cut(victim);
+                    thread::sleep(Duration::from_millis(80));
+                    net.heal(victim);
+                    thread::sleep(Duration::from_millis(80));
+                }
+                tally.partitions += 5;
+            }
+            Fault::SlowLinks => {
+                let net = self.net.as_ref().expect("a network to slow");
+                for i in 0..3 {
+                    net.shape(i, true);
+                }
+                thread::sleep(Duration::from_secs(1));
+                for i in 0..3 {
+                    net.shape(i, false);
+                }
+            }
+        }
+    }
+}
+
+/// What a run's faults did.
+#[derive(Default)]
+struct Tally {
+    kills: usize,
+    wipes: usize,
+    partitions: usize,
 }
 
 /// One client: random operations until told to stop.
 fn client(
     id: usize,
-    ports: Vec<u16>,
+    addrs: Vec<(String, u16)>,
     clock: Instant,
     stop: Arc<AtomicBool>,
     history: Arc<Mutex<Vec<Op>>>,
 ) {
     let mut rng = rand::rng();
-    let mut target = ports[id % ports.len()];
+    let mut target = id % addrs.len();
     let mut con: Option<redis::Connection> = None;
     let mut next_value = (id as i64 + 1) * 1_000_000;
     let now = |clock: Instant| clock.elapsed().as_nanos() as u64;
     while !stop.load(Ordering::Relaxed) {
         if con.is_none() {
-            con = redis::Client::open(format!("redis://127.0.0.1:{target}/"))
+            let (host, port) = &addrs[target];
+            con = redis::Client::open(format!("redis://{host}:{port}/"))
                 .ok()
                 .and_then(|c| {
                     c.get_connection_with_timeout(Duration::from_millis(500))
@@ -149,7 +302,7 @@ fn client(
                     let _ = c.set_write_timeout(Some(Duration::from_secs(2)));
                 }
                 None => {
-                    target = ports[rng.random_range(0..ports.len())];
+                    target = rng.random_range(0..addrs.len());
                     thread::sleep(Duration::from_millis(20));
                     continue;
                 }
@@ -200,18 +353,18 @@ fn client(
                 if text.contains("MOVED") || text.contains("Moved") {
                     // Refused before it was proposed: it did nothing. Go
                     // where the refusal points.
-                    if let Some(port) = text
+                    let port: Option<u16> = text
                         .rsplit(':')
                         .next()
                         .and_then(|p| p.trim().split(|c: char| !c.is_ascii_digit()).next())
-                        .and_then(|p| p.parse().ok())
-                    {
-                        target = port;
+                        .and_then(|p| p.parse().ok());
+                    if let Some(at) = addrs.iter().position(|a| Some(a.1) == port) {
+                        target = at;
                     }
                     con = None;
                 } else if text.contains("CLUSTERDOWN") || text.contains("ClusterDown") {
                     thread::sleep(Duration::from_millis(20));
-                    target = ports[rng.random_range(0..ports.len())];
+                    target = rng.random_range(0..addrs.len());
                     con = None;
                 } else {
                     // A timeout, a lost connection, TRYAGAIN: the outcome
@@ -220,7 +373,7 @@ fn client(
                         record.ok = false;
                         history.lock().unwrap().push(record);
                     }
-                    target = ports[rng.random_range(0..ports.len())];
+                    target = rng.random_range(0..addrs.len());
                     con = None;
                 }
             }
@@ -254,8 +407,8 @@ fn lincheck(out_dir: &Path) -> PathBuf {
     binary
 }
 
-fn one_run(run: usize, checker: &Path, work: &Path) {
-    let mut group = Group::start();
+fn one_run(run: usize, checker: &Path, work: &Path, net: Option<Netns>, faults: &[Fault]) {
+    let mut group = Group::start(net);
     let deadline = Instant::now() + Duration::from_secs(30);
     while group.leader().is_none() {
         assert!(Instant::now() < deadline, "no leader elected");
@@ -266,47 +419,14 @@ fn one_run(run: usize, checker: &Path, work: &Path) {
     let history = Arc::new(Mutex::new(Vec::new()));
     let clients: Vec<_> = (0..CLIENTS)
         .map(|id| {
-            let (ports, stop, history) = (group.ports.clone(), stop.clone(), history.clone());
-            thread::spawn(move || client(id, ports, clock, stop, history))
+            let (addrs, stop, history) = (group.addrs.clone(), stop.clone(), history.clone());
+            thread::spawn(move || client(id, addrs, clock, stop, history))
         })
         .collect();
-    let mut rng = rand::rng();
-    let (mut kills, mut wipes) = (0, 0);
-    for fault in 0..FAULTS {
+    let mut tally = Tally::default();
+    for &fault in faults {
         thread::sleep(Duration::from_millis(300));
-        if fault % 3 == 2 {
-            // A follower loses its disk: killed, its directory emptied,
-            // restarted with nothing.
-            let leader = group.leader();
-            let victim = (0..3).find(|&i| Some(i) != leader).unwrap();
-            let mut node = group.nodes[victim].take().unwrap();
-            node.child.kill().unwrap();
-            node.child.wait().unwrap();
-            wipes += 1;
-            let dir = group.dirs[victim].path().to_path_buf();
-            std::fs::remove_dir_all(&dir).unwrap();
-            std::fs::create_dir(&dir).unwrap();
-            thread::sleep(Duration::from_millis(300));
-            group.launch(victim);
-        } else if fault % 3 == 0 {
-            // SIGKILL the leader (or a node, if none leads now), restart
-            // it from its directory a moment later.
-            let victim = group.leader().unwrap_or(rng.random_range(0..3));
-            let mut node = group.nodes[victim].take().unwrap();
-            node.child.kill().unwrap();
-            node.child.wait().unwrap();
-            kills += 1;
-            thread::sleep(Duration::from_millis(300));
-            group.launch(victim);
-        } else {
-            // Freeze a node (a partition of sorts: it hears nothing and
-            // says nothing), then thaw it.
-            let victim = rng.random_range(0..3);
-            let pid = group.pid(victim).unwrap();
-            signal(pid, libc::SIGSTOP);
-            thread::sleep(Duration::from_millis(400));
-            signal(pid, libc::SIGCONT);
-        }
+        group.inflict(fault, &mut tally);
     }
     // Healed: let the clients run a little more, then stop them.
     thread::sleep(Duration::from_millis(500));
@@ -324,7 +444,7 @@ fn one_run(run: usize, checker: &Path, work: &Path) {
         assert!(Instant::now() < deadline, "no leader after the faults");
         thread::sleep(Duration::from_millis(20));
     };
-    let mut con = common::connect(group.ports[leader]);
+    let mut con = common::connect_at(&group.addrs[leader].0, group.addrs[leader].1);
     for key in KEYS {
         let call = clock.elapsed().as_nanos() as u64;
         let value: Option<i64> = command_for("get", key, None).query(&mut con).unwrap();
@@ -342,7 +462,7 @@ fn one_run(run: usize, checker: &Path, work: &Path) {
     // How many rejoins went by snapshot (the rest replayed the log).
     let snapshots: u64 = (0..3)
         .map(|i| {
-            let mut con = common::connect(group.ports[i]);
+            let mut con = common::connect_at(&group.addrs[i].0, group.addrs[i].1);
             let info: String = redis::cmd("INFO")
                 .arg("replication")
                 .query(&mut con)
@@ -364,9 +484,12 @@ fn one_run(run: usize, checker: &Path, work: &Path) {
     let checked = Command::new(checker).arg(&file).output().unwrap();
     let verdict = String::from_utf8_lossy(&checked.stdout).into_owned();
     eprintln!(
-        "run {run}: {} operations ({acknowledged_writes} acknowledged writes), {kills} kills, \
-         {wipes} lost directories ({snapshots} snapshots installed since the last start): {}",
+        "run {run}: {} operations ({acknowledged_writes} acknowledged writes), {} kills, {} lost \
+         directories ({snapshots} snapshots installed since the last start), {} link cuts: {}",
         history.len(),
+        tally.kills,
+        tally.wipes,
+        tally.partitions,
         verdict.trim()
     );
     assert!(
@@ -378,17 +501,37 @@ fn one_run(run: usize, checker: &Path, work: &Path) {
     std::fs::remove_file(&file).unwrap();
 }
 
-#[test]
-fn a_group_under_kills_and_freezes_stays_linearizable() {
-    let runs: usize = std::env::var("ENGRAM_FAULT_RUNS")
+fn runs() -> usize {
+    std::env::var("ENGRAM_FAULT_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
-    // Histories that fail the check stay here (under target/) to be read.
-    let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("raft_faults");
+        .unwrap_or(1)
+}
+
+/// Where histories that fail the check stay (under target/) to be read,
+/// and the checker built there.
+fn work_dir(name: &str) -> (PathBuf, PathBuf) {
+    let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     std::fs::create_dir_all(&work).unwrap();
     let checker = lincheck(&work);
-    for run in 0..runs {
-        one_run(run, &checker, &work);
+    (work, checker)
+}
+
+#[test]
+fn a_group_under_kills_and_freezes_stays_linearizable() {
+    let (work, checker) = work_dir("raft_faults");
+    for run in 0..runs() {
+        one_run(run, &checker, &work, None, &LOOPBACK_FAULTS);
+    }
+}
+
+#[test]
+fn a_group_under_partitions_stays_linearizable() {
+    let (work, checker) = work_dir("raft_partitions");
+    for run in 0..runs() {
+        let net = Netns::create(3).unwrap_or_else(|e| {
+            panic!("cannot make the test's network namespaces (root and iproute2 needed): {e}")
+        });
+        one_run(run, &checker, &work, Some(net), &NETWORK_FAULTS);
     }
 }

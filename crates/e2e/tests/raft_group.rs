@@ -256,6 +256,18 @@ fn a_group_replicates_redirects_and_survives_its_leaders_death() {
     let started = Instant::now();
     let new_leader = leader_among(&survivors);
     eprintln!("new leader after {:?}", started.elapsed());
+    // The survivors saw the leader's connection close and did not wait
+    // out the election timeout: the first of them campaigned at once.
+    let dead_id = killed + 1;
+    let campaigned = nodes.iter().flatten().any(|n| {
+        n.log_text().contains(&format!(
+            "the leader's (node {dead_id}) connection closed; campaigning now"
+        ))
+    });
+    assert!(
+        campaigned,
+        "no survivor campaigned when the leader's connection closed"
+    );
     let mut con = connect(new_leader);
     let n: i64 = redis::cmd("GET").arg("n").query(&mut con).unwrap();
     assert_eq!(n, 13);

@@ -3,6 +3,8 @@
 //! redis client; a python3 with redis-py.
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -183,19 +185,31 @@ fn install_redis_py() -> Result<(), String> {
 }
 
 /// A loopback port free a moment ago (for a server told its port, or a
-/// bus port of a Raft group).
+/// bus port of a Raft group), below the kernel's ephemeral range
+/// (32768-60999 here): a port from that range can be taken by any
+/// outgoing connection on the machine while a node that owns it is down
+/// between a kill and its restart.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let span = 32_000 - 10_000;
+    let start = (std::process::id() as u64 * 7919) % span;
+    loop {
+        let port = 10_000 + (start + NEXT.fetch_add(1, Ordering::Relaxed) * 97) % span;
+        if std::net::TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+            return port as u16;
+        }
+    }
 }
 
 /// ROLE's first word on `port` (`master`, `slave`), if it answers within
 /// 300 ms.
 pub fn role(port: u16) -> Option<String> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+    role_at("127.0.0.1", port)
+}
+
+/// [`role`] of a server at `host`.
+pub fn role_at(host: &str, port: u16) -> Option<String> {
+    let client = redis::Client::open(format!("redis://{host}:{port}/")).ok()?;
     let mut con = client
         .get_connection_with_timeout(Duration::from_millis(300))
         .ok()?;
@@ -211,7 +225,11 @@ pub fn role(port: u16) -> Option<String> {
 }
 
 pub fn connect(port: u16) -> redis::Connection {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+    connect_at("127.0.0.1", port)
+}
+
+pub fn connect_at(host: &str, port: u16) -> redis::Connection {
+    let client = redis::Client::open(format!("redis://{host}:{port}/")).unwrap();
     client
         .get_connection_with_timeout(Duration::from_secs(10))
         .expect("connecting to engram serve")

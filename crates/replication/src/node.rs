@@ -562,10 +562,13 @@ impl Replica {
 type ProposalReply = oneshot::Sender<std::result::Result<Applied, Refused>>;
 type ReadReply = oneshot::Sender<std::result::Result<u64, Refused>>;
 
-/// A follower's campaign after its leader's connection closed.
+/// A follower's campaigns after its leader's connection closed.
 struct FastElection {
-    /// When this node campaigns (its rank among the survivors, in ticks).
+    /// When this node campaigns next (first after its rank among the
+    /// survivors, in ticks; then every as many ticks as there are
+    /// survivors, so that they take turns).
     at: Instant,
+    period: Duration,
     /// When the ordinary election timer has surely taken over.
     until: Instant,
 }
@@ -782,17 +785,22 @@ impl Driver {
                 None => "never (not a voter)".to_string(),
             }
         );
+        let survivors = survivors.len().max(1) as u32;
         self.fast_election = rank.map(|rank| FastElection {
             at: Instant::now() + self.tick * rank as u32,
+            period: self.tick * survivors,
             until: Instant::now() + self.tick * self.raw.raft.election_timeout() as u32,
         });
     }
 
     /// Campaigns when this node's turn in a fast election comes and no one
-    /// leads yet; gives up past an election timeout (the ordinary timer
-    /// goes on meanwhile).
+    /// leads yet, and again at its next turn if that round won nothing (a
+    /// survivor busy catching up answers late, or one with a shorter log
+    /// campaigned first); gives up past an election timeout (the ordinary
+    /// timer goes on meanwhile). A candidate (past its pre-vote) is left
+    /// to its round: campaigning again would only raise the term.
     fn run_fast_election(&mut self) {
-        let Some(election) = &self.fast_election else {
+        let Some(election) = &mut self.fast_election else {
             return;
         };
         let now = Instant::now();
@@ -801,8 +809,9 @@ impl Driver {
             self.fast_election = None;
             return;
         }
-        if now >= election.at && raft.state == StateRole::Follower {
-            self.fast_election = None;
+        let may = matches!(raft.state, StateRole::Follower | StateRole::PreCandidate);
+        if now >= election.at && may {
+            election.at = now + election.period;
             if let Err(e) = self.raw.campaign() {
                 log::debug!("raft: campaign: {e}");
             }

@@ -991,21 +991,58 @@ impl Keyspace {
         // A step is the stored prefix's at the time; a SWAPDB between
         // steps continues in the database now under the number, as
         // Redis's SCAN does.
-        let db = self.db_map.physical(db);
+        let db = self.db_map.physical(db) as u8;
+        let (next, found) = self.scan_prefixes(cursor, count, now_ms, |prefix| prefix == db)?;
+        let keys = found.into_iter().map(|(_, key, meta)| (key, meta)).collect();
+        Ok((next, keys))
+    }
+
+    /// One step of a scan over every database at once (a replicated
+    /// node's snapshot): `(database, key, meta)`, with the same cursor
+    /// and expiry rules as [`Keyspace::scan`]. One pass over the stores
+    /// instead of one per database.
+    #[allow(clippy::type_complexity)]
+    pub fn scan_all(
+        &self,
+        cursor: u64,
+        count: usize,
+        now_ms: u64,
+    ) -> Result<(u64, Vec<(usize, Vec<u8>, Meta)>)> {
+        let (next, found) =
+            self.scan_prefixes(cursor, count, now_ms, |prefix| self.is_visible(&[prefix]))?;
+        let keys = found
+            .into_iter()
+            .map(|(prefix, key, meta)| (self.db_map.logical(prefix as usize), key, meta))
+            .collect();
+        Ok((next, keys))
+    }
+
+    /// A scan step over the stored keys whose prefix (physical database)
+    /// `wanted` accepts: `(prefix, key, meta)`.
+    #[allow(clippy::type_complexity)]
+    fn scan_prefixes(
+        &self,
+        cursor: u64,
+        count: usize,
+        now_ms: u64,
+        wanted: impl Fn(u8) -> bool,
+    ) -> Result<(u64, Vec<(u8, Vec<u8>, Meta)>)> {
         let (next, ekeys) = self.store.scan(cursor, count.max(1));
         let mut found = Vec::with_capacity(ekeys.len());
         for ekey in ekeys {
-            if ekey.first() != Some(&(db as u8)) || journal::is_intent_key(&ekey) {
+            let Some(&prefix) = ekey.first() else { continue };
+            if !wanted(prefix) || journal::is_intent_key(&ekey) {
                 continue;
             }
             match self.raw_meta(&ekey) {
                 Ok(Some(meta)) if !meta.is_expired(now_ms) => {
-                    found.push((ekey[1..].to_vec(), meta))
+                    found.push((prefix, ekey[1..].to_vec(), meta))
                 }
                 Ok(_) => {}
                 // Listed, so a client can find it and delete or rewrite it;
                 // its reads fail with the damage.
                 Err(e) if e.is_damage() => found.push((
+                    prefix,
                     ekey[1..].to_vec(),
                     Meta::new(value::Kind::String, value::Encoding::Raw, None),
                 )),
@@ -1013,12 +1050,13 @@ impl Keyspace {
             }
         }
         let until = (next != 0).then_some(next);
-        let (collections, resume) = self.collections.scan(cursor, until, count.max(1), |k| {
-            k.first() == Some(&(db as u8))
-        });
+        let (collections, resume) =
+            self.collections
+                .scan(cursor, until, count.max(1), |k| k.first().is_some_and(|&p| wanted(p)));
         for c in collections {
             if c.expire_at_ms == 0 || c.expire_at_ms > now_ms {
                 found.push((
+                    c.key[0],
                     c.key[1..].to_vec(),
                     Meta::collection(c.kind, c.expire_at_ms),
                 ));

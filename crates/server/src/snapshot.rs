@@ -29,59 +29,65 @@ use crate::shared::Shared;
 const MAGIC: &[u8; 8] = b"ENGSTATE";
 const KEY: u8 = 1;
 const END: u8 = 0;
-/// Keys scanned per step.
-const SCAN_STEP: usize = 1024;
+/// Keys scanned per step (a step walks a whole index shard).
+const SCAN_STEP: usize = 8192;
 /// Keys written per transaction while loading.
 const LOAD_CHUNK: usize = 512;
 
 /// The state now: every key of every database, and the libraries.
 pub fn build(shared: &Shared, keyspace: &Keyspace) -> Result<Vec<u8>, String> {
-    let mut out = Vec::with_capacity(1 << 20);
+    // About what the keys take in DRAM and on the log: fewer regrowths of
+    // a buffer that can reach gigabytes.
+    let mut out = Vec::with_capacity(estimate(keyspace));
     out.extend_from_slice(MAGIC);
     let functions = shared.scripting.functions.lock().dump();
     put_bytes(&mut out, &functions);
     let mut keys = 0u64;
-    for db in 0..keyspace.databases() {
-        let mut cursor = 0;
-        loop {
-            // At time 0 nothing counts as expired: a key the entries have
-            // not deleted is part of the state, with its expiry.
-            let (next, found) = keyspace
-                .scan(db, cursor, SCAN_STEP, 0)
-                .map_err(|e| e.to_string())?;
-            for (key, meta) in found {
-                let body = if meta.is_collection() {
-                    let kind = dump::collection_kind(meta.kind());
-                    keyspace
-                        .read_collection(db, &key, kind, 0, |object| object.map(dump::object_body))
-                        .map_err(|e| e.to_string())?
-                } else {
-                    keyspace
-                        .read(db, &key, 0, dump::string_body)
-                        .map_err(|e| e.to_string())?
-                };
-                // Only the apply thread writes, and it is here: the key
-                // cannot have gone since the scan.
-                let Some(mut body) = body else {
-                    return Err(format!("key {:?} vanished while a snapshot was built", key));
-                };
-                payload::seal(&mut body);
-                out.push(KEY);
-                out.push(db as u8);
-                put_bytes(&mut out, &key);
-                out.extend_from_slice(&meta.expire_at().unwrap_or(0).to_le_bytes());
-                put_bytes(&mut out, &body);
-                keys += 1;
-            }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
+    let mut cursor = 0;
+    loop {
+        // At time 0 nothing counts as expired: a key the entries have not
+        // deleted is part of the state, with its expiry.
+        let (next, found) = keyspace
+            .scan_all(cursor, SCAN_STEP, 0)
+            .map_err(|e| e.to_string())?;
+        for (db, key, meta) in found {
+            let body = if meta.is_collection() {
+                let kind = dump::collection_kind(meta.kind());
+                keyspace
+                    .read_collection(db, &key, kind, 0, |object| object.map(dump::object_body))
+                    .map_err(|e| e.to_string())?
+            } else {
+                keyspace
+                    .read(db, &key, 0, dump::string_body)
+                    .map_err(|e| e.to_string())?
+            };
+            // Only the apply thread writes, and it is here: the key
+            // cannot have gone since the scan.
+            let Some(mut body) = body else {
+                return Err(format!("key {:?} vanished while a snapshot was built", key));
+            };
+            payload::seal(&mut body);
+            out.push(KEY);
+            out.push(db as u8);
+            put_bytes(&mut out, &key);
+            out.extend_from_slice(&meta.expire_at().unwrap_or(0).to_le_bytes());
+            put_bytes(&mut out, &body);
+            keys += 1;
         }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
     }
     out.push(END);
     out.extend_from_slice(&keys.to_le_bytes());
     Ok(out)
+}
+
+/// A first size for the snapshot's buffer: 64 bytes a key, at least 1 MiB.
+fn estimate(keyspace: &Keyspace) -> usize {
+    let keys: u64 = (0..keyspace.databases()).map(|db| keyspace.dbsize(db)).sum();
+    (keys as usize).saturating_mul(64).max(1 << 20)
 }
 
 fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {

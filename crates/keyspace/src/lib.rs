@@ -993,7 +993,10 @@ impl Keyspace {
         // Redis's SCAN does.
         let db = self.db_map.physical(db) as u8;
         let (next, found) = self.scan_prefixes(cursor, count, now_ms, |prefix| prefix == db)?;
-        let keys = found.into_iter().map(|(_, key, meta)| (key, meta)).collect();
+        let keys = found
+            .into_iter()
+            .map(|(_, key, meta)| (key, meta))
+            .collect();
         Ok((next, keys))
     }
 
@@ -1030,7 +1033,9 @@ impl Keyspace {
         let (next, ekeys) = self.store.scan(cursor, count.max(1));
         let mut found = Vec::with_capacity(ekeys.len());
         for ekey in ekeys {
-            let Some(&prefix) = ekey.first() else { continue };
+            let Some(&prefix) = ekey.first() else {
+                continue;
+            };
             if !wanted(prefix) || journal::is_intent_key(&ekey) {
                 continue;
             }
@@ -1050,9 +1055,9 @@ impl Keyspace {
             }
         }
         let until = (next != 0).then_some(next);
-        let (collections, resume) =
-            self.collections
-                .scan(cursor, until, count.max(1), |k| k.first().is_some_and(|&p| wanted(p)));
+        let (collections, resume) = self.collections.scan(cursor, until, count.max(1), |k| {
+            k.first().is_some_and(|&p| wanted(p))
+        });
         for c in collections {
             if c.expire_at_ms == 0 || c.expire_at_ms > now_ms {
                 found.push((

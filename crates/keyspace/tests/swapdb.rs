@@ -312,3 +312,45 @@ fn whole_keyspace_writes_are_refused_without_the_keyspace_excluded() {
     assert_eq!(get(&ks, 1, b"k"), None);
     assert_eq!(members(&ks, 0, b"s"), 0);
 }
+
+/// `scan_all` lists every key of every database once, strings and
+/// collections, under the database clients name it by after a SWAPDB,
+/// expired keys only when asked at time 0, and no reserved key.
+#[test]
+fn scan_all_walks_every_database_once_by_its_client_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let ks = open(dir.path(), 4);
+    for i in 0..300 {
+        set(&ks, i % 3, format!("k{i}").as_bytes(), b"v", None);
+    }
+    sadd(&ks, 2, b"set", b"m");
+    set(&ks, 1, b"gone", b"v", Some(1));
+    let mut txn = ks.lock_all(true);
+    txn.put_applied_index(5).unwrap();
+    txn.commit().unwrap();
+    let mut txn = ks.lock_all(false);
+    txn.swap_databases(0, 3, now_ms()).unwrap();
+    txn.commit().unwrap();
+    let walk = |now: u64| {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut cursor = 0;
+        loop {
+            let (next, found) = ks.scan_all(cursor, 64, now).unwrap();
+            for (db, key, _) in found {
+                assert!(seen.insert((db, key)), "listed twice");
+            }
+            if next == 0 {
+                return seen;
+            }
+            cursor = next;
+        }
+    };
+    let live = walk(now_ms());
+    assert_eq!(live.len(), 301);
+    // Database 0's keys are now database 3's.
+    assert!(live.contains(&(3, b"k0".to_vec())) && !live.contains(&(0, b"k0".to_vec())));
+    assert!(live.contains(&(2, b"set".to_vec())));
+    let everything = walk(0);
+    assert_eq!(everything.len(), 302);
+    assert!(everything.contains(&(1, b"gone".to_vec())));
+}

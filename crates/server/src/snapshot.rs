@@ -86,7 +86,9 @@ pub fn build(shared: &Shared, keyspace: &Keyspace) -> Result<Vec<u8>, String> {
 
 /// A first size for the snapshot's buffer: 64 bytes a key, at least 1 MiB.
 fn estimate(keyspace: &Keyspace) -> usize {
-    let keys: u64 = (0..keyspace.databases()).map(|db| keyspace.dbsize(db)).sum();
+    let keys: u64 = (0..keyspace.databases())
+        .map(|db| keyspace.dbsize(db))
+        .sum();
     (keys as usize).saturating_mul(64).max(1 << 20)
 }
 

@@ -30,7 +30,6 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,25 +39,9 @@ import time
 
 try:
     import redis
+    from pair import free_port, wait_ready
 except ImportError as e:  # pragma: no cover
     sys.exit(f"needs redis-py: python3 -m pip install redis ({e})")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.02)
-    sys.exit(f"nothing listens on {port}")
 
 
 def info(port, section="replication"):
@@ -122,8 +105,8 @@ def engram_round(args, keys):
     try:
         for i in range(3):
             launch(i)
-        for p in ports:
-            wait_port(p)
+        for i, port in enumerate(ports):
+            wait_ready(port, procs[i])
         deadline = time.time() + 30
         leader = None
         while leader is None:
@@ -150,7 +133,7 @@ def engram_round(args, keys):
         stalls = Stalls(ports[leader])
         started = time.monotonic()
         launch(lost)
-        wait_port(ports[lost])
+        wait_ready(ports[lost], procs[lost])
         while True:
             target = info(ports[leader])["raft_commit_index"]
             if info(ports[lost])["raft_applied_index"] >= target:
@@ -190,7 +173,7 @@ def redis_round(args, keys):
              # transfer starts: not what one replica's resync costs.
              "--repl-diskless-sync-delay", "0"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        wait_port(master_port)
+        wait_ready(master_port, procs[0])
         fill(master_port, keys, args.value_bytes)
         stalls = Stalls(master_port)
         started = time.monotonic()
@@ -199,7 +182,7 @@ def redis_round(args, keys):
              "--dir", tmp, "--dbfilename", "replica.rdb",
              "--replicaof", "127.0.0.1", str(master_port)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        wait_port(replica_port)
+        wait_ready(replica_port, procs[1])
         while True:
             i = info(replica_port)
             if i.get("master_link_status") == "up" and not i.get("master_sync_in_progress"):

@@ -32,10 +32,7 @@ fn exchange(port: u16, request: &[u8], want: &str) {
 fn a_group_replicates_redirects_and_survives_its_leaders_death() {
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let peers = (0..3)
-        .map(|i| format!("{}@127.0.0.1:{}", i + 1, bus[i]))
-        .collect::<Vec<_>>()
-        .join(",");
+    let peers = common::group_peers(&bus);
     let mut nodes: Vec<Option<Served>> = (0..3)
         .map(|i| Some(start_node(dirs[i].path(), i as u64 + 1, &peers)))
         .collect();

@@ -45,13 +45,7 @@ fn kill(node: &mut Option<Served>) {
 fn a_node_is_added_promoted_and_another_removed() {
     let dirs: Vec<tempfile::TempDir> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
     let bus: Vec<u16> = (0..4).map(|_| free_port()).collect();
-    let peers = |n: usize| {
-        (0..n)
-            .map(|i| format!("{}@127.0.0.1:{}", i + 1, bus[i]))
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    let (three, four) = (peers(3), peers(4));
+    let (three, four) = (common::group_peers(&bus[..3]), common::group_peers(&bus));
     let mut nodes: Vec<Option<Served>> = (0..3)
         .map(|i| Some(start(dirs[i].path(), i as u64 + 1, &three, false)))
         .collect();

@@ -89,10 +89,7 @@ fn write_batch(con: &mut redis::Connection, from: usize, to: usize) {
 fn a_node_that_lost_its_disk_rejoins_from_a_snapshot() {
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let peers = (0..3)
-        .map(|i| format!("{}@127.0.0.1:{}", i + 1, bus[i]))
-        .collect::<Vec<_>>()
-        .join(",");
+    let peers = common::group_peers(&bus);
     let mut nodes: Vec<Option<Served>> = (0..3)
         .map(|i| Some(start(dirs[i].path(), i + 1, &peers)))
         .collect();

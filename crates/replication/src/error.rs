@@ -31,3 +31,22 @@ impl Error {
         }
     }
 }
+
+/// Replaces `path` with `parts` written in order, durably: a temporary
+/// file beside it is written and synced, renamed over it, and the
+/// directory synced, so a crash leaves the old file or the new one.
+pub(crate) fn replace_file(path: &Path, parts: &[&[u8]]) -> Result<()> {
+    use std::io::Write;
+    let temporary = path.with_extension("new");
+    let written = (|| {
+        let mut file = std::fs::File::create(&temporary)?;
+        for part in parts {
+            file.write_all(part)?;
+        }
+        file.sync_all()
+    })();
+    written.map_err(|e| Error::io("writing", &temporary, e))?;
+    std::fs::rename(&temporary, path).map_err(|e| Error::io("renaming", &temporary, e))?;
+    let dir = path.parent().expect("the file is in a directory");
+    engram_pmem::sync_directory(dir).map_err(|e| Error::io("syncing", dir, e))
+}

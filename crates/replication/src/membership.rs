@@ -18,7 +18,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, Result};
+use crate::error::{replace_file, Error, Result};
 use crate::node::{parse_peers, Peer};
 
 /// A change a client asks for.
@@ -56,24 +56,12 @@ impl PeersFile {
 
     /// Writes the members durably (a temporary file synced and renamed).
     pub fn write(&self, peers: &[Peer]) -> Result<()> {
-        use std::io::Write;
         let text = peers
             .iter()
             .map(|p| format!("{}@{}", p.id, p.bus))
             .collect::<Vec<_>>()
             .join(",");
-        let temporary = self.path.with_extension("new");
-        let written = (|| {
-            let mut file = std::fs::File::create(&temporary)?;
-            file.write_all(text.as_bytes())?;
-            file.write_all(b"\n")?;
-            file.sync_all()
-        })();
-        written.map_err(|e| Error::io("writing", &temporary, e))?;
-        std::fs::rename(&temporary, &self.path)
-            .map_err(|e| Error::io("renaming", &temporary, e))?;
-        let dir = self.path.parent().expect("the file is in a directory");
-        engram_pmem::sync_directory(dir).map_err(|e| Error::io("syncing", dir, e))
+        replace_file(&self.path, &[text.as_bytes(), b"\n"])
     }
 }
 

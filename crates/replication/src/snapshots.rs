@@ -21,7 +21,7 @@ use bytes::Bytes;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use parking_lot::Mutex;
 
-use crate::error::{Error, Result};
+use crate::error::{replace_file, Error, Result};
 
 pub(crate) struct Snapshots {
     /// The newest snapshot built: its index and data.
@@ -88,25 +88,13 @@ impl SnapshotFile {
     /// Writes the snapshot durably (a temporary file synced, renamed over
     /// the old one, the directory synced).
     pub fn write(&self, index: u64, term: u64, data: &[u8]) -> Result<()> {
-        use std::io::Write;
-        let temporary = self.path.with_extension("new");
         let mut header = Vec::with_capacity(HEADER);
         header.extend_from_slice(MAGIC);
         header.extend_from_slice(&index.to_le_bytes());
         header.extend_from_slice(&term.to_le_bytes());
         header.extend_from_slice(&(data.len() as u64).to_le_bytes());
         header.extend_from_slice(&crc32c::crc32c(data).to_le_bytes());
-        let written = (|| {
-            let mut file = std::fs::File::create(&temporary)?;
-            file.write_all(&header)?;
-            file.write_all(data)?;
-            file.sync_all()
-        })();
-        written.map_err(|e| Error::io("writing", &temporary, e))?;
-        std::fs::rename(&temporary, &self.path)
-            .map_err(|e| Error::io("renaming", &temporary, e))?;
-        let dir = self.path.parent().expect("the file is in a directory");
-        engram_pmem::sync_directory(dir).map_err(|e| Error::io("syncing", dir, e))
+        replace_file(&self.path, &[&header, data])
     }
 
     /// The snapshot kept, if there is one: (index, term, data). A file

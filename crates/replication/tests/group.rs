@@ -77,15 +77,20 @@ fn start_group() -> Group {
     start_nodes(&[1, 2, 3], 64 << 20)
 }
 
-/// Starts the nodes `ids` of a group of three (the others can join later
-/// through `join`), compacting their logs at `compact_bytes`.
-fn start_nodes(ids: &[u64], compact_bytes: u64) -> Group {
-    let peers: Vec<Peer> = (1..=3)
+/// Nodes 1 to `n` with free loopback bus ports.
+fn loopback_peers(n: u64) -> Vec<Peer> {
+    (1..=n)
         .map(|id| Peer {
             id,
             bus: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
         })
-        .collect();
+        .collect()
+}
+
+/// Starts the nodes `ids` of a group of three (the others can join later
+/// through `join`), compacting their logs at `compact_bytes`.
+fn start_nodes(ids: &[u64], compact_bytes: u64) -> Group {
+    let peers = loopback_peers(3);
     let mut group = Group {
         nodes: Vec::new(),
         applied: Vec::new(),
@@ -358,12 +363,7 @@ async fn a_node_that_joins_after_compaction_is_sent_a_snapshot() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_joining_node_gets_a_snapshot_then_votes() {
     let _ = env_logger::builder().is_test(true).try_init();
-    let peers: Vec<Peer> = (1..=4)
-        .map(|id| Peer {
-            id,
-            bus: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
-        })
-        .collect();
+    let peers = loopback_peers(4);
     let mut group = Group {
         nodes: Vec::new(),
         applied: Vec::new(),

@@ -366,6 +366,16 @@ impl Drop for RedisServer {
     }
 }
 
+/// The `--peers` of a group on loopback whose node `i + 1` has bus port
+/// `bus[i]`.
+pub fn group_peers(bus: &[u16]) -> String {
+    bus.iter()
+        .enumerate()
+        .map(|(i, port)| format!("{}@127.0.0.1:{port}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Starts node `id` of a Raft group (`peers`: `1@HOST:BUSPORT,...`).
 pub fn start_node(dir: &std::path::Path, id: u64, peers: &str) -> Served {
     serve(dir, &["--node-id", &id.to_string(), "--peers", peers])

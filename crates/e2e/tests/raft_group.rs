@@ -314,6 +314,20 @@ fn a_bad_group_configuration_stops_the_start_with_a_reason() {
             .unwrap_or_else(|| panic!("{args:?} started"));
         assert!(log.contains(reason), "{args:?}:\n{log}");
     }
+    // A single node's directory with keys does not become a member: the
+    // others would never get them.
+    let single = tempfile::tempdir().unwrap();
+    {
+        let mut node = serve(single.path(), &[]);
+        let mut con = connect(node.port);
+        let _: () = redis::cmd("SET").arg("k").arg("v").query(&mut con).unwrap();
+        node.child.kill().unwrap();
+        node.child.wait().unwrap();
+    }
+    let log = common::try_serve(single.path(), &["--node-id", "2", "--peers", &other])
+        .err()
+        .expect("a single node's data joined a group");
+    assert!(log.contains("1 keys written outside a group"), "{log}");
 }
 
 /// redis-py's RedisCluster, as an application would use it: it finds the

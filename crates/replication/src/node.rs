@@ -397,6 +397,7 @@ impl Replica {
                 snapshots,
                 snapshot_file: SnapshotFile::new(&config.dir),
                 durable: durable_tx,
+                build_at: None,
             };
             std::thread::Builder::new()
                 .name("engram-apply".into())
@@ -1334,10 +1335,12 @@ struct ApplyLoop {
     snapshot_file: SnapshotFile,
     /// Where durable points go (to the Raft loop, for compaction).
     durable: Sender<u64>,
+    /// A snapshot was asked for, at this index or later.
+    build_at: Option<u64>,
 }
 
 impl ApplyLoop {
-    fn run(mut self, work: Receiver<ToApply>, snapshot_requests: Receiver<()>) {
+    fn run(mut self, work: Receiver<ToApply>, snapshot_requests: Receiver<u64>) {
         loop {
             select! {
                 recv(work) -> item => match item {
@@ -1345,7 +1348,10 @@ impl ApplyLoop {
                     Err(_) => return,
                 },
                 recv(snapshot_requests) -> request => match request {
-                    Ok(()) => self.build_snapshot(),
+                    Ok(floor) => {
+                        self.build_at = Some(floor);
+                        self.build_when_due();
+                    }
                     Err(_) => return,
                 },
             }
@@ -1369,6 +1375,7 @@ impl ApplyLoop {
                 if let Some(last) = batch.last().map(|c| c.index) {
                     self.machine.apply(batch);
                     self.published(last);
+                    self.build_when_due();
                 }
                 if let Some(next) = next {
                     self.handle(next, work);
@@ -1402,6 +1409,15 @@ impl ApplyLoop {
         self.last = index;
         self.status.lock().applied = index;
         self.applied.send_replace(index);
+    }
+
+    /// Builds the snapshot asked for once the entries up to its floor are
+    /// applied (a build before would be too old, and wasted).
+    fn build_when_due(&mut self) {
+        if self.build_at.is_some_and(|floor| self.last >= floor) {
+            self.build_at = None;
+            self.build_snapshot();
+        }
     }
 
     fn build_snapshot(&mut self) {

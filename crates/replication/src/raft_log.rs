@@ -667,7 +667,7 @@ impl Storage for RaftLog {
                 Ok(snapshot)
             }
             _ => {
-                snapshots.request();
+                snapshots.request(floor);
                 Err(unavailable)
             }
         }

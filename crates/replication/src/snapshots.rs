@@ -27,12 +27,12 @@ pub(crate) struct Snapshots {
     /// The newest snapshot built: its index and data.
     ready: Mutex<Option<(u64, Bytes)>>,
     building: AtomicBool,
-    wake: Sender<()>,
+    wake: Sender<u64>,
 }
 
 impl Snapshots {
     /// The shared slot, and what wakes the apply thread to build.
-    pub fn new() -> (std::sync::Arc<Snapshots>, Receiver<()>) {
+    pub fn new() -> (std::sync::Arc<Snapshots>, Receiver<u64>) {
         let (wake, woken) = unbounded();
         let snapshots = Snapshots {
             ready: Mutex::new(None),
@@ -51,10 +51,11 @@ impl Snapshots {
             .cloned()
     }
 
-    /// Asks the apply thread for a snapshot (once until it has one).
-    pub fn request(&self) {
+    /// Asks the apply thread for a snapshot at `floor` or later (once
+    /// until it has one).
+    pub fn request(&self, floor: u64) {
         if !self.building.swap(true, Ordering::AcqRel) {
-            let _ = self.wake.send(());
+            let _ = self.wake.send(floor);
         }
     }
 
@@ -185,14 +186,14 @@ mod tests {
     #[test]
     fn a_request_wakes_the_builder_once_until_published() {
         let (snapshots, woken) = Snapshots::new();
-        snapshots.request();
-        snapshots.request();
+        snapshots.request(3);
+        snapshots.request(4);
         assert_eq!(woken.try_iter().count(), 1);
         assert!(snapshots.ready_at_least(0).is_none());
         snapshots.publish(10, Bytes::from_static(b"s"));
         assert_eq!(snapshots.ready_at_least(10).unwrap().0, 10);
         assert!(snapshots.ready_at_least(11).is_none());
-        snapshots.request();
+        snapshots.request(11);
         assert_eq!(woken.try_iter().count(), 1);
     }
 }

@@ -70,11 +70,25 @@ pub fn start(shared: &Arc<Shared>, client: SocketAddr) -> Result<(), String> {
         (Some(id), Some(peers)) => (id, peers),
         _ => return Err("node-id and peers go together: give both or neither".into()),
     };
-    let applied = {
+    let (applied, keys) = {
         let guard = shared.keyspace.guard();
         let keyspace = guard.as_ref().expect("the keyspace is open at start");
-        keyspace.applied_index().map_err(|e| e.to_string())?
+        let keys: u64 = (0..keyspace.databases())
+            .map(|db| keyspace.dbsize(db))
+            .sum();
+        (keyspace.applied_index().map_err(|e| e.to_string())?, keys)
     };
+    // Keys written as a single node are in no Raft log: the other members
+    // would never have them, and this node's state would differ from
+    // theirs for good.
+    if applied == 0 && keys > 0 && !config.dir.join("raft").join("log").exists() {
+        return Err(format!(
+            "{} holds {keys} keys written outside a group: a group member starts with an \
+             empty directory. Start the group empty, then load the keys through its leader \
+             (MIGRATE or RESTORE from this directory's server, or redis-cli --pipe)",
+            config.dir.display()
+        ));
+    }
     // The address peers hand to clients in MOVED: the bound one, or
     // loopback when bound to every interface.
     let host = if client.ip().is_unspecified() {

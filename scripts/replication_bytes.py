@@ -99,9 +99,11 @@ def main():
         leader = sum(b for r, b in nodes if r == "leader")
         followers = [b for r, b in nodes if r == "follower"]
         total = leader + sum(followers)
+        # A short run at `process` may dirty no page not already dirty.
+        ratio = f"{total / single:.2f}" if single > 0 else "n/a (single node wrote nothing new)"
         print(f"| {test.upper()} | {single:,.0f} | {leader:,.0f} | "
               f"{' / '.join(f'{b:,.0f}' for b in followers)} | {total:,.0f} | "
-              f"{total / single:.2f} |", flush=True)
+              f"{ratio} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,17 +4,21 @@
 
     scripts/replication_bench.py --engram target/release/engram
         [--requests 200000] [--rounds 3] [--clients 50] [--pipeline 16]
-        [--tests set,incr,hset]
+        [--tests set,incr,hset] [--durability everysec]
 
 Peers, all on this machine's loopback:
 - Redis 7.0: a primary and two replicas (`--replicaof`), asynchronous
-  replication as Redis is usually deployed, AOF with `appendfsync
-  everysec` on each (Redis's recommended AOF setting), no RDB snapshots.
-  A write is acknowledged once the primary applied it.
-- An Engram group: three `engram serve --node-id N --peers ...`, default
-  durability; a write is acknowledged once a majority holds its Raft
-  entry durably (synced) and the leader applied it.
-- A single Engram node at its default durability.
+  replication as Redis is usually deployed, AOF with the `appendfsync`
+  matching `--durability` on each (`everysec` by default, Redis's
+  recommended AOF setting; `process` is `no`), no RDB snapshots. A write
+  is acknowledged once the primary applied it.
+- An Engram group: three `engram serve --node-id N --peers ...` at
+  `--durability`; a write is acknowledged once a majority holds its Raft
+  entry as durably as that promises (at `always` synced before the
+  acknowledgement, at `everysec` within a second, at `process` in the
+  mapped file, which survives a crash of the process) and the leader
+  applied it.
+- A single Engram node at the same durability.
 
 For each round and test, redis-benchmark (the same command line, 100,000
 random keys so most writes overwrite) runs against Redis's primary, the
@@ -94,7 +98,10 @@ def main():
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--pipeline", type=int, default=16)
     parser.add_argument("--tests", default="set,incr,hset")
+    parser.add_argument("--durability", default="everysec",
+                        choices=["process", "everysec", "always"])
     args = parser.parse_args()
+    appendfsync = {"process": "no", "everysec": "everysec", "always": "always"}[args.durability]
     for tool in ("redis-benchmark", "redis-cli", args.redis_server):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} is not installed (apt-get install redis-server)")
@@ -116,7 +123,7 @@ def main():
             os.mkdir(d)
             command = [args.redis_server, "--port", str(port), "--dir", d,
                        "--save", "", "--appendonly", "yes",
-                       "--appendfsync", "everysec"]
+                       "--appendfsync", appendfsync]
             if i > 0:
                 command += ["--replicaof", "127.0.0.1", str(redis_ports[0])]
             redis_procs.append(start(command, f"redis{i}.log"))
@@ -130,12 +137,14 @@ def main():
         group_procs = [
             start([args.engram, "serve", "--port", str(ports[i]),
                    "--dir", os.path.join(tmp, f"engram{i}"),
-                   "--node-id", str(i + 1), "--peers", peers], f"engram{i}.log")
+                   "--node-id", str(i + 1), "--peers", peers,
+                   "--durability", args.durability], f"engram{i}.log")
             for i in range(3)
         ]
         single_port = free_port()
         single = start([args.engram, "serve", "--port", str(single_port),
-                        "--dir", os.path.join(tmp, "single")], "single.log")
+                        "--dir", os.path.join(tmp, "single"),
+                        "--durability", args.durability], "single.log")
         wait_until("a leader", lambda: sum(
             cli(p, "ROLE").startswith("master") for p in ports) == 1)
         leader = next(p for p in ports if cli(p, "ROLE").startswith("master"))
@@ -159,7 +168,8 @@ def main():
                     print(f"round {round_ + 1} {test:5} {name:6} {ops:>10.0f} ops/s "
                           f"{used / args.requests * 1e6:6.1f} µs CPU/op", flush=True)
         print()
-        print(f"-P {args.pipeline}, {args.clients} clients, {args.requests} requests, "
+        print(f"durability {args.durability}, -P {args.pipeline}, {args.clients} clients, "
+              f"{args.requests} requests, "
               f"median of {args.rounds} rounds; CPU: all processes of the deployment")
         print("| test | Redis + 2 replicas | Engram group | ratio | Engram single | "
               "group ÷ single | CPU µs/op Redis / group / single |")

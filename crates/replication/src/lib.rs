@@ -24,7 +24,7 @@ mod snapshots;
 pub use error::{Error, Result};
 pub use membership::Change;
 pub use node::{
-    parse_peers, Applied, Committed, NodeConfig, Peer, Refused, Replica, Reply, StateMachine,
-    Status,
+    parse_peers, Applied, Committed, LogSync, LogSyncPolicy, NodeConfig, Peer, Refused, Replica,
+    Reply, StateMachine, Status,
 };
 pub use raft_log::RaftLog;

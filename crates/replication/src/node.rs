@@ -14,7 +14,8 @@
 //! to the [`StateMachine`], then publishes the applied index. A proposal's
 //! reply comes from the state machine's apply of that entry on this node
 //! (`Reply`), so a client hears its result only once the entry is
-//! committed (a majority has it durably) and applied here.
+//! committed (a majority has it, as durably as `LogSync` says) and
+//! applied here.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -74,6 +75,24 @@ pub fn parse_peers(spec: &str) -> Result<Vec<Peer>> {
     Ok(peers)
 }
 
+/// When the Raft log's new entries are made durable (the node's
+/// durability, as its keyspace's): the state slot (term, vote) is synced
+/// whenever it changes, whatever this says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogSync {
+    /// Before anything that depends on them (acknowledging, voting, the
+    /// commit): power-fail durable on a majority before a client hears.
+    EveryRound,
+    /// At most a second behind.
+    EverySecond,
+    /// Never asked for: the stores to the mapped file survive a crash of
+    /// the process, and the kernel writes them back in its own time.
+    Never,
+}
+
+/// The current policy, asked once per round (it may change at run time).
+pub type LogSyncPolicy = Box<dyn Fn() -> LogSync + Send>;
+
 pub struct NodeConfig {
     pub id: u64,
     /// Every voter of the group, this node included.
@@ -95,6 +114,8 @@ pub struct NodeConfig {
     /// This node joins a running group (added with a membership change):
     /// it starts with no membership and waits for the leader's snapshot.
     pub join: bool,
+    /// When entries are made durable (default: every round).
+    pub log_sync: LogSyncPolicy,
 }
 
 impl NodeConfig {
@@ -112,6 +133,7 @@ impl NodeConfig {
             applied: 0,
             compact_bytes: 64 << 20,
             join: false,
+            log_sync: Box::new(|| LogSync::EveryRound),
         }
     }
 }
@@ -432,6 +454,8 @@ impl Replica {
             want_snapshot: HashSet::new(),
             compact_bytes: config.compact_bytes.max(1),
             sync_asked: false,
+            log_sync: config.log_sync,
+            records_synced: Instant::now(),
         };
         std::thread::Builder::new()
             .name("engram-raft".into())
@@ -615,6 +639,9 @@ struct Driver {
     compact_bytes: u64,
     /// A sync for compaction was asked of the apply thread, not answered.
     sync_asked: bool,
+    log_sync: LogSyncPolicy,
+    /// When the log's records were last made durable.
+    records_synced: Instant,
 }
 
 impl Driver {
@@ -947,7 +974,7 @@ impl Driver {
         let conf = self.raw.apply_conf_change(&cc)?;
         let store = self.raw.mut_store();
         store.set_conf_state(conf.clone());
-        store.sync()?;
+        store.sync(true)?;
         let id = cc.node_id;
         match cc.get_change_type() {
             ConfChangeType::AddNode | ConfChangeType::AddLearnerNode => {
@@ -1163,7 +1190,15 @@ impl Driver {
         if let Some(hs) = ready.hs() {
             store.set_hard_state(hs.clone());
         }
-        store.sync()?;
+        let records = match (self.log_sync)() {
+            LogSync::EveryRound => true,
+            LogSync::EverySecond => self.records_synced.elapsed() >= Duration::from_secs(1),
+            LogSync::Never => false,
+        };
+        store.sync(records)?;
+        if records {
+            self.records_synced = Instant::now();
+        }
         let persisted = ready.take_persisted_messages();
         let mut snapshots_sent = snapshots_sent;
         snapshots_sent.extend(snapshot_targets(&persisted));

@@ -134,7 +134,7 @@ impl RaftLog {
             log.conf_state.voters = voters.to_vec();
             log.write_state();
             log.write_end();
-            log.sync()?;
+            log.sync(true)?;
             engram_pmem::sync_directory(dir).map_err(|e| Error::io("syncing", dir, e))?;
             return Ok(log);
         }
@@ -490,16 +490,26 @@ impl RaftLog {
 
     /// Makes what was written since the last call durable: one persist
     /// (DAX) or `msync` (emulated) of the new records, one of the state
-    /// slot.
-    pub fn sync(&mut self) -> Result<()> {
-        if let Some(from) = self.unsynced_from.take() {
-            let len = self.tail + RECORD_HEADER - from;
-            self.region.persist(PmemOffset(from), len);
-            self.region.sync(PmemOffset(from), len)?;
+    /// slot. `records`: whether new records must be made durable now
+    /// (the node's durability); they are whenever the state slot is (a
+    /// new term or vote), so that no durable commit index ever points
+    /// past the durable records.
+    pub fn sync(&mut self, records: bool) -> Result<()> {
+        if records || self.unsynced_slot.is_some() {
+            self.sync_records()?;
         }
         if let Some(slot) = self.unsynced_slot.take() {
             self.region.persist(PmemOffset(slot), SLOT_BYTES);
             self.region.sync(PmemOffset(slot), SLOT_BYTES)?;
+        }
+        Ok(())
+    }
+
+    fn sync_records(&mut self) -> Result<()> {
+        if let Some(from) = self.unsynced_from.take() {
+            let len = self.tail + RECORD_HEADER - from;
+            self.region.persist(PmemOffset(from), len);
+            self.region.sync(PmemOffset(from), len)?;
         }
         Ok(())
     }
@@ -704,7 +714,7 @@ mod tests {
                 commit: 2,
                 ..Default::default()
             });
-            log.sync().unwrap();
+            log.sync(true).unwrap();
         }
         let log = RaftLog::open(dir.path(), &[9]).unwrap();
         assert_eq!(log.conf_state().voters, vec![1, 2, 3]);
@@ -734,7 +744,7 @@ mod tests {
             log.append(&long).unwrap();
             // A new leader of term 2 replaces 3.. with one shorter entry.
             log.append(&[entry(3, 2, b"n")]).unwrap();
-            log.sync().unwrap();
+            log.sync(true).unwrap();
             assert_eq!(RaftLog::last_index(&log), 3);
         }
         let log = RaftLog::open(dir.path(), &[1]).unwrap();
@@ -751,7 +761,7 @@ mod tests {
             let mut log = RaftLog::open(dir.path(), &[1]).unwrap();
             log.append(&[entry(1, 1, b"keep"), entry(2, 1, b"torn")])
                 .unwrap();
-            log.sync().unwrap();
+            log.sync(true).unwrap();
             offset = log.entries[1].offset;
             // A byte of the second record's data flips.
             let at = PmemOffset(offset + RECORD_HEADER);
@@ -787,10 +797,10 @@ mod tests {
                 ..Default::default()
             };
             log.set_hard_state(hs.clone());
-            log.sync().unwrap();
+            log.sync(true).unwrap();
             hs.term = 5;
             log.set_hard_state(hs);
-            log.sync().unwrap();
+            log.sync(true).unwrap();
             // The newest slot is torn.
             let slot = SLOTS[log.state_slot];
             log.region.write(PmemOffset(slot + 12), &[0xAB]);
@@ -812,7 +822,7 @@ mod tests {
                 commit: 1,
                 ..Default::default()
             });
-            log.sync().unwrap();
+            log.sync(true).unwrap();
             // Only the commit index moves: nothing to sync in the slots.
             log.set_hard_state(HardState {
                 term: 1,
@@ -822,7 +832,7 @@ mod tests {
             });
             assert!(log.unsynced_slot.is_none());
             assert_eq!(log.hard_state().commit, 2);
-            log.sync().unwrap();
+            log.sync(true).unwrap();
         }
         let log = RaftLog::open(dir.path(), &[1]).unwrap();
         assert_eq!((log.hard_state().term, log.hard_state().commit), (1, 1));
@@ -836,7 +846,7 @@ mod tests {
             let mut log = RaftLog::open(dir.path(), &[1]).unwrap();
             log.append(&[entry(1, 1, b"a"), entry(2, 1, &big), entry(3, 1, b"c")])
                 .unwrap();
-            log.sync().unwrap();
+            log.sync(true).unwrap();
             assert!(log.region.len() > GROWTH);
         }
         let log = RaftLog::open(dir.path(), &[1]).unwrap();
@@ -872,7 +882,7 @@ mod tests {
                 commit: 8,
                 ..Default::default()
             });
-            log.sync().unwrap();
+            log.sync(true).unwrap();
             // Never past the commit index.
             assert!(log.compact(9).unwrap());
             assert_eq!(log.compacted_to(), 8);
@@ -890,7 +900,7 @@ mod tests {
             assert!(!log.compact(5).unwrap());
             // Appends go on after it.
             log.append(&[entry(11, 3, b"e11")]).unwrap();
-            log.sync().unwrap();
+            log.sync(true).unwrap();
             assert!(!dir.path().join(COMPACTING).exists());
         }
         // A compaction's leftover (a crash before its rename) is ignored.
@@ -916,7 +926,7 @@ mod tests {
         {
             let mut log = RaftLog::open(dir.path(), &[1, 2, 3]).unwrap();
             log.append(&[entry(1, 1, b"a"), entry(2, 1, b"b")]).unwrap();
-            log.sync().unwrap();
+            log.sync(true).unwrap();
             let mut metadata = SnapshotMetadata {
                 index: 50,
                 term: 4,
@@ -930,7 +940,7 @@ mod tests {
             assert_eq!((log.first_index, RaftLog::last_index(&log)), (51, 50));
             assert_eq!(log.hard_state().commit, 50);
             log.append(&[entry(51, 4, b"next")]).unwrap();
-            log.sync().unwrap();
+            log.sync(true).unwrap();
         }
         let log = RaftLog::open(dir.path(), &[1]).unwrap();
         assert_eq!((log.compacted_to(), log.term(50).unwrap()), (50, 4));
@@ -940,5 +950,29 @@ mod tests {
             &b"next"[..]
         );
         assert_eq!(log.hard_state().commit, 50);
+    }
+
+    #[test]
+    fn records_wait_for_their_sync_unless_the_state_slot_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = RaftLog::open(dir.path(), &[1]).unwrap();
+        log.sync(true).unwrap();
+        log.append(&[entry(1, 1, b"a")]).unwrap();
+        // At `process` nothing asks for the records.
+        log.sync(false).unwrap();
+        assert!(log.unsynced_from.is_some());
+        // A new term or vote is synced, and the records with it, so no
+        // durable state names entries that are not.
+        log.set_hard_state(HardState {
+            term: 2,
+            vote: 1,
+            commit: 1,
+            ..Default::default()
+        });
+        log.sync(false).unwrap();
+        assert!(log.unsynced_from.is_none() && log.unsynced_slot.is_none());
+        log.append(&[entry(2, 2, b"b")]).unwrap();
+        log.sync(true).unwrap();
+        assert!(log.unsynced_from.is_none());
     }
 }

@@ -10,7 +10,8 @@
 //! ([`Applier`]): all entries of a batch in one atomic whole-keyspace
 //! transaction with the applied index, so a crash leaves each entry applied
 //! exactly once. The client's replies are the ones the leader's apply
-//! wrote, so it hears of its write only when a majority holds it durably.
+//! wrote, so it hears of its write only when a majority holds it as
+//! durably as the node's durability promises.
 //!
 //! Reads on the leader wait for a Raft read barrier (ReadIndex), one per
 //! batch of commands read from the socket, so a deposed leader cannot
@@ -37,7 +38,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use bytes::Buf;
-use engram_replication::{Committed, NodeConfig, Refused, Replica, StateMachine};
+use engram_replication::{Committed, LogSync, NodeConfig, Refused, Replica, StateMachine};
 
 use crate::commands::{self, lookup, CommandSpec, READONLY, WRITE};
 use crate::keyspace::now_ms;
@@ -107,6 +108,23 @@ pub fn start(shared: &Arc<Shared>, client: SocketAddr) -> Result<(), String> {
     node.election_ticks = config.raft_election_ticks;
     node.compact_bytes = config.raft_compact_bytes;
     node.join = config.join;
+    // The log's entries follow the node's durability (CONFIG SET
+    // appendfsync included): a write is acknowledged once a majority holds
+    // it as durably as that promises.
+    let durability_of = Arc::downgrade(shared);
+    node.log_sync = Box::new(move || {
+        let durability = durability_of.upgrade().and_then(|shared| {
+            let guard = shared.keyspace.guard();
+            guard
+                .as_ref()
+                .map(|keyspace| keyspace.commit().durability())
+        });
+        match durability {
+            Some(crate::keyspace::Durability::Process) => LogSync::Never,
+            Some(crate::keyspace::Durability::Everysec) => LogSync::EverySecond,
+            _ => LogSync::EveryRound,
+        }
+    });
     let applier = Applier::new(shared);
     let replica = Replica::start(node, Box::new(applier)).map_err(|e| e.to_string())?;
     // Expiry must be the same on every node: not the local clock's (reads

@@ -17,36 +17,29 @@ pub struct Netns {
     nodes: usize,
 }
 
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
+/// Runs `program` (`ip`, `tc`) with `args`; its error output otherwise.
+fn run(program: &str, args: &[&str]) -> Result<(), String> {
+    let out = Command::new(program)
         .args(args)
         .output()
-        .map_err(|e| format!("ip {}: {e}", args.join(" ")))?;
+        .map_err(|e| format!("{program} {}: {e}", args.join(" ")))?;
     if out.status.success() {
         Ok(())
     } else {
         Err(format!(
-            "ip {}: {}",
+            "{program} {}: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
         ))
     }
 }
 
+fn ip(args: &[&str]) -> Result<(), String> {
+    run("ip", args)
+}
+
 fn tc(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("tc")
-        .args(args)
-        .output()
-        .map_err(|e| format!("tc {}: {e}", args.join(" ")))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "tc {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
+    run("tc", args)
 }
 
 impl Netns {

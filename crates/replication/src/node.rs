@@ -337,8 +337,12 @@ impl Replica {
         if log.hard_state().commit < config.applied {
             if config.applied > log.last_index() {
                 return Err(Error::Corrupt(format!(
-                    "the state machine applied index {} but the Raft log ends at {}",
+                    "the state machine applied index {} but the Raft log in {} ends at {}: \
+                     the log lost entries its node had applied (a power failure at a \
+                     durability that allows it, or the log removed); empty the node's \
+                     directory and start it again to rejoin the group from a snapshot",
                     config.applied,
+                    config.dir.display(),
                     log.last_index()
                 )));
             }
@@ -1536,6 +1540,21 @@ mod tests {
         let log = RaftLog::open(&raft, &[1]).unwrap();
         assert_eq!(log.compacted_to(), 7);
         assert!(log.hard_state().commit >= 7);
+    }
+
+    #[test]
+    fn a_state_machine_ahead_of_its_log_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let raft = dir.path().join("raft");
+        drop(RaftLog::open(&raft, &[1]).unwrap());
+        let restores = Arc::new(Mutex::new(Vec::new()));
+        let error = Replica::start(one_node(&raft, 9), Box::new(Restores(restores)))
+            .err()
+            .expect("refused");
+        assert!(
+            error.to_string().contains("empty the node's directory"),
+            "{error}"
+        );
     }
 
     #[test]

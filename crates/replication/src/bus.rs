@@ -2,11 +2,13 @@
 //!
 //! Each node listens on its bus port and opens one connection to every
 //! peer, used only to send; so a pair of nodes has two connections, one per
-//! direction. A connection starts with a hello frame (the sender's id,
-//! whether it starts from an empty log, and the address its clients use,
-//! so every node learns the others' client addresses from the group
+//! direction. A connection starts with a hello frame (the sender's id, its
+//! flags: whether it starts from an empty log and whether it still waits
+//! for a snapshot to learn the membership; and the address its clients
+//! use, so every node learns the others' client addresses from the group
 //! itself), then carries frames of raft-rs messages: `[len u32][protobuf
-//! bytes]`.
+//! bytes]`. Peers are added and removed as the membership changes; the
+//! Raft loop hears of every hello and of every connection that ends.
 //!
 //! Sending never blocks the Raft loop: each peer has a bounded queue and a
 //! thread that writes everything queued in one `write` (a batch of

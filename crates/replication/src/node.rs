@@ -90,6 +90,18 @@ pub enum LogSync {
     Never,
 }
 
+impl LogSync {
+    /// Whether a round that wrote records must make them durable, the
+    /// last time they were made so `since` ago.
+    pub fn due(self, since: Duration) -> bool {
+        match self {
+            LogSync::EveryRound => true,
+            LogSync::EverySecond => since >= Duration::from_secs(1),
+            LogSync::Never => false,
+        }
+    }
+}
+
 /// The current policy, asked once per round (it may change at run time).
 pub type LogSyncPolicy = Box<dyn Fn() -> LogSync + Send>;
 
@@ -483,8 +495,18 @@ impl Replica {
         &self,
         change: Change,
     ) -> impl std::future::Future<Output = std::result::Result<Applied, Refused>> {
+        self.submit(|reply| Input::Members(change, reply))
+    }
+
+    /// Hands the Raft loop an input that answers through a proposal's
+    /// reply; a loop that is gone answers `Stopped`, a reply dropped
+    /// unanswered `Unknown`.
+    fn submit(
+        &self,
+        input: impl FnOnce(ProposalReply) -> Input,
+    ) -> impl std::future::Future<Output = std::result::Result<Applied, Refused>> {
         let (tx, rx) = oneshot::channel();
-        let sent = self.inputs.send(Input::Members(change, tx)).is_ok();
+        let sent = self.inputs.send(input(tx)).is_ok();
         async move {
             if !sent {
                 return Err(Refused::Stopped);
@@ -529,14 +551,7 @@ impl Replica {
         &self,
         data: Vec<u8>,
     ) -> impl std::future::Future<Output = std::result::Result<Applied, Refused>> {
-        let (tx, rx) = oneshot::channel();
-        let sent = self.inputs.send(Input::Propose(data, tx)).is_ok();
-        async move {
-            if !sent {
-                return Err(Refused::Stopped);
-            }
-            rx.await.unwrap_or(Err(Refused::Unknown))
-        }
+        self.submit(|reply| Input::Propose(data, reply))
     }
 
     /// A linearizable read point (Raft's ReadIndex), asked for now: the
@@ -1194,11 +1209,7 @@ impl Driver {
         if let Some(hs) = ready.hs() {
             store.set_hard_state(hs.clone());
         }
-        let records = match (self.log_sync)() {
-            LogSync::EveryRound => true,
-            LogSync::EverySecond => self.records_synced.elapsed() >= Duration::from_secs(1),
-            LogSync::Never => false,
-        };
+        let records = (self.log_sync)().due(self.records_synced.elapsed());
         store.sync(records)?;
         if records {
             self.records_synced = Instant::now();
@@ -1540,6 +1551,14 @@ mod tests {
         let log = RaftLog::open(&raft, &[1]).unwrap();
         assert_eq!(log.compacted_to(), 7);
         assert!(log.hard_state().commit >= 7);
+    }
+
+    #[test]
+    fn records_are_synced_as_the_durability_says() {
+        let (now, later) = (Duration::ZERO, Duration::from_millis(1500));
+        assert!(LogSync::EveryRound.due(now));
+        assert!(!LogSync::EverySecond.due(now) && LogSync::EverySecond.due(later));
+        assert!(!LogSync::Never.due(later));
     }
 
     #[test]

@@ -559,15 +559,20 @@ impl RaftLog {
         next.conf_state = self.conf_state.clone();
         next.state_seq = self.state_seq;
         next.write_state();
-        for located in kept {
-            let len = self.record_end(located) - located.offset;
-            let record = self.region.read(PmemOffset(located.offset), len);
-            next.region.write(PmemOffset(next.tail), record);
-            next.entries.push(Located {
-                offset: next.tail,
-                term: located.term,
-            });
-            next.tail += len;
+        if let Some(first) = kept.first() {
+            // The records kept lie back to back up to the tail: one copy,
+            // every offset moved by the same distance.
+            let from = first.offset;
+            let records = self.region.read(PmemOffset(from), self.tail - from);
+            next.region.write(PmemOffset(RECORDS_START), records);
+            next.entries = kept
+                .iter()
+                .map(|l| Located {
+                    offset: l.offset - from + RECORDS_START,
+                    term: l.term,
+                })
+                .collect();
+            next.tail = RECORDS_START + (self.tail - from);
         }
         next.write_end();
         next.region
@@ -579,14 +584,6 @@ impl RaftLog {
         next.snapshots = self.snapshots.take();
         *self = next;
         Ok(())
-    }
-
-    /// Where the record at `located` ends.
-    fn record_end(&self, located: &Located) -> u64 {
-        let head = self.region.read(PmemOffset(located.offset), RECORD_HEADER);
-        let data_len = u32::from_le_bytes(head[0..4].try_into().unwrap()) as u64;
-        let ctx_len = u32::from_le_bytes(head[28..32].try_into().unwrap()) as u64;
-        located.offset + RECORD_HEADER + (data_len + ctx_len).next_multiple_of(8)
     }
 
     fn unavailable(&self, index: u64) -> raft::Error {

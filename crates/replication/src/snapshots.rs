@@ -121,7 +121,8 @@ impl SnapshotFile {
         if crc32c::crc32c(data) != crc {
             return Err(corrupt("its checksum does not match"));
         }
-        Ok(Some((index, term, Bytes::copy_from_slice(data))))
+        let data = Bytes::from(bytes).slice(HEADER..);
+        Ok(Some((index, term, data)))
     }
 
     /// Removes the file if it holds the snapshot at `index` (the one the

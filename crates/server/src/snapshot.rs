@@ -111,38 +111,57 @@ fn truncated() -> String {
     "the snapshot is truncated".into()
 }
 
+/// One key of a snapshot.
+struct Record<'a> {
+    db: usize,
+    key: &'a [u8],
+    expire_at: Option<u64>,
+    payload: &'a [u8],
+}
+
+/// The next key of `r`, None at the end mark.
+fn next_record<'a>(r: &mut &'a [u8]) -> Result<Option<Record<'a>>, String> {
+    if r.try_get_u8().map_err(|_| truncated())? == END {
+        return Ok(None);
+    }
+    let db = r.try_get_u8().map_err(|_| truncated())? as usize;
+    let key = take_bytes(r)?;
+    let expire_at = r.try_get_u64_le().map_err(|_| truncated())?;
+    let payload = take_bytes(r)?;
+    Ok(Some(Record {
+        db,
+        key,
+        expire_at: (expire_at != 0).then_some(expire_at),
+        payload,
+    }))
+}
+
 /// Replaces the keyspace's contents (every database) and the libraries
 /// with the snapshot's, then records `index` as applied and makes it all
-/// durable. The whole input is checked before anything is deleted; a
-/// crash during the load leaves the snapshot file for the restart, which
-/// loads it again from the start.
+/// durable. The whole input is checked before anything is deleted (its
+/// framing, databases and every payload's CRC-64; each value is decoded
+/// once, as it is written); a crash during the load leaves the snapshot
+/// file for the restart, which loads it again from the start.
 pub fn load(shared: &Shared, keyspace: &Keyspace, index: u64, data: &[u8]) -> Result<(), String> {
-    let (functions, records) = check(data, keyspace.databases())?;
+    let (functions, mut records) = check(data, keyspace.databases())?;
     let mut txn = keyspace.lock_all(false);
     txn.flush(None).map_err(|e| e.to_string())?;
     txn.commit().map_err(|e| e.to_string())?;
-    let mut r = records;
-    loop {
+    let mut done = false;
+    while !done {
         let mut txn = keyspace.lock_all(false);
-        let mut written = 0;
-        while written < LOAD_CHUNK {
-            if r.try_get_u8().map_err(|_| truncated())? == END {
+        for _ in 0..LOAD_CHUNK {
+            let Some(record) = next_record(&mut records)? else {
+                done = true;
                 break;
-            }
-            let db = r.try_get_u8().map_err(|_| truncated())? as usize;
-            let key = take_bytes(&mut r)?;
-            let expire_at = r.try_get_u64_le().map_err(|_| truncated())?;
-            let body = take_bytes(&mut r)?;
-            let value = payload::open(body).map_err(|e| format!("key {key:?}: {e:?}"))?;
+            };
+            let value = payload::open(record.payload)
+                .map_err(|e| format!("key {:?}: {e:?}", record.key))?;
             let stored = value.into_stored()?;
-            let expire_at = (expire_at != 0).then_some(expire_at);
-            dump::put_stored(&mut txn, db, key, stored, expire_at).map_err(|e| e.0)?;
-            written += 1;
+            dump::put_stored(&mut txn, record.db, record.key, stored, record.expire_at)
+                .map_err(|e| e.0)?;
         }
         txn.commit().map_err(|e| e.to_string())?;
-        if written < LOAD_CHUNK {
-            break;
-        }
     }
     let mut txn = keyspace.lock_all(true);
     {
@@ -157,9 +176,9 @@ pub fn load(shared: &Shared, keyspace: &Keyspace, index: u64, data: &[u8]) -> Re
     keyspace.sync().map_err(|e| e.to_string())
 }
 
-/// Walks the whole snapshot once (every payload's CRC, every database
-/// in range, the count at the end): the functions payload and the
-/// records.
+/// Walks the whole snapshot once (framing, every payload's CRC-64, every
+/// database in range, the count at the end): the functions payload and
+/// the records.
 fn check(data: &[u8], databases: usize) -> Result<(&[u8], &[u8]), String> {
     let mut r = data;
     if r.len() < MAGIC.len() || &r[..MAGIC.len()] != MAGIC {
@@ -169,21 +188,15 @@ fn check(data: &[u8], databases: usize) -> Result<(&[u8], &[u8]), String> {
     let functions = take_bytes(&mut r)?;
     let records = r;
     let mut keys = 0u64;
-    loop {
-        if r.try_get_u8().map_err(|_| truncated())? == END {
-            break;
-        }
-        let db = r.try_get_u8().map_err(|_| truncated())? as usize;
-        if db >= databases {
+    while let Some(record) = next_record(&mut r)? {
+        if record.db >= databases {
             return Err(format!(
-                "the snapshot has keys in database {db}; this node has {databases} databases \
-                 (start it with --databases as the leader's)"
+                "the snapshot has keys in database {}; this node has {databases} databases \
+                 (start it with --databases as the leader's)",
+                record.db
             ));
         }
-        let key = take_bytes(&mut r)?;
-        r.try_get_u64_le().map_err(|_| truncated())?;
-        let body = take_bytes(&mut r)?;
-        payload::open(body).map_err(|e| format!("key {key:?}: {e:?}"))?;
+        payload::check(record.payload).map_err(|e| format!("key {:?}: {e:?}", record.key))?;
         keys += 1;
     }
     let count = r.try_get_u64_le().map_err(|_| truncated())?;
@@ -193,4 +206,76 @@ fn check(data: &[u8], databases: usize) -> Result<(&[u8], &[u8]), String> {
         ));
     }
     Ok((functions, records))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A snapshot of `keys` (db, key, payload) as `build` lays it out.
+    fn snapshot(keys: &[(u8, &[u8], Vec<u8>)], count: u64) -> Vec<u8> {
+        let mut out = MAGIC.to_vec();
+        put_bytes(&mut out, b"");
+        for (db, key, payload) in keys {
+            out.push(KEY);
+            out.push(*db);
+            put_bytes(&mut out, key);
+            out.extend_from_slice(&0u64.to_le_bytes());
+            put_bytes(&mut out, payload);
+        }
+        out.push(END);
+        out.extend_from_slice(&count.to_le_bytes());
+        out
+    }
+
+    fn string_payload(text: &[u8]) -> Vec<u8> {
+        let mut body = Vec::new();
+        crate::rdb::writer::put_string_value(&mut body, text);
+        payload::seal(&mut body);
+        body
+    }
+
+    #[test]
+    fn a_snapshot_is_checked_whole_and_its_records_read_back() {
+        let good = snapshot(
+            &[
+                (0, b"a", string_payload(b"1")),
+                (3, b"b", string_payload(b"2")),
+            ],
+            2,
+        );
+        let (functions, mut records) = check(&good, 16).unwrap();
+        assert!(functions.is_empty());
+        let first = next_record(&mut records).unwrap().unwrap();
+        assert_eq!((first.db, first.key, first.expire_at), (0, &b"a"[..], None));
+        assert_eq!(next_record(&mut records).unwrap().unwrap().db, 3);
+        assert!(next_record(&mut records).unwrap().is_none());
+    }
+
+    #[test]
+    fn bad_snapshots_are_refused_before_anything_is_written() {
+        let mut damaged = string_payload(b"x");
+        let last = damaged.len() - 1;
+        damaged[last] ^= 1;
+        let good = snapshot(&[(0, b"a", string_payload(b"1"))], 1);
+        for (data, databases, want) in [
+            (b"NOTSNAPSHOT".to_vec(), 16, "not an Engram state snapshot"),
+            (good[..good.len() - 3].to_vec(), 16, "truncated"),
+            (
+                snapshot(&[(0, b"a", string_payload(b"1"))], 2),
+                16,
+                "end says 2 keys",
+            ),
+            (
+                snapshot(&[(20, b"a", string_payload(b"1"))], 1),
+                16,
+                "database 20",
+            ),
+            (snapshot(&[(0, b"a", damaged)], 1), 16, "VersionOrChecksum"),
+            ([good.clone(), vec![0]].concat(), 16, "end says"),
+        ] {
+            let error = check(&data, databases).expect_err(want);
+            assert!(error.contains(want), "{want}: {error}");
+        }
+    }
 }

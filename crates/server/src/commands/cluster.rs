@@ -134,7 +134,7 @@ fn host_port(address: &str) -> (String, i64) {
 /// an election) first, then the others by id.
 fn members(replica: &Replica) -> Vec<u64> {
     let leader = replica.last_known_leader();
-    let mut ids: Vec<u64> = replica.members().to_vec();
+    let mut ids = replica.members();
     ids.sort_unstable_by_key(|&id| (id != leader, id));
     ids
 }

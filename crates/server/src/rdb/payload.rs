@@ -27,8 +27,9 @@ pub fn seal(out: &mut Vec<u8>) {
     out.extend_from_slice(&crc.to_le_bytes());
 }
 
-/// Checks a payload's footer and reads its value.
-pub fn open(payload: &[u8]) -> Result<Value, PayloadError> {
+/// Checks a payload's footer (its version and CRC-64) without reading
+/// its value; the value's bytes.
+pub fn check(payload: &[u8]) -> Result<&[u8], PayloadError> {
     if payload.len() < 10 {
         return Err(PayloadError::VersionOrChecksum);
     }
@@ -41,10 +42,15 @@ pub fn open(payload: &[u8]) -> Result<Value, PayloadError> {
     if stored != crc64(&payload[..footer + 2]) {
         return Err(PayloadError::VersionOrChecksum);
     }
+    Ok(&payload[..footer])
+}
+
+/// Checks a payload's footer and reads its value.
+pub fn open(payload: &[u8]) -> Result<Value, PayloadError> {
     // Like Redis, the value is read from the start of the payload and
     // whatever follows it is not looked at; unlike Redis, the reader may
     // not run into the footer.
-    let mut input = Input::new(&payload[..footer]);
+    let mut input = Input::new(check(payload)?);
     let ty = input.u8().map_err(PayloadError::BadFormat)?;
     read_object(&mut input, ty).map_err(PayloadError::BadFormat)
 }

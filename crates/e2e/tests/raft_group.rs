@@ -444,3 +444,117 @@ fn cluster_on_a_single_node_is_disabled_as_in_redis() {
         );
     }
 }
+
+/// A script's `redis.call`s run at apply, on every member; they are
+/// checked against the rules of the user who sent the script (carried in
+/// the entry), not against the applier's, and the followers, which have no
+/// such user in their own ACL, decide alike.
+#[test]
+fn a_scripts_calls_are_checked_against_its_callers_rules_on_every_member() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let peers = common::group_peers(&bus);
+    let nodes: Vec<Served> = (0..3)
+        .map(|i| start_node(dirs[i].path(), i as u64 + 1, &peers))
+        .collect();
+    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+    let leader = leader_among(&ports);
+
+    let mut admin = connect(leader);
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("app")
+        .arg("on")
+        .arg(">secret")
+        .arg("~app:*")
+        .arg("-@all")
+        .arg("+eval")
+        .arg("+set")
+        .arg("+get")
+        .query(&mut admin)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("other")
+        .arg("before")
+        .query(&mut admin)
+        .unwrap();
+    let mut app = connect(leader);
+    let _: () = redis::cmd("AUTH")
+        .arg("app")
+        .arg("secret")
+        .query(&mut app)
+        .unwrap();
+
+    // Its own keys: allowed, and replicated.
+    let set: String = redis::cmd("EVAL")
+        .arg("return redis.call('SET', KEYS[1], ARGV[1])")
+        .arg(1)
+        .arg("app:1")
+        .arg("mine")
+        .query(&mut app)
+        .unwrap();
+    assert_eq!(set, "OK");
+    // A key outside `~app:*`: refused at EVAL when declared, by the call
+    // inside the script when not.
+    let refused = redis::cmd("EVAL")
+        .arg("return redis.call('SET', KEYS[1], 'stolen')")
+        .arg(1)
+        .arg("other")
+        .query::<String>(&mut app)
+        .unwrap_err();
+    assert!(refused.to_string().contains("no permissions"), "{refused}");
+    let refused = redis::cmd("EVAL")
+        .arg("return redis.call('SET', 'other', 'stolen')")
+        .arg(0)
+        .query::<String>(&mut app)
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("can't access at least one of the keys"),
+        "{refused}"
+    );
+    // A command outside its categories: refused inside the script too.
+    let refused = redis::cmd("EVAL")
+        .arg("return redis.call('DEL', KEYS[1])")
+        .arg(1)
+        .arg("app:1")
+        .query::<i64>(&mut app)
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("can't run this command"),
+        "{refused}"
+    );
+
+    // The denials are in the leader's ACL LOG under the caller's name.
+    let log: Vec<redis::Value> = redis::cmd("ACL").arg("LOG").query(&mut admin).unwrap();
+    let text = format!("{log:?}");
+    assert!(log.len() >= 2, "{text}");
+    assert!(text.contains("app"), "{text}");
+
+    let _: () = redis::cmd("SET")
+        .arg("marker")
+        .arg("1")
+        .query(&mut admin)
+        .unwrap();
+    for &port in &ports {
+        wait_replicated(port, "marker", "1");
+        let mut con = connect(port);
+        let _: () = redis::cmd("READONLY").query(&mut con).unwrap();
+        let mine: Option<String> = redis::cmd("GET").arg("app:1").query(&mut con).unwrap();
+        let other: Option<String> = redis::cmd("GET").arg("other").query(&mut con).unwrap();
+        assert_eq!(
+            (mine.as_deref(), other.as_deref()),
+            (Some("mine"), Some("before")),
+            "on :{port}"
+        );
+    }
+    // The default user is unrestricted: its scripts' calls are not
+    // checked, as before.
+    let done: String = redis::cmd("EVAL")
+        .arg("return redis.call('SET', 'other', 'after')")
+        .arg(0)
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(done, "OK");
+}

@@ -33,6 +33,7 @@
 //! invalidations for replicated writes, membership changes, snapshots and
 //! log compaction.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -40,6 +41,7 @@ use std::sync::{Arc, Weak};
 use bytes::Buf;
 use engram_replication::{Committed, LogSync, NodeConfig, Refused, Replica, StateMachine};
 
+use crate::acl::User;
 use crate::commands::{self, lookup, CommandSpec, READONLY, WRITE};
 use crate::keyspace::now_ms;
 use crate::resp::{Args, OwnedArgs, ReplyWriter};
@@ -285,14 +287,7 @@ pub async fn resolve(shared: &Shared, session: &mut Session, out: &mut ReplyWrit
     let Some(replica) = shared.group.get() else {
         return;
     };
-    let mut entry = Vec::with_capacity(256);
-    entry.extend_from_slice(&now_ms().to_le_bytes());
-    entry.push(out.is_resp3() as u8);
-    let items = pending
-        .iter()
-        .filter(|p| !matches!(p, Pending::Local(_)))
-        .count();
-    if items == 0 {
+    if pending.iter().all(|p| matches!(p, Pending::Local(_))) {
         for p in pending {
             if let Pending::Local(bytes) = p {
                 out.buf.extend_from_slice(&bytes);
@@ -300,24 +295,13 @@ pub async fn resolve(shared: &Shared, session: &mut Session, out: &mut ReplyWrit
         }
         return;
     }
-    entry.extend_from_slice(&(items as u32).to_le_bytes());
-    for p in &pending {
-        match p {
-            Pending::Command { db, args, .. } => {
-                entry.extend_from_slice(&[0, *db as u8]);
-                entry.extend_from_slice(&1u32.to_le_bytes());
-                encode_args(&mut entry, &args.args());
-            }
-            Pending::Exec { db, queue, .. } => {
-                entry.extend_from_slice(&[EXEC, *db as u8]);
-                entry.extend_from_slice(&(queue.len() as u32).to_le_bytes());
-                for args in queue {
-                    encode_args(&mut entry, &args.args());
-                }
-            }
-            Pending::Local(_) => {}
-        }
-    }
+    // The caller's rules, when it has any: the calls a script makes are
+    // checked at apply, on every member, against them (see `Applier`).
+    let caller = match session.user.rules().unrestricted {
+        true => None,
+        false => Some(session.user.line()),
+    };
+    let entry = encode_entry(now_ms(), out.is_resp3(), caller.as_deref(), &pending);
     let result = replica.propose(entry).await;
     if let Ok(applied) = &result {
         // What WAIT waits for.
@@ -431,6 +415,46 @@ pub fn needs_fence(args: &Args) -> bool {
 
 /// An item's tag: a MULTI/EXEC (its replies are one array).
 const EXEC: u8 = 1;
+/// In the entry's flags byte (beside RESP3's bit): the caller's ACL line
+/// follows. Entries without it (every unrestricted caller's, and those
+/// written before it existed) apply with every permission.
+const CALLER: u8 = 2;
+
+/// An entry: `[time_ms u64][flags u8]([caller len u32][caller])?[items
+/// u32]`, then per item `[tag u8][db u8][commands u32]` and each command's
+/// `[argc u32]([len u32][bytes])*`. Local replies are not in it.
+fn encode_entry(time_ms: u64, resp3: bool, caller: Option<&str>, pending: &[Pending]) -> Vec<u8> {
+    let mut entry = Vec::with_capacity(256);
+    entry.extend_from_slice(&time_ms.to_le_bytes());
+    entry.push(resp3 as u8 | if caller.is_some() { CALLER } else { 0 });
+    if let Some(line) = caller {
+        entry.extend_from_slice(&(line.len() as u32).to_le_bytes());
+        entry.extend_from_slice(line.as_bytes());
+    }
+    let items = pending
+        .iter()
+        .filter(|p| !matches!(p, Pending::Local(_)))
+        .count();
+    entry.extend_from_slice(&(items as u32).to_le_bytes());
+    for p in pending {
+        match p {
+            Pending::Command { db, args, .. } => {
+                entry.extend_from_slice(&[0, *db as u8]);
+                entry.extend_from_slice(&1u32.to_le_bytes());
+                encode_args(&mut entry, &args.args());
+            }
+            Pending::Exec { db, queue, .. } => {
+                entry.extend_from_slice(&[EXEC, *db as u8]);
+                entry.extend_from_slice(&(queue.len() as u32).to_le_bytes());
+                for args in queue {
+                    encode_args(&mut entry, &args.args());
+                }
+            }
+            Pending::Local(_) => {}
+        }
+    }
+    entry
+}
 
 fn encode_args(out: &mut Vec<u8>, args: &Args) {
     out.extend_from_slice(&(args.len() as u32).to_le_bytes());
@@ -443,6 +467,8 @@ fn encode_args(out: &mut Vec<u8>, args: &Args) {
 struct Entry {
     time_ms: u64,
     resp3: bool,
+    /// The proposing client's user as an ACL file line, if restricted.
+    caller: Option<String>,
     items: Vec<(usize, bool, Vec<OwnedArgs>)>,
 }
 
@@ -458,7 +484,15 @@ fn take<'a>(r: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
 fn decode_entry(data: &[u8]) -> Option<Entry> {
     let mut r = data;
     let time_ms = r.try_get_u64_le().ok()?;
-    let resp3 = r.try_get_u8().ok()? != 0;
+    let flags = r.try_get_u8().ok()?;
+    let resp3 = flags & 1 != 0;
+    let caller = match flags & CALLER {
+        0 => None,
+        _ => {
+            let len = r.try_get_u32_le().ok()? as usize;
+            Some(String::from_utf8(take(&mut r, len)?.to_vec()).ok()?)
+        }
+    };
     let n = r.try_get_u32_le().ok()? as usize;
     let mut items = Vec::with_capacity(n.min(1024));
     for _ in 0..n {
@@ -480,6 +514,7 @@ fn decode_entry(data: &[u8]) -> Option<Entry> {
     Some(Entry {
         time_ms,
         resp3,
+        caller,
         items,
     })
 }
@@ -499,20 +534,58 @@ fn decode_replies(bytes: &[u8]) -> Vec<&[u8]> {
 /// Applies committed entries to the keyspace: every entry of a batch in
 /// one atomic transaction that excludes the keyspace (as a script runs),
 /// with the applied index in the same batch.
+///
+/// Each entry runs as its caller: with every permission when the caller
+/// had them, else as a user rebuilt from the rules the entry carries, so
+/// a script's `redis.call`s are refused what its caller may not do, and
+/// every member decides alike whatever users its own ACL holds (an
+/// outcome that hung on a node's configuration would split the state).
 pub struct Applier {
     shared: Weak<Shared>,
     session: Session,
+    unrestricted: Arc<User>,
+    /// Callers seen lately, by their line (parsed once, not per entry).
+    callers: HashMap<String, Arc<User>>,
 }
+
+/// How many distinct callers `Applier` keeps parsed.
+const CALLERS_KEPT: usize = 64;
 
 impl Applier {
     fn new(shared: &Arc<Shared>) -> Applier {
         let info = shared
             .clients
             .detached("127.0.0.1:0".parse().expect("an address"));
+        let unrestricted = User::unrestricted(b"default");
         Applier {
             shared: Arc::downgrade(shared),
-            session: Session::new(info, shared.acl.default_user(), true),
+            session: Session::new(info, unrestricted.clone(), true),
+            unrestricted,
+            callers: HashMap::new(),
         }
+    }
+
+    /// The user an entry runs as.
+    fn caller(&mut self, line: Option<&str>) -> Arc<User> {
+        let Some(line) = line else {
+            return self.unrestricted.clone();
+        };
+        if let Some(user) = self.callers.get(line) {
+            return user.clone();
+        }
+        if self.callers.len() >= CALLERS_KEPT {
+            self.callers.clear();
+        }
+        // Channels are spelled out in the line, so the node's
+        // `acl-pubsub-default` does not matter.
+        let user = User::from_line(line, false).unwrap_or_else(|e| {
+            // Written by a member's `User::line`: every member fails it
+            // alike, and runs the entry allowed nothing.
+            log::error!("a Raft entry's caller does not parse ({e}): its calls are refused");
+            User::allowed_nothing(b"default")
+        });
+        self.callers.insert(line.to_string(), user.clone());
+        user
     }
 }
 
@@ -527,7 +600,6 @@ impl StateMachine for Applier {
         };
         let guard = shared.keyspace.guard();
         let keyspace = guard.as_ref().expect("guard() holds a keyspace");
-        let session = &mut self.session;
         let mut txn = Some(keyspace.lock_all(true));
         let mut answers = Vec::new();
         let total = entries.len();
@@ -536,6 +608,9 @@ impl StateMachine for Applier {
             if !committed.data.is_empty() {
                 match decode_entry(&committed.data) {
                     Some(entry) => {
+                        let caller = self.caller(entry.caller.as_deref());
+                        let session = &mut self.session;
+                        session.user = caller;
                         session.clock_ms = Some(entry.time_ms);
                         crate::random::seed(Some(index));
                         let replies;
@@ -568,7 +643,8 @@ impl StateMachine for Applier {
                 }
             }
         }
-        session.clock_ms = None;
+        self.session.clock_ms = None;
+        self.session.user = self.unrestricted.clone();
         crate::random::seed(None);
     }
 
@@ -645,27 +721,58 @@ mod tests {
 
     #[test]
     fn entries_round_trip() {
-        let mut entry = Vec::new();
-        entry.extend_from_slice(&42u64.to_le_bytes());
-        entry.push(1);
-        entry.extend_from_slice(&2u32.to_le_bytes());
-        entry.extend_from_slice(&[0, 3]);
-        entry.extend_from_slice(&1u32.to_le_bytes());
-        encode_args(
-            &mut entry,
-            &OwnedArgs::from_slices(&[b"set", b"k", b"v"]).args(),
-        );
-        entry.extend_from_slice(&[EXEC, 200]);
-        entry.extend_from_slice(&2u32.to_le_bytes());
-        encode_args(&mut entry, &OwnedArgs::from_slices(&[b"incr", b"n"]).args());
-        encode_args(&mut entry, &OwnedArgs::from_slices(&[b"get", b"n"]).args());
+        let owned = |parts: &[&[u8]]| OwnedArgs::from_slices(parts);
+        let pending = [
+            Pending::Command {
+                db: 3,
+                args: owned(&[b"set", b"k", b"v"]),
+                silent: false,
+            },
+            Pending::Local(b"-ERR local\r\n".to_vec()),
+            Pending::Exec {
+                db: 200,
+                queue: vec![owned(&[b"incr", b"n"]), owned(&[b"get", b"n"])],
+                silent: true,
+            },
+        ];
+        let entry = encode_entry(42, true, None, &pending);
         let decoded = decode_entry(&entry).unwrap();
         assert_eq!((decoded.time_ms, decoded.resp3), (42, true));
-        assert_eq!(decoded.items.len(), 2);
+        assert_eq!(decoded.caller, None);
+        assert_eq!(
+            decoded.items.len(),
+            2,
+            "the local reply is not in the entry"
+        );
         assert_eq!((decoded.items[0].0, decoded.items[0].1), (3, false));
         assert_eq!(decoded.items[1].2[1].args().get(0), b"get");
         assert_eq!((decoded.items[1].0, decoded.items[1].1), (200, true));
         // A truncated entry is refused, not misread.
         assert!(decode_entry(&entry[..entry.len() - 1]).is_none());
+
+        // A restricted caller's line travels with the entry, RESP2 too.
+        let line = "user app on resetchannels ~app:* -@all +eval +set";
+        let entry = encode_entry(7, false, Some(line), &pending[..1]);
+        let decoded = decode_entry(&entry).unwrap();
+        assert_eq!(decoded.caller.as_deref(), Some(line));
+        assert!(!decoded.resp3);
+        assert_eq!(decoded.items[0].2[0].args().get(1), b"k");
+        assert!(decode_entry(&entry[..20]).is_none(), "cut inside the line");
+    }
+
+    #[test]
+    fn an_entrys_caller_is_rebuilt_from_its_line_and_a_bad_line_allows_nothing() {
+        let line = "user app on resetchannels ~app:* -@all +eval +set";
+        let user = User::from_line(line, false).unwrap();
+        assert_eq!(user.name, b"app");
+        assert!(!user.rules().unrestricted);
+        assert_eq!(
+            user.line(),
+            User::from_line(&user.line(), false).unwrap().line()
+        );
+        assert!(User::from_line("user app ~x ((", false).is_err());
+        assert!(User::from_line("user a on\nuser b on", false).is_err());
+        assert!(User::from_line("", false).is_err());
+        assert!(!User::allowed_nothing(b"x").rules().root().all_commands);
     }
 }

@@ -95,10 +95,7 @@ pub fn load(path: &Path, all_channels: bool) -> Result<Vec<(Vec<u8>, UserRules)>
 pub fn render(users: &[std::sync::Arc<User>]) -> String {
     let mut text = String::new();
     for user in users {
-        text.push_str("user ");
-        text.push_str(&user.name_lossy());
-        text.push(' ');
-        text.push_str(&user.rules().describe());
+        text.push_str(&user.line());
         text.push('\n');
     }
     text

@@ -103,6 +103,34 @@ impl User {
     pub fn name_lossy(&self) -> String {
         String::from_utf8_lossy(&self.name).into_owned()
     }
+
+    /// A user outside every node's list, with every permission: what a
+    /// Raft group's apply runs as when the caller was unrestricted.
+    pub fn unrestricted(name: &[u8]) -> Arc<User> {
+        User::new(name, UserRules::everything())
+    }
+
+    /// A user outside every node's list, rebuilt from its ACL file line
+    /// (`user <name> <rules...>`, as `file::render` writes it): a Raft
+    /// entry carries its caller's rules this way, so every member checks
+    /// a script's calls against the same rules whatever its own users.
+    pub fn from_line(line: &str, all_channels: bool) -> Result<Arc<User>, String> {
+        let parsed = file::parse("raft entry", line, all_channels)?;
+        match <[_; 1]>::try_from(parsed) {
+            Ok([(name, rules)]) => Ok(User::new(&name, rules)),
+            Err(_) => Err("a Raft entry's caller is not one user line".into()),
+        }
+    }
+
+    /// A user outside every node's list allowed nothing.
+    pub fn allowed_nothing(name: &[u8]) -> Arc<User> {
+        User::new(name, UserRules::default())
+    }
+
+    /// This user's line for `from_line` (and the ACL file).
+    pub fn line(&self) -> String {
+        format!("user {} {}", self.name_lossy(), self.rules().describe())
+    }
 }
 
 /// What a denied call was denied for.

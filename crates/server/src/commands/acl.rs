@@ -180,8 +180,7 @@ fn acl(ctx: &mut Ctx, args: Args) -> CmdResult {
                 if sub == "users" {
                     ctx.out.bulk(&user.name);
                 } else {
-                    let line = format!("user {} {}", user.name_lossy(), user.rules().describe());
-                    ctx.out.bulk(line.as_bytes());
+                    ctx.out.bulk(user.line().as_bytes());
                 }
             }
             Ok(())

@@ -558,3 +558,101 @@ fn a_scripts_calls_are_checked_against_its_callers_rules_on_every_member() {
         .unwrap();
     assert_eq!(done, "OK");
 }
+
+/// INFO replication's `raft_log_syncs` of the node on `port`.
+fn log_syncs(port: u16) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut connect(port))
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("raft_log_syncs:"))
+        .unwrap_or_else(|| panic!("no raft_log_syncs in {info}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Each member syncs its Raft log as its durability says, changed at run
+/// time by CONFIG SET appendfsync: every round at `always` (a write is
+/// acknowledged once a majority has it on the media), about once a second
+/// at `everysec`, never at `no` (Engram's `process`).
+#[test]
+fn the_raft_log_is_synced_as_each_members_durability_says() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let peers = common::group_peers(&bus);
+    let nodes: Vec<Served> = (0..3)
+        .map(|i| start_node(dirs[i].path(), i as u64 + 1, &peers))
+        .collect();
+    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+    let leader = leader_among(&ports);
+    let mut con = connect(leader);
+    let set_everywhere = |value: &str| {
+        for &port in &ports {
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("appendfsync")
+                .arg(value)
+                .query(&mut connect(port))
+                .unwrap();
+        }
+    };
+    // Sequential writes: each is its own round on every member.
+    let mut writes = |n: usize, pause: Duration| {
+        for _ in 0..n {
+            let _: i64 = redis::cmd("INCR").arg("n").query(&mut con).unwrap();
+            std::thread::sleep(pause);
+        }
+        let _: () = redis::cmd("SET")
+            .arg("marker")
+            .arg(n)
+            .query(&mut con)
+            .unwrap();
+        for &port in &ports {
+            wait_replicated(port, "marker", &n.to_string());
+        }
+    };
+    let syncs = || ports.iter().map(|&p| log_syncs(p)).collect::<Vec<u64>>();
+
+    set_everywhere("always");
+    let before = syncs();
+    writes(50, Duration::ZERO);
+    let after = syncs();
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        assert!(
+            a - b >= 45,
+            "always: node {} synced {} times for 50 writes",
+            i + 1,
+            a - b
+        );
+    }
+
+    set_everywhere("no");
+    let before = syncs();
+    writes(51, Duration::ZERO);
+    let after = syncs();
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        assert!(
+            a - b <= 2,
+            "no: node {} synced {} times for 51 writes",
+            i + 1,
+            a - b
+        );
+    }
+
+    set_everywhere("everysec");
+    let before = syncs();
+    let started = std::time::Instant::now();
+    writes(52, Duration::from_millis(40));
+    let seconds = started.elapsed().as_secs();
+    let after = syncs();
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        assert!(
+            (1..=seconds + 2).contains(&(a - b)),
+            "everysec: node {} synced {} times for 52 writes over {seconds} s",
+            i + 1,
+            a - b
+        );
+    }
+}

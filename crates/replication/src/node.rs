@@ -246,6 +246,9 @@ pub struct Status {
     /// followers, since it started.
     pub snapshots_installed: u64,
     pub snapshots_built: u64,
+    /// Syncs of the log's records since the node started (each covers
+    /// every entry appended since the previous one).
+    pub log_syncs: u64,
     /// On the leader: each follower's match index.
     pub progress: Vec<(u64, u64)>,
     /// The members that do not vote (joining nodes not yet caught up).
@@ -1337,6 +1340,7 @@ impl Driver {
         status.last_index = raft.raft_log.last_index();
         status.log_bytes = raft.raft_log.store.bytes();
         status.compacted = raft.raft_log.store.compacted_to();
+        status.log_syncs = raft.raft_log.store.records_syncs();
         status.learners = raft.prs().conf().learners().iter().copied().collect();
         status.learners.sort_unstable();
         status.progress.clear();

@@ -107,6 +107,7 @@ pub struct RaftLog {
     /// The lowest offset written since the last `sync` (records), and
     /// whether a state slot was.
     unsynced_from: Option<u64>,
+    records_syncs: u64,
     unsynced_slot: Option<u64>,
     /// Whether `open` created the log (the node starts with no history).
     created: bool,
@@ -166,6 +167,7 @@ impl RaftLog {
             state_seq: 0,
             state_slot: 1,
             unsynced_from: None,
+            records_syncs: 0,
             unsynced_slot: None,
             created: false,
             snapshots: None,
@@ -510,8 +512,15 @@ impl RaftLog {
             let len = self.tail + RECORD_HEADER - from;
             self.region.persist(PmemOffset(from), len);
             self.region.sync(PmemOffset(from), len)?;
+            self.records_syncs += 1;
         }
         Ok(())
+    }
+
+    /// How many syncs wrote appended records back since the log opened
+    /// (INFO's `raft_log_syncs`: how often `LogSync` asked, in effect).
+    pub fn records_syncs(&self) -> u64 {
+        self.records_syncs
     }
 
     /// Drops the entries up to `to` (which the state machine has applied

@@ -425,7 +425,7 @@ fn replication(shared: &Shared, out: &mut String) -> std::fmt::Result {
             "master_repl_offset:{}\r\nraft_node_id:{}\r\nraft_role:{}\r\nraft_leader:{leader}\r\n\
              raft_term:{}\r\nraft_commit_index:{}\r\nraft_applied_index:{}\r\n\
              raft_last_index:{}\r\nraft_log_bytes:{}\r\nraft_compacted_index:{}\r\n\
-             raft_snapshots_installed:{}\r\nraft_snapshots_built:{}\r\n",
+             raft_snapshots_installed:{}\r\nraft_snapshots_built:{}\r\nraft_log_syncs:{}\r\n",
             status.applied,
             status.id,
             status.role,
@@ -437,6 +437,7 @@ fn replication(shared: &Shared, out: &mut String) -> std::fmt::Result {
             status.compacted,
             status.snapshots_installed,
             status.snapshots_built,
+            status.log_syncs,
         );
     }
     write!(

@@ -35,12 +35,21 @@
 //!    them was written after the retirements of the versions it shadows
 //!    were queued, so it goes only once they can no longer come back.
 //!
+//! Steps 2 and 4 order the bits against power loss only. Where writes are
+//! not promised to survive it (`process`: the owner says so with
+//! `set_power_fail_ordering(false)`), a round skips the sync: a process
+//! crash keeps the page cache whole, and the eager path sets its bits and
+//! reuses blocks unsynced in that mode too. (At `everysec` the sync
+//! stays: it is what writes compaction's copies back before their old
+//! blocks are reused.) That whole-file `msync` twice a second was a third
+//! of a Raft member's CPU.
+//!
 //! A dead block is therefore reused two full syncs after it died, and a
 //! block's bytes are counted dead as soon as nothing in the index points
 //! there (tombstones are never counted live). Nothing here runs on DAX,
 //! where a persisted bit costs a cache line and the eager path stays.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use engram_pmem::{PmemOffset, Region};
 use parking_lot::Mutex;
@@ -49,19 +58,46 @@ use crate::record;
 use crate::Result;
 
 /// The queues of one store's lazy retirement.
-#[derive(Default)]
 pub struct Retirement {
     /// Records retired since the last round began (offsets).
     queued: Mutex<Vec<u64>>,
     /// Blocks that died (their epoch passed) since the last round began.
     died: Mutex<Vec<u32>>,
+    /// Whether a round syncs the file before setting bits (step 2). Only
+    /// power loss can reorder the page cache's writes, so a store whose
+    /// writes are not promised to survive it (`process`: the eager path
+    /// sets its bits and reuses blocks unsynced there too) skips the sync;
+    /// see `set_power_fail_ordering`.
+    power_fail_ordering: AtomicBool,
     /// One round at a time; holds the blocks the last round took, released
     /// by the next.
     round: Mutex<Vec<u32>>,
     pub rounds: AtomicU64,
+    /// Rounds that synced the file.
+    pub syncs: AtomicU64,
+}
+
+impl Default for Retirement {
+    fn default() -> Retirement {
+        Retirement {
+            queued: Mutex::default(),
+            died: Mutex::default(),
+            power_fail_ordering: AtomicBool::new(true),
+            round: Mutex::default(),
+            rounds: AtomicU64::new(0),
+            syncs: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Retirement {
+    /// Whether rounds keep their order against power loss (the default):
+    /// set while acknowledged writes are promised to survive it. Turned
+    /// on, the next round's sync covers every bit set before.
+    pub fn set_power_fail_ordering(&self, on: bool) {
+        self.power_fail_ordering.store(on, Ordering::Relaxed);
+    }
+
     /// Queues a record for its DELETED bit (its bytes are already counted
     /// dead by the caller).
     pub fn queue(&self, offset: u64) {
@@ -102,10 +138,13 @@ impl Retirement {
         // round that releases the block, after that round's sync.
         let died = std::mem::take(&mut *self.died.lock());
         let queued = std::mem::take(&mut *self.queued.lock());
-        if let Err(error) = region.sync_all() {
-            self.queued.lock().extend(queued);
-            self.died.lock().extend(died);
-            return Err(error.into());
+        if self.power_fail_ordering.load(Ordering::Relaxed) {
+            if let Err(error) = region.sync_all() {
+                self.queued.lock().extend(queued);
+                self.died.lock().extend(died);
+                return Err(error.into());
+            }
+            self.syncs.fetch_add(1, Ordering::Relaxed);
         }
         for offset in queued {
             let at = PmemOffset(offset);

@@ -76,6 +76,10 @@ pub struct Stats {
     pub flush: &'static str,
     /// Index images written since open.
     pub index_images: u64,
+    /// Lazy retirement's rounds since open, and those that synced the
+    /// whole file (`retirement.rs`; both 0 without lazy retirement).
+    pub retirement_rounds: u64,
+    pub retirement_syncs: u64,
 }
 
 impl Store {
@@ -418,6 +422,14 @@ impl Store {
             },
             flush: space.region.flush_instruction().name(),
             index_images: self.state.index_images.load(Ordering::Relaxed),
+            retirement_rounds: space
+                .retirement
+                .as_ref()
+                .map_or(0, |r| r.rounds.load(Ordering::Relaxed)),
+            retirement_syncs: space
+                .retirement
+                .as_ref()
+                .map_or(0, |r| r.syncs.load(Ordering::Relaxed)),
         }
     }
 
@@ -480,6 +492,16 @@ impl Store {
     /// (what recovery needs; the retirement rounds write the rest).
     pub fn sync(&self) -> Result<()> {
         append::sync_written(&self.state)
+    }
+
+    /// Whether lazy retirement's rounds order their bits against power
+    /// loss (a whole-file sync each round; on by default). The owner turns
+    /// it off while its writes are not promised to survive power loss
+    /// (`retirement.rs`). Nothing without lazy retirement.
+    pub fn set_power_fail_ordering(&self, on: bool) {
+        if let Some(retirement) = &self.state.space.retirement {
+            retirement.set_power_fail_ordering(on);
+        }
     }
 
     /// Sets or lifts the data-file quota (tests of the full-disk path).

@@ -319,6 +319,49 @@ fn dead_blocks_are_reused_after_the_rounds() {
     store.close().unwrap();
 }
 
+/// Without power-fail ordering (a store whose owner promises survival of
+/// a process crash only) the rounds sync nothing, and still set their bits
+/// and give dead blocks back; a process crash loses nothing. Turned back
+/// on, the next round syncs.
+#[test]
+fn rounds_without_power_fail_ordering_sync_nothing_and_still_reuse_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), lazy(Duration::from_millis(2))).unwrap();
+    store.set_power_fail_ordering(false);
+    let value_bytes = 1000;
+    for round in 0..200u64 {
+        for key in 0..100u64 {
+            store
+                .put(format!("r{key}").as_bytes(), &pattern(round, value_bytes))
+                .unwrap();
+        }
+    }
+    let stats = store.stats();
+    assert!(stats.retirement_rounds > 0, "no round ran");
+    assert_eq!(stats.retirement_syncs, 0, "a round synced");
+    assert!(stats.blocks_freed > 100, "{} blocks freed", stats.blocks_freed);
+    let file_bytes = std::fs::metadata(data_file(dir.path())).unwrap().len();
+    assert!(file_bytes < 8 << 20, "the data file grew to {file_bytes} bytes");
+
+    store.set_power_fail_ordering(true);
+    store.delete(b"r0").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while store.stats().retirement_syncs == 0 {
+        assert!(std::time::Instant::now() < deadline, "no round synced");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+
+    let store = reopen_after_crash(store, dir.path(), lazy(Duration::from_millis(2)));
+    assert_eq!(store.get(b"r0").unwrap(), None);
+    for key in 1..100u64 {
+        assert_eq!(
+            store.get(format!("r{key}").as_bytes()).unwrap(),
+            Some(pattern(199, value_bytes))
+        );
+    }
+    store.close().unwrap();
+}
+
 /// A store of format 1 (written before tombstones existed) is run with
 /// in-place retirement even when lazy retirement is asked for, so a build
 /// that reads only format 1 can still open it.

@@ -269,6 +269,9 @@ impl Keyspace {
             access: AccessTracking::new(now_ms()),
             expired: expired::ExpiredKeys::default(),
         };
+        keyspace
+            .store
+            .set_power_fail_ordering(durability != Durability::Process);
         let intents = keyspace.rebuild(books)?;
         keyspace.replay(intents)?;
         let keyspace = Arc::new(keyspace);
@@ -295,6 +298,16 @@ impl Keyspace {
     /// When writes are durable, and the tickets that wait for it.
     pub fn commit(&self) -> &GroupCommit {
         &self.commit
+    }
+
+    /// Changes when writes are durable (CONFIG SET appendfsync): the group
+    /// commit's rule, and whether the strings store's lazy retirement
+    /// orders its rounds against power loss (needless at `process`, which
+    /// promises survival of a process crash only).
+    pub fn set_durability(&self, durability: Durability) {
+        self.commit.set_durability(durability);
+        self.store
+            .set_power_fail_ordering(durability != Durability::Process);
     }
 
     /// The group commit as a handle of its own, for a wait that must not

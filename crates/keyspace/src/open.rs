@@ -27,7 +27,7 @@ pub struct KeyspaceOptions {
     /// Persistent memory: detected, or forced to DAX or emulated.
     pub mode: ModeChoice,
     /// When writes are durable; changeable at run time through
-    /// [`crate::GroupCommit::set_durability`].
+    /// [`crate::Keyspace::set_durability`].
     pub durability: Durability,
     /// Logical databases (1 to 255).
     pub databases: usize,

@@ -373,7 +373,7 @@ fn validate_setting(name: &str, value: &str) -> Result<Change, CmdError> {
         "durability" | "appendfsync" => {
             let durability = parse_durability(value).map_err(failed)?;
             Box::new(move |ctx: &mut Ctx| {
-                ctx.ks().commit().set_durability(durability);
+                ctx.ks().set_durability(durability);
                 log::info!("durability set to {}", durability.name());
             })
         }

@@ -339,9 +339,16 @@ fn rounds_without_power_fail_ordering_sync_nothing_and_still_reuse_blocks() {
     let stats = store.stats();
     assert!(stats.retirement_rounds > 0, "no round ran");
     assert_eq!(stats.retirement_syncs, 0, "a round synced");
-    assert!(stats.blocks_freed > 100, "{} blocks freed", stats.blocks_freed);
+    assert!(
+        stats.blocks_freed > 100,
+        "{} blocks freed",
+        stats.blocks_freed
+    );
     let file_bytes = std::fs::metadata(data_file(dir.path())).unwrap().len();
-    assert!(file_bytes < 8 << 20, "the data file grew to {file_bytes} bytes");
+    assert!(
+        file_bytes < 8 << 20,
+        "the data file grew to {file_bytes} bytes"
+    );
 
     store.set_power_fail_ordering(true);
     store.delete(b"r0").unwrap();

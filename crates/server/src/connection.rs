@@ -212,6 +212,12 @@ async fn run<S: Stream>(
                             .push(crate::group::Pending::Local(reply.to_vec()));
                     }
                     offset += consumed;
+                    if replicated && session.proposals.last().is_some_and(|p| p.may_block()) {
+                        // Proposed at once, alone after what came before:
+                        // if it finds nothing, this client waits here.
+                        gate = None;
+                        crate::group::resolve(shared, session, out).await;
+                    }
                     // Not held across this client's own waits (a flush to a
                     // client that does not read would hold every script up).
                     if session.reload
@@ -373,6 +379,7 @@ fn held_by_pause(
     }
     let writes = |spec: &crate::commands::CommandSpec, args: &crate::resp::Args| {
         spec.is(crate::commands::WRITE)
+            || crate::commands::writes_by_subcommand(spec, args)
             || matches!(spec.name, "pfcount" | "publish" | "spublish")
             || (matches!(spec.name, "eval" | "evalsha" | "fcall")
                 && shared.scripting.call_may_write(spec.name, args))
@@ -580,13 +587,24 @@ async fn wait_unblocked<S: Stream>(
         // Registered: now a write after this try wakes us. If the retry
         // finds an element it takes it only if CLIENT UNBLOCK has not come
         // first (`ClientInfo::claim_service`, in the list commands).
-        let args = blocked.command.args();
-        let (index, _) = lookup(args.get(0)).expect("a blocked command was looked up");
         let mark = out.len();
-        session.retrying = true;
-        run_command(shared, &keyspace, session, out, None, index, args);
-        session.retrying = false;
+        if blocked.proposed {
+            // A group's leader: the try goes through the log.
+            crate::group::retry_blocked(shared, session, out, &blocked).await;
+        } else {
+            let args = blocked.command.args();
+            let (index, _) = lookup(args.get(0)).expect("a blocked command was looked up");
+            session.retrying = true;
+            run_command(shared, &keyspace, session, out, None, index, args);
+            session.retrying = false;
+        }
         match session.blocked.take() {
+            None if blocked.proposed => {
+                // Applied: what it took is the client's, whatever CLIENT
+                // UNBLOCK asked meanwhile.
+                let _ = wait.finish();
+                return Ok(true);
+            }
             None => {
                 // Served (the claim already ended the wait), or failed
                 // (WRONGTYPE...) without taking anything. In the latter

@@ -51,11 +51,13 @@ use crate::shared::Shared;
 /// A command (or a whole MULTI/EXEC) waiting in its session to be
 /// proposed, or a reply produced meanwhile that must follow theirs.
 pub enum Pending {
-    /// `silent`: CLIENT REPLY OFF or SKIP dropped its reply.
+    /// `silent`: CLIENT REPLY OFF or SKIP dropped its reply. `wait`: what
+    /// a blocking command waits for when its entry finds nothing.
     Command {
         db: usize,
         args: OwnedArgs,
         silent: bool,
+        wait: Option<Wait>,
     },
     Exec {
         db: usize,
@@ -63,6 +65,70 @@ pub enum Pending {
         silent: bool,
     },
     Local(Vec<u8>),
+}
+
+impl Pending {
+    /// A blocking command (BLPOP, XREADGROUP ... BLOCK ...): proposed
+    /// alone, so that if its entry finds nothing the connection can wait
+    /// and propose it again (`Blocked::proposed`).
+    pub fn may_block(&self) -> bool {
+        matches!(self, Pending::Command { wait: Some(_), .. })
+    }
+}
+
+/// The keys a blocking command waits on, and for how long (None: for
+/// ever).
+pub struct Wait {
+    keys: Vec<Box<[u8]>>,
+    timeout: Option<std::time::Duration>,
+}
+
+/// What `args` would wait for on a single node, when it finds nothing:
+/// None for a command that does not block, or whose arguments are bad
+/// (its entry's apply replies the error).
+fn blocking_wait(name: &str, args: &Args) -> Option<Wait> {
+    use crate::commands::parse_timeout;
+    let n = args.len();
+    let keys = |range: std::ops::Range<usize>| -> Vec<Box<[u8]>> {
+        range.map(|i| Box::from(args.get(i))).collect()
+    };
+    let (keys, timeout) = match name {
+        "blpop" | "brpop" | "bzpopmin" | "bzpopmax" if n >= 3 => {
+            (keys(1..n - 1), parse_timeout(args.get(n - 1)).ok()?)
+        }
+        "brpoplpush" | "blmove" if n >= 4 => (keys(1..2), parse_timeout(args.get(n - 1)).ok()?),
+        "blmpop" | "bzmpop" if n >= 5 => {
+            let numkeys: usize = std::str::from_utf8(args.get(2)).ok()?.parse().ok()?;
+            if numkeys == 0 || 3 + numkeys > n {
+                return None;
+            }
+            (keys(3..3 + numkeys), parse_timeout(args.get(1)).ok()?)
+        }
+        "xreadgroup" => {
+            let mut block = None;
+            let mut i = 4;
+            while i < n {
+                let option = args.get(i).to_ascii_lowercase();
+                match &option[..] {
+                    b"streams" => break,
+                    b"block" if i + 1 < n => {
+                        let ms: u64 = std::str::from_utf8(args.get(i + 1)).ok()?.parse().ok()?;
+                        block = Some((ms > 0).then(|| std::time::Duration::from_millis(ms)));
+                        i += 2;
+                    }
+                    b"count" => i += 2,
+                    _ => i += 1,
+                }
+            }
+            let streams = n.checked_sub(i + 1)?;
+            if streams == 0 || streams % 2 != 0 {
+                return None;
+            }
+            (keys(i + 1..i + 1 + streams / 2), block?)
+        }
+        _ => return None,
+    };
+    Some(Wait { keys, timeout })
 }
 
 /// Starts this node's Raft member when the configuration names a group.
@@ -155,7 +221,7 @@ pub enum Route {
 
 /// Whether a command changes data, so it goes through the log.
 pub fn is_write(spec: &CommandSpec, args: &Args) -> bool {
-    if spec.is(WRITE) {
+    if spec.is(WRITE) || commands::writes_by_subcommand(spec, args) {
         return true;
     }
     let sub = || {
@@ -275,6 +341,7 @@ pub fn queue(session: &mut Session, spec: &CommandSpec, args: Args) {
             db: session.db,
             args: args.to_owned(),
             silent,
+            wait: blocking_wait(spec.name, &args),
         }
     };
     session.proposals.push(pending);
@@ -315,6 +382,27 @@ pub async fn resolve(shared: &Shared, session: &mut Session, out: &mut ReplyWrit
     for p in pending {
         match p {
             Pending::Local(bytes) => out.buf.extend_from_slice(&bytes),
+            Pending::Command {
+                db,
+                args,
+                wait: Some(wait),
+                ..
+            } if result.is_ok() && replies.as_slice().first() == Some(&&found_nothing(out)[..]) => {
+                // Applied and found nothing: the connection waits for a
+                // write to its keys and proposes it again (as a single
+                // node runs it again), replying nothing now.
+                replies.next();
+                session.blocked = Some(crate::session::Blocked {
+                    db,
+                    keys: wait.keys,
+                    deadline: wait
+                        .timeout
+                        .and_then(|t| std::time::Instant::now().checked_add(t)),
+                    command: args,
+                    on_timeout: ReplyWriter::null_array,
+                    proposed: true,
+                });
+            }
             Pending::Command { silent, .. } | Pending::Exec { silent, .. } => {
                 match (&result, replies.next()) {
                     _ if silent => {}
@@ -411,6 +499,36 @@ pub async fn wait_for_replicas(
 /// Whether a command needs the read barrier first.
 pub fn needs_fence(args: &Args) -> bool {
     lookup(args.get(0)).is_some_and(|(_, spec)| is_read(spec))
+}
+
+/// What a blocking command's apply replies when it finds nothing (it runs
+/// as in MULTI there): the null array of `out`'s protocol.
+fn found_nothing(out: &ReplyWriter) -> Vec<u8> {
+    let mut nothing = ReplyWriter::new();
+    nothing.set_resp3(out.is_resp3());
+    nothing.null_array();
+    nothing.buf.to_vec()
+}
+
+/// A blocked command's next try on the leader: proposed alone; its reply
+/// goes to `out`, or, if it found nothing again, `session.blocked` is set
+/// again (with a fresh deadline, which the caller replaces).
+pub async fn retry_blocked(
+    shared: &Shared,
+    session: &mut Session,
+    out: &mut ReplyWriter,
+    blocked: &crate::session::Blocked,
+) {
+    session.proposals.push(Pending::Command {
+        db: blocked.db,
+        args: blocked.command.clone(),
+        silent: false,
+        wait: Some(Wait {
+            keys: blocked.keys.clone(),
+            timeout: None,
+        }),
+    });
+    resolve(shared, session, out).await;
 }
 
 /// An item's tag: a MULTI/EXEC (its replies are one array).
@@ -727,6 +845,7 @@ mod tests {
                 db: 3,
                 args: owned(&[b"set", b"k", b"v"]),
                 silent: false,
+                wait: None,
             },
             Pending::Local(b"-ERR local\r\n".to_vec()),
             Pending::Exec {
@@ -758,6 +877,116 @@ mod tests {
         assert!(!decoded.resp3);
         assert_eq!(decoded.items[0].2[0].args().get(1), b"k");
         assert!(decode_entry(&entry[..20]).is_none(), "cut inside the line");
+    }
+
+    #[test]
+    fn a_blocking_commands_keys_and_timeout_are_read_from_its_arguments() {
+        let wait = |parts: &[&str]| {
+            let bytes: Vec<&[u8]> = parts.iter().map(|p| p.as_bytes()).collect();
+            let args = OwnedArgs::from_slices(&bytes);
+            let name = parts[0].to_ascii_lowercase();
+            blocking_wait(&name, &args.args()).map(|w| {
+                let keys: Vec<String> = w
+                    .keys
+                    .iter()
+                    .map(|k| String::from_utf8_lossy(k).into_owned())
+                    .collect();
+                (keys, w.timeout.map(|t| t.as_millis()))
+            })
+        };
+        let keys = |k: &[&str]| k.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            wait(&["BLPOP", "a", "b", "1.5"]),
+            Some((keys(&["a", "b"]), Some(1500)))
+        );
+        assert_eq!(wait(&["brpop", "a", "0"]), Some((keys(&["a"]), None)));
+        assert_eq!(
+            wait(&["BZPOPMIN", "z", "2"]),
+            Some((keys(&["z"]), Some(2000)))
+        );
+        assert_eq!(
+            wait(&["BLMOVE", "s", "d", "LEFT", "RIGHT", "0.01"]),
+            Some((keys(&["s"]), Some(10)))
+        );
+        assert_eq!(
+            wait(&["BRPOPLPUSH", "s", "d", "0"]),
+            Some((keys(&["s"]), None))
+        );
+        assert_eq!(
+            wait(&["BLMPOP", "3", "2", "x", "y", "LEFT"]),
+            Some((keys(&["x", "y"]), Some(3000)))
+        );
+        assert_eq!(
+            wait(&[
+                "XREADGROUP",
+                "GROUP",
+                "g",
+                "c",
+                "COUNT",
+                "2",
+                "BLOCK",
+                "700",
+                "STREAMS",
+                "s",
+                "t",
+                ">",
+                ">"
+            ]),
+            Some((keys(&["s", "t"]), Some(700)))
+        );
+        assert_eq!(
+            wait(&[
+                "XREADGROUP",
+                "GROUP",
+                "g",
+                "c",
+                "block",
+                "0",
+                "NOACK",
+                "STREAMS",
+                "s",
+                ">"
+            ]),
+            Some((keys(&["s"]), None))
+        );
+        // No BLOCK, bad arguments, other commands: nothing to wait for
+        // (a bad call's apply replies its error).
+        assert_eq!(
+            wait(&["XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", ">"]),
+            None
+        );
+        assert_eq!(
+            wait(&[
+                "XREADGROUP",
+                "GROUP",
+                "g",
+                "c",
+                "BLOCK",
+                "x",
+                "STREAMS",
+                "s",
+                ">"
+            ]),
+            None
+        );
+        assert_eq!(
+            wait(&[
+                "XREADGROUP",
+                "GROUP",
+                "g",
+                "c",
+                "BLOCK",
+                "1",
+                "STREAMS",
+                "s"
+            ]),
+            None
+        );
+        assert_eq!(wait(&["BLPOP", "a", "-1"]), None);
+        assert_eq!(wait(&["BLPOP", "a", "soon"]), None);
+        assert_eq!(wait(&["BLMPOP", "1", "5", "x", "LEFT"]), None);
+        assert_eq!(wait(&["BLMPOP", "1", "0", "x", "LEFT"]), None);
+        assert_eq!(wait(&["LPOP", "a"]), None);
     }
 
     #[test]

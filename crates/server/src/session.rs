@@ -120,6 +120,9 @@ pub struct Blocked {
     pub command: OwnedArgs,
     /// Writes the reply for a timeout.
     pub on_timeout: fn(&mut ReplyWriter),
+    /// A Raft group's leader: each try is proposed (`group::retry`), not
+    /// run here.
+    pub proposed: bool,
 }
 
 impl Session {

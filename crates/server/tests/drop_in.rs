@@ -568,6 +568,22 @@ fn client_pause_and_unpause() {
     admin.script(&[("GET k", "\"w\"")]);
     assert_eq!(blocked(&mut admin), "blocked_clients:0");
 
+    // A container's writing subcommand is a write (Redis flags XGROUP
+    // CREATE, not XGROUP); its reading ones are not.
+    admin.script(&[
+        ("XADD s 1-1 f v", "\"1-1\""),
+        ("CLIENT PAUSE 60000 WRITE", "OK"),
+    ]);
+    reader.script(&[("XLEN s", "(integer) 1")]);
+    writer.send("XGROUP CREATE s g 0");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while blocked(&mut admin) != "blocked_clients:1" {
+        assert!(Instant::now() < deadline, "XGROUP CREATE was not held");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    admin.script(&[("XINFO GROUPS s", "[]"), ("CLIENT UNPAUSE", "OK")]);
+    assert_eq!(writer.reply(), "OK");
+
     // ALL holds reads too, until the deadline passes by itself.
     admin.script(&[("CLIENT PAUSE 300 ALL", "OK")]);
     let started = Instant::now();

@@ -865,7 +865,7 @@ fn move_one(
 /// 64-bit milliseconds is "negative" there (its conversion overflows to
 /// the most negative value), and is here too; one that fits but runs past
 /// the end of time from now is out of range.
-pub(super) fn parse_timeout(arg: &[u8]) -> Result<Option<Duration>, CmdError> {
+pub(crate) fn parse_timeout(arg: &[u8]) -> Result<Option<Duration>, CmdError> {
     let seconds =
         parse_float(arg).ok_or_else(|| err("ERR timeout is not a float or out of range"))?;
     let ms = seconds * 1000.0;
@@ -896,6 +896,7 @@ pub(super) fn block(ctx: &mut Ctx, args: &Args, keys: &[&[u8]], timeout: Option<
         // Redis answers every list wait that times out with a null array
         // (BLMOVE and BRPOPLPUSH included), and every sorted-set wait too.
         on_timeout: ReplyWriter::null_array,
+        proposed: false,
     });
 }
 

@@ -25,6 +25,7 @@ pub(crate) mod key_specs;
 mod keys;
 mod lcs;
 mod lists;
+pub(crate) use lists::parse_timeout;
 mod memory;
 mod migrate;
 mod pubsub;
@@ -520,6 +521,13 @@ fn check_acl(
         acl::deny(shared, session, denial, id, args, context);
         denial.reply(crate::acl::command_name(id))
     })
+}
+
+/// Whether a container's subcommand writes (XGROUP CREATE...): the
+/// container's own flags say nothing, Redis's description of the
+/// subcommand does.
+pub fn writes_by_subcommand(spec: &CommandSpec, args: &Args) -> bool {
+    descriptions::is_container(spec.name) && descriptions::call_has(spec.name, args, "write")
 }
 
 pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, args: Args) {

@@ -185,6 +185,7 @@ fn block(ctx: &mut Ctx, keys: &[&[u8]], timeout: Option<Duration>, command: Owne
         deadline: timeout.and_then(|t| Instant::now().checked_add(t)),
         command,
         on_timeout: ReplyWriter::null_array,
+        proposed: false,
     });
 }
 

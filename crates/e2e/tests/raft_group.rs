@@ -757,7 +757,10 @@ fn blocking_commands_wait_on_the_leader_and_take_through_the_log() {
     );
     assert!(format!("{reply:?}").contains(&id), "{reply:?} lacks {id}");
     let (reply, waited) = read.join().unwrap();
-    assert!(waited >= Duration::from_millis(350), "XREAD answered after {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(350),
+        "XREAD answered after {waited:?}"
+    );
     assert!(format!("{reply:?}").contains(&id), "{reply:?} lacks {id}");
 
     // Nothing comes: nil once the timeout has passed, not at once.

@@ -27,6 +27,12 @@ use tokio::sync::watch;
 /// for `everysec` work and for shutdown this often).
 const IDLE_WAKE: Duration = Duration::from_millis(250);
 const EVERYSEC: Duration = Duration::from_secs(1);
+/// `GroupCommit::wake`'s bits.
+const NOW: u8 = 1;
+const DEFERRED: u8 = 2;
+/// How long a ticket from `wrote_deferred` may wait for its worker to
+/// park before the sync thread syncs anyway.
+const DEFERRED_PATIENCE: Duration = Duration::from_micros(500);
 /// After a failed msync, wait this long before trying again.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(100);
 
@@ -161,8 +167,15 @@ pub struct GroupCommit {
     synced_blocking: (Mutex<u64>, Condvar),
     /// Written since the last sync (everysec).
     dirty: AtomicBool,
-    /// Asks the sync thread to look now rather than at its next wake.
-    wake: (Mutex<bool>, Condvar),
+    /// Asks the sync thread to look: `NOW`, or `DEFERRED` (shorten an
+    /// idle wait to `DEFERRED_PATIENCE`).
+    wake: (Mutex<u8>, Condvar),
+    /// Tickets were issued without waking the sync thread
+    /// (`wrote_deferred`): the next `before_park` wakes it.
+    deferred: AtomicBool,
+    /// The sync thread is in its long idle wait (a deferred ticket must
+    /// shorten it).
+    idle: AtomicBool,
     stopping: AtomicBool,
     pub stats: SyncStats,
 }
@@ -176,7 +189,9 @@ impl GroupCommit {
             synced: watch::Sender::new(0),
             synced_blocking: (Mutex::new(0), Condvar::new()),
             dirty: AtomicBool::new(false),
-            wake: (Mutex::new(false), Condvar::new()),
+            wake: (Mutex::new(0), Condvar::new()),
+            deferred: AtomicBool::new(false),
+            idle: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             stats: SyncStats {
                 last_sync_unix: AtomicU64::new(unix_now()),
@@ -216,6 +231,43 @@ impl GroupCommit {
             return None;
         }
         Some(self.ticket())
+    }
+
+    /// As `wrote`, but the sync thread is not woken now: the network
+    /// worker that ran the write calls `before_park` once it has run every
+    /// connection that was ready, so one `msync` covers all of them, as
+    /// Redis's one `fsync` before its event loop sleeps covers every client
+    /// served in that pass. (Waking it at each ticket started a sync for
+    /// the first writer of a pass and left the rest to the next one.) If
+    /// the worker never parks, the sync thread looks every
+    /// `DEFERRED_PATIENCE` while such tickets wait.
+    pub fn wrote_deferred(&self) -> Option<Ticket> {
+        self.stats
+            .changes_since_sync
+            .fetch_add(1, Ordering::Relaxed);
+        self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        if !self.must_wait() {
+            self.dirty.store(true, Ordering::Relaxed);
+            return None;
+        }
+        let ticket = self.issued.fetch_add(1, Ordering::SeqCst) + 1;
+        self.deferred.store(true, Ordering::SeqCst);
+        // Dekker with the sync thread's idle check (both SeqCst): it saw
+        // the flag above, or we see it idle and cut its wait short.
+        if self.idle.load(Ordering::SeqCst) {
+            let mut pending = self.wake.0.lock();
+            *pending |= DEFERRED;
+            self.wake.1.notify_one();
+        }
+        Some(Ticket(ticket))
+    }
+
+    /// A network worker is about to sleep: wakes the sync thread for the
+    /// tickets `wrote_deferred` left (one relaxed load when there are none).
+    pub fn before_park(&self) {
+        if self.deferred.load(Ordering::Relaxed) && self.deferred.swap(false, Ordering::SeqCst) {
+            self.nudge();
+        }
     }
 
     /// A ticket for everything written so far; wakes the sync thread.
@@ -265,7 +317,7 @@ impl GroupCommit {
     /// Wakes the sync thread.
     pub fn nudge(&self) {
         let mut pending = self.wake.0.lock();
-        *pending = true;
+        *pending |= NOW;
         self.wake.1.notify_one();
     }
 
@@ -318,6 +370,10 @@ impl GroupCommit {
     ) {
         let mut last_periodic = Instant::now();
         let mut window = RateWindow::new(&self.stats);
+        // Tickets came while the last sync ran: the next sync starts at
+        // once (pipelined group commit); the wait for a worker's park is
+        // only for the first writes after an idle moment.
+        let mut again = false;
         loop {
             window.roll(&self.stats);
             if !alive() {
@@ -325,16 +381,35 @@ impl GroupCommit {
             }
             {
                 let mut pending = self.wake.0.lock();
-                if !*pending {
-                    self.wake.1.wait_for(&mut pending, IDLE_WAKE);
+                if *pending & NOW == 0 && !again {
+                    if *pending & DEFERRED == 0 {
+                        self.idle.store(true, Ordering::SeqCst);
+                        if !self.deferred.load(Ordering::SeqCst) {
+                            self.wake.1.wait_for(&mut pending, IDLE_WAKE);
+                        }
+                        self.idle.store(false, Ordering::SeqCst);
+                    }
+                    // Deferred tickets: until a worker parks (`NOW`), or
+                    // the patience runs out.
+                    if *pending & NOW == 0 && self.deferred.load(Ordering::SeqCst) {
+                        self.wake.1.wait_for(&mut pending, DEFERRED_PATIENCE);
+                    }
                 }
-                *pending = false;
+                *pending = 0;
             }
+            again = false;
+            // Before `issued` is read: a deferred ticket after this load
+            // raises the flag again, and the next wait is short.
+            self.deferred.store(false, Ordering::SeqCst);
             let target = self.issued.load(Ordering::SeqCst);
             if target > *self.synced.borrow() {
                 match sync() {
                     None => return,
-                    Some(Ok(())) => self.publish_synced(target),
+                    Some(Ok(())) => {
+                        self.publish_synced(target);
+                        again = self.issued.load(Ordering::SeqCst) > target;
+                        continue;
+                    }
                     Some(Err(_)) => {
                         if self.stopping.load(Ordering::Acquire) {
                             return;
@@ -462,6 +537,58 @@ mod tests {
         let ticket = commit.ticket();
         commit.wait_blocking(ticket);
         assert!(attempts.load(Ordering::SeqCst) >= 2);
+        commit.stop();
+        thread.join().unwrap();
+    }
+
+    /// A deferred ticket does not wake the sync thread: `before_park`
+    /// does, and without it the sync thread looks on its own within
+    /// `DEFERRED_PATIENCE` (a worker that never parks still gets its
+    /// writes synced). Tickets deferred together share one sync.
+    #[test]
+    fn deferred_tickets_are_synced_at_the_park_or_after_the_patience() {
+        let commit = Arc::new(GroupCommit::new(Durability::Always, false));
+        let syncs = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (commit, syncs) = (commit.clone(), syncs.clone());
+            std::thread::spawn(move || {
+                commit.run(
+                    || {
+                        syncs.fetch_add(1, Ordering::SeqCst);
+                        Some(Ok::<(), String>(()))
+                    },
+                    || true,
+                )
+            })
+        };
+        // Let the sync thread settle into its idle wait.
+        std::thread::sleep(Duration::from_millis(50));
+        let started = Instant::now();
+        let tickets: Vec<Ticket> = (0..8).map(|_| commit.wrote_deferred().unwrap()).collect();
+        commit.before_park();
+        commit.wait_blocking(tickets[7]);
+        assert!(started.elapsed() < IDLE_WAKE / 2, "{:?}", started.elapsed());
+        // One sync for the pass (two if this thread lost the CPU for the
+        // patience between two tickets), not one each.
+        let pass = syncs.load(Ordering::SeqCst);
+        assert!(
+            (1..=2).contains(&pass),
+            "{pass} syncs for 8 deferred tickets"
+        );
+        commit.before_park();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            syncs.load(Ordering::SeqCst),
+            pass,
+            "a park with nothing deferred syncs nothing"
+        );
+
+        // No park: the patience, not the idle wake (250 ms), bounds the wait.
+        let started = Instant::now();
+        let ticket = commit.wrote_deferred().unwrap();
+        commit.wait_blocking(ticket);
+        assert!(started.elapsed() < IDLE_WAKE / 2, "{:?}", started.elapsed());
+        assert_eq!(syncs.load(Ordering::SeqCst), pass + 1);
         commit.stop();
         thread.join().unwrap();
     }

@@ -719,7 +719,9 @@ async fn flush<S: Stream>(
             .map(|k| k.commit_handle());
         match commit {
             Some(commit) => {
-                if let Some(ticket) = commit.wrote() {
+                // The worker wakes the sync thread before it sleeps
+                // (`serve`'s park hook): one sync for every client it ran.
+                if let Some(ticket) = commit.wrote_deferred() {
                     commit.wait(ticket).await;
                 }
             }

@@ -804,3 +804,103 @@ fn blocking_commands_wait_on_the_leader_and_take_through_the_log() {
         assert_eq!(pending.1.as_deref(), Some(id.as_str()), "on :{port}");
     }
 }
+
+/// What MONITOR on `port` shows until `last` appears (10 s at most).
+fn monitor_until(port: u16, run: impl FnOnce(), last: &str) -> String {
+    use std::io::{Read, Write};
+    let mut raw = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    raw.write_all(b"MONITOR\r\n").unwrap();
+    raw.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !seen.starts_with("+OK") {
+        let mut chunk = [0u8; 4096];
+        if let Ok(n) = raw.read(&mut chunk) {
+            seen.push_str(&String::from_utf8_lossy(&chunk[..n]));
+        }
+        assert!(Instant::now() < deadline, "no +OK from MONITOR");
+    }
+    run();
+    while !seen.contains(last) && Instant::now() < deadline {
+        let mut chunk = [0u8; 4096];
+        if let Ok(n) = raw.read(&mut chunk) {
+            seen.push_str(&String::from_utf8_lossy(&chunk[..n]));
+        }
+    }
+    seen
+}
+
+/// MONITOR on the leader shows each replicated write once, from its
+/// client, a transaction's commands and a script's calls as on a single
+/// node; a follower's MONITOR shows what its apply runs.
+#[test]
+fn monitor_shows_a_groups_writes_on_the_leader_and_the_followers() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let peers = common::group_peers(&bus);
+    let nodes: Vec<Served> = (0..3)
+        .map(|i| start_node(dirs[i].path(), i as u64 + 1, &peers))
+        .collect();
+    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+    let leader = leader_among(&ports);
+    let follower = *ports.iter().find(|&&p| p != leader).unwrap();
+
+    let writes = || {
+        let mut con = connect(leader);
+        let _: () = redis::cmd("SET").arg("a").arg("1").query(&mut con).unwrap();
+        let _: (i64,) = redis::pipe()
+            .atomic()
+            .cmd("INCR")
+            .arg("n")
+            .query(&mut con)
+            .unwrap();
+        let _: () = redis::cmd("EVAL")
+            .arg("return redis.call('SET', 'b', '2')")
+            .arg(0)
+            .query(&mut con)
+            .unwrap();
+        let _: () = redis::cmd("SET")
+            .arg("done")
+            .arg("1")
+            .query(&mut con)
+            .unwrap();
+    };
+    let seen = monitor_until(leader, writes, "\"done\"");
+    let lines: Vec<&str> = seen.lines().collect();
+    let count = |needle: &str| lines.iter().filter(|l| l.contains(needle)).count();
+    assert_eq!(count("\"SET\" \"a\" \"1\""), 1, "{seen}");
+    assert_eq!(count("\"INCR\" \"n\""), 1, "{seen}");
+    assert_eq!(count("\"EVAL\""), 1, "{seen}");
+    assert_eq!(count("[0 lua] \"SET\" \"b\" \"2\""), 1, "{seen}");
+    // From the client, not from the apply.
+    assert!(!seen.contains("127.0.0.1:0]"), "{seen}");
+    let at = |needle: &str| lines.iter().position(|l| l.contains(needle)).unwrap();
+    assert!(
+        at("\"MULTI\"") < at("\"INCR\"") && at("\"INCR\"") < at("\"EXEC\""),
+        "{seen}"
+    );
+    assert!(at("\"EVAL\"") < at("lua] \"SET\""), "{seen}");
+
+    // The follower has applied all that before its MONITOR starts.
+    wait_replicated(follower, "done", "1");
+    let more = || {
+        let mut con = connect(leader);
+        let _: () = redis::cmd("SET").arg("c").arg("3").query(&mut con).unwrap();
+        let _: () = redis::cmd("EVAL")
+            .arg("return redis.call('SET', 'd', '4')")
+            .arg(0)
+            .query(&mut con)
+            .unwrap();
+        let _: () = redis::cmd("SET")
+            .arg("done2")
+            .arg("1")
+            .query(&mut con)
+            .unwrap();
+    };
+    let seen = monitor_until(follower, more, "\"done2\"");
+    let count = |needle: &str| seen.lines().filter(|l| l.contains(needle)).count();
+    assert_eq!(count("\"SET\" \"c\" \"3\""), 1, "{seen}");
+    assert_eq!(count("\"EVAL\""), 1, "{seen}");
+    assert_eq!(count("lua] \"SET\" \"d\" \"4\""), 1, "{seen}");
+}

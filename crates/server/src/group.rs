@@ -317,6 +317,24 @@ pub fn key_slot(key: &[u8]) -> u16 {
     CRC16.checksum(tagged.unwrap_or(key)) % 16384
 }
 
+/// MONITOR's lines for a write the leader proposes, with the client's
+/// address, as a single node would show it: a transaction's queued
+/// commands then EXEC, a script's call (its own calls follow at apply),
+/// any other command. The apply of the entry here feeds nothing more
+/// (`Session::monitor_fed`); a follower's apply feeds what it runs.
+pub fn feed_monitors(shared: &Shared, session: &Session, spec: &CommandSpec, args: Args) {
+    match spec.name {
+        "exec" => {
+            for queued in session.multi.iter().flatten() {
+                crate::monitor::feed(shared, session, queued.args());
+            }
+            crate::monitor::feed(shared, session, args);
+        }
+        "eval" | "evalsha" | "fcall" => crate::monitor::feed_script_command(shared, session, args),
+        _ => crate::monitor::feed(shared, session, args),
+    }
+}
+
 /// Queues a write in its session (the leader's path in `execute`), with
 /// whether CLIENT REPLY silences it (as `execute` would after running it).
 pub fn queue(session: &mut Session, spec: &CommandSpec, args: Args) {
@@ -729,6 +747,7 @@ impl StateMachine for Applier {
                         let caller = self.caller(entry.caller.as_deref());
                         let session = &mut self.session;
                         session.user = caller;
+                        session.monitor_fed = committed.reply.is_some();
                         session.clock_ms = Some(entry.time_ms);
                         crate::random::seed(Some(index));
                         let replies;
@@ -762,6 +781,7 @@ impl StateMachine for Applier {
             }
         }
         self.session.clock_ms = None;
+        self.session.monitor_fed = false;
         self.session.user = self.unrestricted.clone();
         crate::random::seed(None);
     }
@@ -806,14 +826,26 @@ fn apply_entry<'s>(
         if *exec {
             out.array(commands.len());
         }
+        let feed = |session: &Session, args: Args| {
+            if !session.monitor_fed {
+                crate::monitor::feed(shared, session, args);
+            }
+        };
+        if *exec {
+            feed(session, OwnedArgs::from_slices(&[b"multi"]).args());
+        }
         for args in commands {
             let args = args.args();
             match lookup(args.get(0)) {
                 Some((index, _)) => {
                     txn = commands::run(shared, keyspace, session, &mut out, txn, index, args);
+                    feed(session, args);
                 }
                 None => out.error("ERR unknown command"),
             }
+        }
+        if *exec {
+            feed(session, OwnedArgs::from_slices(&[b"exec"]).args());
         }
         let reply = &out.buf[start..];
         replies.extend_from_slice(&(reply.len() as u32).to_le_bytes());

@@ -68,7 +68,7 @@ pub fn feed_from_script(shared: &Shared, session: &Session, args: Args) {
 /// that the commands the script calls come after them), as Redis feeds
 /// them from their own handlers.
 pub fn feed_script_command(shared: &Shared, session: &Session, args: Args) {
-    if shared.monitors.active.load(Ordering::Relaxed) == 0 {
+    if shared.monitors.active.load(Ordering::Relaxed) == 0 || session.monitor_fed {
         return;
     }
     push(

@@ -42,6 +42,11 @@ pub struct Session {
     pub blocked: Option<Blocked>,
     /// The command running is a blocked one tried again after a wakeup.
     pub retrying: bool,
+    /// A Raft group's apply of an entry this node proposed: MONITOR saw
+    /// its commands when they were proposed (with the client's address),
+    /// so EVAL and FCALL do not announce themselves again (the commands a
+    /// script calls are still fed as they run).
+    pub monitor_fed: bool,
     /// Set by MIGRATE, which replied nothing yet: the connection runs its
     /// exchange with the target, then `commands::finish_migration`.
     pub migration: Option<Box<crate::commands::PendingMigration>>,
@@ -148,6 +153,7 @@ impl Session {
             close: false,
             blocked: None,
             retrying: false,
+            monitor_fed: false,
             migration: None,
             reload: false,
             reply: ReplyMode::On,

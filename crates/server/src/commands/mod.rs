@@ -619,6 +619,7 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
         match crate::group::route(replica, session, spec, &args) {
             crate::group::Route::Local => {}
             crate::group::Route::Propose => {
+                crate::group::feed_monitors(shared, session, spec, args);
                 crate::group::queue(session, spec, args);
                 return;
             }

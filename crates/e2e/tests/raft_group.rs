@@ -904,3 +904,41 @@ fn monitor_shows_a_groups_writes_on_the_leader_and_the_followers() {
     assert_eq!(count("\"EVAL\""), 1, "{seen}");
     assert_eq!(count("lua] \"SET\" \"d\" \"4\""), 1, "{seen}");
 }
+
+/// A client blocked on the leader when leadership moves (CLUSTER FAILOVER
+/// on a follower) is told at once, with a redirect to the new leader, as
+/// Redis Cluster redirects its blocked clients; a cluster client then
+/// retries there.
+#[test]
+fn a_blocked_client_is_redirected_when_its_leader_steps_down() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let peers = common::group_peers(&bus);
+    let nodes: Vec<Served> = (0..3)
+        .map(|i| start_node(dirs[i].path(), i as u64 + 1, &peers))
+        .collect();
+    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+    let leader = leader_among(&ports);
+    let follower = *ports.iter().find(|&&p| p != leader).unwrap();
+
+    let waiter = std::thread::spawn(move || {
+        let started = Instant::now();
+        let reply = redis::cmd("BLPOP")
+            .arg("jobs")
+            .arg(30)
+            .query::<Option<Vec<String>>>(&mut connect(leader));
+        (reply, started.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let _: () = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .query(&mut connect(follower))
+        .unwrap();
+    let (reply, waited) = waiter.join().unwrap();
+    let error = reply.unwrap_err().to_string();
+    assert!(
+        error.contains(&format!("127.0.0.1:{follower}")) || error.contains("UNBLOCKED"),
+        "{error}"
+    );
+    assert!(waited < Duration::from_secs(10), "told after {waited:?}");
+}

@@ -33,7 +33,7 @@ use raft::prelude::{
 };
 use raft::{Config, RawNode, ReadOnlyOption, SnapshotStatus, StateRole};
 use slog::Drain;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{oneshot, watch, Notify};
 
 use crate::bus::{Bus, Directory, HelloFlags, PeerEvent};
 use crate::error::{Error, Result};
@@ -270,6 +270,8 @@ pub struct Replica {
     /// The last leader this node knew (kept through an election).
     last_leader: Arc<AtomicU64>,
     is_leader: Arc<AtomicBool>,
+    /// Notified when this node stops leading.
+    stepped_down: Arc<Notify>,
     applied: watch::Receiver<u64>,
     status: Arc<Mutex<Status>>,
     directory: Directory,
@@ -417,12 +419,14 @@ impl Replica {
         let leader = Arc::new(AtomicU64::new(0));
         let last_leader = Arc::new(AtomicU64::new(0));
         let is_leader = Arc::new(AtomicBool::new(false));
+        let stepped_down = Arc::new(Notify::new());
         let replica = Replica {
             id: config.id,
             inputs: input_tx,
             leader: leader.clone(),
             last_leader: last_leader.clone(),
             is_leader: is_leader.clone(),
+            stepped_down: stepped_down.clone(),
             applied: applied_rx,
             status: status.clone(),
             directory: bus.directory().clone(),
@@ -459,6 +463,7 @@ impl Replica {
             leader,
             last_leader,
             is_leader,
+            stepped_down,
             status,
             snapshot_file,
             durable: durable_rx,
@@ -522,6 +527,12 @@ impl Replica {
     /// barrier is what proves it).
     pub fn is_leader(&self) -> bool {
         self.is_leader.load(Ordering::Acquire)
+    }
+
+    /// Completes when this node stops leading (after this call: check
+    /// `is_leader` once the future exists, as with any `Notify`).
+    pub fn stepped_down(&self) -> tokio::sync::futures::Notified<'_> {
+        self.stepped_down.notified()
     }
 
     /// The leader's id, 0 when unknown.
@@ -635,6 +646,7 @@ struct Driver {
     leader: Arc<AtomicU64>,
     last_leader: Arc<AtomicU64>,
     is_leader: Arc<AtomicBool>,
+    stepped_down: Arc<Notify>,
     status: Arc<Mutex<Status>>,
     snapshot_file: SnapshotFile,
     /// Durable applied indexes from the apply thread.
@@ -1259,6 +1271,7 @@ impl Driver {
             }
         }
         if was_leader && !leads {
+            self.stepped_down.notify_waiters();
             // Entries proposed here may still commit under the next
             // leader, or be replaced: their clients cannot be told which.
             for (_, (_, reply)) in self.pending.drain() {

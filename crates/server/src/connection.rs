@@ -572,7 +572,26 @@ async fn wait_unblocked<S: Stream>(
         let kill = info.kill.notified();
         let shutdown = shared.shutdown.notified();
         let unblocked = info.unblock.notified();
-        tokio::pin!(kill, shutdown, unblocked);
+        // A group's leader that stops leading: its waits through the log
+        // end (created before the check below, so none is missed).
+        let replica = shared.group.get().filter(|_| blocked.proposed);
+        let demoted = replica.map(|r| r.stepped_down());
+        let demoted = async move {
+            match demoted {
+                Some(demoted) => demoted.await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(kill, shutdown, unblocked, demoted);
+        if replica.is_some_and(|r| !r.is_leader()) {
+            crate::commands::reply_error(
+                shared,
+                out,
+                &crate::group::stepped_down(shared, &blocked),
+            );
+            count_ended_wait(shared, session, &blocked, true);
+            return Ok(true);
+        }
         if info.killed.load(Ordering::Acquire) || shared.is_shutting_down() {
             return Ok(false);
         }
@@ -661,6 +680,7 @@ async fn wait_unblocked<S: Stream>(
                 }
                 _ = &mut kill => return Ok(false),
                 _ = &mut shutdown => return Ok(false),
+                _ = &mut demoted => break,
                 read = stream.read_buf(buf), if can_read => {
                     let read = read?;
                     if read == 0 {

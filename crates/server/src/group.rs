@@ -519,6 +519,25 @@ pub fn needs_fence(args: &Args) -> bool {
     lookup(args.get(0)).is_some_and(|(_, spec)| is_read(spec))
 }
 
+/// The reply to a client blocked on the leader when the node stops
+/// leading (Redis Cluster's redirect of blocked clients): MOVED to the new
+/// leader when it is known, else Redis's UNBLOCKED for a role change.
+pub fn stepped_down(shared: &Shared, blocked: &crate::session::Blocked) -> String {
+    let Some(replica) = shared.group.get() else {
+        return UNBLOCKED.into();
+    };
+    let args = blocked.command.args();
+    match lookup(args.get(0)) {
+        Some((_, spec)) if replica.leader() != 0 && replica.leader() != replica.id() => {
+            not_leader(replica, spec, &args)
+        }
+        _ => UNBLOCKED.into(),
+    }
+}
+
+const UNBLOCKED: &str =
+    "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)";
+
 /// What a blocking command's apply replies when it finds nothing (it runs
 /// as in MULTI there): the null array of `out`'s protocol.
 fn found_nothing(out: &ReplyWriter) -> Vec<u8> {

@@ -942,3 +942,73 @@ fn a_blocked_client_is_redirected_when_its_leader_steps_down() {
     );
     assert!(waited < Duration::from_secs(10), "told after {waited:?}");
 }
+
+/// Pub/sub in a group reaches every member's subscribers, as Redis
+/// Cluster's bus does: PUBLISH goes through the log (on a follower it is
+/// redirected to the leader), and each member sends the keyspace events
+/// of what it applies to its own subscribers.
+#[test]
+fn published_messages_and_keyspace_events_reach_every_members_subscribers() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let peers = common::group_peers(&bus);
+    let nodes: Vec<Served> = (0..3)
+        .map(|i| start_node(dirs[i].path(), i as u64 + 1, &peers))
+        .collect();
+    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+    let leader = leader_among(&ports);
+    let follower = *ports.iter().find(|&&p| p != leader).unwrap();
+
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("KEA")
+        .query(&mut connect(follower))
+        .unwrap();
+    let subscriber = |port: u16| {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+        let con = client.get_connection().unwrap();
+        con.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        con
+    };
+    let mut on_leader = subscriber(leader);
+    let mut on_follower = subscriber(follower);
+    let mut leader_sub = on_leader.as_pubsub();
+    leader_sub.subscribe("news").unwrap();
+    let mut follower_sub = on_follower.as_pubsub();
+    follower_sub.subscribe("news").unwrap();
+    follower_sub.psubscribe("__keyspace@0__:*").unwrap();
+
+    let mut con = connect(leader);
+    let receivers: i64 = redis::cmd("PUBLISH")
+        .arg("news")
+        .arg("hello")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(receivers, 1, "the leader's own subscribers");
+    let _: () = redis::cmd("SET")
+        .arg("watched")
+        .arg("1")
+        .query(&mut con)
+        .unwrap();
+    let message = leader_sub.get_message().unwrap();
+    assert_eq!(message.get_channel_name(), "news");
+    assert_eq!(message.get_payload::<String>().unwrap(), "hello");
+    let message = follower_sub.get_message().unwrap();
+    assert_eq!(message.get_channel_name(), "news");
+    assert_eq!(message.get_payload::<String>().unwrap(), "hello");
+    let event = follower_sub.get_message().unwrap();
+    assert_eq!(event.get_channel_name(), "__keyspace@0__:watched");
+    assert_eq!(event.get_payload::<String>().unwrap(), "set");
+
+    // On a follower PUBLISH is redirected to the leader.
+    let refused = redis::cmd("PUBLISH")
+        .arg("news")
+        .arg("x")
+        .query::<i64>(&mut connect(follower))
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains(&format!("127.0.0.1:{leader}")),
+        "{refused}"
+    );
+}

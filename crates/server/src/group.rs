@@ -233,6 +233,9 @@ pub fn is_write(spec: &CommandSpec, args: &Args) -> bool {
     };
     match spec.name {
         "eval" | "evalsha" | "fcall" | "exec" => true,
+        // Through the log, so every member's subscribers get the message
+        // (Redis Cluster sends a PUBLISH to every node over its bus).
+        "publish" | "spublish" => true,
         "script" => matches!(&sub()[..], b"load" | b"flush"),
         "function" => matches!(&sub()[..], b"load" | b"delete" | b"flush" | b"restore"),
         _ => false,
@@ -291,7 +294,11 @@ pub fn route(replica: &Replica, session: &Session, spec: &CommandSpec, args: &Ar
 fn not_leader(replica: &Replica, spec: &CommandSpec, args: &Args) -> String {
     let leader = replica.leader();
     let address = (leader != 0).then(|| replica.client_addr(leader)).flatten();
-    let key = spec.key_args(args).first().map(|k| k.to_vec());
+    let key = match spec.name {
+        // Redirected by the channel's slot, as a cluster client expects.
+        "publish" | "spublish" if args.len() > 1 => Some(args.get(1).to_vec()),
+        _ => spec.key_args(args).first().map(|k| k.to_vec()),
+    };
     match (key, address) {
         (Some(key), Some(address)) => format!("MOVED {} {address}", key_slot(&key)),
         (_, None) => "CLUSTERDOWN The cluster is down: no leader is known".into(),
@@ -771,7 +778,6 @@ impl StateMachine for Applier {
                         crate::random::seed(Some(index));
                         let replies;
                         (txn, replies) = apply_entry(&shared, keyspace, session, txn, &entry);
-                        session.notifications.clear();
                         if let Some(reply) = committed.reply {
                             answers.push((reply, replies));
                         }
@@ -791,6 +797,10 @@ impl StateMachine for Applier {
                     log::error!("applying Raft entries up to {index} failed: {e}; stopping");
                     std::process::exit(70);
                 }
+                // Keyspace events of what was applied, to this member's
+                // subscribers (every member's, as Redis's replicas send
+                // those of what they replay).
+                crate::notify::publish_pending(&shared, &mut self.session);
                 for (reply, bytes) in answers.drain(..) {
                     reply.send(bytes);
                 }

@@ -1012,3 +1012,71 @@ fn published_messages_and_keyspace_events_reach_every_members_subscribers() {
         "{refused}"
     );
 }
+
+/// Client-side caching on a group: a client tracking keys it read, on the
+/// leader or (READONLY) on a follower, is told when a replicated write
+/// changes one, by the member it reads from.
+#[test]
+fn tracking_clients_on_every_member_hear_of_replicated_writes() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let peers = common::group_peers(&bus);
+    let nodes: Vec<Served> = (0..3)
+        .map(|i| start_node(dirs[i].path(), i as u64 + 1, &peers))
+        .collect();
+    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+    let leader = leader_among(&ports);
+    let follower = *ports.iter().find(|&&p| p != leader).unwrap();
+    let mut writer = connect(leader);
+    let _: () = redis::cmd("SET")
+        .arg("cached")
+        .arg("1")
+        .query(&mut writer)
+        .unwrap();
+    wait_replicated(follower, "cached", "1");
+
+    // RESP2 tracking: invalidations go to a connection subscribed to
+    // __redis__:invalidate on the same member.
+    let track = |port: u16| {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+        let mut inbox = client.get_connection().unwrap();
+        inbox
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut inbox).unwrap();
+        let mut reader = connect(port);
+        let _: () = redis::cmd("READONLY").query(&mut reader).unwrap();
+        let _: () = redis::cmd("CLIENT")
+            .arg("TRACKING")
+            .arg("on")
+            .arg("REDIRECT")
+            .arg(id)
+            .query(&mut reader)
+            .unwrap();
+        let got: String = redis::cmd("GET").arg("cached").query(&mut reader).unwrap();
+        assert_eq!(got, "1");
+        (inbox, reader)
+    };
+    let (mut leader_inbox, _leader_reader) = track(leader);
+    let (mut follower_inbox, _follower_reader) = track(follower);
+    let mut leader_sub = leader_inbox.as_pubsub();
+    leader_sub.subscribe("__redis__:invalidate").unwrap();
+    let mut follower_sub = follower_inbox.as_pubsub();
+    follower_sub.subscribe("__redis__:invalidate").unwrap();
+
+    let _: () = redis::cmd("SET")
+        .arg("cached")
+        .arg("2")
+        .query(&mut writer)
+        .unwrap();
+    for (sub, on) in [(&mut leader_sub, leader), (&mut follower_sub, follower)] {
+        let message = sub.get_message().unwrap();
+        assert_eq!(
+            message.get_channel_name(),
+            "__redis__:invalidate",
+            "on :{on}"
+        );
+        let keys: Vec<String> = message.get_payload().unwrap();
+        assert_eq!(keys, ["cached"], "on :{on}");
+    }
+}

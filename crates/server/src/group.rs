@@ -764,12 +764,23 @@ impl StateMachine for Applier {
         let keyspace = guard.as_ref().expect("guard() holds a keyspace");
         let mut txn = Some(keyspace.lock_all(true));
         let mut answers = Vec::new();
+        // A FLUSHALL or FLUSHDB in the chunk: tracking clients hear of it
+        // whole (as after a single node's flush), not key by key.
+        let mut flushed = false;
         let total = entries.len();
         for (at, committed) in entries.into_iter().enumerate() {
             let index = committed.index;
             if !committed.data.is_empty() {
                 match decode_entry(&committed.data) {
                     Some(entry) => {
+                        flushed |= entry
+                            .items
+                            .iter()
+                            .flat_map(|(_, _, commands)| commands)
+                            .any(|c| {
+                                let name = c.args().get(0).to_ascii_lowercase();
+                                name == b"flushall" || name == b"flushdb"
+                            });
                         let caller = self.caller(entry.caller.as_deref());
                         let session = &mut self.session;
                         session.user = caller;
@@ -801,6 +812,17 @@ impl StateMachine for Applier {
                 // subscribers (every member's, as Redis's replicas send
                 // those of what they replay).
                 crate::notify::publish_pending(&shared, &mut self.session);
+                // Clients tracking keys on this member: invalidations of
+                // what the chunk changed (the apply thread noted them).
+                let was_flushed = std::mem::take(&mut flushed);
+                if engram_keyspace::modified::is_wanted() {
+                    if was_flushed {
+                        engram_keyspace::modified::discard();
+                        shared.tracking.flushed(&shared);
+                    } else {
+                        crate::tracking::invalidate_modified(&shared, None);
+                    }
+                }
                 for (reply, bytes) in answers.drain(..) {
                     reply.send(bytes);
                 }

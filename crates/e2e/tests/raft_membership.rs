@@ -121,6 +121,30 @@ fn a_node_is_added_promoted_and_another_removed() {
         !ids.contains(&(removed as u64 + 1)) && ids.len() == 3,
         "{ids:?}"
     );
+    // The removed node, once it applied its removal, no longer serves
+    // even stale reads: it sends clients to the leader.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let refusal = loop {
+        let mut con = connect(ports[removed]);
+        let _: () = redis::cmd("READONLY").query(&mut con).unwrap();
+        match redis::cmd("GET")
+            .arg("after")
+            .query::<Option<String>>(&mut con)
+        {
+            Err(e) => break e.to_string(),
+            Ok(_) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "the removed node still serves reads"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    assert!(
+        refusal.contains(&format!("127.0.0.1:{leader}")) || refusal.contains("removed"),
+        "{refusal}"
+    );
     kill(&mut nodes[removed]);
     // The leader dies: the two voters left (one of them node 4) elect one.
     let leader_at = ports.iter().position(|&p| p == leader).unwrap();

@@ -272,6 +272,8 @@ pub struct Replica {
     is_leader: Arc<AtomicBool>,
     /// Notified when this node stops leading.
     stepped_down: Arc<Notify>,
+    /// This node applied its own removal from the group.
+    removed: Arc<AtomicBool>,
     applied: watch::Receiver<u64>,
     status: Arc<Mutex<Status>>,
     directory: Directory,
@@ -420,6 +422,7 @@ impl Replica {
         let last_leader = Arc::new(AtomicU64::new(0));
         let is_leader = Arc::new(AtomicBool::new(false));
         let stepped_down = Arc::new(Notify::new());
+        let removed = Arc::new(AtomicBool::new(false));
         let replica = Replica {
             id: config.id,
             inputs: input_tx,
@@ -427,6 +430,7 @@ impl Replica {
             last_leader: last_leader.clone(),
             is_leader: is_leader.clone(),
             stepped_down: stepped_down.clone(),
+            removed: removed.clone(),
             applied: applied_rx,
             status: status.clone(),
             directory: bus.directory().clone(),
@@ -464,6 +468,7 @@ impl Replica {
             last_leader,
             is_leader,
             stepped_down,
+            removed,
             status,
             snapshot_file,
             durable: durable_rx,
@@ -533,6 +538,12 @@ impl Replica {
     /// `is_leader` once the future exists, as with any `Notify`).
     pub fn stepped_down(&self) -> tokio::sync::futures::Notified<'_> {
         self.stepped_down.notified()
+    }
+
+    /// Whether this node applied its own removal from the group (it hears
+    /// nothing from the group since: its data is stale).
+    pub fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
     }
 
     /// The leader's id, 0 when unknown.
@@ -647,6 +658,7 @@ struct Driver {
     last_leader: Arc<AtomicU64>,
     is_leader: Arc<AtomicBool>,
     stepped_down: Arc<Notify>,
+    removed: Arc<AtomicBool>,
     status: Arc<Mutex<Status>>,
     snapshot_file: SnapshotFile,
     /// Durable applied indexes from the apply thread.
@@ -1039,6 +1051,9 @@ impl Driver {
                 self.addresses.remove(&id);
                 self.bus.remove_peer(id);
                 if id == self.raw.raft.id {
+                    // Nothing reaches it from the group any more: what it
+                    // holds only ages. The server refuses its data.
+                    self.removed.store(true, Ordering::Release);
                     log::warn!("raft: this node (node {id}) was removed from the group");
                 } else {
                     log::info!(

@@ -282,6 +282,16 @@ pub fn route(replica: &Replica, session: &Session, spec: &CommandSpec, args: &Ar
             }
         };
     }
+    if replica.is_removed() {
+        // Nothing reaches a removed node: even a stale read would be
+        // staler every second. Sent to the leader it knew, if any.
+        return Route::Refuse(match replica.leader() {
+            0 => "CLUSTERDOWN this node was removed from its group and no longer follows it; \
+                  empty its directory and start it with --join to add it again"
+                .into(),
+            _ => not_leader(replica, spec, args),
+        });
+    }
     if !write && session.readonly {
         return Route::Local;
     }

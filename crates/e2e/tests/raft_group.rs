@@ -1080,3 +1080,78 @@ fn tracking_clients_on_every_member_hear_of_replicated_writes() {
         assert_eq!(keys, ["cached"], "on :{on}");
     }
 }
+
+/// Keys expire on a group without anyone touching them: the leader finds
+/// them due and proposes their deletion, so every member frees them at the
+/// same point of the log (Redis's master sends DELs to its replicas).
+#[test]
+fn expired_keys_are_deleted_on_every_member_without_being_touched() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let peers = common::group_peers(&bus);
+    let nodes: Vec<Served> = (0..3)
+        .map(|i| start_node(dirs[i].path(), i as u64 + 1, &peers))
+        .collect();
+    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+    let leader = leader_among(&ports);
+    let mut con = connect(leader);
+    for i in 0..20 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("short:{i}"))
+            .arg("v")
+            .arg("PX")
+            .arg(200)
+            .query(&mut con)
+            .unwrap();
+    }
+    // One rewritten without an expiry before it was due: it stays.
+    let _: () = redis::cmd("SET")
+        .arg("short:0")
+        .arg("kept")
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("long")
+        .arg("v")
+        .arg("EX")
+        .arg(1000)
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("SELECT").arg(3).query(&mut con).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("other-db")
+        .arg("v")
+        .arg("PX")
+        .arg(200)
+        .query(&mut con)
+        .unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for &port in &ports {
+        let mut member = connect(port);
+        let _: () = redis::cmd("READONLY").query(&mut member).unwrap();
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("keyspace")
+                .query(&mut member)
+                .unwrap();
+            // db0: short:0 and long; db3: nothing.
+            if info.contains("db0:keys=2,") && !info.contains("db3:") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "on :{port}: {info}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let kept: String = redis::cmd("GET").arg("short:0").query(&mut member).unwrap();
+        assert_eq!(kept, "kept", "on :{port}");
+        let stats: String = redis::cmd("INFO").arg("stats").query(&mut member).unwrap();
+        let expired: u64 = stats
+            .lines()
+            .find_map(|l| l.strip_prefix("expired_keys:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(expired, 20, "on :{port}");
+    }
+}

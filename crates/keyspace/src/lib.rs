@@ -1398,6 +1398,38 @@ impl Keyspace {
         Ok(deleted)
     }
 
+    /// Up to `limit` keys that have expired by `now_ms`, as (database, key),
+    /// left in place: a Raft group's leader proposes their deletion, so
+    /// that every member deletes the same keys at the same point of the
+    /// log (members run no expiry cycle of their own).
+    pub fn due_keys(&self, now_ms: u64, limit: usize) -> Vec<(usize, Vec<u8>)> {
+        let mut due = Vec::new();
+        for slot in self.groups.iter() {
+            if slot.next_due.load(Ordering::Relaxed) > now_ms {
+                continue;
+            }
+            let group = self.lock_group(slot);
+            let mut next = u64::MAX;
+            for (ekey, &at) in group.expires.iter() {
+                if at > now_ms {
+                    next = next.min(at);
+                } else if due.len() < limit {
+                    if let Some((db, key)) = self.client_key(ekey) {
+                        due.push((db, key.to_vec()));
+                    }
+                } else {
+                    return due;
+                }
+            }
+            // Every key of the group looked at: none is due before `next`
+            // (those listed are due now, and stay so until deleted).
+            if due.is_empty() {
+                slot.next_due.store(next, Ordering::Relaxed);
+            }
+        }
+        due
+    }
+
     /// Writes a batch as one crash-atomic unit (see `journal`). The caller
     /// holds the key groups of every key in `ops`.
     fn write_intent(&self, ops: &[journal::Op]) -> Result<Vec<u8>> {

@@ -167,6 +167,9 @@ impl Server {
         if config.handle_signals {
             runtime.spawn(shutdown_on_signal(shared.clone()));
         }
+        if shared.group.get().is_some() {
+            runtime.spawn(crate::group::expire(shared.clone()));
+        }
         let main_shared = shared.clone();
         let main = std::thread::Builder::new()
             .name("engram-main".into())

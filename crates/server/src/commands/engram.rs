@@ -1,5 +1,6 @@
-//! Engram's own commands (no Redis equivalent): ENGRAM.SCRUB, and
-//! ENGRAM.GROUP (a replicated group's membership, below).
+//! Engram's own commands (no Redis equivalent): ENGRAM.SCRUB,
+//! ENGRAM.GROUP (a replicated group's membership, below), and
+//! ENGRAM.EXPIRED (a group's expiry, below).
 //!
 //! `ENGRAM.SCRUB` brings the integrity layer's redundancy up to date, then
 //! verifies every page of the data file against its checksum and every
@@ -26,7 +27,7 @@
 //! queued and refused at EXEC (the transaction's locks would be held for
 //! the whole scrub).
 
-use super::{err, run_blocking, CmdResult, CommandSpec, Ctx, Group, ADMIN};
+use super::{err, run_blocking, CmdResult, CommandSpec, Ctx, Group, ADMIN, WRITE};
 use crate::resp::Args;
 use engram_replication::Change;
 
@@ -51,7 +52,37 @@ pub fn commands() -> Vec<CommandSpec> {
             group,
             "A replicated group's membership: MEMBERS, ADD id host:busport, REMOVE id.",
         ),
+        g.command(
+            "engram.expired",
+            -2,
+            WRITE,
+            (1, -1, 1),
+            expired,
+            "Deletes those of the keys that have expired (a replicated group's \
+             leader proposes it for the keys it finds due).",
+        ),
     ]
+}
+
+/// `ENGRAM.EXPIRED key [key ...]`: deletes each key that has expired by
+/// the command's clock (as a read would find it), and nothing else: a key
+/// written again since with no expiry or a later one stays. A Raft group's
+/// members run no expiry cycle of their own (their clocks differ); the
+/// leader proposes this for the keys it finds due (`group::expire`), and
+/// every member applies it at the entry's time, so all delete the same
+/// keys. Harmless from a client: it does what reading the keys would.
+fn expired(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let keys: Vec<&[u8]> = args.iter().skip(1).collect();
+    ctx.write(&keys, keys.len() > 1, |txn, db, now| {
+        for key in &keys {
+            // Deletes it on the way if it has expired (counted and
+            // announced as an expiry).
+            txn.get(db, key, now)?;
+        }
+        Ok(())
+    })?;
+    ctx.out.ok();
+    Ok(())
 }
 
 /// `ENGRAM.GROUP MEMBERS`: each member as `[id, role, client address]`

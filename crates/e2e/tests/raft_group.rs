@@ -1154,4 +1154,29 @@ fn expired_keys_are_deleted_on_every_member_without_being_touched() {
             .unwrap();
         assert_eq!(expired, 20, "on :{port}");
     }
+
+    // CLIENT PAUSE WRITE on the leader holds expiry, as on a single node;
+    // it resumes after.
+    let _: () = redis::cmd("SELECT").arg(0).query(&mut con).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("paused")
+        .arg("v")
+        .arg("PX")
+        .arg(100)
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1500)
+        .arg("WRITE")
+        .query(&mut con)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let size: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert_eq!(size, 3, "expired while paused");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while redis::cmd("DBSIZE").query::<i64>(&mut con).unwrap() != 2 {
+        assert!(Instant::now() < deadline, "not expired after the pause");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -818,6 +818,12 @@ impl Keyspace {
     }
 
     pub(crate) fn expiry_held(&self) -> bool {
+        // A replicated node (no lazy expiry of its own) deletes what its
+        // log's entries meet, paused or not: a hold on one member only
+        // would split the group's state. The leader holds its proposals.
+        if !self.expire_on_read.load(Ordering::Relaxed) {
+            return false;
+        }
         let until = self.expiry_held_until.load(Ordering::Relaxed);
         until != 0 && now_ms() < until
     }

@@ -231,7 +231,11 @@ pub async fn expire(shared: Arc<Shared>) {
         if shared.is_shutting_down() {
             return;
         }
-        if !replica.is_leader() || shared.keyspace.is_reloading() {
+        // CLIENT PAUSE WRITE holds expiry, as on a single node.
+        if !replica.is_leader()
+            || shared.keyspace.is_reloading()
+            || shared.pause.holds(true).is_some()
+        {
             continue;
         }
         let due = match shared.keyspace.try_guard().as_ref() {

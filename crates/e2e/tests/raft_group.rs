@@ -28,6 +28,34 @@ fn exchange(port: u16, request: &[u8], want: &str) {
     assert_eq!(String::from_utf8_lossy(&got), want);
 }
 
+/// Three nodes of a group on loopback, each in a directory of its own,
+/// with a leader elected; stopped when dropped.
+struct Trio {
+    _dirs: Vec<tempfile::TempDir>,
+    _nodes: Vec<Served>,
+    ports: Vec<u16>,
+    leader: u16,
+}
+
+impl Trio {
+    fn start() -> Trio {
+        let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+        let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let peers = common::group_peers(&bus);
+        let nodes: Vec<Served> = (0..3)
+            .map(|i| start_node(dirs[i].path(), i as u64 + 1, &peers))
+            .collect();
+        let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+        let leader = leader_among(&ports);
+        Trio {
+            _dirs: dirs,
+            _nodes: nodes,
+            ports,
+            leader,
+        }
+    }
+}
+
 #[test]
 fn a_group_replicates_redirects_and_survives_its_leaders_death() {
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
@@ -451,14 +479,8 @@ fn cluster_on_a_single_node_is_disabled_as_in_redis() {
 /// such user in their own ACL, decide alike.
 #[test]
 fn a_scripts_calls_are_checked_against_its_callers_rules_on_every_member() {
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let peers = common::group_peers(&bus);
-    let nodes: Vec<Served> = (0..3)
-        .map(|i| start_node(dirs[i].path(), i as u64 + 1, &peers))
-        .collect();
-    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
-    let leader = leader_among(&ports);
+    let group = Trio::start();
+    let (ports, leader) = (group.ports.clone(), group.leader);
 
     let mut admin = connect(leader);
     let _: () = redis::cmd("ACL")
@@ -579,14 +601,8 @@ fn log_syncs(port: u16) -> u64 {
 /// at `everysec`, never at `no` (Engram's `process`).
 #[test]
 fn the_raft_log_is_synced_as_each_members_durability_says() {
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let peers = common::group_peers(&bus);
-    let nodes: Vec<Served> = (0..3)
-        .map(|i| start_node(dirs[i].path(), i as u64 + 1, &peers))
-        .collect();
-    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
-    let leader = leader_among(&ports);
+    let group = Trio::start();
+    let (ports, leader) = (group.ports.clone(), group.leader);
     let mut con = connect(leader);
     let set_everywhere = |value: &str| {
         for &port in &ports {
@@ -667,14 +683,8 @@ fn the_raft_log_is_synced_as_each_members_durability_says() {
 /// still answers nil after its time.
 #[test]
 fn blocking_commands_wait_on_the_leader_and_take_through_the_log() {
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let peers = common::group_peers(&bus);
-    let nodes: Vec<Served> = (0..3)
-        .map(|i| start_node(dirs[i].path(), i as u64 + 1, &peers))
-        .collect();
-    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
-    let leader = leader_among(&ports);
+    let group = Trio::start();
+    let (ports, leader) = (group.ports.clone(), group.leader);
 
     // Each waiter blocks on its own connection; a writer serves it later.
     let waiter = |command: redis::Cmd| {
@@ -836,14 +846,8 @@ fn monitor_until(port: u16, run: impl FnOnce(), last: &str) -> String {
 /// node; a follower's MONITOR shows what its apply runs.
 #[test]
 fn monitor_shows_a_groups_writes_on_the_leader_and_the_followers() {
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let peers = common::group_peers(&bus);
-    let nodes: Vec<Served> = (0..3)
-        .map(|i| start_node(dirs[i].path(), i as u64 + 1, &peers))
-        .collect();
-    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
-    let leader = leader_among(&ports);
+    let group = Trio::start();
+    let (ports, leader) = (group.ports.clone(), group.leader);
     let follower = *ports.iter().find(|&&p| p != leader).unwrap();
 
     let writes = || {
@@ -911,14 +915,8 @@ fn monitor_shows_a_groups_writes_on_the_leader_and_the_followers() {
 /// retries there.
 #[test]
 fn a_blocked_client_is_redirected_when_its_leader_steps_down() {
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let peers = common::group_peers(&bus);
-    let nodes: Vec<Served> = (0..3)
-        .map(|i| start_node(dirs[i].path(), i as u64 + 1, &peers))
-        .collect();
-    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
-    let leader = leader_among(&ports);
+    let group = Trio::start();
+    let (ports, leader) = (group.ports.clone(), group.leader);
     let follower = *ports.iter().find(|&&p| p != leader).unwrap();
 
     let waiter = std::thread::spawn(move || {
@@ -949,14 +947,8 @@ fn a_blocked_client_is_redirected_when_its_leader_steps_down() {
 /// of what it applies to its own subscribers.
 #[test]
 fn published_messages_and_keyspace_events_reach_every_members_subscribers() {
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let peers = common::group_peers(&bus);
-    let nodes: Vec<Served> = (0..3)
-        .map(|i| start_node(dirs[i].path(), i as u64 + 1, &peers))
-        .collect();
-    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
-    let leader = leader_among(&ports);
+    let group = Trio::start();
+    let (ports, leader) = (group.ports.clone(), group.leader);
     let follower = *ports.iter().find(|&&p| p != leader).unwrap();
 
     let _: () = redis::cmd("CONFIG")
@@ -1018,14 +1010,8 @@ fn published_messages_and_keyspace_events_reach_every_members_subscribers() {
 /// changes one, by the member it reads from.
 #[test]
 fn tracking_clients_on_every_member_hear_of_replicated_writes() {
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let peers = common::group_peers(&bus);
-    let nodes: Vec<Served> = (0..3)
-        .map(|i| start_node(dirs[i].path(), i as u64 + 1, &peers))
-        .collect();
-    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
-    let leader = leader_among(&ports);
+    let group = Trio::start();
+    let (ports, leader) = (group.ports.clone(), group.leader);
     let follower = *ports.iter().find(|&&p| p != leader).unwrap();
     let mut writer = connect(leader);
     let _: () = redis::cmd("SET")
@@ -1086,14 +1072,8 @@ fn tracking_clients_on_every_member_hear_of_replicated_writes() {
 /// same point of the log (Redis's master sends DELs to its replicas).
 #[test]
 fn expired_keys_are_deleted_on_every_member_without_being_touched() {
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let peers = common::group_peers(&bus);
-    let nodes: Vec<Served> = (0..3)
-        .map(|i| start_node(dirs[i].path(), i as u64 + 1, &peers))
-        .collect();
-    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
-    let leader = leader_among(&ports);
+    let group = Trio::start();
+    let (ports, leader) = (group.ports.clone(), group.leader);
     let mut con = connect(leader);
     for i in 0..20 {
         let _: () = redis::cmd("SET")

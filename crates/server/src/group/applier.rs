@@ -1,0 +1,247 @@
+//! The group's state machine: committed entries applied to the keyspace
+//! on the apply thread, in log order, as every member applies them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+use engram_replication::{Committed, StateMachine};
+
+use super::entry::{decode_entry, Entry};
+use crate::acl::User;
+use crate::commands::{self, lookup};
+use crate::resp::{Args, OwnedArgs, ReplyWriter};
+use crate::session::Session;
+use crate::shared::Shared;
+
+/// Applies committed entries to the keyspace: every entry of a batch in
+/// one atomic transaction that excludes the keyspace (as a script runs),
+/// with the applied index in the same batch.
+///
+/// Each entry runs as its caller: with every permission when the caller
+/// had them, else as a user rebuilt from the rules the entry carries, so
+/// a script's `redis.call`s are refused what its caller may not do, and
+/// every member decides alike whatever users its own ACL holds (an
+/// outcome that hung on a node's configuration would split the state).
+pub struct Applier {
+    shared: Weak<Shared>,
+    session: Session,
+    unrestricted: Arc<User>,
+    /// Callers seen lately, by their line (parsed once, not per entry).
+    callers: HashMap<String, Arc<User>>,
+}
+
+/// How many distinct callers `Applier` keeps parsed.
+const CALLERS_KEPT: usize = 64;
+
+impl Applier {
+    pub(super) fn new(shared: &Arc<Shared>) -> Applier {
+        let info = shared
+            .clients
+            .detached("127.0.0.1:0".parse().expect("an address"));
+        let unrestricted = User::unrestricted(b"default");
+        Applier {
+            shared: Arc::downgrade(shared),
+            session: Session::new(info, unrestricted.clone(), true),
+            unrestricted,
+            callers: HashMap::new(),
+        }
+    }
+
+    /// The user an entry runs as.
+    fn caller(&mut self, line: Option<&str>) -> Arc<User> {
+        let Some(line) = line else {
+            return self.unrestricted.clone();
+        };
+        if let Some(user) = self.callers.get(line) {
+            return user.clone();
+        }
+        if self.callers.len() >= CALLERS_KEPT {
+            self.callers.clear();
+        }
+        // Channels are spelled out in the line, so the node's
+        // `acl-pubsub-default` does not matter.
+        let user = User::from_line(line, false).unwrap_or_else(|e| {
+            // Written by a member's `User::line`: every member fails it
+            // alike, and runs the entry allowed nothing.
+            log::error!("a Raft entry's caller does not parse ({e}): its calls are refused");
+            User::allowed_nothing(b"default")
+        });
+        self.callers.insert(line.to_string(), user.clone());
+        user
+    }
+}
+
+/// An apply transaction is committed once it holds this many writes (at
+/// an entry's end), so its batch stays one engine record run.
+const APPLY_CHUNK_WRITES: usize = 512;
+
+impl StateMachine for Applier {
+    fn apply(&mut self, entries: Vec<Committed>) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let guard = shared.keyspace.guard();
+        let keyspace = guard.as_ref().expect("guard() holds a keyspace");
+        let mut txn = Some(keyspace.lock_all(true));
+        let mut answers = Vec::new();
+        // A FLUSHALL or FLUSHDB in the chunk: tracking clients hear of it
+        // whole (as after a single node's flush), not key by key.
+        let mut flushed = false;
+        let total = entries.len();
+        for (at, committed) in entries.into_iter().enumerate() {
+            let index = committed.index;
+            if !committed.data.is_empty() {
+                match decode_entry(&committed.data) {
+                    Some(entry) => {
+                        flushed |= entry
+                            .items
+                            .iter()
+                            .flat_map(|(_, _, commands)| commands)
+                            .any(|c| {
+                                let name = c.args().get(0).to_ascii_lowercase();
+                                name == b"flushall" || name == b"flushdb"
+                            });
+                        let caller = self.caller(entry.caller.as_deref());
+                        let session = &mut self.session;
+                        session.user = caller;
+                        session.monitor_fed = committed.reply.is_some();
+                        session.clock_ms = Some(entry.time_ms);
+                        crate::random::seed(Some(index));
+                        let replies;
+                        (txn, replies) = apply_entry(&shared, keyspace, session, txn, &entry);
+                        if let Some(reply) = committed.reply {
+                            answers.push((reply, replies));
+                        }
+                    }
+                    None => log::error!("raft entry {index} does not decode: skipped"),
+                }
+            }
+            let full = txn
+                .as_ref()
+                .is_some_and(|t| t.buffered_writes() >= APPLY_CHUNK_WRITES);
+            if full || at + 1 == total {
+                let mut done = txn.take().expect("commands hand the transaction back");
+                let committed = done.put_applied_index(index).and_then(|()| done.commit());
+                if let Err(e) = committed {
+                    // The keyspace no longer follows the log: stop as a
+                    // crash would; the restart applies these entries again.
+                    log::error!("applying Raft entries up to {index} failed: {e}; stopping");
+                    std::process::exit(70);
+                }
+                // Keyspace events of what was applied, to this member's
+                // subscribers (every member's, as Redis's replicas send
+                // those of what they replay).
+                crate::notify::publish_pending(&shared, &mut self.session);
+                // Clients tracking keys on this member: invalidations of
+                // what the chunk changed (the apply thread noted them).
+                let was_flushed = std::mem::take(&mut flushed);
+                if engram_keyspace::modified::is_wanted() {
+                    if was_flushed {
+                        engram_keyspace::modified::discard();
+                        shared.tracking.flushed(&shared);
+                    } else {
+                        crate::tracking::invalidate_modified(&shared, None);
+                    }
+                }
+                for (reply, bytes) in answers.drain(..) {
+                    reply.send(bytes);
+                }
+                if at + 1 < total {
+                    txn = Some(keyspace.lock_all(true));
+                }
+            }
+        }
+        self.session.clock_ms = None;
+        self.session.monitor_fed = false;
+        self.session.user = self.unrestricted.clone();
+        crate::random::seed(None);
+    }
+
+    fn snapshot(&mut self) -> Result<Vec<u8>, String> {
+        let shared = self.shared.upgrade().ok_or("the server stopped")?;
+        let guard = shared.keyspace.guard();
+        let keyspace = guard.as_ref().expect("guard() holds a keyspace");
+        crate::snapshot::build(&shared, keyspace)
+    }
+
+    fn restore(&mut self, index: u64, data: &[u8]) -> Result<(), String> {
+        let shared = self.shared.upgrade().ok_or("the server stopped")?;
+        let guard = shared.keyspace.guard();
+        let keyspace = guard.as_ref().expect("guard() holds a keyspace");
+        crate::snapshot::load(&shared, keyspace, index, data)
+    }
+
+    fn sync(&mut self) -> Result<(), String> {
+        let shared = self.shared.upgrade().ok_or("the server stopped")?;
+        let guard = shared.keyspace.guard();
+        let keyspace = guard.as_ref().expect("guard() holds a keyspace");
+        keyspace.sync().map_err(|e| e.to_string())
+    }
+}
+
+/// Runs one entry's items against the apply transaction; their replies,
+/// each `[len u32][bytes]`.
+fn apply_entry<'s>(
+    shared: &'s Shared,
+    keyspace: &'s Arc<crate::keyspace::Keyspace>,
+    session: &mut Session,
+    mut txn: Option<crate::keyspace::Txn<'s>>,
+    entry: &Entry,
+) -> (Option<crate::keyspace::Txn<'s>>, Vec<u8>) {
+    let mut out = ReplyWriter::new();
+    out.set_resp3(entry.resp3);
+    let mut replies = Vec::new();
+    for (db, exec, commands) in &entry.items {
+        let start = out.len();
+        session.db = *db;
+        if *exec {
+            out.array(commands.len());
+        }
+        let feed = |session: &Session, args: Args| {
+            if !session.monitor_fed {
+                crate::monitor::feed(shared, session, args);
+            }
+        };
+        if *exec {
+            feed(session, OwnedArgs::from_slices(&[b"multi"]).args());
+        }
+        for args in commands {
+            let args = args.args();
+            match lookup(args.get(0)) {
+                Some((index, _)) => {
+                    txn = commands::run(shared, keyspace, session, &mut out, txn, index, args);
+                    feed(session, args);
+                }
+                None => out.error("ERR unknown command"),
+            }
+        }
+        if *exec {
+            feed(session, OwnedArgs::from_slices(&[b"exec"]).args());
+        }
+        let reply = &out.buf[start..];
+        replies.extend_from_slice(&(reply.len() as u32).to_le_bytes());
+        replies.extend_from_slice(reply);
+    }
+    (txn, replies)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entrys_caller_is_rebuilt_from_its_line_and_a_bad_line_allows_nothing() {
+        let line = "user app on resetchannels ~app:* -@all +eval +set";
+        let user = User::from_line(line, false).unwrap();
+        assert_eq!(user.name, b"app");
+        assert!(!user.rules().unrestricted);
+        assert_eq!(
+            user.line(),
+            User::from_line(&user.line(), false).unwrap().line()
+        );
+        assert!(User::from_line("user app ~x ((", false).is_err());
+        assert!(User::from_line("user a on\nuser b on", false).is_err());
+        assert!(User::from_line("", false).is_err());
+        assert!(!User::allowed_nothing(b"x").rules().root().all_commands);
+    }
+}

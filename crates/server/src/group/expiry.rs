@@ -1,0 +1,75 @@
+//! A group's active expiry, proposed by the leader.
+
+use std::sync::Arc;
+
+use super::entry::encode_entry;
+use super::{refusal, Pending};
+use crate::keyspace::now_ms;
+use crate::resp::OwnedArgs;
+use crate::shared::Shared;
+
+/// How often the leader looks for expired keys, and how many it proposes
+/// to delete at most each time (Redis's active expiry runs 10 times a
+/// second too).
+const EXPIRE_PERIOD: std::time::Duration = std::time::Duration::from_millis(100);
+const EXPIRE_BATCH: usize = 512;
+
+/// A group's active expiry: members run no expiry cycle (their clocks
+/// differ, and a key deleted on one member only would split the state);
+/// the leader looks for due keys and proposes `ENGRAM.EXPIRED` for them,
+/// which every member applies at the entry's time (Redis's master sends
+/// its replicas a DEL for each key it expires).
+pub async fn expire(shared: Arc<Shared>) {
+    let Some(replica) = shared.group.get() else {
+        return;
+    };
+    let mut tick = tokio::time::interval(EXPIRE_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if shared.is_shutting_down() {
+            return;
+        }
+        // CLIENT PAUSE WRITE holds expiry, as on a single node.
+        if !replica.is_leader()
+            || shared.keyspace.is_reloading()
+            || shared.pause.holds(true).is_some()
+        {
+            continue;
+        }
+        let due = match shared.keyspace.try_guard().as_ref() {
+            Some(keyspace) => keyspace.due_keys(now_ms(), EXPIRE_BATCH),
+            None => continue,
+        };
+        if due.is_empty() {
+            continue;
+        }
+        let mut by_db: std::collections::BTreeMap<usize, Vec<Vec<u8>>> = Default::default();
+        for (db, key) in due {
+            by_db.entry(db).or_default().push(key);
+        }
+        let pending: Vec<Pending> = by_db
+            .into_iter()
+            .map(|(db, keys)| {
+                let mut parts: Vec<&[u8]> = vec![b"engram.expired"];
+                parts.extend(keys.iter().map(|k| k.as_slice()));
+                Pending::Command {
+                    db,
+                    args: OwnedArgs::from_slices(&parts),
+                    silent: true,
+                    wait: None,
+                }
+            })
+            .collect();
+        // Waited for, so the next look does not propose the same keys.
+        if let Err(refused) = replica
+            .propose(encode_entry(now_ms(), false, None, &pending))
+            .await
+        {
+            log::debug!(
+                "expiry of due keys not proposed: {}",
+                refusal(replica, &refused)
+            );
+        }
+    }
+}

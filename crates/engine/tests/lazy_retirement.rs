@@ -282,6 +282,19 @@ fn concurrent_appended_updates_lose_nothing() {
     assert_eq!(u64::from_le_bytes(value.try_into().unwrap()), 4000);
 }
 
+/// Writes keys `r0`..`r99` `rounds` times over: round `n`'s value is
+/// `pattern(n, value_bytes)` (20 MB over 100 KB of live data for 200
+/// rounds of 1,000 bytes).
+fn overwrite_rounds(store: &Store, rounds: u64, value_bytes: usize) {
+    for round in 0..rounds {
+        for key in 0..100u64 {
+            store
+                .put(format!("r{key}").as_bytes(), &pattern(round, value_bytes))
+                .unwrap();
+        }
+    }
+}
+
 /// Overwrites keep making blocks dead; the rounds set their bits and give
 /// the blocks back, so the file stays near the live data instead of
 /// growing with every write.
@@ -290,13 +303,7 @@ fn dead_blocks_are_reused_after_the_rounds() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), lazy(Duration::from_millis(2))).unwrap();
     let value_bytes = 1000;
-    for round in 0..200u64 {
-        for key in 0..100u64 {
-            store
-                .put(format!("r{key}").as_bytes(), &pattern(round, value_bytes))
-                .unwrap();
-        }
-    }
+    overwrite_rounds(&store, 200, value_bytes);
     // 20 MB written over 100 KB of live data.
     let file_bytes = std::fs::metadata(data_file(dir.path())).unwrap().len();
     assert!(
@@ -329,13 +336,7 @@ fn rounds_without_power_fail_ordering_sync_nothing_and_still_reuse_blocks() {
     let store = Store::open(dir.path(), lazy(Duration::from_millis(2))).unwrap();
     store.set_power_fail_ordering(false);
     let value_bytes = 1000;
-    for round in 0..200u64 {
-        for key in 0..100u64 {
-            store
-                .put(format!("r{key}").as_bytes(), &pattern(round, value_bytes))
-                .unwrap();
-        }
-    }
+    overwrite_rounds(&store, 200, value_bytes);
     let stats = store.stats();
     assert!(stats.retirement_rounds > 0, "no round ran");
     assert_eq!(stats.retirement_syncs, 0, "a round synced");

@@ -474,25 +474,33 @@ mod tests {
         assert_eq!(emulated.stats.changes_since_sync.load(Ordering::Relaxed), 3);
     }
 
+    /// A sync thread for `commit` whose syncs take `takes` and are
+    /// counted.
+    fn sync_thread(
+        commit: &Arc<GroupCommit>,
+        takes: Duration,
+    ) -> (Arc<AtomicU64>, std::thread::JoinHandle<()>) {
+        let syncs = Arc::new(AtomicU64::new(0));
+        let (commit, counted) = (commit.clone(), syncs.clone());
+        let thread = std::thread::spawn(move || {
+            commit.run(
+                || {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    std::thread::sleep(takes);
+                    Some(Ok::<(), String>(()))
+                },
+                || true,
+            )
+        });
+        (syncs, thread)
+    }
+
     /// Many blocking waiters are released by few syncs, and none before a
     /// sync that started after its ticket.
     #[test]
     fn one_sync_covers_every_ticket_issued_before_it() {
         let commit = Arc::new(GroupCommit::new(Durability::Always, false));
-        let syncs = Arc::new(AtomicU64::new(0));
-        let thread = {
-            let (commit, syncs) = (commit.clone(), syncs.clone());
-            std::thread::spawn(move || {
-                commit.run(
-                    || {
-                        syncs.fetch_add(1, Ordering::SeqCst);
-                        std::thread::sleep(Duration::from_millis(5));
-                        Some(Ok::<(), String>(()))
-                    },
-                    || true,
-                )
-            })
-        };
+        let (syncs, thread) = sync_thread(&commit, Duration::from_millis(5));
         let waiters: Vec<_> = (0..32)
             .map(|_| {
                 let commit = commit.clone();
@@ -548,19 +556,7 @@ mod tests {
     #[test]
     fn deferred_tickets_are_synced_at_the_park_or_after_the_patience() {
         let commit = Arc::new(GroupCommit::new(Durability::Always, false));
-        let syncs = Arc::new(AtomicU64::new(0));
-        let thread = {
-            let (commit, syncs) = (commit.clone(), syncs.clone());
-            std::thread::spawn(move || {
-                commit.run(
-                    || {
-                        syncs.fetch_add(1, Ordering::SeqCst);
-                        Some(Ok::<(), String>(()))
-                    },
-                    || true,
-                )
-            })
-        };
+        let (syncs, thread) = sync_thread(&commit, Duration::ZERO);
         // Let the sync thread settle into its idle wait.
         std::thread::sleep(Duration::from_millis(50));
         let started = Instant::now();

@@ -773,6 +773,31 @@ fn blocking_commands_wait_on_the_leader_and_take_through_the_log() {
     );
     assert!(format!("{reply:?}").contains(&id), "{reply:?} lacks {id}");
 
+    // Waiters are served in the order they blocked, as on a single node
+    // (only the first in line proposes its retry).
+    let waiters: Vec<_> = (0..4)
+        .map(|i| {
+            let mut blpop = redis::cmd("BLPOP");
+            blpop.arg("line").arg(10);
+            let handle = waiter(blpop);
+            std::thread::sleep(Duration::from_millis(150));
+            (i, handle)
+        })
+        .collect();
+    for i in 0..4 {
+        let _: i64 = redis::cmd("RPUSH")
+            .arg("line")
+            .arg(format!("job-{i}"))
+            .query(&mut writer)
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for (i, handle) in waiters {
+        let (reply, _) = handle.join().unwrap();
+        let reply: Vec<String> = redis::from_redis_value(reply).unwrap();
+        assert_eq!(reply, ["line".to_string(), format!("job-{i}")]);
+    }
+
     // Nothing comes: nil once the timeout has passed, not at once.
     let started = Instant::now();
     let nothing: Option<Vec<String>> = redis::cmd("BLPOP")

@@ -607,17 +607,26 @@ async fn wait_unblocked<S: Stream>(
         // finds an element it takes it only if CLIENT UNBLOCK has not come
         // first (`ClientInfo::claim_service`, in the list commands).
         let mark = out.len();
-        if blocked.proposed {
-            // A group's leader: the try goes through the log.
-            crate::group::retry_blocked(shared, session, out, &blocked).await;
-        } else {
+        let tried = if !blocked.proposed {
             let args = blocked.command.args();
             let (index, _) = lookup(args.get(0)).expect("a blocked command was looked up");
             session.retrying = true;
             run_command(shared, &keyspace, session, out, None, index, args);
             session.retrying = false;
-        }
+            true
+        } else if shared
+            .wait_lines
+            .first_in_any(info.id, blocked.db, &blocked.keys)
+        {
+            // A group's leader: the try goes through the log, by the
+            // first in line only.
+            crate::group::retry_blocked(shared, session, out, &blocked).await;
+            true
+        } else {
+            false
+        };
         match session.blocked.take() {
+            _ if !tried => {}
             None if blocked.proposed => {
                 // Applied: what it took is the client's, whatever CLIENT
                 // UNBLOCK asked meanwhile.

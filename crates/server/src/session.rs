@@ -202,6 +202,16 @@ pub struct WaitLines {
 }
 
 impl WaitLines {
+    /// Whether `client` is first in the line of one of `keys` of `db`: a
+    /// group leader's waiter proposes its retry only then (one proposal
+    /// per write, in the order the clients blocked; the others are woken
+    /// again when it leaves the line).
+    pub fn first_in_any(&self, client: u64, db: usize, keys: &[Box<[u8]>]) -> bool {
+        keys.iter()
+            .filter_map(|key| ekey(db, key).ok())
+            .any(|ekey| self.first_in_line(client, &ekey))
+    }
+
     /// Whether `client` may take from `ekey` now: nobody waits for it, or
     /// the client is first in its line. Others wait their turn (they were
     /// woken by the same write and the first of them takes it).

@@ -222,15 +222,22 @@ impl GroupCommit {
     /// Notes that a batch of writes was applied; returns the ticket to wait
     /// for before acknowledging it, when one is needed.
     pub fn wrote(&self) -> Option<Ticket> {
+        self.count_write().then(|| self.ticket())
+    }
+
+    /// Counts a batch of writes; whether its acknowledgement must wait for
+    /// a sync (if not, the periodic sync is told there is something to
+    /// write).
+    fn count_write(&self) -> bool {
         self.stats
             .changes_since_sync
             .fetch_add(1, Ordering::Relaxed);
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
         if !self.must_wait() {
             self.dirty.store(true, Ordering::Relaxed);
-            return None;
+            return false;
         }
-        Some(self.ticket())
+        true
     }
 
     /// As `wrote`, but the sync thread is not woken now: the network
@@ -242,12 +249,7 @@ impl GroupCommit {
     /// the worker never parks, the sync thread looks every
     /// `DEFERRED_PATIENCE` while such tickets wait.
     pub fn wrote_deferred(&self) -> Option<Ticket> {
-        self.stats
-            .changes_since_sync
-            .fetch_add(1, Ordering::Relaxed);
-        self.stats.writes.fetch_add(1, Ordering::Relaxed);
-        if !self.must_wait() {
-            self.dirty.store(true, Ordering::Relaxed);
+        if !self.count_write() {
             return None;
         }
         let ticket = self.issued.fetch_add(1, Ordering::SeqCst) + 1;

@@ -27,9 +27,6 @@ use tokio::sync::watch;
 /// for `everysec` work and for shutdown this often).
 const IDLE_WAKE: Duration = Duration::from_millis(250);
 const EVERYSEC: Duration = Duration::from_secs(1);
-/// `GroupCommit::wake`'s bits.
-const NOW: u8 = 1;
-const DEFERRED: u8 = 2;
 /// How long a ticket from `wrote_deferred` may wait for its worker to
 /// park before the sync thread syncs anyway.
 const DEFERRED_PATIENCE: Duration = Duration::from_micros(500);
@@ -167,9 +164,8 @@ pub struct GroupCommit {
     synced_blocking: (Mutex<u64>, Condvar),
     /// Written since the last sync (everysec).
     dirty: AtomicBool,
-    /// Asks the sync thread to look: `NOW`, or `DEFERRED` (shorten an
-    /// idle wait to `DEFERRED_PATIENCE`).
-    wake: (Mutex<u8>, Condvar),
+    /// Asks the sync thread to look now rather than at its next wake.
+    wake: (Mutex<bool>, Condvar),
     /// Tickets were issued without waking the sync thread
     /// (`wrote_deferred`): the next `before_park` wakes it.
     deferred: AtomicBool,
@@ -189,7 +185,7 @@ impl GroupCommit {
             synced: watch::Sender::new(0),
             synced_blocking: (Mutex::new(0), Condvar::new()),
             dirty: AtomicBool::new(false),
-            wake: (Mutex::new(0), Condvar::new()),
+            wake: (Mutex::new(false), Condvar::new()),
             deferred: AtomicBool::new(false),
             idle: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
@@ -255,10 +251,11 @@ impl GroupCommit {
         let ticket = self.issued.fetch_add(1, Ordering::SeqCst) + 1;
         self.deferred.store(true, Ordering::SeqCst);
         // Dekker with the sync thread's idle check (both SeqCst): it saw
-        // the flag above, or we see it idle and cut its wait short.
+        // the flag above, or we see it idle and cut its wait short (under
+        // its lock: it checks the flag and starts waiting under it too, so
+        // the notification cannot fall between the two).
         if self.idle.load(Ordering::SeqCst) {
-            let mut pending = self.wake.0.lock();
-            *pending |= DEFERRED;
+            let _lock = self.wake.0.lock();
             self.wake.1.notify_one();
         }
         Some(Ticket(ticket))
@@ -319,7 +316,7 @@ impl GroupCommit {
     /// Wakes the sync thread.
     pub fn nudge(&self) {
         let mut pending = self.wake.0.lock();
-        *pending |= NOW;
+        *pending = true;
         self.wake.1.notify_one();
     }
 
@@ -383,21 +380,19 @@ impl GroupCommit {
             }
             {
                 let mut pending = self.wake.0.lock();
-                if *pending & NOW == 0 && !again {
-                    if *pending & DEFERRED == 0 {
-                        self.idle.store(true, Ordering::SeqCst);
-                        if !self.deferred.load(Ordering::SeqCst) {
-                            self.wake.1.wait_for(&mut pending, IDLE_WAKE);
-                        }
-                        self.idle.store(false, Ordering::SeqCst);
+                if !*pending && !again {
+                    self.idle.store(true, Ordering::SeqCst);
+                    if !self.deferred.load(Ordering::SeqCst) {
+                        self.wake.1.wait_for(&mut pending, IDLE_WAKE);
                     }
-                    // Deferred tickets: until a worker parks (`NOW`), or
+                    self.idle.store(false, Ordering::SeqCst);
+                    // Deferred tickets: until a worker parks (`nudge`), or
                     // the patience runs out.
-                    if *pending & NOW == 0 && self.deferred.load(Ordering::SeqCst) {
+                    if !*pending && self.deferred.load(Ordering::SeqCst) {
                         self.wake.1.wait_for(&mut pending, DEFERRED_PATIENCE);
                     }
                 }
-                *pending = 0;
+                *pending = false;
             }
             again = false;
             // Before `issued` is read: a deferred ticket after this load

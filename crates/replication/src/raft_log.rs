@@ -107,8 +107,9 @@ pub struct RaftLog {
     /// The lowest offset written since the last `sync` (records), and
     /// whether a state slot was.
     unsynced_from: Option<u64>,
-    records_syncs: u64,
     unsynced_slot: Option<u64>,
+    /// Syncs that wrote records back since open (`records_syncs`).
+    records_syncs: u64,
     /// Whether `open` created the log (the node starts with no history).
     created: bool,
     /// Where snapshots for lagging followers come from (none in tests

@@ -21,6 +21,7 @@ mod hashes;
 mod hyperloglog;
 mod introspection;
 mod key_finder;
+pub(crate) use key_finder::key_positions;
 pub(crate) mod key_specs;
 mod keys;
 mod lcs;

@@ -98,8 +98,9 @@ impl StateMachine for Applier {
                             .iter()
                             .flat_map(|(_, _, commands)| commands)
                             .any(|c| {
-                                let name = c.args().get(0).to_ascii_lowercase();
-                                name == b"flushall" || name == b"flushdb"
+                                let name = c.args().get(0);
+                                name.eq_ignore_ascii_case(b"flushall")
+                                    || name.eq_ignore_ascii_case(b"flushdb")
                             });
                         let caller = self.caller(entry.caller.as_deref());
                         let session = &mut self.session;

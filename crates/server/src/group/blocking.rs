@@ -6,7 +6,7 @@
 //! waiter whose node stops leading is redirected.
 
 use super::{not_leader, resolve, Pending};
-use crate::commands::lookup;
+use crate::commands::{key_positions, lookup, parse_timeout, CommandSpec};
 use crate::resp::{Args, ReplyWriter};
 use crate::session::Session;
 use crate::shared::Shared;
@@ -20,50 +20,53 @@ pub struct Wait {
 
 /// What `args` would wait for on a single node, when it finds nothing:
 /// None for a command that does not block, or whose arguments are bad
-/// (its entry's apply replies the error).
-pub(super) fn blocking_wait(name: &str, args: &Args) -> Option<Wait> {
-    use crate::commands::parse_timeout;
+/// (its entry's apply replies the error). Its keys are where
+/// `key_positions` finds them; BLMOVE and BRPOPLPUSH wait on their source
+/// only.
+pub(super) fn blocking_wait(spec: &CommandSpec, args: &Args) -> Option<Wait> {
     let n = args.len();
-    let keys = |range: std::ops::Range<usize>| -> Vec<Box<[u8]>> {
-        range.map(|i| Box::from(args.get(i))).collect()
-    };
-    let (keys, timeout) = match name {
-        "blpop" | "brpop" | "bzpopmin" | "bzpopmax" if n >= 3 => {
-            (keys(1..n - 1), parse_timeout(args.get(n - 1)).ok()?)
+    let timeout = match spec.name {
+        "blpop" | "brpop" | "bzpopmin" | "bzpopmax" | "brpoplpush" | "blmove" => {
+            parse_timeout(args.get(n - 1)).ok()?
         }
-        "brpoplpush" | "blmove" if n >= 4 => (keys(1..2), parse_timeout(args.get(n - 1)).ok()?),
-        "blmpop" | "bzmpop" if n >= 5 => {
-            let numkeys: usize = std::str::from_utf8(args.get(2)).ok()?.parse().ok()?;
-            if numkeys == 0 || 3 + numkeys > n {
-                return None;
-            }
-            (keys(3..3 + numkeys), parse_timeout(args.get(1)).ok()?)
-        }
-        "xreadgroup" => {
-            let mut block = None;
-            let mut i = 4;
-            while i < n {
-                let option = args.get(i).to_ascii_lowercase();
-                match &option[..] {
-                    b"streams" => break,
-                    b"block" if i + 1 < n => {
-                        let ms: u64 = std::str::from_utf8(args.get(i + 1)).ok()?.parse().ok()?;
-                        block = Some((ms > 0).then(|| std::time::Duration::from_millis(ms)));
-                        i += 2;
-                    }
-                    b"count" => i += 2,
-                    _ => i += 1,
-                }
-            }
-            let streams = n.checked_sub(i + 1)?;
-            if streams == 0 || streams % 2 != 0 {
-                return None;
-            }
-            (keys(i + 1..i + 1 + streams / 2), block?)
-        }
+        "blmpop" | "bzmpop" => parse_timeout(args.get(1)).ok()?,
+        "xreadgroup" => xreadgroup_block(args)?,
         _ => return None,
     };
+    let mut positions = key_positions(spec, args)?;
+    if matches!(spec.name, "brpoplpush" | "blmove") {
+        positions.truncate(1);
+    }
+    if positions.is_empty() {
+        return None;
+    }
+    let keys = positions
+        .into_iter()
+        .map(|i| Box::from(args.get(i)))
+        .collect();
     Some(Wait { keys, timeout })
+}
+
+/// XREADGROUP's BLOCK option among those before STREAMS (milliseconds;
+/// 0: for ever); None without it, or when it is not a number.
+fn xreadgroup_block(args: &Args) -> Option<Option<std::time::Duration>> {
+    let mut block = None;
+    let mut i = 4;
+    while i < args.len() {
+        let option = args.get(i);
+        if option.eq_ignore_ascii_case(b"streams") {
+            break;
+        } else if option.eq_ignore_ascii_case(b"block") && i + 1 < args.len() {
+            let ms: u64 = std::str::from_utf8(args.get(i + 1)).ok()?.parse().ok()?;
+            block = Some((ms > 0).then(|| std::time::Duration::from_millis(ms)));
+            i += 2;
+        } else if option.eq_ignore_ascii_case(b"count") {
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    block
 }
 
 /// The reply to a client blocked on the leader when the node stops
@@ -125,8 +128,8 @@ mod tests {
         let wait = |parts: &[&str]| {
             let bytes: Vec<&[u8]> = parts.iter().map(|p| p.as_bytes()).collect();
             let args = OwnedArgs::from_slices(&bytes);
-            let name = parts[0].to_ascii_lowercase();
-            blocking_wait(&name, &args.args()).map(|w| {
+            let (_, spec) = lookup(parts[0].as_bytes()).expect("a command");
+            blocking_wait(spec, &args.args()).map(|w| {
                 let keys: Vec<String> = w
                     .keys
                     .iter()

@@ -330,7 +330,7 @@ pub fn queue(session: &mut Session, spec: &CommandSpec, args: Args) {
             db: session.db,
             args: args.to_owned(),
             silent,
-            wait: blocking_wait(spec.name, &args),
+            wait: blocking_wait(spec, &args),
         }
     };
     session.proposals.push(pending);

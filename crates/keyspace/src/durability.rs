@@ -9,10 +9,19 @@
 //! until a sync that started after its writes has finished). Redis's
 //! `appendfsync` names are a protocol matter, mapped at the server's edge.
 //!
-//! The sync thread runs one `msync` of both stores for every ticket issued
-//! before it starts (group commit), so a thousand clients waiting at once
-//! cost one `msync`. Waiters either await (network tasks: they never block
-//! a worker) or block on a condition variable (embedders, intents).
+//! One `msync` of both stores covers every ticket issued before it starts
+//! (group commit), so a thousand clients waiting at once cost one `msync`.
+//! Two kinds of waiter share it:
+//!
+//! - A network task (`wait`) leads: it lets its worker run every other
+//!   ready task first, then, unless a sync already covers it, runs the
+//!   `msync` itself on its worker (Redis's `fsync` in `beforeSleep`, on
+//!   the thread that served the writes) and wakes the others. No thread
+//!   hand-off and no cross-thread wake-up per sync.
+//! - A blocking waiter (embedders, intents) asks the sync thread, which
+//!   also runs `everysec`'s periodic sync.
+//!
+//! `sync_lock` makes the syncs one at a time, whoever runs them.
 //!
 //! On real persistent memory (DAX) every write is power-fail durable when
 //! the engine returns, so tickets are never needed.
@@ -27,9 +36,6 @@ use tokio::sync::watch;
 /// for `everysec` work and for shutdown this often).
 const IDLE_WAKE: Duration = Duration::from_millis(250);
 const EVERYSEC: Duration = Duration::from_secs(1);
-/// How long a ticket from `wrote_deferred` may wait for its worker to
-/// park before the sync thread syncs anyway.
-const DEFERRED_PATIENCE: Duration = Duration::from_micros(500);
 /// After a failed msync, wait this long before trying again.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(100);
 
@@ -152,6 +158,10 @@ impl RateWindow {
     }
 }
 
+/// What syncs both stores for a leading waiter: `None` once the stores
+/// are gone (the keyspace holds itself weakly here, as for its sync thread).
+pub type SyncFn = Box<dyn Fn() -> Option<Result<(), String>> + Send + Sync>;
+
 pub struct GroupCommit {
     durability: AtomicU8,
     /// Real persistent memory: every write is durable on return.
@@ -166,12 +176,12 @@ pub struct GroupCommit {
     dirty: AtomicBool,
     /// Asks the sync thread to look now rather than at its next wake.
     wake: (Mutex<bool>, Condvar),
-    /// Tickets were issued without waking the sync thread
-    /// (`wrote_deferred`): the next `before_park` wakes it.
-    deferred: AtomicBool,
-    /// The sync thread is in its long idle wait (a deferred ticket must
-    /// shorten it).
-    idle: AtomicBool,
+    /// Held for the length of every sync, by the sync thread or a leading
+    /// waiter: syncs never overlap, and `synced` only grows.
+    sync_lock: Mutex<()>,
+    /// How a leading waiter syncs; unset (tests, before the keyspace is
+    /// built) means waiters leave it to the sync thread.
+    sync_fn: std::sync::OnceLock<SyncFn>,
     stopping: AtomicBool,
     pub stats: SyncStats,
 }
@@ -186,8 +196,8 @@ impl GroupCommit {
             synced_blocking: (Mutex::new(0), Condvar::new()),
             dirty: AtomicBool::new(false),
             wake: (Mutex::new(false), Condvar::new()),
-            deferred: AtomicBool::new(false),
-            idle: AtomicBool::new(false),
+            sync_lock: Mutex::new(()),
+            sync_fn: std::sync::OnceLock::new(),
             stopping: AtomicBool::new(false),
             stats: SyncStats {
                 last_sync_unix: AtomicU64::new(unix_now()),
@@ -236,37 +246,19 @@ impl GroupCommit {
         true
     }
 
-    /// As `wrote`, but the sync thread is not woken now: the network
-    /// worker that ran the write calls `before_park` once it has run every
-    /// connection that was ready, so one `msync` covers all of them, as
-    /// Redis's one `fsync` before its event loop sleeps covers every client
-    /// served in that pass. (Waking it at each ticket started a sync for
-    /// the first writer of a pass and left the rest to the next one.) If
-    /// the worker never parks, the sync thread looks every
-    /// `DEFERRED_PATIENCE` while such tickets wait.
-    pub fn wrote_deferred(&self) -> Option<Ticket> {
+    /// As `wrote`, for a waiter that will `wait` (lead): the sync thread
+    /// is not woken.
+    pub fn wrote_leading(&self) -> Option<Ticket> {
         if !self.count_write() {
             return None;
         }
-        let ticket = self.issued.fetch_add(1, Ordering::SeqCst) + 1;
-        self.deferred.store(true, Ordering::SeqCst);
-        // Dekker with the sync thread's idle check (both SeqCst): it saw
-        // the flag above, or we see it idle and cut its wait short (under
-        // its lock: it checks the flag and starts waiting under it too, so
-        // the notification cannot fall between the two).
-        if self.idle.load(Ordering::SeqCst) {
-            let _lock = self.wake.0.lock();
-            self.wake.1.notify_one();
-        }
-        Some(Ticket(ticket))
+        // SeqCst: ordered after the caller's writes, as in `ticket`.
+        Some(Ticket(self.issued.fetch_add(1, Ordering::SeqCst) + 1))
     }
 
-    /// A network worker is about to sleep: wakes the sync thread for the
-    /// tickets `wrote_deferred` left (one relaxed load when there are none).
-    pub fn before_park(&self) {
-        if self.deferred.load(Ordering::Relaxed) && self.deferred.swap(false, Ordering::SeqCst) {
-            self.nudge();
-        }
+    /// How leading waiters sync both stores; set once, by the keyspace.
+    pub fn set_sync_fn(&self, sync: SyncFn) {
+        let _ = self.sync_fn.set(sync);
     }
 
     /// A ticket for everything written so far; wakes the sync thread.
@@ -278,11 +270,71 @@ impl GroupCommit {
         Ticket(ticket)
     }
 
-    /// Resolves once a sync covering `ticket` has finished.
+    /// Resolves once a sync covering `ticket` has finished; this task runs
+    /// that sync itself unless another sync covers it.
+    ///
+    /// First it yields: tokio wakes a yielded task only after its worker
+    /// has run every other ready task and polled for new I/O, so the
+    /// writes of every client this worker served in this pass have their
+    /// tickets by then, and the first of their tasks to run syncs for all
+    /// of them. The `msync` blocks this worker (the other may take its
+    /// queued tasks meanwhile), as Redis's `fsync` blocks its event loop:
+    /// a hand-off to another thread and back cost more CPU than the sync
+    /// itself on a machine whose cores the clients share.
     pub async fn wait(&self, ticket: Ticket) {
         let mut synced = self.synced.subscribe();
-        // The sender lives as long as `self`, so this cannot fail.
-        let _ = synced.wait_for(|&done| done >= ticket.0).await;
+        if *synced.borrow_and_update() >= ticket.0 {
+            return;
+        }
+        let Some(sync) = self.sync_fn.get() else {
+            // No way to sync from here: the sync thread does it.
+            self.nudge();
+            let _ = synced.wait_for(|&done| done >= ticket.0).await;
+            return;
+        };
+        tokio::task::yield_now().await;
+        loop {
+            if *synced.borrow_and_update() >= ticket.0 {
+                return;
+            }
+            let led = match self.sync_lock.try_lock() {
+                Some(_one_at_a_time) if !self.stopping.load(Ordering::Acquire) => {
+                    Some(self.sync_and_publish(sync))
+                }
+                _ => None,
+            };
+            match led {
+                // Published: the loop's check sees it.
+                Some(Some(Ok(()))) => continue,
+                // The sync thread retries (after a pause, until it
+                // succeeds) and publishes; so does a sync running now.
+                // Stores closing: the sync thread's last sync publishes.
+                Some(Some(Err(_))) => {
+                    self.nudge();
+                    let _ = synced.changed().await;
+                }
+                Some(None) | None => {
+                    let _ = synced.changed().await;
+                }
+            }
+        }
+    }
+
+    /// Under `sync_lock`: syncs what was issued so far and publishes it.
+    /// `None` when the stores are gone.
+    fn sync_and_publish<E: std::fmt::Display>(
+        &self,
+        sync: impl FnOnce() -> Option<Result<(), E>>,
+    ) -> Option<Result<(), E>> {
+        let target = self.issued.load(Ordering::SeqCst);
+        if target <= *self.synced.borrow() {
+            return Some(Ok(()));
+        }
+        let result = sync()?;
+        if result.is_ok() {
+            self.publish_synced(target);
+        }
+        Some(result)
     }
 
     /// Blocks until a sync covering `ticket` has finished.
@@ -345,16 +397,25 @@ impl GroupCommit {
     }
 
     fn publish_synced(&self, target: u64) {
-        self.synced.send_replace(target);
+        self.synced.send_if_modified(|synced| {
+            let newer = target > *synced;
+            if newer {
+                *synced = target;
+            }
+            newer
+        });
         let (lock, done) = &self.synced_blocking;
-        *lock.lock() = target;
+        let mut synced = lock.lock();
+        *synced = (*synced).max(target);
         done.notify_all();
     }
 
     /// Asks the sync thread to finish: it syncs what tickets are pending,
-    /// then returns.
+    /// then returns. Leading waiters stop syncing: once this returns no
+    /// sync of theirs is running, so the stores can close.
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::Release);
+        drop(self.sync_lock.lock());
         self.nudge();
     }
 
@@ -369,10 +430,6 @@ impl GroupCommit {
     ) {
         let mut last_periodic = Instant::now();
         let mut window = RateWindow::new(&self.stats);
-        // Tickets came while the last sync ran: the next sync starts at
-        // once (pipelined group commit); the wait for a worker's park is
-        // only for the first writes after an idle moment.
-        let mut again = false;
         loop {
             window.roll(&self.stats);
             if !alive() {
@@ -380,33 +437,19 @@ impl GroupCommit {
             }
             {
                 let mut pending = self.wake.0.lock();
-                if !*pending && !again {
-                    self.idle.store(true, Ordering::SeqCst);
-                    if !self.deferred.load(Ordering::SeqCst) {
-                        self.wake.1.wait_for(&mut pending, IDLE_WAKE);
-                    }
-                    self.idle.store(false, Ordering::SeqCst);
-                    // Deferred tickets: until a worker parks (`nudge`), or
-                    // the patience runs out.
-                    if !*pending && self.deferred.load(Ordering::SeqCst) {
-                        self.wake.1.wait_for(&mut pending, DEFERRED_PATIENCE);
-                    }
+                if !*pending {
+                    self.wake.1.wait_for(&mut pending, IDLE_WAKE);
                 }
                 *pending = false;
             }
-            again = false;
-            // Before `issued` is read: a deferred ticket after this load
-            // raises the flag again, and the next wait is short.
-            self.deferred.store(false, Ordering::SeqCst);
-            let target = self.issued.load(Ordering::SeqCst);
-            if target > *self.synced.borrow() {
-                match sync() {
+            if self.issued.load(Ordering::SeqCst) > *self.synced.borrow() {
+                let outcome = {
+                    let _one_at_a_time = self.sync_lock.lock();
+                    self.sync_and_publish(&sync)
+                };
+                match outcome {
                     None => return,
-                    Some(Ok(())) => {
-                        self.publish_synced(target);
-                        again = self.issued.load(Ordering::SeqCst) > target;
-                        continue;
-                    }
+                    Some(Ok(())) => {}
                     Some(Err(_)) => {
                         if self.stopping.load(Ordering::Acquire) {
                             return;
@@ -421,6 +464,7 @@ impl GroupCommit {
                 && self.dirty.load(Ordering::Relaxed)
             {
                 last_periodic = Instant::now();
+                let _one_at_a_time = self.sync_lock.lock();
                 if sync().is_none() {
                     return;
                 }
@@ -546,43 +590,207 @@ mod tests {
         thread.join().unwrap();
     }
 
-    /// A deferred ticket does not wake the sync thread: `before_park`
-    /// does, and without it the sync thread looks on its own within
-    /// `DEFERRED_PATIENCE` (a worker that never parks still gets its
-    /// writes synced). Tickets deferred together share one sync.
-    #[test]
-    fn deferred_tickets_are_synced_at_the_park_or_after_the_patience() {
-        let commit = Arc::new(GroupCommit::new(Durability::Always, false));
-        let (syncs, thread) = sync_thread(&commit, Duration::ZERO);
-        // Let the sync thread settle into its idle wait.
-        std::thread::sleep(Duration::from_millis(50));
-        let started = Instant::now();
-        let tickets: Vec<Ticket> = (0..8).map(|_| commit.wrote_deferred().unwrap()).collect();
-        commit.before_park();
-        commit.wait_blocking(tickets[7]);
-        assert!(started.elapsed() < IDLE_WAKE / 2, "{:?}", started.elapsed());
-        // One sync for the pass (two if this thread lost the CPU for the
-        // patience between two tickets), not one each.
-        let pass = syncs.load(Ordering::SeqCst);
-        assert!(
-            (1..=2).contains(&pass),
-            "{pass} syncs for 8 deferred tickets"
-        );
-        commit.before_park();
-        std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(
-            syncs.load(Ordering::SeqCst),
-            pass,
-            "a park with nothing deferred syncs nothing"
-        );
+    /// What a test's sync function saw: syncs run, the tickets the test
+    /// had issued when the last one started (so a waiter can check it was
+    /// not released early), and whether two syncs ever overlapped.
+    #[derive(Default)]
+    struct Probe {
+        syncs: AtomicU64,
+        issued: AtomicU64,
+        covered: AtomicU64,
+        running: AtomicBool,
+        overlapped: AtomicBool,
+        failures_left: AtomicU64,
+    }
 
-        // No park: the patience, not the idle wake (250 ms), bounds the wait.
-        let started = Instant::now();
-        let ticket = commit.wrote_deferred().unwrap();
-        commit.wait_blocking(ticket);
-        assert!(started.elapsed() < IDLE_WAKE / 2, "{:?}", started.elapsed());
-        assert_eq!(syncs.load(Ordering::SeqCst), pass + 1);
+    impl Probe {
+        /// A sync that takes `takes`, and fails while `failures_left` is
+        /// above zero.
+        fn sync(&self, takes: Duration) -> Option<Result<(), String>> {
+            if self.running.swap(true, Ordering::SeqCst) {
+                self.overlapped.store(true, Ordering::SeqCst);
+            }
+            let covers = self.issued.load(Ordering::SeqCst);
+            std::thread::sleep(takes);
+            self.running.store(false, Ordering::SeqCst);
+            if self.failures_left.load(Ordering::SeqCst) > 0 {
+                self.failures_left.fetch_sub(1, Ordering::SeqCst);
+                return Some(Err("disk".to_string()));
+            }
+            self.syncs.fetch_add(1, Ordering::SeqCst);
+            self.covered.fetch_max(covers, Ordering::SeqCst);
+            Some(Ok(()))
+        }
+
+        /// Leading waiters of `commit` sync with `sync`, and so does the
+        /// sync thread this returns.
+        fn install(
+            self: &Arc<Probe>,
+            commit: &Arc<GroupCommit>,
+            takes: Duration,
+        ) -> std::thread::JoinHandle<()> {
+            let probe = self.clone();
+            commit.set_sync_fn(Box::new(move || probe.sync(takes)));
+            let (commit, probe) = (commit.clone(), self.clone());
+            std::thread::spawn(move || commit.run(|| probe.sync(takes), || true))
+        }
+
+        /// A write and its wait, as a network task does them; checks that
+        /// a sync started after the write finished before the release
+        /// (counted before the ticket is taken: a sync that covers the
+        /// ticket then sees the count).
+        async fn write_and_wait(&self, commit: &GroupCommit) {
+            let mine = self.issued.fetch_add(1, Ordering::SeqCst) + 1;
+            let ticket = commit.wrote_leading().expect("always takes tickets");
+            commit.wait(ticket).await;
+            assert!(
+                self.covered.load(Ordering::SeqCst) >= mine,
+                "released before a sync covered write {mine}"
+            );
+        }
+    }
+
+    /// Tasks that write in one pass of their worker share one sync, run
+    /// by the first of them: no sync thread is involved.
+    #[test]
+    fn a_worker_s_writers_in_one_pass_share_the_sync_one_of_them_runs() {
+        let commit = Arc::new(GroupCommit::new(Durability::Always, false));
+        let probe = Arc::new(Probe::default());
+        let thread = probe.install(&commit, Duration::from_millis(1));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let tasks: Vec<_> = (0..8)
+                .map(|_| {
+                    let (commit, probe) = (commit.clone(), probe.clone());
+                    tokio::spawn(async move { probe.write_and_wait(&commit).await })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+        });
+        assert_eq!(probe.syncs.load(Ordering::SeqCst), 1, "one pass, one sync");
         commit.stop();
         thread.join().unwrap();
+    }
+
+    /// Two workers' writers and a blocking waiter at once: every release
+    /// follows a sync that covers it, syncs never overlap, and they are
+    /// shared.
+    #[test]
+    fn leaders_and_the_sync_thread_never_overlap_and_release_nobody_early() {
+        let commit = Arc::new(GroupCommit::new(Durability::Always, false));
+        let probe = Arc::new(Probe::default());
+        let thread = probe.install(&commit, Duration::from_micros(300));
+        let blocking = {
+            let commit = commit.clone();
+            std::thread::spawn(move || {
+                for _ in 0..50 {
+                    commit.barrier();
+                }
+            })
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let tasks: Vec<_> = (0..32)
+                .map(|_| {
+                    let (commit, probe) = (commit.clone(), probe.clone());
+                    tokio::spawn(async move {
+                        for _ in 0..20 {
+                            probe.write_and_wait(&commit).await;
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+        });
+        blocking.join().unwrap();
+        assert!(
+            !probe.overlapped.load(Ordering::SeqCst),
+            "two syncs ran at once"
+        );
+        let syncs = probe.syncs.load(Ordering::SeqCst);
+        assert!(
+            syncs >= 20,
+            "each task's writes follow one another: {syncs}"
+        );
+        assert!(syncs < 640, "syncs were shared: {syncs} for 640 writes");
+        commit.stop();
+        thread.join().unwrap();
+    }
+
+    /// A leader whose sync fails releases nobody: it hands the retries to
+    /// the sync thread, whose success (after a pause) releases them all;
+    /// a failing disk is not retried in a loop by every waiter.
+    #[test]
+    fn a_leader_s_failed_sync_is_retried_before_anyone_is_released() {
+        let commit = Arc::new(GroupCommit::new(Durability::Always, false));
+        let probe = Arc::new(Probe::default());
+        // More failures than waiters: each waiter leads at most one
+        // attempt (then waits for a publish), so the sync thread meets a
+        // failure too and pauses before the retry that succeeds.
+        probe.failures_left.store(5, Ordering::SeqCst);
+        let thread = probe.install(&commit, Duration::ZERO);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let started = Instant::now();
+        runtime.block_on(async {
+            let tasks: Vec<_> = (0..4)
+                .map(|_| {
+                    let (commit, probe) = (commit.clone(), probe.clone());
+                    tokio::spawn(async move { probe.write_and_wait(&commit).await })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+        });
+        assert_eq!(probe.failures_left.load(Ordering::SeqCst), 0);
+        assert_eq!(probe.syncs.load(Ordering::SeqCst), 1);
+        assert!(
+            started.elapsed() >= RETRY_AFTER_FAILURE,
+            "{:?}",
+            started.elapsed()
+        );
+        commit.stop();
+        thread.join().unwrap();
+    }
+
+    /// Once `stop` has returned no leader syncs (the stores may close):
+    /// the sync thread's last sync releases a waiter instead.
+    #[test]
+    fn after_stop_waiters_are_released_by_the_sync_thread_s_last_sync() {
+        let commit = Arc::new(GroupCommit::new(Durability::Always, false));
+        let probe = Arc::new(Probe::default());
+        commit.set_sync_fn({
+            let probe = probe.clone();
+            Box::new(move || probe.sync(Duration::ZERO))
+        });
+        let ticket = commit.wrote_leading().unwrap();
+        commit.stop();
+        let (syncs, thread) = sync_thread(&commit, Duration::ZERO);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(commit.wait(ticket));
+        thread.join().unwrap();
+        assert_eq!(
+            probe.syncs.load(Ordering::SeqCst),
+            0,
+            "a leader synced after stop"
+        );
+        assert_eq!(syncs.load(Ordering::SeqCst), 1);
     }
 }

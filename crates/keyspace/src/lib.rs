@@ -275,6 +275,12 @@ impl Keyspace {
         let intents = keyspace.rebuild(books)?;
         keyspace.replay(intents)?;
         let keyspace = Arc::new(keyspace);
+        let leader = Arc::downgrade(&keyspace);
+        keyspace.commit.set_sync_fn(Box::new(move || {
+            leader
+                .upgrade()
+                .map(|keyspace| keyspace.sync().map_err(|e| e.to_string()))
+        }));
         let (commit, weak) = (keyspace.commit.clone(), Arc::downgrade(&keyspace));
         let thread = std::thread::Builder::new()
             // Not a background thread in `engram_threads`'s sense:

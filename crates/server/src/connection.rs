@@ -748,9 +748,9 @@ async fn flush<S: Stream>(
             .map(|k| k.commit_handle());
         match commit {
             Some(commit) => {
-                // The worker wakes the sync thread before it sleeps
-                // (`serve`'s park hook): one sync for every client it ran.
-                if let Some(ticket) = commit.wrote_deferred() {
+                // The first of this pass's writers to get here syncs for
+                // all of them (`GroupCommit::wait`).
+                if let Some(ticket) = commit.wrote_leading() {
                     commit.wait(ticket).await;
                 }
             }

@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -79,20 +79,9 @@ impl Server {
         let background_cpus = engram_threads::configure(&config.background_cpus)
             .map_err(|e| StartError::Config(e.to_string()))?;
         raise_fd_limit(config.maxclients);
-        // Set once `shared` exists: a worker about to sleep wakes the sync
-        // thread for the writes it ran (`GroupCommit::wrote_deferred`).
-        let park_hook: Arc<OnceLock<Weak<Shared>>> = Arc::new(OnceLock::new());
-        let hook = park_hook.clone();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.worker_threads())
             .thread_name("engram-net")
-            .on_thread_park(move || {
-                if let Some(shared) = hook.get().and_then(Weak::upgrade) {
-                    if let Some(keyspace) = shared.keyspace.try_guard().as_ref() {
-                        keyspace.commit().before_park();
-                    }
-                }
-            })
             .enable_all()
             .build()
             .map_err(StartError::Runtime)?;
@@ -126,7 +115,6 @@ impl Server {
             )
             .with_acl(acl),
         );
-        let _ = park_hook.set(Arc::downgrade(&shared));
         crate::group::start(&shared, local).map_err(StartError::Config)?;
         let expiry_thread = spawn_expiry_thread(shared.clone(), stop_background.clone());
 

@@ -8,6 +8,19 @@
 //! switching the index entry and retiring the old copy under the key's shard
 //! lock. Then the old block has no live bytes and is freed.
 //!
+//! A block that is still dying waits (`Decay`): while the background
+//! compactor sees a candidate's live bytes fall from one round to the next
+//! it leaves the block alone, as long as free blocks are plentiful (well
+//! above the mark at which the file grows) and the file is not near its
+//! space budget. Under a hot set of overwritten keys blocks die whole
+//! within seconds and return to the free set without a byte copied;
+//! compacting them at half live copied records that their next overwrite
+//! would have killed anyway (an INCR load spent a sixth of the server's
+//! CPU in this thread). When free blocks run short it compacts as before:
+//! growing the file instead costs more (fresh pages to fault in, extents
+//! to convert at the next sync). A block whose live bytes hold still
+//! (cold data among dead) is compacted at once.
+//!
 //! It never stops the foreground: it holds one shard lock for one record at a
 //! time, and a block being compacted stays readable until an epoch after its
 //! last record moved. Writers help only when the file reaches its space budget
@@ -32,18 +45,53 @@ const MAX_BLOCKS_PER_ROUND: usize = 64;
 /// budget and no block is free, before it grows the file anyway.
 const MAX_ASSISTS_PER_BLOCK: usize = 4;
 
+/// The background compactor waits for a dying block unless the file is
+/// past this share of its space budget (writers must help beyond it).
+const PATIENT_UNTIL_BUDGET_SHARE: f64 = 0.75;
+
 /// The compactor thread.
 pub fn run(store: &StoreState) {
+    let mut decay = Decay::default();
     while store.sleep(store.options.compaction.interval) {
-        round(store, MAX_BLOCKS_PER_ROUND);
+        let patient = store.space.free_to_spare()
+            && store.space.may_grow(
+                store.options.compaction.max_space_amplification * PATIENT_UNTIL_BUDGET_SHARE,
+            );
+        let chosen = candidates(store, MAX_BLOCKS_PER_ROUND, patient.then_some(&mut decay));
+        compact_blocks(store, chosen);
         flush_epochs();
     }
 }
 
-/// Compacts up to `max_blocks` of the best candidates; returns how many.
+/// Each block's live bytes when the compactor last looked (the
+/// compactor thread's own memory).
+#[derive(Default)]
+struct Decay {
+    seen: Vec<u64>,
+}
+
+impl Decay {
+    /// Whether the block lost live bytes since the last look; records
+    /// what it has now.
+    fn dying(&mut self, id: u32, live: u64) -> bool {
+        let id = id as usize;
+        if self.seen.len() <= id {
+            self.seen.resize(id + 1, u64::MAX);
+        }
+        let before = std::mem::replace(&mut self.seen[id], live);
+        live < before
+    }
+}
+
+/// Compacts up to `max_blocks` of the best candidates, dying or not;
+/// returns how many.
 pub fn round(store: &StoreState, max_blocks: usize) -> usize {
+    compact_blocks(store, candidates(store, max_blocks, None))
+}
+
+fn compact_blocks(store: &StoreState, chosen: Vec<u32>) -> usize {
     let mut compacted = 0;
-    for id in candidates(store, max_blocks) {
+    for id in chosen {
         if store.shutdown.load(Ordering::Acquire) {
             break;
         }
@@ -56,7 +104,7 @@ pub fn round(store: &StoreState, max_blocks: usize) -> usize {
 
 /// Compacts the single best candidate; false if there is none.
 pub fn compact_one(store: &StoreState) -> bool {
-    candidates(store, 1)
+    candidates(store, 1, None)
         .first()
         .is_some_and(|id| compact_block(store, *id))
 }
@@ -82,7 +130,10 @@ pub fn block_for_writer(store: &StoreState) -> Result<u32> {
     store.space.take_free_or_grow()
 }
 
-fn candidates(store: &StoreState, max_blocks: usize) -> Vec<u32> {
+/// Sealed blocks at most `max_live_ratio` live, least live first; with
+/// `decay`, not those that lost live bytes since its last look (a block
+/// first seen counts as dying: it waits one round).
+fn candidates(store: &StoreState, max_blocks: usize, mut decay: Option<&mut Decay>) -> Vec<u32> {
     let space = &store.space;
     let threshold =
         (space.log_payload_bytes() as f64 * store.options.compaction.max_live_ratio) as u64;
@@ -90,7 +141,8 @@ fn candidates(store: &StoreState, max_blocks: usize) -> Vec<u32> {
         .filter_map(|id| {
             let meta = space.meta(id);
             let live = meta.live_bytes.load(Ordering::Relaxed);
-            (meta.state() == state::SEALED && live <= threshold).then_some((live, id))
+            let dying = decay.as_mut().is_some_and(|d| d.dying(id, live));
+            (meta.state() == state::SEALED && live <= threshold && !dying).then_some((live, id))
         })
         .collect();
     if sealed.len() > max_blocks {

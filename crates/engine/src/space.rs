@@ -148,6 +148,12 @@ impl Space {
         self.free_count.load(Ordering::Relaxed) + self.ready.len() as u64
     }
 
+    /// Whether free blocks are well above the mark at which the file grows:
+    /// writers will not need new space for a while.
+    pub fn free_to_spare(&self) -> bool {
+        self.free_blocks() >= 2 * self.low_water
+    }
+
     pub fn live_bytes(&self) -> u64 {
         self.live_bytes.sum().max(0) as u64
     }

@@ -113,3 +113,55 @@ fn overwrites_keep_the_file_near_the_live_size() {
         "after recovery the data file is {file_bytes} bytes for {live_bytes} bytes of live data"
     );
 }
+
+/// A hot set overwritten at a steady pace: each sealed block loses its
+/// records one by one and dies whole within a pass over the keys, so the
+/// background compactor, which waits for a dying block while free blocks
+/// are plentiful, moves almost nothing. (Compacting every block as soon
+/// as it was half dead moved about a third of all writes here: records
+/// their next overwrite killed anyway.)
+#[test]
+fn a_hot_set_s_blocks_die_whole_without_being_compacted() {
+    const HOT_KEYS: u64 = 400;
+    const PASSES: u64 = 40;
+    let _watchdog = watchdog(
+        "a_hot_set_s_blocks_die_whole_without_being_compacted",
+        Duration::from_secs(120),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    // Growth in steps of 4 MiB: free blocks stay plentiful beside 400 KiB
+    // of live data (the compactor is patient only then).
+    let options = Options {
+        grow_bytes: 4 << 20,
+        ..options()
+    };
+    let store = Store::open(dir.path(), options).unwrap();
+    let mut rng = StdRng::seed_from_u64(seed_from_env("ENGRAM_OVERWRITE_SEED"));
+    let mut keys: Vec<u64> = (0..HOT_KEYS).collect();
+    for pass in 0..PASSES {
+        keys.shuffle(&mut rng);
+        for (i, &k) in keys.iter().enumerate() {
+            store.put(&key(k), &value(k, pass)).unwrap();
+            if i % 10 == 0 {
+                // ~40 ms a pass: the 5 ms compactor looks at every block
+                // several times while it dies.
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+    let stats = store.stats();
+    let writes = HOT_KEYS * PASSES;
+    eprintln!(
+        "{writes} writes, {} compactions, {} records moved",
+        stats.compactions, stats.records_moved
+    );
+    assert!(
+        stats.records_moved * 20 < writes,
+        "{} of {writes} writes were moved by compaction",
+        stats.records_moved
+    );
+    for k in 0..HOT_KEYS {
+        let found = store.get(&key(k)).unwrap().expect("hot key lost");
+        assert_eq!(found, value(k, PASSES - 1), "key {k}");
+    }
+}

@@ -635,6 +635,25 @@ mod tests {
             std::thread::spawn(move || commit.run(|| probe.sync(takes), || true))
         }
 
+        /// `writers` tasks on one worker, each writing once and waiting.
+        fn writers_on_one_worker(self: &Arc<Probe>, commit: &Arc<GroupCommit>, writers: usize) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let tasks: Vec<_> = (0..writers)
+                    .map(|_| {
+                        let (commit, probe) = (commit.clone(), self.clone());
+                        tokio::spawn(async move { probe.write_and_wait(&commit).await })
+                    })
+                    .collect();
+                for task in tasks {
+                    task.await.unwrap();
+                }
+            });
+        }
+
         /// A write and its wait, as a network task does them; checks that
         /// a sync started after the write finished before the release
         /// (counted before the ticket is taken: a sync that covers the
@@ -657,21 +676,7 @@ mod tests {
         let commit = Arc::new(GroupCommit::new(Durability::Always, false));
         let probe = Arc::new(Probe::default());
         let thread = probe.install(&commit, Duration::from_millis(1));
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let tasks: Vec<_> = (0..8)
-                .map(|_| {
-                    let (commit, probe) = (commit.clone(), probe.clone());
-                    tokio::spawn(async move { probe.write_and_wait(&commit).await })
-                })
-                .collect();
-            for task in tasks {
-                task.await.unwrap();
-            }
-        });
+        probe.writers_on_one_worker(&commit, 8);
         assert_eq!(probe.syncs.load(Ordering::SeqCst), 1, "one pass, one sync");
         commit.stop();
         thread.join().unwrap();
@@ -740,22 +745,8 @@ mod tests {
         // failure too and pauses before the retry that succeeds.
         probe.failures_left.store(5, Ordering::SeqCst);
         let thread = probe.install(&commit, Duration::ZERO);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
         let started = Instant::now();
-        runtime.block_on(async {
-            let tasks: Vec<_> = (0..4)
-                .map(|_| {
-                    let (commit, probe) = (commit.clone(), probe.clone());
-                    tokio::spawn(async move { probe.write_and_wait(&commit).await })
-                })
-                .collect();
-            for task in tasks {
-                task.await.unwrap();
-            }
-        });
+        probe.writers_on_one_worker(&commit, 4);
         assert_eq!(probe.failures_left.load(Ordering::SeqCst), 0);
         assert_eq!(probe.syncs.load(Ordering::SeqCst), 1);
         assert!(

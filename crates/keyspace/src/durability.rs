@@ -158,8 +158,9 @@ impl RateWindow {
     }
 }
 
-/// What syncs both stores for a leading waiter: `None` once the stores
-/// are gone (the keyspace holds itself weakly here, as for its sync thread).
+/// What syncs both stores, for a leading waiter or the sync thread:
+/// `None` once the stores are gone (the keyspace holds itself weakly
+/// here).
 pub type SyncFn = Box<dyn Fn() -> Option<Result<(), String>> + Send + Sync>;
 
 pub struct GroupCommit {
@@ -179,15 +180,14 @@ pub struct GroupCommit {
     /// Held for the length of every sync, by the sync thread or a leading
     /// waiter: syncs never overlap, and `synced` only grows.
     sync_lock: Mutex<()>,
-    /// How a leading waiter syncs; unset (tests, before the keyspace is
-    /// built) means waiters leave it to the sync thread.
-    sync_fn: std::sync::OnceLock<SyncFn>,
+    /// How both stores are synced, by a leading waiter or the sync thread.
+    sync: SyncFn,
     stopping: AtomicBool,
     pub stats: SyncStats,
 }
 
 impl GroupCommit {
-    pub fn new(durability: Durability, dax: bool) -> GroupCommit {
+    pub fn new(durability: Durability, dax: bool, sync: SyncFn) -> GroupCommit {
         GroupCommit {
             durability: AtomicU8::new(durability as u8),
             dax,
@@ -197,7 +197,7 @@ impl GroupCommit {
             dirty: AtomicBool::new(false),
             wake: (Mutex::new(false), Condvar::new()),
             sync_lock: Mutex::new(()),
-            sync_fn: std::sync::OnceLock::new(),
+            sync,
             stopping: AtomicBool::new(false),
             stats: SyncStats {
                 last_sync_unix: AtomicU64::new(unix_now()),
@@ -256,11 +256,6 @@ impl GroupCommit {
         Some(Ticket(self.issued.fetch_add(1, Ordering::SeqCst) + 1))
     }
 
-    /// How leading waiters sync both stores; set once, by the keyspace.
-    pub fn set_sync_fn(&self, sync: SyncFn) {
-        let _ = self.sync_fn.set(sync);
-    }
-
     /// A ticket for everything written so far; wakes the sync thread.
     pub fn ticket(&self) -> Ticket {
         // SeqCst: the ticket is ordered after the caller's writes, so a
@@ -286,12 +281,6 @@ impl GroupCommit {
         if *synced.borrow_and_update() >= ticket.0 {
             return;
         }
-        let Some(sync) = self.sync_fn.get() else {
-            // No way to sync from here: the sync thread does it.
-            self.nudge();
-            let _ = synced.wait_for(|&done| done >= ticket.0).await;
-            return;
-        };
         tokio::task::yield_now().await;
         loop {
             if *synced.borrow_and_update() >= ticket.0 {
@@ -299,7 +288,7 @@ impl GroupCommit {
             }
             let led = match self.sync_lock.try_lock() {
                 Some(_one_at_a_time) if !self.stopping.load(Ordering::Acquire) => {
-                    Some(self.sync_and_publish(sync))
+                    Some(self.sync_and_publish())
                 }
                 _ => None,
             };
@@ -322,15 +311,12 @@ impl GroupCommit {
 
     /// Under `sync_lock`: syncs what was issued so far and publishes it.
     /// `None` when the stores are gone.
-    fn sync_and_publish<E: std::fmt::Display>(
-        &self,
-        sync: impl FnOnce() -> Option<Result<(), E>>,
-    ) -> Option<Result<(), E>> {
+    fn sync_and_publish(&self) -> Option<Result<(), String>> {
         let target = self.issued.load(Ordering::SeqCst);
         if target <= *self.synced.borrow() {
             return Some(Ok(()));
         }
-        let result = sync()?;
+        let result = (self.sync)()?;
         if result.is_ok() {
             self.publish_synced(target);
         }
@@ -419,15 +405,11 @@ impl GroupCommit {
         self.nudge();
     }
 
-    /// The sync thread's loop: group commit for `always`, the one-second
-    /// sync for `everysec`. `sync` returns `None`, and `alive` false, when
-    /// the stores are gone. Ends then, or after [`GroupCommit::stop`] once
-    /// no ticket is pending.
-    pub(crate) fn run<E: std::fmt::Display>(
-        &self,
-        sync: impl Fn() -> Option<Result<(), E>>,
-        alive: impl Fn() -> bool,
-    ) {
+    /// The sync thread's loop: group commit for blocking waiters and
+    /// retries, the one-second sync for `everysec`. The sync returns
+    /// `None`, and `alive` false, when the stores are gone. Ends then, or
+    /// after [`GroupCommit::stop`] once no ticket is pending.
+    pub(crate) fn run(&self, alive: impl Fn() -> bool) {
         let mut last_periodic = Instant::now();
         let mut window = RateWindow::new(&self.stats);
         loop {
@@ -445,7 +427,7 @@ impl GroupCommit {
             if self.issued.load(Ordering::SeqCst) > *self.synced.borrow() {
                 let outcome = {
                     let _one_at_a_time = self.sync_lock.lock();
-                    self.sync_and_publish(&sync)
+                    self.sync_and_publish()
                 };
                 match outcome {
                     None => return,
@@ -465,7 +447,7 @@ impl GroupCommit {
             {
                 last_periodic = Instant::now();
                 let _one_at_a_time = self.sync_lock.lock();
-                if sync().is_none() {
+                if (self.sync)().is_none() {
                     return;
                 }
             }
@@ -504,44 +486,23 @@ mod tests {
 
     #[test]
     fn only_always_on_emulated_memory_takes_tickets() {
-        let emulated = GroupCommit::new(Durability::Process, false);
+        let emulated = GroupCommit::new(Durability::Process, false, Box::new(|| Some(Ok(()))));
         assert_eq!(emulated.wrote(), None);
         emulated.set_durability(Durability::Everysec);
         assert_eq!(emulated.wrote(), None);
         emulated.set_durability(Durability::Always);
         assert!(emulated.wrote().is_some());
-        let dax = GroupCommit::new(Durability::Always, true);
+        let dax = GroupCommit::new(Durability::Always, true, Box::new(|| Some(Ok(()))));
         assert_eq!(dax.wrote(), None);
         assert_eq!(emulated.stats.changes_since_sync.load(Ordering::Relaxed), 3);
-    }
-
-    /// A sync thread for `commit` whose syncs take `takes` and are
-    /// counted.
-    fn sync_thread(
-        commit: &Arc<GroupCommit>,
-        takes: Duration,
-    ) -> (Arc<AtomicU64>, std::thread::JoinHandle<()>) {
-        let syncs = Arc::new(AtomicU64::new(0));
-        let (commit, counted) = (commit.clone(), syncs.clone());
-        let thread = std::thread::spawn(move || {
-            commit.run(
-                || {
-                    counted.fetch_add(1, Ordering::SeqCst);
-                    std::thread::sleep(takes);
-                    Some(Ok::<(), String>(()))
-                },
-                || true,
-            )
-        });
-        (syncs, thread)
     }
 
     /// Many blocking waiters are released by few syncs, and none before a
     /// sync that started after its ticket.
     #[test]
     fn one_sync_covers_every_ticket_issued_before_it() {
-        let commit = Arc::new(GroupCommit::new(Durability::Always, false));
-        let (syncs, thread) = sync_thread(&commit, Duration::from_millis(5));
+        let probe = Arc::new(Probe::default());
+        let (commit, thread) = probe.commit(Duration::from_millis(5));
         let waiters: Vec<_> = (0..32)
             .map(|_| {
                 let commit = commit.clone();
@@ -555,7 +516,7 @@ mod tests {
         for waiter in waiters {
             waiter.join().unwrap();
         }
-        let synced = syncs.load(Ordering::SeqCst);
+        let synced = probe.syncs.load(Ordering::SeqCst);
         assert!(synced >= 10, "each waiter's barriers need their own syncs");
         assert!(synced < 320, "syncs were shared: {synced} for 320 barriers");
         commit.stop();
@@ -565,37 +526,38 @@ mod tests {
     /// A failed sync releases nobody; the retry that succeeds does.
     #[test]
     fn a_failed_sync_is_retried_before_waiters_are_released() {
-        let commit = Arc::new(GroupCommit::new(Durability::Always, false));
-        let attempts = Arc::new(AtomicU64::new(0));
-        let thread = {
-            let (commit, attempts) = (commit.clone(), attempts.clone());
-            std::thread::spawn(move || {
-                commit.run(
-                    || {
-                        let n = attempts.fetch_add(1, Ordering::SeqCst);
-                        Some(if n == 0 {
-                            Err("disk".to_string())
-                        } else {
-                            Ok(())
-                        })
-                    },
-                    || true,
-                )
-            })
-        };
+        let probe = Arc::new(Probe::default());
+        probe.failures_left.store(1, Ordering::SeqCst);
+        let (commit, thread) = probe.commit(Duration::ZERO);
+        probe.issued.fetch_add(1, Ordering::SeqCst);
         let ticket = commit.ticket();
         commit.wait_blocking(ticket);
-        assert!(attempts.load(Ordering::SeqCst) >= 2);
+        assert_eq!(probe.failures_left.load(Ordering::SeqCst), 0);
+        assert!(
+            probe.covered.load(Ordering::SeqCst) >= 1,
+            "released before a sync covered it"
+        );
         commit.stop();
         thread.join().unwrap();
     }
 
-    /// What a test's sync function saw: syncs run, the tickets the test
-    /// had issued when the last one started (so a waiter can check it was
-    /// not released early), and whether two syncs ever overlapped.
+    const SYNC_THREAD: &str = "test-sync";
+
+    fn start_sync_thread(commit: Arc<GroupCommit>) -> std::thread::JoinHandle<()> {
+        std::thread::Builder::new()
+            .name(SYNC_THREAD.into())
+            .spawn(move || commit.run(|| true))
+            .unwrap()
+    }
+
+    /// What a test's sync function saw: syncs run (and how many of them
+    /// by leading waiters, not the sync thread), the tickets the test had
+    /// issued when the last one started (so a waiter can check it was not
+    /// released early), and whether two syncs ever overlapped.
     #[derive(Default)]
     struct Probe {
         syncs: AtomicU64,
+        led: AtomicU64,
         issued: AtomicU64,
         covered: AtomicU64,
         running: AtomicBool,
@@ -618,21 +580,32 @@ mod tests {
                 return Some(Err("disk".to_string()));
             }
             self.syncs.fetch_add(1, Ordering::SeqCst);
+            if std::thread::current().name() != Some(SYNC_THREAD) {
+                self.led.fetch_add(1, Ordering::SeqCst);
+            }
             self.covered.fetch_max(covers, Ordering::SeqCst);
             Some(Ok(()))
         }
 
-        /// Leading waiters of `commit` sync with `sync`, and so does the
-        /// sync thread this returns.
-        fn install(
+        /// A group commit at `always` whose syncs (by leaders and by the
+        /// sync thread returned beside it) take `takes` and are recorded
+        /// here.
+        fn commit(
             self: &Arc<Probe>,
-            commit: &Arc<GroupCommit>,
             takes: Duration,
-        ) -> std::thread::JoinHandle<()> {
+        ) -> (Arc<GroupCommit>, std::thread::JoinHandle<()>) {
+            let commit = self.commit_alone(takes);
+            (commit.clone(), start_sync_thread(commit))
+        }
+
+        /// As `commit`, with no sync thread yet.
+        fn commit_alone(self: &Arc<Probe>, takes: Duration) -> Arc<GroupCommit> {
             let probe = self.clone();
-            commit.set_sync_fn(Box::new(move || probe.sync(takes)));
-            let (commit, probe) = (commit.clone(), self.clone());
-            std::thread::spawn(move || commit.run(|| probe.sync(takes), || true))
+            Arc::new(GroupCommit::new(
+                Durability::Always,
+                false,
+                Box::new(move || probe.sync(takes)),
+            ))
         }
 
         /// `writers` tasks on one worker, each writing once and waiting.
@@ -673,11 +646,11 @@ mod tests {
     /// by the first of them: no sync thread is involved.
     #[test]
     fn a_worker_s_writers_in_one_pass_share_the_sync_one_of_them_runs() {
-        let commit = Arc::new(GroupCommit::new(Durability::Always, false));
         let probe = Arc::new(Probe::default());
-        let thread = probe.install(&commit, Duration::from_millis(1));
+        let (commit, thread) = probe.commit(Duration::from_millis(1));
         probe.writers_on_one_worker(&commit, 8);
         assert_eq!(probe.syncs.load(Ordering::SeqCst), 1, "one pass, one sync");
+        assert_eq!(probe.led.load(Ordering::SeqCst), 1, "run by a writer");
         commit.stop();
         thread.join().unwrap();
     }
@@ -687,9 +660,8 @@ mod tests {
     /// shared.
     #[test]
     fn leaders_and_the_sync_thread_never_overlap_and_release_nobody_early() {
-        let commit = Arc::new(GroupCommit::new(Durability::Always, false));
         let probe = Arc::new(Probe::default());
-        let thread = probe.install(&commit, Duration::from_micros(300));
+        let (commit, thread) = probe.commit(Duration::from_micros(300));
         let blocking = {
             let commit = commit.clone();
             std::thread::spawn(move || {
@@ -738,13 +710,12 @@ mod tests {
     /// a failing disk is not retried in a loop by every waiter.
     #[test]
     fn a_leader_s_failed_sync_is_retried_before_anyone_is_released() {
-        let commit = Arc::new(GroupCommit::new(Durability::Always, false));
         let probe = Arc::new(Probe::default());
         // More failures than waiters: each waiter leads at most one
         // attempt (then waits for a publish), so the sync thread meets a
         // failure too and pauses before the retry that succeeds.
         probe.failures_left.store(5, Ordering::SeqCst);
-        let thread = probe.install(&commit, Duration::ZERO);
+        let (commit, thread) = probe.commit(Duration::ZERO);
         let started = Instant::now();
         probe.writers_on_one_worker(&commit, 4);
         assert_eq!(probe.failures_left.load(Ordering::SeqCst), 0);
@@ -762,15 +733,11 @@ mod tests {
     /// the sync thread's last sync releases a waiter instead.
     #[test]
     fn after_stop_waiters_are_released_by_the_sync_thread_s_last_sync() {
-        let commit = Arc::new(GroupCommit::new(Durability::Always, false));
         let probe = Arc::new(Probe::default());
-        commit.set_sync_fn({
-            let probe = probe.clone();
-            Box::new(move || probe.sync(Duration::ZERO))
-        });
+        let commit = probe.commit_alone(Duration::ZERO);
         let ticket = commit.wrote_leading().unwrap();
         commit.stop();
-        let (syncs, thread) = sync_thread(&commit, Duration::ZERO);
+        let thread = start_sync_thread(commit.clone());
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -778,10 +745,10 @@ mod tests {
         runtime.block_on(commit.wait(ticket));
         thread.join().unwrap();
         assert_eq!(
-            probe.syncs.load(Ordering::SeqCst),
+            probe.led.load(Ordering::SeqCst),
             0,
             "a leader synced after stop"
         );
-        assert_eq!(syncs.load(Ordering::SeqCst), 1);
+        assert_eq!(probe.syncs.load(Ordering::SeqCst), 1);
     }
 }

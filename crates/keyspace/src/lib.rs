@@ -247,7 +247,9 @@ impl Keyspace {
             .max()
             .unwrap_or(0)
             .max(databases);
-        let keyspace = Keyspace {
+        // Leading waiters sync through a weak handle, as the sync thread
+        // does: neither keeps the stores open.
+        let keyspace = Arc::new_cyclic(|me: &Weak<Keyspace>| Keyspace {
             store,
             collections,
             groups: (0..KEY_GROUPS)
@@ -257,7 +259,13 @@ impl Keyspace {
             databases,
             db_map,
             journal_seq: AtomicU64::new(0),
-            commit: Arc::new(GroupCommit::new(durability, dax)),
+            commit: Arc::new(GroupCommit::new(durability, dax, {
+                let me = me.clone();
+                Box::new(move || {
+                    me.upgrade()
+                        .map(|keyspace| keyspace.sync().map_err(|e| e.to_string()))
+                })
+            })),
             sync_thread: Mutex::new(None),
             expire_cursor: AtomicUsize::new(0),
             expiry_held_until: AtomicU64::new(0),
@@ -268,19 +276,12 @@ impl Keyspace {
             stats: KeyspaceStats::default(),
             access: AccessTracking::new(now_ms()),
             expired: expired::ExpiredKeys::default(),
-        };
+        });
         keyspace
             .store
             .set_power_fail_ordering(durability != Durability::Process);
         let intents = keyspace.rebuild(books)?;
         keyspace.replay(intents)?;
-        let keyspace = Arc::new(keyspace);
-        let leader = Arc::downgrade(&keyspace);
-        keyspace.commit.set_sync_fn(Box::new(move || {
-            leader
-                .upgrade()
-                .map(|keyspace| keyspace.sync().map_err(|e| e.to_string()))
-        }));
         let (commit, weak) = (keyspace.commit.clone(), Arc::downgrade(&keyspace));
         let thread = std::thread::Builder::new()
             // Not a background thread in `engram_threads`'s sense:
@@ -1556,10 +1557,7 @@ pub fn now_ms() -> u64 {
 /// dropping the last handle closes the stores at once and ends the thread
 /// within its idle wake.
 fn run_sync_thread(commit: Arc<GroupCommit>, keyspace: Weak<Keyspace>) {
-    commit.run(
-        || keyspace.upgrade().map(|keyspace| keyspace.sync()),
-        || keyspace.strong_count() > 0,
-    );
+    commit.run(|| keyspace.strong_count() > 0);
 }
 
 #[cfg(test)]

@@ -167,8 +167,9 @@ fn place_record(
     let at = PmemOffset(lane.block_start + lane.used_bytes);
     lane.used_bytes += size;
     debug_assert!(lane.used_bytes <= store.space.block_bytes);
-    if value.is_some() {
-        store.space.add_live(block, size);
+    match value {
+        Some(_) => store.space.add_live(block, size),
+        None => store.space.note_tombstone(block),
     }
     store.appended_bytes.add(block as usize, size as i64);
     let seq = seq.unwrap_or_else(|| store.seq.fetch_add(1, Ordering::Relaxed));
@@ -209,8 +210,9 @@ fn append_extent_record(
     let head = store.space.take_run(blocks)?;
     let generation = store.space.start_extent(head, blocks);
     let at = store.space.block_offset(head).add(BLOCK_HEADER_BYTES);
-    if value.is_some() {
-        store.space.add_live(head, size);
+    match value {
+        Some(_) => store.space.add_live(head, size),
+        None => store.space.note_tombstone(head),
     }
     store.appended_bytes.add(head as usize, size as i64);
     let seq = seq.unwrap_or_else(|| store.seq.fetch_add(1, Ordering::Relaxed));

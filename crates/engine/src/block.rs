@@ -29,7 +29,7 @@
 //! A header that fails its checksum (a claim torn by a crash) marks a block
 //! that holds no record: it is treated as free.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 use engram_pmem::{PmemOffset, Region};
@@ -167,6 +167,12 @@ pub struct BlockMeta {
     state: AtomicU8,
     pub generation: AtomicU32,
     pub extent_blocks: AtomicU32,
+    /// Lazy retirement: the block holds a tombstone (cleared at claim).
+    /// Its death makes the next round set every deferred bit.
+    pub holds_tombstone: AtomicBool,
+    /// Lazy retirement: a round wrote this dead log block's FREE header,
+    /// so its records need no DELETED bits (cleared at claim).
+    pub freed_on_media: AtomicBool,
 }
 
 impl BlockMeta {

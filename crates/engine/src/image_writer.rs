@@ -68,7 +68,7 @@ pub fn write_image(store: &StoreState) -> Result<IndexImageReport> {
     //    the block of a tombstone that outranked it) and would come back
     //    at the first full scan (invariant 14).
     if store.space.retirement.is_some() {
-        store.space.retirement_round()?;
+        store.space.retirement_round_settling(true)?;
         store.region().sync_all()?;
     }
     let header = ImageHeader {

@@ -36,7 +36,7 @@ use parking_lot::{Mutex, MutexGuard, RwLock};
 use crate::block::{state, BlockHeader, BlockKind, BlockMeta, BlockTable, BLOCK_HEADER_BYTES};
 use crate::counter::StripedCounter;
 use crate::refill::RefillSignal;
-use crate::retirement::Retirement;
+use crate::retirement::{Bit, Blocks, Retirement};
 use crate::superblock::Superblock;
 use crate::{Error, Result};
 
@@ -212,6 +212,11 @@ impl Space {
                 self.free_count.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// A tombstone was placed in block `id` (see `BlockMeta::holds_tombstone`).
+    pub fn note_tombstone(&self, id: u32) {
+        self.meta(id).holds_tombstone.store(true, Ordering::Release);
     }
 
     pub fn add_live(&self, id: u32, bytes: u64) {
@@ -433,6 +438,8 @@ impl Space {
         meta.generation.store(generation, Ordering::Relaxed);
         meta.extent_blocks.store(1, Ordering::Relaxed);
         meta.live_bytes.store(0, Ordering::Relaxed);
+        meta.holds_tombstone.store(false, Ordering::Relaxed);
+        meta.freed_on_media.store(false, Ordering::Relaxed);
         meta.set_state(state::OWNED);
         generation
     }
@@ -462,6 +469,8 @@ impl Space {
         let meta = self.meta(head);
         meta.generation.store(generation, Ordering::Relaxed);
         meta.extent_blocks.store(n, Ordering::Relaxed);
+        meta.holds_tombstone.store(false, Ordering::Relaxed);
+        meta.freed_on_media.store(false, Ordering::Relaxed);
         meta.set_state(state::EXTENT_HEAD);
     }
 
@@ -531,23 +540,16 @@ impl Space {
     /// synced, the queued DELETED bits set, the blocks of the round before
     /// released. Nothing without lazy retirement.
     pub fn retirement_round(&self) -> Result<()> {
+        self.retirement_round_settling(false)
+    }
+
+    /// A round that also sets every deferred bit (`retirement.rs`): for
+    /// an index image, below whose floor recovery never looks.
+    pub fn retirement_round_settling(&self, every_bit: bool) -> Result<()> {
         let Some(retirement) = &self.retirement else {
             return Ok(());
         };
-        retirement.round(
-            &self.region,
-            |offset| {
-                self.meta(self.block_of(offset))
-                    .generation
-                    .load(Ordering::Acquire)
-            },
-            |blocks| {
-                for id in blocks {
-                    self.ready.push(id);
-                    self.pending_frees.fetch_sub(1, Ordering::AcqRel);
-                }
-            },
-        )?;
+        retirement.round(&self.region, self, every_bit)?;
         self.release_ready();
         Ok(())
     }
@@ -636,6 +638,57 @@ impl Space {
     /// Stops all further deferred work on this region.
     pub fn close(&self) {
         *self.closed.write() = true;
+    }
+}
+
+impl Blocks for Space {
+    fn bit_for(&self, offset: u64, generation: u32) -> Bit {
+        let meta = self.meta(self.block_of(offset));
+        if meta.generation.load(Ordering::Acquire) != generation
+            || meta.freed_on_media.load(Ordering::Acquire)
+        {
+            // Reused, or dead with its FREE header written.
+            return Bit::Spared;
+        }
+        // Only a log block's records wait: an extent is released (its FREE
+        // headers written then) without a round marking it first, so a
+        // bit set after its release could land in its next life.
+        if meta.extent_blocks.load(Ordering::Relaxed) == 1 {
+            Bit::MayWait
+        } else {
+            Bit::Now
+        }
+    }
+
+    fn holds_tombstone(&self, id: u32) -> bool {
+        self.meta(id).holds_tombstone.load(Ordering::Acquire)
+    }
+
+    fn mark_freed(&self, id: u32) {
+        let meta = self.meta(id);
+        // A tombstone must outlive (durably) every version it outranks:
+        // its block keeps its header until reuse, a round after those
+        // versions were settled. Other records may go early: each was
+        // outranked by a record this round's sync made durable.
+        if meta.extent_blocks.load(Ordering::Relaxed) != 1
+            || meta.holds_tombstone.load(Ordering::Acquire)
+        {
+            return;
+        }
+        BlockHeader {
+            kind: BlockKind::Free,
+            generation: meta.generation.load(Ordering::Relaxed),
+            extent_blocks: 1,
+        }
+        .write(&self.region, self.block_offset(id));
+        meta.freed_on_media.store(true, Ordering::Release);
+    }
+
+    fn release(&self, blocks: Vec<u32>) {
+        for id in blocks {
+            self.ready.push(id);
+            self.pending_frees.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 

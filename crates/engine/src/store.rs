@@ -80,6 +80,10 @@ pub struct Stats {
     /// whole file (`retirement.rs`; both 0 without lazy retirement).
     pub retirement_rounds: u64,
     pub retirement_syncs: u64,
+    /// Retired records given their DELETED bit by a round, and those a
+    /// round spared it (their dead block's FREE header made them dead).
+    pub retirement_bits_set: u64,
+    pub retirement_bits_spared: u64,
 }
 
 impl Store {
@@ -430,6 +434,14 @@ impl Store {
                 .retirement
                 .as_ref()
                 .map_or(0, |r| r.syncs.load(Ordering::Relaxed)),
+            retirement_bits_set: space
+                .retirement
+                .as_ref()
+                .map_or(0, |r| r.bits_set.load(Ordering::Relaxed)),
+            retirement_bits_spared: space
+                .retirement
+                .as_ref()
+                .map_or(0, |r| r.bits_spared.load(Ordering::Relaxed)),
         }
     }
 

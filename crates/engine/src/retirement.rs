@@ -77,9 +77,9 @@ use crate::Result;
 /// set's blocks die within seconds of their records).
 const DEFER_ROUNDS: u64 = 16;
 
-/// Retired records waiting at most (16 bytes each): beyond it the
-/// oldest get their bits at once.
-const MAX_DEFERRED: usize = 4 << 20;
+/// Retired records waiting at most (16 bytes each, 16 MiB; about 7 s
+/// of SET -P 16 here): beyond it the oldest get their bits at once.
+const MAX_DEFERRED: usize = 1 << 20;
 
 /// What a retired record still needs, as its block stands now.
 pub enum Bit {
@@ -251,8 +251,10 @@ impl Retirement {
     }
 
     /// Sets the bits of `batch` that are needed now (all of them when
-    /// `due`); returns those that may wait. No block of theirs is
-    /// released while this runs (only rounds release, after settling).
+    /// `due`); returns those that may wait. A block `bit_for` does not
+    /// spare cannot be reused under a bit set here: only rounds mark
+    /// blocks, and a dead block is released only once marked, or, if it
+    /// holds a tombstone, a round after every deferred bit was set.
     fn settle(
         &self,
         region: &Region,

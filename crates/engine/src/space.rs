@@ -439,7 +439,7 @@ impl Space {
         meta.extent_blocks.store(1, Ordering::Relaxed);
         meta.live_bytes.store(0, Ordering::Relaxed);
         meta.holds_tombstone.store(false, Ordering::Relaxed);
-        meta.freed_on_media.store(false, Ordering::Relaxed);
+        meta.freed_on_media.store(false, Ordering::Release);
         meta.set_state(state::OWNED);
         generation
     }
@@ -470,7 +470,7 @@ impl Space {
         meta.generation.store(generation, Ordering::Relaxed);
         meta.extent_blocks.store(n, Ordering::Relaxed);
         meta.holds_tombstone.store(false, Ordering::Relaxed);
-        meta.freed_on_media.store(false, Ordering::Relaxed);
+        meta.freed_on_media.store(false, Ordering::Release);
         meta.set_state(state::EXTENT_HEAD);
     }
 
@@ -644,10 +644,14 @@ impl Space {
 impl Blocks for Space {
     fn bit_for(&self, offset: u64, generation: u32) -> Bit {
         let meta = self.meta(self.block_of(offset));
-        if meta.generation.load(Ordering::Acquire) != generation
-            || meta.freed_on_media.load(Ordering::Acquire)
+        // The flag first: a claim clears it (Release) after storing the
+        // new generation, so a cleared flag read here comes with the new
+        // generation. Neither changes after this check unless a round
+        // marks the block, and rounds are one at a time.
+        if meta.freed_on_media.load(Ordering::Acquire)
+            || meta.generation.load(Ordering::Acquire) != generation
         {
-            // Reused, or dead with its FREE header written.
+            // Dead with its FREE header written, or reused.
             return Bit::Spared;
         }
         // Only a log block's records wait: an extent is released (its FREE

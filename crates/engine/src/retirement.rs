@@ -97,6 +97,8 @@ pub trait Blocks {
     /// For a retired record at `offset` written in block generation
     /// `generation`.
     fn bit_for(&self, offset: u64, generation: u32) -> Bit;
+    /// The current generation of the block holding `offset`.
+    fn generation_of(&self, offset: u64) -> u32;
     fn holds_tombstone(&self, id: u32) -> bool;
     /// Writes the FREE header of dead log block `id` unless it holds a
     /// tombstone (an extent is left for its release); its records need
@@ -216,17 +218,20 @@ impl Retirement {
         }
         carried.number += 1;
         let now = carried.number;
-        // Each with its block's generation, read while the block cannot
-        // have been reused (its death comes after this retirement, so it
-        // is released in the next round at the earliest): later rounds
-        // tell a reused block by it without reading its new content.
+        // Each with its block's generation (from DRAM, not the record's
+        // page), taken while the block cannot have been reused (its death
+        // comes after this retirement, so it is released in the next
+        // round at the earliest): later rounds tell a reused block by it
+        // without reading its new content.
         let queued: Vec<(u64, u32)> = queued
             .into_iter()
             .map(|offset| {
-                (
-                    offset,
-                    record::read_header(region, PmemOffset(offset)).generation(),
-                )
+                let generation = blocks.generation_of(offset);
+                debug_assert_eq!(
+                    generation,
+                    record::read_header(region, PmemOffset(offset)).generation()
+                );
+                (offset, generation)
             })
             .collect();
         carried.deferred_len += queued.len();

@@ -537,8 +537,9 @@ impl Space {
     }
 
     /// One round of lazy retirement (`retirement.rs`): the whole file
-    /// synced, the queued DELETED bits set, the blocks of the round before
-    /// released. Nothing without lazy retirement.
+    /// synced, dead log blocks' FREE headers written, the DELETED bits
+    /// owed set, the blocks of the round before released. Nothing without
+    /// lazy retirement.
     pub fn retirement_round(&self) -> Result<()> {
         self.retirement_round_settling(false)
     }
@@ -662,6 +663,12 @@ impl Blocks for Space {
         } else {
             Bit::Now
         }
+    }
+
+    fn generation_of(&self, offset: u64) -> u32 {
+        self.meta(self.block_of(offset))
+            .generation
+            .load(Ordering::Acquire)
     }
 
     fn holds_tombstone(&self, id: u32) -> bool {

@@ -35,6 +35,7 @@ use crate::lanes::{Lane, Lanes};
 use crate::lock::DirectoryLock;
 use crate::read::{self, ValueRef};
 use crate::recovery::{self, ImageRecovery, RecoveryReport};
+use crate::retirement::Retirement;
 use crate::scrub::{self, ScrubReport};
 use crate::space::Space;
 use crate::store_state::StoreState;
@@ -407,6 +408,13 @@ impl Store {
 
     pub fn stats(&self) -> Stats {
         let space = &self.state.space;
+        // A lazy retirement counter (0 without lazy retirement).
+        let retirement = |counter: fn(&Retirement) -> &AtomicU64| {
+            space
+                .retirement
+                .as_ref()
+                .map_or(0, |r| counter(r).load(Ordering::Relaxed))
+        };
         Stats {
             keys: self.len(),
             file_bytes: space.region.len(),
@@ -426,22 +434,10 @@ impl Store {
             },
             flush: space.region.flush_instruction().name(),
             index_images: self.state.index_images.load(Ordering::Relaxed),
-            retirement_rounds: space
-                .retirement
-                .as_ref()
-                .map_or(0, |r| r.rounds.load(Ordering::Relaxed)),
-            retirement_syncs: space
-                .retirement
-                .as_ref()
-                .map_or(0, |r| r.syncs.load(Ordering::Relaxed)),
-            retirement_bits_set: space
-                .retirement
-                .as_ref()
-                .map_or(0, |r| r.bits_set.load(Ordering::Relaxed)),
-            retirement_bits_spared: space
-                .retirement
-                .as_ref()
-                .map_or(0, |r| r.bits_spared.load(Ordering::Relaxed)),
+            retirement_rounds: retirement(|r| &r.rounds),
+            retirement_syncs: retirement(|r| &r.syncs),
+            retirement_bits_set: retirement(|r| &r.bits_set),
+            retirement_bits_spared: retirement(|r| &r.bits_spared),
         }
     }
 

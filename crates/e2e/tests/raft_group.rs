@@ -282,13 +282,23 @@ fn a_group_replicates_redirects_and_survives_its_leaders_death() {
     let new_leader = leader_among(&survivors);
     eprintln!("new leader after {:?}", started.elapsed());
     // The survivors saw the leader's connection close and did not wait
-    // out the election timeout: the first of them campaigned at once.
+    // out the election timeout: they took turns to campaign at once (the
+    // first in id order now, the next a tick later if no one led by
+    // then; which one saw the close first is a race). Their log lines
+    // reach this process through a reader thread, so they are awaited.
     let dead_id = killed + 1;
-    let campaigned = nodes.iter().flatten().any(|n| {
-        n.log_text().contains(&format!(
-            "the leader's (node {dead_id}) connection closed; campaigning now"
-        ))
-    });
+    let said = format!("the leader's (node {dead_id}) connection closed; campaigning");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let campaigned = loop {
+        let seen = nodes
+            .iter()
+            .flatten()
+            .any(|n| n.log_text().contains(&said));
+        if seen || Instant::now() >= deadline {
+            break seen;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert!(
         campaigned,
         "no survivor campaigned when the leader's connection closed"

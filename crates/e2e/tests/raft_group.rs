@@ -284,21 +284,11 @@ fn a_group_replicates_redirects_and_survives_its_leaders_death() {
     // The survivors saw the leader's connection close and did not wait
     // out the election timeout: they took turns to campaign at once (the
     // first in id order now, the next a tick later if no one led by
-    // then; which one saw the close first is a race). Their log lines
-    // reach this process through a reader thread, so they are awaited.
+    // then; which one saw the close first is a race). `logged` waits
+    // for the line: it reaches this process through a reader thread.
     let dead_id = killed + 1;
     let said = format!("the leader's (node {dead_id}) connection closed; campaigning");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let campaigned = loop {
-        let seen = nodes
-            .iter()
-            .flatten()
-            .any(|n| n.log_text().contains(&said));
-        if seen || Instant::now() >= deadline {
-            break seen;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let campaigned = nodes.iter().flatten().any(|n| n.logged(&said));
     assert!(
         campaigned,
         "no survivor campaigned when the leader's connection closed"

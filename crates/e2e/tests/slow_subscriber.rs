@@ -107,10 +107,10 @@ fn a_subscriber_that_never_reads_cannot_grow_the_server() {
         before >> 20,
         peak >> 20
     );
-    let log = served.log_text();
     assert!(
-        log.contains("scheduled to be closed ASAP for overcoming of output buffer limits"),
-        "{log}"
+        served.logged("scheduled to be closed ASAP for overcoming of output buffer limits"),
+        "{}",
+        served.log_text()
     );
     drop(stalled);
 }

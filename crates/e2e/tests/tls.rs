@@ -96,7 +96,7 @@ fn redis_py_speaks_tls_to_a_tls_only_server() {
     );
     // The refused handshakes are in the log, with the peer's address.
     assert!(
-        served.log_text().contains("TLS handshake with 127.0.0.1:"),
+        served.logged("TLS handshake with 127.0.0.1:"),
         "{}",
         served.log_text()
     );

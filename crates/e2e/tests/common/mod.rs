@@ -25,6 +25,22 @@ impl Served {
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
+
+    /// Whether the log holds `text` within a few seconds: a line the
+    /// server wrote before answering reaches this process through a
+    /// reader thread, which may not have it yet when the answer does.
+    pub fn logged(&self, text: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if self.log_text().contains(text) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 /// A test that fails (panics) while the server runs must not leave it

@@ -158,6 +158,11 @@ struct ServeArgs {
     /// (ENGRAM.SCRUB still works) [default: 64].
     #[arg(long)]
     integrity_scrub_rate_mb: Option<u64>,
+    /// A background scrub sweeps the whole store once per this many
+    /// seconds, no faster (and never above the rate); 0: as fast as the
+    /// rate allows [default: 600].
+    #[arg(long)]
+    integrity_scrub_period_sec: Option<u64>,
     /// Cores the background threads (checkpoints, compaction, the integrity
     /// pass, expiry) start on: auto (the last quarter of this process's
     /// cores; none set apart on one core), all, or a CPU list like 3 or
@@ -214,7 +219,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         None => engram_server::Config::default(),
     };
     let path = |file: Option<PathBuf>| file.map(|f| f.display().to_string());
-    let overrides: [(&str, Option<String>); 29] = [
+    let overrides: [(&str, Option<String>); 30] = [
         ("bind", args.bind),
         ("port", args.port.map(|p| p.to_string())),
         ("dir", args.dir.map(|d| d.display().to_string())),
@@ -239,6 +244,10 @@ fn serve(args: ServeArgs) -> Result<()> {
         (
             "integrity-scrub-rate-mb",
             args.integrity_scrub_rate_mb.map(|n| n.to_string()),
+        ),
+        (
+            "integrity-scrub-period-sec",
+            args.integrity_scrub_period_sec.map(|n| n.to_string()),
         ),
         ("background-cpus", args.background_cpus),
         ("tls-port", args.tls_port.map(|p| p.to_string())),

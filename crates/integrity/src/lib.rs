@@ -57,7 +57,7 @@ pub use error::{Error, Result};
 pub use options::IntegrityFaults;
 pub use options::{
     IntegrityMode, IntegrityOptions, DEFAULT_PERIOD, DEFAULT_SCRUB_BYTES_PER_SEC,
-    DEFAULT_STRIPE_PAGES, MAX_PERIOD,
+    DEFAULT_SCRUB_PERIOD, DEFAULT_STRIPE_PAGES, MAX_PERIOD, MAX_SCRUB_PERIOD,
 };
 pub use scrub::ScrubOutcome;
 
@@ -391,6 +391,7 @@ impl Integrity {
                 .checked_div(busy_us)
                 .unwrap_or(0),
             scrub_bytes_per_sec_limit: self.shared.options.scrub_bytes_per_sec,
+            scrub_period: self.shared.options.scrub_period,
             corruptions_found: c.corruptions_found.load(Ordering::Relaxed),
             repaired: c.repaired.load(Ordering::Relaxed),
             unrepairable: r.bad_pages().len() as u64,
@@ -484,6 +485,7 @@ fn background(shared: &IntegrityState) {
     let scrub_rate = shared.options.scrub_bytes_per_sec;
     let mut next_pass = Instant::now() + shared.options.period;
     let mut last_scrub = Instant::now();
+    let mut credit = 0f64;
     loop {
         let now = Instant::now();
         let mut wake_at = if lazy {
@@ -515,10 +517,29 @@ fn background(shared: &IntegrityState) {
         if scrub_rate > 0 && now >= last_scrub + SCRUB_TICK {
             let elapsed = now - last_scrub;
             last_scrub = now;
-            let budget = (scrub_rate as f64 * elapsed.as_secs_f64().min(1.0)) as u64;
-            scrub_some(shared, budget);
+            // A slow sweep earns less than a stripe a tick: the credit
+            // carries over (at most a second's worth).
+            let rate = sweep_rate(shared.data.len(), scrub_rate, shared.options.scrub_period);
+            let stripe_bytes = (shared.redundancy.geometry.stripe_pages * PAGE_BYTES) as f64;
+            credit = (credit + rate * elapsed.as_secs_f64().min(1.0)).min(rate.max(stripe_bytes));
+            let stripes = (credit / stripe_bytes).floor();
+            if stripes >= 1.0 {
+                credit -= stripes * stripe_bytes;
+                scrub_some(shared, (stripes * stripe_bytes) as u64);
+            }
         }
     }
+}
+
+/// Bytes per second the background scrubber spends on a region of
+/// `region_bytes`: enough to sweep it once per `period`, at most `limit`
+/// (all of `limit` when the period is zero).
+fn sweep_rate(region_bytes: u64, limit: u64, period: Duration) -> f64 {
+    let limit = limit as f64;
+    if period.is_zero() {
+        return limit;
+    }
+    (region_bytes as f64 / period.as_secs_f64()).min(limit)
 }
 
 /// Background scrubbing: about `budget_bytes` of stripes from the cursor.
@@ -532,7 +553,10 @@ fn scrub_some(shared: &IntegrityState, budget_bytes: u64) {
     let mut cursor = shared.scrub_cursor.lock();
     while stripes_left > 0 && !shared.shutdown.load(Ordering::Acquire) {
         let groups = redundancy.groups();
-        if cursor.0 >= groups || cursor.0 * g.group_pages >= shared.data.len() / PAGE_BYTES {
+        // Past the region's last page (a group's tail beyond it has no
+        // pages to verify, and must not cost a slow sweep its budget).
+        let first_page = cursor.0 * g.group_pages + cursor.1 * g.stripe_pages;
+        if cursor.0 >= groups || first_page >= shared.data.len() / PAGE_BYTES {
             *cursor = (0, 0);
             redundancy
                 .counters

@@ -51,9 +51,15 @@ pub struct IntegrityOptions {
     /// Data pages per parity page. Fixed when the integrity file is
     /// created; an existing file keeps its own.
     pub stripe_pages: u32,
-    /// Background scrubbing speed; 0 turns background scrubbing off (an
-    /// on-demand scrub still works).
+    /// Background scrubbing speed at most; 0 turns background scrubbing
+    /// off (an on-demand scrub still works).
     pub scrub_bytes_per_sec: u64,
+    /// How long a background sweep of the whole region takes at least:
+    /// the scrubber goes no faster than the region's size over this
+    /// period (and never faster than `scrub_bytes_per_sec`), so a small
+    /// store is not re-verified every few seconds for nothing. Zero: as
+    /// fast as `scrub_bytes_per_sec` allows, sweep after sweep.
+    pub scrub_period: Duration,
     /// Deliberate defects, for tests that check the checkers (only with
     /// the `fault-injection` feature, which the crate's tests turn on).
     #[cfg(feature = "fault-injection")]
@@ -76,9 +82,16 @@ pub struct IntegrityFaults {
 pub const DEFAULT_PERIOD: Duration = Duration::from_secs(1);
 pub const DEFAULT_STRIPE_PAGES: u32 = 4;
 pub const DEFAULT_SCRUB_BYTES_PER_SEC: u64 = 64 << 20;
+/// A sweep every ten minutes: a latent media error is found long before a
+/// second one in the same stripe is likely (hardware patrol scrubbers
+/// sweep DRAM about daily), and a store below ~37 GiB spends well under
+/// 64 MiB/s on it (256 MiB: 0.4 MiB/s).
+pub const DEFAULT_SCRUB_PERIOD: Duration = Duration::from_secs(600);
 /// The longest period accepted: past it, coverage is too rare to be called
 /// protection, and a typo (ms for s) is likelier than intent.
 pub const MAX_PERIOD: Duration = Duration::from_secs(24 * 3600);
+/// The longest sweep period accepted: a month.
+pub const MAX_SCRUB_PERIOD: Duration = Duration::from_secs(31 * 24 * 3600);
 
 impl Default for IntegrityOptions {
     fn default() -> Self {
@@ -87,6 +100,7 @@ impl Default for IntegrityOptions {
             period: DEFAULT_PERIOD,
             stripe_pages: DEFAULT_STRIPE_PAGES,
             scrub_bytes_per_sec: DEFAULT_SCRUB_BYTES_PER_SEC,
+            scrub_period: DEFAULT_SCRUB_PERIOD,
             #[cfg(feature = "fault-injection")]
             faults: IntegrityFaults::default(),
         }
@@ -113,6 +127,13 @@ impl IntegrityOptions {
                 "period must be above zero and at most {} s, got {:?}",
                 MAX_PERIOD.as_secs(),
                 self.period
+            )));
+        }
+        if self.scrub_period > MAX_SCRUB_PERIOD {
+            return Err(Error::InvalidOption(format!(
+                "scrub_period must be at most {} s, got {:?}",
+                MAX_SCRUB_PERIOD.as_secs(),
+                self.scrub_period
             )));
         }
         Ok(())

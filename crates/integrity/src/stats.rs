@@ -46,6 +46,9 @@ pub struct IntegrityStats {
     /// Scrub speed while scrubbing (pages verified per second of scrub work).
     pub scrub_bytes_per_sec_measured: u64,
     pub scrub_bytes_per_sec_limit: u64,
+    /// The shortest time a background sweep of the region takes (zero: no
+    /// pacing but the limit).
+    pub scrub_period: Duration,
     pub corruptions_found: u64,
     pub repaired: u64,
     /// Pages known corrupt that could not be rebuilt.

@@ -305,6 +305,7 @@ fn the_background_pass_covers_writes_and_the_scrubber_finds_corruption_alone() {
     let options = IntegrityOptions {
         period: Duration::from_millis(50),
         scrub_bytes_per_sec: 64 << 20,
+        scrub_period: Duration::ZERO,
         ..quiet_options()
     };
     let (integrity, _) = open_integrity(dir.path(), &data, options, None);
@@ -332,6 +333,42 @@ fn the_background_pass_covers_writes_and_the_scrubber_finds_corruption_alone() {
     assert_eq!(data.read(PmemOffset(33 * PAGE), 8), b"to cover");
     assert_eq!(integrity.stats().corruptions_found, 1);
     assert!(integrity.stats().scrub_sweeps >= 1 || integrity.stats().pages_scrubbed > 0);
+    integrity.close().unwrap();
+}
+
+#[test]
+fn a_background_sweep_takes_its_period_however_fast_the_rate_allows() {
+    let dir = tempfile::tempdir().unwrap();
+    protected_store(dir.path(), 11);
+    let data = open_data(dir.path(), None);
+    // 64 MiB/s would sweep these few MiB several times a second; the
+    // period asks for one sweep every 2 s.
+    let options = IntegrityOptions {
+        scrub_bytes_per_sec: 64 << 20,
+        scrub_period: Duration::from_secs(2),
+        ..quiet_options()
+    };
+    let (integrity, _) = open_integrity(dir.path(), &data, options, None);
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_millis(500));
+    let early = integrity.stats();
+    let elapsed = started.elapsed().as_secs_f64();
+    // A slow host only scrubs less; pacing is what bounds it from above
+    // (a second's credit at most, plus a step's rounding).
+    let paced = (PAGES as f64 * (elapsed + 1.0) / 2.0) as u64 + 64;
+    assert!(
+        early.pages_scrubbed <= paced,
+        "{} pages scrubbed in {elapsed:.2} s (at most {paced} for a 2 s sweep of {PAGES})",
+        early.pages_scrubbed
+    );
+    assert_eq!(early.scrub_sweeps, 0, "{early:?}");
+    // And the sweep ends: a corrupt page is found without being asked.
+    corrupt_file(dir.path(), "data", 7 * PAGE + 1, 0x10);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while integrity.stats().repaired == 0 {
+        assert!(Instant::now() < deadline, "{:?}", integrity.stats());
+        std::thread::sleep(Duration::from_millis(20));
+    }
     integrity.close().unwrap();
 }
 

@@ -6,7 +6,8 @@
 //! (`appendfsync` is another spelling of `durability`).
 //!
 //! The integrity layer's settings (`integrity`, `integrity-period-ms`,
-//! `integrity-stripe-pages`, `integrity-scrub-rate-mb`) go to the engine when
+//! `integrity-stripe-pages`, `integrity-scrub-rate-mb`,
+//! `integrity-scrub-period-sec`) go to the engine when
 //! the store opens and are fixed for the server's life: `CONFIG GET` shows
 //! them, `CONFIG SET` refuses them. So are the collections store's
 //! checkpoint settings (`collections-checkpoint-bytes`,
@@ -352,6 +353,11 @@ impl Config {
                 }
                 self.integrity.scrub_bytes_per_sec = mib << 20;
             }
+            "integrity-scrub-period-sec" => {
+                let secs: u64 = parse_number(&name, one()?)?;
+                self.integrity.scrub_period = Duration::from_secs(secs);
+                check_integrity(&self.integrity)?;
+            }
             "collections-checkpoint-bytes" => {
                 let bytes = parse_memory(one()?)? as u64;
                 if !(MIN_CHECKPOINT_BYTES..=MAX_CHECKPOINT_BYTES).contains(&bytes) {
@@ -479,6 +485,14 @@ pub fn check_integrity(options: &IntegrityOptions) -> Result<(), String> {
             "integrity-period-ms must be 1 to {} (24 hours), got {}",
             max_period.as_millis(),
             options.period.as_millis()
+        ));
+    }
+    let max_sweep = engram_integrity::MAX_SCRUB_PERIOD;
+    if options.scrub_period > max_sweep {
+        return Err(format!(
+            "integrity-scrub-period-sec must be 0 (no pacing) to {} (31 days), got {}",
+            max_sweep.as_secs(),
+            options.scrub_period.as_secs()
         ));
     }
     if options.scrub_bytes_per_sec > MAX_SCRUB_RATE_MIB << 20 {
@@ -689,6 +703,7 @@ mod tests {
         assert_eq!(config.integrity.period, Duration::from_millis(1000));
         assert_eq!(config.integrity.stripe_pages, 4);
         assert_eq!(config.integrity.scrub_bytes_per_sec, 64 << 20);
+        assert_eq!(config.integrity.scrub_period, Duration::from_secs(600));
         assert_eq!(check_integrity(&config.integrity), Ok(()));
 
         let dir = tempfile::tempdir().unwrap();
@@ -696,7 +711,7 @@ mod tests {
         std::fs::write(
             &path,
             "integrity inline\nintegrity-period-ms 250\nintegrity-stripe-pages 8\n\
-             integrity-scrub-rate-mb 0\n",
+             integrity-scrub-rate-mb 0\nintegrity-scrub-period-sec 0\n",
         )
         .unwrap();
         let config = Config::from_file(&path).unwrap();
@@ -704,6 +719,7 @@ mod tests {
         assert_eq!(config.integrity.period, Duration::from_millis(250));
         assert_eq!(config.integrity.stripe_pages, 8);
         assert_eq!(config.integrity.scrub_bytes_per_sec, 0);
+        assert_eq!(config.integrity.scrub_period, Duration::ZERO);
 
         let mut config = Config::default();
         config.set("integrity", &["OFF".into()]).unwrap();
@@ -748,6 +764,16 @@ mod tests {
                 "integrity-scrub-rate-mb",
                 "99999999999",
                 "integrity-scrub-rate-mb must be 0",
+            ),
+            (
+                "integrity-scrub-period-sec",
+                "2678401",
+                "integrity-scrub-period-sec must be 0 (no pacing) to 2678400",
+            ),
+            (
+                "integrity-scrub-period-sec",
+                "-5",
+                "'integrity-scrub-period-sec' needs a non-negative",
             ),
         ] {
             let err = Config::default().set(name, &[value.into()]).unwrap_err();

@@ -18,6 +18,7 @@
 //! | `integrity_pages_scrubbed` | pages verified, in total |
 //! | `integrity_scrub_bytes_per_sec` | measured scrub speed while scrubbing |
 //! | `integrity_scrub_bytes_per_sec_limit` | background scrub budget (0: background scrub off) |
+//! | `integrity_scrub_period_sec` | the shortest time a background sweep takes (0: no pacing but the budget) |
 //! | `integrity_corruptions_found` | times a page was found not matching its checksum (a page parity cannot rebuild is counted again at each check) |
 //! | `integrity_repaired` | corrupt pages rebuilt from parity, in total |
 //! | `integrity_unrepairable` | pages known corrupt now that parity could not rebuild |
@@ -545,6 +546,7 @@ fn integrity(ks: &Keyspace, out: &mut String) -> std::fmt::Result {
          integrity_pages_scrubbed:{}\r\n\
          integrity_scrub_bytes_per_sec:{}\r\n\
          integrity_scrub_bytes_per_sec_limit:{}\r\n\
+         integrity_scrub_period_sec:{}\r\n\
          integrity_corruptions_found:{}\r\n\
          integrity_repaired:{}\r\n\
          integrity_unrepairable:{}\r\n\
@@ -562,6 +564,7 @@ fn integrity(ks: &Keyspace, out: &mut String) -> std::fmt::Result {
         stats.pages_scrubbed,
         stats.scrub_bytes_per_sec_measured,
         stats.scrub_bytes_per_sec_limit,
+        stats.scrub_period.as_secs(),
         stats.corruptions_found,
         stats.repaired,
         stats.unrepairable,

@@ -325,7 +325,13 @@ fn log_integrity(config: &Config, store: &engram_engine::Store) {
     };
     let scrub = match stats.scrub_bytes_per_sec_limit {
         0 => "background scrub off".to_string(),
-        rate => format!("background scrub {} MiB/s", rate >> 20),
+        rate => match stats.scrub_period.as_secs() {
+            0 => format!("background scrub {} MiB/s", rate >> 20),
+            period => format!(
+                "background scrub a sweep per {period} s, at most {} MiB/s",
+                rate >> 20
+            ),
+        },
     };
     let mut opened = Vec::new();
     if found.created {

@@ -219,6 +219,7 @@ fn info_integrity_config_and_a_clean_scrub() {
         info_u64(&fields, "integrity_scrub_bytes_per_sec_limit"),
         64 << 20
     );
+    assert_eq!(info_u64(&fields, "integrity_scrub_period_sec"), 600);
     assert!(info_u64(&fields, "integrity_pages_covered") > 0);
     for field in [
         "integrity_pages_stale",
@@ -310,12 +311,14 @@ fn info_integrity_config_and_a_clean_scrub() {
     assert_eq!(config["integrity-period-ms"], "1000");
     assert_eq!(config["integrity-stripe-pages"], "4");
     assert_eq!(config["integrity-scrub-rate-mb"], "64");
-    assert_eq!(config.len(), 4, "{config:?}");
+    assert_eq!(config["integrity-scrub-period-sec"], "600");
+    assert_eq!(config.len(), 5, "{config:?}");
     for (name, value) in [
         ("integrity", "off"),
         ("integrity-period-ms", "10"),
         ("integrity-stripe-pages", "8"),
         ("integrity-scrub-rate-mb", "0"),
+        ("integrity-scrub-period-sec", "0"),
     ] {
         let err = redis::cmd("CONFIG")
             .arg("SET")

@@ -219,6 +219,10 @@ fn live_parameters(ctx: &Ctx) -> Vec<(&'static str, String)> {
             (integrity.scrub_bytes_per_sec >> 20).to_string(),
         ),
         (
+            "integrity-scrub-period-sec",
+            integrity.scrub_period.as_secs().to_string(),
+        ),
+        (
             "collections-checkpoint-bytes",
             config.collections_checkpoint_bytes.to_string(),
         ),
@@ -241,6 +245,7 @@ const FIXED_AT_STARTUP: &[&str] = &[
     "integrity-period-ms",
     "integrity-stripe-pages",
     "integrity-scrub-rate-mb",
+    "integrity-scrub-period-sec",
     "collections-checkpoint-bytes",
     "collections-backpressure-factor",
     "background-cpus",

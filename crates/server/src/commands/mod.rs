@@ -40,7 +40,6 @@ mod string_patch;
 mod strings;
 mod transactions;
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock};
 
@@ -222,7 +221,10 @@ pub static TABLE: LazyLock<Vec<CommandSpec>> = LazyLock::new(|| {
     table
 });
 
-static BY_NAME: LazyLock<HashMap<&'static str, usize>> = LazyLock::new(|| {
+/// Looked up by every command: hashbrown's default hasher (foldhash)
+/// costs a fraction of std's SipHash on a short name, and nothing here
+/// needs SipHash's resistance to chosen collisions (the keys are ours).
+static BY_NAME: LazyLock<hashbrown::HashMap<&'static str, usize>> = LazyLock::new(|| {
     TABLE
         .iter()
         .enumerate()
@@ -717,6 +719,10 @@ const NO_TOUCH: &[&str] = &[
     "dbsize",
 ];
 
+/// `NO_TOUCH` by command index, for the per-command check.
+static IS_NO_TOUCH: LazyLock<Vec<bool>> =
+    LazyLock::new(|| TABLE.iter().map(|spec| NO_TOUCH.contains(&spec.name)).collect());
+
 /// Whether the command may grow memory (refused over `maxmemory`):
 /// Redis's denyoom commands, EXEC of a queue holding one, and, as in
 /// Redis, any command queued inside MULTI (a queue grows without bound).
@@ -786,7 +792,7 @@ pub fn run<'s>(
     let spec = &TABLE[index];
     // Redis's LOOKUP_NOTOUCH commands, and a CLIENT NO-TOUCH client's
     // commands other than TOUCH, leave keys' access fields alone.
-    let no_touch = NO_TOUCH.contains(&spec.name) || (ctx.session.no_touch && spec.name != "touch");
+    let no_touch = IS_NO_TOUCH[index] || (ctx.session.no_touch && spec.name != "touch");
     let reply_start = ctx.out.len();
     let absent = absent_keys(&mut ctx, spec, &args);
     let first_event = ctx.session.notifications.len();

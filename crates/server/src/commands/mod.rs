@@ -720,8 +720,12 @@ const NO_TOUCH: &[&str] = &[
 ];
 
 /// `NO_TOUCH` by command index, for the per-command check.
-static IS_NO_TOUCH: LazyLock<Vec<bool>> =
-    LazyLock::new(|| TABLE.iter().map(|spec| NO_TOUCH.contains(&spec.name)).collect());
+static IS_NO_TOUCH: LazyLock<Vec<bool>> = LazyLock::new(|| {
+    TABLE
+        .iter()
+        .map(|spec| NO_TOUCH.contains(&spec.name))
+        .collect()
+});
 
 /// Whether the command may grow memory (refused over `maxmemory`):
 /// Redis's denyoom commands, EXEC of a queue holding one, and, as in

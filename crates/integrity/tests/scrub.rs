@@ -416,6 +416,14 @@ fn bad_integrity_files_get_errors_that_name_the_problem() {
         bad_period.validate(),
         Err(Error::InvalidOption(_))
     ));
+    let bad_sweep = IntegrityOptions {
+        scrub_period: engram_integrity::MAX_SCRUB_PERIOD + Duration::from_secs(1),
+        ..quiet_options()
+    };
+    match bad_sweep.validate() {
+        Err(Error::InvalidOption(text)) => assert!(text.contains("scrub_period"), "{text}"),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

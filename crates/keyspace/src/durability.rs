@@ -17,7 +17,10 @@
 //!   ready task first, then, unless a sync already covers it, runs the
 //!   `msync` itself on its worker (Redis's `fsync` in `beforeSleep`, on
 //!   the thread that served the writes) and wakes the others. No thread
-//!   hand-off and no cross-thread wake-up per sync.
+//!   hand-off and no cross-thread wake-up per sync. Before it syncs it
+//!   gathers: it waits, for part of a sync's length, until the writers
+//!   the last sync released have written again, so that clients waiting
+//!   for their replies share one sync instead of taking turns.
 //! - A blocking waiter (embedders, intents) asks the sync thread, which
 //!   also runs `everysec`'s periodic sync.
 //!
@@ -38,6 +41,12 @@ const IDLE_WAKE: Duration = Duration::from_millis(250);
 const EVERYSEC: Duration = Duration::from_secs(1);
 /// After a failed msync, wait this long before trying again.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(100);
+/// A leader gathers its group for at most half the last sync's length,
+/// and never longer than this; below `MIN_GATHER` it does not wait.
+const MAX_GATHER: Duration = Duration::from_millis(2);
+const MIN_GATHER: Duration = Duration::from_micros(10);
+/// `gather_goal` while no leader gathers: no ticket reaches it.
+const NOBODY_GATHERS: u64 = u64::MAX;
 
 /// When a write is acknowledged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -182,6 +191,17 @@ pub struct GroupCommit {
     sync_lock: Mutex<()>,
     /// How both stores are synced, by a leading waiter or the sync thread.
     sync: SyncFn,
+    /// The gathering leader sleeps here until the ticket `gather_goal`
+    /// is issued ([`GroupCommit::gather`]).
+    gather: (Mutex<()>, Condvar),
+    gather_goal: AtomicU64,
+    /// Writers one sync should cover: the last sync covered some and
+    /// others took tickets while it ran; with clients that wait for each
+    /// reply, both come back for the next.
+    group_size: AtomicU64,
+    /// How long the last sync took (nanoseconds): waiting for the whole
+    /// group may cost at most half of it.
+    last_sync_nanos: AtomicU64,
     stopping: AtomicBool,
     pub stats: SyncStats,
 }
@@ -198,6 +218,10 @@ impl GroupCommit {
             wake: (Mutex::new(false), Condvar::new()),
             sync_lock: Mutex::new(()),
             sync,
+            gather: (Mutex::new(()), Condvar::new()),
+            gather_goal: AtomicU64::new(NOBODY_GATHERS),
+            group_size: AtomicU64::new(0),
+            last_sync_nanos: AtomicU64::new(0),
             stopping: AtomicBool::new(false),
             stats: SyncStats {
                 last_sync_unix: AtomicU64::new(unix_now()),
@@ -253,7 +277,19 @@ impl GroupCommit {
             return None;
         }
         // SeqCst: ordered after the caller's writes, as in `ticket`.
-        Some(Ticket(self.issued.fetch_add(1, Ordering::SeqCst) + 1))
+        let ticket = self.issued.fetch_add(1, Ordering::SeqCst) + 1;
+        self.completes_group(ticket);
+        Some(Ticket(ticket))
+    }
+
+    /// Wakes the gathering leader when `ticket` completes its group.
+    fn completes_group(&self, ticket: u64) {
+        // SeqCst, as the leader's store of the goal and load of `issued`:
+        // either it sees this ticket, or this sees its goal.
+        if ticket >= self.gather_goal.load(Ordering::SeqCst) {
+            let _gathering = self.gather.0.lock();
+            self.gather.1.notify_one();
+        }
     }
 
     /// A ticket for everything written so far; wakes the sync thread.
@@ -261,6 +297,7 @@ impl GroupCommit {
         // SeqCst: the ticket is ordered after the caller's writes, so a
         // sync that reads `issued` at or above it also covers them.
         let ticket = self.issued.fetch_add(1, Ordering::SeqCst) + 1;
+        self.completes_group(ticket);
         self.nudge();
         Ticket(ticket)
     }
@@ -288,6 +325,7 @@ impl GroupCommit {
             }
             let led = match self.sync_lock.try_lock() {
                 Some(_one_at_a_time) if !self.stopping.load(Ordering::Acquire) => {
+                    self.gather();
                     Some(self.sync_and_publish())
                 }
                 _ => None,
@@ -309,15 +347,71 @@ impl GroupCommit {
         }
     }
 
+    /// Under `sync_lock`, before a leader's sync: waits (blocking this
+    /// worker, as the sync itself will) until the writers the last sync
+    /// saw have all taken tickets again, for at most half the last sync's
+    /// length.
+    ///
+    /// When the sync is the disk's flush, its length hardly depends on
+    /// how many writes it covers, and clients that wait for each reply
+    /// come back within a round trip. Syncing at once would cover only
+    /// those that wrote during the last sync: the clients split into
+    /// groups that take turns, each sync covering a part of them (issue
+    /// 25: 22 writes per sync where Redis has 50, under 50 clients).
+    /// Waiting part of a sync's length for the rest costs less than the
+    /// extra sync. Redis's event loop gets the same shape by reading
+    /// every ready client before its one `fsync`.
+    ///
+    /// Only with another worker to serve the clients meanwhile. An
+    /// asynchronous wait that leaves this worker serving was tried: it
+    /// gathered no larger groups (BENCHMARKS.md, 2026-11-29).
+    fn gather(&self) {
+        let group = self.group_size.load(Ordering::Relaxed);
+        let goal = *self.synced.borrow() + group;
+        if group <= 1 || self.issued.load(Ordering::SeqCst) >= goal {
+            return;
+        }
+        let patience = (Duration::from_nanos(self.last_sync_nanos.load(Ordering::Relaxed)) / 2)
+            .min(MAX_GATHER);
+        let other_worker = tokio::runtime::Handle::try_current()
+            .is_ok_and(|handle| handle.metrics().num_workers() > 1);
+        if patience < MIN_GATHER || !other_worker {
+            return;
+        }
+        let deadline = Instant::now() + patience;
+        let mut gathering = self.gather.0.lock();
+        self.gather_goal.store(goal, Ordering::SeqCst);
+        while self.issued.load(Ordering::SeqCst) < goal {
+            if self
+                .gather
+                .1
+                .wait_until(&mut gathering, deadline)
+                .timed_out()
+            {
+                break;
+            }
+        }
+        self.gather_goal.store(NOBODY_GATHERS, Ordering::SeqCst);
+    }
+
     /// Under `sync_lock`: syncs what was issued so far and publishes it.
     /// `None` when the stores are gone.
     fn sync_and_publish(&self) -> Option<Result<(), String>> {
+        let synced = *self.synced.borrow();
         let target = self.issued.load(Ordering::SeqCst);
-        if target <= *self.synced.borrow() {
+        if target <= synced {
             return Some(Ok(()));
         }
+        let started = Instant::now();
         let result = (self.sync)()?;
         if result.is_ok() {
+            // Before the release: the writers it lets go do not count
+            // twice when they write again.
+            let during = self.issued.load(Ordering::SeqCst) - target;
+            let took = started.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+            self.last_sync_nanos.store(took, Ordering::Relaxed);
+            self.group_size
+                .store(target - synced + during, Ordering::Relaxed);
             self.publish_synced(target);
         }
         Some(result)
@@ -701,6 +795,49 @@ mod tests {
             "each task's writes follow one another: {syncs}"
         );
         assert!(syncs < 640, "syncs were shared: {syncs} for 640 writes");
+        commit.stop();
+        thread.join().unwrap();
+    }
+
+    /// Writers that each wait for their reply before writing again, on
+    /// two workers, with a sync as slow as a disk's flush: a leader waits
+    /// for the writers the last sync released to write again, so one sync
+    /// covers them all rather than the groups taking turns (half of them
+    /// each, a sync each).
+    #[test]
+    fn a_leader_gathers_every_writer_the_last_sync_released() {
+        const WRITERS: u64 = 16;
+        const ROUNDS: u64 = 12;
+        let probe = Arc::new(Probe::default());
+        let (commit, thread) = probe.commit(Duration::from_millis(4));
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let tasks: Vec<_> = (0..WRITERS)
+                .map(|_| {
+                    let (commit, probe) = (commit.clone(), probe.clone());
+                    tokio::spawn(async move {
+                        for _ in 0..ROUNDS {
+                            probe.write_and_wait(&commit).await;
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+        });
+        let syncs = probe.syncs.load(Ordering::SeqCst);
+        // Taking turns: two syncs a round. Gathered: one, and a few
+        // more while the first syncs teach the leader the group's size.
+        assert!(
+            syncs <= ROUNDS + ROUNDS / 2,
+            "{syncs} syncs for {ROUNDS} rounds of {WRITERS} writers"
+        );
+        assert!(!probe.overlapped.load(Ordering::SeqCst));
         commit.stop();
         thread.join().unwrap();
     }

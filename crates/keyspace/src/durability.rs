@@ -721,6 +721,37 @@ mod tests {
             });
         }
 
+        /// `writers` tasks on two workers, each writing and waiting
+        /// `rounds` times, one write after the other (clients that wait
+        /// for each reply).
+        fn writers_on_two_workers(
+            self: &Arc<Probe>,
+            commit: &Arc<GroupCommit>,
+            writers: u64,
+            rounds: u64,
+        ) {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let tasks: Vec<_> = (0..writers)
+                    .map(|_| {
+                        let (commit, probe) = (commit.clone(), self.clone());
+                        tokio::spawn(async move {
+                            for _ in 0..rounds {
+                                probe.write_and_wait(&commit).await;
+                            }
+                        })
+                    })
+                    .collect();
+                for task in tasks {
+                    task.await.unwrap();
+                }
+            });
+        }
+
         /// A write and its wait, as a network task does them; checks that
         /// a sync started after the write finished before the release
         /// (counted before the ticket is taken: a sync that covers the
@@ -764,26 +795,7 @@ mod tests {
                 }
             })
         };
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let tasks: Vec<_> = (0..32)
-                .map(|_| {
-                    let (commit, probe) = (commit.clone(), probe.clone());
-                    tokio::spawn(async move {
-                        for _ in 0..20 {
-                            probe.write_and_wait(&commit).await;
-                        }
-                    })
-                })
-                .collect();
-            for task in tasks {
-                task.await.unwrap();
-            }
-        });
+        probe.writers_on_two_workers(&commit, 32, 20);
         blocking.join().unwrap();
         assert!(
             !probe.overlapped.load(Ordering::SeqCst),
@@ -810,26 +822,7 @@ mod tests {
         const ROUNDS: u64 = 12;
         let probe = Arc::new(Probe::default());
         let (commit, thread) = probe.commit(Duration::from_millis(4));
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let tasks: Vec<_> = (0..WRITERS)
-                .map(|_| {
-                    let (commit, probe) = (commit.clone(), probe.clone());
-                    tokio::spawn(async move {
-                        for _ in 0..ROUNDS {
-                            probe.write_and_wait(&commit).await;
-                        }
-                    })
-                })
-                .collect();
-            for task in tasks {
-                task.await.unwrap();
-            }
-        });
+        probe.writers_on_two_workers(&commit, WRITERS, ROUNDS);
         let syncs = probe.syncs.load(Ordering::SeqCst);
         // Taking turns: two syncs a round. Gathered: one, and a few
         // more while the first syncs teach the leader the group's size.

@@ -703,22 +703,12 @@ mod tests {
         }
 
         /// `writers` tasks on one worker, each writing once and waiting.
-        fn writers_on_one_worker(self: &Arc<Probe>, commit: &Arc<GroupCommit>, writers: usize) {
+        fn writers_on_one_worker(self: &Arc<Probe>, commit: &Arc<GroupCommit>, writers: u64) {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap();
-            runtime.block_on(async {
-                let tasks: Vec<_> = (0..writers)
-                    .map(|_| {
-                        let (commit, probe) = (commit.clone(), self.clone());
-                        tokio::spawn(async move { probe.write_and_wait(&commit).await })
-                    })
-                    .collect();
-                for task in tasks {
-                    task.await.unwrap();
-                }
-            });
+            self.writers_on(runtime, commit, writers, 1);
         }
 
         /// `writers` tasks on two workers, each writing and waiting
@@ -735,6 +725,16 @@ mod tests {
                 .enable_all()
                 .build()
                 .unwrap();
+            self.writers_on(runtime, commit, writers, rounds);
+        }
+
+        fn writers_on(
+            self: &Arc<Probe>,
+            runtime: tokio::runtime::Runtime,
+            commit: &Arc<GroupCommit>,
+            writers: u64,
+            rounds: u64,
+        ) {
             runtime.block_on(async {
                 let tasks: Vec<_> = (0..writers)
                     .map(|_| {

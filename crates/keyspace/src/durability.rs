@@ -363,8 +363,9 @@ impl GroupCommit {
     /// every ready client before its one `fsync`.
     ///
     /// Only with another worker to serve the clients meanwhile. An
-    /// asynchronous wait that leaves this worker serving was tried: it
-    /// gathered no larger groups (BENCHMARKS.md, 2026-11-29).
+    /// asynchronous wait that leaves this worker serving was tried and
+    /// gathered smaller groups, measured on a loaded machine only
+    /// (BENCHMARKS.md, 2026-11-29): worth measuring again.
     fn gather(&self) {
         let group = self.group_size.load(Ordering::Relaxed);
         let goal = *self.synced.borrow() + group;

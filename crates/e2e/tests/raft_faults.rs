@@ -435,29 +435,43 @@ fn one_run(run: usize, checker: &Path, work: &Path, net: Option<Netns>, faults: 
         c.join().unwrap();
     }
     // A last read of every key on the leader: every acknowledged write
-    // must be in it.
+    // must be in it. A healed partition can still move the leadership
+    // (a node that was cut off comes back with a higher term), so a read
+    // refused with MOVED or cut off is retried on whoever leads then; only
+    // the attempt that answered enters the history.
     let deadline = Instant::now() + Duration::from_secs(30);
-    let leader = loop {
-        if let Some(leader) = group.leader() {
-            break leader;
-        }
-        assert!(Instant::now() < deadline, "no leader after the faults");
-        thread::sleep(Duration::from_millis(20));
-    };
-    let mut con = common::connect_at(&group.addrs[leader].0, group.addrs[leader].1);
     for key in KEYS {
-        let call = clock.elapsed().as_nanos() as u64;
-        let value: Option<i64> = command_for("get", key, None).query(&mut con).unwrap();
-        history.lock().unwrap().push(Op {
-            client: CLIENTS,
-            key: key.into(),
-            op: "get",
-            value: None,
-            output: value,
-            call,
-            ret: clock.elapsed().as_nanos() as u64,
-            ok: true,
-        });
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "run {run}: no leader answered the final reads"
+            );
+            let Some(leader) = group.leader() else {
+                thread::sleep(Duration::from_millis(20));
+                continue;
+            };
+            let mut con = common::connect_at(&group.addrs[leader].0, group.addrs[leader].1);
+            let call = clock.elapsed().as_nanos() as u64;
+            match command_for("get", key, None).query::<Option<i64>>(&mut con) {
+                Ok(value) => {
+                    history.lock().unwrap().push(Op {
+                        client: CLIENTS,
+                        key: key.into(),
+                        op: "get",
+                        value: None,
+                        output: value,
+                        call,
+                        ret: clock.elapsed().as_nanos() as u64,
+                        ok: true,
+                    });
+                    break;
+                }
+                Err(e) => {
+                    eprintln!("run {run}: final read of {key} retried: {e}");
+                    thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
     }
     // How many rejoins went by snapshot (the rest replayed the log).
     let snapshots: u64 = (0..3)

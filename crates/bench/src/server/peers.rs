@@ -178,10 +178,11 @@ impl Peer {
         self.child.id()
     }
 
-    /// The server's user and system CPU time so far, all threads, in
-    /// seconds; `None` if /proc cannot be read.
+    /// The server's user and system CPU time so far, all threads and the
+    /// children it reaped (Redis's rewrite forks), in seconds; `None` if
+    /// /proc cannot be read.
     pub fn cpu_seconds(&self) -> Option<f64> {
-        crate::cpu_time::process_seconds(self.pid())
+        crate::cpu_time::server_seconds(self.pid())
     }
 
     /// Fails if the server has exited; `when` says at what point, for the

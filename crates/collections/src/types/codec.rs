@@ -561,6 +561,48 @@ mod tests {
         assert_eq!(image, expected);
     }
 
+    /// The checkpointer reserves an image's room from the object's heap
+    /// estimate (`images::encode_image_into`): it must not fall short of
+    /// the image, or a large object's image grows by doubling again.
+    #[test]
+    fn the_heap_estimate_covers_the_image() {
+        let bytes = |n: usize, len: usize| vec![(n % 251) as u8; len].into_boxed_slice();
+        let mut list = List::new();
+        let mut set = Set::new();
+        let mut hash = Hash::new();
+        let mut zset = SortedSet::new();
+        let mut stream = Stream::new();
+        for n in 0..3000 {
+            // Sizes from 0 to 300 bytes, and members distinct.
+            let len = n % 301;
+            let member = format!("member:{n}:{}", "x".repeat(len)).into_bytes();
+            list.push_back([bytes(n, len)]);
+            set.insert(member.clone().into_boxed_slice());
+            hash.insert(member.clone().into_boxed_slice(), bytes(n, len));
+            zset.insert(&member, Score::new(n as f64).expect("not NaN"));
+            stream.append(
+                StreamId::new(n as u64 + 1, 0),
+                &[&member[..], &bytes(n, len)[..]],
+            );
+        }
+        for object in [
+            Object::List(list),
+            Object::Set(set),
+            Object::Hash(hash),
+            Object::SortedSet(zset),
+            Object::Stream(Box::new(stream)),
+        ] {
+            let image = roundtrip(&object);
+            assert!(
+                image.len() <= object.approx_heap_bytes(),
+                "{:?}: an image of {} bytes, an estimate of {}",
+                object.kind(),
+                image.len(),
+                object.approx_heap_bytes()
+            );
+        }
+    }
+
     #[test]
     fn images_larger_than_the_preallocation_bound_round_trip() {
         let count = PREALLOCATE_MAX_ENTRIES + 10;

@@ -115,14 +115,6 @@ pub(crate) fn ticks_per_second() -> u64 {
         .unwrap_or(FALLBACK)
 }
 
-/// The user and system CPU time so far of process `pid`, all its threads,
-/// in seconds (to the kernel's clock tick, 10 ms at the usual USER_HZ).
-/// Children it has reaped are not counted (their time is in cutime and
-/// cstime, which this leaves out).
-pub(crate) fn process_seconds(pid: u32) -> Option<f64> {
-    Some(process_ticks(&pid.to_string())? as f64 / ticks_per_second() as f64)
-}
-
 /// A server's CPU time, in seconds: its own, all threads, and that of the
 /// children it has reaped. Redis forks for its AOF rewrites and RDB saves:
 /// that work is the server's as much as Engram's checkpointer thread is
@@ -136,6 +128,12 @@ pub(crate) fn server_seconds(pid: u32) -> Option<f64> {
 mod tests {
     use super::*;
     use std::time::{Duration, Instant};
+
+    /// This process's own CPU time (all threads, not its children), in
+    /// seconds.
+    fn process_seconds(pid: u32) -> Option<f64> {
+        Some(process_ticks(&pid.to_string())? as f64 / ticks_per_second() as f64)
+    }
 
     #[test]
     fn cpu_times_are_read_from_proc() {

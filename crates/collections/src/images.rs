@@ -79,9 +79,10 @@ pub fn encode_image_into(entry: Option<&Entry>, value: &mut Vec<u8>) {
         }
         Some(entry) => {
             // Room for the whole image first: grown by doubling, a list of
-            // a million elements was copied and its new pages zeroed by
-            // the kernel some twenty times over (a sixth of the
-            // checkpointer's time under LPUSH to one list). The estimate of
+            // a million elements went through some twenty reallocations,
+            // each copying what came before into pages the kernel zeroed
+            // first (13% of the checkpointer's time under LPUSH to one
+            // list, BENCHMARKS.md, 2026-11-29). The estimate of
             // the object's heap bytes is above its image's length (both
             // hold the payload; the image adds a few bytes of length per
             // element, the estimate more), and pages reserved but never

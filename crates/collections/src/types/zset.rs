@@ -11,7 +11,7 @@ use std::cmp::Ordering;
 use std::ops::Range;
 
 use super::hashed::{self, HashedKey};
-use super::ranked::RankedMap;
+use super::ranked::{Prefixed, RankedMap};
 
 /// A sorted-set score: an `f64` that is never NaN and never -0.0, so it has
 /// a total order that agrees with `<` on numbers.
@@ -52,6 +52,17 @@ impl Ord for Score {
     fn cmp(&self, other: &Self) -> Ordering {
         // With NaN and -0.0 excluded, total_cmp is the numeric order.
         self.0.total_cmp(&other.0)
+    }
+}
+
+/// The score's order as an unsigned integer: `total_cmp`'s signed view
+/// of the bits (negative values' magnitude bits flipped), offset so that
+/// unsigned comparison agrees.
+impl Prefixed for Score {
+    fn prefix(&self) -> u64 {
+        let bits = self.0.to_bits() as i64;
+        let ordered = bits ^ (((bits >> 63) as u64) >> 1) as i64;
+        (ordered as u64) ^ (1 << 63)
     }
 }
 
@@ -483,6 +494,47 @@ mod tests {
         entries
             .map(|(member, _)| String::from_utf8_lossy(member).into_owned())
             .collect()
+    }
+
+    #[test]
+    fn a_score_s_prefix_orders_as_the_score() {
+        let edges = [
+            f64::NEG_INFINITY,
+            f64::MIN,
+            -1.5,
+            -f64::MIN_POSITIVE,
+            -f64::from_bits(1),
+            0.0,
+            f64::from_bits(1),
+            f64::MIN_POSITIVE,
+            1.0,
+            1.5,
+            f64::MAX,
+            f64::INFINITY,
+        ];
+        let scores: Vec<Score> = edges.iter().map(|&v| score(v)).collect();
+        for a in &scores {
+            for b in &scores {
+                assert_eq!(
+                    a.cmp(b),
+                    a.prefix().cmp(&b.prefix()),
+                    "{} against {}",
+                    a.get(),
+                    b.get()
+                );
+            }
+        }
+        // -0.0 is stored as 0.0, so it shares its prefix.
+        assert_eq!(score(-0.0).prefix(), score(0.0).prefix());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_two_scores_order_as_their_prefixes(a: f64, b: f64) {
+            if let (Some(a), Some(b)) = (Score::new(a), Score::new(b)) {
+                proptest::prop_assert_eq!(a.cmp(&b), a.prefix().cmp(&b.prefix()));
+            }
+        }
     }
 
     #[test]

@@ -71,6 +71,11 @@ fn add_remove_count_and_membership() {
         ("SADD s a b c", "(integer) 2"),
         ("SADD s a b c", "(integer) 0"),
         ("SADD s d d d", "(integer) 1"),
+        // More members than a scan dedupes: repeats counted once.
+        ("SADD big 1 2 3 4 5 6 7 8 9 1 2 3 10 9", "(integer) 10"),
+        ("SREM big 1 1 2 3 4 5 6 7 8 9 9 11", "(integer) 9"),
+        ("SCARD big", "(integer) 1"),
+        ("DEL big", "(integer) 1"),
         ("SADD s \"\"", "(integer) 1"),
         ("SCARD s", "(integer) 5"),
         ("SISMEMBER s a", "(integer) 1"),

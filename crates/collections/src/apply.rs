@@ -66,7 +66,7 @@ pub fn apply<B: OpBytes>(keys: &mut impl Keys, op: Op<B>) -> usize {
         Op::HashSet { key, pairs } => update(keys, &key, Kind::Hash, |object| {
             if let Object::Hash(hash) = object {
                 for (field, value) in pairs {
-                    added += usize::from(set_field(hash, field, value.into()));
+                    added += usize::from(set_field(hash, field, value));
                 }
             }
         }),
@@ -289,16 +289,17 @@ fn with_group(keys: &mut impl Keys, key: &[u8], group: &[u8], change: impl FnOnc
 }
 
 /// HSET of one field: takes an owned field whole (one descent); looks a
-/// borrowed one up first and copies it only when it is new. True if the
-/// field is new.
-fn set_field<B: OpBytes>(hash: &mut Hash, field: B, value: Bytes) -> bool {
+/// borrowed one up first, overwrites the value in place when it is there
+/// (see `Hash::overwrite`) and copies the field only when it is new. True
+/// if the field is new.
+fn set_field<B: OpBytes>(hash: &mut Hash, field: B, value: B) -> bool {
     if B::OWNED {
-        hash.insert(field.into(), value).is_none()
-    } else if let Err(value) = hash.replace(&field, value) {
-        hash.insert(field.into(), value);
-        true
-    } else {
+        hash.insert(field.into(), value.into()).is_none()
+    } else if hash.overwrite(&field, &value) {
         false
+    } else {
+        hash.insert(field.into(), value.into());
+        true
     }
 }
 

@@ -94,6 +94,24 @@ impl Hash {
         }
     }
 
+    /// Sets an existing `field` to a copy of `value`, in the value's own
+    /// allocation when the lengths match; false (nothing done) when the
+    /// field is absent. For replaying borrowed operations (a checkpoint):
+    /// an overwrite of a value by one as long, the common case, then costs
+    /// no allocation and no free.
+    pub fn overwrite(&mut self, field: &[u8], value: &[u8]) -> bool {
+        let Some(slot) = self.entries.get_mut(&(hashed::hash_of(field), field)) else {
+            return false;
+        };
+        self.payload_bytes = self.payload_bytes - slot.len() + value.len();
+        if slot.len() == value.len() {
+            slot.copy_from_slice(value);
+        } else {
+            *slot = value.into();
+        }
+        true
+    }
+
     /// Removes `field` (HDEL); returns its value if it was present.
     pub fn remove(&mut self, field: &[u8]) -> Option<Box<[u8]>> {
         let value = self.entries.remove(&(hashed::hash_of(field), field))?;
@@ -201,6 +219,27 @@ mod tests {
 
     fn boxed(bytes: &[u8]) -> Box<[u8]> {
         bytes.into()
+    }
+
+    #[test]
+    fn overwrite_sets_existing_fields_only_and_keeps_the_accounting() {
+        let mut hash = Hash::new();
+        hash.insert(boxed(b"f"), boxed(b"abc"));
+        let before = hash.approx_heap_bytes();
+        assert!(
+            !hash.overwrite(b"g", b"xyz"),
+            "an absent field is left absent"
+        );
+        assert_eq!(hash.get(b"g"), None);
+        assert!(hash.overwrite(b"f", b"xyz"));
+        assert_eq!(hash.get(b"f"), Some(&b"xyz"[..]));
+        assert_eq!(hash.approx_heap_bytes(), before);
+        assert!(hash.overwrite(b"f", b"longer"));
+        assert_eq!(hash.get(b"f"), Some(&b"longer"[..]));
+        assert_eq!(hash.approx_heap_bytes(), before + 3);
+        assert!(hash.overwrite(b"f", b""));
+        assert_eq!(hash.get(b"f"), Some(&b""[..]));
+        assert_eq!(hash.len(), 1);
     }
 
     #[test]

@@ -7,28 +7,9 @@
 
 mod common;
 
-use std::io::Write;
 use std::thread;
 
 use common::{beside_redis, start, Client};
-
-/// One command in RESP, words split on spaces.
-fn encode(line: &str) -> String {
-    let words: Vec<&str> = line.split(' ').collect();
-    let mut request = format!("*{}\r\n", words.len());
-    for word in words {
-        request.push_str(&format!("${}\r\n{word}\r\n", word.len()));
-    }
-    request
-}
-
-/// Sends `lines` in one write (so that the server finds them in one
-/// read) and renders their replies.
-fn pipeline(client: &mut Client, lines: &[&str]) -> Vec<String> {
-    let request: String = lines.iter().map(|line| encode(line)).collect();
-    client.writer.write_all(request.as_bytes()).unwrap();
-    lines.iter().map(|_| client.reply()).collect()
-}
 
 #[test]
 fn a_pipeline_of_writes_to_one_key_answers_as_redis_does() {
@@ -87,8 +68,8 @@ fn a_pipeline_of_writes_to_one_key_answers_as_redis_does() {
         "SCARD t1",
         "SCARD t2",
     ];
-    let expected = pipeline(&mut redis, &lines);
-    let got = pipeline(&mut engram, &lines);
+    let expected = redis.pipeline(&lines);
+    let got = engram.pipeline(&lines);
     for ((line, expected), got) in lines.iter().zip(&expected).zip(&got) {
         assert_eq!(
             got, expected,
@@ -109,7 +90,7 @@ fn a_pipeline_over_a_key_that_expired_sees_it_gone() {
     let lines = [
         "INCR n", "INCR n", "SADD s b", "SADD s c", "SCARD s", "GET n",
     ];
-    let expected = pipeline(&mut redis, &lines);
+    let expected = redis.pipeline(&lines);
     assert_eq!(
         expected,
         [
@@ -121,7 +102,7 @@ fn a_pipeline_over_a_key_that_expired_sees_it_gone() {
             "\"2\""
         ]
     );
-    assert_eq!(pipeline(&mut engram, &lines), expected);
+    assert_eq!(engram.pipeline(&lines), expected);
 }
 
 /// Clients pipelining writes to one counter, one set and one list, beside a
@@ -147,7 +128,7 @@ fn pipelines_from_many_clients_on_one_key_lose_nothing_and_never_deadlock() {
                     let mut lines: Vec<&str> = vec!["INCR n"; BATCH];
                     lines.extend(members.iter().map(String::as_str));
                     lines.extend(vec!["LPUSH l x"; BATCH]);
-                    for reply in pipeline(&mut c, &lines) {
+                    for reply in c.pipeline(&lines) {
                         assert!(reply.starts_with("(integer)"), "{reply}");
                     }
                 }

@@ -47,21 +47,15 @@ impl Client {
     /// Sends one command (words as for `call`) without reading its reply:
     /// to read it raw, or to leave a blocking command waiting.
     pub fn send(&mut self, line: &str) {
-        let words: Vec<String> = line
-            .split(' ')
-            .map(|w| {
-                if w == "\"\"" {
-                    String::new()
-                } else {
-                    w.replace("\\s", " ")
-                }
-            })
-            .collect();
-        let mut request = format!("*{}\r\n", words.len());
-        for word in &words {
-            request.push_str(&format!("${}\r\n{word}\r\n", word.len()));
-        }
+        self.writer.write_all(encode(line).as_bytes()).unwrap();
+    }
+
+    /// Sends `lines` (words as for `call`) in one write, so that the
+    /// server finds them in one read, and renders their replies.
+    pub fn pipeline(&mut self, lines: &[&str]) -> Vec<String> {
+        let request: String = lines.iter().map(|line| encode(line)).collect();
         self.writer.write_all(request.as_bytes()).unwrap();
+        lines.iter().map(|_| self.reply()).collect()
     }
 
     pub fn line(&mut self) -> String {
@@ -119,6 +113,26 @@ impl Client {
             assert_eq!(self.call(command), *expected, "reply to `{command}`");
         }
     }
+}
+
+/// One command in RESP: words split on spaces, `\s` a space inside a
+/// word, `""` an empty word.
+pub fn encode(line: &str) -> String {
+    let words: Vec<String> = line
+        .split(' ')
+        .map(|w| {
+            if w == "\"\"" {
+                String::new()
+            } else {
+                w.replace("\\s", " ")
+            }
+        })
+        .collect();
+    let mut request = format!("*{}\r\n", words.len());
+    for word in &words {
+        request.push_str(&format!("${}\r\n{word}\r\n", word.len()));
+    }
+    request
 }
 
 /// The configuration of a server on a free port keeping its data under

@@ -94,6 +94,15 @@ impl Server {
         let local = plain_addr
             .or(tls_addr)
             .expect("a plain listener unless TLS listens");
+        // A group's members replay the same commands (scripts, SPOP) and
+        // must iterate collections alike: they share one hash seed.
+        if config.node_id.is_some() && !engram_collections::types::fix_hash_seed(0) {
+            return Err(StartError::Config(
+                "a Raft group member needs the collections' fixed hash seed, \
+                 but this process already hashed with another"
+                    .to_string(),
+            ));
+        }
         let Opened {
             keyspace,
             engine_recovery: recovery,

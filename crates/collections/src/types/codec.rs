@@ -24,18 +24,23 @@
 //!
 //! | kind       | entry                                  | entry order                                  |
 //! |------------|----------------------------------------|----------------------------------------------|
-//! | hash       | field string, value string             | strictly increasing `(xxh3-64(field), field)` |
-//! | set        | member string                          | strictly increasing `(xxh3-64(member), member)` |
+//! | hash       | field string, value string             | any; fields distinct                         |
+//! | set        | member string                          | any; members distinct                        |
 //! | sorted set | member string, score (8-byte LE `f64`) | strictly increasing `(score, member)`        |
 //! | list       | element string                         | head to tail                                 |
 //! | stream     | see below                              | strictly increasing ID                       |
 //!
 //! The image ends right after the last entry; trailing bytes are an error.
-//! Hashes, sets and sorted sets are written in their tree order so decoding
-//! bulk-builds the tree in O(n) ([`RankedMap::from_sorted`]); the decoder
-//! recomputes the hashes (xxh3-64, seed 0) and rejects entries that are out
-//! of order or repeated. Scores are never NaN; -0.0 is read as 0.0. A sorted
-//! set's member may appear once only, whatever its score.
+//! Sorted sets are written in their tree order, so decoding bulk-builds the
+//! tree in O(n) ([`RankedMap::from_sorted`]); the decoder rejects entries
+//! that are out of order or repeated. Hashes and sets are written in their
+//! table's order, `(hash, bytes)` under the writing process's hash seed
+//! (see [`hashed`]): the decoder rehashes every entry under its own seed,
+//! builds in O(n) when they come in its order (an image this process
+//! wrote), sorts them first when not (an image from an earlier process,
+//! and every image older builds wrote, under unseeded xxh3-64), and
+//! rejects a repeated field or member. Scores are never NaN; -0.0 is read
+//! as 0.0. A sorted set's member may appear once only, whatever its score.
 //!
 //! A stream (kind `5`) is the entry count, the entries, then the stream's
 //! counters and groups. An *ID* is two varints, milliseconds then sequence.
@@ -265,26 +270,58 @@ fn check_order<K: Ord>(previous: Option<&K>, key: &K, index: usize) -> Result<()
     }
 }
 
+/// Puts decoded entries into this process's hash order: one pass when they
+/// already are (an image this process wrote), a sort when not. Fails with
+/// the index (in the image) of the first entry that repeats an earlier one.
+fn into_hash_order<V>(entries: Vec<(HashedKey, V)>) -> Result<Vec<(HashedKey, V)>, DecodeError> {
+    let mut in_order = true;
+    for (index, pair) in entries.windows(2).enumerate() {
+        match pair[0].0.cmp(&pair[1].0) {
+            Ordering::Less => {}
+            Ordering::Equal => return Err(DecodeError::DuplicateEntry { index: index + 1 }),
+            Ordering::Greater => in_order = false,
+        }
+    }
+    if in_order {
+        return Ok(entries);
+    }
+    let mut by_key: Vec<usize> = (0..entries.len()).collect();
+    by_key.sort_unstable_by(|&a, &b| entries[a].0.cmp(&entries[b].0).then(a.cmp(&b)));
+    if let Some(repeat) = by_key
+        .windows(2)
+        .filter(|pair| entries[pair[0]].0 == entries[pair[1]].0)
+        .map(|pair| pair[1])
+        .min()
+    {
+        return Err(DecodeError::DuplicateEntry { index: repeat });
+    }
+    let mut slots: Vec<Option<(HashedKey, V)>> = entries.into_iter().map(Some).collect();
+    Ok(by_key
+        .into_iter()
+        .map(|index| slots[index].take().expect("each index once"))
+        .collect())
+}
+
 fn decode_hash(reader: &mut Reader<'_>, count: usize) -> Result<Hash, DecodeError> {
     let mut entries: Vec<(HashedKey, Box<[u8]>)> =
         Vec::with_capacity(count.min(PREALLOCATE_MAX_ENTRIES));
-    for index in 0..count {
+    for _ in 0..count {
         let key = hashed::key_of(reader.string()?.into());
-        check_order(entries.last().map(|(key, _)| key), &key, index)?;
         let value = reader.string()?.into();
         entries.push((key, value));
     }
-    Ok(Hash::from_sorted(entries))
+    Ok(Hash::from_sorted(into_hash_order(entries)?))
 }
 
 fn decode_set(reader: &mut Reader<'_>, count: usize) -> Result<Set, DecodeError> {
-    let mut members: Vec<HashedKey> = Vec::with_capacity(count.min(PREALLOCATE_MAX_ENTRIES));
-    for index in 0..count {
-        let key = hashed::key_of(reader.string()?.into());
-        check_order(members.last(), &key, index)?;
-        members.push(key);
+    let mut members: Vec<(HashedKey, ())> = Vec::with_capacity(count.min(PREALLOCATE_MAX_ENTRIES));
+    for _ in 0..count {
+        members.push((hashed::key_of(reader.string()?.into()), ()));
     }
-    Ok(Set::from_sorted(members))
+    let members = into_hash_order(members)?;
+    Ok(Set::from_sorted(
+        members.into_iter().map(|(key, ())| key).collect(),
+    ))
 }
 
 fn decode_sorted_set(reader: &mut Reader<'_>, count: usize) -> Result<SortedSet, DecodeError> {
@@ -543,6 +580,48 @@ mod tests {
         assert_eq!(image, vec![1, KIND_STREAM, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
     }
 
+    /// An image written by another process (another hash seed, or an older
+    /// build's unseeded xxh3) lists fields in an order that is not this
+    /// process's: it decodes to the same object.
+    #[test]
+    fn hashes_and_sets_decode_from_any_order() {
+        let mut hash = Hash::new();
+        let mut set = Set::new();
+        for n in 0..500u32 {
+            hash.insert(format!("f{n}").into_bytes().into(), n.to_le_bytes().into());
+            set.insert(format!("m{n}").into_bytes().into());
+        }
+        let mut image = vec![1, KIND_HASH];
+        write_varint(&mut image, 500);
+        let mut fields: Vec<(&[u8], &[u8])> = hash.iter().collect();
+        fields.reverse();
+        fields.swap(10, 400);
+        for (field, value) in fields {
+            write_string(&mut image, field);
+            write_string(&mut image, value);
+        }
+        let decoded = Object::decode(&image).expect("decodes");
+        let Object::Hash(decoded) = &decoded else {
+            panic!("a hash image decoded to {:?}", decoded.kind())
+        };
+        decoded.check_invariants().unwrap();
+        assert_eq!(decoded, &hash);
+
+        let mut image = vec![1, KIND_SET];
+        write_varint(&mut image, 500);
+        let mut members: Vec<&[u8]> = set.iter().collect();
+        members.sort();
+        for member in members {
+            write_string(&mut image, member);
+        }
+        let decoded = Object::decode(&image).expect("decodes");
+        let Object::Set(decoded) = &decoded else {
+            panic!("a set image decoded to {:?}", decoded.kind())
+        };
+        decoded.check_invariants().unwrap();
+        assert_eq!(decoded, &set);
+    }
+
     #[test]
     fn list_image_is_byte_exact() {
         let mut list = List::new();
@@ -749,16 +828,18 @@ mod tests {
             Err(DuplicateEntry { index: 1 })
         );
 
-        // Two set members, written in the wrong hash order.
-        let (first, second): (&[u8], &[u8]) = if hashed::hash_of(b"x") < hashed::hash_of(b"y") {
-            (b"y", b"x")
-        } else {
-            (b"x", b"y")
-        };
+        // A member repeated, next to it or after others (the entries are
+        // then out of this process's order, and sorted first).
         let mut image = vec![1, KIND_SET, 2];
-        write_string(&mut image, first);
-        write_string(&mut image, second);
-        assert_eq!(Object::decode(&image), Err(UnsortedEntry { index: 1 }));
+        write_string(&mut image, b"x");
+        write_string(&mut image, b"x");
+        assert_eq!(Object::decode(&image), Err(DuplicateEntry { index: 1 }));
+        let members: [&[u8]; 5] = [b"a", b"b", b"c", b"d", b"e"];
+        let mut image = vec![1, KIND_SET, 6];
+        for member in members.iter().chain([&&b"b"[..]]) {
+            write_string(&mut image, member);
+        }
+        assert_eq!(Object::decode(&image), Err(DuplicateEntry { index: 5 }));
         let mut image = vec![1, KIND_HASH, 2];
         for _ in 0..2 {
             write_string(&mut image, b"f");

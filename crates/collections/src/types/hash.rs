@@ -1,12 +1,12 @@
 //! `Hash`: the value of a Redis hash key, field -> value.
 //!
-//! Entries live in a [`RankedMap`] ordered by `(xxh3-64(field), field)` (see
-//! [`hashed`](super::hashed) for why hash order): lookups hash the field and
-//! descend, HRANDFIELD selects a random rank, and HSCAN walks hash order with
-//! the hash as its cursor.
+//! Entries live in a [`HashedMap`] in `(hash(field), field)` order (see
+//! [`hashed`] for why hash order): lookups probe from the field's home slot,
+//! HRANDFIELD picks random slots, and HSCAN walks hash order with the hash
+//! as its cursor.
 
 use super::hashed::{self, HashedKey};
-use super::ranked::{Iter, RankedMap};
+use super::hashed_map::HashedMap;
 
 /// A borrowed field and its value.
 pub type FieldValue<'a> = (&'a [u8], &'a [u8]);
@@ -14,11 +14,11 @@ pub type FieldValue<'a> = (&'a [u8], &'a [u8]);
 /// A Redis hash: a map from field to value, both byte strings.
 ///
 /// Iteration order (and SCAN order, and checkpoint image order) is the order
-/// of `(xxh3-64(field), field)`: arbitrary to a user, as in Redis, but the
-/// same in every process.
+/// of `(hash(field), field)`: arbitrary to a user, as in Redis, and the same
+/// for the same fields within one process.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Hash {
-    entries: RankedMap<HashedKey, Box<[u8]>>,
+    entries: HashedMap<Box<[u8]>>,
     /// Sum of field and value lengths, kept so memory accounting is O(1).
     payload_bytes: usize,
 }
@@ -38,7 +38,12 @@ impl Hash {
             .map(|((_, field), value)| field.len() + value.len())
             .sum();
         Hash {
-            entries: RankedMap::from_sorted(entries),
+            entries: HashedMap::from_sorted(
+                entries
+                    .into_iter()
+                    .map(|((hash, field), value)| (hash, field, value))
+                    .collect(),
+            ),
             payload_bytes,
         }
     }
@@ -56,14 +61,12 @@ impl Hash {
 
     /// The value of `field` (HGET).
     pub fn get(&self, field: &[u8]) -> Option<&[u8]> {
-        self.entries
-            .get(&(hashed::hash_of(field), field))
-            .map(|value| &value[..])
+        self.entries.get(field).map(|value| &value[..])
     }
 
     /// Whether `field` is present (HEXISTS).
     pub fn contains(&self, field: &[u8]) -> bool {
-        self.entries.contains_key(&(hashed::hash_of(field), field))
+        self.entries.contains_key(field)
     }
 
     /// Sets `field` to `value` (HSET); returns the previous value, `None`
@@ -72,7 +75,7 @@ impl Hash {
     pub fn insert(&mut self, field: Box<[u8]>, value: Box<[u8]>) -> Option<Box<[u8]>> {
         let field_len = field.len();
         let value_len = value.len();
-        let old = self.entries.insert(hashed::key_of(field), value);
+        let old = self.entries.insert(field, value);
         match &old {
             Some(old) => self.payload_bytes = self.payload_bytes - old.len() + value_len,
             None => self.payload_bytes += field_len + value_len,
@@ -85,7 +88,7 @@ impl Hash {
     /// copy. For updating a value just read (HINCRBY, HINCRBYFLOAT) when the
     /// caller holds the field only borrowed.
     pub fn replace(&mut self, field: &[u8], value: Box<[u8]>) -> Result<Box<[u8]>, Box<[u8]>> {
-        match self.entries.get_mut(&(hashed::hash_of(field), field)) {
+        match self.entries.get_mut(field) {
             Some(slot) => {
                 self.payload_bytes = self.payload_bytes - slot.len() + value.len();
                 Ok(std::mem::replace(slot, value))
@@ -100,7 +103,7 @@ impl Hash {
     /// an overwrite of a value by one as long, the common case, then costs
     /// no allocation and no free.
     pub fn overwrite(&mut self, field: &[u8], value: &[u8]) -> bool {
-        let Some(slot) = self.entries.get_mut(&(hashed::hash_of(field), field)) else {
+        let Some(slot) = self.entries.get_mut(field) else {
             return false;
         };
         self.payload_bytes = self.payload_bytes - slot.len() + value.len();
@@ -114,22 +117,27 @@ impl Hash {
 
     /// Removes `field` (HDEL); returns its value if it was present.
     pub fn remove(&mut self, field: &[u8]) -> Option<Box<[u8]>> {
-        let value = self.entries.remove(&(hashed::hash_of(field), field))?;
+        let (_, value) = self.entries.remove(field)?;
         self.payload_bytes -= field.len() + value.len();
         Some(value)
     }
 
-    /// The field and value at position `rank` of iteration order, for
-    /// sampling distinct random fields (HRANDFIELD with a positive count).
-    pub fn select(&self, rank: usize) -> Option<(&[u8], &[u8])> {
+    /// `count` distinct fields with their values, chosen uniformly at
+    /// random (all of them when `count >= len`), in iteration order
+    /// (HRANDFIELD with a positive count).
+    pub fn sample<R: rand::Rng + ?Sized>(&self, count: usize, rng: &mut R) -> Vec<FieldValue<'_>> {
         self.entries
-            .select(rank)
-            .map(|((_, field), value)| (&field[..], &value[..]))
+            .sample(count, rng)
+            .into_iter()
+            .map(|(field, value)| (field, &value[..]))
+            .collect()
     }
 
-    /// A uniformly random field and its value (HRANDFIELD), in O(log n).
+    /// A uniformly random field and its value (HRANDFIELD).
     pub fn random<R: rand::Rng + ?Sized>(&self, rng: &mut R) -> Option<(&[u8], &[u8])> {
-        self.select(hashed::random_rank(self.len(), rng)?)
+        self.entries
+            .random(rng)
+            .map(|(field, value)| (field, &value[..]))
     }
 
     /// One step of HSCAN.
@@ -148,7 +156,7 @@ impl Hash {
     /// during the scan may or may not be returned. Unlike Redis, no cursor
     /// bits are reversed: the tree needs no rehashing, so none is needed.
     pub fn scan(&self, cursor: u64, count: usize) -> (u64, Vec<FieldValue<'_>>) {
-        let (next, batch) = hashed::scan(&self.entries, cursor, count);
+        let (next, batch) = self.entries.scan(cursor, count);
         (
             next,
             batch
@@ -160,36 +168,30 @@ impl Hash {
 
     /// All fields and values in hash order (HGETALL, and the image encoder).
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (&[u8], &[u8])> + '_ {
-        let entries: Iter<'_, HashedKey, Box<[u8]>> = self.entries.iter();
-        entries.map(|((_, field), value)| (&field[..], &value[..]))
+        self.entries
+            .iter()
+            .map(|(_, field, value)| (field, &value[..]))
     }
 
     /// Estimated heap bytes owned by this hash, for INFO memory and eviction
     /// accounting: the field and value bytes plus a per-allocation allowance,
-    /// plus the tree's nodes (see `hashed::tree_bytes`). O(1).
+    /// plus the table. O(1).
     pub fn approx_heap_bytes(&self) -> usize {
-        let entry = std::mem::size_of::<HashedKey>() + std::mem::size_of::<Box<[u8]>>();
         self.payload_bytes
             + 2 * hashed::ALLOCATION_OVERHEAD_BYTES * self.len()
-            + hashed::tree_bytes(self.len(), entry)
+            + self.entries.table_bytes()
     }
 }
 
 impl Hash {
-    /// Checks the tree's invariants, that every entry sits under its field's
-    /// hash, and the payload byte count. O(n); for tests.
+    /// Checks the table's invariants and the payload byte count. O(n); for
+    /// tests.
     pub fn check_invariants(&self) -> Result<(), String> {
         self.entries.check_invariants()?;
-        let mut payload_bytes = 0;
-        for ((hash, field), value) in self.entries.iter() {
-            if *hash != hashed::hash_of(field) {
-                return Err(format!(
-                    "field {:?} filed under a wrong hash",
-                    String::from_utf8_lossy(field)
-                ));
-            }
-            payload_bytes += field.len() + value.len();
-        }
+        let payload_bytes: usize = self
+            .iter()
+            .map(|(field, value)| field.len() + value.len())
+            .sum();
         if payload_bytes != self.payload_bytes {
             return Err(format!(
                 "payload bytes {} recorded, {payload_bytes} held",

@@ -1,60 +1,51 @@
-//! Keys ordered by hash, shared by [`Hash`](super::Hash) and
-//! [`Set`](super::Set).
+//! Keys ordered by hash, shared by [`Hash`](super::Hash),
+//! [`Set`](super::Set) and a [`SortedSet`](super::SortedSet)'s members.
 //!
-//! Both store their entries in a [`RankedMap`] keyed by `(xxh3-64(bytes),
-//! bytes)`. Ordering by hash first is what makes SCAN work without a rehash
-//! table: a cursor is just a hash value, and "every entry with hash >= cursor
-//! not yet returned" is a contiguous range of the tree whatever was inserted
-//! or removed since the last call. Ordering by the bytes second keeps lookups
-//! O(log n) even if many fields share a hash, so colliding fields cost
-//! nothing but larger SCAN batches.
+//! All three keep their members in a [`HashedMap`](super::hashed_map), in
+//! `(hash(bytes), bytes)` order. Ordering by hash first is what makes SCAN
+//! work without a rehash table: a cursor is just a hash value, and "every
+//! entry with hash >= cursor not yet returned" is a contiguous range of the
+//! table whatever was inserted or removed since the last call. Ordering by
+//! the bytes second keeps colliding members apart, at the cost of larger
+//! SCAN batches.
 //!
-//! The hash is unseeded on purpose: checkpoint images store entries in this
-//! order and the decoder checks it, so the order must be the same in every
-//! process.
+//! The hash is xxh3-64 seeded once per process at random, as Redis seeds
+//! its dictionaries' SipHash: members a client chooses cannot be made to
+//! share a home slot, and a SCAN cursor is meaningful only to the process
+//! that issued it (as in Redis). A member of a replication group fixes the
+//! seed at 0 ([`fix_seed`]) so that every member iterates alike (a script
+//! replayed on each one reads SMEMBERS in the same order). Images are written in this order; the
+//! decoder takes them in any order (an image from another process is in
+//! that process's order) and builds in O(n) when the order is already its
+//! own.
 
-use super::ranked::RankedMap;
+use std::sync::OnceLock;
 
-/// The tree key of a field or member.
+/// This process's hash seed: random unless fixed before the first hash.
+static SEED: OnceLock<u64> = OnceLock::new();
+
+/// Fixes the hash seed before any member is hashed: the members of a
+/// replication group must order (and so iterate, scan and pick by rank)
+/// alike. True when the seed is `seed` afterwards.
+pub fn fix_seed(seed: u64) -> bool {
+    *SEED.get_or_init(|| seed) == seed
+}
+
+/// The hash that orders and finds a field or member.
+pub(crate) fn hash_of(bytes: &[u8]) -> u64 {
+    #[cfg(test)]
+    if let Some(hash) = forced::hash(bytes) {
+        return hash;
+    }
+    xxhash_rust::xxh3::xxh3_64_with_seed(bytes, *SEED.get_or_init(rand::random))
+}
+
+/// A field or member with its hash, as images are decoded and built.
 pub(crate) type HashedKey = (u64, Box<[u8]>);
 
-/// The hash that orders a field or member.
-pub(crate) fn hash_of(bytes: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(bytes)
-}
-
-/// The tree key for `bytes`, owning a copy.
+/// `bytes` with its hash.
 pub(crate) fn key_of(bytes: Box<[u8]>) -> HashedKey {
     (hash_of(&bytes), bytes)
-}
-
-/// A batch of one SCAN step over `map`; see [`Hash::scan`](super::Hash::scan)
-/// for the contract.
-pub(crate) fn scan<V>(
-    map: &RankedMap<HashedKey, V>,
-    cursor: u64,
-    count: usize,
-) -> (u64, Vec<(&[u8], &V)>) {
-    let count = count.max(1);
-    let start = map.partition_rank(|(hash, _)| *hash < cursor);
-    let mut entries = map.iter_from_rank(start).peekable();
-    let mut batch = Vec::with_capacity(count.min(map.len() - start.min(map.len())));
-    let mut last_hash = None;
-    while let Some(((hash, bytes), val)) = entries.next() {
-        batch.push((&bytes[..], val));
-        last_hash = Some(*hash);
-        // Never end a batch inside a run of equal hashes: the next cursor is
-        // "last hash + 1", so the rest of the run would be skipped.
-        let run_continues = matches!(entries.peek(), Some(((next, _), _)) if *next == *hash);
-        if batch.len() >= count && !run_continues {
-            break;
-        }
-    }
-    let next_cursor = match (entries.peek(), last_hash) {
-        (Some(_), Some(hash)) => hash.checked_add(1).unwrap_or(0),
-        _ => 0,
-    };
-    (next_cursor, batch)
 }
 
 /// A uniformly random rank below `len`, or `None` when `len` is 0.
@@ -78,60 +69,32 @@ pub(crate) fn tree_bytes(len: usize, entry_bytes: usize) -> usize {
     len * entry_bytes * 3 / 2
 }
 
+/// Tests choose the hash function, to make collisions and crowded homes
+/// that xxh3 would never produce.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod forced {
+    use std::cell::Cell;
 
-    /// A map with chosen hashes, since real xxh3 collisions are hard to find.
-    fn map(keys: &[(u64, &str)]) -> RankedMap<HashedKey, ()> {
-        keys.iter()
-            .map(|(hash, bytes)| ((*hash, bytes.as_bytes().into()), ()))
-            .collect()
+    type HashFn = fn(&[u8]) -> u64;
+
+    thread_local! {
+        static FORCED: Cell<Option<HashFn>> = const { Cell::new(None) };
     }
 
-    fn names(batch: &[(&[u8], &())]) -> Vec<String> {
-        batch
-            .iter()
-            .map(|(bytes, _)| String::from_utf8_lossy(bytes).into_owned())
-            .collect()
+    pub(crate) fn hash(bytes: &[u8]) -> Option<u64> {
+        FORCED.with(|forced| forced.get()).map(|hash| hash(bytes))
     }
 
-    #[test]
-    fn a_batch_never_splits_equal_hashes() {
-        let map = map(&[(3, "a"), (5, "b"), (5, "c"), (5, "d"), (9, "e")]);
-        let (next, batch) = scan(&map, 0, 2);
-        assert_eq!(names(&batch), vec!["a", "b", "c", "d"]);
-        assert_eq!(next, 6);
-        let (next, batch) = scan(&map, next, 2);
-        assert_eq!(names(&batch), vec!["e"]);
-        assert_eq!(next, 0);
-    }
-
-    #[test]
-    fn a_cursor_between_hashes_starts_at_the_next_one() {
-        let map = map(&[(3, "a"), (5, "b"), (9, "e")]);
-        let (next, batch) = scan(&map, 4, 1);
-        assert_eq!(names(&batch), vec!["b"]);
-        assert_eq!(next, 6);
-        assert_eq!(scan(&map, 10, 1), (0, vec![]));
-    }
-
-    #[test]
-    fn the_largest_hash_ends_the_scan_instead_of_overflowing() {
-        let map = map(&[(u64::MAX - 1, "a"), (u64::MAX, "b"), (u64::MAX, "c")]);
-        let (next, batch) = scan(&map, u64::MAX - 1, 1);
-        assert_eq!(names(&batch), vec!["a"]);
-        assert_eq!(next, u64::MAX);
-        let (next, batch) = scan(&map, next, 1);
-        assert_eq!(names(&batch), vec!["b", "c"]);
-        assert_eq!(next, 0);
-    }
-
-    #[test]
-    fn count_zero_is_treated_as_one() {
-        let map = map(&[(1, "a"), (2, "b")]);
-        let (next, batch) = scan(&map, 0, 0);
-        assert_eq!(names(&batch), vec!["a"]);
-        assert_eq!(next, 2);
+    /// Runs `body` with `hash` as this thread's hash function.
+    pub(crate) fn with<T>(hash: fn(&[u8]) -> u64, body: impl FnOnce() -> T) -> T {
+        struct Reset;
+        impl Drop for Reset {
+            fn drop(&mut self) {
+                FORCED.with(|forced| forced.set(None));
+            }
+        }
+        FORCED.with(|forced| forced.set(Some(hash)));
+        let _reset = Reset;
+        body()
     }
 }

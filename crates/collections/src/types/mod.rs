@@ -16,6 +16,7 @@
 mod codec;
 mod hash;
 mod hashed;
+mod hashed_map;
 mod list;
 pub mod ranked;
 mod set;
@@ -24,6 +25,7 @@ mod zset;
 
 pub use codec::{DecodeError, FORMAT_VERSION};
 pub use hash::{FieldValue, Hash};
+pub use hashed::fix_seed as fix_hash_seed;
 pub use list::{resolve_index, resolve_range, InsertPosition, List};
 pub use ranked::RankedMap;
 pub use set::Set;

@@ -1,21 +1,21 @@
 //! `Set`: the value of a Redis set key.
 //!
-//! Members live in a [`RankedMap`] ordered by `(xxh3-64(member), member)`,
-//! exactly as [`Hash`](super::Hash) fields do (see
-//! [`hashed`](super::hashed)): SRANDMEMBER and SPOP select a random rank,
-//! SSCAN uses the hash as its cursor. Set algebra (SINTER, SUNION, SDIFF) is
-//! the server's, built on `contains` and `iter`.
+//! Members live in a [`HashedMap`] in `(hash(member), member)` order,
+//! exactly as [`Hash`](super::Hash) fields do (see [`hashed`]): SRANDMEMBER
+//! and SPOP pick random slots, SSCAN uses the hash as its cursor. Set
+//! algebra (SINTER, SUNION, SDIFF) is the server's, built on `contains` and
+//! `iter`.
 
 use super::hashed::{self, HashedKey};
-use super::ranked::RankedMap;
+use super::hashed_map::HashedMap;
 
 /// A Redis set of byte-string members.
 ///
-/// Iteration, SCAN and image order is the order of `(xxh3-64(member),
+/// Iteration, SCAN and image order is the order of `(hash(member),
 /// member)`.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Set {
-    members: RankedMap<HashedKey, ()>,
+    members: HashedMap<()>,
     /// Sum of member lengths, kept so memory accounting is O(1).
     payload_bytes: usize,
 }
@@ -26,12 +26,18 @@ impl Set {
         Self::default()
     }
 
-    /// Builds a set from members already in [`Set::iter`] order, in O(n).
-    /// The caller (the image decoder) must have checked the order.
+    /// Builds a set from members already in [`Set::iter`] order, with their
+    /// hashes, in O(n). The caller (the image decoder) must have checked the
+    /// order.
     pub(crate) fn from_sorted(members: Vec<HashedKey>) -> Self {
         let payload_bytes = members.iter().map(|(_, member)| member.len()).sum();
         Set {
-            members: RankedMap::from_sorted(members.into_iter().map(|key| (key, ()))),
+            members: HashedMap::from_sorted(
+                members
+                    .into_iter()
+                    .map(|(hash, member)| (hash, member, ()))
+                    .collect(),
+            ),
             payload_bytes,
         }
     }
@@ -49,7 +55,7 @@ impl Set {
     /// Adds `member` (SADD); true when it was not already present.
     pub fn insert(&mut self, member: Box<[u8]>) -> bool {
         let member_len = member.len();
-        let added = self.members.insert(hashed::key_of(member), ()).is_none();
+        let added = self.members.insert(member, ()).is_none();
         if added {
             self.payload_bytes += member_len;
         }
@@ -58,10 +64,7 @@ impl Set {
 
     /// Removes `member` (SREM); true when it was present.
     pub fn remove(&mut self, member: &[u8]) -> bool {
-        let removed = self
-            .members
-            .remove(&(hashed::hash_of(member), member))
-            .is_some();
+        let removed = self.members.remove(member).is_some();
         if removed {
             self.payload_bytes -= member.len();
         }
@@ -70,27 +73,46 @@ impl Set {
 
     /// Whether `member` is present (SISMEMBER).
     pub fn contains(&self, member: &[u8]) -> bool {
+        self.members.contains_key(member)
+    }
+
+    /// `count` distinct members chosen uniformly at random (all of them
+    /// when `count >= len`), for SRANDMEMBER with a positive count.
+    pub fn sample<R: rand::Rng + ?Sized>(&self, count: usize, rng: &mut R) -> Vec<&[u8]> {
         self.members
-            .contains_key(&(hashed::hash_of(member), member))
+            .sample(count, rng)
+            .into_iter()
+            .map(|(member, ())| member)
+            .collect()
     }
 
-    /// The member at position `rank` of iteration order, for sampling
-    /// distinct random members (SRANDMEMBER with a positive count).
-    pub fn select(&self, rank: usize) -> Option<&[u8]> {
+    /// `count` distinct members chosen uniformly at random by rank, in
+    /// iteration order: the same members for the same contents and random
+    /// numbers, whatever the table's history (a replicated node's SPOP must
+    /// pick what its peers pick). O(n).
+    pub fn sample_by_rank<R: rand::Rng + ?Sized>(&self, count: usize, rng: &mut R) -> Vec<&[u8]> {
         self.members
-            .select(rank)
-            .map(|((_, member), ())| &member[..])
+            .sample_by_rank(count, rng)
+            .into_iter()
+            .map(|(member, ())| member)
+            .collect()
     }
 
-    /// A uniformly random member (SRANDMEMBER), in O(log n).
-    pub fn random<R: rand::Rng + ?Sized>(&self, rng: &mut R) -> Option<&[u8]> {
-        self.select(hashed::random_rank(self.len(), rng)?)
-    }
-
-    /// Removes and returns a uniformly random member (SPOP), in O(log n).
-    pub fn pop_random<R: rand::Rng + ?Sized>(&mut self, rng: &mut R) -> Option<Box<[u8]>> {
+    /// A uniformly random member chosen by rank, with the determinism of
+    /// [`Set::sample_by_rank`]. O(n / 128).
+    pub fn random_by_rank<R: rand::Rng + ?Sized>(&self, rng: &mut R) -> Option<&[u8]> {
         let rank = hashed::random_rank(self.len(), rng)?;
-        let ((_, member), ()) = self.members.remove_at_rank(rank)?;
+        self.members.select(rank).map(|(member, ())| member)
+    }
+
+    /// A uniformly random member (SRANDMEMBER).
+    pub fn random<R: rand::Rng + ?Sized>(&self, rng: &mut R) -> Option<&[u8]> {
+        self.members.random(rng).map(|(member, ())| member)
+    }
+
+    /// Removes and returns a uniformly random member (SPOP).
+    pub fn pop_random<R: rand::Rng + ?Sized>(&mut self, rng: &mut R) -> Option<Box<[u8]>> {
+        let (member, ()) = self.members.remove_random(rng)?;
         self.payload_bytes -= member.len();
         Some(member)
     }
@@ -100,39 +122,30 @@ impl Set {
     /// unless the set runs out, never splitting equal hashes; next cursor is
     /// the last hash + 1, or 0 when done.
     pub fn scan(&self, cursor: u64, count: usize) -> (u64, Vec<&[u8]>) {
-        let (next, batch) = hashed::scan(&self.members, cursor, count);
+        let (next, batch) = self.members.scan(cursor, count);
         (next, batch.into_iter().map(|(member, ())| member).collect())
     }
 
     /// All members in hash order (SMEMBERS, and the image encoder).
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
-        self.members.iter().map(|((_, member), ())| &member[..])
+        self.members.iter().map(|(_, member, ())| member)
     }
 
     /// Estimated heap bytes owned by this set, for memory accounting: member
-    /// bytes plus a per-allocation allowance, plus the tree's nodes. O(1).
+    /// bytes plus a per-allocation allowance, plus the table. O(1).
     pub fn approx_heap_bytes(&self) -> usize {
         self.payload_bytes
             + hashed::ALLOCATION_OVERHEAD_BYTES * self.len()
-            + hashed::tree_bytes(self.len(), std::mem::size_of::<HashedKey>())
+            + self.members.table_bytes()
     }
 }
 
 impl Set {
-    /// Checks the tree's invariants, that every member sits under its hash,
-    /// and the payload byte count. O(n); for tests.
+    /// Checks the table's invariants and the payload byte count. O(n); for
+    /// tests.
     pub fn check_invariants(&self) -> Result<(), String> {
         self.members.check_invariants()?;
-        let mut payload_bytes = 0;
-        for ((hash, member), ()) in self.members.iter() {
-            if *hash != hashed::hash_of(member) {
-                return Err(format!(
-                    "member {:?} filed under a wrong hash",
-                    String::from_utf8_lossy(member)
-                ));
-            }
-            payload_bytes += member.len();
-        }
+        let payload_bytes: usize = self.iter().map(<[u8]>::len).sum();
         if payload_bytes != self.payload_bytes {
             return Err(format!(
                 "payload bytes {} recorded, {payload_bytes} held",
@@ -146,11 +159,10 @@ impl Set {
 impl FromIterator<Box<[u8]>> for Set {
     /// Builds a set from members in any order, duplicates allowed (the
     /// result of SINTERSTORE, SDIFFSTORE...): sorted into iteration order and
-    /// built in one pass, O(n log n), and O(n) when the members already come
-    /// in iteration order.
+    /// built in one pass, O(n log n).
     fn from_iter<I: IntoIterator<Item = Box<[u8]>>>(members: I) -> Self {
         let mut keys: Vec<HashedKey> = members.into_iter().map(hashed::key_of).collect();
-        keys.sort();
+        keys.sort_unstable();
         keys.dedup();
         Set::from_sorted(keys)
     }
@@ -185,8 +197,7 @@ mod tests {
         assert!(!set.insert(b"m".as_slice().into()));
         assert_eq!(set.len(), 1);
         assert_eq!(set.payload_bytes, 1);
-        assert_eq!(set.select(0), Some(&b"m"[..]));
-        assert_eq!(set.select(1), None);
+        assert_eq!(set.sample(2, &mut rand::rng()), vec![&b"m"[..]]);
     }
 
     #[test]

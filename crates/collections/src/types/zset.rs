@@ -11,6 +11,7 @@ use std::cmp::Ordering;
 use std::ops::Range;
 
 use super::hashed::{self, HashedKey};
+use super::hashed_map::HashedMap;
 use super::ranked::{Prefixed, RankedMap};
 
 /// A sorted-set score: an `f64` that is never NaN and never -0.0, so it has
@@ -138,15 +139,13 @@ type OrderKey = (Score, Box<[u8]>);
 /// ordered by `(score, member bytes)`. Ranks are 0-based and ascending; the
 /// server computes reverse ranks as `len - 1 - rank`.
 ///
-/// Two trees hold the members: `order` by `(score, member)` for ranks and
-/// ranges, and `scores` by `(xxh3-64(member), member)` for score lookups
-/// and for ZSCAN, whose cursor is a hash as in [`Hash`](super::Hash) and
-/// [`Set`](super::Set): a step costs O(log n + count). (A hash map would
-/// make ZSCORE O(1) instead of O(log n), but has no order to resume a scan
-/// from, so every ZSCAN step would cost O(n).)
+/// Two structures hold the members: the tree `order` by `(score, member)`
+/// for ranks and ranges, and the table `scores` in `(hash(member), member)`
+/// order for score lookups in O(1) and for ZSCAN, whose cursor is a hash as
+/// in [`Hash`](super::Hash) and [`Set`](super::Set): a step costs O(count).
 #[derive(Clone, Default)]
 pub struct SortedSet {
-    scores: RankedMap<HashedKey, f64>,
+    scores: HashedMap<f64>,
     order: RankedMap<OrderKey, ()>,
     /// Sum of member lengths (each member is stored twice).
     payload_bytes: usize,
@@ -177,8 +176,12 @@ impl SortedSet {
             return Err(pair[1].2);
         }
         let payload_bytes = entries.iter().map(|(_, member)| member.len()).sum();
-        let scores =
-            RankedMap::from_sorted(by_hash.into_iter().map(|(key, score, _)| (key, score)));
+        let scores = HashedMap::from_sorted(
+            by_hash
+                .into_iter()
+                .map(|((hash, member), score, _)| (hash, member, score))
+                .collect(),
+        );
         let order = RankedMap::from_sorted(entries.into_iter().map(|key| (key, ())));
         Ok(SortedSet {
             scores,
@@ -200,9 +203,8 @@ impl SortedSet {
     /// Adds `member` with `score` or moves it to `score` (ZADD); returns the
     /// previous score, `None` when the member is new.
     pub fn insert(&mut self, member: &[u8], score: Score) -> Option<f64> {
-        let hash = hashed::hash_of(member);
-        let Some(slot) = self.scores.get_mut(&(hash, member)) else {
-            self.scores.insert((hash, member.into()), score.get());
+        let Some(slot) = self.scores.get_mut(member) else {
+            self.scores.insert(member.into(), score.get());
             self.order.insert((score, member.into()), ());
             self.payload_bytes += member.len();
             return None;
@@ -226,7 +228,7 @@ impl SortedSet {
 
     /// Removes `member` (ZREM); returns its score if it was present.
     pub fn remove(&mut self, member: &[u8]) -> Option<f64> {
-        let score = self.scores.remove(&(hashed::hash_of(member), member))?;
+        let (_, score) = self.scores.remove(member)?;
         let removed = self.order.remove(&(Score(score), member));
         debug_assert!(
             removed.is_some(),
@@ -236,14 +238,14 @@ impl SortedSet {
         Some(score)
     }
 
-    /// The score of `member` (ZSCORE), in O(log n).
+    /// The score of `member` (ZSCORE), in O(1).
     pub fn score(&self, member: &[u8]) -> Option<f64> {
-        self.scores.get(&(hashed::hash_of(member), member)).copied()
+        self.scores.get(member).copied()
     }
 
     /// Whether `member` is present.
     pub fn contains(&self, member: &[u8]) -> bool {
-        self.scores.contains_key(&(hashed::hash_of(member), member))
+        self.scores.contains_key(member)
     }
 
     /// The ascending 0-based rank of `member` (ZRANK), in O(log n).
@@ -360,7 +362,7 @@ impl SortedSet {
         removed
             .into_iter()
             .map(|((score, member), ())| {
-                let was_present = self.scores.remove(&(hashed::hash_of(&member), &member[..]));
+                let was_present = self.scores.remove(&member);
                 debug_assert!(
                     was_present.is_some(),
                     "member in the order tree but not in the score map"
@@ -389,9 +391,9 @@ impl SortedSet {
     ///
     /// The order does not depend on scores, so a member present for a whole
     /// scan is returned by it however scores change or members come and go
-    /// meanwhile. A step costs O(log n + count).
+    /// meanwhile. A step costs O(count).
     pub fn scan_by_hash(&self, cursor: u64, count: usize) -> (u64, Vec<(&[u8], f64)>) {
-        let (next, batch) = hashed::scan(&self.scores, cursor, count);
+        let (next, batch) = self.scores.scan(cursor, count);
         (
             next,
             batch
@@ -402,12 +404,12 @@ impl SortedSet {
     }
 
     /// Estimated heap bytes owned by this sorted set, for memory accounting:
-    /// each member's bytes twice (both trees) plus a per-allocation
-    /// allowance, and both trees' nodes. O(1).
+    /// each member's bytes twice (the table and the tree) plus a
+    /// per-allocation allowance, the table and the tree's nodes. O(1).
     pub fn approx_heap_bytes(&self) -> usize {
         let len = self.len();
         2 * (self.payload_bytes + hashed::ALLOCATION_OVERHEAD_BYTES * len)
-            + hashed::tree_bytes(len, std::mem::size_of::<(HashedKey, f64)>())
+            + self.scores.table_bytes()
             + hashed::tree_bytes(len, std::mem::size_of::<OrderKey>())
     }
 
@@ -416,16 +418,6 @@ impl SortedSet {
     pub fn check_invariants(&self) -> Result<(), String> {
         self.order.check_invariants()?;
         self.scores.check_invariants()?;
-        if let Some(((hash, member), _)) = self
-            .scores
-            .iter()
-            .find(|((hash, member), _)| *hash != hashed::hash_of(member))
-        {
-            return Err(format!(
-                "member {:?} sits under hash {hash:#x}",
-                String::from_utf8_lossy(member)
-            ));
-        }
         if self.scores.len() != self.order.len() {
             return Err(format!(
                 "{} scores but {} ordered members",
@@ -446,7 +438,7 @@ impl SortedSet {
             != self
                 .scores
                 .iter()
-                .map(|((_, member), _)| member.len())
+                .map(|(_, member, _)| member.len())
                 .sum::<usize>()
         {
             return Err("payload byte count drifted".to_string());

@@ -10,7 +10,6 @@
 use std::collections::HashSet;
 
 use engram_collections::Op;
-use rand::Rng;
 
 use super::strings::parse_float;
 use super::{
@@ -544,21 +543,11 @@ fn hrandfield(ctx: &mut Ctx, args: Args) -> CmdResult {
                 reply_pair(out, pair);
             }
         } else {
-            // Distinct: `wanted` ranks by Floyd's sampling (fewer than the
-            // hash holds, so bounded by its size), in hash order.
-            let (len, wanted) = (hash.len(), wanted as usize);
-            let mut ranks: HashSet<usize> = HashSet::with_capacity(wanted);
-            for top in len - wanted..len {
-                let pick = rng.random_range(0..=top);
-                if !ranks.insert(pick) {
-                    ranks.insert(top);
-                }
-            }
-            let mut ranks: Vec<usize> = ranks.into_iter().collect();
-            ranks.sort_unstable();
-            header(out, wanted);
-            for rank in ranks {
-                reply_pair(out, hash.select(rank).expect("rank below len"));
+            // Distinct: fewer than the hash holds, so bounded by its size.
+            let picked = hash.sample(wanted as usize, &mut rng);
+            header(out, picked.len());
+            for pair in picked {
+                reply_pair(out, pair);
             }
         }
         Ok(())

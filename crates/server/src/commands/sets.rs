@@ -331,14 +331,18 @@ fn scard(ctx: &mut Ctx, args: Args) -> CmdResult {
 }
 
 /// `count` distinct members picked uniformly at random (`count < len`).
+/// On a replicated node's apply thread (a seeded generator) the picks go
+/// by rank, so that every node picks the same members from the same set.
 fn sample(set: &Set, count: usize) -> Vec<Bytes> {
+    let by_rank = crate::random::seeded().is_some();
     crate::random::with(|mut rng| {
-        rand::seq::index::sample(&mut rng, set.len(), count.min(set.len()))
+        let picked = if by_rank {
+            set.sample_by_rank(count, &mut rng)
+        } else {
+            set.sample(count, &mut rng)
+        };
+        picked.into_iter().map(Bytes::from).collect()
     })
-    .into_iter()
-    .filter_map(|rank| set.select(rank))
-    .map(Bytes::from)
-    .collect()
 }
 
 fn spop(ctx: &mut Ctx, args: Args) -> CmdResult {
@@ -351,8 +355,15 @@ fn spop(ctx: &mut Ctx, args: Args) -> CmdResult {
     let (popped, emptied) = ctx.write(&[key], false, |txn, db, now| {
         let set = set_of(txn, db, key, now)?;
         let emptied = set.is_some_and(|set| set.len() == 1);
+        // By rank on a replicated node's apply thread, as `sample`.
+        let by_rank = crate::random::seeded().is_some();
         let member = set
-            .and_then(|set| crate::random::with(|mut rng| set.random(&mut rng)))
+            .and_then(|set| {
+                crate::random::with(|mut rng| match by_rank {
+                    true => set.random_by_rank(&mut rng),
+                    false => set.random(&mut rng),
+                })
+            })
             .map(Bytes::from);
         if let Some(member) = &member {
             txn.log(vec![Op::SetRemove {

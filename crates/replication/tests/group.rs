@@ -123,6 +123,32 @@ impl Group {
     }
 }
 
+impl Group {
+    /// Proposes `data` until a leader acknowledges it, through whichever
+    /// node leads at each try, and returns that node. A leader that steps
+    /// down meanwhile (an election on a loaded machine) leaves the outcome
+    /// unknown: the entry may then be applied twice, as a retrying
+    /// client's would.
+    async fn propose_until_acknowledged(&self, data: Vec<u8>) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(leader) = (0..self.nodes.len()).find(|&i| self.nodes[i].is_leader()) {
+                match self.nodes[leader].propose(data.clone()).await {
+                    Ok(_) => return leader,
+                    Err(Refused::Unknown | Refused::NotLeader(_)) => {}
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no leader acknowledged {:?}",
+                String::from_utf8_lossy(&data)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
 fn wait_for_leader(group: &Group) -> usize {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -302,23 +328,13 @@ async fn a_node_that_joins_after_compaction_is_sent_a_snapshot() {
     // Two of three nodes are a majority: they commit, and compact their
     // logs every 16 KiB.
     let mut group = start_nodes(&[1, 2], 16 << 10);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let leader = loop {
-        if let Some(i) = (0..2).find(|&i| group.nodes[i].is_leader()) {
-            break i;
-        }
-        assert!(Instant::now() < deadline, "no leader elected");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    // Through whichever node leads: on a loaded machine a missed heartbeat
+    // can move the leadership (check-quorum), and nothing here depends on
+    // which node leads.
+    let mut leader = 0;
     for i in 0..600 {
         let data = format!("entry {i:04} {}", "x".repeat(100)).into_bytes();
-        if let Err(e) = group.nodes[leader].propose(data).await {
-            panic!(
-                "entry {i}: {e:?}; {:?} {:?}",
-                group.nodes[0].status(),
-                group.nodes[1].status()
-            );
-        }
+        leader = group.propose_until_acknowledged(data).await;
     }
     let status = group.nodes[leader].status();
     assert!(
@@ -338,13 +354,13 @@ async fn a_node_that_joins_after_compaction_is_sent_a_snapshot() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(group.nodes[newcomer].status().snapshots_installed, 1);
-    assert_eq!(group.nodes[leader].status().snapshots_built, 1);
+    assert!(group.nodes[newcomer].status().snapshots_installed >= 1);
+    let built: u64 = (0..2)
+        .map(|i| group.nodes[i].status().snapshots_built)
+        .sum();
+    assert!(built >= 1, "no snapshot was built");
     // Its state is the leader's, and it goes on applying what follows.
-    group.nodes[leader]
-        .propose(b"after".to_vec())
-        .await
-        .unwrap();
+    let leader = group.propose_until_acknowledged(b"after".to_vec()).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let (a, b) = (
@@ -352,7 +368,10 @@ async fn a_node_that_joins_after_compaction_is_sent_a_snapshot() {
             group.applied[newcomer].lock().clone(),
         );
         if a == b && a.last().is_some_and(|(_, d)| d == b"after") {
-            assert_eq!(a.len(), 601);
+            // A proposal retried after a change of leader may be there
+            // twice; every one is there.
+            let distinct: std::collections::BTreeSet<&Vec<u8>> = a.iter().map(|(_, d)| d).collect();
+            assert_eq!(distinct.len(), 601);
             break;
         }
         assert!(Instant::now() < deadline, "the new node's state differs");

@@ -31,7 +31,7 @@ impl Hash {
 
     /// Builds a hash from entries already in [`Hash::iter`] order, in O(n).
     /// The caller (the image decoder) must have checked the order: strictly
-    /// increasing `(xxh3-64(field), field)`.
+    /// increasing `(hash(field), field)` under this process's seed.
     pub(crate) fn from_sorted(entries: Vec<(HashedKey, Box<[u8]>)>) -> Self {
         let payload_bytes = entries
             .iter()

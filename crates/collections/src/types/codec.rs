@@ -319,9 +319,7 @@ fn decode_set(reader: &mut Reader<'_>, count: usize) -> Result<Set, DecodeError>
         members.push((hashed::key_of(reader.string()?.into()), ()));
     }
     let members = into_hash_order(members)?;
-    Ok(Set::from_sorted(
-        members.into_iter().map(|(key, ())| key).collect(),
-    ))
+    Ok(Set::from_sorted(members.into_iter().map(|(key, ())| key)))
 }
 
 fn decode_sorted_set(reader: &mut Reader<'_>, count: usize) -> Result<SortedSet, DecodeError> {

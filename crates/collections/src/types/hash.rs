@@ -41,8 +41,7 @@ impl Hash {
             entries: HashedMap::from_sorted(
                 entries
                     .into_iter()
-                    .map(|((hash, field), value)| (hash, field, value))
-                    .collect(),
+                    .map(|((hash, field), value)| (hash, field, value)),
             ),
             payload_bytes,
         }

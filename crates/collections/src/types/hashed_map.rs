@@ -148,18 +148,39 @@ impl<V> HashedMap<V> {
     /// then dropped and the stored one kept), `None` when `key` is new.
     pub(crate) fn insert(&mut self, key: Box<[u8]>, value: V) -> Option<V> {
         let hash = hashed::hash_of(&key);
-        let mut at = match self.find(hash, &key) {
+        match self.find(hash, &key) {
             Ok(at) => {
                 let slot = self.slots[at].as_mut().expect("found slot is occupied");
-                return Some(std::mem::replace(&mut slot.value, value));
+                Some(std::mem::replace(&mut slot.value, value))
             }
-            Err(at) => at,
-        };
+            Err(at) => {
+                self.insert_new(at, Slot { hash, key, value });
+                None
+            }
+        }
+    }
+
+    /// The value of `key` when present (nothing inserted); otherwise inserts
+    /// a copy of `key` with `value` and returns `None`. One hash and one
+    /// probe for what would be a lookup then an insert (ZADD's new member).
+    pub(crate) fn try_insert(&mut self, key: &[u8], value: V) -> Option<&mut V> {
+        let hash = hashed::hash_of(key);
+        match self.find(hash, key) {
+            Ok(at) => self.slots[at].as_mut().map(|slot| &mut slot.value),
+            Err(at) => {
+                let key = key.into();
+                self.insert_new(at, Slot { hash, key, value });
+                None
+            }
+        }
+    }
+
+    /// Inserts an absent key at `at`, where [`HashedMap::find`] placed it.
+    fn insert_new(&mut self, mut at: usize, slot: Slot<V>) {
         if self.len + 1 > self.homes() / 4 * 3 {
             self.resize(homes_for(self.len + 1));
-            at = self.find(hash, &key).expect_err("key is absent");
+            at = self.find(slot.hash, &slot.key).expect_err("key is absent");
         }
-        let slot = Slot { hash, key, value };
         loop {
             // The run from `at` moves one slot right into its first hole.
             let hole = self.slots.get(at..).and_then(|rest| {
@@ -172,7 +193,7 @@ impl<V> HashedMap<V> {
                 self.slots[at] = Some(slot);
                 self.counts[hole / BLOCK] += 1;
                 self.len += 1;
-                return None;
+                return;
             }
             // The run reaches past the overflow slots: spread it out.
             self.resize(self.homes() * 2);
@@ -211,59 +232,60 @@ impl<V> HashedMap<V> {
     fn resize(&mut self, homes: usize) {
         let old = std::mem::take(&mut self.slots);
         let len = self.len;
-        self.len = 0;
         self.place_sorted(homes, old.into_vec().into_iter().flatten(), len);
     }
 
-    /// Fills an empty table with `len` entries given in strictly increasing
-    /// `(hash, key)` order, each at its home or just after the previous one.
-    fn place_sorted(&mut self, homes: usize, entries: impl Iterator<Item = Slot<V>>, len: usize) {
-        let mut homes = homes.max(MIN_HOMES);
-        let mut entries: Vec<Slot<V>> = entries.collect();
-        debug_assert_eq!(entries.len(), len);
-        loop {
-            let shift = 64 - homes.trailing_zeros();
-            let total = homes + overflow_for(homes);
-            let mut positions = Vec::with_capacity(entries.len());
-            let mut next = 0usize;
-            for slot in &entries {
-                let at = ((slot.hash >> shift) as usize).max(next);
-                positions.push(at);
-                next = at + 1;
+    /// Fills the table afresh with `len` entries given in strictly
+    /// increasing `(hash, key)` order, each at its home or just after the
+    /// previous one. When the last run would spill past the overflow slots
+    /// (rare: only the last homes' runs reach them), starts again with
+    /// twice the homes.
+    fn place_sorted(
+        &mut self,
+        homes: usize,
+        mut entries: impl Iterator<Item = Slot<V>>,
+        len: usize,
+    ) {
+        let homes = homes.max(MIN_HOMES);
+        let shift = 64 - homes.trailing_zeros();
+        let total = homes + overflow_for(homes);
+        let mut slots: Vec<Option<Slot<V>>> = Vec::with_capacity(total);
+        slots.resize_with(total, || None);
+        let mut counts = vec![0u8; total.div_ceil(BLOCK)];
+        let mut next = 0usize;
+        while let Some(slot) = entries.next() {
+            let at = ((slot.hash >> shift) as usize).max(next);
+            if at >= total {
+                let placed = slots.into_iter().flatten();
+                let all: Vec<Slot<V>> = placed.chain([slot]).chain(entries).collect();
+                return self.place_sorted(homes * 2, all.into_iter(), len);
             }
-            if next > total {
-                // The last run spills past the overflow slots.
-                homes *= 2;
-                continue;
-            }
-            let mut slots: Vec<Option<Slot<V>>> = Vec::with_capacity(total);
-            slots.resize_with(total, || None);
-            let mut counts = vec![0u8; total.div_ceil(BLOCK)];
-            for (slot, at) in entries.drain(..).zip(positions) {
-                slots[at] = Some(slot);
-                counts[at / BLOCK] += 1;
-            }
-            self.slots = slots.into_boxed_slice();
-            self.counts = counts.into_boxed_slice();
-            self.shift = shift;
-            self.len = len;
-            return;
+            slots[at] = Some(slot);
+            counts[at / BLOCK] += 1;
+            next = at + 1;
         }
+        self.slots = slots.into_boxed_slice();
+        self.counts = counts.into_boxed_slice();
+        self.shift = shift;
+        self.len = len;
     }
 
     /// Builds a map from entries in strictly increasing `(hash, key)` order
     /// (the caller checks it), hashes given, in O(n).
-    pub(crate) fn from_sorted(entries: Vec<(u64, Box<[u8]>, V)>) -> Self {
+    pub(crate) fn from_sorted<I>(entries: I) -> Self
+    where
+        I: IntoIterator<Item = (u64, Box<[u8]>, V)>,
+        I::IntoIter: ExactSizeIterator,
+    {
         let mut map = HashedMap::default();
-        if entries.is_empty() {
+        let entries = entries.into_iter();
+        let len = entries.len();
+        if len == 0 {
             return map;
         }
-        let len = entries.len();
         map.place_sorted(
             homes_for(len),
-            entries
-                .into_iter()
-                .map(|(hash, key, value)| Slot { hash, key, value }),
+            entries.map(|(hash, key, value)| Slot { hash, key, value }),
             len,
         );
         map
@@ -647,8 +669,7 @@ mod tests {
         let built = HashedMap::from_sorted(
             grown
                 .iter()
-                .map(|(hash, key, value)| (hash, key.into(), *value))
-                .collect(),
+                .map(|(hash, key, value)| (hash, key.into(), *value)),
         );
         assert_ne!(grown.homes(), built.homes(), "two layouts of one content");
         let in_order: Vec<u32> = grown.iter().map(|(_, _, value)| *value).collect();

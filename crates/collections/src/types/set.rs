@@ -29,15 +29,18 @@ impl Set {
     /// Builds a set from members already in [`Set::iter`] order, with their
     /// hashes, in O(n). The caller (the image decoder) must have checked the
     /// order.
-    pub(crate) fn from_sorted(members: Vec<HashedKey>) -> Self {
-        let payload_bytes = members.iter().map(|(_, member)| member.len()).sum();
+    pub(crate) fn from_sorted<I>(members: I) -> Self
+    where
+        I: IntoIterator<Item = HashedKey>,
+        I::IntoIter: ExactSizeIterator,
+    {
+        let mut payload_bytes = 0;
+        let members = HashedMap::from_sorted(members.into_iter().map(|(hash, member)| {
+            payload_bytes += member.len();
+            (hash, member, ())
+        }));
         Set {
-            members: HashedMap::from_sorted(
-                members
-                    .into_iter()
-                    .map(|(hash, member)| (hash, member, ()))
-                    .collect(),
-            ),
+            members,
             payload_bytes,
         }
     }

@@ -179,8 +179,7 @@ impl SortedSet {
         let scores = HashedMap::from_sorted(
             by_hash
                 .into_iter()
-                .map(|((hash, member), score, _)| (hash, member, score))
-                .collect(),
+                .map(|((hash, member), score, _)| (hash, member, score)),
         );
         let order = RankedMap::from_sorted(entries.into_iter().map(|key| (key, ())));
         Ok(SortedSet {
@@ -203,8 +202,7 @@ impl SortedSet {
     /// Adds `member` with `score` or moves it to `score` (ZADD); returns the
     /// previous score, `None` when the member is new.
     pub fn insert(&mut self, member: &[u8], score: Score) -> Option<f64> {
-        let Some(slot) = self.scores.get_mut(member) else {
-            self.scores.insert(member.into(), score.get());
+        let Some(slot) = self.scores.try_insert(member, score.get()) else {
             self.order.insert((score, member.into()), ());
             self.payload_bytes += member.len();
             return None;

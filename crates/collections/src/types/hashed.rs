@@ -14,10 +14,10 @@
 //! share a home slot, and a SCAN cursor is meaningful only to the process
 //! that issued it (as in Redis). A member of a replication group fixes the
 //! seed at 0 ([`fix_seed`]) so that every member iterates alike (a script
-//! replayed on each one reads SMEMBERS in the same order). Images are written in this order; the
-//! decoder takes them in any order (an image from another process is in
-//! that process's order) and builds in O(n) when the order is already its
-//! own.
+//! replayed on each one reads SMEMBERS in the same order). Images are
+//! written in this order; the decoder takes them in any order (an image
+//! from another process is in that process's order) and builds in O(n)
+//! when the order is already its own.
 
 use std::sync::OnceLock;
 

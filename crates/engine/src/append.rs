@@ -92,9 +92,7 @@ pub fn append_batch(
     make_room(store, lane, size, new_block)?;
     let start = PmemOffset(lane.block_start + lane.used_bytes);
     lane.used_bytes += record::BATCH_HEADER_BYTES;
-    store
-        .appended_bytes
-        .add(0, record::BATCH_HEADER_BYTES as i64);
+    store.appended_bytes.add(record::BATCH_HEADER_BYTES as i64);
     let seq = store.seq.fetch_add(1, Ordering::Relaxed);
     let region = store.region();
     record::write_batch_header(region, start, lane.generation, seq, writes.len() as u64);
@@ -171,7 +169,7 @@ fn place_record(
         Some(_) => store.space.add_live(block, size),
         None => store.space.note_tombstone(block),
     }
-    store.appended_bytes.add(block as usize, size as i64);
+    store.appended_bytes.add(size as i64);
     let seq = seq.unwrap_or_else(|| store.seq.fetch_add(1, Ordering::Relaxed));
     let region = store.region();
     match value {
@@ -214,7 +212,7 @@ fn append_extent_record(
         Some(_) => store.space.add_live(head, size),
         None => store.space.note_tombstone(head),
     }
-    store.appended_bytes.add(head as usize, size as i64);
+    store.appended_bytes.add(size as i64);
     let seq = seq.unwrap_or_else(|| store.seq.fetch_add(1, Ordering::Relaxed));
     let region = store.region();
     match value {

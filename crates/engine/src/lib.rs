@@ -33,7 +33,6 @@ macro_rules! verify {
 mod append;
 pub mod block;
 mod compaction;
-mod counter;
 mod error;
 mod image_writer;
 mod index;

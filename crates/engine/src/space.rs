@@ -34,11 +34,11 @@ use engram_pmem::{PmemOffset, Region};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
 use crate::block::{state, BlockHeader, BlockKind, BlockMeta, BlockTable, BLOCK_HEADER_BYTES};
-use crate::counter::StripedCounter;
 use crate::refill::RefillSignal;
 use crate::retirement::{Bit, Blocks, Retirement};
 use crate::superblock::Superblock;
 use crate::{Error, Result};
+use engram_threads::StripedCounter;
 
 /// How long a writer that found no space waits for dead blocks to clear
 /// their epoch before reporting the disk full.
@@ -155,7 +155,7 @@ impl Space {
     }
 
     pub fn live_bytes(&self) -> u64 {
-        self.live_bytes.sum().max(0) as u64
+        self.live_bytes.get()
     }
 
     /// Bytes of the data blocks (the file minus its superblock block).
@@ -221,13 +221,13 @@ impl Space {
 
     pub fn add_live(&self, id: u32, bytes: u64) {
         self.meta(id).live_bytes.fetch_add(bytes, Ordering::AcqRel);
-        self.live_bytes.add(id as usize, bytes as i64);
+        self.live_bytes.add(bytes as i64);
     }
 
     /// Subtracts retired bytes; returns true when the block's live bytes
     /// reached zero.
     pub fn sub_live(&self, id: u32, bytes: u64) -> bool {
-        self.live_bytes.add(id as usize, -(bytes as i64));
+        self.live_bytes.add(-(bytes as i64));
         let before = self.meta(id).live_bytes.fetch_sub(bytes, Ordering::AcqRel);
         debug_assert!(before >= bytes, "block {id} live bytes would go negative");
         before == bytes

@@ -27,7 +27,6 @@ use engram_integrity::{Integrity, IntegrityMode, IntegrityStats};
 use engram_pmem::{Mode, Region, RegionOptions};
 use parking_lot::{Condvar, Mutex};
 
-use crate::counter::StripedCounter;
 use crate::image_writer::{self, IndexImageReport};
 use crate::index::{hash_key, Index};
 use crate::index_image::{self, ImageState};
@@ -42,6 +41,7 @@ use crate::store_state::StoreState;
 use crate::superblock::Superblock;
 use crate::sync::Syncer;
 use crate::{append, compaction, write, Error, Options, Result, SyncPolicy};
+use engram_threads::StripedCounter;
 
 /// The data file inside a store's directory.
 pub const DATA_FILE: &str = "values.pmem";
@@ -197,7 +197,7 @@ impl Store {
             seq: AtomicU64::new(recovered.next_seq),
             keys: {
                 let keys = StripedCounter::new();
-                keys.add(0, recovered.keys as i64);
+                keys.add(recovered.keys as i64);
                 keys
             },
             appended_bytes: StripedCounter::new(),
@@ -373,7 +373,7 @@ impl Store {
     }
 
     pub fn len(&self) -> u64 {
-        self.state.keys.sum().max(0) as u64
+        self.state.keys.get()
     }
 
     /// Takes a store-wide sequence number, for a layer that keeps records
@@ -425,8 +425,8 @@ impl Store {
             blocks_freed: space.blocks_freed.load(Ordering::Relaxed),
             compactions: self.state.compactions.load(Ordering::Relaxed),
             records_moved: self.state.records_moved.load(Ordering::Relaxed),
-            appended_bytes: self.state.appended_bytes.sum().max(0) as u64,
-            in_place_updates: self.state.in_place_updates.sum().max(0) as u64,
+            appended_bytes: self.state.appended_bytes.get(),
+            in_place_updates: self.state.in_place_updates.get(),
             syncs: self.state.syncer.syncs.load(Ordering::Relaxed),
             mode: match space.region.mode() {
                 engram_pmem::Mode::Dax => "dax",

@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 use engram_pmem::{Region, RegionOptions};
 use parking_lot::{Condvar, Mutex};
 
-use crate::counter::StripedCounter;
 use crate::index::Index;
 use crate::index_image::ImageState;
 use crate::lanes::{Lane, Lanes};
@@ -32,6 +31,7 @@ use crate::recovery::RecoveryReport;
 use crate::space::Space;
 use crate::sync::Syncer;
 use crate::Options;
+use engram_threads::StripedCounter;
 
 pub(crate) struct StoreState {
     pub space: Arc<Space>,

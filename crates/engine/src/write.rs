@@ -28,7 +28,7 @@ use engram_pmem::{PmemOffset, Region};
 
 use crate::append;
 use crate::compaction;
-use crate::index::{entry_hash, hash_key, shard_of, Entry};
+use crate::index::{entry_hash, hash_key, Entry};
 use crate::read;
 use crate::record::{self, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 use crate::store_state::StoreState;
@@ -93,7 +93,7 @@ pub fn delete(store: &StoreState, key: &[u8]) -> Result<bool> {
         return Ok(false);
     };
     let (entry, _) = occupied.remove();
-    store.keys.add(shard_of(hash), -1);
+    store.keys.add(-1);
     append::retire(store, entry.offset());
     drop(table);
     store
@@ -194,7 +194,7 @@ fn unindex_before(store: &StoreState, hash: u64, key: &[u8], seq: u64) -> bool {
             let offset = occupied.get().offset();
             if record::read_header(region, PmemOffset(offset)).seq < seq {
                 occupied.remove();
-                store.keys.add(shard_of(hash), -1);
+                store.keys.add(-1);
                 append::retire(store, offset);
             }
             // A put published after our number was taken outranks the
@@ -265,7 +265,7 @@ pub fn update_word(
         // Not in a lane's tail: named for the next tail sync.
         store.tail.lock().push((word.0, word.0 + 8));
     }
-    store.in_place_updates.add(hash as usize, 1);
+    store.in_place_updates.incr();
     drop(table);
     store
         .syncer
@@ -323,7 +323,7 @@ fn update_by_append(
         .is_some()
         {
             drop(guard);
-            store.in_place_updates.add(hash as usize, 1);
+            store.in_place_updates.incr();
             store
                 .syncer
                 .after_write(region, || append::sync_written(store))?;
@@ -411,7 +411,7 @@ fn publish(
                 Entry::new(hash, offset, access(None)),
                 entry_hash,
             );
-            store.keys.add(shard_of(hash), 1);
+            store.keys.incr();
             Some(true)
         }
     }

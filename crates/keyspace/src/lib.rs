@@ -45,6 +45,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_utils::CachePadded;
 use engram_collections::{Collections, Op};
 use engram_engine::{Store, MAX_KEY_BYTES};
+use engram_threads::StripedCounter;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
@@ -127,8 +128,9 @@ fn is_engine_damage(e: &engram_engine::Error) -> bool {
 /// Counters for INFO stats.
 #[derive(Default)]
 pub struct KeyspaceStats {
-    pub hits: CachePadded<AtomicU64>,
-    pub misses: CachePadded<AtomicU64>,
+    /// Per CPU: every read bumps one of them.
+    pub hits: StripedCounter,
+    pub misses: StripedCounter,
     pub expired_keys: AtomicU64,
     /// Batches replayed from their intent at the last startup.
     pub batches_replayed: AtomicU64,
@@ -725,7 +727,7 @@ impl Keyspace {
                 }
             }
             (None, None) => {
-                self.stats.misses.fetch_add(1, Ordering::Relaxed);
+                self.stats.misses.incr();
                 return Ok(None);
             }
             (None, Some(meta)) if meta.is_expired(now_ms) => None,
@@ -733,11 +735,11 @@ impl Keyspace {
         };
         match found {
             Some(result) => {
-                self.stats.hits.fetch_add(1, Ordering::Relaxed);
+                self.stats.hits.incr();
                 Ok(Some(result))
             }
             None => {
-                self.stats.misses.fetch_add(1, Ordering::Relaxed);
+                self.stats.misses.incr();
                 self.expire_if_due(&ekey, now_ms)?;
                 Ok(None)
             }
@@ -785,7 +787,7 @@ impl Keyspace {
             match found {
                 Found::Swapped => continue,
                 Found::Reply(result) => {
-                    self.stats.hits.fetch_add(1, Ordering::Relaxed);
+                    self.stats.hits.incr();
                     return Ok(result);
                 }
                 Found::OtherKind => return Err(Error::WrongType),
@@ -807,7 +809,7 @@ impl Keyspace {
                     }
                 }
             }
-            self.stats.misses.fetch_add(1, Ordering::Relaxed);
+            self.stats.misses.incr();
             return Ok((f.take().expect("not called yet"))(None));
         }
     }

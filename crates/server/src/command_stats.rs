@@ -9,12 +9,18 @@
 //! counted per subcommand (`cmdstat_config|get`), as Redis 7.0 counts
 //! them. Every command also has a latency histogram for LATENCY
 //! HISTOGRAM: power-of-two buckets of microseconds.
+//!
+//! Every call bumps its command's counters, so they are kept per CPU
+//! (`engram_threads::PerCpu`): two network workers running GETs would
+//! otherwise pass the GET counters' cache line between them on every call.
+//! Readers (INFO, LATENCY HISTOGRAM) sum the CPUs' counters.
 
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use engram_threads::PerCpu;
 use parking_lot::Mutex;
 
 use crate::commands::TABLE;
@@ -68,16 +74,48 @@ impl Counters {
         }
     }
 
+    fn add_to(&self, totals: &mut Totals) {
+        totals.calls += self.calls.load(Ordering::Relaxed);
+        totals.usec += self.usec.load(Ordering::Relaxed);
+        totals.rejected += self.rejected.load(Ordering::Relaxed);
+        totals.failed += self.failed.load(Ordering::Relaxed);
+        for (total, count) in totals.histogram.iter_mut().zip(&self.histogram) {
+            *total += count.load(Ordering::Relaxed);
+        }
+    }
+}
+
+/// A command's counters as read: summed over the CPUs.
+#[derive(Clone, Copy)]
+struct Totals {
+    calls: u64,
+    usec: u64,
+    rejected: u64,
+    failed: u64,
+    histogram: [u64; BUCKETS],
+}
+
+impl Default for Totals {
+    fn default() -> Totals {
+        Totals {
+            calls: 0,
+            usec: 0,
+            rejected: 0,
+            failed: 0,
+            histogram: [0; BUCKETS],
+        }
+    }
+}
+
+impl Totals {
     fn is_used(&self) -> bool {
-        self.calls.load(Ordering::Relaxed) > 0
-            || self.rejected.load(Ordering::Relaxed) > 0
-            || self.failed.load(Ordering::Relaxed) > 0
+        self.calls > 0 || self.rejected > 0 || self.failed > 0
     }
 }
 
 pub struct CommandStats {
-    /// One per command, in `TABLE`'s order.
-    commands: Vec<Counters>,
+    /// Per CPU, one per command in `TABLE`'s order.
+    commands: PerCpu<Box<[Counters]>>,
     /// Whether each command of `TABLE` is one of the `CONTAINERS` (looked
     /// up once here, not on every call).
     is_container: Vec<bool>,
@@ -90,7 +128,7 @@ pub struct CommandStats {
 impl Default for CommandStats {
     fn default() -> Self {
         CommandStats {
-            commands: (0..TABLE.len()).map(|_| Counters::default()).collect(),
+            commands: PerCpu::new(|| (0..TABLE.len()).map(|_| Counters::default()).collect()),
             is_container: TABLE
                 .iter()
                 .map(|spec| CONTAINERS.contains(&spec.name))
@@ -140,7 +178,9 @@ impl CommandStats {
     /// Command `index` of `TABLE` ran for `usec` microseconds.
     pub fn called(&self, index: usize, args: &Args, usec: u64, failed: bool) {
         let sub = self.counters(index, args);
-        let c = sub.as_deref().unwrap_or(&self.commands[index]);
+        let c = sub
+            .as_deref()
+            .unwrap_or_else(|| &self.commands.local()[index]);
         c.calls.fetch_add(1, Ordering::Relaxed);
         c.usec.fetch_add(usec, Ordering::Relaxed);
         if failed {
@@ -153,20 +193,28 @@ impl CommandStats {
     /// Command `index` was refused before it ran.
     pub fn rejected(&self, index: usize, args: &Args) {
         let sub = self.counters(index, args);
-        let c = sub.as_deref().unwrap_or(&self.commands[index]);
+        let c = sub
+            .as_deref()
+            .unwrap_or_else(|| &self.commands.local()[index]);
         c.rejected.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Every command and subcommand with counters, by name.
-    fn each(&self, mut f: impl FnMut(&str, &Counters)) {
-        for (spec, c) in TABLE.iter().zip(&self.commands) {
-            f(spec.name, c);
+    fn each(&self, mut f: impl FnMut(&str, &Totals)) {
+        for (index, spec) in TABLE.iter().enumerate() {
+            let mut totals = Totals::default();
+            for cpu in self.commands.iter() {
+                cpu[index].add_to(&mut totals);
+            }
+            f(spec.name, &totals);
         }
         let subs = self.subcommands.lock();
         let mut names: Vec<&String> = subs.keys().collect();
         names.sort();
         for name in names {
-            f(name, &subs[name]);
+            let mut totals = Totals::default();
+            subs[name].add_to(&mut totals);
+            f(name, &totals);
         }
     }
 
@@ -178,14 +226,13 @@ impl CommandStats {
         self.each(|name, c| {
             let parent = name.split('|').next().unwrap_or(name);
             let wanted = names.is_empty() || names.iter().any(|n| n == name || n == parent);
-            let calls = c.calls.load(Ordering::Relaxed);
+            let calls = c.calls;
             if !wanted || calls == 0 {
                 return;
             }
             let mut cumulative = 0;
             let mut buckets = Vec::new();
-            for (k, count) in c.histogram.iter().enumerate() {
-                let count = count.load(Ordering::Relaxed);
+            for (k, &count) in c.histogram.iter().enumerate() {
                 if count > 0 {
                     cumulative += count;
                     buckets.push((1u64 << k, cumulative));
@@ -217,7 +264,7 @@ impl CommandStats {
     }
 
     pub fn reset(&self) {
-        for c in &self.commands {
+        for c in self.commands.iter().flat_map(|cpu| cpu.iter()) {
             c.reset();
         }
         self.subcommands.lock().clear();
@@ -232,10 +279,13 @@ impl CommandStats {
             if !c.is_used() {
                 return;
             }
-            let calls = c.calls.load(Ordering::Relaxed);
-            let rejected = c.rejected.load(Ordering::Relaxed);
-            let failed = c.failed.load(Ordering::Relaxed);
-            let usec = c.usec.load(Ordering::Relaxed);
+            let Totals {
+                calls,
+                usec,
+                rejected,
+                failed,
+                ..
+            } = *c;
             let per_call = if calls == 0 {
                 0.0
             } else {

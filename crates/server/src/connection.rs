@@ -148,10 +148,7 @@ async fn run<S: Stream>(
                 continue;
             }
         };
-        shared
-            .stats
-            .net_input_bytes
-            .fetch_add(read as u64, Ordering::Relaxed);
+        shared.stats.net_input_bytes.add(read as i64);
         parser.set_max_bulk(shared.runtime.proto_max_bulk_len.load(Ordering::Relaxed));
 
         let mut offset = 0;
@@ -698,7 +695,7 @@ async fn wait_unblocked<S: Stream>(
                     shared
                         .stats
                         .net_input_bytes
-                        .fetch_add(read as u64, Ordering::Relaxed);
+                        .add(read as i64);
                 }
             }
         }
@@ -788,10 +785,7 @@ async fn flush<S: Stream>(
         }
         crate::delivery::written(session);
     }
-    shared
-        .stats
-        .net_output_bytes
-        .fetch_add(out.len() as u64, Ordering::Relaxed);
+    shared.stats.net_output_bytes.add(out.len() as i64);
     out.buf.clear();
     if out.buf.capacity() > KEEP_OUTPUT_CAPACITY {
         out.buf.shrink_to(READ_CHUNK);

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_utils::CachePadded;
+use engram_threads::StripedCounter;
 use tokio::sync::Notify;
 
 use crate::clients::Registry;
@@ -83,9 +83,10 @@ pub struct Shared {
 pub struct ServerStats {
     pub connections_received: AtomicU64,
     pub rejected_connections: AtomicU64,
-    pub commands_processed: CachePadded<AtomicU64>,
-    pub net_input_bytes: CachePadded<AtomicU64>,
-    pub net_output_bytes: CachePadded<AtomicU64>,
+    /// Per CPU, as every command or read bumps them.
+    pub commands_processed: StripedCounter,
+    pub net_input_bytes: StripedCounter,
+    pub net_output_bytes: StripedCounter,
     pub protocol_errors: AtomicU64,
     /// TLS handshakes that failed or timed out (`tls`; INFO engram).
     pub tls_handshake_failures: AtomicU64,
@@ -100,14 +101,14 @@ impl ServerStats {
         for counter in [
             &self.connections_received,
             &self.rejected_connections,
-            &*self.commands_processed,
-            &*self.net_input_bytes,
-            &*self.net_output_bytes,
             &self.protocol_errors,
             &self.tls_handshake_failures,
         ] {
             counter.store(0, Ordering::Relaxed);
         }
+        self.commands_processed.reset();
+        self.net_input_bytes.reset();
+        self.net_output_bytes.reset();
         self.commands.reset();
     }
 }

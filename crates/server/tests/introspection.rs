@@ -298,3 +298,55 @@ fn command_getkeys_and_list() {
     );
     server.shutdown().unwrap();
 }
+
+/// The counters every command bumps are kept per CPU (`PerCpu`): with
+/// clients on both network workers at once, INFO still adds up exactly,
+/// and CONFIG RESETSTAT clears every CPU's share.
+#[test]
+fn counters_bumped_from_every_worker_add_up_and_reset() {
+    let (server, _dir) = common::start();
+    const CLIENTS: usize = 4;
+    const ROUNDS: usize = 500;
+    let mut c = Client::connect(&server);
+    c.call("SET present v");
+    c.call("CONFIG RESETSTAT");
+    std::thread::scope(|scope| {
+        for _ in 0..CLIENTS {
+            scope.spawn(|| {
+                let mut c = Client::connect(&server);
+                for _ in 0..ROUNDS {
+                    // One hit and one miss a round, in one pipeline.
+                    let replies = c.pipeline(&["GET present", "GET absent"]);
+                    assert_eq!(replies, ["\"v\"", "(nil)"]);
+                }
+            });
+        }
+    });
+    let gets = (CLIENTS * ROUNDS) as u64;
+    assert_eq!(common::info_number(&mut c, "stats", "keyspace_hits"), gets);
+    assert_eq!(
+        common::info_number(&mut c, "stats", "keyspace_misses"),
+        gets
+    );
+    let commandstats = c.call("INFO commandstats");
+    assert!(
+        commandstats.contains(&format!("cmdstat_get:calls={},", 2 * gets)),
+        "{commandstats}"
+    );
+    // The GETs and four more: as Redis counts them, CONFIG RESETSTAT
+    // (after it ran) and the three INFOs before this one.
+    let processed = common::info_number(&mut c, "stats", "total_commands_processed");
+    assert_eq!(processed, 2 * gets + 4, "{processed}");
+    assert!(common::info_number(&mut c, "stats", "total_net_input_bytes") > 2 * gets * 20);
+
+    c.call("CONFIG RESETSTAT");
+    assert_eq!(common::info_number(&mut c, "stats", "keyspace_hits"), 0);
+    assert_eq!(common::info_number(&mut c, "stats", "keyspace_misses"), 0);
+    // The three INFOs since (as Redis counts them: CONFIG RESETSTAT after
+    // it ran, and an INFO not itself).
+    assert_eq!(
+        common::info_number(&mut c, "stats", "total_commands_processed"),
+        3
+    );
+    assert!(!c.call("INFO commandstats").contains("cmdstat_get"));
+}

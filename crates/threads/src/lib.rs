@@ -35,6 +35,9 @@ use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
+mod per_cpu;
+pub use per_cpu::{PerCpu, StripedCounter};
+
 /// Which cores background threads may run on.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum BackgroundCpus {

@@ -534,10 +534,7 @@ pub fn writes_by_subcommand(spec: &CommandSpec, args: &Args) -> bool {
 }
 
 pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, args: Args) {
-    shared
-        .stats
-        .commands_processed
-        .fetch_add(1, Ordering::Relaxed);
+    shared.stats.commands_processed.incr();
     let Some((index, spec)) = lookup(args.get(0)) else {
         fail_in_multi(session);
         reply_error(shared, out, &unknown_command(&args).0);

@@ -313,8 +313,8 @@ fn config(ctx: &mut Ctx, args: Args) -> CmdResult {
             }
             ctx.shared.stats.reset();
             let ks = &ctx.ks().stats;
-            ks.hits.store(0, Ordering::Relaxed);
-            ks.misses.store(0, Ordering::Relaxed);
+            ks.hits.reset();
+            ks.misses.reset();
             ks.expired_keys.store(0, Ordering::Relaxed);
             ctx.shared.eviction.reset_stats();
             engram_collections::lazy_free::reset_freed();

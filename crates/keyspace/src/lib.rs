@@ -23,6 +23,7 @@
 
 pub mod access;
 mod applied_record;
+pub mod clock;
 mod db_map;
 pub mod durability;
 mod exclusion;

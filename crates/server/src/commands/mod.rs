@@ -43,7 +43,7 @@ mod transactions;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock};
 
-use crate::keyspace::{self, now_ms, CKind, Keyspace, Object, Txn};
+use crate::keyspace::{self, CKind, Keyspace, Object, Txn};
 use crate::resp::{Args, ReplyWriter};
 use crate::session::{ReplyMode, Session};
 use crate::shared::Shared;
@@ -773,13 +773,15 @@ pub fn run<'s>(
     index: usize,
     args: Args,
 ) -> Option<Txn<'s>> {
+    // One clock read for both the command's time and its duration.
+    let now = crate::keyspace::clock::now();
     // A script's commands see the time it started at (Redis's snapshot).
     let now_ms = if session.in_script {
         session.script_started_ms
     } else if let Some(clock) = session.clock_ms {
         clock
     } else {
-        now_ms()
+        now.unix_ms
     };
     let mut ctx = Ctx {
         shared,
@@ -789,7 +791,7 @@ pub fn run<'s>(
         exec,
         now_ms,
     };
-    let started = std::time::Instant::now();
+    let started = now.instant;
     let spec = &TABLE[index];
     // Redis's LOOKUP_NOTOUCH commands, and a CLIENT NO-TOUCH client's
     // commands other than TOUCH, leave keys' access fields alone.

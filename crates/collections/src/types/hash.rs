@@ -173,11 +173,11 @@ impl Hash {
     }
 
     /// Estimated heap bytes owned by this hash, for INFO memory and eviction
-    /// accounting: the field and value bytes plus a per-allocation allowance,
-    /// plus the table. O(1).
+    /// accounting: the table, the values and the fields too long for their
+    /// slots, with a per-allocation allowance for each. O(1).
     pub fn approx_heap_bytes(&self) -> usize {
-        self.payload_bytes
-            + 2 * hashed::ALLOCATION_OVERHEAD_BYTES * self.len()
+        self.payload_bytes - self.entries.inline_key_bytes()
+            + hashed::ALLOCATION_OVERHEAD_BYTES * (self.len() + self.entries.heap_keys())
             + self.entries.table_bytes()
     }
 }

@@ -29,6 +29,7 @@
 //! cannot choose members that share a home and turn lookups linear.
 
 use super::hashed;
+use super::inline_key::Key;
 
 /// The fewest home slots a non-empty table has.
 const MIN_HOMES: usize = 4;
@@ -37,11 +38,11 @@ const MIN_HOMES: usize = 4;
 const BLOCK: usize = 128;
 
 /// One entry: its key's hash (kept: resizes and probes compare it without
-/// rehashing), the key, and the value.
+/// rehashing), the key (in the slot when short), and the value.
 #[derive(Clone)]
 struct Slot<V> {
     hash: u64,
-    key: Box<[u8]>,
+    key: Key,
     value: V,
 }
 
@@ -61,6 +62,10 @@ pub(crate) struct HashedMap<V> {
     /// `home(hash) = hash >> shift`; `homes = 2^(64 - shift)`.
     shift: u32,
     len: usize,
+    /// How many keys have an allocation of their own (longer than
+    /// `inline_key::INLINE`), and the bytes of those that do not.
+    heap_keys: usize,
+    inline_key_bytes: usize,
     /// Occupied slots per block of [`BLOCK`] slots: [`HashedMap::select`]
     /// finds a rank by these instead of by every slot.
     counts: Box<[u8]>,
@@ -72,6 +77,8 @@ impl<V> Default for HashedMap<V> {
             slots: Box::new([]),
             shift: 64,
             len: 0,
+            heap_keys: 0,
+            inline_key_bytes: 0,
             counts: Box::new([]),
         }
     }
@@ -154,6 +161,7 @@ impl<V> HashedMap<V> {
                 Some(std::mem::replace(&mut slot.value, value))
             }
             Err(at) => {
+                let key = Key::from_box(key);
                 self.insert_new(at, Slot { hash, key, value });
                 None
             }
@@ -168,7 +176,7 @@ impl<V> HashedMap<V> {
         match self.find(hash, key) {
             Ok(at) => self.slots[at].as_mut().map(|slot| &mut slot.value),
             Err(at) => {
-                let key = key.into();
+                let key = Key::new(key);
                 self.insert_new(at, Slot { hash, key, value });
                 None
             }
@@ -189,6 +197,7 @@ impl<V> HashedMap<V> {
                     .map(|offset| at + offset)
             });
             if let Some(hole) = hole {
+                self.count_key(&slot.key, true);
                 self.slots[at..=hole].rotate_right(1);
                 self.slots[at] = Some(slot);
                 self.counts[hole / BLOCK] += 1;
@@ -210,6 +219,7 @@ impl<V> HashedMap<V> {
     /// Removes the entry in occupied slot `at`.
     fn remove_at(&mut self, at: usize) -> (Box<[u8]>, V) {
         let slot = self.slots[at].take().expect("removing an occupied slot");
+        self.count_key(&slot.key, false);
         // Entries after it that sit past their home move one slot left;
         // the first empty slot or entry at its home ends the shift.
         let mut end = at + 1;
@@ -225,7 +235,23 @@ impl<V> HashedMap<V> {
         if self.len < self.homes() / 8 && self.homes() > MIN_HOMES {
             self.resize(homes_for(self.len));
         }
-        (slot.key, slot.value)
+        (slot.key.into_box(), slot.value)
+    }
+
+    /// Keeps `heap_keys` and `inline_key_bytes` as `key` comes or goes.
+    fn count_key(&mut self, key: &Key, added: bool) {
+        let (heap, inline) = if key.is_heap() {
+            (1, 0)
+        } else {
+            (0, key.len())
+        };
+        if added {
+            self.heap_keys += heap;
+            self.inline_key_bytes += inline;
+        } else {
+            self.heap_keys -= heap;
+            self.inline_key_bytes -= inline;
+        }
     }
 
     /// Rebuilds the table with `homes` home slots, keeping the order.
@@ -283,11 +309,19 @@ impl<V> HashedMap<V> {
         if len == 0 {
             return map;
         }
-        map.place_sorted(
-            homes_for(len),
-            entries.map(|(hash, key, value)| Slot { hash, key, value }),
-            len,
-        );
+        let (mut heap_keys, mut inline_key_bytes) = (0, 0);
+        let slots = entries.map(|(hash, key, value)| {
+            let key = Key::from_box(key);
+            if key.is_heap() {
+                heap_keys += 1;
+            } else {
+                inline_key_bytes += key.len();
+            }
+            Slot { hash, key, value }
+        });
+        map.place_sorted(homes_for(len), slots, len);
+        map.heap_keys = heap_keys;
+        map.inline_key_bytes = inline_key_bytes;
         map
     }
 
@@ -438,6 +472,18 @@ impl<V> HashedMap<V> {
         self.slots.len() * std::mem::size_of::<Option<Slot<V>>>()
     }
 
+    /// How many keys have an allocation of their own (the rest are held in
+    /// their slots).
+    pub(crate) fn heap_keys(&self) -> usize {
+        self.heap_keys
+    }
+
+    /// The bytes of the keys held in their slots (counted in
+    /// [`HashedMap::table_bytes`] already).
+    pub(crate) fn inline_key_bytes(&self) -> usize {
+        self.inline_key_bytes
+    }
+
     /// Checks the invariants in the module documentation, the length and
     /// that every hash is its key's. O(n); for tests.
     pub(crate) fn check_invariants(&self) -> Result<(), String> {
@@ -483,6 +529,15 @@ impl<V> HashedMap<V> {
         }
         if occupied != self.len {
             return Err(format!("{occupied} entries held, {} recorded", self.len));
+        }
+        let keys = self.slots.iter().flatten().map(|slot| &slot.key);
+        let heap_keys = keys.clone().filter(|key| key.is_heap()).count();
+        let inline_key_bytes: usize = keys.filter(|key| !key.is_heap()).map(|key| key.len()).sum();
+        if (heap_keys, inline_key_bytes) != (self.heap_keys, self.inline_key_bytes) {
+            return Err(format!(
+                "{heap_keys} heap keys and {inline_key_bytes} inline key bytes held, {} and {} recorded",
+                self.heap_keys, self.inline_key_bytes
+            ));
         }
         let counts: Vec<u8> = self
             .slots
@@ -805,6 +860,11 @@ mod tests {
         ]
     }
 
+    /// Keys of 1 to 29 bytes by `k`: held in the slot and on the heap.
+    fn varied_key(k: u16) -> Vec<u8> {
+        format!("{k}{}", "-".repeat(usize::from(k % 4) * 7)).into_bytes()
+    }
+
     proptest! {
         /// Any sequence of inserts and removes leaves the table equal to a
         /// `BTreeMap` of the same operations, with its invariants intact.
@@ -820,11 +880,11 @@ mod tests {
             for step in steps {
                 match step {
                     Step::Insert(k, v) => {
-                        let key = k.to_string().into_bytes();
+                        let key = varied_key(k);
                         prop_assert_eq!(map.insert(key.clone().into(), v), model.insert(key, v));
                     }
                     Step::Remove(k) => {
-                        let key = k.to_string().into_bytes();
+                        let key = varied_key(k);
                         prop_assert_eq!(
                             map.remove(&key).map(|(_, v)| v),
                             model.remove(&key)

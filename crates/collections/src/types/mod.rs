@@ -1,9 +1,10 @@
 //! The in-DRAM values of Redis's collection types, and their images.
 //!
-//! - [`Hash`](struct@Hash), [`Set`]: entries in hash order in a [`RankedMap`], so HSCAN
-//!   and SSCAN cursors are hash values and random picks are random ranks.
-//! - [`SortedSet`]: member -> score map plus a [`RankedMap`] ordered by
-//!   `(score, member)`, like Redis's dict + skiplist.
+//! - [`Hash`](struct@Hash), [`Set`]: entries in hash order in a
+//!   `HashedMap` (an ordered open-addressing table, short keys held in
+//!   their slots: `inline_key`), so HSCAN and SSCAN cursors are hash values.
+//! - [`SortedSet`]: member -> score in a `HashedMap` plus a [`RankedMap`]
+//!   ordered by `(score, member)`, like Redis's dict + skiplist.
 //! - [`List`]: a deque.
 //! - [`Object`]: one of the above, the value of a collection key; its
 //!   checkpoint image format is documented in `codec`.
@@ -17,6 +18,7 @@ mod codec;
 mod hash;
 mod hashed;
 mod hashed_map;
+mod inline_key;
 mod list;
 pub mod ranked;
 mod set;

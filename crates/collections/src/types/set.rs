@@ -134,11 +134,12 @@ impl Set {
         self.members.iter().map(|(_, member, ())| member)
     }
 
-    /// Estimated heap bytes owned by this set, for memory accounting: member
-    /// bytes plus a per-allocation allowance, plus the table. O(1).
+    /// Estimated heap bytes owned by this set, for memory accounting: the
+    /// table, and the bytes of the members too long for their slots plus a
+    /// per-allocation allowance for each. O(1).
     pub fn approx_heap_bytes(&self) -> usize {
-        self.payload_bytes
-            + hashed::ALLOCATION_OVERHEAD_BYTES * self.len()
+        self.payload_bytes - self.members.inline_key_bytes()
+            + hashed::ALLOCATION_OVERHEAD_BYTES * self.members.heap_keys()
             + self.members.table_bytes()
     }
 }

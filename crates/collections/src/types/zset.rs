@@ -402,11 +402,14 @@ impl SortedSet {
     }
 
     /// Estimated heap bytes owned by this sorted set, for memory accounting:
-    /// each member's bytes twice (the table and the tree) plus a
-    /// per-allocation allowance, the table and the tree's nodes. O(1).
+    /// each member's bytes twice (the tree's copy, and the table's unless
+    /// held in its slot) with a per-allocation allowance, the table and the
+    /// tree's nodes. O(1).
     pub fn approx_heap_bytes(&self) -> usize {
         let len = self.len();
-        2 * (self.payload_bytes + hashed::ALLOCATION_OVERHEAD_BYTES * len)
+        let heap_keys = self.scores.heap_keys();
+        2 * self.payload_bytes - self.scores.inline_key_bytes()
+            + hashed::ALLOCATION_OVERHEAD_BYTES * (len + heap_keys)
             + self.scores.table_bytes()
             + hashed::tree_bytes(len, std::mem::size_of::<OrderKey>())
     }

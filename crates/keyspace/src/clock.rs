@@ -26,13 +26,15 @@ pub struct Now {
 
 thread_local! {
     /// This thread's last pair: (monotonic instant, Unix nanoseconds).
-    static BASE: Cell<Option<(Instant, u128)>> = const { Cell::new(None) };
+    static BASE: Cell<Option<(Instant, u64)>> = const { Cell::new(None) };
 }
 
-fn unix_nanos() -> u128 {
+/// Unix nanoseconds in a u64 (enough until 2554): the derivation then
+/// needs no 128-bit division on every command.
+fn unix_nanos() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos())
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// The time now, from one read of the monotonic clock (and, once per
@@ -47,10 +49,11 @@ pub fn now() -> Now {
             fresh
         }
     });
-    let unix_ns = unix_ns + instant.saturating_duration_since(at).as_nanos();
+    // Under REBASE since the base: the nanoseconds fit a u64 easily.
+    let unix_ns = unix_ns + instant.saturating_duration_since(at).as_nanos() as u64;
     Now {
         instant,
-        unix_ms: (unix_ns / 1_000_000) as u64,
+        unix_ms: unix_ns / 1_000_000,
     }
 }
 

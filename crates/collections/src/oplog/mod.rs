@@ -37,6 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use engram_engine::lanes::Lanes;
 use engram_engine::refill::RefillSignal;
 use engram_pmem::{PmemOffset, Region, RegionOptions};
+use engram_threads::StripedCounter;
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
@@ -192,11 +193,13 @@ pub struct OpLog {
     reserve_segments: usize,
     /// Requests to the thread running [`OpLog::run_provisioner`].
     provision: RefillSignal,
-    records: AtomicU64,
+    /// Records and payload bytes appended: per CPU, as every collection
+    /// write from every network worker bumps them.
+    records: StripedCounter,
     /// `records` when the last sync began that covered them.
     synced_records: AtomicU64,
     syncs: AtomicU64,
-    payload_bytes: AtomicU64,
+    payload_bytes: StripedCounter,
 }
 
 /// What [`OpLog::open`] found.
@@ -275,10 +278,10 @@ impl OpLog {
             grow: Mutex::new(()),
             reserve_segments: options.reserve_segments,
             provision: RefillSignal::new(),
-            records: AtomicU64::new(0),
+            records: StripedCounter::new(),
             synced_records: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
-            payload_bytes: AtomicU64::new(0),
+            payload_bytes: StripedCounter::new(),
         };
         let records = log.recover(count, checkpointed_through)?;
         Ok(Recovered { log, records })
@@ -546,9 +549,8 @@ impl OpLog {
     }
 
     fn count_record(&self, payload: &[u8]) {
-        self.records.fetch_add(1, Ordering::Relaxed);
-        self.payload_bytes
-            .fetch_add(payload.len() as u64, Ordering::Relaxed);
+        self.records.incr();
+        self.payload_bytes.add(payload.len() as i64);
     }
 
     /// Gives `lane` a fresh segment (sealing its full one), its header
@@ -746,9 +748,10 @@ impl OpLog {
     /// writes would otherwise pay an msync (a device cache flush) of a log
     /// it never touched. Callers that wrote records learn of it through
     /// the group commit's ticket, whose release orders the count's
-    /// increment before this load.
+    /// increment before this sum. (Each CPU's count only grows, so an
+    /// unchanged sum means no record since.)
     pub fn sync(&self) -> Result<()> {
-        let records = self.records.load(Ordering::Acquire);
+        let records = self.records.get();
         if records == self.synced_records.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -768,8 +771,8 @@ impl OpLog {
     pub fn stats(&self) -> OpLogStats {
         let segments = self.segments.lock();
         OpLogStats {
-            records: self.records.load(Ordering::Relaxed),
-            payload_bytes: self.payload_bytes.load(Ordering::Relaxed),
+            records: self.records.get(),
+            payload_bytes: self.payload_bytes.get(),
             segments_total: segments.count as u64,
             segments_free: segments.free.len() as u64,
             segment_bytes: self.segment_bytes,

@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use engram_threads::PerCpu;
 use parking_lot::Mutex;
@@ -114,8 +114,10 @@ impl Totals {
 }
 
 pub struct CommandStats {
-    /// Per CPU, one per command in `TABLE`'s order.
-    commands: PerCpu<Box<[Counters]>>,
+    /// Per CPU, one per command in `TABLE`'s order; a CPU's (some 80 KB)
+    /// made when a command first runs there, so a big machine pays for
+    /// the CPUs that serve clients only.
+    commands: PerCpu<OnceLock<Box<[Counters]>>>,
     /// Whether each command of `TABLE` is one of the `CONTAINERS` (looked
     /// up once here, not on every call).
     is_container: Vec<bool>,
@@ -128,7 +130,7 @@ pub struct CommandStats {
 impl Default for CommandStats {
     fn default() -> Self {
         CommandStats {
-            commands: PerCpu::new(|| (0..TABLE.len()).map(|_| Counters::default()).collect()),
+            commands: PerCpu::default(),
             is_container: TABLE
                 .iter()
                 .map(|spec| CONTAINERS.contains(&spec.name))
@@ -150,6 +152,13 @@ pub struct Histogram {
 }
 
 impl CommandStats {
+    /// The counters of the CPU this thread runs on.
+    fn local(&self) -> &[Counters] {
+        self.commands
+            .local()
+            .get_or_init(|| (0..TABLE.len()).map(|_| Counters::default()).collect())
+    }
+
     /// The counters of command `index` called with `args`: its
     /// subcommand's for a container.
     fn counters(&self, index: usize, args: &Args) -> Option<Arc<Counters>> {
@@ -178,9 +187,7 @@ impl CommandStats {
     /// Command `index` of `TABLE` ran for `usec` microseconds.
     pub fn called(&self, index: usize, args: &Args, usec: u64, failed: bool) {
         let sub = self.counters(index, args);
-        let c = sub
-            .as_deref()
-            .unwrap_or_else(|| &self.commands.local()[index]);
+        let c = sub.as_deref().unwrap_or_else(|| &self.local()[index]);
         c.calls.fetch_add(1, Ordering::Relaxed);
         c.usec.fetch_add(usec, Ordering::Relaxed);
         if failed {
@@ -193,9 +200,7 @@ impl CommandStats {
     /// Command `index` was refused before it ran.
     pub fn rejected(&self, index: usize, args: &Args) {
         let sub = self.counters(index, args);
-        let c = sub
-            .as_deref()
-            .unwrap_or_else(|| &self.commands.local()[index]);
+        let c = sub.as_deref().unwrap_or_else(|| &self.local()[index]);
         c.rejected.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -203,7 +208,7 @@ impl CommandStats {
     fn each(&self, mut f: impl FnMut(&str, &Totals)) {
         for (index, spec) in TABLE.iter().enumerate() {
             let mut totals = Totals::default();
-            for cpu in self.commands.iter() {
+            for cpu in self.commands.iter().filter_map(OnceLock::get) {
                 cpu[index].add_to(&mut totals);
             }
             f(spec.name, &totals);
@@ -264,7 +269,12 @@ impl CommandStats {
     }
 
     pub fn reset(&self) {
-        for c in self.commands.iter().flat_map(|cpu| cpu.iter()) {
+        for c in self
+            .commands
+            .iter()
+            .filter_map(OnceLock::get)
+            .flat_map(|cpu| cpu.iter())
+        {
             c.reset();
         }
         self.subcommands.lock().clear();

@@ -637,11 +637,7 @@ impl Collections {
             keys: shared.map.len(),
             log: shared.log.stats(),
             log_bytes_since_checkpoint: shared.log_bytes_since_cut.load(Ordering::Relaxed)
-                + shared
-                    .logged_shares
-                    .iter()
-                    .map(|share| share.load(Ordering::Relaxed))
-                    .sum::<u64>(),
+                + shared.logged_shares_with(|share| share.load(Ordering::Relaxed)),
             checkpoint_threshold: shared.checkpoint_threshold(),
             checkpoints: shared.checkpoints.load(Ordering::Relaxed),
             checkpoint_running: shared.checkpoint_running.load(Ordering::Relaxed),
@@ -836,10 +832,12 @@ impl CollectionsState {
     /// Takes every CPU's bytes not yet added to `log_bytes_since_cut`
     /// (at a cut, which covers them).
     fn drain_logged_shares(&self) -> u64 {
-        self.logged_shares
-            .iter()
-            .map(|share| share.swap(0, Ordering::Relaxed))
-            .sum()
+        self.logged_shares_with(|share| share.swap(0, Ordering::Relaxed))
+    }
+
+    /// The sum of `read` over every CPU's share of the logged bytes.
+    fn logged_shares_with(&self, read: impl Fn(&AtomicU64) -> u64) -> u64 {
+        self.logged_shares.iter().map(read).sum()
     }
 
     fn wake_checkpointer(&self) {

@@ -4,10 +4,10 @@
 //! A statistic every command bumps (INFO's `total_commands_processed`,
 //! `keyspace_hits`, a command's `calls` and `usec`) is one cache line that
 //! every network worker writes: each write by another core than the last
-//! one's waits for the line to come over, as long as a cache miss, and on
-//! GET at -P 16 the misses on such lines were a fifth of the keyspace's
-//! read time (BENCHMARKS.md, thirteenth session). The kernel keeps its own
-//! statistics per CPU for the same reason (`percpu_counter`).
+//! one's waits for the line to come over, as long as a cache miss; on GET
+//! at -P 16 the bump of `keyspace_hits` alone was a sixth of the
+//! keyspace's read time (BENCHMARKS.md, thirteenth session). The kernel
+//! keeps its own statistics per CPU for the same reason (`percpu_counter`).
 //!
 //! A thread updates the slot of the CPU it runs on (`sched_getcpu`, read
 //! from the thread's rseq area by glibc: a few nanoseconds); readers sum

@@ -221,6 +221,31 @@ mod tests {
     }
 
     #[test]
+    fn the_estimate_charges_an_allocation_only_to_members_too_long_for_their_slots() {
+        let mut set = Set::new();
+        set.insert(b"short".as_slice().into());
+        let table = set.members.table_bytes();
+        assert_eq!(
+            set.approx_heap_bytes(),
+            table,
+            "a short member lives in its slot"
+        );
+        let long = [b'x'; 40];
+        set.insert(long.as_slice().into());
+        assert_eq!(
+            set.members.table_bytes(),
+            table,
+            "no resize for two members"
+        );
+        assert_eq!(
+            set.approx_heap_bytes(),
+            table + long.len() + hashed::ALLOCATION_OVERHEAD_BYTES
+        );
+        assert!(set.remove(&long));
+        assert_eq!(set.approx_heap_bytes(), table);
+    }
+
+    #[test]
     fn pop_random_drains_every_member_once() {
         let mut set = Set::new();
         for i in 0..200u32 {

@@ -13,7 +13,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::{connect, free_port, leader_among, serve, Served};
+use common::{connect, free_port, leader_among, on_leader, serve, Served};
 
 const COMPACT: &str = "64kb";
 
@@ -74,7 +74,8 @@ fn libraries(port: u16) -> Vec<String> {
         .collect()
 }
 
-fn write_batch(con: &mut redis::Connection, from: usize, to: usize) {
+/// SETs `k{from}`..`k{to}` on the leader among `live` (which may move).
+fn write_batch(live: &[u16], leader: &mut u16, from: usize, to: usize) {
     let mut pipe = redis::pipe();
     for i in from..to {
         pipe.cmd("SET")
@@ -82,7 +83,7 @@ fn write_batch(con: &mut redis::Connection, from: usize, to: usize) {
             .arg(format!("{i}-{}", "v".repeat(100)))
             .ignore();
     }
-    let _: () = pipe.query(con).unwrap();
+    on_leader(live, leader, |con| pipe.query::<()>(con));
 }
 
 #[test]
@@ -94,12 +95,13 @@ fn a_node_that_lost_its_disk_rejoins_from_a_snapshot() {
         .map(|i| Some(start(dirs[i].path(), i + 1, &peers)))
         .collect();
     let mut ports: Vec<u16> = nodes.iter().map(|n| n.as_ref().unwrap().port).collect();
-    let leader = leader_among(&ports);
+    let mut leader = leader_among(&ports);
     let at = |ports: &[u16], port: u16| ports.iter().position(|&p| p == port).unwrap();
 
-    // Every kind of value, two databases, expiries, a library.
+    // Every kind of value, two databases, expiries, a library (with all
+    // three nodes up: these writes cannot be repeated if leadership moves).
+    write_batch(&ports, &mut leader, 0, 1000);
     let mut con = connect(leader);
-    write_batch(&mut con, 0, 1000);
     let _: () = redis::pipe()
         .cmd("HSET")
         .arg("h")
@@ -198,19 +200,22 @@ fn a_node_that_lost_its_disk_rejoins_from_a_snapshot() {
     // The group writes on until the leader's log starts after anything
     // the lost node ever held (past four times the compaction threshold,
     // the leader compacts without waiting for it).
+    let live: Vec<u16> = (0..3).filter(|&i| i != lost).map(|i| ports[i]).collect();
     let mut next = 1000;
     let deadline = Instant::now() + Duration::from_secs(60);
     while info_number(leader, "raft_compacted_index") < info_number(leader, "raft_commit_index") / 2
         || next < 4000
     {
-        write_batch(&mut con, next, next + 500);
+        write_batch(&live, &mut leader, next, next + 500);
         next += 500;
         assert!(
             Instant::now() < deadline,
             "the leader's log never compacted"
         );
     }
-    let _: i64 = redis::cmd("INCR").arg("n").query(&mut con).unwrap();
+    on_leader(&live, &mut leader, |con| {
+        redis::cmd("SET").arg("n").arg(42).query::<()>(con)
+    });
 
     // The node restarts empty and is brought up to date by a snapshot.
     let rejoined = start(dirs[lost].path(), lost + 1, &peers);
@@ -238,11 +243,9 @@ fn a_node_that_lost_its_disk_rejoins_from_a_snapshot() {
     assert!(libraries(leader)[0].contains("snaplib"));
 
     // It follows what comes next, and leads once the leader dies.
-    let _: () = redis::cmd("SET")
-        .arg("after")
-        .arg("1")
-        .query(&mut con)
-        .unwrap();
+    on_leader(&ports, &mut leader, |con| {
+        redis::cmd("SET").arg("after").arg(1).query::<()>(con)
+    });
     let mut dead = nodes[at(&ports, leader)].take().unwrap();
     dead.child.kill().unwrap();
     dead.child.wait().unwrap();

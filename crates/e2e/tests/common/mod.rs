@@ -431,6 +431,31 @@ pub fn leader_among(ports: &[u16]) -> u16 {
     }
 }
 
+/// Runs `write` on the leader among `ports` (all live), and again on the
+/// leader found anew while the reply says leadership moved (MOVED,
+/// TRYAGAIN, CLUSTERDOWN): on a loaded machine a follower can hear no
+/// heartbeat for an election timeout, and a leader that cannot reach a
+/// majority steps down (check-quorum) with the write answered TRYAGAIN,
+/// applied or not. So `write` must be one that may be repeated (SETs of
+/// fixed values, not INCR). `leader` is updated to the node that took it.
+pub fn on_leader<T>(
+    ports: &[u16],
+    leader: &mut u16,
+    mut write: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
+) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match write(&mut connect(*leader)) {
+            Ok(done) => return done,
+            Err(e) if e.is_cluster_error() && Instant::now() < deadline => {
+                eprintln!("leadership moved during a write ({e}): finding the leader again");
+                *leader = leader_among(ports);
+            }
+            Err(e) => panic!("a write to the leader on port {leader} failed: {e}"),
+        }
+    }
+}
+
 /// Polls a follower (READONLY) until `key` holds `want`.
 pub fn wait_replicated(port: u16, key: &str, want: &str) {
     let mut con = connect(port);

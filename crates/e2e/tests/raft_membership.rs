@@ -17,6 +17,7 @@ fn start(dir: &std::path::Path, id: u64, peers: &str, join: bool) -> Served {
     if join {
         args.push("--join");
     }
+    args.extend(common::PATIENT_ELECTIONS);
     serve(dir, &args)
 }
 

@@ -27,6 +27,8 @@ fn start(dir: &std::path::Path, id: usize, peers: &str) -> Served {
             peers,
             "--raft-compact-bytes",
             COMPACT,
+            common::PATIENT_ELECTIONS[0],
+            common::PATIENT_ELECTIONS[1],
         ],
     )
 }

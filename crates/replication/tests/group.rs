@@ -57,6 +57,11 @@ impl StateMachine for Recorder {
     }
 }
 
+/// Elections after 300 to 600 ms of silence instead of 60 to 120: these
+/// tests assume one leader throughout (transfers aside), and on a loaded
+/// host a node can wait longer than 60 ms for the CPU.
+const PATIENT_ELECTION_TICKS: usize = 30;
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -116,6 +121,7 @@ impl Group {
             format!("127.0.0.1:{}", 7000 + id),
         );
         config.compact_bytes = self.compact_bytes;
+        config.election_ticks = PATIENT_ELECTION_TICKS;
         let node = Replica::start(config, Box::new(Recorder(seen.clone()))).unwrap();
         self.nodes.push(node);
         self.applied.push(seen);
@@ -411,6 +417,7 @@ async fn a_joining_node_gets_a_snapshot_then_votes() {
         "127.0.0.1:7004".into(),
     );
     config.join = true;
+    config.election_ticks = PATIENT_ELECTION_TICKS;
     let node4 = Replica::start(config, Box::new(Recorder(seen.clone()))).unwrap();
     assert!(node4.members().is_empty());
     let applied = group.nodes[leader]

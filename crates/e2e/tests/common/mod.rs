@@ -392,9 +392,20 @@ pub fn group_peers(bus: &[u16]) -> String {
         .join(",")
 }
 
+/// Election timeouts for tests that do not measure failover: 300 to 600
+/// ms instead of 60 to 120. A test binary runs its tests at once (a dozen
+/// groups, three dozen servers on two cores), and a follower that waits
+/// that long for the CPU would otherwise call an election in the middle
+/// of a test that assumes one leader. A killed leader is still replaced
+/// at once (its followers see its connection close).
+pub const PATIENT_ELECTIONS: [&str; 2] = ["--raft-election-ticks", "30"];
+
 /// Starts node `id` of a Raft group (`peers`: `1@HOST:BUSPORT,...`).
 pub fn start_node(dir: &std::path::Path, id: u64, peers: &str) -> Served {
-    serve(dir, &["--node-id", &id.to_string(), "--peers", peers])
+    let id = id.to_string();
+    let mut args = vec!["--node-id", &id, "--peers", peers];
+    args.extend(PATIENT_ELECTIONS);
+    serve(dir, &args)
 }
 
 /// Waits until exactly one of `ports` is master and the others follow it.

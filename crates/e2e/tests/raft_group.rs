@@ -131,6 +131,56 @@ fn a_group_replicates_redirects_and_survives_its_leaders_death() {
         .arg("r")
         .query(&mut con)
         .unwrap();
+    // A script that writes what the random reads picked: every node picks
+    // alike (seeded by the entry, by rank where a table's slots would
+    // depend on its history).
+    let fields: Vec<(String, String)> = (0..50)
+        .map(|i| (format!("f{i}"), format!("v{i}")))
+        .collect();
+    let scored: Vec<(i64, String)> = (0..50).map(|i| (i, format!("z{i}"))).collect();
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg("h")
+        .arg(&fields)
+        .ignore()
+        .cmd("ZADD")
+        .arg("z")
+        .arg(&scored)
+        .ignore()
+        .query(&mut con)
+        .unwrap();
+    let picked: String = redis::cmd("EVAL")
+        .arg(
+            "local parts = {} \
+             local function add(reply) \
+               if type(reply) == 'table' then \
+                 for _, r in ipairs(reply) do table.insert(parts, r) end \
+               else table.insert(parts, reply) end \
+             end \
+             add(redis.call('SRANDMEMBER', KEYS[2])) \
+             add(redis.call('SRANDMEMBER', KEYS[2], -20)) \
+             add(redis.call('SRANDMEMBER', KEYS[2], 3)) \
+             add(redis.call('HRANDFIELD', KEYS[3])) \
+             add(redis.call('HRANDFIELD', KEYS[3], -20, 'WITHVALUES')) \
+             add(redis.call('HRANDFIELD', KEYS[3], 3)) \
+             add(redis.call('ZRANDMEMBER', KEYS[4])) \
+             add(redis.call('ZRANDMEMBER', KEYS[4], -20)) \
+             add(redis.call('ZRANDMEMBER', KEYS[4], 3)) \
+             local joined = table.concat(parts, ',') \
+             redis.call('SET', KEYS[1], joined) \
+             return joined",
+        )
+        .arg(4)
+        .arg("picked")
+        .arg("s")
+        .arg("h")
+        .arg("z")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        picked.split(',').count(),
+        1 + 20 + 3 + 1 + 40 + 3 + 1 + 20 + 3
+    );
     let _: () = redis::cmd("SET")
         .arg("t")
         .arg("1")
@@ -155,6 +205,11 @@ fn a_group_replicates_redirects_and_survives_its_leaders_death() {
         assert_eq!(theirs, left, "SPOP took the same members on :{port}");
         let r: String = redis::cmd("GET").arg("r").query(&mut f).unwrap();
         assert_eq!(r, drawn, "math.random drew the same on :{port}");
+        let theirs: String = redis::cmd("GET").arg("picked").query(&mut f).unwrap();
+        assert_eq!(
+            theirs, picked,
+            "the script's random reads picked alike on :{port}"
+        );
         let ttl: i64 = redis::cmd("TTL").arg("t").query(&mut f).unwrap();
         assert!((990..=1000).contains(&ttl), "TTL {ttl} on :{port}");
     }

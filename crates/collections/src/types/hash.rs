@@ -132,6 +132,30 @@ impl Hash {
             .collect()
     }
 
+    /// `sample` by rank: the same fields for the same contents and random
+    /// numbers, whatever the table's history (a replicated node's script
+    /// must pick what its peers pick; see `Set::sample_by_rank`). O(n).
+    pub fn sample_by_rank<R: rand::Rng + ?Sized>(
+        &self,
+        count: usize,
+        rng: &mut R,
+    ) -> Vec<FieldValue<'_>> {
+        self.entries
+            .sample_by_rank(count, rng)
+            .into_iter()
+            .map(|(field, value)| (field, &value[..]))
+            .collect()
+    }
+
+    /// A uniformly random field and its value chosen by rank, with the
+    /// determinism of [`Hash::sample_by_rank`]. O(n / 128).
+    pub fn random_by_rank<R: rand::Rng + ?Sized>(&self, rng: &mut R) -> Option<(&[u8], &[u8])> {
+        let rank = hashed::random_rank(self.len(), rng)?;
+        self.entries
+            .select(rank)
+            .map(|(field, value)| (field, &value[..]))
+    }
+
     /// A uniformly random field and its value (HRANDFIELD).
     pub fn random<R: rand::Rng + ?Sized>(&self, rng: &mut R) -> Option<(&[u8], &[u8])> {
         self.entries
@@ -241,6 +265,48 @@ mod tests {
         assert!(hash.overwrite(b"f", b""));
         assert_eq!(hash.get(b"f"), Some(&b""[..]));
         assert_eq!(hash.len(), 1);
+    }
+
+    /// Picks by rank depend on the contents and the random numbers only:
+    /// a hash grown to thousands of fields and shrunk again picks what a
+    /// fresh hash of the same fields picks (a Raft group's members must:
+    /// one may have loaded the hash from a snapshot).
+    #[test]
+    fn picks_by_rank_are_the_same_for_the_same_fields_whatever_the_history() {
+        use rand::SeedableRng;
+        let fields: Vec<String> = (0..300).map(|i| format!("field{i}")).collect();
+        let mut fresh = Hash::new();
+        for f in &fields {
+            fresh.insert(boxed(f.as_bytes()), boxed(b"v"));
+        }
+        let mut shrunk = Hash::new();
+        for i in 0..5000 {
+            shrunk.insert(boxed(format!("gone{i}").as_bytes()), boxed(b"x"));
+        }
+        for f in fields.iter().rev() {
+            shrunk.insert(boxed(f.as_bytes()), boxed(b"v"));
+        }
+        for i in 0..5000 {
+            shrunk.remove(format!("gone{i}").as_bytes());
+        }
+        assert_eq!(shrunk.len(), fresh.len());
+        for seed in 0..20 {
+            let rng = || rand::rngs::StdRng::seed_from_u64(seed);
+            assert_eq!(
+                fresh.random_by_rank(&mut rng()),
+                shrunk.random_by_rank(&mut rng())
+            );
+            assert_eq!(
+                fresh.sample_by_rank(7, &mut rng()),
+                shrunk.sample_by_rank(7, &mut rng())
+            );
+        }
+        // Every field can be picked.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        let picked: std::collections::HashSet<&[u8]> = (0..20_000)
+            .filter_map(|_| fresh.random_by_rank(&mut rng).map(|(f, _)| f))
+            .collect();
+        assert_eq!(picked.len(), fields.len());
     }
 
     #[test]

@@ -486,11 +486,23 @@ fn hscan(ctx: &mut Ctx, args: Args) -> CmdResult {
     })
 }
 
+/// A field and its value picked uniformly at random: by rank, from the
+/// entry's seeded generator, on a replicated node's apply thread, so that a
+/// script writing what HRANDFIELD picked picks alike on every node (a
+/// table's slots depend on its history, its ranks only on its contents).
+fn random_field(hash: &Hash) -> Option<(&[u8], &[u8])> {
+    let by_rank = crate::random::seeded().is_some();
+    crate::random::with(|mut rng| match by_rank {
+        true => hash.random_by_rank(&mut rng),
+        false => hash.random(&mut rng),
+    })
+}
+
 fn hrandfield(ctx: &mut Ctx, args: Args) -> CmdResult {
     let key = args.get(1);
     if args.len() == 2 {
         return ctx.reply_collection(key, CKind::Hash, |out, object| {
-            let picked = hash_of(object)?.and_then(|hash| hash.random(&mut rand::rng()));
+            let picked = hash_of(object)?.and_then(random_field);
             reply_value(out, picked.map(|(field, _)| field));
             Ok(())
         });
@@ -511,7 +523,6 @@ fn hrandfield(ctx: &mut Ctx, args: Args) -> CmdResult {
                 return Ok(());
             }
         };
-        let mut rng = rand::rng();
         let reply_pair = |out: &mut ReplyWriter, (field, value): (&[u8], &[u8])| {
             if with_values && out.is_resp3() {
                 out.array(2);
@@ -535,7 +546,7 @@ fn hrandfield(ctx: &mut Ctx, args: Args) -> CmdResult {
             let wanted = usize::try_from(wanted).unwrap_or(usize::MAX);
             header(out, wanted);
             for _ in 0..wanted {
-                reply_pair(out, hash.random(&mut rng).expect("not empty"));
+                reply_pair(out, random_field(hash).expect("not empty"));
             }
         } else if wanted >= hash.len() as u64 {
             header(out, hash.len());
@@ -544,7 +555,11 @@ fn hrandfield(ctx: &mut Ctx, args: Args) -> CmdResult {
             }
         } else {
             // Distinct: fewer than the hash holds, so bounded by its size.
-            let picked = hash.sample(wanted as usize, &mut rng);
+            let by_rank = crate::random::seeded().is_some();
+            let picked = crate::random::with(|mut rng| match by_rank {
+                true => hash.sample_by_rank(wanted as usize, &mut rng),
+                false => hash.sample(wanted as usize, &mut rng),
+            });
             header(out, picked.len());
             for pair in picked {
                 reply_pair(out, pair);

@@ -345,6 +345,17 @@ fn sample(set: &Set, count: usize) -> Vec<Bytes> {
     })
 }
 
+/// One member picked uniformly at random, by rank on a replicated node's
+/// apply thread as `sample` (SRANDMEMBER in a script that writes what it
+/// picks must pick alike on every node).
+fn random_member(set: &Set) -> Option<&[u8]> {
+    let by_rank = crate::random::seeded().is_some();
+    crate::random::with(|mut rng| match by_rank {
+        true => set.random_by_rank(&mut rng),
+        false => set.random(&mut rng),
+    })
+}
+
 fn spop(ctx: &mut Ctx, args: Args) -> CmdResult {
     let key = args.get(1);
     match args.len() {
@@ -429,7 +440,7 @@ fn srandmember(ctx: &mut Ctx, args: Args) -> CmdResult {
     let key = args.get(1);
     if args.len() == 2 {
         return ctx.reply_collection(key, CKind::Set, |out, object| {
-            match as_set(object)?.and_then(|set| set.random(&mut rand::rng())) {
+            match as_set(object)?.and_then(random_member) {
                 Some(member) => out.bulk(member),
                 None => out.null(),
             }
@@ -471,9 +482,8 @@ fn srandmember(ctx: &mut Ctx, args: Args) -> CmdResult {
         }
         let start = out.len();
         out.array(picks as usize);
-        let mut rng = rand::rng();
         for _ in 0..picks {
-            if let Some(member) = set.random(&mut rng) {
+            if let Some(member) = random_member(set) {
                 out.bulk(member);
             }
             if out.len() - start > MAX_RANDOM_REPLY_BYTES {

@@ -1131,7 +1131,8 @@ fn zrandmember(ctx: &mut Ctx, args: Args) -> CmdResult {
     let key = args.get(1);
     if args.len() == 2 {
         return ctx.reply_collection(key, CKind::SortedSet, |out, object| {
-            match zset_of(object).and_then(|zset| zset.random(&mut rand::rng())) {
+            // (By rank: alike on every node from the seeded generator.)
+            match zset_of(object).and_then(|zset| crate::random::with(|rng| zset.random(rng))) {
                 Some((member, _)) => out.bulk(member),
                 None => out.null(),
             }
@@ -1155,7 +1156,8 @@ fn zrandmember(ctx: &mut Ctx, args: Args) -> CmdResult {
             out.array(0);
             return Ok(());
         }
-        let mut rng = rand::rng();
+        // The seeded generator on a replicated node's apply thread: picks
+        // are ranks, so every node picks alike.
         let len = zset.len();
         let resp3 = out.is_resp3();
         let header = |out: &mut ReplyWriter, n: usize| {
@@ -1184,35 +1186,37 @@ fn zrandmember(ctx: &mut Ctx, args: Args) -> CmdResult {
             }
             header(out, n);
             for _ in 0..n {
-                emit(out, rng.random_range(0..len));
+                emit(out, crate::random::with(|rng| rng.random_range(0..len)));
             }
             return Ok(());
         }
         // Distinct members.
         let n = usize::try_from(count).unwrap_or(usize::MAX);
-        let ranks: Vec<usize> = if n >= len {
-            // The whole set, in order.
-            (0..len).collect()
-        } else if n * 3 > len {
-            // Most of the set: a partial shuffle of all ranks.
-            let mut all: Vec<usize> = (0..len).collect();
-            for i in 0..n {
-                let j = rng.random_range(i..len);
-                all.swap(i, j);
-            }
-            all.truncate(n);
-            all
-        } else {
-            let mut seen = HashSet::with_capacity(n);
-            let mut ranks = Vec::with_capacity(n);
-            while ranks.len() < n {
-                let rank = rng.random_range(0..len);
-                if seen.insert(rank) {
-                    ranks.push(rank);
+        let ranks: Vec<usize> = crate::random::with(|rng| {
+            if n >= len {
+                // The whole set, in order.
+                (0..len).collect()
+            } else if n * 3 > len {
+                // Most of the set: a partial shuffle of all ranks.
+                let mut all: Vec<usize> = (0..len).collect();
+                for i in 0..n {
+                    let j = rng.random_range(i..len);
+                    all.swap(i, j);
                 }
+                all.truncate(n);
+                all
+            } else {
+                let mut seen = HashSet::with_capacity(n);
+                let mut ranks = Vec::with_capacity(n);
+                while ranks.len() < n {
+                    let rank = rng.random_range(0..len);
+                    if seen.insert(rank) {
+                        ranks.push(rank);
+                    }
+                }
+                ranks
             }
-            ranks
-        };
+        });
         header(out, ranks.len());
         for rank in ranks {
             emit(out, rank);

@@ -30,6 +30,18 @@ pub fn with<T>(f: impl FnOnce(&mut dyn RngCore) -> T) -> T {
     })
 }
 
+/// Runs `f` with the generator commands must use and whether their picks
+/// must go by rank: on a replicated node's apply thread (seeded) they
+/// must, since a hash table's slots depend on its history (a member that
+/// loaded a set from a snapshot lays it out otherwise than one that grew
+/// it) while its ranks depend on its contents only.
+pub fn picking<T>(f: impl FnOnce(&mut dyn RngCore, bool) -> T) -> T {
+    SEEDED.with(|s| match s.borrow_mut().as_mut() {
+        Some((_, rng)) => f(rng, true),
+        None => f(&mut rand::rng(), false),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -45,5 +57,14 @@ mod tests {
         assert_eq!(picks(7), picks(7));
         assert_ne!(picks(7), picks(8));
         assert_eq!(seeded(), None);
+    }
+
+    #[test]
+    fn picks_go_by_rank_exactly_when_seeded() {
+        assert!(!picking(|_, by_rank| by_rank));
+        super::seed(Some(3));
+        assert!(picking(|_, by_rank| by_rank));
+        super::seed(None);
+        assert!(!picking(|_, by_rank| by_rank));
     }
 }

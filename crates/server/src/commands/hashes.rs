@@ -21,6 +21,7 @@ use crate::keyspace::{ckey, CKind, Object};
 use crate::notify;
 use crate::resp::{format_double, Args, ReplyWriter};
 use engram_collections::types::Hash;
+use rand::RngCore;
 
 pub fn commands() -> Vec<CommandSpec> {
     let g = Group("hash");
@@ -486,23 +487,27 @@ fn hscan(ctx: &mut Ctx, args: Args) -> CmdResult {
     })
 }
 
-/// A field and its value picked uniformly at random: by rank, from the
-/// entry's seeded generator, on a replicated node's apply thread, so that a
-/// script writing what HRANDFIELD picked picks alike on every node (a
-/// table's slots depend on its history, its ranks only on its contents).
-fn random_field(hash: &Hash) -> Option<(&[u8], &[u8])> {
-    let by_rank = crate::random::seeded().is_some();
-    crate::random::with(|mut rng| match by_rank {
-        true => hash.random_by_rank(&mut rng),
-        false => hash.random(&mut rng),
-    })
+/// A field and its value picked uniformly at random (HRANDFIELD), by rank
+/// when `random::picking` says (alike on every node of a group).
+fn pick_field<'h>(
+    hash: &'h Hash,
+    rng: &mut dyn RngCore,
+    by_rank: bool,
+) -> Option<(&'h [u8], &'h [u8])> {
+    if by_rank {
+        hash.random_by_rank(rng)
+    } else {
+        hash.random(rng)
+    }
 }
 
 fn hrandfield(ctx: &mut Ctx, args: Args) -> CmdResult {
     let key = args.get(1);
     if args.len() == 2 {
         return ctx.reply_collection(key, CKind::Hash, |out, object| {
-            let picked = hash_of(object)?.and_then(random_field);
+            let picked = hash_of(object)?.and_then(|hash| {
+                crate::random::picking(|rng, by_rank| pick_field(hash, rng, by_rank))
+            });
             reply_value(out, picked.map(|(field, _)| field));
             Ok(())
         });
@@ -545,9 +550,11 @@ fn hrandfield(ctx: &mut Ctx, args: Args) -> CmdResult {
             // huge count grows the reply, never a buffer up front).
             let wanted = usize::try_from(wanted).unwrap_or(usize::MAX);
             header(out, wanted);
-            for _ in 0..wanted {
-                reply_pair(out, random_field(hash).expect("not empty"));
-            }
+            crate::random::picking(|rng, by_rank| {
+                for _ in 0..wanted {
+                    reply_pair(out, pick_field(hash, rng, by_rank).expect("not empty"));
+                }
+            });
         } else if wanted >= hash.len() as u64 {
             header(out, hash.len());
             for pair in hash.iter() {
@@ -555,10 +562,9 @@ fn hrandfield(ctx: &mut Ctx, args: Args) -> CmdResult {
             }
         } else {
             // Distinct: fewer than the hash holds, so bounded by its size.
-            let by_rank = crate::random::seeded().is_some();
-            let picked = crate::random::with(|mut rng| match by_rank {
-                true => hash.sample_by_rank(wanted as usize, &mut rng),
-                false => hash.sample(wanted as usize, &mut rng),
+            let picked = crate::random::picking(|rng, by_rank| match by_rank {
+                true => hash.sample_by_rank(wanted as usize, rng),
+                false => hash.sample(wanted as usize, rng),
             });
             header(out, picked.len());
             for pair in picked {

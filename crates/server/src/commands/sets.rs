@@ -17,6 +17,7 @@ use std::collections::HashSet;
 
 use engram_collections::types::Set;
 use engram_collections::Op;
+use rand::RngCore;
 
 use super::{
     cursor_arg, err, int_arg, is, symmetric_int_arg, CmdError, CmdResult, CommandSpec, Ctx, Group,
@@ -330,30 +331,27 @@ fn scard(ctx: &mut Ctx, args: Args) -> CmdResult {
     })
 }
 
-/// `count` distinct members picked uniformly at random (`count < len`).
-/// On a replicated node's apply thread (a seeded generator) the picks go
-/// by rank, so that every node picks the same members from the same set.
+/// `count` distinct members picked uniformly at random (`count < len`),
+/// by rank where `random::picking` says (alike on every node of a group).
 fn sample(set: &Set, count: usize) -> Vec<Bytes> {
-    let by_rank = crate::random::seeded().is_some();
-    crate::random::with(|mut rng| {
+    crate::random::picking(|rng, by_rank| {
         let picked = if by_rank {
-            set.sample_by_rank(count, &mut rng)
+            set.sample_by_rank(count, rng)
         } else {
-            set.sample(count, &mut rng)
+            set.sample(count, rng)
         };
         picked.into_iter().map(Bytes::from).collect()
     })
 }
 
-/// One member picked uniformly at random, by rank on a replicated node's
-/// apply thread as `sample` (SRANDMEMBER in a script that writes what it
-/// picks must pick alike on every node).
-fn random_member(set: &Set) -> Option<&[u8]> {
-    let by_rank = crate::random::seeded().is_some();
-    crate::random::with(|mut rng| match by_rank {
-        true => set.random_by_rank(&mut rng),
-        false => set.random(&mut rng),
-    })
+/// One member picked uniformly at random (SPOP, SRANDMEMBER), by rank
+/// when `random::picking` says.
+fn pick_member<'s>(set: &'s Set, rng: &mut dyn RngCore, by_rank: bool) -> Option<&'s [u8]> {
+    if by_rank {
+        set.random_by_rank(rng)
+    } else {
+        set.random(rng)
+    }
 }
 
 fn spop(ctx: &mut Ctx, args: Args) -> CmdResult {
@@ -366,15 +364,8 @@ fn spop(ctx: &mut Ctx, args: Args) -> CmdResult {
     let (popped, emptied) = ctx.write(&[key], false, |txn, db, now| {
         let set = set_of(txn, db, key, now)?;
         let emptied = set.is_some_and(|set| set.len() == 1);
-        // By rank on a replicated node's apply thread, as `sample`.
-        let by_rank = crate::random::seeded().is_some();
         let member = set
-            .and_then(|set| {
-                crate::random::with(|mut rng| match by_rank {
-                    true => set.random_by_rank(&mut rng),
-                    false => set.random(&mut rng),
-                })
-            })
+            .and_then(|set| crate::random::picking(|rng, by_rank| pick_member(set, rng, by_rank)))
             .map(Bytes::from);
         if let Some(member) = &member {
             txn.log(vec![Op::SetRemove {
@@ -440,7 +431,10 @@ fn srandmember(ctx: &mut Ctx, args: Args) -> CmdResult {
     let key = args.get(1);
     if args.len() == 2 {
         return ctx.reply_collection(key, CKind::Set, |out, object| {
-            match as_set(object)?.and_then(random_member) {
+            let picked = as_set(object)?.and_then(|set| {
+                crate::random::picking(|rng, by_rank| pick_member(set, rng, by_rank))
+            });
+            match picked {
                 Some(member) => out.bulk(member),
                 None => out.null(),
             }
@@ -482,14 +476,20 @@ fn srandmember(ctx: &mut Ctx, args: Args) -> CmdResult {
         }
         let start = out.len();
         out.array(picks as usize);
-        for _ in 0..picks {
-            if let Some(member) = random_member(set) {
-                out.bulk(member);
+        let within_bound = crate::random::picking(|rng, by_rank| {
+            for _ in 0..picks {
+                if let Some(member) = pick_member(set, rng, by_rank) {
+                    out.bulk(member);
+                }
+                if out.len() - start > MAX_RANDOM_REPLY_BYTES {
+                    return false;
+                }
             }
-            if out.len() - start > MAX_RANDOM_REPLY_BYTES {
-                out.buf.truncate(start);
-                return Err(too_large());
-            }
+            true
+        });
+        if !within_bound {
+            out.buf.truncate(start);
+            return Err(too_large());
         }
         Ok(())
     })

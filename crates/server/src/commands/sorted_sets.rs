@@ -1185,9 +1185,11 @@ fn zrandmember(ctx: &mut Ctx, args: Args) -> CmdResult {
                 )));
             }
             header(out, n);
-            for _ in 0..n {
-                emit(out, crate::random::with(|rng| rng.random_range(0..len)));
-            }
+            crate::random::with(|rng| {
+                for _ in 0..n {
+                    emit(out, rng.random_range(0..len));
+                }
+            });
             return Ok(());
         }
         // Distinct members.

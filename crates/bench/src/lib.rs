@@ -32,6 +32,10 @@
 //! `engram serve` and redis-server; it starts the `engram` binary found
 //! beside `engram-bench`.
 //!
+//! [`stream_pairs`] (`engram-bench stream-pairs`) is the consumer loop
+//! redis-benchmark cannot run: XREADGROUP one entry, XACK the ID it
+//! returned; `scripts/streams_bench.py` runs it against both servers.
+//!
 //! The command line is the `engram-bench` binary (`src/main.rs`), separate
 //! from `engram` so that the server links none of this crate.
 
@@ -52,6 +56,7 @@ mod progress;
 pub mod report;
 pub mod runner;
 pub mod server;
+pub mod stream_pairs;
 pub mod systems;
 pub mod table;
 pub mod timeline;

@@ -9,7 +9,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use engram_bench::command::command_line;
-use engram_bench::{engine, integrity, server, timeline, tracker};
+use engram_bench::{engine, integrity, server, stream_pairs, timeline, tracker};
 
 // The allocator `engram` runs with, so that what is measured in this process
 // (the embedded stores, the in-process server of `timeline --target server`)
@@ -49,6 +49,10 @@ enum Command {
     /// tail latency with background, no and stop-the-world checkpoints,
     /// YCSB A-F over collections and strings, recovery times.
     Timeline(timeline::TimelineBenchArgs),
+    /// Stream consumers against one server: XREADGROUP of one entry, then
+    /// XACK of the ID it returned, over many connections from one event
+    /// loop (the pair redis-benchmark cannot run).
+    StreamPairs(stream_pairs::StreamPairsArgs),
 }
 
 fn main() -> Result<()> {
@@ -59,6 +63,7 @@ fn main() -> Result<()> {
         Command::Integrity(args) => integrity::cli(args, command)?,
         Command::Tracker(args) => tracker::cli(args, command)?,
         Command::Timeline(args) => timeline::cli(args, command)?,
+        Command::StreamPairs(args) => stream_pairs::cli(args)?,
     }
     Ok(())
 }

@@ -193,6 +193,27 @@ pub fn append_extent(
     append_extent_record(store, key, Some(value), seq, tail)
 }
 
+/// [`append_extent`] of a value given in `parts` (`write::put_parts`).
+pub fn append_extent_parts(store: &StoreState, key: &[u8], parts: &[&[u8]]) -> Result<(u64, u64)> {
+    let value_len: usize = parts.iter().map(|part| part.len()).sum();
+    let size = record::encoded_bytes(key.len(), value_len);
+    let blocks = (BLOCK_HEADER_BYTES + size).div_ceil(store.space.block_bytes) as u32;
+    let head = store.space.take_run(blocks)?;
+    let generation = store.space.start_extent(head, blocks);
+    let at = store.space.block_offset(head).add(BLOCK_HEADER_BYTES);
+    store.space.add_live(head, size);
+    store.appended_bytes.add(size as i64);
+    let seq = store.seq.fetch_add(1, Ordering::Relaxed);
+    let region = store.region();
+    record::write_parts(region, at, generation, seq, key, parts);
+    region.persist(at, size);
+    if store.space.retirement.is_some() {
+        let start = store.space.block_offset(head).0;
+        store.tail.lock().push((start, at.0 + size));
+    }
+    Ok((at.0, seq))
+}
+
 /// A record (`value`), or a tombstone (None), in an extent of its own. A
 /// tombstone's extent is dead from the start: freed (two rounds later,
 /// under lazy retirement) like any extent whose record was retired.

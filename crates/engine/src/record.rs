@@ -183,6 +183,20 @@ pub fn batch_count(region: &Region, at: PmemOffset, header: &Header) -> u64 {
     u64::from_le_bytes(value(region, at, header).try_into().expect("8 bytes"))
 }
 
+/// Writes a record whose value is `parts` one after the other (not
+/// persisted): the record [`write`] would write of their concatenation,
+/// without the caller building it. Returns its size.
+pub fn write_parts(
+    region: &Region,
+    at: PmemOffset,
+    generation: u32,
+    seq: u64,
+    key: &[u8],
+    parts: &[&[u8]],
+) -> u64 {
+    write_record_parts(region, at, generation, seq, key, parts, 0)
+}
+
 fn write_record(
     region: &Region,
     at: PmemOffset,
@@ -192,23 +206,43 @@ fn write_record(
     value: &[u8],
     kind: u32,
 ) -> u64 {
+    write_record_parts(region, at, generation, seq, key, &[value], kind)
+}
+
+fn write_record_parts(
+    region: &Region,
+    at: PmemOffset,
+    generation: u32,
+    seq: u64,
+    key: &[u8],
+    parts: &[&[u8]],
+    kind: u32,
+) -> u64 {
+    let value_len: usize = parts.iter().map(|part| part.len()).sum();
     debug_assert!(key.len() <= MAX_KEY_BYTES);
-    debug_assert!(kind != TOMBSTONE_KEY_LEN_BIT || value.is_empty());
-    debug_assert!(value.len() <= MAX_VALUE_BYTES);
+    debug_assert!(kind != TOMBSTONE_KEY_LEN_BIT || value_len == 0);
+    debug_assert!(value_len <= MAX_VALUE_BYTES);
     debug_assert!(at.0.is_multiple_of(8));
+    let crc_value = parts
+        .iter()
+        .fold(0, |crc, part| crc32c::crc32c_append(crc, part));
     let mut header = [0u8; HEADER_BYTES as usize];
     header[0..8].copy_from_slice(&((generation as u64) << 32).to_le_bytes());
-    header[12..16].copy_from_slice(&crc32c::crc32c(value).to_le_bytes());
+    header[12..16].copy_from_slice(&crc_value.to_le_bytes());
     header[16..24].copy_from_slice(&seq.to_le_bytes());
     let stored_key_len = key.len() as u32 | kind;
     header[24..28].copy_from_slice(&stored_key_len.to_le_bytes());
-    header[28..32].copy_from_slice(&(value.len() as u32).to_le_bytes());
+    header[28..32].copy_from_slice(&(value_len as u32).to_le_bytes());
     let crc_header = header_crc(generation, &header[12..32], key);
     header[8..12].copy_from_slice(&crc_header.to_le_bytes());
     region.write(at, &header);
     region.write(at.add(HEADER_BYTES), key);
-    region.write(at.add(value_offset(key.len())), value);
-    encoded_bytes(key.len(), value.len())
+    let mut value_at = at.add(value_offset(key.len()));
+    for part in parts {
+        region.write(value_at, part);
+        value_at = value_at.add(part.len() as u64);
+    }
+    encoded_bytes(key.len(), value_len)
 }
 
 /// Reads the header at `at` without validating it (for records the index

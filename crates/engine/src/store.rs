@@ -261,6 +261,13 @@ impl Store {
         write::put(&self.state, key, value, |old| old.unwrap_or(0))
     }
 
+    /// `put` of the value made of `parts` one after the other, without the
+    /// caller joining them: a large value is written to the store part by
+    /// part (a part may be borrowed from this store's own values).
+    pub fn put_parts(&self, key: &[u8], parts: &[&[u8]]) -> Result<bool> {
+        write::put_parts(&self.state, key, parts)
+    }
+
     /// `put`, with the key's access field set to `access(old)` (old: None
     /// for a new key). The field is 24 bits (`ACCESS_BITS`) the engine
     /// keeps beside each key in DRAM, never persisted, for the layer above

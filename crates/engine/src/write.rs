@@ -58,6 +58,35 @@ pub fn put(
     Ok(is_new)
 }
 
+/// [`put`] of the value made of `parts` one after the other, which the
+/// caller need not build: a large value goes to its extent part by part
+/// (the checkpointer's spliced list images: most of one is a range of the
+/// previous image, copied from the store itself). A value that fits a log
+/// block is joined first and put as usual.
+pub fn put_parts(store: &StoreState, key: &[u8], parts: &[&[u8]]) -> Result<bool> {
+    let value_len: usize = parts.iter().map(|part| part.len()).sum();
+    if value_len > MAX_VALUE_BYTES {
+        return Err(Error::ValueTooLarge {
+            len: value_len,
+            max: MAX_VALUE_BYTES,
+        });
+    }
+    if record::encoded_bytes(key.len(), value_len) <= store.space.log_payload_bytes() {
+        return put(store, key, &parts.concat(), |old| old.unwrap_or(0));
+    }
+    check_sizes(key, &[])?;
+    let hash = hash_key(key);
+    let guard = crossbeam_epoch::pin();
+    let (offset, seq) = append::append_extent_parts(store, key, parts)?;
+    let is_new = publish(store, hash, key, offset, seq, None, |old| old.unwrap_or(0))
+        .expect("an unconditional publish always takes place");
+    drop(guard);
+    store
+        .syncer
+        .after_write(store.region(), || append::sync_written(store))?;
+    Ok(is_new)
+}
+
 /// Finds `key`'s entry in its shard's table: the hash, then the key's
 /// bytes in the record the entry points at.
 fn is_key<'a>(region: &'a Region, hash: u64, key: &'a [u8]) -> impl Fn(&Entry) -> bool + 'a {

@@ -33,10 +33,14 @@ use hashbrown::HashMap;
 
 use crate::apply::apply;
 use crate::error::{Error, Result};
-use crate::images::{decode_image, encode_image_into, image_key_into, write_root};
+use crate::images::{
+    decode_image, decode_image_header, encode_header_into, encode_image_into, image_key_into,
+    object_image, write_root,
+};
 use crate::op::{decode_batch_borrowed, Bytes};
 use crate::oplog::Located;
 use crate::replay;
+use crate::splice::{self, SplicedList};
 use crate::working::{Slot, WorkingSet};
 use crate::CollectionsState;
 
@@ -129,6 +133,10 @@ struct Scratch {
     /// The image being written, and its key.
     image: Vec<u8>,
     image_key: Vec<u8>,
+    /// A spliced list's new key (while `image_key` names its old image),
+    /// and its pushed tail.
+    new_key: Vec<u8>,
+    tail: Vec<u8>,
 }
 
 /// What one checkpoint did.
@@ -266,6 +274,9 @@ fn fold(
     if scratch.image.capacity() > RETAINED_IMAGE_BYTES {
         scratch.image = Vec::new();
     }
+    if scratch.tail.capacity() > RETAINED_IMAGE_BYTES {
+        scratch.tail = Vec::new();
+    }
     result
 }
 
@@ -305,6 +316,8 @@ fn fold_into(
         working,
         image,
         image_key,
+        new_key,
+        tail,
     } = scratch;
     shared.log.locate(segments, records);
     // C3: the cut archived no record numbered after it.
@@ -330,8 +343,26 @@ fn fold_into(
             }
         })?;
         for op in ops {
+            // A large list touched only at its ends is spliced, not
+            // decoded (`splice.rs`), for as long as its operations allow.
+            if let Some(key) = splice::target(&op) {
+                working.touch(key, || {
+                    load_image(shared, versions, key, image_key, Load::MaySplice)
+                })?;
+                if working.splice(key, &op) {
+                    continue;
+                }
+            }
             for key in op.keys().into_iter().flatten() {
-                working.touch(key, || load_image(shared, versions, key, image_key))?;
+                working.touch(key, || {
+                    load_image(shared, versions, key, image_key, Load::Decode)
+                })?;
+                working.materialize(key, |spliced| {
+                    let version = spliced.version;
+                    with_image(shared, key, version, image_key, |value| {
+                        spliced.materialize(object_image(value))
+                    })
+                })?;
             }
             apply(working, op);
         }
@@ -344,6 +375,23 @@ fn fold_into(
         }
         match (&slot.entry, slot.imaged) {
             (Some(entry), _) => encode_image_into(Some(entry), image),
+            (None, _) if slot.spliced.is_some() => {
+                // Written in parts: the old image's middle goes from the
+                // images store straight to the new record.
+                let spliced = slot.spliced.as_ref().expect("checked");
+                image_key_into(version, key, new_key);
+                let written = with_image(shared, key, spliced.version, image_key, |old| {
+                    image.clear();
+                    encode_header_into(spliced.expire_at_ms(), image);
+                    tail.clear();
+                    let middle = spliced.encode_split(object_image(old), image, tail)?;
+                    shared.images.put_parts(new_key, &[image, middle, tail])?;
+                    Ok(image.len() + middle.len() + tail.len())
+                })?;
+                report.image_bytes += written as u64;
+                report.keys_written += 1;
+                continue;
+            }
             (None, Some(_)) => {
                 report.tombstones += 1;
                 encode_image_into(None, image);
@@ -374,7 +422,7 @@ fn fold_into(
         .store(version, Ordering::Relaxed);
     crash_point(shared, Step::AfterRoot)?;
     for (key, slot) in working.iter() {
-        if slot.entry.is_some() {
+        if slot.present() {
             match versions.get_mut(&key[..]) {
                 Some(current) => *current = version,
                 None => {
@@ -409,7 +457,7 @@ fn images_written(
     image_key: &mut Vec<u8>,
 ) -> Result<bool> {
     for (key, slot) in working.iter() {
-        if slot.entry.is_none() && slot.imaged.is_none() {
+        if !slot.present() && slot.imaged.is_none() {
             continue;
         }
         image_key_into(version, key, image_key);
@@ -433,14 +481,14 @@ fn remove_garbage(
         if let Some(old) = slot.imaged {
             image_key_into(old, key, image_key);
             shared.images.delete(image_key)?;
-            tombstones += usize::from(slot.entry.is_none());
+            tombstones += usize::from(!slot.present());
         }
     }
     crash_point(shared, Step::BeforeTombstones)?;
     if tombstones > 0 {
         shared.images.sync()?;
         for (key, slot) in working.iter() {
-            if slot.entry.is_none() && slot.imaged.is_some() {
+            if !slot.present() && slot.imaged.is_some() {
                 image_key_into(version, key, image_key);
                 shared.images.delete(image_key)?;
             }
@@ -449,26 +497,63 @@ fn remove_garbage(
     Ok(())
 }
 
+/// How [`load_image`] may hold a list.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Load {
+    /// Decoded, as every other kind.
+    Decode,
+    /// Spliced when its image is large enough (`splice_list_bytes`).
+    MaySplice,
+}
+
 /// A key's entry as of the committed checkpoint: its image decoded straight
-/// from the images store (no copy of the value), `image_key` a buffer.
+/// from the images store (no copy of the value), or a large list spliced
+/// (with [`Load::MaySplice`]); `image_key` a buffer.
 fn load_image(
     shared: &CollectionsState,
     versions: &HashMap<Bytes, u64>,
     key: &[u8],
     image_key: &mut Vec<u8>,
+    load: Load,
 ) -> Result<Slot> {
     let Some(&version) = versions.get(key) else {
-        return Ok(Slot {
-            entry: None,
-            imaged: None,
-        });
+        return Ok(Slot::new(None, None));
     };
+    with_image(shared, key, version, image_key, |value| {
+        if load == Load::MaySplice && value.len() >= shared.options.splice_list_bytes {
+            if let Some(entry) = decode_image_header(key, value)? {
+                let spliced =
+                    SplicedList::read(version, entry, object_image(value)).map_err(|e| {
+                        Error::CorruptImage {
+                            key: String::from_utf8_lossy(key).into_owned(),
+                            what: e.to_string(),
+                        }
+                    })?;
+                if let Some(spliced) = spliced {
+                    return Ok(Slot {
+                        entry: None,
+                        imaged: Some(version),
+                        spliced: Some(spliced),
+                    });
+                }
+            }
+        }
+        Ok(Slot::new(decode_image(key, value)?, Some(version)))
+    })
+}
+
+/// Runs `read` on `key`'s image of `version`, in place in the images
+/// store; a missing image is corruption (the versions table names it).
+fn with_image<T>(
+    shared: &CollectionsState,
+    key: &[u8],
+    version: u64,
+    image_key: &mut Vec<u8>,
+    read: impl FnOnce(&[u8]) -> Result<T>,
+) -> Result<T> {
     image_key_into(version, key, image_key);
     match shared.images.get_ref(image_key)? {
-        Some(value) => Ok(Slot {
-            entry: decode_image(key, &value)?,
-            imaged: Some(version),
-        }),
+        Some(value) => read(&value),
         None => Err(Error::CorruptImage {
             key: String::from_utf8_lossy(key).into_owned(),
             what: format!("image of version {version} is missing"),

@@ -71,9 +71,9 @@ pub fn encode_image(entry: Option<&Entry>) -> Vec<u8> {
 /// doubles its way up, and the buffer stays in cache).
 pub fn encode_image_into(entry: Option<&Entry>, value: &mut Vec<u8>) {
     value.clear();
-    value.push(FORMAT);
     match entry {
         None => {
+            value.push(FORMAT);
             value.push(TOMBSTONE);
             value.extend_from_slice(&0u64.to_le_bytes());
         }
@@ -88,15 +88,29 @@ pub fn encode_image_into(entry: Option<&Entry>, value: &mut Vec<u8>) {
             // element, the estimate more), and pages reserved but never
             // written cost nothing.
             value.reserve(VALUE_HEADER_BYTES + entry.object.approx_heap_bytes());
-            value.push(0);
-            value.extend_from_slice(&entry.expire_at_ms.to_le_bytes());
+            encode_header_into(entry.expire_at_ms, value);
             entry.object.encode(value);
         }
     }
 }
 
-/// The entry an image holds (`None`: a tombstone).
-pub fn decode_image(key: &[u8], value: &[u8]) -> Result<Option<Entry>> {
+/// The header of a live key's image (its object image follows) into
+/// `value`, which must be empty.
+pub fn encode_header_into(expire_at_ms: u64, value: &mut Vec<u8>) {
+    debug_assert!(value.is_empty());
+    value.push(FORMAT);
+    value.push(0);
+    value.extend_from_slice(&expire_at_ms.to_le_bytes());
+}
+
+/// The object image within an image (after its header; checked by
+/// [`decode_image_header`] first).
+pub fn object_image(value: &[u8]) -> &[u8] {
+    &value[VALUE_HEADER_BYTES.min(value.len())..]
+}
+
+/// An image's header: the key's expiry, or `None` for a tombstone.
+pub fn decode_image_header(key: &[u8], value: &[u8]) -> Result<Option<u64>> {
     let bad = |what: String| Error::CorruptImage {
         key: String::from_utf8_lossy(key).into_owned(),
         what,
@@ -110,8 +124,20 @@ pub fn decode_image(key: &[u8], value: &[u8]) -> Result<Option<Entry>> {
     if value[1] & TOMBSTONE != 0 {
         return Ok(None);
     }
-    let expire_at_ms = u64::from_le_bytes(value[2..10].try_into().expect("8 bytes"));
-    let object = Object::decode(&value[VALUE_HEADER_BYTES..]).map_err(|e| bad(e.to_string()))?;
+    Ok(Some(u64::from_le_bytes(
+        value[2..10].try_into().expect("8 bytes"),
+    )))
+}
+
+/// The entry an image holds (`None`: a tombstone).
+pub fn decode_image(key: &[u8], value: &[u8]) -> Result<Option<Entry>> {
+    let Some(expire_at_ms) = decode_image_header(key, value)? else {
+        return Ok(None);
+    };
+    let object = Object::decode(object_image(value)).map_err(|e| Error::CorruptImage {
+        key: String::from_utf8_lossy(key).into_owned(),
+        what: e.to_string(),
+    })?;
     Ok(Some(Entry {
         object,
         expire_at_ms,

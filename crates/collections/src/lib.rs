@@ -61,6 +61,7 @@ pub mod lazy_free;
 pub mod op;
 pub mod oplog;
 mod replay;
+mod splice;
 pub mod state;
 pub mod types;
 pub mod undo;
@@ -107,6 +108,12 @@ pub struct CollectionsOptions {
     pub backpressure_factor: u64,
     /// Threads decoding images at recovery (0: one per core).
     pub recovery_threads: usize,
+    /// A list whose image is at least this many bytes, and which the log
+    /// touched only with pushes, pops and trims that leave it non-empty,
+    /// is checkpointed by splicing its old image (`splice.rs`) instead of
+    /// decoding it. Below it decoding is as cheap; 0 splices every list
+    /// (the tests do, to exercise it on small lists).
+    pub splice_list_bytes: usize,
     /// Testing: stop at chosen points as a crash would.
     #[doc(hidden)]
     pub faults: Faults,
@@ -132,6 +139,7 @@ impl Default for CollectionsOptions {
             checkpoints: CheckpointMode::Background,
             backpressure_factor: 4,
             recovery_threads: 0,
+            splice_list_bytes: 64 << 10,
             faults: Faults::default(),
         }
     }

@@ -16,7 +16,8 @@ use hashbrown::hash_map::EntryRef;
 use hashbrown::HashMap;
 
 use crate::error::Result;
-use crate::op::Bytes;
+use crate::op::{Bytes, Op};
+use crate::splice::SplicedList;
 use crate::state::{Entry, Keys};
 
 /// Key slots the working set keeps between checkpoints, at most (the
@@ -31,6 +32,25 @@ pub(crate) struct Slot {
     /// The version of the key's image before this checkpoint, if it had
     /// one (then the checkpoint supersedes it, or hides it by a tombstone).
     pub imaged: Option<u64>,
+    /// A large list the log touched only at its ends so far, not decoded
+    /// (`splice.rs`); `entry` is `None` meanwhile, and the key is present.
+    pub spliced: Option<SplicedList>,
+}
+
+impl Slot {
+    /// A slot holding `entry` (or nothing), whose image was `imaged`.
+    pub fn new(entry: Option<Entry>, imaged: Option<u64>) -> Slot {
+        Slot {
+            entry,
+            imaged,
+            spliced: None,
+        }
+    }
+
+    /// Whether the key exists as replay has left it.
+    pub fn present(&self) -> bool {
+        self.entry.is_some() || self.spliced.is_some()
+    }
 }
 
 #[derive(Default)]
@@ -68,6 +88,30 @@ impl WorkingSet {
         self.slots.len()
     }
 
+    /// Applies `op` to `key`'s spliced list, if it has one and the list
+    /// takes it ([`SplicedList::apply`]); false otherwise.
+    pub fn splice(&mut self, key: &[u8], op: &Op<&[u8]>) -> bool {
+        self.slots
+            .get_mut(key)
+            .and_then(|slot| slot.spliced.as_mut())
+            .is_some_and(|spliced| spliced.apply(op))
+    }
+
+    /// Turns `key`'s spliced list, if it has one, into an ordinary entry:
+    /// `decode` gets the list and returns the entry.
+    pub fn materialize(
+        &mut self,
+        key: &[u8],
+        decode: impl FnOnce(SplicedList) -> Result<Entry>,
+    ) -> Result<()> {
+        if let Some(slot) = self.slots.get_mut(key) {
+            if let Some(spliced) = slot.spliced.take() {
+                slot.entry = Some(decode(spliced)?);
+            }
+        }
+        Ok(())
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &Slot)> {
         self.slots.iter()
     }
@@ -78,15 +122,21 @@ impl WorkingSet {
 /// (loads) before applying it.
 impl Keys for WorkingSet {
     fn get(&self, key: &[u8]) -> Option<&Entry> {
-        self.slots.get(key)?.entry.as_ref()
+        let slot = self.slots.get(key)?;
+        debug_assert!(slot.spliced.is_none(), "a spliced list read by apply");
+        slot.entry.as_ref()
     }
 
     fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
-        self.slots.get_mut(key)?.entry.as_mut()
+        let slot = self.slots.get_mut(key)?;
+        debug_assert!(slot.spliced.is_none(), "a spliced list changed by apply");
+        slot.entry.as_mut()
     }
 
     fn take(&mut self, key: &[u8]) -> Option<Entry> {
-        self.slots.get_mut(key)?.entry.take()
+        let slot = self.slots.get_mut(key)?;
+        debug_assert!(slot.spliced.is_none(), "a spliced list taken by apply");
+        slot.entry.take()
     }
 
     fn put(&mut self, key: &[u8], entry: Entry) {
@@ -97,13 +147,7 @@ impl Keys for WorkingSet {
             // recovery's garbage collection.
             None => {
                 debug_assert!(false, "a key put before it was touched");
-                self.slots.insert(
-                    key.into(),
-                    Slot {
-                        entry: Some(entry),
-                        imaged: None,
-                    },
-                );
+                self.slots.insert(key.into(), Slot::new(Some(entry), None));
             }
         }
     }
@@ -129,10 +173,7 @@ mod tests {
         for _ in 0..3 {
             set.touch(b"k", || {
                 loads += 1;
-                Ok(Slot {
-                    entry: Some(entry()),
-                    imaged: Some(7),
-                })
+                Ok(Slot::new(Some(entry()), Some(7)))
             })
             .unwrap();
         }

@@ -457,6 +457,85 @@ fn decode_stream(reader: &mut Reader<'_>, count: usize) -> Result<Stream, Decode
     Ok(stream)
 }
 
+/// A list's image read only as far as its element boundaries (the
+/// checkpointer's splice of a list touched at its ends: `splice.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListImage {
+    /// Elements in the image.
+    pub count: u64,
+    /// Where the first element starts.
+    pub elements_at: usize,
+}
+
+impl ListImage {
+    /// The list image in `bytes` (an object image), or `None` when it is
+    /// not a list of this format.
+    pub fn read(bytes: &[u8]) -> Result<Option<ListImage>, DecodeError> {
+        let mut reader = Reader { bytes, offset: 0 };
+        if reader.byte()? != FORMAT_VERSION || reader.byte()? != KIND_LIST {
+            return Ok(None);
+        }
+        let count = reader.length(1)? as u64;
+        Ok(Some(ListImage {
+            count,
+            elements_at: reader.offset,
+        }))
+    }
+
+    /// The bytes of elements `skip_front .. count - skip_back`, as they lie
+    /// in the image (each a varint length and its bytes): found by stepping
+    /// over the lengths, nothing decoded or allocated. Checked as the
+    /// decoder checks: an element running past the image, or bytes after
+    /// the last one, is an error.
+    pub fn middle<'a>(
+        &self,
+        bytes: &'a [u8],
+        skip_front: u64,
+        skip_back: u64,
+    ) -> Result<&'a [u8], DecodeError> {
+        debug_assert!(skip_front + skip_back <= self.count);
+        let mut reader = Reader {
+            bytes,
+            offset: self.elements_at,
+        };
+        let mut start = reader.offset;
+        let mut end = reader.offset;
+        for index in 0..self.count {
+            if index == skip_front {
+                start = reader.offset;
+            }
+            reader.string()?;
+            if index + 1 == self.count - skip_back {
+                end = reader.offset;
+            }
+        }
+        if reader.remaining() != 0 {
+            return Err(DecodeError::TrailingBytes {
+                count: reader.remaining(),
+            });
+        }
+        Ok(if skip_front + skip_back >= self.count {
+            &bytes[0..0]
+        } else {
+            &bytes[start..end]
+        })
+    }
+
+    /// Writes a list image's header for `count` elements; the elements
+    /// follow, each as [`ListImage::write_element`] writes it, or as
+    /// [`ListImage::middle`] found them.
+    pub fn write_header(count: u64, out: &mut Vec<u8>) {
+        out.push(FORMAT_VERSION);
+        out.push(KIND_LIST);
+        write_varint(out, count);
+    }
+
+    /// Appends one element as the image holds it.
+    pub fn write_element(out: &mut Vec<u8>, element: &[u8]) {
+        write_string(out, element);
+    }
+}
+
 fn write_varint(out: &mut Vec<u8>, mut value: u64) {
     while value >= 0x80 {
         out.push((value as u8 & 0x7f) | 0x80);

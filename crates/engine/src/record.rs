@@ -143,7 +143,7 @@ pub fn write(
     key: &[u8],
     value: &[u8],
 ) -> u64 {
-    write_record(region, at, generation, seq, key, value, 0)
+    write_record(region, at, generation, seq, key, &[value], 0)
 }
 
 /// Writes a tombstone for `key` at `at` (not persisted). Returns its size.
@@ -172,7 +172,7 @@ pub fn write_batch_header(
         generation,
         seq,
         &[],
-        &count.to_le_bytes(),
+        &[&count.to_le_bytes()],
         BATCH_KEY_LEN_BIT,
     )
 }
@@ -194,22 +194,10 @@ pub fn write_parts(
     key: &[u8],
     parts: &[&[u8]],
 ) -> u64 {
-    write_record_parts(region, at, generation, seq, key, parts, 0)
+    write_record(region, at, generation, seq, key, parts, 0)
 }
 
 fn write_record(
-    region: &Region,
-    at: PmemOffset,
-    generation: u32,
-    seq: u64,
-    key: &[u8],
-    value: &[u8],
-    kind: u32,
-) -> u64 {
-    write_record_parts(region, at, generation, seq, key, &[value], kind)
-}
-
-fn write_record_parts(
     region: &Region,
     at: PmemOffset,
     generation: u32,

@@ -44,11 +44,22 @@ pub fn put(
     access: impl FnOnce(Option<u32>) -> u32,
 ) -> Result<bool> {
     check_sizes(key, value)?;
+    put_appended(store, key, access, || append(store, key, value, None))
+}
+
+/// The rest of a put once `append_record` can append its record: publish
+/// it, retire the old, sync per policy.
+fn put_appended(
+    store: &StoreState,
+    key: &[u8],
+    access: impl FnOnce(Option<u32>) -> u32,
+    append_record: impl FnOnce() -> Result<(u64, u64)>,
+) -> Result<bool> {
     let hash = hash_key(key);
     // Pinned from append to publish: an index image waits for every
     // write in flight to be published (`image_writer.rs`).
     let guard = crossbeam_epoch::pin();
-    let (offset, seq) = append(store, key, value, None)?;
+    let (offset, seq) = append_record()?;
     let is_new = publish(store, hash, key, offset, seq, None, access)
         .expect("an unconditional publish always takes place");
     drop(guard);
@@ -75,16 +86,12 @@ pub fn put_parts(store: &StoreState, key: &[u8], parts: &[&[u8]]) -> Result<bool
         return put(store, key, &parts.concat(), |old| old.unwrap_or(0));
     }
     check_sizes(key, &[])?;
-    let hash = hash_key(key);
-    let guard = crossbeam_epoch::pin();
-    let (offset, seq) = append::append_extent_parts(store, key, parts)?;
-    let is_new = publish(store, hash, key, offset, seq, None, |old| old.unwrap_or(0))
-        .expect("an unconditional publish always takes place");
-    drop(guard);
-    store
-        .syncer
-        .after_write(store.region(), || append::sync_written(store))?;
-    Ok(is_new)
+    put_appended(
+        store,
+        key,
+        |old| old.unwrap_or(0),
+        || append::append_extent_parts(store, key, parts),
+    )
 }
 
 /// Finds `key`'s entry in its shard's table: the hash, then the key's

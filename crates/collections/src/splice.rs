@@ -217,35 +217,13 @@ fn corrupt(what: String) -> Error {
     }
 }
 
-/// What `apply` does to a list, for the tests' comparison.
-#[cfg(test)]
-fn apply_to_list(list: &mut List, op: &Op<&[u8]>) {
-    match *op {
-        Op::ListPush {
-            front, ref values, ..
-        } => {
-            let values = values.iter().map(|&value| Box::<[u8]>::from(value));
-            if front {
-                list.push_front(values);
-            } else {
-                list.push_back(values);
-            }
-        }
-        Op::ListPop { front, count, .. } => {
-            if front {
-                list.pop_front(count as usize);
-            } else {
-                list.pop_back(count as usize);
-            }
-        }
-        Op::ListTrim { start, stop, .. } => list.trim(start, stop),
-        _ => unreachable!(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::apply::apply;
+    use crate::op::Bytes;
+    use crate::types::List;
+    use hashbrown::HashMap;
     use proptest::prelude::*;
 
     fn image_of(list: &List) -> Vec<u8> {
@@ -278,6 +256,13 @@ mod tests {
             let mut list = List::new();
             list.push_back(start.iter().map(|item| item.clone().into_boxed_slice()));
             let old = image_of(&list);
+            // What the checkpoint would replay onto: the decoded key, with
+            // the operations applied by `apply` itself.
+            let mut keys: HashMap<Bytes, Entry> = HashMap::new();
+            keys.insert(
+                Bytes::from(&b"k"[..]),
+                Entry { object: Object::List(list.clone()), expire_at_ms: 1234, access: Access::default() },
+            );
             let mut spliced = SplicedList::read(7, 1234, &old).unwrap().unwrap();
             for (kind, front, count, start, stop, values) in &edits {
                 let values: Vec<&[u8]> = values.iter().map(|v| &v[..]).collect();
@@ -286,15 +271,17 @@ mod tests {
                     1 => Op::ListPop { key: &b"k"[..], front: *front, count: *count },
                     _ => Op::ListTrim { key: &b"k"[..], start: *start, stop: *stop },
                 };
-                let mut replayed = list.clone();
-                apply_to_list(&mut replayed, &op);
-                if spliced.apply(&op) {
-                    list = replayed;
-                } else {
-                    // Refused: only a pop or trim that empties the list.
-                    prop_assert!(replayed.is_empty(), "refused {op:?}");
+                let accepted = spliced.apply(&op);
+                apply(&mut keys, op.clone());
+                let Some(entry) = keys.get(&b"k"[..]) else {
+                    // The list emptied, and the key went: the splice
+                    // must have refused exactly that.
+                    prop_assert!(!accepted, "accepted {op:?}, which empties the list");
                     break;
-                }
+                };
+                prop_assert!(accepted, "refused {op:?}, which leaves the list non-empty");
+                let Object::List(replayed) = &entry.object else { panic!("not a list") };
+                list = replayed.clone();
                 let mut image = Vec::new();
                 spliced.encode(&old, &mut image).unwrap();
                 prop_assert_eq!(&image, &image_of(&list));

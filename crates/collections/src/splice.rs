@@ -18,15 +18,13 @@
 //! (the key would go, and a later push would start a new key), first turns
 //! it into the ordinary decoded entry ([`SplicedList::materialize`]), and
 //! replay goes on as before: the image is byte for byte what decoding and
-//! replaying would have written (tested below against [`List`]).
+//! replaying would have written (tested below against `apply`).
 
 use std::collections::VecDeque;
 
 use crate::error::{Error, Result};
 use crate::op::Op;
 use crate::state::{Access, Entry};
-#[cfg(test)]
-use crate::types::List;
 use crate::types::{resolve_range, ListImage, Object};
 
 /// One touched list, not decoded: its image and the edits at its ends.

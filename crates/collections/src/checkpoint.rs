@@ -334,7 +334,10 @@ fn fold_into(
         return Ok(report);
     }
     // 2. Replay onto the touched keys' previous images, key by key (see
-    // `replay`), decoding each record in place in the log.
+    // `replay`), decoding each record in place in the log. A large list
+    // touched only at its ends is spliced, not decoded (`splice.rs`), for
+    // as long as its operations allow; `lists` holds those.
+    let mut lists: HashMap<&[u8], SplicedList<'_>> = HashMap::new();
     for (_, record) in order.iter() {
         let ops = decode_batch_borrowed(shared.log.payload(record)).map_err(|e| {
             Error::CorruptOperation {
@@ -343,26 +346,29 @@ fn fold_into(
             }
         })?;
         for op in ops {
-            // A large list touched only at its ends is spliced, not
-            // decoded (`splice.rs`), for as long as its operations allow.
             if let Some(key) = splice::target(&op) {
                 working.touch(key, || {
-                    load_image(shared, versions, key, image_key, Load::MaySplice)
+                    let (slot, list) =
+                        load_image(shared, versions, key, image_key, Load::MaySplice)?;
+                    if let Some(list) = list {
+                        lists.insert(key, list);
+                    }
+                    Ok(slot)
                 })?;
-                if working.splice(key, &op) {
+                if lists.get_mut(key).is_some_and(|list| list.apply(&op)) {
                     continue;
                 }
             }
             for key in op.keys().into_iter().flatten() {
                 working.touch(key, || {
-                    load_image(shared, versions, key, image_key, Load::Decode)
+                    Ok(load_image(shared, versions, key, image_key, Load::Decode)?.0)
                 })?;
-                working.materialize(key, |spliced| {
-                    let version = spliced.version;
-                    with_image(shared, key, version, image_key, |value| {
-                        spliced.materialize(object_image(value))
-                    })
-                })?;
+                if let Some(list) = lists.remove(key) {
+                    let entry = with_image(shared, key, list.version, image_key, |value| {
+                        list.materialize(object_image(value))
+                    })?;
+                    working.materialized(key, entry);
+                }
             }
             apply(working, op);
         }
@@ -375,10 +381,10 @@ fn fold_into(
         }
         match (&slot.entry, slot.imaged) {
             (Some(entry), _) => encode_image_into(Some(entry), image),
-            (None, _) if slot.spliced.is_some() => {
+            (None, _) if slot.spliced => {
                 // Written in parts: the old image's middle goes from the
                 // images store straight to the new record.
-                let spliced = slot.spliced.as_ref().expect("checked");
+                let spliced = &lists[&key[..]];
                 image_key_into(version, key, new_key);
                 let written = with_image(shared, key, spliced.version, image_key, |old| {
                     image.clear();
@@ -507,38 +513,40 @@ enum Load {
 }
 
 /// A key's entry as of the committed checkpoint: its image decoded straight
-/// from the images store (no copy of the value), or a large list spliced
-/// (with [`Load::MaySplice`]); `image_key` a buffer.
-fn load_image(
+/// from the images store (no copy of the value), or, with
+/// [`Load::MaySplice`], a large list spliced (the slot marked, the list
+/// returned beside it); `image_key` a buffer.
+fn load_image<'log>(
     shared: &CollectionsState,
     versions: &HashMap<Bytes, u64>,
     key: &[u8],
     image_key: &mut Vec<u8>,
     load: Load,
-) -> Result<Slot> {
+) -> Result<(Slot, Option<SplicedList<'log>>)> {
     let Some(&version) = versions.get(key) else {
-        return Ok(Slot::new(None, None));
+        return Ok((Slot::new(None, None), None));
     };
     with_image(shared, key, version, image_key, |value| {
         if load == Load::MaySplice && value.len() >= shared.options.splice_list_bytes {
-            if let Some(entry) = decode_image_header(key, value)? {
-                let spliced =
-                    SplicedList::read(version, entry, object_image(value)).map_err(|e| {
+            if let Some(expire_at_ms) = decode_image_header(key, value)? {
+                let list =
+                    SplicedList::read(version, expire_at_ms, object_image(value)).map_err(|e| {
                         Error::CorruptImage {
                             key: String::from_utf8_lossy(key).into_owned(),
                             what: e.to_string(),
                         }
                     })?;
-                if let Some(spliced) = spliced {
-                    return Ok(Slot {
+                if let Some(list) = list {
+                    let slot = Slot {
                         entry: None,
                         imaged: Some(version),
-                        spliced: Some(spliced),
-                    });
+                        spliced: true,
+                    };
+                    return Ok((slot, Some(list)));
                 }
             }
         }
-        Ok(Slot::new(decode_image(key, value)?, Some(version)))
+        Ok((Slot::new(decode_image(key, value)?, Some(version)), None))
     })
 }
 

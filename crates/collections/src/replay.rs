@@ -39,6 +39,11 @@ pub(crate) fn order(
     order: &mut Vec<(u64, Located)>,
 ) -> Result<u64> {
     order.clear();
+    // Room for every record at once: grown by doubling, a checkpoint of
+    // 700,000 records copied its table some twenty times into pages the
+    // kernel zeroed first (a checkpoint's scratch is not kept at that
+    // size: `checkpoint.rs`).
+    order.reserve(records.len());
     let mut joined = Groups::default();
     for record in records {
         if record.seq <= covered {

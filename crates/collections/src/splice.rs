@@ -28,17 +28,21 @@ use crate::state::{Access, Entry};
 use crate::types::{resolve_range, ListImage, Object};
 
 /// One touched list, not decoded: its image and the edits at its ends.
+/// The pushed elements are borrowed from the archived log the checkpoint
+/// replays (`'log`), which stays mapped until the checkpoint ends: a
+/// queue's checkpoint copied every element pushed since the last one into
+/// an allocation of its own before writing it out.
 #[derive(Debug)]
-pub(crate) struct SplicedList {
+pub(crate) struct SplicedList<'log> {
     /// The version of the image it splices (the key's image before this
     /// checkpoint).
     pub version: u64,
     image: ListImage,
     expire_at_ms: u64,
     /// Elements pushed at the head since the image, head first.
-    front: VecDeque<Box<[u8]>>,
+    front: VecDeque<&'log [u8]>,
     /// Elements pushed at the tail since the image, head first.
-    back: VecDeque<Box<[u8]>>,
+    back: VecDeque<&'log [u8]>,
     /// The image's elements popped from the head and from the tail.
     skip_front: u64,
     skip_back: u64,
@@ -46,21 +50,21 @@ pub(crate) struct SplicedList {
 
 /// The key of an operation a [`SplicedList`] may take: a push, pop or
 /// trim of one list.
-pub(crate) fn target<'o>(op: &Op<&'o [u8]>) -> Option<&'o [u8]> {
+pub(crate) fn target<'log>(op: &Op<&'log [u8]>) -> Option<&'log [u8]> {
     match op {
         Op::ListPush { key, .. } | Op::ListPop { key, .. } | Op::ListTrim { key, .. } => Some(key),
         _ => None,
     }
 }
 
-impl SplicedList {
+impl<'log> SplicedList<'log> {
     /// The list in `object_image` (an object's image, as the images store
     /// holds it after its header), or `None` when it is not a list.
     pub fn read(
         version: u64,
         expire_at_ms: u64,
         object_image: &[u8],
-    ) -> std::result::Result<Option<SplicedList>, crate::types::DecodeError> {
+    ) -> std::result::Result<Option<SplicedList<'log>>, crate::types::DecodeError> {
         Ok(ListImage::read(object_image)?.map(|image| SplicedList {
             version,
             image,
@@ -85,12 +89,12 @@ impl SplicedList {
     /// non-empty, as `apply` would; false (and nothing changed) otherwise:
     /// then the caller materializes the list and applies `op` the ordinary
     /// way.
-    pub fn apply(&mut self, op: &Op<&[u8]>) -> bool {
+    pub fn apply(&mut self, op: &Op<&'log [u8]>) -> bool {
         match *op {
             Op::ListPush {
                 front, ref values, ..
             } => {
-                let values = values.iter().map(|&value| Box::<[u8]>::from(value));
+                let values = values.iter().copied();
                 if front {
                     // Each value goes to the head in turn: the last first.
                     for value in values {
@@ -198,8 +202,8 @@ impl SplicedList {
         };
         list.pop_front(self.skip_front as usize);
         list.pop_back(self.skip_back as usize);
-        list.push_front(self.front.into_iter().rev());
-        list.push_back(self.back);
+        list.push_front(self.front.into_iter().rev().map(Box::from));
+        list.push_back(self.back.into_iter().map(Box::from));
         Ok(Entry {
             object: Object::List(list),
             expire_at_ms: self.expire_at_ms,

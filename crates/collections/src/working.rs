@@ -16,8 +16,7 @@ use hashbrown::hash_map::EntryRef;
 use hashbrown::HashMap;
 
 use crate::error::Result;
-use crate::op::{Bytes, Op};
-use crate::splice::SplicedList;
+use crate::op::Bytes;
 use crate::state::{Entry, Keys};
 
 /// Key slots the working set keeps between checkpoints, at most (the
@@ -32,9 +31,10 @@ pub(crate) struct Slot {
     /// The version of the key's image before this checkpoint, if it had
     /// one (then the checkpoint supersedes it, or hides it by a tombstone).
     pub imaged: Option<u64>,
-    /// A large list the log touched only at its ends so far, not decoded
-    /// (`splice.rs`); `entry` is `None` meanwhile, and the key is present.
-    pub spliced: Option<SplicedList>,
+    /// A large list the log touched only at its ends so far, not decoded:
+    /// the checkpoint holds its `SplicedList` (`splice.rs`); `entry` is
+    /// `None` meanwhile, and the key is present.
+    pub spliced: bool,
 }
 
 impl Slot {
@@ -43,13 +43,13 @@ impl Slot {
         Slot {
             entry,
             imaged,
-            spliced: None,
+            spliced: false,
         }
     }
 
     /// Whether the key exists as replay has left it.
     pub fn present(&self) -> bool {
-        self.entry.is_some() || self.spliced.is_some()
+        self.entry.is_some() || self.spliced
     }
 }
 
@@ -88,28 +88,13 @@ impl WorkingSet {
         self.slots.len()
     }
 
-    /// Applies `op` to `key`'s spliced list, if it has one and the list
-    /// takes it ([`SplicedList::apply`]); false otherwise.
-    pub fn splice(&mut self, key: &[u8], op: &Op<&[u8]>) -> bool {
-        self.slots
-            .get_mut(key)
-            .and_then(|slot| slot.spliced.as_mut())
-            .is_some_and(|spliced| spliced.apply(op))
-    }
-
-    /// Turns `key`'s spliced list, if it has one, into an ordinary entry:
-    /// `decode` gets the list and returns the entry.
-    pub fn materialize(
-        &mut self,
-        key: &[u8],
-        decode: impl FnOnce(SplicedList) -> Result<Entry>,
-    ) -> Result<()> {
-        if let Some(slot) = self.slots.get_mut(key) {
-            if let Some(spliced) = slot.spliced.take() {
-                slot.entry = Some(decode(spliced)?);
-            }
-        }
-        Ok(())
+    /// Gives `key`, whose list was spliced, its ordinary entry (the list
+    /// decoded and its edits replayed).
+    pub fn materialized(&mut self, key: &[u8], entry: Entry) {
+        let slot = self.slots.get_mut(key).expect("a spliced key is touched");
+        debug_assert!(slot.spliced);
+        slot.spliced = false;
+        slot.entry = Some(entry);
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &Slot)> {
@@ -123,19 +108,19 @@ impl WorkingSet {
 impl Keys for WorkingSet {
     fn get(&self, key: &[u8]) -> Option<&Entry> {
         let slot = self.slots.get(key)?;
-        debug_assert!(slot.spliced.is_none(), "a spliced list read by apply");
+        debug_assert!(!slot.spliced, "a spliced list read by apply");
         slot.entry.as_ref()
     }
 
     fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
         let slot = self.slots.get_mut(key)?;
-        debug_assert!(slot.spliced.is_none(), "a spliced list changed by apply");
+        debug_assert!(!slot.spliced, "a spliced list changed by apply");
         slot.entry.as_mut()
     }
 
     fn take(&mut self, key: &[u8]) -> Option<Entry> {
         let slot = self.slots.get_mut(key)?;
-        debug_assert!(slot.spliced.is_none(), "a spliced list taken by apply");
+        debug_assert!(!slot.spliced, "a spliced list taken by apply");
         slot.entry.take()
     }
 

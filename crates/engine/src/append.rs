@@ -193,9 +193,14 @@ pub fn append_extent(
     append_extent_record(store, key, Some(value), seq, tail)
 }
 
-/// [`append_extent`] of a value given in `parts` (`write::put_parts`).
-pub fn append_extent_parts(store: &StoreState, key: &[u8], parts: &[&[u8]]) -> Result<(u64, u64)> {
-    let value_len: usize = parts.iter().map(|part| part.len()).sum();
+/// [`append_extent`] of a value of `value_len` bytes that `write` writes
+/// piece by piece (`write::put_written`).
+pub fn append_extent_written(
+    store: &StoreState,
+    key: &[u8],
+    value_len: usize,
+    write: impl FnOnce(&mut record::ValueWriter<'_>),
+) -> Result<(u64, u64)> {
     let size = record::encoded_bytes(key.len(), value_len);
     let blocks = (BLOCK_HEADER_BYTES + size).div_ceil(store.space.block_bytes) as u32;
     let head = store.space.take_run(blocks)?;
@@ -205,7 +210,9 @@ pub fn append_extent_parts(store: &StoreState, key: &[u8], parts: &[&[u8]]) -> R
     store.appended_bytes.add(size as i64);
     let seq = store.seq.fetch_add(1, Ordering::Relaxed);
     let region = store.region();
-    record::write_parts(region, at, generation, seq, key, parts);
+    let mut writer = record::ValueWriter::in_record(region, at, key.len(), value_len);
+    write(&mut writer);
+    writer.into_record(at, generation, seq, key, value_len);
     region.persist(at, size);
     if store.space.retirement.is_some() {
         let start = store.space.block_offset(head).0;

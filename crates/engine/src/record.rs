@@ -143,7 +143,7 @@ pub fn write(
     key: &[u8],
     value: &[u8],
 ) -> u64 {
-    write_record(region, at, generation, seq, key, &[value], 0)
+    write_record(region, at, generation, seq, key, value, 0)
 }
 
 /// Writes a tombstone for `key` at `at` (not persisted). Returns its size.
@@ -172,7 +172,7 @@ pub fn write_batch_header(
         generation,
         seq,
         &[],
-        &[&count.to_le_bytes()],
+        &count.to_le_bytes(),
         BATCH_KEY_LEN_BIT,
     )
 }
@@ -183,18 +183,109 @@ pub fn batch_count(region: &Region, at: PmemOffset, header: &Header) -> u64 {
     u64::from_le_bytes(value(region, at, header).try_into().expect("8 bytes"))
 }
 
-/// Writes a record whose value is `parts` one after the other (not
-/// persisted): the record [`write`] would write of their concatenation,
-/// without the caller building it. Returns its size.
-pub fn write_parts(
-    region: &Region,
-    at: PmemOffset,
-    generation: u32,
-    seq: u64,
-    key: &[u8],
-    parts: &[&[u8]],
-) -> u64 {
-    write_record(region, at, generation, seq, key, parts, 0)
+/// Writes a value piece by piece (`Store::put_written`), its checksum
+/// appended as it goes: small pieces are gathered and written 64 KiB at a
+/// time, large ones directly. Into a record ([`ValueWriter::into_record`]
+/// writes its header once the value is whole), or, for a value small
+/// enough for a log block, into memory ([`ValueWriter::into_bytes`]).
+pub struct ValueWriter<'r> {
+    /// The record's region and where its value's next byte goes; None:
+    /// gathered in `staged` whole.
+    target: Option<(&'r Region, PmemOffset)>,
+    /// Bytes the caller declared and has not written yet.
+    left: usize,
+    crc: u32,
+    staged: Vec<u8>,
+}
+
+/// What [`ValueWriter`] gathers before writing to the region.
+const STAGED_BYTES: usize = 64 << 10;
+
+impl<'r> ValueWriter<'r> {
+    /// A writer of `len` bytes into memory.
+    pub fn in_memory(len: usize) -> ValueWriter<'static> {
+        ValueWriter {
+            target: None,
+            left: len,
+            crc: 0,
+            staged: Vec::with_capacity(len),
+        }
+    }
+
+    /// A writer of `len` bytes into the value of the record at `at` (for
+    /// a key of `key_len` bytes).
+    pub fn in_record(region: &'r Region, at: PmemOffset, key_len: usize, len: usize) -> Self {
+        ValueWriter {
+            target: Some((region, at.add(value_offset(key_len)))),
+            left: len,
+            crc: 0,
+            staged: Vec::with_capacity(STAGED_BYTES.min(len)),
+        }
+    }
+
+    /// Appends `bytes` to the value. Panics past the declared length: the
+    /// caller computed it from what it writes.
+    pub fn write(&mut self, bytes: &[u8]) {
+        assert!(
+            bytes.len() + self.staged.len() <= self.left,
+            "a value written past its declared length"
+        );
+        if self.target.is_none() {
+            self.staged.extend_from_slice(bytes);
+            return;
+        }
+        if self.staged.len() + bytes.len() > STAGED_BYTES {
+            self.flush();
+        }
+        if bytes.len() >= STAGED_BYTES {
+            self.store(bytes);
+        } else {
+            self.staged.extend_from_slice(bytes);
+        }
+    }
+
+    fn flush(&mut self) {
+        let staged = std::mem::take(&mut self.staged);
+        self.store(&staged);
+        self.staged = staged;
+        self.staged.clear();
+    }
+
+    fn store(&mut self, bytes: &[u8]) {
+        let (region, at) = self.target.as_mut().expect("a record's writer");
+        region.write(*at, bytes);
+        *at = at.add(bytes.len() as u64);
+        self.crc = crc32c::crc32c_append(self.crc, bytes);
+        self.left -= bytes.len();
+    }
+
+    /// Bytes declared and not written yet (0 once the value is whole).
+    pub fn left(&self) -> usize {
+        self.left - self.staged.len()
+    }
+
+    /// The value gathered in memory.
+    pub fn into_bytes(self) -> Vec<u8> {
+        debug_assert!(self.target.is_none());
+        self.staged
+    }
+
+    /// Ends the record at `at` whose value this wrote: its header, with
+    /// the value's checksum (not persisted). Returns the record's size.
+    /// Panics if the value is not whole.
+    pub fn into_record(
+        mut self,
+        at: PmemOffset,
+        generation: u32,
+        seq: u64,
+        key: &[u8],
+        value_len: usize,
+    ) -> u64 {
+        self.flush();
+        assert_eq!(self.left, 0, "a value written short of its declared length");
+        let (region, _) = self.target.expect("a record's writer");
+        write_head(region, at, generation, seq, key, value_len, self.crc, 0)
+    }
 }
 
 fn write_record(
@@ -203,17 +294,40 @@ fn write_record(
     generation: u32,
     seq: u64,
     key: &[u8],
-    parts: &[&[u8]],
+    value: &[u8],
     kind: u32,
 ) -> u64 {
-    let value_len: usize = parts.iter().map(|part| part.len()).sum();
+    debug_assert!(kind != TOMBSTONE_KEY_LEN_BIT || value.is_empty());
+    region.write(at.add(value_offset(key.len())), value);
+    let crc_value = crc32c::crc32c(value);
+    write_head(
+        region,
+        at,
+        generation,
+        seq,
+        key,
+        value.len(),
+        crc_value,
+        kind,
+    )
+}
+
+/// A record's header and key, for a value of `value_len` bytes whose
+/// checksum is `crc_value` (not persisted). Returns the record's size.
+#[allow(clippy::too_many_arguments)]
+fn write_head(
+    region: &Region,
+    at: PmemOffset,
+    generation: u32,
+    seq: u64,
+    key: &[u8],
+    value_len: usize,
+    crc_value: u32,
+    kind: u32,
+) -> u64 {
     debug_assert!(key.len() <= MAX_KEY_BYTES);
-    debug_assert!(kind != TOMBSTONE_KEY_LEN_BIT || value_len == 0);
     debug_assert!(value_len <= MAX_VALUE_BYTES);
     debug_assert!(at.0.is_multiple_of(8));
-    let crc_value = parts
-        .iter()
-        .fold(0, |crc, part| crc32c::crc32c_append(crc, part));
     let mut header = [0u8; HEADER_BYTES as usize];
     header[0..8].copy_from_slice(&((generation as u64) << 32).to_le_bytes());
     header[12..16].copy_from_slice(&crc_value.to_le_bytes());
@@ -225,11 +339,6 @@ fn write_record(
     header[8..12].copy_from_slice(&crc_header.to_le_bytes());
     region.write(at, &header);
     region.write(at.add(HEADER_BYTES), key);
-    let mut value_at = at.add(value_offset(key.len()));
-    for part in parts {
-        region.write(value_at, part);
-        value_at = value_at.add(part.len() as u64);
-    }
     encoded_bytes(key.len(), value_len)
 }
 

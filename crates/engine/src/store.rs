@@ -261,11 +261,29 @@ impl Store {
         write::put(&self.state, key, value, |old| old.unwrap_or(0))
     }
 
-    /// `put` of the value made of `parts` one after the other, without the
-    /// caller joining them: a large value is written to the store part by
-    /// part (a part may be borrowed from this store's own values).
+    /// `put` of a value of `value_len` bytes that `write` writes piece by
+    /// piece, without the caller building it: a large value goes into the
+    /// store as it is written (a piece may be borrowed from this store's
+    /// own values). `write` must write exactly `value_len` bytes; more or
+    /// fewer is a bug in the caller, and panics.
+    pub fn put_written(
+        &self,
+        key: &[u8],
+        value_len: usize,
+        write: impl FnOnce(&mut crate::record::ValueWriter<'_>),
+    ) -> Result<bool> {
+        write::put_written(&self.state, key, value_len, write)
+    }
+
+    /// `put` of the value made of `parts` one after the other
+    /// ([`Store::put_written`] of each part in turn).
     pub fn put_parts(&self, key: &[u8], parts: &[&[u8]]) -> Result<bool> {
-        write::put_parts(&self.state, key, parts)
+        let len = parts.iter().map(|part| part.len()).sum();
+        self.put_written(key, len, |writer| {
+            for part in parts {
+                writer.write(part);
+            }
+        })
     }
 
     /// `put`, with the key's access field set to `access(old)` (old: None

@@ -69,13 +69,19 @@ fn put_appended(
     Ok(is_new)
 }
 
-/// [`put`] of the value made of `parts` one after the other, which the
-/// caller need not build: a large value goes to its extent part by part
-/// (the checkpointer's spliced list images: most of one is a range of the
-/// previous image, copied from the store itself). A value that fits a log
-/// block is joined first and put as usual.
-pub fn put_parts(store: &StoreState, key: &[u8], parts: &[&[u8]]) -> Result<bool> {
-    let value_len: usize = parts.iter().map(|part| part.len()).sum();
+/// [`put`] of a value of `value_len` bytes that `write` writes piece by
+/// piece, which the caller need not build: a large value goes to its
+/// extent as it is written (the checkpointer's spliced list images: most
+/// of one is a range of the previous image, read from the store itself,
+/// and the rest elements borrowed from the operation log). A value that
+/// fits a log block is gathered first and put as usual. `write` must write
+/// exactly `value_len` bytes (else a panic: the caller's bug).
+pub fn put_written(
+    store: &StoreState,
+    key: &[u8],
+    value_len: usize,
+    write: impl FnOnce(&mut record::ValueWriter<'_>),
+) -> Result<bool> {
     if value_len > MAX_VALUE_BYTES {
         return Err(Error::ValueTooLarge {
             len: value_len,
@@ -83,14 +89,21 @@ pub fn put_parts(store: &StoreState, key: &[u8], parts: &[&[u8]]) -> Result<bool
         });
     }
     if record::encoded_bytes(key.len(), value_len) <= store.space.log_payload_bytes() {
-        return put(store, key, &parts.concat(), |old| old.unwrap_or(0));
+        let mut writer = record::ValueWriter::in_memory(value_len);
+        write(&mut writer);
+        assert_eq!(
+            writer.left(),
+            0,
+            "a value written short of its declared length"
+        );
+        return put(store, key, &writer.into_bytes(), |old| old.unwrap_or(0));
     }
     check_sizes(key, &[])?;
     put_appended(
         store,
         key,
         |old| old.unwrap_or(0),
-        || append::append_extent_parts(store, key, parts),
+        || append::append_extent_written(store, key, value_len, write),
     )
 }
 

@@ -1,8 +1,9 @@
-//! `Store::put_parts`: a value given in parts is stored as their
-//! concatenation, whichever path it takes (a log block when it fits, an
-//! extent written part by part when not), survives reopening (recovery
-//! checks the record's checksum over the whole value), and may take a part
-//! from the store's own values.
+//! `Store::put_written` and `put_parts`: a value written piece by piece is
+//! stored as their concatenation, whichever path it takes (a log block
+//! when it fits, an extent written as the pieces come when not), survives
+//! reopening (recovery checks the record's checksum over the whole value),
+//! and may take a piece from the store's own values; a writer that writes
+//! more or less than it declared is stopped.
 
 mod common;
 
@@ -66,4 +67,47 @@ fn parts_too_large_together_are_refused() {
         other => panic!("{other:?}"),
     }
     assert!(store.get(b"k").unwrap().is_none());
+}
+
+#[test]
+fn many_small_pieces_and_large_ones_make_one_value() {
+    let dir = tempfile::tempdir().unwrap();
+    // Pieces of every size around the writer's 64 KiB staging: small ones
+    // gathered across several flushes, one larger than the staging.
+    let pieces: Vec<Vec<u8>> = (0..3000u64)
+        .map(|i| pattern(i, (i as usize * 37) % 301))
+        .chain([pattern(9999, 200_000), b"end".to_vec()])
+        .collect();
+    let value = pieces.concat();
+    {
+        let store = Store::open(dir.path(), small_options()).unwrap();
+        store
+            .put_written(b"k", value.len(), |writer| {
+                for piece in &pieces {
+                    writer.write(piece);
+                }
+                assert_eq!(writer.left(), 0);
+            })
+            .unwrap();
+        assert_eq!(store.get(b"k").unwrap().unwrap(), value);
+        store.close().unwrap();
+    }
+    let store = Store::open(dir.path(), small_options()).unwrap();
+    assert_eq!(store.get(b"k").unwrap().unwrap(), value);
+}
+
+#[test]
+#[should_panic(expected = "past its declared length")]
+fn writing_past_the_declared_length_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), small_options()).unwrap();
+    let _ = store.put_written(b"k", 200_000, |writer| writer.write(&vec![1; 200_001]));
+}
+
+#[test]
+#[should_panic(expected = "short of its declared")]
+fn writing_short_of_the_declared_length_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), small_options()).unwrap();
+    let _ = store.put_written(b"k", 200_000, |writer| writer.write(&[1; 10]));
 }

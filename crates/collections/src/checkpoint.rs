@@ -133,10 +133,8 @@ struct Scratch {
     /// The image being written, and its key.
     image: Vec<u8>,
     image_key: Vec<u8>,
-    /// A spliced list's new key (while `image_key` names its old image),
-    /// and its pushed tail.
+    /// A spliced list's new key (while `image_key` names its old image).
     new_key: Vec<u8>,
-    tail: Vec<u8>,
 }
 
 /// What one checkpoint did.
@@ -274,9 +272,6 @@ fn fold(
     if scratch.image.capacity() > RETAINED_IMAGE_BYTES {
         scratch.image = Vec::new();
     }
-    if scratch.tail.capacity() > RETAINED_IMAGE_BYTES {
-        scratch.tail = Vec::new();
-    }
     result
 }
 
@@ -317,7 +312,6 @@ fn fold_into(
         image,
         image_key,
         new_key,
-        tail,
     } = scratch;
     shared.log.locate(segments, records);
     // C3: the cut archived no record numbered after it.
@@ -382,17 +376,21 @@ fn fold_into(
         match (&slot.entry, slot.imaged) {
             (Some(entry), _) => encode_image_into(Some(entry), image),
             (None, _) if slot.spliced => {
-                // Written in parts: the old image's middle goes from the
-                // images store straight to the new record.
-                let spliced = &lists[&key[..]];
+                // Written as it is made: the old image's middle from the
+                // images store, the pushed elements from the log, straight
+                // into the new record.
+                let list = &lists[&key[..]];
                 image_key_into(version, key, new_key);
-                let written = with_image(shared, key, spliced.version, image_key, |old| {
+                let written = with_image(shared, key, list.version, image_key, |old| {
+                    let middle = list.middle(object_image(old))?;
                     image.clear();
-                    encode_header_into(spliced.expire_at_ms(), image);
-                    tail.clear();
-                    let middle = spliced.encode_split(object_image(old), image, tail)?;
-                    shared.images.put_parts(new_key, &[image, middle, tail])?;
-                    Ok(image.len() + middle.len() + tail.len())
+                    encode_header_into(list.expire_at_ms(), image);
+                    let bytes = image.len() + list.image_bytes(middle);
+                    shared.images.put_written(new_key, bytes, |writer| {
+                        writer.write(image);
+                        list.write(middle, &mut |piece| writer.write(piece));
+                    })?;
+                    Ok(bytes)
                 })?;
                 report.image_bytes += written as u64;
                 report.keys_written += 1;

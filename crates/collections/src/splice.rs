@@ -152,39 +152,51 @@ impl<'log> SplicedList<'log> {
 
     /// The list's new image (an object image: what follows the images
     /// store's header) into `out`, `object_image` being the old one (the
-    /// tests' form of [`SplicedList::encode_split`]).
+    /// tests' form of [`SplicedList::write`]).
     #[cfg(test)]
     pub fn encode(&self, object_image: &[u8], out: &mut Vec<u8>) -> Result<()> {
-        let mut tail = Vec::new();
-        let middle = self.encode_split(object_image, out, &mut tail)?;
-        out.extend_from_slice(middle);
-        out.extend_from_slice(&tail);
+        let middle = self.middle(object_image)?;
+        let before = out.len();
+        self.write(middle, &mut |bytes| out.extend_from_slice(bytes));
+        debug_assert_eq!(out.len() - before, self.image_bytes(middle));
         Ok(())
     }
 
-    /// The new image in three parts, without copying the old image's
-    /// middle: the list's header and pushed head appended to `head`, its
-    /// pushed tail to `tail`, and the middle returned as it lies in
-    /// `object_image` (the images store writes the three one after the
-    /// other: `Store::put_parts`).
-    pub fn encode_split<'a>(
-        &self,
-        object_image: &'a [u8],
-        head: &mut Vec<u8>,
-        tail: &mut Vec<u8>,
-    ) -> Result<&'a [u8]> {
-        let middle = self
-            .image
+    /// The old image's elements still in the list, as they lie in
+    /// `object_image` (each a length and its bytes), found by stepping over
+    /// the lengths: nothing decoded, nothing copied.
+    pub fn middle<'i>(&self, object_image: &'i [u8]) -> Result<&'i [u8]> {
+        self.image
             .middle(object_image, self.skip_front, self.skip_back)
-            .map_err(|e| corrupt(e.to_string()))?;
-        ListImage::write_header(self.len(), head);
+            .map_err(|e| corrupt(e.to_string()))
+    }
+
+    /// The bytes of the new image, `middle` being [`SplicedList::middle`].
+    pub fn image_bytes(&self, middle: &[u8]) -> usize {
+        let pushed: usize = self
+            .front
+            .iter()
+            .chain(&self.back)
+            .map(|element| ListImage::element_bytes(element))
+            .sum();
+        ListImage::header_bytes(self.len()) + pushed + middle.len()
+    }
+
+    /// Writes the new image through `write`: the header, the pushed head,
+    /// `middle`, the pushed tail. The images store takes the pieces
+    /// straight into the new record (`Store::put_written`): nothing of a
+    /// queue's checkpoint is assembled in DRAM.
+    pub fn write(&self, middle: &[u8], write: &mut impl FnMut(&[u8])) {
+        let mut header = Vec::with_capacity(ListImage::header_bytes(self.len()));
+        ListImage::write_header(self.len(), &mut header);
+        write(&header);
         for element in &self.front {
-            ListImage::write_element(head, element);
+            ListImage::write_element(element, write);
         }
+        write(middle);
         for element in &self.back {
-            ListImage::write_element(tail, element);
+            ListImage::write_element(element, write);
         }
-        Ok(middle)
     }
 
     /// The expiry the image carries (unchanged: no push, pop or trim

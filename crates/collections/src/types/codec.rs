@@ -530,10 +530,38 @@ impl ListImage {
         write_varint(out, count);
     }
 
-    /// Appends one element as the image holds it.
-    pub fn write_element(out: &mut Vec<u8>, element: &[u8]) {
-        write_string(out, element);
+    /// Writes one element as the image holds it (its length, then its
+    /// bytes) through `write`.
+    pub fn write_element(element: &[u8], write: &mut impl FnMut(&[u8])) {
+        let mut buffer = [0u8; VARINT_MAX_BYTES];
+        let used = varint_into(element.len() as u64, &mut buffer);
+        write(&buffer[..used]);
+        write(element);
     }
+
+    /// The bytes [`ListImage::write_element`] writes for `element`.
+    pub fn element_bytes(element: &[u8]) -> usize {
+        let mut buffer = [0u8; VARINT_MAX_BYTES];
+        varint_into(element.len() as u64, &mut buffer) + element.len()
+    }
+
+    /// The bytes [`ListImage::write_header`] writes for `count`.
+    pub fn header_bytes(count: u64) -> usize {
+        let mut buffer = [0u8; VARINT_MAX_BYTES];
+        2 + varint_into(count, &mut buffer)
+    }
+}
+
+/// `value` as a varint into `buffer`; how many bytes it took.
+fn varint_into(mut value: u64, buffer: &mut [u8; VARINT_MAX_BYTES]) -> usize {
+    let mut used = 0;
+    while value >= 0x80 {
+        buffer[used] = (value as u8 & 0x7f) | 0x80;
+        value >>= 7;
+        used += 1;
+    }
+    buffer[used] = value as u8;
+    used + 1
 }
 
 fn write_varint(out: &mut Vec<u8>, mut value: u64) {

@@ -188,11 +188,13 @@ impl Consumer {
     }
 }
 
-/// A RESP2 request: an array of bulk strings.
+/// A RESP2 request: an array of bulk strings (lengths written in place:
+/// this runs for every XACK, on the client's one core).
 fn encode_command(words: &[&[u8]], out: &mut Vec<u8>) {
-    out.extend_from_slice(format!("*{}\r\n", words.len()).as_bytes());
+    use std::io::Write as _;
+    write!(out, "*{}\r\n", words.len()).expect("writing to a vector");
     for word in words {
-        out.extend_from_slice(format!("${}\r\n", word.len()).as_bytes());
+        write!(out, "${}\r\n", word.len()).expect("writing to a vector");
         out.extend_from_slice(word);
         out.extend_from_slice(b"\r\n");
     }

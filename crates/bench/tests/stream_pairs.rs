@@ -6,15 +6,22 @@
 use engram_bench::stream_pairs::{run, StreamPairsArgs};
 use engram_server::{Config, LogLevel, Server};
 
-fn server(dir: &std::path::Path) -> Server {
-    Server::start(Config {
+/// A server in `dir` whose stream `bench` holds `entries` entries and a
+/// group `g` that has read none, its port, and a connection to it.
+fn filled_server(dir: &std::path::Path, entries: usize) -> (Server, u16, redis::Connection) {
+    let server = Server::start(Config {
         bind: "127.0.0.1".into(),
         port: 0,
         dir: dir.to_path_buf(),
         loglevel: LogLevel::Warning,
         ..Config::default()
     })
-    .expect("server starts")
+    .expect("server starts");
+    let port = server.addr.port();
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let mut con = client.get_connection().unwrap();
+    fill(&mut con, entries);
+    (server, port, con)
 }
 
 fn fill(con: &mut redis::Connection, entries: usize) {
@@ -51,11 +58,7 @@ fn args(port: u16, clients: usize, pairs: u64) -> StreamPairsArgs {
 #[test]
 fn every_pair_acknowledges_what_it_read() {
     let dir = tempfile::tempdir().unwrap();
-    let server = server(dir.path());
-    let port = server.addr.port();
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
-    let mut con = client.get_connection().unwrap();
-    fill(&mut con, 1000);
+    let (server, port, mut con) = filled_server(dir.path(), 1000);
     // 7 connections do not divide 500: the remainder is shared out too.
     let result = run(&args(port, 7, 500)).unwrap();
     assert_eq!(result.pairs, 500);
@@ -93,11 +96,7 @@ fn every_pair_acknowledges_what_it_read() {
 #[test]
 fn a_stream_that_runs_dry_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
-    let server = server(dir.path());
-    let port = server.addr.port();
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
-    let mut con = client.get_connection().unwrap();
-    fill(&mut con, 10);
+    let (server, port, _con) = filled_server(dir.path(), 10);
     let error = run(&args(port, 2, 20)).unwrap_err();
     assert!(
         format!("{error:#}").contains("delivered no entry"),

@@ -360,6 +360,7 @@ fn fold_into(
                 if let Some(list) = lists.remove(key) {
                     let entry = with_image(shared, key, list.version, image_key, |value| {
                         list.materialize(object_image(value))
+                            .map_err(|e| Error::corrupt_image(key, e))
                     })?;
                     working.materialized(key, entry);
                 }
@@ -382,7 +383,9 @@ fn fold_into(
                 let list = &lists[&key[..]];
                 image_key_into(version, key, new_key);
                 let written = with_image(shared, key, list.version, image_key, |old| {
-                    let middle = list.middle(object_image(old))?;
+                    let middle = list
+                        .middle(object_image(old))
+                        .map_err(|e| Error::corrupt_image(key, e))?;
                     image.clear();
                     encode_header_into(list.expire_at_ms(), image);
                     let bytes = image.len() + list.image_bytes(middle);
@@ -527,13 +530,8 @@ fn load_image<'log>(
     with_image(shared, key, version, image_key, |value| {
         if load == Load::MaySplice && value.len() >= shared.options.splice_list_bytes {
             if let Some(expire_at_ms) = decode_image_header(key, value)? {
-                let list =
-                    SplicedList::read(version, expire_at_ms, object_image(value)).map_err(|e| {
-                        Error::CorruptImage {
-                            key: String::from_utf8_lossy(key).into_owned(),
-                            what: e.to_string(),
-                        }
-                    })?;
+                let list = SplicedList::read(version, expire_at_ms, object_image(value))
+                    .map_err(|e| Error::corrupt_image(key, e))?;
                 if let Some(list) = list {
                     let slot = Slot {
                         entry: None,
@@ -560,10 +558,10 @@ fn with_image<T>(
     image_key_into(version, key, image_key);
     match shared.images.get_ref(image_key)? {
         Some(value) => read(&value),
-        None => Err(Error::CorruptImage {
-            key: String::from_utf8_lossy(key).into_owned(),
-            what: format!("image of version {version} is missing"),
-        }),
+        None => Err(Error::corrupt_image(
+            key,
+            format!("image of version {version} is missing"),
+        )),
     }
 }
 

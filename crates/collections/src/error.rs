@@ -30,4 +30,14 @@ pub enum Error {
     InvalidOption(String),
 }
 
+impl Error {
+    /// [`Error::CorruptImage`] of the image of user key `key`.
+    pub fn corrupt_image(key: &[u8], what: impl std::fmt::Display) -> Error {
+        Error::CorruptImage {
+            key: String::from_utf8_lossy(key).into_owned(),
+            what: what.to_string(),
+        }
+    }
+}
+
 pub type Result<T> = std::result::Result<T, Error>;

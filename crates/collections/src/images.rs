@@ -111,15 +111,17 @@ pub fn object_image(value: &[u8]) -> &[u8] {
 
 /// An image's header: the key's expiry, or `None` for a tombstone.
 pub fn decode_image_header(key: &[u8], value: &[u8]) -> Result<Option<u64>> {
-    let bad = |what: String| Error::CorruptImage {
-        key: String::from_utf8_lossy(key).into_owned(),
-        what,
-    };
     if value.len() < VALUE_HEADER_BYTES {
-        return Err(bad(format!("{} bytes is too short", value.len())));
+        return Err(Error::corrupt_image(
+            key,
+            format!("{} bytes is too short", value.len()),
+        ));
     }
     if value[0] != FORMAT {
-        return Err(bad(format!("unknown image format {}", value[0])));
+        return Err(Error::corrupt_image(
+            key,
+            format!("unknown image format {}", value[0]),
+        ));
     }
     if value[1] & TOMBSTONE != 0 {
         return Ok(None);
@@ -134,10 +136,7 @@ pub fn decode_image(key: &[u8], value: &[u8]) -> Result<Option<Entry>> {
     let Some(expire_at_ms) = decode_image_header(key, value)? else {
         return Ok(None);
     };
-    let object = Object::decode(object_image(value)).map_err(|e| Error::CorruptImage {
-        key: String::from_utf8_lossy(key).into_owned(),
-        what: e.to_string(),
-    })?;
+    let object = Object::decode(object_image(value)).map_err(|e| Error::corrupt_image(key, e))?;
     Ok(Some(Entry {
         object,
         expire_at_ms,
@@ -224,10 +223,7 @@ pub fn load(images: &Store, threads: usize) -> Result<Loaded> {
                     .iter()
                     .map(|(key, version)| {
                         let value = images.get(&image_key(*version, key))?.ok_or_else(|| {
-                            Error::CorruptImage {
-                                key: String::from_utf8_lossy(key).into_owned(),
-                                what: "image vanished while loading".into(),
-                            }
+                            Error::corrupt_image(key, "image vanished while loading")
                         })?;
                         Ok((key.clone(), *version, decode_image(key, &value)?))
                     })

@@ -22,10 +22,9 @@
 
 use std::collections::VecDeque;
 
-use crate::error::{Error, Result};
 use crate::op::Op;
 use crate::state::{Access, Entry};
-use crate::types::{resolve_range, ListImage, Object};
+use crate::types::{resolve_range, DecodeError, ListImage, Object};
 
 /// One touched list, not decoded: its image and the edits at its ends.
 /// The pushed elements are borrowed from the archived log the checkpoint
@@ -64,7 +63,7 @@ impl<'log> SplicedList<'log> {
         version: u64,
         expire_at_ms: u64,
         object_image: &[u8],
-    ) -> std::result::Result<Option<SplicedList<'log>>, crate::types::DecodeError> {
+    ) -> Result<Option<SplicedList<'log>>, DecodeError> {
         Ok(ListImage::read(object_image)?.map(|image| SplicedList {
             version,
             image,
@@ -154,7 +153,7 @@ impl<'log> SplicedList<'log> {
     /// store's header) into `out`, `object_image` being the old one (the
     /// tests' form of [`SplicedList::write`]).
     #[cfg(test)]
-    pub fn encode(&self, object_image: &[u8], out: &mut Vec<u8>) -> Result<()> {
+    pub fn encode(&self, object_image: &[u8], out: &mut Vec<u8>) -> Result<(), DecodeError> {
         let middle = self.middle(object_image)?;
         let before = out.len();
         self.write(middle, &mut |bytes| out.extend_from_slice(bytes));
@@ -165,10 +164,9 @@ impl<'log> SplicedList<'log> {
     /// The old image's elements still in the list, as they lie in
     /// `object_image` (each a length and its bytes), found by stepping over
     /// the lengths: nothing decoded, nothing copied.
-    pub fn middle<'i>(&self, object_image: &'i [u8]) -> Result<&'i [u8]> {
+    pub fn middle<'i>(&self, object_image: &'i [u8]) -> Result<&'i [u8], DecodeError> {
         self.image
             .middle(object_image, self.skip_front, self.skip_back)
-            .map_err(|e| corrupt(e.to_string()))
     }
 
     /// The bytes of the new image, `middle` being [`SplicedList::middle`].
@@ -206,11 +204,9 @@ impl<'log> SplicedList<'log> {
     }
 
     /// The ordinary entry: the old image decoded, the edits applied.
-    pub fn materialize(self, object_image: &[u8]) -> Result<Entry> {
-        let Object::List(mut list) =
-            Object::decode(object_image).map_err(|e| corrupt(e.to_string()))?
-        else {
-            return Err(corrupt("a spliced list's image is not a list".into()));
+    pub fn materialize(self, object_image: &[u8]) -> Result<Entry, DecodeError> {
+        let Object::List(mut list) = Object::decode(object_image)? else {
+            unreachable!("the image's kind byte was read as a list's (`SplicedList::read`)");
         };
         list.pop_front(self.skip_front as usize);
         list.pop_back(self.skip_back as usize);
@@ -221,13 +217,6 @@ impl<'log> SplicedList<'log> {
             expire_at_ms: self.expire_at_ms,
             access: Access::default(),
         })
-    }
-}
-
-fn corrupt(what: String) -> Error {
-    Error::CorruptImage {
-        key: "(a spliced list)".into(),
-        what,
     }
 }
 

@@ -10,7 +10,7 @@
 
 use std::sync::atomic::Ordering;
 
-use engram_pmem::PmemOffset;
+use engram_pmem::{PmemOffset, Region};
 
 use crate::block::{state, BlockHeader, BlockKind, BLOCK_HEADER_BYTES};
 use crate::lanes::Lane;
@@ -201,29 +201,21 @@ pub fn append_extent_written(
     value_len: usize,
     write: impl FnOnce(&mut record::ValueWriter<'_>),
 ) -> Result<(u64, u64)> {
-    let size = record::encoded_bytes(key.len(), value_len);
-    let blocks = (BLOCK_HEADER_BYTES + size).div_ceil(store.space.block_bytes) as u32;
-    let head = store.space.take_run(blocks)?;
-    let generation = store.space.start_extent(head, blocks);
-    let at = store.space.block_offset(head).add(BLOCK_HEADER_BYTES);
-    store.space.add_live(head, size);
-    store.appended_bytes.add(size as i64);
-    let seq = store.seq.fetch_add(1, Ordering::Relaxed);
-    let region = store.region();
-    let mut writer = record::ValueWriter::in_record(region, at, key.len(), value_len);
-    write(&mut writer);
-    writer.into_record(at, generation, seq, key, value_len);
-    region.persist(at, size);
-    if store.space.retirement.is_some() {
-        let start = store.space.block_offset(head).0;
-        store.tail.lock().push((start, at.0 + size));
-    }
-    Ok((at.0, seq))
+    append_extent_with(
+        store,
+        key,
+        Some(value_len),
+        None,
+        true,
+        |region, at, generation, seq| {
+            let mut writer = record::ValueWriter::in_record(region, at, key.len(), value_len);
+            write(&mut writer);
+            writer.into_record(at, generation, seq, key, value_len);
+        },
+    )
 }
 
-/// A record (`value`), or a tombstone (None), in an extent of its own. A
-/// tombstone's extent is dead from the start: freed (two rounds later,
-/// under lazy retirement) like any extent whose record was retired.
+/// A record (`value`), or a tombstone (None), in an extent of its own.
 fn append_extent_record(
     store: &StoreState,
     key: &[u8],
@@ -231,28 +223,54 @@ fn append_extent_record(
     seq: Option<u64>,
     tail: bool,
 ) -> Result<(u64, u64)> {
-    let size = record::encoded_bytes(key.len(), value.map_or(0, <[u8]>::len));
+    append_extent_with(
+        store,
+        key,
+        value.map(<[u8]>::len),
+        seq,
+        tail,
+        |region, at, generation, seq| {
+            match value {
+                Some(value) => record::write(region, at, generation, seq, key, value),
+                None => record::write_tombstone(region, at, generation, seq, key),
+            };
+        },
+    )
+}
+
+/// An extent of its own for a record with a value of `value_len` bytes
+/// (None: a tombstone), which `write` writes (not persisted) given the
+/// region, its offset, the extent's generation and the record's sequence
+/// number; persisted here. A tombstone's extent is dead from the start:
+/// freed (two rounds later, under lazy retirement) like any extent whose
+/// record was retired.
+fn append_extent_with(
+    store: &StoreState,
+    key: &[u8],
+    value_len: Option<usize>,
+    seq: Option<u64>,
+    tail: bool,
+    write: impl FnOnce(&Region, PmemOffset, u32, u64),
+) -> Result<(u64, u64)> {
+    let size = record::encoded_bytes(key.len(), value_len.unwrap_or(0));
     let blocks = (BLOCK_HEADER_BYTES + size).div_ceil(store.space.block_bytes) as u32;
     let head = store.space.take_run(blocks)?;
     let generation = store.space.start_extent(head, blocks);
     let at = store.space.block_offset(head).add(BLOCK_HEADER_BYTES);
-    match value {
+    match value_len {
         Some(_) => store.space.add_live(head, size),
         None => store.space.note_tombstone(head),
     }
     store.appended_bytes.add(size as i64);
     let seq = seq.unwrap_or_else(|| store.seq.fetch_add(1, Ordering::Relaxed));
     let region = store.region();
-    match value {
-        Some(value) => record::write(region, at, generation, seq, key, value),
-        None => record::write_tombstone(region, at, generation, seq, key),
-    };
+    write(region, at, generation, seq);
     region.persist(at, size);
     if tail && store.space.retirement.is_some() {
         let start = store.space.block_offset(head).0;
         store.tail.lock().push((start, at.0 + size));
     }
-    if value.is_none() {
+    if value_len.is_none() {
         store.space.free_if_dead(head);
     }
     Ok((at.0, seq))

@@ -275,17 +275,6 @@ impl Store {
         write::put_written(&self.state, key, value_len, write)
     }
 
-    /// `put` of the value made of `parts` one after the other
-    /// ([`Store::put_written`] of each part in turn).
-    pub fn put_parts(&self, key: &[u8], parts: &[&[u8]]) -> Result<bool> {
-        let len = parts.iter().map(|part| part.len()).sum();
-        self.put_written(key, len, |writer| {
-            for part in parts {
-                writer.write(part);
-            }
-        })
-    }
-
     /// `put`, with the key's access field set to `access(old)` (old: None
     /// for a new key). The field is 24 bits (`ACCESS_BITS`) the engine
     /// keeps beside each key in DRAM, never persisted, for the layer above

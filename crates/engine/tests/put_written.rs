@@ -1,4 +1,4 @@
-//! `Store::put_written` and `put_parts`: a value written piece by piece is
+//! `Store::put_written`: a value written piece by piece is
 //! stored as their concatenation, whichever path it takes (a log block
 //! when it fits, an extent written as the pieces come when not), survives
 //! reopening (recovery checks the record's checksum over the whole value),
@@ -9,6 +9,16 @@ mod common;
 
 use common::{largest_log_value, pattern, small_options};
 use engram_engine::{Error, Store};
+
+/// `put_written` of `parts` one after the other.
+fn put_parts(store: &Store, key: &[u8], parts: &[&[u8]]) -> engram_engine::Result<bool> {
+    let len = parts.iter().map(|part| part.len()).sum();
+    store.put_written(key, len, |writer| {
+        for part in parts {
+            writer.write(part);
+        }
+    })
+}
 
 #[test]
 fn parts_are_stored_as_their_concatenation() {
@@ -32,16 +42,14 @@ fn parts_are_stored_as_their_concatenation() {
         let store = Store::open(dir.path(), small_options()).unwrap();
         for (key, parts) in &cases {
             let parts: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
-            assert!(store.put_parts(key, &parts).unwrap(), "new key");
+            assert!(put_parts(&store, key, &parts).unwrap(), "new key");
             assert_eq!(store.get(key).unwrap().unwrap(), parts.concat());
         }
         // A part borrowed from the store's own value, replacing it.
         let own = store.get_ref(b"large").unwrap().unwrap();
         let mut expected = b"head".to_vec();
         expected.extend_from_slice(&own[7..300_007]);
-        assert!(!store
-            .put_parts(b"large", &[b"head", &own[7..300_007]])
-            .unwrap());
+        assert!(!put_parts(&store, b"large", &[b"head", &own[7..300_007]]).unwrap());
         drop(own);
         assert_eq!(store.get(b"large").unwrap().unwrap(), expected);
         store.close().unwrap();
@@ -62,7 +70,7 @@ fn parts_too_large_together_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), small_options()).unwrap();
     let half = vec![0u8; (512 << 20) / 2 + 1];
-    match store.put_parts(b"k", &[&half, &half]) {
+    match put_parts(&store, b"k", &[&half, &half]) {
         Err(Error::ValueTooLarge { len, .. }) => assert_eq!(len, 2 * half.len()),
         other => panic!("{other:?}"),
     }

@@ -35,12 +35,13 @@ use crate::apply::apply;
 use crate::error::{Error, Result};
 use crate::images::{
     decode_image, decode_image_header, encode_header_into, encode_image_into, image_key_into,
-    object_image, write_root,
+    object_image, piece_key_into, write_root,
 };
 use crate::op::{decode_batch_borrowed, Bytes};
 use crate::oplog::Located;
 use crate::replay;
 use crate::splice::{self, SplicedList};
+use crate::types::PieceRun;
 use crate::working::{Slot, WorkingSet};
 use crate::CollectionsState;
 
@@ -133,8 +134,6 @@ struct Scratch {
     /// The image being written, and its key.
     image: Vec<u8>,
     image_key: Vec<u8>,
-    /// A spliced list's new key (while `image_key` names its old image).
-    new_key: Vec<u8>,
 }
 
 /// What one checkpoint did.
@@ -311,7 +310,6 @@ fn fold_into(
         working,
         image,
         image_key,
-        new_key,
     } = scratch;
     shared.log.locate(segments, records);
     // C3: the cut archived no record numbered after it.
@@ -359,8 +357,7 @@ fn fold_into(
                 })?;
                 if let Some(list) = lists.remove(key) {
                     let entry = with_image(shared, key, list.version, image_key, |value| {
-                        list.materialize(object_image(value))
-                            .map_err(|e| Error::corrupt_image(key, e))
+                        list.materialize(&shared.images, key, object_image(value))
                     })?;
                     working.materialized(key, entry);
                 }
@@ -368,35 +365,40 @@ fn fold_into(
             apply(working, op);
         }
     }
-    // 3. New images, durable before the root names them.
+    // 3. New images, durable before the root names them; the pieces the
+    // old images named and the new ones do not, deleted after the commit.
+    let dead = &mut Vec::new();
     let half = working.len() / 2;
     for (n, (key, slot)) in working.iter().enumerate() {
         if n == half {
             crash_point(shared, Step::MidImages)?;
         }
+        if !slot.spliced {
+            dead_pieces(key, &slot.pieces, &[], dead);
+        }
         match (&slot.entry, slot.imaged) {
             (Some(entry), _) => encode_image_into(Some(entry), image),
             (None, _) if slot.spliced => {
-                // Written as it is made: the old image's middle from the
-                // images store, the pushed elements from the log, straight
-                // into the new record.
+                // In pieces: new ones for what was pushed, the old runs
+                // kept where they lie (`pieces.rs`).
                 let list = &lists[&key[..]];
-                image_key_into(version, key, new_key);
                 let written = with_image(shared, key, list.version, image_key, |old| {
-                    let middle = list
-                        .middle(object_image(old))
-                        .map_err(|e| Error::corrupt_image(key, e))?;
-                    image.clear();
-                    encode_header_into(list.expire_at_ms(), image);
-                    let bytes = image.len() + list.image_bytes(middle);
-                    shared.images.put_written(new_key, bytes, |writer| {
-                        writer.write(image);
-                        list.write(middle, &mut |piece| writer.write(piece));
-                    })?;
-                    Ok(bytes)
+                    list.write(
+                        &shared.images,
+                        key,
+                        version,
+                        shared.options.list_piece_bytes,
+                        object_image(old),
+                    )
                 })?;
-                report.image_bytes += written as u64;
+                dead_pieces(key, &slot.pieces, &written.directory.runs, dead);
+                image.clear();
+                encode_header_into(list.expire_at_ms(), image);
+                written.directory.write(image);
+                report.image_bytes += written.piece_bytes + image.len() as u64;
                 report.keys_written += 1;
+                image_key_into(version, key, image_key);
+                shared.images.put(image_key, image)?;
                 continue;
             }
             (None, Some(_)) => {
@@ -444,7 +446,7 @@ fn fold_into(
     // Superseded images go, then tombstones (a tombstone must outlive the
     // image it hides); a crash or an error in between leaves garbage that
     // the next recovery removes.
-    if let Err(error) = remove_garbage(shared, working, version, image_key) {
+    if let Err(error) = remove_garbage(shared, working, version, image_key, dead) {
         if matches!(error, Error::InjectedCrash(_)) {
             return Err(error);
         }
@@ -482,6 +484,7 @@ fn remove_garbage(
     working: &WorkingSet,
     version: u64,
     image_key: &mut Vec<u8>,
+    dead_pieces: &[Vec<u8>],
 ) -> Result<()> {
     let mut tombstones = 0;
     for (key, slot) in working.iter() {
@@ -490,6 +493,9 @@ fn remove_garbage(
             shared.images.delete(image_key)?;
             tombstones += usize::from(!slot.present());
         }
+    }
+    for piece_key in dead_pieces {
+        shared.images.delete(piece_key)?;
     }
     crash_point(shared, Step::BeforeTombstones)?;
     if tombstones > 0 {
@@ -502,6 +508,21 @@ fn remove_garbage(
         }
     }
     Ok(())
+}
+
+/// The keys of the pieces in `old` (those `key`'s image named before this
+/// checkpoint) that `runs` (its new image's) no longer name, onto `dead`.
+fn dead_pieces(key: &[u8], old: &[(u64, u64)], runs: &[PieceRun], dead: &mut Vec<Vec<u8>>) {
+    let mut old = old.to_vec();
+    old.sort_unstable();
+    old.dedup();
+    for (version, seq) in old {
+        if !runs.iter().any(|run| run.piece() == (version, seq)) {
+            let mut piece_key = Vec::new();
+            piece_key_into(version, seq, key, &mut piece_key);
+            dead.push(piece_key);
+        }
+    }
 }
 
 /// How [`load_image`] may hold a list.
@@ -528,22 +549,40 @@ fn load_image<'log>(
         return Ok((Slot::new(None, None), None));
     };
     with_image(shared, key, version, image_key, |value| {
-        if load == Load::MaySplice && value.len() >= shared.options.splice_list_bytes {
+        if load == Load::MaySplice {
             if let Some(expire_at_ms) = decode_image_header(key, value)? {
                 let list = SplicedList::read(version, expire_at_ms, object_image(value))
                     .map_err(|e| Error::corrupt_image(key, e))?;
-                if let Some(list) = list {
+                if let Some(list) = list.filter(|list| {
+                    worth_splicing(list, value.len(), shared.options.splice_list_bytes)
+                }) {
                     let slot = Slot {
                         entry: None,
                         imaged: Some(version),
                         spliced: true,
+                        pieces: list.old_pieces().collect(),
                     };
                     return Ok((slot, Some(list)));
                 }
             }
         }
-        Ok((Slot::new(decode_image(key, value)?, Some(version)), None))
+        let mut pieces = Vec::new();
+        let entry = decode_image(&shared.images, key, value, &mut pieces)?;
+        let mut slot = Slot::new(entry, Some(version));
+        slot.pieces = pieces;
+        Ok((slot, None))
     })
+}
+
+/// Whether `list` (its image `image_bytes` long) is spliced rather than
+/// decoded: a whole image from `splice_list_bytes` on; a list in pieces
+/// unless it has shrunk below half of that (then it is decoded, and written
+/// whole again: a few elements need not keep pieces alive).
+fn worth_splicing(list: &SplicedList<'_>, image_bytes: usize, splice_list_bytes: usize) -> bool {
+    match list.pieces_bytes() {
+        None => image_bytes >= splice_list_bytes,
+        Some(bytes) => bytes >= (splice_list_bytes / 2) as u64,
+    }
 }
 
 /// Runs `read` on `key`'s image of `version`, in place in the images

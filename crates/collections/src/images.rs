@@ -17,7 +17,14 @@
 //! "root"                          version (8 bytes LE)
 //! 'i' ++ version (8 BE) ++ key    format (1 byte, 1) ++ flags (1 byte: 1 = tombstone)
 //!                                 ++ expire_at_ms (8 bytes LE) ++ object image (codec)
+//! 'p' ++ version (8 BE)           elements of a list in pieces (`pieces.rs`)
+//!     ++ seq (8 BE) ++ key
 //! ```
+//!
+//! A large list's image is a directory of runs of elements held in pieces,
+//! so that a checkpoint writes only the elements pushed since the last one
+//! (`pieces.rs`). A piece belongs to no version of its own: it lives as long
+//! as a live image names it, and a piece no live image names is garbage.
 
 use std::sync::Mutex;
 
@@ -27,10 +34,11 @@ use hashbrown::HashMap;
 use crate::error::{Error, Result};
 use crate::op::Bytes;
 use crate::state::{Access, Entry};
-use crate::types::Object;
+use crate::types::{Object, PieceRun, PiecesImage};
 
 pub const ROOT_KEY: &[u8] = b"root";
 const IMAGE_TAG: u8 = b'i';
+const PIECE_TAG: u8 = b'p';
 const FORMAT: u8 = 1;
 const TOMBSTONE: u8 = 1;
 const VALUE_HEADER_BYTES: usize = 10;
@@ -48,6 +56,26 @@ pub fn image_key_into(version: u64, key: &[u8], out: &mut Vec<u8>) {
     out.push(IMAGE_TAG);
     out.extend_from_slice(&version.to_be_bytes());
     out.extend_from_slice(key);
+}
+
+/// The key of piece `seq` that checkpoint `version` wrote for `key`, into
+/// `out` (replacing its contents).
+pub fn piece_key_into(version: u64, seq: u64, key: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.push(PIECE_TAG);
+    out.extend_from_slice(&version.to_be_bytes());
+    out.extend_from_slice(&seq.to_be_bytes());
+    out.extend_from_slice(key);
+}
+
+/// (version, seq, user key) of a piece key.
+pub fn parse_piece_key(piece_key: &[u8]) -> Option<(u64, u64, &[u8])> {
+    if piece_key.len() < 17 || piece_key[0] != PIECE_TAG {
+        return None;
+    }
+    let version = u64::from_be_bytes(piece_key[1..9].try_into().expect("8 bytes"));
+    let seq = u64::from_be_bytes(piece_key[9..17].try_into().expect("8 bytes"));
+    Some((version, seq, &piece_key[17..]))
 }
 
 /// (version, user key) of an image key.
@@ -131,12 +159,27 @@ pub fn decode_image_header(key: &[u8], value: &[u8]) -> Result<Option<u64>> {
     )))
 }
 
-/// The entry an image holds (`None`: a tombstone).
-pub fn decode_image(key: &[u8], value: &[u8]) -> Result<Option<Entry>> {
+/// The entry an image holds (`None`: a tombstone), a list in pieces read
+/// from `images`; the pieces it names are added to `pieces`.
+pub fn decode_image(
+    images: &Store,
+    key: &[u8],
+    value: &[u8],
+    pieces: &mut Vec<(u64, u64)>,
+) -> Result<Option<Entry>> {
     let Some(expire_at_ms) = decode_image_header(key, value)? else {
         return Ok(None);
     };
-    let object = Object::decode(object_image(value)).map_err(|e| Error::corrupt_image(key, e))?;
+    let object = match PiecesImage::read(object_image(value)) {
+        Ok(Some(directory)) => {
+            pieces.extend(directory.runs.iter().map(PieceRun::piece));
+            Object::List(crate::pieces::decode_list(images, key, &directory)?)
+        }
+        Ok(None) => {
+            Object::decode(object_image(value)).map_err(|e| Error::corrupt_image(key, e))?
+        }
+        Err(e) => return Err(Error::corrupt_image(key, e)),
+    };
     Ok(Some(Entry {
         object,
         expire_at_ms,
@@ -183,10 +226,16 @@ pub fn load(images: &Store, threads: usize) -> Result<Loaded> {
     // version of the winning image per key, and every image key seen.
     let mut winners: HashMap<Bytes, u64> = HashMap::new();
     let mut garbage = Vec::new();
+    // Every piece seen; those no winning image names are garbage.
+    let mut pieces: Vec<Vec<u8>> = Vec::new();
     let mut cursor = 0;
     loop {
         let (next, keys) = images.scan(cursor, 4096);
         for image_key in keys {
+            if parse_piece_key(&image_key).is_some() {
+                pieces.push(image_key);
+                continue;
+            }
             let Some((version, key)) = parse_image_key(&image_key) else {
                 continue;
             };
@@ -213,7 +262,7 @@ pub fn load(images: &Store, threads: usize) -> Result<Loaded> {
     let winners: Vec<(Bytes, u64)> = winners.into_iter().collect();
     let threads = threads.clamp(1, 64);
     let chunk = winners.len().div_ceil(threads).max(1);
-    type Decoded = Vec<(Bytes, u64, Option<Entry>)>;
+    type Decoded = Vec<(Bytes, u64, Option<Entry>, Vec<(u64, u64)>)>;
     let results: Mutex<Vec<Result<Decoded>>> = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for part in winners.chunks(chunk) {
@@ -225,7 +274,9 @@ pub fn load(images: &Store, threads: usize) -> Result<Loaded> {
                         let value = images.get(&image_key(*version, key))?.ok_or_else(|| {
                             Error::corrupt_image(key, "image vanished while loading")
                         })?;
-                        Ok((key.clone(), *version, decode_image(key, &value)?))
+                        let mut named = Vec::new();
+                        let entry = decode_image(images, key, &value, &mut named)?;
+                        Ok((key.clone(), *version, entry, named))
                     })
                     .collect::<Result<Vec<_>>>();
                 results.lock().expect("not poisoned").push(decoded);
@@ -235,8 +286,12 @@ pub fn load(images: &Store, threads: usize) -> Result<Loaded> {
     let mut entries = Vec::with_capacity(winners.len());
     let mut versions = HashMap::with_capacity(winners.len());
     let mut tombstones = Vec::new();
+    let mut named: hashbrown::HashSet<(u64, u64, Bytes)> = hashbrown::HashSet::new();
     for part in results.into_inner().expect("not poisoned") {
-        for (key, version, entry) in part? {
+        for (key, version, entry, pieces) in part? {
+            for (piece_version, seq) in pieces {
+                named.insert((piece_version, seq, key.clone()));
+            }
             match entry {
                 Some(entry) => {
                     versions.insert(key.clone(), version);
@@ -245,6 +300,12 @@ pub fn load(images: &Store, threads: usize) -> Result<Loaded> {
                 // A tombstone at the root: older images went with it.
                 None => tombstones.push(image_key(version, &key)),
             }
+        }
+    }
+    for piece in pieces {
+        let (version, seq, key) = parse_piece_key(&piece).expect("sorted out as a piece");
+        if !named.contains(&(version, seq, Bytes::from(key))) {
+            garbage.push(piece);
         }
     }
     Ok(Loaded {

@@ -60,6 +60,7 @@ pub mod images;
 pub mod lazy_free;
 pub mod op;
 pub mod oplog;
+mod pieces;
 mod replay;
 mod splice;
 pub mod state;
@@ -114,6 +115,11 @@ pub struct CollectionsOptions {
     /// decoding it. Below it decoding is as cheap; 0 splices every list
     /// (the tests do, to exercise it on small lists).
     pub splice_list_bytes: usize,
+    /// A spliced list is written in pieces of at most this many bytes
+    /// (`pieces.rs`): a checkpoint writes new pieces for the elements pushed
+    /// since the last one and copies at most a piece's worth of old ones at
+    /// either end. Smaller pieces copy less and name more runs.
+    pub list_piece_bytes: usize,
     /// Testing: stop at chosen points as a crash would.
     #[doc(hidden)]
     pub faults: Faults,
@@ -140,6 +146,7 @@ impl Default for CollectionsOptions {
             backpressure_factor: 4,
             recovery_threads: 0,
             splice_list_bytes: 64 << 10,
+            list_piece_bytes: 4 << 20,
             faults: Faults::default(),
         }
     }

@@ -22,9 +22,13 @@
 
 use std::collections::VecDeque;
 
+use engram_engine::Store;
+
+use crate::error::{Error, Result};
 use crate::op::Op;
+use crate::pieces::{self, Part, Written};
 use crate::state::{Access, Entry};
-use crate::types::{resolve_range, DecodeError, ListImage, Object};
+use crate::types::{resolve_range, DecodeError, ListImage, Object, PieceRun, PiecesImage};
 
 /// One touched list, not decoded: its image and the edits at its ends.
 /// The pushed elements are borrowed from the archived log the checkpoint
@@ -36,7 +40,7 @@ pub(crate) struct SplicedList<'log> {
     /// The version of the image it splices (the key's image before this
     /// checkpoint).
     pub version: u64,
-    image: ListImage,
+    source: Source,
     expire_at_ms: u64,
     /// Elements pushed at the head since the image, head first.
     front: VecDeque<&'log [u8]>,
@@ -45,6 +49,16 @@ pub(crate) struct SplicedList<'log> {
     /// The image's elements popped from the head and from the tail.
     skip_front: u64,
     skip_back: u64,
+}
+
+/// The image a list is spliced from.
+#[derive(Debug)]
+enum Source {
+    /// One value holding every element (a list that was decoded and
+    /// encoded whole, until it grew past `splice_list_bytes`).
+    Whole(ListImage),
+    /// A directory of runs in pieces (`pieces.rs`).
+    Pieces(PiecesImage),
 }
 
 /// The key of an operation a [`SplicedList`] may take: a push, pop or
@@ -58,15 +72,23 @@ pub(crate) fn target<'log>(op: &Op<&'log [u8]>) -> Option<&'log [u8]> {
 
 impl<'log> SplicedList<'log> {
     /// The list in `object_image` (an object's image, as the images store
-    /// holds it after its header), or `None` when it is not a list.
+    /// holds it after its header), whole or in pieces, or `None` when it is
+    /// not a list.
     pub fn read(
         version: u64,
         expire_at_ms: u64,
         object_image: &[u8],
-    ) -> Result<Option<SplicedList<'log>>, DecodeError> {
-        Ok(ListImage::read(object_image)?.map(|image| SplicedList {
+    ) -> std::result::Result<Option<SplicedList<'log>>, DecodeError> {
+        let source = match ListImage::read(object_image)? {
+            Some(image) => Source::Whole(image),
+            None => match PiecesImage::read(object_image)? {
+                Some(directory) => Source::Pieces(directory),
+                None => return Ok(None),
+            },
+        };
+        Ok(Some(SplicedList {
             version,
-            image,
+            source,
             expire_at_ms,
             front: VecDeque::new(),
             back: VecDeque::new(),
@@ -75,13 +97,37 @@ impl<'log> SplicedList<'log> {
         }))
     }
 
+    /// The pieces the old image names (none when it is whole).
+    pub fn old_pieces(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let runs = match &self.source {
+            Source::Whole(_) => &[][..],
+            Source::Pieces(directory) => &directory.runs[..],
+        };
+        runs.iter().map(PieceRun::piece)
+    }
+
+    /// The bytes of the runs of a list in pieces (`None`: a whole image).
+    pub fn pieces_bytes(&self) -> Option<u64> {
+        match &self.source {
+            Source::Whole(_) => None,
+            Source::Pieces(directory) => Some(directory.runs.iter().map(|run| run.bytes).sum()),
+        }
+    }
+
     fn len(&self) -> u64 {
         self.front.len() as u64 + self.middle_len() + self.back.len() as u64
     }
 
+    fn old_len(&self) -> u64 {
+        match &self.source {
+            Source::Whole(image) => image.count,
+            Source::Pieces(directory) => directory.count,
+        }
+    }
+
     /// The image's elements still in the list.
     fn middle_len(&self) -> u64 {
-        self.image.count - self.skip_front - self.skip_back
+        self.old_len() - self.skip_front - self.skip_back
     }
 
     /// Applies `op` if it is a push, pop or trim that leaves the list
@@ -149,52 +195,133 @@ impl<'log> SplicedList<'log> {
         self.front.truncate(self.front.len() - count as usize);
     }
 
-    /// The list's new image (an object image: what follows the images
-    /// store's header) into `out`, `object_image` being the old one (the
-    /// tests' form of [`SplicedList::write`]).
-    #[cfg(test)]
-    pub fn encode(&self, object_image: &[u8], out: &mut Vec<u8>) -> Result<(), DecodeError> {
-        let middle = self.middle(object_image)?;
-        let before = out.len();
-        self.write(middle, &mut |bytes| out.extend_from_slice(bytes));
-        debug_assert_eq!(out.len() - before, self.image_bytes(middle));
-        Ok(())
-    }
-
-    /// The old image's elements still in the list, as they lie in
-    /// `object_image` (each a length and its bytes), found by stepping over
-    /// the lengths: nothing decoded, nothing copied.
-    pub fn middle<'i>(&self, object_image: &'i [u8]) -> Result<&'i [u8], DecodeError> {
-        self.image
-            .middle(object_image, self.skip_front, self.skip_back)
-    }
-
-    /// The bytes of the new image, `middle` being [`SplicedList::middle`].
-    pub fn image_bytes(&self, middle: &[u8]) -> usize {
-        let pushed: usize = self
-            .front
-            .iter()
-            .chain(&self.back)
-            .map(|element| ListImage::element_bytes(element))
-            .sum();
-        ListImage::header_bytes(self.len()) + pushed + middle.len()
-    }
-
-    /// Writes the new image through `write`: the header, the pushed head,
-    /// `middle`, the pushed tail. The images store takes the pieces
-    /// straight into the new record (`Store::put_written`): nothing of a
-    /// queue's checkpoint is assembled in DRAM.
-    pub fn write(&self, middle: &[u8], write: &mut impl FnMut(&[u8])) {
-        let mut header = Vec::with_capacity(ListImage::header_bytes(self.len()));
-        ListImage::write_header(self.len(), &mut header);
-        write(&header);
-        for element in &self.front {
-            ListImage::write_element(element, write);
+    /// Writes the list's new pieces for checkpoint `version` into `images`
+    /// (`pieces.rs`): the pushed elements, the old image's elements still
+    /// in the list (copied from a whole image; from pieces, the runs kept
+    /// where they lie, shortened at the ends as far as the pops reached,
+    /// an end run shorter than the elements pushed at that end copied into
+    /// their piece), pieces of at most `piece_bytes`. `object_image` is the old image. Returns the
+    /// new directory, for the key's image.
+    pub fn write(
+        &self,
+        images: &Store,
+        key: &[u8],
+        version: u64,
+        piece_bytes: usize,
+        object_image: &[u8],
+    ) -> Result<Written> {
+        let pushed_front = self.front.iter().map(|element| Part::Element(element));
+        let pushed_back = self.back.iter().map(|element| Part::Element(element));
+        let corrupt = |e: DecodeError| Error::corrupt_image(key, e);
+        match &self.source {
+            Source::Whole(image) => {
+                let middle = image
+                    .middle(object_image, self.skip_front, self.skip_back)
+                    .map_err(corrupt)?;
+                let count = self.middle_len();
+                let middle = (count > 0).then_some(Part::Encoded {
+                    bytes: middle,
+                    count,
+                });
+                let parts = pushed_front.chain(middle).chain(pushed_back);
+                pieces::write(images, key, version, piece_bytes, parts)
+            }
+            Source::Pieces(directory) => {
+                let runs = self.trimmed_runs(images, key, directory)?;
+                // A run at an end that new elements meet is copied into
+                // their piece when it is shorter than they are (or than a
+                // sixty-fourth of a piece): the copy costs at most what the
+                // checkpoint writes anyway, and pushes a few at a time do
+                // not leave a trail of small pieces.
+                let pushed_bytes = |elements: &VecDeque<&[u8]>| -> u64 {
+                    elements
+                        .iter()
+                        .map(|element| ListImage::element_bytes(element) as u64)
+                        .sum()
+                };
+                let short = |pushed: u64| {
+                    move |run: &PieceRun| {
+                        pushed > 0 && run.bytes < pushed.max((piece_bytes / 64) as u64)
+                    }
+                };
+                let merge_front = runs.front().is_some_and(short(pushed_bytes(&self.front)));
+                let merge_back = runs.len() > usize::from(merge_front)
+                    && runs.back().is_some_and(short(pushed_bytes(&self.back)));
+                let mut piece_key = Vec::new();
+                let read = |merge: bool, run: Option<&PieceRun>, piece_key: &mut Vec<u8>| match run
+                    .filter(|_| merge)
+                {
+                    Some(run) => pieces::read_piece(images, key, run.piece(), piece_key).map(Some),
+                    None => Ok(None),
+                };
+                let first = read(merge_front, runs.front(), &mut piece_key)?;
+                let last = read(merge_back, runs.back(), &mut piece_key)?;
+                let mut middle = Vec::with_capacity(runs.len());
+                for (n, run) in runs.iter().enumerate() {
+                    let copy_from = match (n, &first, &last) {
+                        (0, Some(piece), _) => Some(piece),
+                        (n, _, Some(piece)) if n + 1 == runs.len() => Some(piece),
+                        _ => None,
+                    };
+                    middle.push(match copy_from {
+                        Some(piece) => Part::Encoded {
+                            bytes: pieces::run_bytes(key, piece, run)?,
+                            count: run.count,
+                        },
+                        None => Part::Kept(*run),
+                    });
+                }
+                let parts = pushed_front.chain(middle).chain(pushed_back);
+                pieces::write(images, key, version, piece_bytes, parts)
+            }
         }
-        write(middle);
-        for element in &self.back {
-            ListImage::write_element(element, write);
+    }
+
+    /// The old directory's runs less the elements popped from either end:
+    /// runs dropped whole, the runs at the ends shortened (stepping over
+    /// the popped elements' lengths in their pieces).
+    fn trimmed_runs(
+        &self,
+        images: &Store,
+        key: &[u8],
+        directory: &PiecesImage,
+    ) -> Result<VecDeque<PieceRun>> {
+        let mut runs: VecDeque<PieceRun> = directory.runs.iter().copied().collect();
+        let mut piece_key = Vec::new();
+        let corrupt = |e: DecodeError| Error::corrupt_image(key, e);
+        let mut skip = self.skip_front;
+        while skip > 0 {
+            let run = runs.front_mut().expect("the runs add up to the count");
+            if run.count <= skip {
+                skip -= run.count;
+                runs.pop_front();
+                continue;
+            }
+            let piece = pieces::read_piece(images, key, run.piece(), &mut piece_key)?;
+            let at =
+                ListImage::step(pieces::run_bytes(key, &piece, run)?, 0, skip).map_err(corrupt)?;
+            run.offset += at as u64;
+            run.bytes -= at as u64;
+            run.count -= skip;
+            skip = 0;
         }
+        let mut skip = self.skip_back;
+        while skip > 0 {
+            let run = runs.back_mut().expect("the runs add up to the count");
+            if run.count <= skip {
+                skip -= run.count;
+                runs.pop_back();
+                continue;
+            }
+            let keep = run.count - skip;
+            let piece = pieces::read_piece(images, key, run.piece(), &mut piece_key)?;
+            let end =
+                ListImage::step(pieces::run_bytes(key, &piece, run)?, 0, keep).map_err(corrupt)?;
+            run.bytes = end as u64;
+            run.count = keep;
+            skip = 0;
+        }
+        Ok(runs)
     }
 
     /// The expiry the image carries (unchanged: no push, pop or trim
@@ -203,10 +330,16 @@ impl<'log> SplicedList<'log> {
         self.expire_at_ms
     }
 
-    /// The ordinary entry: the old image decoded, the edits applied.
-    pub fn materialize(self, object_image: &[u8]) -> Result<Entry, DecodeError> {
-        let Object::List(mut list) = Object::decode(object_image)? else {
-            unreachable!("the image's kind byte was read as a list's (`SplicedList::read`)");
+    /// The ordinary entry: the old image (`object_image`, whole, or read
+    /// from its pieces in `images`) decoded, the edits applied.
+    pub fn materialize(self, images: &Store, key: &[u8], object_image: &[u8]) -> Result<Entry> {
+        let mut list = match &self.source {
+            Source::Whole(_) => match Object::decode(object_image) {
+                Ok(Object::List(list)) => list,
+                Ok(_) => unreachable!("the image's kind byte was read as a list's"),
+                Err(e) => return Err(Error::corrupt_image(key, e)),
+            },
+            Source::Pieces(directory) => pieces::decode_list(images, key, directory)?,
         };
         list.pop_front(self.skip_front as usize);
         list.pop_back(self.skip_back as usize);
@@ -226,6 +359,7 @@ mod tests {
     use crate::apply::apply;
     use crate::op::Bytes;
     use crate::types::List;
+    use engram_engine::{IntegrityOptions, ModeChoice};
     use hashbrown::HashMap;
     use proptest::prelude::*;
 
@@ -233,6 +367,24 @@ mod tests {
         let mut image = Vec::new();
         Object::List(list.clone()).encode(&mut image);
         image
+    }
+
+    /// An images store of small blocks, so that pieces of a few hundred
+    /// bytes go to log blocks and larger ones to extents.
+    fn images(dir: &std::path::Path) -> Store {
+        Store::open(
+            dir,
+            engram_engine::Options {
+                mode: ModeChoice::Emulated,
+                block_size_bytes: 64 << 10,
+                grow_bytes: 256 << 10,
+                reserve_bytes: 64 << 20,
+                populate: false,
+                integrity: IntegrityOptions::off(),
+                ..Default::default()
+            },
+        )
+        .unwrap()
     }
 
     fn edit() -> impl Strategy<Value = (u8, bool, u64, i64, i64, Vec<Vec<u8>>)> {
@@ -247,18 +399,27 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever the pushes, pops and trims, the spliced image is the
-        /// one decoding and replaying would have written, and so is the
-        /// materialized entry; an edit the splice refuses is one that
-        /// empties the list.
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever the pushes, pops and trims, over checkpoints one after
+        /// the other (the first from a whole image, the rest from pieces),
+        /// the list in pieces reads back as decoding and replaying would
+        /// have left it, and so does the materialized entry; an edit the
+        /// splice refuses is one that empties the list. New pieces hold at
+        /// most `piece_bytes`, unless one element is larger.
         #[test]
-        fn a_spliced_image_is_the_replayed_one(
+        fn a_list_in_pieces_is_the_replayed_one(
             start in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..300), 1..40),
-            edits in prop::collection::vec(edit(), 0..30),
+            rounds in prop::collection::vec(
+                (prop::collection::vec(edit(), 0..20), 1usize..2000),
+                1..4,
+            ),
         ) {
+            let dir = tempfile::tempdir().unwrap();
+            let store = images(dir.path());
             let mut list = List::new();
             list.push_back(start.iter().map(|item| item.clone().into_boxed_slice()));
-            let old = image_of(&list);
+            let mut old = image_of(&list);
             // What the checkpoint would replay onto: the decoded key, with
             // the operations applied by `apply` itself.
             let mut keys: HashMap<Bytes, Entry> = HashMap::new();
@@ -266,38 +427,104 @@ mod tests {
                 Bytes::from(&b"k"[..]),
                 Entry { object: Object::List(list.clone()), expire_at_ms: 1234, access: Access::default() },
             );
-            let mut spliced = SplicedList::read(7, 1234, &old).unwrap().unwrap();
-            for (kind, front, count, start, stop, values) in &edits {
-                let values: Vec<&[u8]> = values.iter().map(|v| &v[..]).collect();
-                let op = match kind {
-                    0 => Op::ListPush { key: &b"k"[..], front: *front, values },
-                    1 => Op::ListPop { key: &b"k"[..], front: *front, count: *count },
-                    _ => Op::ListTrim { key: &b"k"[..], start: *start, stop: *stop },
-                };
-                let accepted = spliced.apply(&op);
-                apply(&mut keys, op.clone());
-                let Some(entry) = keys.get(&b"k"[..]) else {
-                    // The list emptied, and the key went: the splice
-                    // must have refused exactly that.
-                    prop_assert!(!accepted, "accepted {op:?}, which empties the list");
+            for (round, (edits, piece_bytes)) in rounds.iter().enumerate() {
+                let version = round as u64 + 2;
+                let mut spliced = SplicedList::read(version - 1, 1234, &old).unwrap().unwrap();
+                let mut emptied = false;
+                for (kind, front, count, start, stop, values) in edits {
+                    let values: Vec<&[u8]> = values.iter().map(|v| &v[..]).collect();
+                    let op = match kind {
+                        0 => Op::ListPush { key: &b"k"[..], front: *front, values },
+                        1 => Op::ListPop { key: &b"k"[..], front: *front, count: *count },
+                        _ => Op::ListTrim { key: &b"k"[..], start: *start, stop: *stop },
+                    };
+                    let accepted = spliced.apply(&op);
+                    apply(&mut keys, op.clone());
+                    let Some(entry) = keys.get(&b"k"[..]) else {
+                        // The list emptied, and the key went: the splice
+                        // must have refused exactly that.
+                        prop_assert!(!accepted, "accepted {op:?}, which empties the list");
+                        emptied = true;
+                        break;
+                    };
+                    prop_assert!(accepted, "refused {op:?}, which leaves the list non-empty");
+                    let Object::List(replayed) = &entry.object else { panic!("not a list") };
+                    list = replayed.clone();
+                }
+                let written = spliced.write(&store, b"k", version, *piece_bytes, &old).unwrap();
+                for run in written.directory.runs.iter().filter(|run| run.version == version) {
+                    prop_assert!(run.bytes <= *piece_bytes as u64 || run.count == 1, "{run:?}");
+                }
+                prop_assert_eq!(&crate::pieces::decode_list(&store, b"k", &written.directory).unwrap(), &list);
+                let entry = spliced.materialize(&store, b"k", &old).unwrap();
+                prop_assert_eq!(entry.expire_at_ms, 1234);
+                let Object::List(materialized) = entry.object else { panic!("not a list") };
+                prop_assert_eq!(&materialized, &list);
+                if emptied {
                     break;
-                };
-                prop_assert!(accepted, "refused {op:?}, which leaves the list non-empty");
-                let Object::List(replayed) = &entry.object else { panic!("not a list") };
-                list = replayed.clone();
-                let mut image = Vec::new();
-                spliced.encode(&old, &mut image).unwrap();
-                prop_assert_eq!(&image, &image_of(&list));
+                }
+                old.clear();
+                written.directory.write(&mut old);
             }
-            let entry = spliced.materialize(&old).unwrap();
-            prop_assert_eq!(entry.expire_at_ms, 1234);
-            let Object::List(materialized) = entry.object else { panic!("not a list") };
-            prop_assert_eq!(materialized, list);
         }
     }
 
     #[test]
+    fn new_elements_meet_a_short_end_run_in_one_piece() {
+        // A list in one short piece; a push at each end copies it into the
+        // new elements' piece rather than leaving three small pieces.
+        let dir = tempfile::tempdir().unwrap();
+        let store = images(dir.path());
+        let mut list = List::new();
+        list.push_back([b"a".as_slice().into(), b"b".as_slice().into()]);
+        let spliced = SplicedList::read(1, 0, &image_of(&list)).unwrap().unwrap();
+        let written = spliced
+            .write(&store, b"k", 2, 1000, &image_of(&list))
+            .unwrap();
+        assert_eq!(written.directory.runs.len(), 1);
+        let mut old = Vec::new();
+        written.directory.write(&mut old);
+        let mut spliced = SplicedList::read(2, 0, &old).unwrap().unwrap();
+        assert!(spliced.apply(&Op::ListPush {
+            key: b"k",
+            front: true,
+            values: vec![b"x"]
+        }));
+        assert!(spliced.apply(&Op::ListPush {
+            key: b"k",
+            front: false,
+            values: vec![b"y"]
+        }));
+        let next = spliced.write(&store, b"k", 3, 1000, &old).unwrap();
+        assert_eq!(next.directory.runs.len(), 1, "{:?}", next.directory);
+        assert_eq!(next.directory.runs[0].version, 3);
+        let read = crate::pieces::decode_list(&store, b"k", &next.directory).unwrap();
+        assert_eq!(
+            read.iter().collect::<Vec<_>>(),
+            [b"x".as_slice(), b"a", b"b", b"y"]
+        );
+        // A run as long as half a piece is kept where it lies.
+        let mut spliced = SplicedList::read(3, 0, &{
+            let mut image = Vec::new();
+            next.directory.write(&mut image);
+            image
+        })
+        .unwrap()
+        .unwrap();
+        assert!(spliced.apply(&Op::ListPush {
+            key: b"k",
+            front: true,
+            values: vec![b"z"]
+        }));
+        let kept = spliced.write(&store, b"k", 4, 8, &[]).unwrap();
+        assert_eq!(kept.directory.runs.len(), 2);
+        assert_eq!(kept.directory.runs[1], next.directory.runs[0]);
+    }
+
+    #[test]
     fn only_lists_are_spliced_and_damage_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = images(dir.path());
         let mut set_image = Vec::new();
         let mut set = crate::types::Set::default();
         set.insert(b"m".as_slice().into());
@@ -309,12 +536,34 @@ mod tests {
         let spliced = SplicedList::read(1, 0, &image).unwrap().unwrap();
         // An element running past the image, and bytes after the last.
         assert!(spliced
-            .encode(&image[..image.len() - 1], &mut Vec::new())
+            .write(&store, b"k", 2, 100, &image[..image.len() - 1])
             .is_err());
         let mut longer = image.clone();
         longer.push(0);
-        assert!(spliced.encode(&longer, &mut Vec::new()).is_err());
+        assert!(spliced.write(&store, b"k", 2, 100, &longer).is_err());
         // A count larger than the bytes could hold.
         assert!(SplicedList::read(1, 0, &image[..3]).is_err());
+        // A directory whose runs do not add up, a run past its piece, a
+        // piece that is gone.
+        let written = spliced.write(&store, b"k", 2, 100, &image).unwrap();
+        let mut directory = written.directory.clone();
+        directory.count += 1;
+        let mut bytes = Vec::new();
+        directory.write(&mut bytes);
+        assert!(SplicedList::read(2, 0, &bytes).is_err());
+        let mut directory = written.directory.clone();
+        directory.runs[0].bytes += 1;
+        assert!(crate::pieces::decode_list(&store, b"k", &directory).is_err());
+        let mut directory = written.directory.clone();
+        directory.runs[0].seq = 7;
+        let error = crate::pieces::decode_list(&store, b"k", &directory).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("piece 7 of checkpoint 2 is missing"),
+            "{error}"
+        );
+        // Read alone, a list in pieces is refused, not misread.
+        assert_eq!(Object::decode(&bytes), Err(DecodeError::InPieces));
     }
 }

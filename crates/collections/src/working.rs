@@ -35,6 +35,10 @@ pub(crate) struct Slot {
     /// the checkpoint holds its `SplicedList` (`splice.rs`); `entry` is
     /// `None` meanwhile, and the key is present.
     pub spliced: bool,
+    /// The pieces the key's image before this checkpoint names (a list in
+    /// pieces: `pieces.rs`), `(version, seq)`: those the new image does
+    /// not name go once it is committed.
+    pub pieces: Vec<(u64, u64)>,
 }
 
 impl Slot {
@@ -44,6 +48,7 @@ impl Slot {
             entry,
             imaged,
             spliced: false,
+            pieces: Vec::new(),
         }
     }
 

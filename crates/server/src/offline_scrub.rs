@@ -203,10 +203,16 @@ fn scrub_store<N: Fn(&[u8]) -> Vec<u8>>(
 }
 
 /// An images-store key as a client knows the collection it belongs to:
-/// `<key> (image of checkpoint N)`, or what else it is.
+/// `<key> (image of checkpoint N)`, `<key> (piece S of checkpoint N)`, or
+/// what else it is.
 fn image_owner_name(image_key: &[u8], client_key_name: impl Fn(&[u8]) -> Vec<u8>) -> Vec<u8> {
     if image_key == engram_collections::images::ROOT_KEY {
         return b"(the collections' checkpoint root)".to_vec();
+    }
+    if let Some((version, seq, key)) = engram_collections::images::parse_piece_key(image_key) {
+        let mut name = client_key_name(key);
+        name.extend_from_slice(format!(" (piece {seq} of checkpoint {version})").as_bytes());
+        return name;
     }
     match engram_collections::images::parse_image_key(image_key) {
         Some((version, key)) => {
@@ -419,6 +425,20 @@ mod tests {
     fn json_strings_escape_what_they_must() {
         assert_eq!(json_string("a\"b\\c\nd"), "\"a\\\"b\\\\c\\u000ad\"");
         assert_eq!(printable(b"k\x00\xff\"x"), "k\\x00\\xff\\\"x");
+    }
+
+    #[test]
+    fn images_and_pieces_are_named_by_their_key() {
+        let name = |image_key: &[u8]| {
+            String::from_utf8(image_owner_name(image_key, |key| key.to_vec())).unwrap()
+        };
+        let mut key = Vec::new();
+        engram_collections::images::piece_key_into(9, 3, b"queue", &mut key);
+        assert_eq!(name(&key), "queue (piece 3 of checkpoint 9)");
+        assert_eq!(
+            name(&engram_collections::images::image_key(9, b"queue")),
+            "queue (image of checkpoint 9)"
+        );
     }
 
     #[test]

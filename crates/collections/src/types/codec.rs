@@ -86,6 +86,10 @@ const KIND_SET: u8 = 2;
 const KIND_SORTED_SET: u8 = 3;
 const KIND_LIST: u8 = 4;
 const KIND_STREAM: u8 = 5;
+/// A list stored in pieces (`pieces.rs`): the image is a directory of runs
+/// of elements held by other values of the images store, so
+/// [`Object::decode`] cannot read it alone.
+const KIND_LIST_PIECES: u8 = 6;
 
 /// Longest varint encoding of a `u64`.
 const VARINT_MAX_BYTES: usize = 10;
@@ -170,6 +174,16 @@ pub enum DecodeError {
         /// What is wrong.
         what: &'static str,
     },
+    /// A list in pieces, read without the store that holds its pieces.
+    #[error("a list in pieces is read through its images store")]
+    InPieces,
+    /// A list in pieces names runs whose counts do not add up, or a run
+    /// that does not lie within its piece.
+    #[error("list in pieces is inconsistent: {what}")]
+    BadPieces {
+        /// What is wrong.
+        what: &'static str,
+    },
     /// Bytes follow the last entry.
     #[error("{count} bytes after the last entry")]
     TrailingBytes {
@@ -235,6 +249,7 @@ impl Object {
             KIND_SORTED_SET => Kind::SortedSet,
             KIND_LIST => Kind::List,
             KIND_STREAM => Kind::Stream,
+            KIND_LIST_PIECES => return Err(DecodeError::InPieces),
             kind => return Err(DecodeError::UnknownKind { kind }),
         };
         // The smallest entry of each kind, so a count can be checked against
@@ -521,6 +536,52 @@ impl ListImage {
         })
     }
 
+    /// The offset after the `n` elements that start at `at` in `bytes`
+    /// (elements as a list image or a piece holds them), checked as the
+    /// decoder checks.
+    pub fn step(bytes: &[u8], at: usize, n: u64) -> Result<usize, DecodeError> {
+        let mut reader = Reader { bytes, offset: at };
+        for _ in 0..n {
+            reader.string()?;
+        }
+        Ok(reader.offset)
+    }
+
+    /// How many of the elements at the start of `bytes` fit in `room`
+    /// bytes, and where the last of them ends.
+    pub fn fit(bytes: &[u8], room: usize) -> Result<(u64, usize), DecodeError> {
+        let mut reader = Reader { bytes, offset: 0 };
+        let mut fit = 0;
+        let mut end = 0;
+        while reader.remaining() > 0 {
+            reader.string()?;
+            if reader.offset > room {
+                break;
+            }
+            fit += 1;
+            end = reader.offset;
+        }
+        Ok((fit, end))
+    }
+
+    /// Decodes `bytes`, exactly `count` elements, onto the back of `items`.
+    pub fn decode_elements(
+        bytes: &[u8],
+        count: u64,
+        items: &mut VecDeque<Box<[u8]>>,
+    ) -> Result<(), DecodeError> {
+        let mut reader = Reader { bytes, offset: 0 };
+        for _ in 0..count {
+            items.push_back(reader.string()?.into());
+        }
+        if reader.remaining() != 0 {
+            return Err(DecodeError::TrailingBytes {
+                count: reader.remaining(),
+            });
+        }
+        Ok(())
+    }
+
     /// Writes a list image's header for `count` elements; the elements
     /// follow, each as [`ListImage::write_element`] writes it, or as
     /// [`ListImage::middle`] found them.
@@ -549,6 +610,92 @@ impl ListImage {
     pub fn header_bytes(count: u64) -> usize {
         let mut buffer = [0u8; VARINT_MAX_BYTES];
         2 + varint_into(count, &mut buffer)
+    }
+}
+
+/// One run of a list in pieces: `count` elements, `bytes` long, starting
+/// `offset` bytes into the piece that checkpoint `version` wrote as its
+/// `seq`-th for the key (`images::piece_key`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PieceRun {
+    pub version: u64,
+    pub seq: u64,
+    pub offset: u64,
+    pub bytes: u64,
+    pub count: u64,
+}
+
+impl PieceRun {
+    /// The piece this run lies in.
+    pub fn piece(&self) -> (u64, u64) {
+        (self.version, self.seq)
+    }
+}
+
+/// The image of a list in pieces: its runs, head first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PiecesImage {
+    /// Elements in the list (the runs' counts added up).
+    pub count: u64,
+    pub runs: Vec<PieceRun>,
+}
+
+impl PiecesImage {
+    /// The directory in `bytes` (an object image), or `None` when it is
+    /// not a list in pieces.
+    pub fn read(bytes: &[u8]) -> Result<Option<PiecesImage>, DecodeError> {
+        let mut reader = Reader { bytes, offset: 0 };
+        if reader.byte()? != FORMAT_VERSION || reader.byte()? != KIND_LIST_PIECES {
+            return Ok(None);
+        }
+        let count = reader.varint()?;
+        // Five varints a run.
+        let runs_len = reader.length(5)?;
+        let mut runs = Vec::with_capacity(runs_len);
+        let mut total: u64 = 0;
+        for _ in 0..runs_len {
+            let run = PieceRun {
+                version: reader.varint()?,
+                seq: reader.varint()?,
+                offset: reader.varint()?,
+                bytes: reader.varint()?,
+                count: reader.varint()?,
+            };
+            // An element takes at least its length byte.
+            if run.count == 0 || run.bytes < run.count {
+                return Err(DecodeError::BadPieces {
+                    what: "a run is empty or shorter than its elements",
+                });
+            }
+            total = total.checked_add(run.count).ok_or(DecodeError::BadPieces {
+                what: "the runs' counts overflow",
+            })?;
+            runs.push(run);
+        }
+        if total != count {
+            return Err(DecodeError::BadPieces {
+                what: "the runs' counts do not add up to the list's",
+            });
+        }
+        if reader.remaining() != 0 {
+            return Err(DecodeError::TrailingBytes {
+                count: reader.remaining(),
+            });
+        }
+        Ok(Some(PiecesImage { count, runs }))
+    }
+
+    /// Appends the directory (an object image) to `out`.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        out.push(FORMAT_VERSION);
+        out.push(KIND_LIST_PIECES);
+        write_varint(out, self.count);
+        write_varint(out, self.runs.len() as u64);
+        for run in &self.runs {
+            for field in [run.version, run.seq, run.offset, run.bytes, run.count] {
+                write_varint(out, field);
+            }
+        }
     }
 }
 

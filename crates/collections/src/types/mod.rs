@@ -25,7 +25,7 @@ mod set;
 pub mod stream;
 mod zset;
 
-pub use codec::{DecodeError, ListImage, FORMAT_VERSION};
+pub use codec::{DecodeError, ListImage, PieceRun, PiecesImage, FORMAT_VERSION};
 pub use hash::{FieldValue, Hash};
 pub use hashed::fix_seed as fix_hash_seed;
 pub use list::{resolve_index, resolve_range, InsertPosition, List};

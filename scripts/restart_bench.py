@@ -20,7 +20,7 @@ The median of --rounds rounds is reported.
 
     scripts/restart_bench.py [--engram target/release/engram]
         [--redis-server redis-server] [--keys 5000000] [--value-bytes 200]
-        [--rounds 3] [--dir DIR]
+        [--rounds 3] [--dir DIR] [--expire-seconds 0]
 
 The data lives under --dir (default: a temporary directory under the
 current one, so on the disk rather than a tmpfs /tmp). Needs redis-cli
@@ -46,11 +46,15 @@ except ImportError:
 from pair import free_port
 
 
-def fill(port, keys, value_bytes):
-    """SET key:i to a value of `value_bytes` bytes, through redis-cli --pipe."""
+def fill(port, keys, value_bytes, expire_seconds):
+    """SET key:i to a value of `value_bytes` bytes (with EX `expire_seconds`
+    unless 0), through redis-cli --pipe."""
     value = b"v" * value_bytes
-    head = b"*3\r\n$3\r\nSET\r\n"
+    head = b"*%d\r\n$3\r\nSET\r\n" % (5 if expire_seconds else 3)
     tail = b"$%d\r\n%s\r\n" % (value_bytes, value)
+    if expire_seconds:
+        seconds = b"%d" % expire_seconds
+        tail += b"$2\r\nEX\r\n$%d\r\n%s\r\n" % (len(seconds), seconds)
     pipe = subprocess.Popen(["redis-cli", "-p", str(port), "--pipe"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     batch = []
@@ -129,6 +133,8 @@ def main():
     p.add_argument("--value-bytes", type=int, default=200)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--dir", default=None)
+    p.add_argument("--expire-seconds", type=int, default=0,
+                   help="write every key with this expiry (a cache's keys); 0: none")
     args = p.parse_args()
 
     root = tempfile.mkdtemp(prefix="restart-bench-", dir=args.dir or os.getcwd())
@@ -157,7 +163,7 @@ def main():
                     time.sleep(0.05)
         for port in (engram_port, redis_port):
             t = time.monotonic()
-            fill(port, args.keys, args.value_bytes)
+            fill(port, args.keys, args.value_bytes, args.expire_seconds)
             print(f"  port {port}: {time.monotonic() - t:.1f} s", flush=True)
         stop(engram, engram_port, None)
         stop(peer, redis_port, "SAVE")
@@ -182,7 +188,8 @@ def main():
 
         redis_median = statistics.median(times["redis_rdb"])
         print()
-        print(f"{args.keys:,} keys, {args.value_bytes}-byte values, median of {args.rounds}")
+        expiry = f", each expiring in {args.expire_seconds} s" if args.expire_seconds else ""
+        print(f"{args.keys:,} keys, {args.value_bytes}-byte values{expiry}, median of {args.rounds}")
         print(f"{'restart':<28} {'ready (s)':>10} {'vs Redis':>9} {'engine ms':>10} {'scan ms':>8}")
         print(f"{'redis RDB load':<28} {redis_median:>10.3f} {'1.00x':>9}")
         for name, label in (("engram_shutdown", "engram after SHUTDOWN"),

@@ -189,6 +189,17 @@ impl Index {
             .map(f)
     }
 
+    /// The offsets of the entries whose hash is `hash` (usually one key;
+    /// more only when keys collide), under the shard's read lock.
+    pub fn offsets_with_hash(&self, hash: u64) -> Vec<u64> {
+        let table = self.shard(hash).read();
+        table
+            .iter_hash(hash)
+            .filter(|entry| entry.hash == hash)
+            .map(Entry::offset)
+            .collect()
+    }
+
     /// Every entry's hash and offset, one shard at a time (each under its
     /// read lock only while it is copied).
     pub fn copy_entries(&self, capacity: usize) -> Vec<Located> {

@@ -123,6 +123,25 @@ pub fn access(store: &StoreState, key: &[u8]) -> Option<u32> {
     )
 }
 
+/// The keys indexed under `hash` (the index's hash of a key: see
+/// `index::hash_key`), each read from its record (a record whose header
+/// cannot be trusted is left out, as `sample` does).
+pub fn keys_with_hash(store: &StoreState, hash: u64) -> Vec<Vec<u8>> {
+    let _guard = crossbeam_epoch::pin();
+    let region = store.region();
+    store
+        .index
+        .offsets_with_hash(hash)
+        .into_iter()
+        .filter_map(|offset| {
+            let at = PmemOffset(offset);
+            let header = checked_header(store, at).ok()?;
+            record::header_intact(region, at, &header)
+                .then(|| record::key(region, at, &header).to_vec())
+        })
+        .collect()
+}
+
 /// Up to `count` keys with their access fields, from a random place
 /// `start` picks (see `Index::sample`).
 pub fn sample(store: &StoreState, start: u64, count: usize) -> Vec<(Vec<u8>, u32)> {

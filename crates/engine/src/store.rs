@@ -294,6 +294,15 @@ impl Store {
     }
 
     /// The value of `key` in place, without copying. Verifies the checksum.
+    /// The keys whose index hash is `hash` (the XXH3 of the key, as
+    /// [`crate::RecoveredKey`]'s visitor is told): usually one, more when
+    /// keys collide, none when no such key is indexed now. For a layer
+    /// that kept only a key's hash (the keyspace's expiry index, filled
+    /// after a restart from what recovery saw).
+    pub fn keys_with_hash(&self, hash: u64) -> Vec<Vec<u8>> {
+        read::keys_with_hash(&self.state, hash)
+    }
+
     pub fn get_ref(&self, key: &[u8]) -> Result<Option<ValueRef<'_>>> {
         read::get_ref(&self.state, key, |old| old)
     }

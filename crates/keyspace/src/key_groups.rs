@@ -42,12 +42,27 @@ pub struct KeyGroup {
     /// No key of this key group expires before this time (ms): the active
     /// expiry cycle skips the key group without locking it until then.
     pub next_due: AtomicU64,
+    /// The group's state holds `unindexed` expiries (set at open, cleared
+    /// under the lock once they are indexed), so that what looks at the
+    /// group without locking it (`expiring` is low meanwhile) knows.
+    pub unindexed: AtomicBool,
+    /// Per database, how many keys `unindexed` holds (what `expiring`
+    /// lacks until they are indexed).
+    pub unindexed_counts: Box<[AtomicI64]>,
 }
 
 #[derive(Default)]
 pub struct GroupState {
-    /// Engine key → expiry time (ms), for every key of the key group that has one.
+    /// Engine key → expiry time (ms), for every key of the key group that
+    /// has one, but for those still `unindexed`.
     pub expires: HashMap<Box<[u8]>, u64>,
+    /// Index hashes of strings that had an expiry when the store was
+    /// recovered and are not in `expires` yet (`Keyspace::index_expiries`
+    /// reads their current state and puts them there; none once it has
+    /// run). `expires` and `KeyGroup::expiring` are exact for every other
+    /// key meanwhile: a write of such a key records its new expiry (or
+    /// none) as always, and indexing then finds the key done.
+    pub unindexed: Vec<u64>,
     /// Clients watching keys of this key group.
     pub watchers: Vec<Watcher>,
 }
@@ -66,6 +81,8 @@ impl KeyGroup {
             counts: (0..databases).map(|_| AtomicI64::new(0)).collect(),
             expiring: (0..databases).map(|_| AtomicI64::new(0)).collect(),
             next_due: AtomicU64::new(u64::MAX),
+            unindexed: AtomicBool::new(false),
+            unindexed_counts: (0..databases).map(|_| AtomicI64::new(0)).collect(),
         }
     }
 }
@@ -208,6 +225,19 @@ impl<'k> GroupLock<'k> {
             guard: lock_spinning(&slot.lock),
             _shared: shared,
         }
+    }
+}
+
+impl<'k> GroupLock<'k> {
+    /// [`GroupLock::new`] if that would not wait (the exclusion not held
+    /// by an excluder, the group free); `None` otherwise. For what a thread
+    /// may do while it holds other groups, or the whole keyspace.
+    pub fn try_new(exclusion: &'k Exclusion, slot: &'k KeyGroup) -> Option<GroupLock<'k>> {
+        let shared = exclusion.try_shared()?;
+        Some(GroupLock {
+            guard: slot.lock.try_lock()?,
+            _shared: shared,
+        })
     }
 }
 

@@ -433,29 +433,29 @@ impl Keyspace {
                 self.groups[group].counts[prefix].fetch_add(i64::from(n), Ordering::Relaxed);
             }
         }
-        // The groups' expiry maps are independent: built on as many
-        // threads as recovery had (5M expiring keys: 1.3 s on one).
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let mut expiring: Vec<(usize, recovered::Expiring)> =
-            books.expiring.into_iter().enumerate().collect();
-        let chunk = expiring.len().div_ceil(threads).max(1);
-        std::thread::scope(|scope| {
-            for part in expiring.chunks_mut(chunk) {
-                scope.spawn(move || {
-                    for (group, keys) in part {
-                        let slot = &self.groups[*group];
-                        let mut state = self.lock_group(slot);
-                        state.expires.reserve(keys.len());
-                        for (key, expire_at) in std::mem::take(keys) {
-                            if self.is_visible(&key) {
-                                debug_assert_eq!(Self::slot_index(&key), *group);
-                                key_groups::set_expiry(slot, &mut state, &key, Some(expire_at));
-                            }
-                        }
-                    }
-                });
+        // Expiring strings are only noted (their hashes): the expiry
+        // index gets their keys after the server is ready
+        // (`index_expiries`); until then each such group is marked, and
+        // its expiry cycle due at once.
+        for (group, mut unindexed) in books.expiring.into_iter().enumerate() {
+            unindexed
+                .retain(|&entry| self.is_visible(&[recovered::unpack_expiring(group, entry).1]));
+            if unindexed.is_empty() {
+                continue;
             }
-        });
+            let slot = &self.groups[group];
+            for &entry in &unindexed {
+                let prefix = recovered::unpack_expiring(group, entry).1;
+                slot.unindexed_counts[prefix as usize].fetch_add(1, Ordering::Relaxed);
+            }
+            for entry in unindexed.iter_mut() {
+                *entry = recovered::unpack_expiring(group, *entry).0;
+            }
+            let mut state = self.lock_group(slot);
+            state.unindexed = unindexed;
+            slot.unindexed.store(true, Ordering::Release);
+            slot.next_due.store(0, Ordering::Relaxed);
+        }
         for key in &books.damaged_named {
             log::warn!(
                 "key {} is damaged: its value cannot be read",
@@ -989,13 +989,86 @@ impl Keyspace {
         total.max(0) as u64
     }
 
-    /// Keys with an expiry time in database `db`.
+    /// Puts key group `slot`'s unindexed expiries (see
+    /// `GroupState::unindexed`) in its expiry index, `state` being its
+    /// locked state: each noted hash's keys as they are now.
+    fn index_unindexed(&self, slot: &KeyGroup, state: &mut key_groups::GroupState) {
+        if state.unindexed.is_empty() {
+            return;
+        }
+        for hash in std::mem::take(&mut state.unindexed) {
+            for key in self.store.keys_with_hash(hash) {
+                if is_reserved(&key)
+                    || !self.is_visible(&key)
+                    || state.expires.contains_key(&key[..])
+                {
+                    continue;
+                }
+                // Gone, or damaged (counted and logged at open): no expiry.
+                let expire_at = match self.store.get_ref(&key) {
+                    Ok(Some(value)) => value::decode(&value)
+                        .ok()
+                        .and_then(|(meta, _)| meta.expire_at()),
+                    _ => None,
+                };
+                if expire_at.is_some() {
+                    key_groups::set_expiry(slot, state, &key, expire_at);
+                }
+            }
+        }
+        for count in slot.unindexed_counts.iter() {
+            count.store(0, Ordering::Relaxed);
+        }
+        slot.unindexed.store(false, Ordering::Release);
+    }
+
+    /// Indexes the expiries that recovery only noted (`GroupState::
+    /// unindexed`), group after group, until `deadline`; true while some
+    /// are left. Reading each key is a random access (about 1.5 s of one
+    /// core for 5M keys), so a restart does not wait for it: the server's
+    /// expiry thread calls this until it is done, and anything that needs
+    /// a group's whole index (the expiry cycle, volatile eviction, the
+    /// count of expiring keys) indexes that group first.
+    pub fn index_expiries(&self, deadline: Instant) -> bool {
+        for slot in self.groups.iter() {
+            if !slot.unindexed.load(Ordering::Acquire) {
+                continue;
+            }
+            let mut state = self.lock_group(slot);
+            self.index_unindexed(slot, &mut state);
+            drop(state);
+            if Instant::now() >= deadline {
+                return self.expiries_unindexed();
+            }
+        }
+        false
+    }
+
+    /// Whether some expiries recovery noted are not indexed yet.
+    pub fn expiries_unindexed(&self) -> bool {
+        self.groups
+            .iter()
+            .any(|slot| slot.unindexed.load(Ordering::Acquire))
+    }
+
+    /// Keys with an expiry time in database `db`. Exact: the groups whose
+    /// expiries recovery only noted are indexed first, but for any this
+    /// thread cannot lock without waiting (a script's INFO holds the whole
+    /// keyspace), counted by what recovery noted.
     pub fn expiring(&self, db: usize) -> u64 {
         let db = self.db_map.physical(db);
         let total: i64 = self
             .groups
             .iter()
-            .map(|s| s.expiring[db].load(Ordering::Relaxed))
+            .map(|slot| {
+                if slot.unindexed.load(Ordering::Acquire) {
+                    if let Some(mut state) = GroupLock::try_new(&self.exclusion, slot) {
+                        self.index_unindexed(slot, &mut state);
+                    }
+                }
+                slot.expiring[db].load(Ordering::Relaxed)
+                    + slot.unindexed_counts[db].load(Ordering::Relaxed)
+            })
             .sum();
         total.max(0) as u64
     }
@@ -1194,14 +1267,16 @@ impl Keyspace {
             let mut found = Vec::with_capacity(count);
             for step in 0..KEY_GROUPS {
                 let group = &self.groups[(start as usize + step) % KEY_GROUPS];
-                if group
-                    .expiring
-                    .iter()
-                    .all(|n| n.load(Ordering::Relaxed) <= 0)
+                if !group.unindexed.load(Ordering::Acquire)
+                    && group
+                        .expiring
+                        .iter()
+                        .all(|n| n.load(Ordering::Relaxed) <= 0)
                 {
                     continue;
                 }
-                let state = self.lock_group(group);
+                let mut state = self.lock_group(group);
+                self.index_unindexed(group, &mut state);
                 let len = state.expires.len();
                 if len == 0 {
                     continue;
@@ -1392,6 +1467,7 @@ impl Keyspace {
                 continue;
             }
             let mut group = self.lock_group(slot);
+            self.index_unindexed(slot, &mut group);
             let due: Vec<Box<[u8]>> = group
                 .expires
                 .iter()
@@ -1424,7 +1500,8 @@ impl Keyspace {
             if slot.next_due.load(Ordering::Relaxed) > now_ms {
                 continue;
             }
-            let group = self.lock_group(slot);
+            let mut group = self.lock_group(slot);
+            self.index_unindexed(slot, &mut group);
             let mut next = u64::MAX;
             for (ekey, &at) in group.expires.iter() {
                 if at > now_ms {
@@ -2219,6 +2296,103 @@ mod tests {
             ks.store().get(&format::KEY).unwrap().as_deref(),
             Some(&format::encode()[..])
         );
+    }
+
+    /// After a restart the expiries recovery only noted (by hash) are
+    /// indexed from the keys as they are when indexing runs: a key
+    /// rewritten without an expiry before then is not expired by its old
+    /// time, one given a new time expires by it, a deleted one is not
+    /// counted. Whether the indexing runs by itself first (the server's
+    /// expiry thread) or the expiry cycle meets the groups unindexed.
+    #[test]
+    fn noted_expiries_are_indexed_from_the_keys_as_they_are_then() {
+        for index_first in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let options = KeyspaceOptions {
+                checkpoints: engram_collections::CheckpointMode::Manual,
+                ..KeyspaceOptions::default()
+            };
+            let now = now_ms();
+            let soon = now + 300;
+            let far = now + 3_600_000;
+            let ks = Keyspace::open_dir(dir.path(), &options).unwrap().keyspace;
+            for (key, at) in [
+                (b"persisted".as_slice(), Some(soon)),
+                (b"renewed", Some(far)),
+                (b"deleted", Some(far)),
+                (b"due", Some(soon)),
+                (b"kept", Some(far)),
+                (b"plain", None),
+            ] {
+                put_string(&ks, key, at);
+            }
+            Keyspace::close(ks).unwrap();
+            let ks = Keyspace::open_dir(dir.path(), &options).unwrap().keyspace;
+            assert!(ks.expiries_unindexed());
+            put_string(&ks, b"persisted", None);
+            put_string(&ks, b"renewed", Some(soon));
+            let mut txn = ks.lock([(0, b"deleted".as_slice())], false).unwrap();
+            assert!(txn.delete(0, b"deleted", now_ms()).unwrap());
+            txn.commit().unwrap();
+            assert!(ks.expiries_unindexed(), "writes index nothing");
+            if index_first {
+                assert!(!ks.index_expiries(Instant::now() + Duration::from_secs(60)));
+                assert!(!ks.expiries_unindexed());
+                assert_eq!(ks.expiring(0), 3, "renewed, due, kept");
+            }
+            std::thread::sleep(Duration::from_millis(soon + 100 - now_ms().min(soon)));
+            let deadline = Instant::now() + Duration::from_secs(60);
+            assert_eq!(
+                ks.expire_cycle(now_ms(), deadline).unwrap(),
+                2,
+                "{index_first}"
+            );
+            assert!(!ks.expiries_unindexed());
+            assert_eq!((ks.dbsize(0), ks.expiring(0)), (3, 1), "{index_first}");
+            for (key, expires) in [
+                (b"persisted".as_slice(), false),
+                (b"kept", true),
+                (b"plain", false),
+            ] {
+                let meta = ks.read(0, key, now_ms(), |meta, _| meta).unwrap();
+                assert_eq!(
+                    meta.map(|meta| meta.expire_at().is_some()),
+                    Some(expires),
+                    "{key:?}"
+                );
+            }
+        }
+    }
+
+    /// The count of expiring keys right after a restart, before anything
+    /// indexed them, is what recovery noted; a thread that cannot lock a
+    /// group without waiting (here: one holding the whole keyspace, as a
+    /// script's INFO does) gets it without indexing, and without blocking.
+    #[test]
+    fn expiring_keys_are_counted_before_they_are_indexed() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = KeyspaceOptions {
+            checkpoints: engram_collections::CheckpointMode::Manual,
+            ..KeyspaceOptions::default()
+        };
+        let far = now_ms() + 3_600_000;
+        let ks = Keyspace::open_dir(dir.path(), &options).unwrap().keyspace;
+        for i in 0..50 {
+            put_string(&ks, format!("k{i}").as_bytes(), (i % 2 == 0).then_some(far));
+        }
+        Keyspace::close(ks).unwrap();
+        let ks = Keyspace::open_dir(dir.path(), &options).unwrap().keyspace;
+        assert!(ks.expiries_unindexed());
+        {
+            let _whole = ks.exclusion.exclusive();
+            assert_eq!(ks.expiring(0), 25);
+            assert!(
+                ks.expiries_unindexed(),
+                "nothing indexed under the exclusion"
+            );
+        }
+        assert_eq!(ks.expiring(0), 25);
+        assert!(!ks.expiries_unindexed(), "indexed when it could be");
     }
 
     fn open_keyspace(dir: &std::path::Path) -> Arc<Keyspace> {

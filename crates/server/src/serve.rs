@@ -282,9 +282,23 @@ async fn shutdown_on_signal(shared: Arc<Shared>) {
 /// A pass that takes at least `latency-monitor-threshold` is an
 /// `expire-cycle` latency event. The keys it (and anything else) expired
 /// are published as `expired` notifications after each pass.
+///
+/// After a restart it first indexes the expiries recovery only noted
+/// (`Keyspace::index_expiries`), a slice at a time without the pause
+/// between passes, so the server is ready before its expiry index is.
 fn spawn_expiry_thread(shared: Arc<Shared>, stop: Arc<AtomicBool>) -> JoinHandle<()> {
     engram_threads::spawn("engram-expire", move || {
         while !stop.load(Ordering::Acquire) {
+            // (A reloaded keyspace has noted its expiries anew.)
+            let guard = shared.keyspace.try_guard();
+            let indexing = guard.as_ref().is_some_and(|keyspace| {
+                keyspace.expiries_unindexed()
+                    && keyspace.index_expiries(Instant::now() + EXPIRE_BUDGET)
+            });
+            drop(guard);
+            if indexing {
+                continue;
+            }
             std::thread::sleep(EXPIRE_PERIOD);
             if !shared.active_expire.load(Ordering::Relaxed) || shared.keyspace.is_reloading() {
                 continue;

@@ -102,32 +102,6 @@ impl Exclusion {
         }
     }
 
-    /// [`Exclusion::shared`] without waiting: `None` while an excluding
-    /// holder is inside (this very thread, perhaps: a script), and, in
-    /// debug builds, when this thread is inside already.
-    pub fn try_shared(&self) -> Option<Shared<'_>> {
-        #[cfg(debug_assertions)]
-        {
-            let me = self as *const Exclusion as usize;
-            if INSIDE.with(|inside| inside.borrow().contains(&me)) {
-                return None;
-            }
-        }
-        self.note_entry();
-        let slot = SLOT.with(|s| *s);
-        self.readers[slot].fetch_add(1, Ordering::SeqCst);
-        if self.excluding.load(Ordering::SeqCst) {
-            self.readers[slot].fetch_sub(1, Ordering::SeqCst);
-            self.note_exit();
-            return None;
-        }
-        Some(Shared {
-            exclusion: self,
-            slot,
-            _not_send: std::marker::PhantomData,
-        })
-    }
-
     /// Excludes every other writer, waiting for those inside to leave.
     pub fn exclusive(&self) -> Exclusive<'_> {
         self.note_entry();

@@ -228,19 +228,6 @@ impl<'k> GroupLock<'k> {
     }
 }
 
-impl<'k> GroupLock<'k> {
-    /// [`GroupLock::new`] if that would not wait (the exclusion not held
-    /// by an excluder, the group free); `None` otherwise. For what a thread
-    /// may do while it holds other groups, or the whole keyspace.
-    pub fn try_new(exclusion: &'k Exclusion, slot: &'k KeyGroup) -> Option<GroupLock<'k>> {
-        let shared = exclusion.try_shared()?;
-        Some(GroupLock {
-            guard: slot.lock.try_lock()?,
-            _shared: shared,
-        })
-    }
-}
-
 impl std::ops::Deref for GroupLock<'_> {
     type Target = GroupState;
     fn deref(&self) -> &GroupState {

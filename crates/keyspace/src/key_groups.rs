@@ -44,7 +44,8 @@ pub struct KeyGroup {
     pub next_due: AtomicU64,
     /// The group's state holds `unindexed` expiries (set at open, cleared
     /// under the lock once they are indexed), so that what looks at the
-    /// group without locking it (`expiring` is low meanwhile) knows.
+    /// group without locking it knows (`expiring` lacks them meanwhile:
+    /// `unindexed_counts` has them).
     pub unindexed: AtomicBool,
     /// Per database, how many keys `unindexed` holds (what `expiring`
     /// lacks until they are indexed).

@@ -1026,9 +1026,9 @@ impl Keyspace {
     /// unindexed`), group after group, until `deadline`; true while some
     /// are left. Reading each key is a random access (about 1.5 s of one
     /// core for 5M keys), so a restart does not wait for it: the server's
-    /// expiry thread calls this until it is done, and anything that needs
-    /// a group's whole index (the expiry cycle, volatile eviction, the
-    /// count of expiring keys) indexes that group first.
+    /// expiry thread calls this until it is done; the expiry cycle and
+    /// volatile eviction, which need a group's whole index, index that
+    /// group first (the count of expiring keys adds what was noted).
     pub fn index_expiries(&self, deadline: Instant) -> bool {
         for slot in self.groups.iter() {
             if !slot.unindexed.load(Ordering::Acquire) {

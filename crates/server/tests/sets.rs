@@ -731,6 +731,59 @@ fn del_expire_and_emptied_keys() {
     server.shutdown().unwrap();
 }
 
+/// An SADD whose members are all there already is answered by a read
+/// (no key group taken): 0, as Redis, and nothing else changes either:
+/// a WATCH on the set survives it; a string is still WRONGTYPE, an
+/// expired set is absent, a new member among old ones is added, and
+/// inside MULTI the transaction answers. Each reply held to Redis's.
+#[test]
+fn an_sadd_of_members_already_there_changes_nothing() {
+    let (server, _dir, redis_server, mut engram, mut redis) = common::beside_redis();
+    let mut watcher = Client::connect(&server);
+    let mut redis_watcher = redis_server.client();
+    common::script_both(
+        &mut engram,
+        &mut redis,
+        &[
+            ("SADD s a b", "(integer) 2"),
+            ("SADD s a b", "(integer) 0"),
+            ("SADD s b", "(integer) 0"),
+            ("SADD s a c", "(integer) 1"),
+            ("SCARD s", "(integer) 3"),
+            ("SET str x", "OK"),
+            ("SADD str a", WRONGTYPE),
+        ],
+    );
+    for c in [&mut watcher, &mut redis_watcher] {
+        c.script(&[("WATCH s", "OK"), ("MULTI", "OK"), ("SCARD s", "QUEUED")]);
+    }
+    common::script_both(&mut engram, &mut redis, &[("SADD s a b c", "(integer) 0")]);
+    for c in [&mut watcher, &mut redis_watcher] {
+        c.script(&[("EXEC", "[(integer) 3]")]);
+    }
+    common::script_both(
+        &mut engram,
+        &mut redis,
+        &[
+            ("MULTI", "OK"),
+            ("SADD s a", "QUEUED"),
+            ("SADD s d", "QUEUED"),
+            ("EXEC", "[(integer) 0, (integer) 1]"),
+            ("PEXPIRE s 1", "(integer) 1"),
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    common::script_both(
+        &mut engram,
+        &mut redis,
+        &[
+            ("SADD s a", "(integer) 1"),
+            ("SCARD s", "(integer) 1"),
+            ("TTL s", "(integer) -1"),
+        ],
+    );
+}
+
 #[test]
 fn multi_exec() {
     let (server, _dir) = start();

@@ -23,7 +23,7 @@
 //! pieces, and the copy costs at most what the checkpoint writes anyway.
 //!
 //! A piece is named by the checkpoint that wrote it and a sequence number
-//! (`images::piece_key`). Images of later checkpoints name it as long as
+//! (`images::piece_key_into`). Images of later checkpoints name it as long as
 //! its elements are in the list; it is deleted once the checkpoint whose
 //! image no longer names it has committed, and recovery deletes every piece
 //! no live image names (a checkpoint that never committed leaves such

@@ -287,40 +287,8 @@ impl<'log> SplicedList<'log> {
         directory: &PiecesImage,
     ) -> Result<VecDeque<PieceRun>> {
         let mut runs: VecDeque<PieceRun> = directory.runs.iter().copied().collect();
-        let mut piece_key = Vec::new();
-        let corrupt = |e: DecodeError| Error::corrupt_image(key, e);
-        let mut skip = self.skip_front;
-        while skip > 0 {
-            let run = runs.front_mut().expect("the runs add up to the count");
-            if run.count <= skip {
-                skip -= run.count;
-                runs.pop_front();
-                continue;
-            }
-            let piece = pieces::read_piece(images, key, run.piece(), &mut piece_key)?;
-            let at =
-                ListImage::step(pieces::run_bytes(key, &piece, run)?, 0, skip).map_err(corrupt)?;
-            run.offset += at as u64;
-            run.bytes -= at as u64;
-            run.count -= skip;
-            skip = 0;
-        }
-        let mut skip = self.skip_back;
-        while skip > 0 {
-            let run = runs.back_mut().expect("the runs add up to the count");
-            if run.count <= skip {
-                skip -= run.count;
-                runs.pop_back();
-                continue;
-            }
-            let keep = run.count - skip;
-            let piece = pieces::read_piece(images, key, run.piece(), &mut piece_key)?;
-            let end =
-                ListImage::step(pieces::run_bytes(key, &piece, run)?, 0, keep).map_err(corrupt)?;
-            run.bytes = end as u64;
-            run.count = keep;
-            skip = 0;
-        }
+        drop_elements(images, key, &mut runs, self.skip_front, true)?;
+        drop_elements(images, key, &mut runs, self.skip_back, false)?;
         Ok(runs)
     }
 
@@ -351,6 +319,48 @@ impl<'log> SplicedList<'log> {
             access: Access::default(),
         })
     }
+}
+
+/// Drops `count` elements from the head of `runs` (`front`) or from its
+/// tail: whole runs while they go whole, then the part of one, found by
+/// stepping over element lengths in its piece (no element copied).
+fn drop_elements(
+    images: &Store,
+    key: &[u8],
+    runs: &mut VecDeque<PieceRun>,
+    mut count: u64,
+    front: bool,
+) -> Result<()> {
+    let mut piece_key = Vec::new();
+    while count > 0 {
+        let run = match front {
+            true => runs.front_mut(),
+            false => runs.back_mut(),
+        }
+        .expect("the runs add up to the count");
+        if run.count <= count {
+            count -= run.count;
+            match front {
+                true => runs.pop_front(),
+                false => runs.pop_back(),
+            };
+            continue;
+        }
+        // The cut lies this many elements into the run.
+        let before_cut = if front { count } else { run.count - count };
+        let piece = pieces::read_piece(images, key, run.piece(), &mut piece_key)?;
+        let cut = ListImage::step(pieces::run_bytes(key, &piece, run)?, 0, before_cut)
+            .map_err(|e| Error::corrupt_image(key, e))? as u64;
+        if front {
+            run.offset += cut;
+            run.bytes -= cut;
+        } else {
+            run.bytes = cut;
+        }
+        run.count -= count;
+        break;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

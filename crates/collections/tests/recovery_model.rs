@@ -739,6 +739,31 @@ fn checkpoints_of_a_large_key_wait_for_as_much_log_as_its_image() {
     store.close().unwrap();
 }
 
+/// How many list pieces the images store of the (closed) collections in
+/// `dir` holds.
+fn pieces_in(dir: &Path) -> usize {
+    let images = engram_engine::Store::open(
+        dir.join(engram_collections::IMAGES_DIR),
+        options(Faults::default()).images,
+    )
+    .unwrap();
+    let mut pieces = 0;
+    let mut cursor = 0;
+    loop {
+        let (next, keys) = images.scan(cursor, 1024);
+        pieces += keys
+            .iter()
+            .filter(|key| engram_collections::images::parse_piece_key(key).is_some())
+            .count();
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    images.close().unwrap();
+    pieces
+}
+
 /// The list `key` as the store holds it, head first.
 fn list_of(store: &Collections, key: &[u8]) -> Vec<Vec<u8>> {
     store.read(key, |entry| match entry.map(|entry| &entry.object) {
@@ -832,4 +857,73 @@ fn a_queue_checkpointed_by_splicing_recovers_whole() {
             "round {round}"
         );
     }
+    // A checkpoint that dies before its root: its new pieces and image are
+    // garbage the next recovery removes (the pieces no winning image
+    // names), and the one after finds none.
+    for i in 0..500 {
+        let pushed = element(next + i);
+        expected.push_front(pushed.clone());
+        store
+            .write(vec![Op::ListPush {
+                key: b(b"q"),
+                front: true,
+                values: vec![pushed.into()],
+            }])
+            .unwrap();
+    }
+    store.crash();
+    store = open(
+        dir.path(),
+        Faults {
+            checkpoint_crash_at: Some(Step::BeforeRoot),
+            ..Faults::default()
+        },
+    );
+    assert!(matches!(
+        store.checkpoint_now(),
+        Err(Error::InjectedCrash(_))
+    ));
+    store.crash();
+    store = open(dir.path(), Faults::default());
+    // The image and at least the piece of the 500 elements pushed.
+    assert!(store.recovery_report().garbage_images_removed >= 2);
+    assert_eq!(list_of(&store, b"q"), Vec::from(expected.clone()));
+    store.crash();
+    store = open(dir.path(), Faults::default());
+    assert_eq!(store.recovery_report().garbage_images_removed, 0);
+    // Drained to a few elements, the list stays in pieces for the
+    // checkpoint that drains it; the next checkpoint finds it below half
+    // the splice threshold, decodes it and writes it whole again, and its
+    // last pieces go.
+    let keep = 3;
+    let popped = expected.len() as u64 - keep;
+    store
+        .write(vec![Op::ListPop {
+            key: b(b"q"),
+            front: false,
+            count: popped,
+        }])
+        .unwrap();
+    expected.truncate(keep as usize);
+    store.checkpoint_now().unwrap();
+    store.crash();
+    assert!(
+        pieces_in(dir.path()) > 0,
+        "the drained list is still in pieces"
+    );
+    store = open(dir.path(), Faults::default());
+    expected.push_front(element(0));
+    store
+        .write(vec![Op::ListPush {
+            key: b(b"q"),
+            front: true,
+            values: vec![element(0).into()],
+        }])
+        .unwrap();
+    store.checkpoint_now().unwrap();
+    store.crash();
+    assert_eq!(pieces_in(dir.path()), 0, "written whole, its pieces gone");
+    store = open(dir.path(), Faults::default());
+    assert_eq!(store.recovery_report().garbage_images_removed, 0);
+    assert_eq!(list_of(&store, b"q"), Vec::from(expected));
 }

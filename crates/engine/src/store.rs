@@ -293,7 +293,6 @@ impl Store {
         read::get(&self.state, key, |old| old)
     }
 
-    /// The value of `key` in place, without copying. Verifies the checksum.
     /// The keys whose index hash is `hash` (the XXH3 of the key, as
     /// [`crate::RecoveredKey`]'s visitor is told): usually one, more when
     /// keys collide, none when no such key is indexed now. For a layer
@@ -303,6 +302,7 @@ impl Store {
         read::keys_with_hash(&self.state, hash)
     }
 
+    /// The value of `key` in place, without copying. Verifies the checksum.
     pub fn get_ref(&self, key: &[u8]) -> Result<Option<ValueRef<'_>>> {
         read::get_ref(&self.state, key, |old| old)
     }

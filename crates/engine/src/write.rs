@@ -71,9 +71,9 @@ fn put_appended(
 
 /// [`put`] of a value of `value_len` bytes that `write` writes piece by
 /// piece, which the caller need not build: a large value goes to its
-/// extent as it is written (the checkpointer's spliced list images: most
-/// of one is a range of the previous image, read from the store itself,
-/// and the rest elements borrowed from the operation log). A value that
+/// extent as it is written (the checkpointer's list pieces: elements
+/// borrowed from the operation log, and runs of the old pieces read from
+/// the store itself). A value that
 /// fits a log block is gathered first and put as usual. `write` must write
 /// exactly `value_len` bytes (else a panic: the caller's bug).
 pub fn put_written(

@@ -749,13 +749,41 @@ impl Keyspace {
 
     /// Reads collection `key` without the key's write lock: `f` sees its
     /// object, or None when the key is absent (or expired). A key holding
-    /// another type is a `WrongType` error.
+    /// another type is a `WrongType` error. Counted as a keyspace hit or
+    /// miss.
     pub fn read_collection<R>(
         &self,
         db: usize,
         key: &[u8],
         kind: CKind,
         now_ms: u64,
+        f: impl FnOnce(Option<&Object>) -> R,
+    ) -> Result<R> {
+        self.look_at_collection(db, key, kind, now_ms, true, f)
+    }
+
+    /// [`Keyspace::read_collection`] for a write command that looks before
+    /// it takes the key's lock (an SADD of members already there writes
+    /// nothing): not a keyspace hit or miss, as Redis counts none for a
+    /// write's lookup.
+    pub fn read_collection_for_write<R>(
+        &self,
+        db: usize,
+        key: &[u8],
+        kind: CKind,
+        now_ms: u64,
+        f: impl FnOnce(Option<&Object>) -> R,
+    ) -> Result<R> {
+        self.look_at_collection(db, key, kind, now_ms, false, f)
+    }
+
+    fn look_at_collection<R>(
+        &self,
+        db: usize,
+        key: &[u8],
+        kind: CKind,
+        now_ms: u64,
+        counted: bool,
         f: impl FnOnce(Option<&Object>) -> R,
     ) -> Result<R> {
         enum Found<R> {
@@ -788,7 +816,9 @@ impl Keyspace {
             match found {
                 Found::Swapped => continue,
                 Found::Reply(result) => {
-                    self.stats.hits.incr();
+                    if counted {
+                        self.stats.hits.incr();
+                    }
                     return Ok(result);
                 }
                 Found::OtherKind => return Err(Error::WrongType),
@@ -810,7 +840,9 @@ impl Keyspace {
                     }
                 }
             }
-            self.stats.misses.incr();
+            if counted {
+                self.stats.misses.incr();
+            }
             return Ok((f.take().expect("not called yet"))(None));
         }
     }

@@ -526,6 +526,21 @@ fn mset_is_seen_whole_by_concurrent_readers() {
     server.shutdown().unwrap();
 }
 
+/// Waits (up to 10 s) until DBSIZE is `keys`, nobody reading the keys
+/// meanwhile: only the background expiry cycle can get it there.
+fn active_expiry_leaves(c: &mut Client, keys: i64, what: &str) {
+    let expected = format!("(integer) {keys}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while c.call("DBSIZE") != expected {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} left {}",
+            c.call("DBSIZE")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn expiry_is_lazy_active_and_survives_restart() {
     let dir = tempfile::tempdir().unwrap();
@@ -543,15 +558,7 @@ fn expiry_is_lazy_active_and_survives_restart() {
     std::thread::sleep(Duration::from_millis(60));
     c.script(&[("GET lazy", "(nil)"), ("TTL lazy", "(integer) -2")]);
     // Nobody reads the active:* keys: the background cycle removes them.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while c.call("DBSIZE") != "(integer) 2" {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "active expiry left {}",
-            c.call("DBSIZE")
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    active_expiry_leaves(&mut c, 2, "active expiry");
     server.shutdown().unwrap();
 
     let server = Server::start(config()).unwrap();
@@ -571,15 +578,7 @@ fn expiry_is_lazy_active_and_survives_restart() {
     server.shutdown().unwrap();
     let server = Server::start(config()).unwrap();
     let mut c = Client::connect(&server);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while c.call("DBSIZE") != "(integer) 2" {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "active expiry after a restart left {}",
-            c.call("DBSIZE")
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    active_expiry_leaves(&mut c, 2, "active expiry after a restart");
     let info = c.call("INFO keyspace");
     assert!(info.contains("db0:keys=2,expires=1"), "{info}");
     c.script(&[("TTL forever", "(integer) -1")]);

@@ -757,7 +757,24 @@ fn an_sadd_of_members_already_there_changes_nothing() {
     for c in [&mut watcher, &mut redis_watcher] {
         c.script(&[("WATCH s", "OK"), ("MULTI", "OK"), ("SCARD s", "QUEUED")]);
     }
+    // Nor is its look a keyspace hit (Redis counts none for writes).
+    let hits = |c: &mut Client| {
+        let info = c.call("INFO stats");
+        let at = info
+            .find("keyspace_hits:")
+            .expect("INFO stats names keyspace_hits")
+            + 14;
+        info[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+    };
+    let (engram_hits, redis_hits) = (hits(&mut engram), hits(&mut redis));
     common::script_both(&mut engram, &mut redis, &[("SADD s a b c", "(integer) 0")]);
+    assert_eq!(
+        (hits(&mut engram), hits(&mut redis)),
+        (engram_hits, redis_hits)
+    );
     for c in [&mut watcher, &mut redis_watcher] {
         c.script(&[("EXEC", "[(integer) 3]")]);
     }

@@ -178,7 +178,7 @@ pub enum DecodeError {
     #[error("a list in pieces is read through its images store")]
     InPieces,
     /// A list in pieces names runs whose counts do not add up, or a run
-    /// that does not lie within its piece.
+    /// shorter than its elements could be.
     #[error("list in pieces is inconsistent: {what}")]
     BadPieces {
         /// What is wrong.
@@ -582,15 +582,6 @@ impl ListImage {
         Ok(())
     }
 
-    /// Writes a list image's header for `count` elements; the elements
-    /// follow, each as [`ListImage::write_element`] writes it, or as
-    /// [`ListImage::middle`] found them.
-    pub fn write_header(count: u64, out: &mut Vec<u8>) {
-        out.push(FORMAT_VERSION);
-        out.push(KIND_LIST);
-        write_varint(out, count);
-    }
-
     /// Writes one element as the image holds it (its length, then its
     /// bytes) through `write`.
     pub fn write_element(element: &[u8], write: &mut impl FnMut(&[u8])) {
@@ -605,17 +596,11 @@ impl ListImage {
         let mut buffer = [0u8; VARINT_MAX_BYTES];
         varint_into(element.len() as u64, &mut buffer) + element.len()
     }
-
-    /// The bytes [`ListImage::write_header`] writes for `count`.
-    pub fn header_bytes(count: u64) -> usize {
-        let mut buffer = [0u8; VARINT_MAX_BYTES];
-        2 + varint_into(count, &mut buffer)
-    }
 }
 
 /// One run of a list in pieces: `count` elements, `bytes` long, starting
 /// `offset` bytes into the piece that checkpoint `version` wrote as its
-/// `seq`-th for the key (`images::piece_key`).
+/// `seq`-th for the key (`images::piece_key_into`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PieceRun {
     pub version: u64,

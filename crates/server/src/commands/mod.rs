@@ -341,6 +341,21 @@ impl<'s> Ctx<'s, '_> {
         self.keyspace.read_collection(db, key, kind, now, f)?
     }
 
+    /// `read_collection` for a write command that looks before it takes
+    /// the key's lock (not a keyspace hit or miss). Outside EXEC only:
+    /// inside, the transaction's own locks are the way in.
+    pub fn read_collection_for_write<R>(
+        &mut self,
+        key: &[u8],
+        kind: CKind,
+        f: impl FnOnce(Option<&Object>) -> Result<R, CmdError>,
+    ) -> Result<R, CmdError> {
+        debug_assert!(self.exec.is_none(), "a lock-free look inside EXEC");
+        let (db, now) = (self.session.db, self.now_ms);
+        self.keyspace
+            .read_collection_for_write(db, key, kind, now, f)?
+    }
+
     /// `read_collection` that writes the reply straight from the object.
     pub fn reply_collection(
         &mut self,

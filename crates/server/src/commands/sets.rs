@@ -236,7 +236,7 @@ fn sadd(ctx: &mut Ctx, args: Args) -> CmdResult {
     // (BENCHMARKS.md, sixteenth session). Inside EXEC or a script the
     // command runs in the transaction, which reads through its own locks.
     if ctx.exec.is_none() {
-        let all_there = ctx.read_collection(key, CKind::Set, |object| {
+        let all_there = ctx.read_collection_for_write(key, CKind::Set, |object| {
             Ok(as_set(object)?.is_some_and(|set| members.iter().all(|m| set.contains(m))))
         })?;
         if all_there {

@@ -747,6 +747,42 @@ impl Keyspace {
         }
     }
 
+    /// Whether `key` lives (any type, not expired), looked at without its
+    /// key group, for a write command that may have nothing to do: a SET
+    /// NX or SETNX of a key that exists. Touches the key's access field
+    /// and counts no keyspace hit or miss, as Redis's lookup for a write
+    /// does. An expired key is reported absent and left for the write
+    /// (which takes the lock) to remove.
+    pub fn exists_for_write(&self, db: usize, key: &[u8], now_ms: u64) -> Result<bool> {
+        self.access.observe(now_ms);
+        let touch = |old| self.access.on_access(old);
+        loop {
+            let version = self.db_map.begin();
+            let ekey = self.physical_ekey(db, key)?;
+            let string = self
+                .store
+                .get_ref_touching(&ekey, touch)
+                .map_err(Error::Engine)?;
+            let lives = match string {
+                Some(value) => {
+                    let (meta, _) = decode(&value).map_err(Error::Malformed)?;
+                    !meta.is_expired(now_ms)
+                }
+                None => self.collections.read(&ekey, |entry| {
+                    entry.is_some_and(|e| {
+                        e.access.touch(touch);
+                        e.expire_at_ms == 0 || e.expire_at_ms > now_ms
+                    })
+                }),
+            };
+            // A SWAPDB between the translation and the reads would have
+            // looked in the other database: look again.
+            if self.db_map.unchanged(version) {
+                return Ok(lives);
+            }
+        }
+    }
+
     /// Reads collection `key` without the key's write lock: `f` sees its
     /// object, or None when the key is absent (or expired). A key holding
     /// another type is a `WrongType` error. Counted as a keyspace hit or

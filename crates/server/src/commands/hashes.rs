@@ -211,6 +211,17 @@ fn hmset(ctx: &mut Ctx, args: Args) -> CmdResult {
 
 fn hsetnx(ctx: &mut Ctx, args: Args) -> CmdResult {
     let (key, field, value) = (args.get(1), args.get(2), args.get(3));
+    // A field that is there already is answered by a lock-free look (as
+    // SADD of members already there): nothing is written or signalled.
+    if ctx.exec.is_none() {
+        let there = ctx.read_collection_for_write(key, CKind::Hash, |object| {
+            Ok(hash_of(object)?.is_some_and(|hash| hash.contains(field)))
+        })?;
+        if there {
+            ctx.out.int(0);
+            return Ok(());
+        }
+    }
     let set = ctx.write(&[key], false, |txn, db, now| {
         let current = hash_of(txn.collection(db, key, CKind::Hash, now)?)?;
         if current.is_some_and(|hash| hash.contains(field)) {

@@ -356,6 +356,15 @@ impl<'s> Ctx<'s, '_> {
             .read_collection_for_write(db, key, kind, now, f)?
     }
 
+    /// Whether `key` lives, looked at before a write command takes its
+    /// lock (`Keyspace::exists_for_write`: not a keyspace hit or miss).
+    /// Outside EXEC only, as `read_collection_for_write`.
+    pub fn exists_for_write(&mut self, key: &[u8]) -> Result<bool, CmdError> {
+        debug_assert!(self.exec.is_none(), "a lock-free look inside EXEC");
+        let (db, now) = (self.session.db, self.now_ms);
+        Ok(self.keyspace.exists_for_write(db, key, now)?)
+    }
+
     /// `read_collection` that writes the reply straight from the object.
     pub fn reply_collection(
         &mut self,

@@ -336,6 +336,14 @@ fn set(ctx: &mut Ctx, args: Args) -> CmdResult {
         return Ok(());
     }
     let options = parse_set_options(&args, ctx.now_ms)?;
+    // SET NX of a key that exists writes nothing and signals nothing (a
+    // lock already held: every contender of a distributed lock retries
+    // this): answered by a lock-free look, it takes no key group. Inside
+    // EXEC or a script the transaction answers.
+    if options.nx && !options.get && ctx.exec.is_none() && ctx.exists_for_write(key)? {
+        ctx.out.null();
+        return Ok(());
+    }
     let reply = ctx.write(&[key], false, |txn, db, now| {
         let old = txn.get(db, key, now)?;
         if options.get {
@@ -388,6 +396,11 @@ pub(super) fn check_len(len: usize) -> CmdResult {
 fn setnx(ctx: &mut Ctx, args: Args) -> CmdResult {
     let (key, value) = (args.get(1), args.get(2));
     check_len(value.len())?;
+    // As SET NX: a key that exists is answered without its lock.
+    if ctx.exec.is_none() && ctx.exists_for_write(key)? {
+        ctx.out.int(0);
+        return Ok(());
+    }
     let set = ctx.write(&[key], false, |txn, db, now| {
         if txn.get(db, key, now)?.is_some() {
             return Ok(false);

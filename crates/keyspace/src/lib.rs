@@ -693,31 +693,7 @@ impl Keyspace {
         f: impl FnOnce(Meta, &[u8]) -> R,
     ) -> Result<Option<R>> {
         self.access.observe(now_ms);
-        let touch = |old| self.access.on_access(old);
-        // A SWAPDB between the translation and the reads would have read
-        // the other database: read again.
-        let (ekey, string, collection) = loop {
-            let version = self.db_map.begin();
-            let ekey = self.physical_ekey(db, key)?;
-            let string = self
-                .store
-                .get_ref_touching(&ekey, touch)
-                .map_err(Error::Engine)?;
-            // Not a string: a collection shows its kind and expiry, with
-            // no payload.
-            let collection = match string {
-                Some(_) => None,
-                None => self.collections.read(&ekey, |e| {
-                    e.map(|e| {
-                        e.access.touch(touch);
-                        Meta::collection(e.object.kind(), e.expire_at_ms)
-                    })
-                }),
-            };
-            if self.db_map.unchanged(version) {
-                break (ekey, string, collection);
-            }
-        };
+        let (ekey, string, collection) = self.look_touching(db, key)?;
         let found = match (string, collection) {
             (Some(value), _) => {
                 let (meta, payload) = decode(&value).map_err(Error::Malformed)?;
@@ -747,6 +723,39 @@ impl Keyspace {
         }
     }
 
+    /// `key`'s stored string, or else its collection's meta word (kind and
+    /// expiry, no payload), expired or not, touching its access field; with
+    /// the engine key they were found under.
+    fn look_touching(
+        &self,
+        db: usize,
+        key: &[u8],
+    ) -> Result<(EKey, Option<engram_engine::ValueRef<'_>>, Option<Meta>)> {
+        let touch = |old| self.access.on_access(old);
+        // A SWAPDB between the translation and the reads would have read
+        // the other database: read again.
+        loop {
+            let version = self.db_map.begin();
+            let ekey = self.physical_ekey(db, key)?;
+            let string = self
+                .store
+                .get_ref_touching(&ekey, touch)
+                .map_err(Error::Engine)?;
+            let collection = match string {
+                Some(_) => None,
+                None => self.collections.read(&ekey, |e| {
+                    e.map(|e| {
+                        e.access.touch(touch);
+                        Meta::collection(e.object.kind(), e.expire_at_ms)
+                    })
+                }),
+            };
+            if self.db_map.unchanged(version) {
+                return Ok((ekey, string, collection));
+            }
+        }
+    }
+
     /// Whether `key` lives (any type, not expired), looked at without its
     /// key group, for a write command that may have nothing to do: a SET
     /// NX or SETNX of a key that exists. Touches the key's access field
@@ -755,32 +764,13 @@ impl Keyspace {
     /// (which takes the lock) to remove.
     pub fn exists_for_write(&self, db: usize, key: &[u8], now_ms: u64) -> Result<bool> {
         self.access.observe(now_ms);
-        let touch = |old| self.access.on_access(old);
-        loop {
-            let version = self.db_map.begin();
-            let ekey = self.physical_ekey(db, key)?;
-            let string = self
-                .store
-                .get_ref_touching(&ekey, touch)
-                .map_err(Error::Engine)?;
-            let lives = match string {
-                Some(value) => {
-                    let (meta, _) = decode(&value).map_err(Error::Malformed)?;
-                    !meta.is_expired(now_ms)
-                }
-                None => self.collections.read(&ekey, |entry| {
-                    entry.is_some_and(|e| {
-                        e.access.touch(touch);
-                        e.expire_at_ms == 0 || e.expire_at_ms > now_ms
-                    })
-                }),
-            };
-            // A SWAPDB between the translation and the reads would have
-            // looked in the other database: look again.
-            if self.db_map.unchanged(version) {
-                return Ok(lives);
-            }
-        }
+        let (_, string, collection) = self.look_touching(db, key)?;
+        let meta = match (string, collection) {
+            (Some(value), _) => decode(&value).map_err(Error::Malformed)?.0,
+            (None, Some(meta)) => meta,
+            (None, None) => return Ok(false),
+        };
+        Ok(!meta.is_expired(now_ms))
     }
 
     /// Reads collection `key` without the key's write lock: `f` sees its

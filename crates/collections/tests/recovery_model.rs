@@ -773,6 +773,18 @@ fn list_of(store: &Collections, key: &[u8]) -> Vec<Vec<u8>> {
     })
 }
 
+/// Pushes `value` at the head of list `q`, in the store and in `expected`.
+fn push_head(store: &Collections, expected: &mut VecDeque<Vec<u8>>, value: Vec<u8>) {
+    expected.push_front(value.clone());
+    store
+        .write(vec![Op::ListPush {
+            key: b(b"q"),
+            front: true,
+            values: vec![value.into()],
+        }])
+        .unwrap();
+}
+
 #[test]
 fn a_queue_checkpointed_by_splicing_recovers_whole() {
     // A list far larger than an images block (its image goes to an extent
@@ -790,29 +802,14 @@ fn a_queue_checkpointed_by_splicing_recovers_whole() {
     let mut expected: VecDeque<Vec<u8>> = VecDeque::new();
     let element = |i: u32| format!("{i:06}-{}", "x".repeat(93)).into_bytes();
     for i in 0..3000u32 {
-        expected.push_front(element(i));
-        store
-            .write(vec![Op::ListPush {
-                key: b(b"q"),
-                front: true,
-                values: vec![element(i).into()],
-            }])
-            .unwrap();
+        push_head(&store, &mut expected, element(i));
     }
     store.checkpoint_now().unwrap();
     let mut next = 3000u32;
     for round in 0..4 {
         for _ in 0..500 {
-            expected.push_front(element(next));
-            let pushed = element(next);
+            push_head(&store, &mut expected, element(next));
             next += 1;
-            store
-                .write(vec![Op::ListPush {
-                    key: b(b"q"),
-                    front: true,
-                    values: vec![pushed.into()],
-                }])
-                .unwrap();
         }
         store
             .write(vec![Op::ListPop {
@@ -861,15 +858,7 @@ fn a_queue_checkpointed_by_splicing_recovers_whole() {
     // garbage the next recovery removes (the pieces no winning image
     // names), and the one after finds none.
     for i in 0..500 {
-        let pushed = element(next + i);
-        expected.push_front(pushed.clone());
-        store
-            .write(vec![Op::ListPush {
-                key: b(b"q"),
-                front: true,
-                values: vec![pushed.into()],
-            }])
-            .unwrap();
+        push_head(&store, &mut expected, element(next + i));
     }
     store.crash();
     store = open(
@@ -912,14 +901,7 @@ fn a_queue_checkpointed_by_splicing_recovers_whole() {
         "the drained list is still in pieces"
     );
     store = open(dir.path(), Faults::default());
-    expected.push_front(element(0));
-    store
-        .write(vec![Op::ListPush {
-            key: b(b"q"),
-            front: true,
-            values: vec![element(0).into()],
-        }])
-        .unwrap();
+    push_head(&store, &mut expected, element(0));
     store.checkpoint_now().unwrap();
     store.crash();
     assert_eq!(pieces_in(dir.path()), 0, "written whole, its pieces gone");

@@ -437,19 +437,18 @@ impl Keyspace {
         // index gets their keys after the server is ready
         // (`index_expiries`); until then each such group is marked, and
         // its expiry cycle due at once.
-        for (group, mut unindexed) in books.expiring.into_iter().enumerate() {
-            unindexed
-                .retain(|&entry| self.is_visible(&[recovered::unpack_expiring(group, entry).1]));
+        for (group, noted) in books.expiring.into_iter().enumerate() {
+            let slot = &self.groups[group];
+            let mut unindexed = Vec::with_capacity(noted.len());
+            for entry in noted {
+                let (hash, prefix) = recovered::unpack_expiring(group, entry);
+                if self.is_visible(&[prefix]) {
+                    slot.unindexed_counts[prefix as usize].fetch_add(1, Ordering::Relaxed);
+                    unindexed.push(hash);
+                }
+            }
             if unindexed.is_empty() {
                 continue;
-            }
-            let slot = &self.groups[group];
-            for &entry in &unindexed {
-                let prefix = recovered::unpack_expiring(group, entry).1;
-                slot.unindexed_counts[prefix as usize].fetch_add(1, Ordering::Relaxed);
-            }
-            for entry in unindexed.iter_mut() {
-                *entry = recovered::unpack_expiring(group, *entry).0;
             }
             let mut state = self.lock_group(slot);
             state.unindexed = unindexed;

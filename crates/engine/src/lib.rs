@@ -69,3 +69,4 @@ pub use record::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use recovery::{ImageRecovery, RecoveredKey, RecoveryReport, RecoveryVisitor};
 pub use scrub::{AffectedKey, ScrubReport};
 pub use store::{Stats, Store, DATA_FILE};
+pub use write::WordUpdate;

@@ -184,7 +184,7 @@ pub fn checked_header(store: &StoreState, at: PmemOffset) -> Result<record::Head
 
 /// A value failed its checksum: fine if an in-place update raced with the
 /// read (the flag is set before the first such update), else corruption.
-fn checked_after_mismatch(store: &StoreState, at: PmemOffset) -> Result<()> {
+pub(crate) fn checked_after_mismatch(store: &StoreState, at: PmemOffset) -> Result<()> {
     if record::read_header(store.region(), at).is_in_place() {
         Ok(())
     } else {

@@ -40,6 +40,7 @@ use crate::space::Space;
 use crate::store_state::StoreState;
 use crate::superblock::Superblock;
 use crate::sync::Syncer;
+use crate::write::WordUpdate;
 use crate::{append, compaction, write, Error, Options, Result, SyncPolicy};
 use engram_threads::StripedCounter;
 
@@ -375,9 +376,7 @@ impl Store {
     /// `field_offset` of the key's value, in place; returns the new value.
     pub fn incr_by(&self, key: &[u8], field_offset: u64, delta: i64) -> Result<u64> {
         let delta = delta as u64;
-        let found = write::update_word(&self.state, key, field_offset, |word| {
-            Some(word.wrapping_add(delta))
-        })?;
+        let found = self.update_word(key, field_offset, |word| Some(word.wrapping_add(delta)))?;
         Ok(found.wrapping_add(delta))
     }
 
@@ -390,9 +389,49 @@ impl Store {
         expected: u64,
         new: u64,
     ) -> Result<u64> {
-        write::update_word(&self.state, key, field_offset, |word| {
-            (word == expected).then_some(new)
-        })
+        self.update_word(key, field_offset, |word| (word == expected).then_some(new))
+    }
+
+    /// `update_word_with` of the word alone: `update(found)` gives the
+    /// new word (None: leave it); the key's access field is not touched.
+    /// Returns the word found; a missing key is an error.
+    fn update_word(
+        &self,
+        key: &[u8],
+        field_offset: u64,
+        update: impl Fn(u64) -> Option<u64>,
+    ) -> Result<u64> {
+        let word = |value: &[u8]| {
+            let field = field_offset as usize..field_offset as usize + 8;
+            u64::from_le_bytes(value[field].try_into().expect("a checked field"))
+        };
+        let found = write::update_word(
+            &self.state,
+            key,
+            field_offset,
+            |access| access,
+            |value| update(word(value)).map_or(WordUpdate::Keep, WordUpdate::Set),
+        )?;
+        found.ok_or(Error::KeyNotFound)
+    }
+
+    /// Reads `key`'s value and changes one aligned 8-byte word of it, in
+    /// one lookup: `decide` sees the value in place (the word at
+    /// `field_offset` included) and says whether to store a new word,
+    /// keep it, or decline the value altogether; unless it declines, the
+    /// key's access field becomes `touch(old)`. Atomic per key, as
+    /// [`Store::compare_and_swap`]: `decide` runs again if another update
+    /// changed the word meanwhile. Returns the word found, or None when
+    /// the key is absent or `decide` declined. A field that is not an
+    /// aligned word inside the value is an error, whatever `decide` says.
+    pub fn update_word_with(
+        &self,
+        key: &[u8],
+        field_offset: u64,
+        touch: impl FnOnce(u32) -> u32,
+        decide: impl FnMut(&[u8]) -> WordUpdate,
+    ) -> Result<Option<u64>> {
+        write::update_word(&self.state, key, field_offset, touch, decide)
     }
 
     pub fn len(&self) -> u64 {

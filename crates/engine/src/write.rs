@@ -20,7 +20,7 @@
 //! is only queued for its bit: it loses to the new one by sequence number
 //! until then; a delete appends a tombstone, which outranks every older
 //! version the same way; and an in-place update appends a new version
-//! ([`update_by_append`]). So an acknowledged write dirties only the log.
+//! ([`update_word`]). So an acknowledged write dirties only the log.
 
 use std::sync::atomic::Ordering;
 
@@ -111,23 +111,6 @@ pub fn put_written(
 /// bytes in the record the entry points at.
 fn is_key<'a>(region: &'a Region, hash: u64, key: &'a [u8]) -> impl Fn(&Entry) -> bool + 'a {
     move |e| e.hash == hash && record::has_key(region, PmemOffset(e.offset()), key)
-}
-
-/// `key`'s indexed record in its shard's `table` (held by the caller),
-/// with its header checked as a read would: a header on a page damaged
-/// beyond repair, or whose lengths run past the file, says nothing a
-/// write may trust.
-fn indexed_record(
-    store: &StoreState,
-    table: &hashbrown::HashTable<Entry>,
-    hash: u64,
-    key: &[u8],
-) -> Result<(PmemOffset, record::Header)> {
-    let entry = table
-        .find(hash, is_key(store.region(), hash, key))
-        .ok_or(Error::KeyNotFound)?;
-    let at = PmemOffset(entry.offset());
-    Ok((at, read::checked_header(store, at)?))
 }
 
 /// Removes `key`; true when it existed. Durable on return.
@@ -256,40 +239,145 @@ fn unindex_before(store: &StoreState, hash: u64, key: &[u8], seq: u64) -> bool {
 
 /// Replaces the aligned word at `field_offset` of `key`'s value with
 /// `update(word)` (None: leave it) and returns the word it found.
-/// Atomic per key: concurrent updates of one word never lose one.
+/// What an [`update_word`] caller decides, shown the key's value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WordUpdate {
+    /// Not a value this caller updates: nothing is changed or touched.
+    Decline,
+    /// Leave the word as it is (the key's access field is touched).
+    Keep,
+    /// Store this word.
+    Set(u64),
+}
+
+/// Reads `key`'s value and changes one aligned word of it, with one index
+/// lookup: `decide` sees the whole value (its word at `field_offset`
+/// included) and says what to do; the key's access field becomes
+/// `touch(old)` unless it declines. Returns the word found, or None when
+/// the key is absent or `decide` declined. A read followed by a
+/// compare-and-swap looked the key up twice (and copied the value out): a
+/// third of INCR's server time went to those lookups.
+///
+/// Atomic per key: concurrent updates of one word never lose one (`decide`
+/// runs again on the value another update left).
 ///
 /// In place under the shard's read lock (compaction, which moves records,
 /// takes the write lock) with a compare-and-swap loop, persisted. Under
 /// lazy retirement a value that fits a log block gets a new version
-/// appended instead ([`update_by_append`]): a few hundred bytes at the
-/// tail cost less than a random page in the next sync. A larger value (a
-/// bitmap of megabytes) is still updated in place, where rewriting it
-/// would cost its whole size per update: its word's page joins the next
-/// tail sync, and the IN_PLACE flag is synced before the first change.
+/// appended instead: a few hundred bytes at the tail cost less than a
+/// random page in the next sync. A larger value (a bitmap of megabytes) is
+/// still updated in place, where rewriting it would cost its whole size
+/// per update: its word's page joins the next tail sync, and the IN_PLACE
+/// flag is synced before the first change.
 pub fn update_word(
     store: &StoreState,
     key: &[u8],
     field_offset: u64,
-    update: impl Fn(u64) -> Option<u64>,
-) -> Result<u64> {
+    touch: impl FnOnce(u32) -> u32,
+    mut decide: impl FnMut(&[u8]) -> WordUpdate,
+) -> Result<Option<u64>> {
     let lazy = store.space.retirement.is_some();
     let hash = hash_key(key);
     let region = store.region();
-    let table = store.index.shard(hash).read();
-    let (at, header) = indexed_record(store, &table, hash, key)?;
-    if lazy
-        && record::encoded_bytes(key.len(), header.value_len as usize)
-            <= store.space.log_payload_bytes()
-    {
-        drop(table);
-        return update_by_append(store, key, field_offset, update);
-    }
-    check_field(field_offset, header.value_len as u64)?;
-    let word = at.add(header.value_offset() + field_offset);
-    let mut found = region.load_u64(word);
+    let mut touch = Some(touch);
     loop {
-        let Some(new) = update(found).filter(|&new| new != found) else {
+        // Pinned from the read to the publish (by append): an index image
+        // waits for writes in flight, and the version read must not be
+        // reused.
+        let guard = crossbeam_epoch::pin();
+        let table = store.index.shard(hash).read();
+        let Some(entry) = table.find(hash, is_key(region, hash, key)) else {
+            return Ok(None);
+        };
+        let at = PmemOffset(entry.offset());
+        let header = read::checked_header(store, at)?;
+        check_field(field_offset, u64::from(header.value_len))?;
+        let value = record::value(region, at, &header);
+        if !record::value_checksum_ok(region, at, &header) {
+            read::checked_after_mismatch(store, at)?;
+        }
+        let field = field_offset as usize..field_offset as usize + 8;
+        if !(lazy
+            && record::encoded_bytes(key.len(), header.value_len as usize)
+                <= store.space.log_payload_bytes())
+        {
+            let (found, wrote) = update_in_place(store, entry, at, field, touch, decide)?;
+            drop(table);
+            drop(guard);
+            if wrote {
+                store
+                    .syncer
+                    .after_write(region, || append::sync_written(store))?;
+            }
             return Ok(found);
+        }
+        // By append: the value copied with its word replaced, published
+        // only if the version it was made from is still the indexed one;
+        // otherwise ours is retired unseen and the update starts again
+        // from the new one.
+        let found = u64::from_le_bytes(value[field.clone()].try_into().expect("8 bytes"));
+        let new = match decide(value) {
+            WordUpdate::Decline => return Ok(None),
+            WordUpdate::Keep => None,
+            WordUpdate::Set(new) => Some(new).filter(|&new| new != found),
+        };
+        if let Some(touch) = touch.take() {
+            entry.touch(touch);
+        }
+        let Some(new) = new else {
+            return Ok(Some(found));
+        };
+        let mut value = value.to_vec();
+        drop(table);
+        value[field].copy_from_slice(&new.to_le_bytes());
+        let (offset, seq) = append(store, key, &value, None)?;
+        if publish(store, hash, key, offset, seq, Some(at.0), |old| {
+            old.unwrap_or(0)
+        })
+        .is_some()
+        {
+            drop(guard);
+            store.in_place_updates.incr();
+            store
+                .syncer
+                .after_write(region, || append::sync_written(store))?;
+            return Ok(Some(found));
+        }
+        append::retire(store, offset);
+    }
+}
+
+/// [`update_word`] in place, the shard's read lock held by the caller
+/// (through `entry`). Returns the word found (None: declined) and whether
+/// it stored one (the caller syncs per policy once the lock is released).
+fn update_in_place(
+    store: &StoreState,
+    entry: &Entry,
+    at: PmemOffset,
+    field: std::ops::Range<usize>,
+    mut touch: Option<impl FnOnce(u32) -> u32>,
+    mut decide: impl FnMut(&[u8]) -> WordUpdate,
+) -> Result<(Option<u64>, bool)> {
+    let region = store.region();
+    let lazy = store.space.retirement.is_some();
+    let header = record::read_header(region, at);
+    let word = at.add(header.value_offset() + field.start as u64);
+    let mut first = true;
+    loop {
+        let found = region.load_u64(word);
+        let decided = decide(record::value(region, at, &header));
+        if std::mem::take(&mut first) && decided == WordUpdate::Decline {
+            return Ok((None, false));
+        }
+        if let Some(touch) = touch.take() {
+            entry.touch(touch);
+        }
+        let new = match decided {
+            // On a second look (another update moved the word), a
+            // decline keeps what the first look decided against: nothing.
+            WordUpdate::Decline | WordUpdate::Keep => return Ok((Some(found), false)),
+            WordUpdate::Set(new) if new == found => return Ok((Some(found), false)),
+            WordUpdate::Set(new) => new,
         };
         if !record::read_header(region, at).is_in_place() {
             // Durable before the value changes: recovery must know the
@@ -304,22 +392,17 @@ pub fn update_word(
         }
         // Invariant 6: the flag is set (and persisted) before the value changes.
         debug_assert!(record::read_header(region, at).is_in_place());
-        match region.compare_exchange_u64(word, found, new) {
-            Ok(_) => break,
-            Err(now) => found = now,
+        if region.compare_exchange_u64(word, found, new).is_err() {
+            continue;
         }
+        region.persist(word, 8);
+        if lazy {
+            // Not in a lane's tail: named for the next tail sync.
+            store.tail.lock().push((word.0, word.0 + 8));
+        }
+        store.in_place_updates.incr();
+        return Ok((Some(found), true));
     }
-    region.persist(word, 8);
-    if lazy {
-        // Not in a lane's tail: named for the next tail sync.
-        store.tail.lock().push((word.0, word.0 + 8));
-    }
-    store.in_place_updates.incr();
-    drop(table);
-    store
-        .syncer
-        .after_write(region, || append::sync_written(store))?;
-    Ok(found)
 }
 
 /// Refuses a field that is not an aligned word inside the value.
@@ -335,51 +418,6 @@ fn check_field(field_offset: u64, value_len: u64) -> Result<()> {
         });
     }
     Ok(())
-}
-
-/// Lazy retirement's in-place update: the value copied with its word
-/// replaced, appended as a new version, and published only if the version
-/// it was made from is still the indexed one; otherwise our version is
-/// retired unseen and the update starts again from the new one.
-fn update_by_append(
-    store: &StoreState,
-    key: &[u8],
-    field_offset: u64,
-    update: impl Fn(u64) -> Option<u64>,
-) -> Result<u64> {
-    let hash = hash_key(key);
-    let region = store.region();
-    loop {
-        // Pinned from the read to the publish: an index image waits for
-        // writes in flight, and the version read must not be reused.
-        let guard = crossbeam_epoch::pin();
-        let (from, mut value) = {
-            let table = store.index.shard(hash).read();
-            let (at, header) = indexed_record(store, &table, hash, key)?;
-            (at.0, record::value(region, at, &header).to_vec())
-        };
-        check_field(field_offset, value.len() as u64)?;
-        let field = field_offset as usize..field_offset as usize + 8;
-        let found = u64::from_le_bytes(value[field.clone()].try_into().expect("8 bytes"));
-        let Some(new) = update(found).filter(|&new| new != found) else {
-            return Ok(found);
-        };
-        value[field].copy_from_slice(&new.to_le_bytes());
-        let (offset, seq) = append(store, key, &value, None)?;
-        if publish(store, hash, key, offset, seq, Some(from), |old| {
-            old.unwrap_or(0)
-        })
-        .is_some()
-        {
-            drop(guard);
-            store.in_place_updates.incr();
-            store
-                .syncer
-                .after_write(region, || append::sync_written(store))?;
-            return Ok(found);
-        }
-        append::retire(store, offset);
-    }
 }
 
 /// Appends an application write's record (through the thread's lane, or

@@ -63,7 +63,7 @@ pub use open::{
     COLLECTIONS_DIR,
 };
 use recovered::RecoveredBooks;
-pub use txn::{ckey, Stored, Txn};
+pub use txn::{ckey, InPlaceAdd, Stored, Txn};
 use value::{decode, Malformed, Meta};
 
 /// A client's key and its meta word, as SCAN finds them.

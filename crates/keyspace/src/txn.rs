@@ -33,6 +33,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use engram_collections::{apply, op::Bytes, Entry, Op, Undo, Writer};
+use engram_engine::WordUpdate;
 use smallvec::SmallVec;
 
 use super::journal::{self, Write};
@@ -40,7 +41,7 @@ use super::key_groups::{
     apply_delete, apply_meta, apply_put, db_of, delete_books, put_books, set_expiry, swap_word,
     touch, GroupState, Held,
 };
-use super::value::{decode, encode_int, Meta, StringValue, META_BYTES};
+use super::value::{decode, encode_int, Kind, Meta, StringValue, META_BYTES};
 use super::{ekey, CKind, EKey, EKeys, Error, Keyspace, Object, Result};
 
 /// A value read inside a transaction: its meta word and payload, copied.
@@ -77,6 +78,18 @@ impl Stored {
     pub fn string(&self) -> StringValue<'_> {
         StringValue::from_payload(self.meta, self.payload())
     }
+}
+
+/// What [`Txn::add_in_place`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InPlaceAdd {
+    /// The key held an integer string; it now holds this sum.
+    Added(i64),
+    /// The key holds an integer string and the sum would overflow:
+    /// nothing changed.
+    Overflow,
+    /// Not a live integer string here: take the general path.
+    Elsewhere,
 }
 
 pub struct Txn<'a> {
@@ -563,6 +576,71 @@ impl<'a> Txn<'a> {
         touch(group, &ekey);
         self.wrote = true;
         Ok(())
+    }
+
+    /// INCRBY's common case in one engine lookup: a live integer string
+    /// at the key gets `delta` added where it lies (the access field
+    /// touched, as a read for a write touches it). Anything else — no key,
+    /// an expired one, a raw string, a collection, an atomic transaction —
+    /// is [`InPlaceAdd::Elsewhere`], for the caller's general path (a read,
+    /// then a write). Reading the value and then swapping its word looked
+    /// the key up twice and copied the value out in between.
+    pub fn add_in_place(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        now_ms: u64,
+        delta: i64,
+    ) -> Result<InPlaceAdd> {
+        if self.batch.is_some() {
+            return Ok(InPlaceAdd::Elsewhere);
+        }
+        let ekey = self.ks.physical_ekey(db, key)?;
+        self.group(&ekey)?;
+        self.ks.access.observe(now_ms);
+        let access = &self.ks.access;
+        let mut outcome = InPlaceAdd::Elsewhere;
+        let updated = self.ks.store.update_word_with(
+            &ekey,
+            META_BYTES as u64,
+            |old| access.on_access(old),
+            |value| {
+                outcome = InPlaceAdd::Elsewhere;
+                let Ok((meta, payload)) = decode(value) else {
+                    return WordUpdate::Decline;
+                };
+                let StringValue::Int(current) = StringValue::from_payload(meta, payload) else {
+                    return WordUpdate::Decline;
+                };
+                if meta.kind() != Kind::String || meta.is_expired(now_ms) {
+                    return WordUpdate::Decline;
+                }
+                match current.checked_add(delta) {
+                    Some(sum) => {
+                        outcome = InPlaceAdd::Added(sum);
+                        WordUpdate::Set(sum as u64)
+                    }
+                    None => {
+                        outcome = InPlaceAdd::Overflow;
+                        WordUpdate::Keep
+                    }
+                }
+            },
+        );
+        match updated {
+            Ok(Some(_)) => {}
+            // Declined, or absent: the general path decides.
+            Ok(None) | Err(engram_engine::Error::FieldOutOfRange { .. }) => {
+                return Ok(InPlaceAdd::Elsewhere)
+            }
+            Err(e) => return Err(Error::Engine(e)),
+        }
+        if let InPlaceAdd::Added(_) = outcome {
+            let (_, group) = self.group(&ekey)?;
+            touch(group, &ekey);
+            self.wrote = true;
+        }
+        Ok(outcome)
     }
 
     /// Changes a few bytes of a raw string in place, when that is one

@@ -6,7 +6,7 @@ use super::{
     READONLY, SYNTAX, WRITE, WRONGTYPE,
 };
 use crate::keyspace::value::{encode_int, Kind, Meta, StringValue, MAX_EXPIRE_MS, META_BYTES};
-use crate::keyspace::{Stored, Txn};
+use crate::keyspace::{InPlaceAdd, Stored, Txn};
 use crate::notify;
 use crate::resp::{format_double, Args, ReplyWriter};
 
@@ -522,6 +522,11 @@ fn add(ctx: &mut Ctx, key: &[u8], delta: i64) -> CmdResult {
 
 fn add_in(txn: &mut Txn, db: usize, key: &[u8], delta: i64, now: u64) -> Result<i64, CmdError> {
     let overflow = || err("ERR increment or decrement would overflow");
+    match txn.add_in_place(db, key, now, delta)? {
+        InPlaceAdd::Added(sum) => return Ok(sum),
+        InPlaceAdd::Overflow => return Err(overflow()),
+        InPlaceAdd::Elsewhere => {}
+    }
     let Some(old) = txn.get(db, key, now)? else {
         let mut value = Vec::new();
         encode_int(&mut value, delta, None);

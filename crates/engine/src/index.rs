@@ -5,9 +5,10 @@
 //! access field, whatever the key's size; a
 //! lookup compares fingerprints first and reads the key from the region only
 //! when they match. No map crate stores only a fingerprint and compares keys
-//! it does not own, so the index is `hashbrown::HashTable` (which takes the
-//! hash and the equality test from the caller) split into 4096 shards, each
-//! under a `parking_lot::RwLock` and padded to its own cache line.
+//! it does not own, so the index is a table of its own (`index_table.rs`:
+//! the caller gives the hash and the equality test, and an entry's bucket
+//! is one cache line) split into 4096 shards, each under a
+//! `parking_lot::RwLock` and padded to its own cache line.
 //!
 //! ## Who takes the locks
 //!
@@ -37,8 +38,8 @@
 //!
 //! ## Scan order
 //!
-//! The shard is chosen by hash bits 20..32, hashbrown uses the low bits and the
-//! top seven, so neither disturbs the other. A scan walks keys in the order of
+//! The shard is chosen by hash bits 20..32, a shard's table by the low bits,
+//! so neither disturbs the other below a million buckets a shard. A scan walks keys in the order of
 //! `hash.rotate_left(32)`, whose top 12 bits are the shard: a cursor is simply
 //! the next rank to visit. Ranks do not change while a key lives, so every key
 //! present for a whole scan is returned at least once, however the tables
@@ -47,8 +48,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
-use hashbrown::HashTable;
 use parking_lot::RwLock;
+
+pub use crate::index_table::Table;
 
 pub const SHARD_BITS: u32 = 12;
 pub const SHARD_COUNT: usize = 1 << SHARD_BITS;
@@ -67,7 +69,9 @@ pub const ACCESS_MAX: u32 = (1 << ACCESS_BITS) - 1;
 #[derive(Debug)]
 pub struct Entry {
     pub hash: u64,
-    word: AtomicU64,
+    /// Offset and access field (`pack`); a vacant slot of a table holds
+    /// offset 0 or 1 here (`index_table.rs`).
+    pub(crate) word: AtomicU64,
 }
 
 impl Entry {
@@ -127,7 +131,7 @@ pub struct Located {
     pub offset: u64,
 }
 
-pub type Shard = RwLock<HashTable<Entry>>;
+pub type Shard = RwLock<Table>;
 
 pub struct Index {
     shards: Box<[CachePadded<Shard>]>,
@@ -151,21 +155,11 @@ pub fn shard_start(shard: usize) -> u64 {
     (shard as u64) << (64 - SHARD_BITS)
 }
 
-/// What hashbrown calls to re-hash an entry when a table grows.
-pub fn entry_hash(entry: &Entry) -> u64 {
-    entry.hash
-}
-
-const _: () = assert!(
-    SHARD_SHIFT + SHARD_BITS <= 57,
-    "shard bits must not overlap hashbrown's top 7"
-);
-
 impl Index {
     pub fn new() -> Index {
         Index {
             shards: (0..SHARD_COUNT)
-                .map(|_| CachePadded::new(RwLock::new(HashTable::new())))
+                .map(|_| CachePadded::new(RwLock::new(Table::new())))
                 .collect(),
         }
     }
@@ -184,20 +178,14 @@ impl Index {
         f: impl FnOnce(&Entry) -> R,
     ) -> Option<R> {
         let table = self.shard(hash).read();
-        table
-            .find(hash, |entry| entry.hash == hash && is_key(entry.offset()))
-            .map(f)
+        table.find(hash, |entry| is_key(entry.offset())).map(f)
     }
 
     /// The offsets of the entries whose hash is `hash` (usually one key;
     /// more only when keys collide), under the shard's read lock.
     pub fn offsets_with_hash(&self, hash: u64) -> Vec<u64> {
         let table = self.shard(hash).read();
-        table
-            .iter_hash(hash)
-            .filter(|entry| entry.hash == hash)
-            .map(Entry::offset)
-            .collect()
+        table.iter_hash(hash).map(Entry::offset).collect()
     }
 
     /// Every entry's hash and offset, one shard at a time (each under its
@@ -299,7 +287,7 @@ mod tests {
         index
             .shard(hash)
             .write()
-            .insert_unique(hash, Entry::new(hash, offset, 0), entry_hash);
+            .insert(Entry::new(hash, offset, 0));
     }
 
     #[test]
@@ -341,18 +329,17 @@ mod tests {
         let index = Index::new();
         for i in 0..2000u64 {
             let hash = hash_key(&i.to_le_bytes());
-            index.shard(hash).write().insert_unique(
-                hash,
-                Entry::new(hash, i, (i % 7) as u32),
-                entry_hash,
-            );
+            index
+                .shard(hash)
+                .write()
+                .insert(Entry::new(hash, 8 + i * 8, (i % 7) as u32));
         }
         let mut seen = std::collections::HashSet::new();
         for start in 0..200u64 {
             let sample = index.sample(start.wrapping_mul(0x9e37_79b9_7f4a_7c15), 5, SHARD_COUNT);
             assert_eq!(sample.len(), 5);
             for (offset, access) in sample {
-                assert_eq!(access, (offset % 7) as u32);
+                assert_eq!(access, ((offset - 8) / 8 % 7) as u32);
                 seen.insert(offset);
             }
         }
@@ -369,7 +356,7 @@ mod tests {
         let index = Index::new();
         let hashes: Vec<u64> = (0..5000u64).map(|i| hash_key(&i.to_le_bytes())).collect();
         for (i, hash) in hashes.iter().enumerate() {
-            insert(&index, *hash, i as u64);
+            insert(&index, *hash, 8 + i as u64 * 8);
         }
         for count in [1, 7, 100, 10_000] {
             let mut seen = vec![0u32; hashes.len()];
@@ -377,7 +364,7 @@ mod tests {
             loop {
                 let (next, offsets) = index.scan(cursor, count);
                 for offset in offsets {
-                    seen[offset as usize] += 1;
+                    seen[(offset as usize - 8) / 8] += 1;
                 }
                 if next == 0 {
                     break;
@@ -396,14 +383,14 @@ mod tests {
     #[test]
     fn entries_sharing_a_boundary_rank_are_returned_together() {
         let index = Index::new();
-        for offset in 0..5 {
-            insert(&index, 42, offset);
+        for offset in 1..=5 {
+            insert(&index, 42, offset * 8);
         }
-        insert(&index, 43, 5);
+        insert(&index, 43, 48);
         let (next, offsets) = index.scan(0, 1);
         assert_eq!(offsets.len(), 5);
         assert_eq!(next, scan_rank(42) + 1);
         let (_, rest) = index.scan(next, 10);
-        assert!(rest.contains(&5));
+        assert!(rest.contains(&48));
     }
 }

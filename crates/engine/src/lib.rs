@@ -37,6 +37,7 @@ mod error;
 mod image_writer;
 mod index;
 mod index_image;
+mod index_table;
 pub mod lanes;
 mod lock;
 mod options;

@@ -44,7 +44,7 @@ use engram_integrity::{Integrity, RangeHealth};
 use engram_pmem::PmemOffset;
 
 use crate::block::{state, BlockHeader, BlockKind, BLOCK_HEADER_BYTES};
-use crate::index::{entry_hash, hash_key, shard_of, Entry, Index, SHARD_COUNT};
+use crate::index::{hash_key, shard_of, Entry, Index, SHARD_COUNT};
 use crate::index_image::{self, LoadedImage};
 use crate::record::{self, Invalid};
 use crate::space::Space;
@@ -860,7 +860,7 @@ fn build_group(
     let mut tombstones: Vec<(u64, u64)> = Vec::new();
     for run in candidates.chunk_by(|a, b| shard_of(a.hash) == shard_of(b.hash)) {
         let mut table = index.shard(run[0].hash).write();
-        table.reserve(run.len(), entry_hash);
+        table.reserve(run.len());
         for candidate in run {
             let hash = candidate.hash;
             let same_key = |entry: &Entry| {
@@ -901,14 +901,10 @@ fn build_group(
                     superseded += 1;
                 }
                 Err(absent) => {
-                    absent.into_table().insert_unique(
-                        hash,
-                        // The field is not persisted: a recovered key's
-                        // is zero, which the keyspace reads as "as old
-                        // as the store's opening".
-                        Entry::new(hash, candidate.offset, 0),
-                        entry_hash,
-                    );
+                    // The field is not persisted: a recovered key's is
+                    // zero, which the keyspace reads as "as old as the
+                    // store's opening".
+                    absent.insert(Entry::new(hash, candidate.offset, 0));
                     keys += 1;
                     if candidate.tombstone {
                         tombstones.push((hash, candidate.offset));

@@ -28,7 +28,7 @@ use engram_pmem::{PmemOffset, Region};
 
 use crate::append;
 use crate::compaction;
-use crate::index::{entry_hash, hash_key, Entry};
+use crate::index::{hash_key, Entry};
 use crate::read;
 use crate::record::{self, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 use crate::store_state::StoreState;
@@ -124,7 +124,7 @@ pub fn delete(store: &StoreState, key: &[u8]) -> Result<bool> {
     let Ok(occupied) = table.find_entry(hash, is_key(region, hash, key)) else {
         return Ok(false);
     };
-    let (entry, _) = occupied.remove();
+    let entry = occupied.remove();
     store.keys.add(-1);
     append::retire(store, entry.offset());
     drop(table);
@@ -493,11 +493,7 @@ fn publish(
         }
         Err(_) if expected.is_some() => None,
         Err(absent) => {
-            absent.into_table().insert_unique(
-                hash,
-                Entry::new(hash, offset, access(None)),
-                entry_hash,
-            );
+            absent.insert(Entry::new(hash, offset, access(None)));
             store.keys.incr();
             Some(true)
         }

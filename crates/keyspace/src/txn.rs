@@ -650,8 +650,9 @@ impl<'a> Txn<'a> {
     /// where they lie: the value is not copied) and returns its result
     /// and, if they change, the new bytes (`len` of them). Ok(None): not
     /// possible here (absent, expired, another type or encoding, past the
-    /// end, across two words, an atomic transaction, a damaged record):
-    /// the caller takes the general path (a whole new value).
+    /// end, across two words, an atomic transaction): the caller takes the
+    /// general path (a whole new value). A damaged record is the engine's
+    /// error, as a read of it would be.
     ///
     /// Costs O(1) persistent bytes whatever the value's size (SETBIT on a
     /// 100 MB bitmap); the record's value checksum stops applying from the
@@ -676,40 +677,62 @@ impl<'a> Txn<'a> {
         if (start + len - 1) / 8 * 8 != word_at {
             return Ok(None);
         }
-        let (current, result, new) = {
-            let Ok(Some(value)) = self.ks.store.get_ref(&ekey) else {
-                return Ok(None);
-            };
-            let Ok((meta, _)) = decode(&value) else {
-                return Ok(None);
-            };
-            let raw = meta.kind() == super::value::Kind::String
-                && meta.encoding() != super::value::Encoding::Int;
-            if !raw || meta.is_expired(now_ms) || word_at + 8 > value.len() {
-                return Ok(None);
-            }
-            let word: [u8; 8] = value[word_at..word_at + 8].try_into().expect("8 bytes");
-            let (result, new) = f(&value[start..start + len]);
-            (word, result, new)
-        };
-        let Some(new) = new else {
-            return Ok(Some(result));
-        };
-        assert_eq!(
-            new.len(),
-            len,
-            "patch_in_place: f returned {} bytes",
-            new.len()
-        );
-        let mut word = current;
-        word[start - word_at..start - word_at + len].copy_from_slice(&new);
-        swap_word(
-            &self.ks.store,
+        // One engine lookup: the value is shown where it lies, and the
+        // word changes in the same look (`Store::update_word_with`).
+        let mut f = Some(f);
+        let (mut result, mut stored, mut raced) = (None, false, false);
+        let found = self.ks.store.update_word_with(
             &ekey,
             word_at as u64,
-            u64::from_le_bytes(current),
-            u64::from_le_bytes(word),
-        )?;
+            |access| access,
+            |value| {
+                let Ok((meta, _)) = decode(value) else {
+                    return WordUpdate::Decline;
+                };
+                let raw = meta.kind() == super::value::Kind::String
+                    && meta.encoding() != super::value::Encoding::Int;
+                if !raw || meta.is_expired(now_ms) {
+                    return WordUpdate::Decline;
+                }
+                let Some(f) = f.take() else {
+                    // Asked again: the word moved under the key's lock.
+                    raced = true;
+                    return WordUpdate::Keep;
+                };
+                let (value_result, new) = f(&value[start..start + len]);
+                result = Some(value_result);
+                let Some(new) = new else {
+                    return WordUpdate::Keep;
+                };
+                assert_eq!(
+                    new.len(),
+                    len,
+                    "patch_in_place: f returned {} bytes",
+                    new.len()
+                );
+                let mut word: [u8; 8] = value[word_at..word_at + 8].try_into().expect("8 bytes");
+                word[start - word_at..start - word_at + len].copy_from_slice(&new);
+                stored = true;
+                WordUpdate::Set(u64::from_le_bytes(word))
+            },
+        );
+        match found {
+            Ok(Some(_)) => {}
+            // Declined (not a live raw string), absent, or past the end.
+            Ok(None) | Err(engram_engine::Error::FieldOutOfRange { .. }) => return Ok(None),
+            Err(e) => return Err(Error::Engine(e)),
+        }
+        if raced {
+            // Every writer of the key holds its key group lock, so this
+            // means a write bypassed the lock: a bug, reported.
+            return Err(Error::Internal(
+                "in-place patch raced with another write of the key".into(),
+            ));
+        }
+        let result = result.expect("decided once");
+        if !stored {
+            return Ok(Some(result));
+        }
         let (_, group) = self.group(&ekey)?;
         touch(group, &ekey);
         self.wrote = true;

@@ -237,8 +237,6 @@ fn unindex_before(store: &StoreState, hash: u64, key: &[u8], seq: u64) -> bool {
     }
 }
 
-/// Replaces the aligned word at `field_offset` of `key`'s value with
-/// `update(word)` (None: leave it) and returns the word it found.
 /// What an [`update_word`] caller decides, shown the key's value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WordUpdate {

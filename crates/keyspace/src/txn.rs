@@ -689,7 +689,7 @@ impl<'a> Txn<'a> {
                 let Ok((meta, _)) = decode(value) else {
                     return WordUpdate::Decline;
                 };
-                let raw = meta.kind() == super::value::Kind::String
+                let raw = meta.kind() == Kind::String
                     && meta.encoding() != super::value::Encoding::Int;
                 if !raw || meta.is_expired(now_ms) {
                     return WordUpdate::Decline;

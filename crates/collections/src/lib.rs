@@ -761,8 +761,9 @@ impl<'c> Writer<'c> {
     /// Appends `ops` as one record (one command, or one MULTI); returns
     /// once it is committed in the log (durable on DAX; after the next
     /// [`Collections::sync`] on emulated memory). Nothing is logged for no
-    /// operations.
-    pub fn log(&self, ops: &[Op]) -> Result<()> {
+    /// operations. The operations may borrow their byte strings (the
+    /// record is the same).
+    pub fn log<B: op::OpBytes>(&self, ops: &[Op<B>]) -> Result<()> {
         if ops.is_empty() {
             return Ok(());
         }

@@ -303,8 +303,10 @@ pub fn encode_batch(ops: &[Op]) -> Vec<u8> {
     out
 }
 
-/// `encode_batch` appended to `out` (a buffer kept between calls).
-pub fn encode_batch_into(ops: &[Op], out: &mut Vec<u8>) {
+/// `encode_batch` appended to `out` (a buffer kept between calls), of
+/// operations owning their byte strings or borrowing them (the same bytes
+/// either way).
+pub fn encode_batch_into<B: OpBytes>(ops: &[Op<B>], out: &mut Vec<u8>) {
     put_varint(out, ops.len() as u64);
     for op in ops {
         encode_op(op, out);
@@ -394,7 +396,7 @@ const CONSUMER_DELETE: u8 = 58;
 const PENDING_CLAIM: u8 = 59;
 const PENDING_ACK: u8 = 60;
 
-fn encode_op(op: &Op, out: &mut Vec<u8>) {
+fn encode_op<B: OpBytes>(op: &Op<B>, out: &mut Vec<u8>) {
     use Op::*;
     match op {
         Delete { key } => {
@@ -647,7 +649,7 @@ fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
-fn put_list(out: &mut Vec<u8>, items: &[Bytes]) {
+fn put_list<B: OpBytes>(out: &mut Vec<u8>, items: &[B]) {
     put_varint(out, items.len() as u64);
     for item in items {
         put_bytes(out, item);

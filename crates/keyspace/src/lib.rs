@@ -952,7 +952,7 @@ impl Keyspace {
         if writer.keys().get(ekey).is_none() {
             return Ok(false);
         }
-        let op = Op::Delete { key: ekey.into() };
+        let op: Op = Op::Delete { key: ekey.into() };
         writer
             .log(std::slice::from_ref(&op))
             .map_err(Error::Collections)?;

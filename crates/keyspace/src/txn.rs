@@ -80,6 +80,16 @@ impl Stored {
     }
 }
 
+/// The keys a batch of collection operations touches, noted before they
+/// are applied (`Txn::touched_by`) and settled after (`Txn::settle`).
+struct Touched {
+    keys: SmallVec<[EKey; 2]>,
+    /// Each key's expiry time before (None: no such collection).
+    before: SmallVec<[Option<u64>; 2]>,
+    /// Keys an empty Replace deletes, whatever type they hold.
+    emptied: SmallVec<[EKey; 1]>,
+}
+
 /// What [`Txn::add_in_place`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InPlaceAdd {
@@ -334,67 +344,127 @@ impl<'a> Txn<'a> {
         self.log_stored(ops)
     }
 
+    /// HSET's write, its fields and values borrowed from the request: in a
+    /// direct transaction they are logged and stored without first being
+    /// copied into an operation of their own (a field that is there gets
+    /// its new value in its old value's allocation when the lengths match:
+    /// no allocation and no free under the key's lock, which the two
+    /// network workers take turns on when one hash is hot). Returns how
+    /// many fields were new.
+    pub fn hash_set(&mut self, db: usize, key: &[u8], pairs: Vec<(&[u8], &[u8])>) -> Result<usize> {
+        if self.batch.is_some() {
+            let pairs = pairs
+                .into_iter()
+                .map(|(field, value)| (Bytes::from(field), Bytes::from(value)))
+                .collect();
+            let key = ckey(db, key)?;
+            return self.log_counting(vec![Op::HashSet { key, pairs }]);
+        }
+        let ekey = self.ks.physical_ekey(db, key)?;
+        self.log_direct(vec![Op::HashSet {
+            key: &ekey[..],
+            pairs,
+        }])
+    }
+
     /// `log_counting` of operations on stored keys.
     fn log_stored(&mut self, ops: Vec<Op>) -> Result<usize> {
-        if ops.is_empty() {
+        if self.batch.is_none() {
+            return self.log_direct(ops);
+        }
+        let Some(touched) = self.touched_by(&ops)? else {
             return Ok(0);
+        };
+        for (key, before) in touched.keys.iter().zip(&touched.before) {
+            if !self.touched.iter().any(|(k, _)| k[..] == key[..]) {
+                self.touched.push((Bytes::from(&key[..]), *before));
+            }
+        }
+        let writer = self.coll.as_mut().expect("held");
+        let mut added = 0;
+        for op in &ops {
+            added += self.undo.apply(writer.keys_mut(), op.clone());
+        }
+        self.pending.extend(ops);
+        self.settle(touched)?;
+        Ok(added)
+    }
+
+    /// `log_stored` in a direct transaction: logged, then applied, the
+    /// operations' byte strings owned or borrowed.
+    fn log_direct<B: engram_collections::op::OpBytes>(&mut self, ops: Vec<Op<B>>) -> Result<usize> {
+        let Some(touched) = self.touched_by(&ops)? else {
+            return Ok(0);
+        };
+        let writer = self.coll.as_mut().expect("held");
+        writer.log(&ops).map_err(Error::Collections)?;
+        let mut added = 0;
+        for op in ops {
+            added += apply::apply(writer.keys_mut(), op);
+        }
+        self.settle(touched)?;
+        Ok(added)
+    }
+
+    /// What `ops` touch, before they are applied (None: no operations):
+    /// their keys (each checked against the held groups), the keys' expiry
+    /// times, and the keys an empty Replace deletes. Takes the keys'
+    /// collection shards.
+    fn touched_by<B: engram_collections::op::OpBytes>(
+        &mut self,
+        ops: &[Op<B>],
+    ) -> Result<Option<Touched>> {
+        if ops.is_empty() {
+            return Ok(None);
         }
         // Copies held inline (no allocation for a key of up to 64 bytes):
-        // `ops` is consumed by the apply below.
-        let mut touched: SmallVec<[EKey; 2]> = SmallVec::new();
-        for op in &ops {
+        // `ops` is consumed by the apply that follows.
+        let mut keys: SmallVec<[EKey; 2]> = SmallVec::new();
+        for op in ops {
             for key in op.keys().into_iter().flatten() {
                 self.guards.get(key)?;
-                if !touched.iter().any(|k| &k[..] == key) {
-                    touched.push(EKey::from_slice(key));
+                if !keys.iter().any(|k| &k[..] == key) {
+                    keys.push(EKey::from_slice(key));
                 }
             }
         }
         // An empty Replace (a *STORE with an empty result) deletes the key
         // of any type: a string there goes too, after the record.
-        let emptied: SmallVec<[Bytes; 1]> = ops
+        let emptied = ops
             .iter()
             .filter_map(|op| match op {
-                Op::Replace { key, object } if object.is_empty() => Some(key.clone()),
+                Op::Replace { key, object } if object.is_empty() => Some(EKey::from_slice(key)),
                 _ => None,
             })
             .collect();
-        let atomic = self.batch.is_some();
-        let keys: SmallVec<[&[u8]; 2]> = touched.iter().map(|k| &k[..]).collect();
-        let writer = self.writer_covering(&keys)?;
-        let before: SmallVec<[Option<u64>; 2]> = touched
+        let held: SmallVec<[&[u8]; 2]> = keys.iter().map(|k| &k[..]).collect();
+        let writer = self.writer_covering(&held)?;
+        let before = held
             .iter()
             .map(|k| writer.keys().get(k).map(|e| e.expire_at_ms))
             .collect();
-        let mut added = 0;
-        if atomic {
-            for (key, before) in touched.iter().zip(&before) {
-                if !self.touched.iter().any(|(k, _)| k[..] == key[..]) {
-                    self.touched.push((Bytes::from(&key[..]), *before));
-                }
-            }
-            let writer = self.coll.as_mut().expect("held");
-            for op in &ops {
-                added += self.undo.apply(writer.keys_mut(), op.clone());
-            }
-            self.pending.extend(ops);
-        } else {
-            writer.log(&ops).map_err(Error::Collections)?;
-            for op in ops {
-                added += apply::apply(writer.keys_mut(), op);
-            }
-        }
+        drop(held);
+        Ok(Some(Touched {
+            keys,
+            before,
+            emptied,
+        }))
+    }
+
+    /// After `touched`'s operations are applied: counts, expiry index and
+    /// WATCH brought up to date, and a string under an emptied key deleted.
+    fn settle(&mut self, touched: Touched) -> Result<()> {
         self.wrote = true;
-        for (key, before) in touched.iter().zip(before) {
+        for (key, before) in touched.keys.iter().zip(touched.before) {
             let after = self.peek_collection(key, |e| e.expire_at_ms);
             self.rebook(key, before, after)?;
         }
-        for key in emptied {
+        for key in touched.emptied {
             if self.peek_collection(&key, |_| ()).is_none() && self.engine_has(&key)? {
                 self.engine_write(&key, None)?;
             }
         }
-        Ok(added)
+        Ok(())
     }
 
     /// Brings counts, the expiry index and WATCH up to date after a
@@ -689,8 +759,8 @@ impl<'a> Txn<'a> {
                 let Ok((meta, _)) = decode(value) else {
                     return WordUpdate::Decline;
                 };
-                let raw = meta.kind() == Kind::String
-                    && meta.encoding() != super::value::Encoding::Int;
+                let raw =
+                    meta.kind() == Kind::String && meta.encoding() != super::value::Encoding::Int;
                 if !raw || meta.is_expired(now_ms) {
                     return WordUpdate::Decline;
                 }

@@ -178,22 +178,17 @@ fn set_pairs(ctx: &mut Ctx, args: &Args, command: &str) -> Result<i64, CmdError>
         return Err(wrong_arity(command));
     }
     let key = args.get(1);
-    // Copied before the key's lock is taken: on a hot hash the two network
-    // workers take turns on that lock, and every allocation made under it
-    // is time the other one waits.
-    let pairs = (2..args.len())
+    let pairs: Vec<(&[u8], &[u8])> = (2..args.len())
         .step_by(2)
-        .map(|i| (boxed(args.get(i)), boxed(args.get(i + 1))))
+        .map(|i| (args.get(i), args.get(i + 1)))
         .collect();
     ctx.write(&[key], false, |txn, db, now| {
         // The type check; which fields are new, the write itself says.
         hash_of(txn.collection(db, key, CKind::Hash, now)?)?;
         // Logged even when every value is already there: Redis counts an
-        // HSET as a modification whatever it sets (WATCH sees it).
-        let created = txn.log_counting(vec![Op::HashSet {
-            key: ckey(db, key)?,
-            pairs,
-        }])?;
+        // HSET as a modification whatever it sets (WATCH sees it). The
+        // pairs are borrowed from the request (`Txn::hash_set`).
+        let created = txn.hash_set(db, key, pairs)?;
         Ok(created as i64)
     })
 }

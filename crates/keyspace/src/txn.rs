@@ -344,27 +344,47 @@ impl<'a> Txn<'a> {
         self.log_stored(ops)
     }
 
-    /// HSET's write, its fields and values borrowed from the request: in a
-    /// direct transaction they are logged and stored without first being
-    /// copied into an operation of their own (a field that is there gets
-    /// its new value in its old value's allocation when the lengths match:
-    /// no allocation and no free under the key's lock, which the two
-    /// network workers take turns on when one hash is hot). Returns how
-    /// many fields were new.
+    /// HSET's write, its fields and values borrowed from the request (see
+    /// [`Txn::log_borrowed`]): a field that is there gets its new value in
+    /// its old value's allocation when the lengths match, so an overwrite
+    /// allocates and frees nothing. Returns how many fields were new.
     pub fn hash_set(&mut self, db: usize, key: &[u8], pairs: Vec<(&[u8], &[u8])>) -> Result<usize> {
-        if self.batch.is_some() {
-            let pairs = pairs
-                .into_iter()
-                .map(|(field, value)| (Bytes::from(field), Bytes::from(value)))
-                .collect();
-            let key = ckey(db, key)?;
-            return self.log_counting(vec![Op::HashSet { key, pairs }]);
-        }
         let ekey = self.ks.physical_ekey(db, key)?;
-        self.log_direct(vec![Op::HashSet {
-            key: &ekey[..],
-            pairs,
-        }])
+        self.log_borrowed(Op::HashSet { key: &ekey, pairs })
+    }
+
+    /// ZADD's write, its members borrowed from the request (see
+    /// [`Txn::log_borrowed`]): a member that is there has its score moved
+    /// without a copy of it being made and freed.
+    pub fn sorted_set_add(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        pairs: Vec<(f64, &[u8])>,
+    ) -> Result<()> {
+        let ekey = self.ks.physical_ekey(db, key)?;
+        self.log_borrowed(Op::SortedSetAdd { key: &ekey, pairs })
+            .map(drop)
+    }
+
+    /// Logs and applies `op` (on a key's stored name, as `physical_ekey`
+    /// gives it), its byte strings borrowed (from the request): in a direct
+    /// transaction nothing is copied into an operation of its own; the log
+    /// record is encoded from the borrowed bytes and the structure copies
+    /// only what it keeps. On a hot key the two network workers take turns
+    /// on its lock, and every allocation and free made under it is time the
+    /// other one waits (HSET -P 16 to one hash: 3.9 -> 3.3 us of CPU a
+    /// call). In an atomic transaction the operation is kept until the
+    /// commit, so it is made owned (through its encoding).
+    fn log_borrowed(&mut self, op: Op<&[u8]>) -> Result<usize> {
+        if self.batch.is_none() {
+            return self.log_direct(vec![op]);
+        }
+        let mut encoded = Vec::new();
+        engram_collections::op::encode_batch_into(std::slice::from_ref(&op), &mut encoded);
+        let owned = engram_collections::op::decode_batch(&encoded)
+            .map_err(|e| Error::Internal(format!("an operation did not decode: {e}")))?;
+        self.log_stored(owned)
     }
 
     /// `log_counting` of operations on stored keys.

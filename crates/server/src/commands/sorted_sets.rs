@@ -511,7 +511,7 @@ fn zadd_generic(ctx: &mut Ctx, args: Args, mut incr: bool) -> CmdResult {
         // The changes, in order (a repeated member: the last one wins on
         // replay too), and with several pairs the scores they set, which
         // later pairs of the same member compare against.
-        let mut changes: Vec<(f64, Box<[u8]>)> = Vec::with_capacity(pairs.len().min(64));
+        let mut changes: Vec<(f64, &[u8])> = Vec::with_capacity(pairs.len().min(64));
         let mut overlay: Option<HashMap<&[u8], f64>> = (pairs.len() > 1).then(HashMap::new);
         for &(score, member) in &pairs {
             let current = match overlay.as_ref().and_then(|o| o.get(member)) {
@@ -554,16 +554,13 @@ fn zadd_generic(ctx: &mut Ctx, args: Args, mut incr: bool) -> CmdResult {
             };
             result.processed = true;
             result.score = new;
-            changes.push((new, member.into()));
+            changes.push((new, member));
             if let Some(overlay) = &mut overlay {
                 overlay.insert(member, new);
             }
         }
         if !changes.is_empty() {
-            txn.log(vec![Op::SortedSetAdd {
-                key: ckey(db, key)?,
-                pairs: changes,
-            }])?;
+            txn.sorted_set_add(db, key, changes)?;
         }
         Ok(result)
     })?;

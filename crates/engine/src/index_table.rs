@@ -131,16 +131,7 @@ impl Table {
     pub fn insert(&mut self, entry: Entry) {
         debug_assert!(is_live(&entry), "an entry at offset {}", entry.offset());
         self.reserve(1);
-        let (bucket, slot) = self
-            .probe(entry.hash)
-            .find_map(|bucket| {
-                let slots = &self.buckets[bucket].slots;
-                slots
-                    .iter()
-                    .position(|slot| !is_live(slot))
-                    .map(|slot| (bucket, slot))
-            })
-            .expect("reserve leaves a vacant slot");
+        let (bucket, slot) = self.vacant_slot(entry.hash);
         let slot = &mut self.buckets[bucket].slots[slot];
         if word(slot) == TOMBSTONE {
             self.tombstones -= 1;
@@ -189,18 +180,23 @@ impl Table {
 
     /// `insert` without the size check (rebuild has made room).
     fn place(&mut self, entry: Entry) {
-        let (bucket, slot) = self
-            .probe(entry.hash)
+        let (bucket, slot) = self.vacant_slot(entry.hash);
+        self.buckets[bucket].slots[slot] = entry;
+        self.len += 1;
+    }
+
+    /// Where an entry with `hash` goes: the first vacant slot (never used
+    /// or removed) of the first bucket from its home that has one.
+    fn vacant_slot(&self, hash: u64) -> (usize, usize) {
+        self.probe(hash)
             .find_map(|bucket| {
                 let slots = &self.buckets[bucket].slots;
                 slots
                     .iter()
-                    .position(|slot| word(slot) == EMPTY)
+                    .position(|slot| !is_live(slot))
                     .map(|slot| (bucket, slot))
             })
-            .expect("a rebuilt table has room");
-        self.buckets[bucket].slots[slot] = entry;
-        self.len += 1;
+            .expect("room was made for the entry")
     }
 
     /// Where the entry with `hash` for which `eq` holds lies. (The hot

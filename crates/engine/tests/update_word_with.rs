@@ -70,27 +70,18 @@ fn decide_sees_the_value_and_its_choice_is_what_happens() {
             "{way}"
         );
 
-        // Keep: the word found, nothing changed.
-        let found = store
-            .update_word_with(b"counter", 8, |a| a, |_| WordUpdate::Keep)
-            .unwrap();
-        assert_eq!(found, Some(42), "{way}");
-        assert_eq!(
-            store.get(b"counter").unwrap().unwrap(),
-            tagged(7, 42),
-            "{way}"
-        );
-
-        // Decline: None, nothing changed.
-        let found = store
-            .update_word_with(b"counter", 8, |a| a, |_| WordUpdate::Decline)
-            .unwrap();
-        assert_eq!(found, None, "{way}");
-        assert_eq!(
-            store.get(b"counter").unwrap().unwrap(),
-            tagged(7, 42),
-            "{way}"
-        );
+        // Keep: the word found; Decline: None. Nothing changed either way.
+        for (decision, expected) in [(WordUpdate::Keep, Some(42)), (WordUpdate::Decline, None)] {
+            let found = store
+                .update_word_with(b"counter", 8, |a| a, |_| decision)
+                .unwrap();
+            assert_eq!(found, expected, "{way}, {decision:?}");
+            assert_eq!(
+                store.get(b"counter").unwrap().unwrap(),
+                tagged(7, 42),
+                "{way}, {decision:?}"
+            );
+        }
 
         // An absent key: None, and nobody is asked.
         let found = store

@@ -169,7 +169,7 @@ pub fn apply_meta(
 }
 
 /// Replaces the 8-byte word at `offset` of the value, which must hold `old`.
-pub fn swap_word(store: &Store, ekey: &[u8], offset: u64, old: u64, new: u64) -> Result<()> {
+fn swap_word(store: &Store, ekey: &[u8], offset: u64, old: u64, new: u64) -> Result<()> {
     let found = store
         .compare_and_swap(ekey, offset, old, new)
         .map_err(Error::Engine)?;

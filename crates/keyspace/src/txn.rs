@@ -38,10 +38,10 @@ use smallvec::SmallVec;
 
 use super::journal::{self, Write};
 use super::key_groups::{
-    apply_delete, apply_meta, apply_put, db_of, delete_books, put_books, set_expiry, swap_word,
-    touch, GroupState, Held,
+    apply_delete, apply_meta, apply_put, db_of, delete_books, put_books, set_expiry, touch,
+    GroupState, Held,
 };
-use super::value::{decode, encode_int, Kind, Meta, StringValue, META_BYTES};
+use super::value::{decode, Kind, Meta, StringValue, META_BYTES};
 use super::{ekey, CKind, EKey, EKeys, Error, Keyspace, Object, Result};
 
 /// A value read inside a transaction: its meta word and payload, copied.
@@ -637,33 +637,6 @@ impl<'a> Txn<'a> {
         let ks = self.ks;
         let (index, group) = self.guards.get(&ekey)?;
         apply_meta(&ks.store, &ks.groups[index], group, &ekey, old.meta, new)?;
-        self.wrote = true;
-        Ok(())
-    }
-
-    /// Replaces an integer-encoded value (INCR and friends): in place in a
-    /// direct transaction, one atomic 8-byte store.
-    pub fn set_int(&mut self, db: usize, key: &[u8], old: &Stored, new: i64) -> Result<()> {
-        let ekey = self.ks.physical_ekey(db, key)?;
-        let StringValue::Int(current) = old.string() else {
-            return Err(Error::Internal(
-                "set_int on a value that is not an integer".into(),
-            ));
-        };
-        if self.batch.is_some() {
-            let mut value = Vec::new();
-            encode_int(&mut value, new, old.meta.expire_at());
-            return self.apply_raw(&ekey, Some(&value));
-        }
-        swap_word(
-            &self.ks.store,
-            &ekey,
-            META_BYTES as u64,
-            current as u64,
-            new as u64,
-        )?;
-        let (_, group) = self.group(&ekey)?;
-        touch(group, &ekey);
         self.wrote = true;
         Ok(())
     }

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{beside_redis, script_both, Client, WRONGTYPE};
+use common::{beside_redis, lookups, object_freq, script_both, Client, WRONGTYPE};
 use engram_server::Server;
 
 const NOT_INT: &str = "(error) ERR value is not an integer or out of range";
@@ -99,12 +99,6 @@ fn counters_answer_as_redis_does_on_both_paths() {
     );
 
     // No keyspace hit or miss: Redis counts none for a write's lookup.
-    let lookups = |c: &mut Client| {
-        (
-            common::info_number(c, "stats", "keyspace_hits"),
-            common::info_number(c, "stats", "keyspace_misses"),
-        )
-    };
     let before = (lookups(&mut engram), lookups(&mut redis));
     script_both(
         &mut engram,
@@ -143,18 +137,11 @@ fn an_incr_counts_as_an_access() {
             ("CONFIG SET maxmemory-policy allkeys-lfu", "OK"),
             ("SET hits 0", "OK"),
         ]);
-        let freq = |c: &mut Client| -> u64 {
-            let reply = c.call("OBJECT FREQ hits");
-            reply
-                .trim_start_matches("(integer) ")
-                .parse()
-                .unwrap_or_else(|_| panic!("OBJECT FREQ hits: {reply}"))
-        };
-        let before = freq(c);
+        let before = object_freq(c, "hits");
         for n in 1..=300 {
             assert_eq!(c.call("INCR hits"), format!("(integer) {n}"));
         }
-        assert!(freq(c) > before, "INCR touched nothing");
+        assert!(object_freq(c, "hits") > before, "INCR touched nothing");
     }
 }
 

@@ -10,15 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{beside_redis, script_both, Client, WRONGTYPE};
-
-/// INFO's keyspace_hits and keyspace_misses.
-fn lookups(c: &mut Client) -> (u64, u64) {
-    (
-        common::info_number(c, "stats", "keyspace_hits"),
-        common::info_number(c, "stats", "keyspace_misses"),
-    )
-}
+use common::{beside_redis, lookups, object_freq, script_both, Client, WRONGTYPE};
 
 #[test]
 fn set_nx_setnx_and_hsetnx_of_what_exists_change_nothing() {
@@ -147,19 +139,15 @@ fn a_refused_set_nx_counts_as_an_access() {
             ("SET lock a", "OK"),
             ("HSET h f 1", "(integer) 1"),
         ]);
-        let freq = |c: &mut Client, key: &str| -> u64 {
-            let reply = c.call(&format!("OBJECT FREQ {key}"));
-            reply
-                .trim_start_matches("(integer) ")
-                .parse()
-                .unwrap_or_else(|_| panic!("OBJECT FREQ {key}: {reply}"))
-        };
-        let (lock_before, hash_before) = (freq(c, "lock"), freq(c, "h"));
+        let (lock_before, hash_before) = (object_freq(c, "lock"), object_freq(c, "h"));
         for _ in 0..300 {
             assert_eq!(c.call("SET lock b NX"), "(nil)");
             assert_eq!(c.call("HSETNX h f 2"), "(integer) 0");
         }
-        assert!(freq(c, "lock") > lock_before, "SET NX touched nothing");
-        assert!(freq(c, "h") > hash_before, "HSETNX touched nothing");
+        assert!(
+            object_freq(c, "lock") > lock_before,
+            "SET NX touched nothing"
+        );
+        assert!(object_freq(c, "h") > hash_before, "HSETNX touched nothing");
     }
 }

@@ -533,21 +533,17 @@ fn add_in(txn: &mut Txn, db: usize, key: &[u8], delta: i64, now: u64) -> Result<
         txn.put(db, key, &value)?;
         return Ok(delta);
     };
-    match string_of(&old)? {
-        StringValue::Int(n) => {
-            let new = n.checked_add(delta).ok_or_else(overflow)?;
-            txn.set_int(db, key, &old, new)?;
-            Ok(new)
-        }
-        StringValue::Raw(text) => {
-            let n = crate::resp::parse_int(text).ok_or_else(|| err(NOT_INTEGER))?;
-            let new = n.checked_add(delta).ok_or_else(overflow)?;
-            let mut value = Vec::new();
-            encode_int(&mut value, new, old.meta.expire_at());
-            txn.put(db, key, &value)?;
-            Ok(new)
-        }
-    }
+    // An integer here only inside MULTI or a script (a direct transaction
+    // changed it in place above), or a raw string holding a number.
+    let n = match string_of(&old)? {
+        StringValue::Int(n) => n,
+        StringValue::Raw(text) => crate::resp::parse_int(text).ok_or_else(|| err(NOT_INTEGER))?,
+    };
+    let new = n.checked_add(delta).ok_or_else(overflow)?;
+    let mut value = Vec::new();
+    encode_int(&mut value, new, old.meta.expire_at());
+    txn.put(db, key, &value)?;
+    Ok(new)
 }
 
 fn incr(ctx: &mut Ctx, args: Args) -> CmdResult {

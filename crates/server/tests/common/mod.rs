@@ -173,6 +173,23 @@ pub fn info_number(c: &mut Client, section: &str, field: &str) -> u64 {
         .unwrap()
 }
 
+/// INFO's keyspace_hits and keyspace_misses.
+pub fn lookups(c: &mut Client) -> (u64, u64) {
+    (
+        info_number(c, "stats", "keyspace_hits"),
+        info_number(c, "stats", "keyspace_misses"),
+    )
+}
+
+/// `key`'s LFU counter (OBJECT FREQ, under an LFU policy).
+pub fn object_freq(c: &mut Client, key: &str) -> u64 {
+    let reply = c.call(&format!("OBJECT FREQ {key}"));
+    reply
+        .trim_start_matches("(integer) ")
+        .parse()
+        .unwrap_or_else(|_| panic!("OBJECT FREQ {key}: {reply}"))
+}
+
 /// A server whose configuration file allows DEBUG (`enable-debug-command
 /// yes`, a setting of the file only); the second directory holds the file.
 pub fn start_debuggable() -> (Server, tempfile::TempDir, tempfile::TempDir) {

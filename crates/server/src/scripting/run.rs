@@ -5,7 +5,6 @@
 //! values. An instruction hook polls SCRIPT KILL. The result or the error
 //! goes into the caller's reply as Redis writes it.
 
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -80,6 +79,86 @@ struct CallState<'s, 'c> {
     declared: &'c [&'c [u8]],
 }
 
+/// What `run_functions`' two functions reach of the run on their thread.
+trait RunHooks {
+    fn call(&mut self, lua: &Lua, args: MultiValue) -> mlua::Result<LuaOutcome>;
+    fn set_resp(&mut self, lua: &Lua, args: MultiValue) -> mlua::Result<LuaOutcome>;
+    fn acl_check_cmd(&mut self, lua: &Lua, args: MultiValue) -> mlua::Result<LuaOutcome>;
+}
+
+impl RunHooks for CallState<'_, '_> {
+    fn call(&mut self, lua: &Lua, args: MultiValue) -> mlua::Result<LuaOutcome> {
+        redis_call(lua, self, args)
+    }
+    fn set_resp(&mut self, lua: &Lua, args: MultiValue) -> mlua::Result<LuaOutcome> {
+        set_resp(lua, self, args)
+    }
+    fn acl_check_cmd(&mut self, lua: &Lua, args: MultiValue) -> mlua::Result<LuaOutcome> {
+        acl_check_cmd(lua, self, args)
+    }
+}
+
+/// The run on this thread, as a `RunHooks` borrowed for its length.
+struct Current<'a>(&'a mut (dyn RunHooks + 'a));
+
+impl<'a, 'b> scoped_tls_hkt::ReborrowMut<'a> for Current<'b> {
+    type Result = Current<'a>;
+    fn reborrow_mut(&'a mut self) -> Current<'a> {
+        Current(&mut *self.0)
+    }
+}
+
+scoped_tls_hkt::scoped_thread_local!(
+    /// Set by `run_script` for the length of a run (a run is synchronous
+    /// on its thread), so that functions made once per Lua state can
+    /// reach a state made per run.
+    static mut CURRENT: for<'a> Current<'a>
+);
+
+/// Runs `work` on the run on this thread, if one runs.
+fn with_current<R>(work: impl FnOnce(&mut dyn RunHooks) -> R) -> Option<R> {
+    if !CURRENT.is_set() {
+        return None;
+    }
+    Some(CURRENT.with(|current| work(current.0)))
+}
+
+/// `redis.call` and `hooks.run` (through which the sandbox's
+/// `redis.pcall`, `setresp`, `set_repl` and `acl_check_cmd` reach the
+/// run), made once per Lua state; `run_with` puts them in place for a run.
+pub fn run_functions(lua: &Lua) -> mlua::Result<(Function, Function)> {
+    let call = lua.create_function(|lua, args: MultiValue| {
+        match with_current(|run| run.call(lua, args)) {
+            Some(outcome) => match outcome? {
+                (true, value) => Ok(value),
+                (false, error) => Err(raise(&error)),
+            },
+            None => Err(raise(&Value::Table(reply_to_lua::error_table(
+                lua,
+                OUTSIDE_A_RUN.as_bytes(),
+            )?))),
+        }
+    })?;
+    let hook = lua.create_function(|lua, mut args: MultiValue| {
+        let name = match args.pop_front() {
+            Some(Value::String(name)) => name,
+            _ => return Err(mlua::Error::runtime("hooks.run needs a name")),
+        };
+        with_current(|run| match name.as_bytes().as_ref() {
+            b"call" => run.call(lua, args),
+            b"setresp" => run.set_resp(lua, args),
+            b"set_repl" => set_repl(lua, args),
+            b"acl_check_cmd" => run.acl_check_cmd(lua, args),
+            _ => Err(mlua::Error::runtime("hooks.run: unknown name")),
+        })
+        .unwrap_or_else(|| failure(lua, OUTSIDE_A_RUN, false))
+    })?;
+    Ok((call, hook))
+}
+
+/// What `redis.call` raises outside a script's run (as the sandbox's own).
+const OUTSIDE_A_RUN: &str = "redis.call/pcall can only be called inside a script invocation";
+
 /// Runs `function` as `call` says, with `txn` holding the keyspace, and
 /// writes its reply to `out`. Returns the transaction (to commit, or to
 /// hand back to EXEC).
@@ -104,7 +183,7 @@ pub fn run_script<'s>(
     if let Some(seed) = crate::random::seeded() {
         super::redis_api::reseed(seed);
     }
-    let state = RefCell::new(CallState {
+    let mut state = CallState {
         shared,
         keyspace,
         session,
@@ -115,7 +194,7 @@ pub fn run_script<'s>(
         allow_oom: call.flags.allow_oom || call.flags.no_writes,
         wrote: false,
         declared: &call.keys,
-    });
+    };
     let lua = &engine.lua;
     let hook_running = running.clone();
     let hand_off_at = Arc::new(AtomicU64::new(if call.inline {
@@ -147,38 +226,16 @@ pub fn run_script<'s>(
             }
         },
     );
-    // Two functions scoped to the run: `redis.call` itself (a Rust
-    // function, raising) and `hooks.run`, through which the sandbox's
-    // `redis.pcall`, `setresp`, `set_repl` and `acl_check_cmd` reach the
-    // run (each scoped function costs its creation and destruction: one
-    // for all of them). `run_with` puts them in place and takes them away.
-    let outcome = lua.scope(|scope| {
-        let hook = scope.create_function(|lua, mut args: MultiValue| {
-            let name = match args.pop_front() {
-                Some(Value::String(name)) => name,
-                _ => return Err(mlua::Error::runtime("hooks.run needs a name")),
-            };
-            match name.as_bytes().as_ref() {
-                b"call" => redis_call(lua, &state, args),
-                b"setresp" => set_resp(lua, &state, args),
-                b"set_repl" => set_repl(lua, args),
-                b"acl_check_cmd" => acl_check_cmd(lua, &state, args),
-                _ => Err(mlua::Error::runtime("hooks.run: unknown name")),
-            }
-        })?;
-        let redis_call = scope.create_function(|lua, args: MultiValue| {
-            match redis_call(lua, &state, args)? {
-                (true, value) => Ok(value),
-                (false, error) => Err(raise(&error)),
-            }
-        })?;
+    // `redis.call` and `hooks.run` are two Rust functions made once with
+    // the state (`run_functions`); they reach this run's state through
+    // `CURRENT`, set for the length of the run. (Made per run, scoped to
+    // it, each cost its creation, registration, destruction and garbage.)
+    let outcome = CURRENT.set(Current(&mut state), || {
         let keys = string_table(lua, &call.keys)?;
         let args = string_table(lua, &call.args)?;
         engine.run_with.call::<(bool, Value)>((
             function,
             &engine.handler,
-            redis_call,
-            hook,
             keys,
             args,
             call.eval,
@@ -193,7 +250,6 @@ pub fn run_script<'s>(
             .raw_set("call", engine.outside_call.clone());
         let _ = engine.hooks.raw_set("run", Value::Nil);
     }
-    let state = state.into_inner();
     let resp3 = state.resp3;
     state.session.select(saved_db);
     state.session.in_script = false;
@@ -447,7 +503,7 @@ fn blocks(args: &crate::resp::Args) -> bool {
 /// `redis.call` / `redis.pcall`: `(true, reply)` or `(false, {err=...})`.
 fn redis_call(
     lua: &Lua,
-    state: &RefCell<CallState>,
+    st: &mut CallState,
     args: MultiValue,
 ) -> mlua::Result<(bool, Value)> {
     let owned = match command_parts(lua, &args)? {
@@ -455,8 +511,6 @@ fn redis_call(
         Err(failed) => return Ok(failed),
     };
     let args = owned.args();
-    let mut guard = state.borrow_mut();
-    let st = &mut *guard;
     let shared = st.shared;
     let refuse = |lua: &Lua, text: &str| {
         shared.stats.commands.error_reply(text);
@@ -562,7 +616,7 @@ fn redis_call(
 
 fn set_resp(
     lua: &Lua,
-    state: &RefCell<CallState>,
+    state: &mut CallState,
     args: MultiValue,
 ) -> mlua::Result<(bool, Value)> {
     if args.len() != 1 {
@@ -581,7 +635,7 @@ fn set_resp(
     if version != 2 && version != 3 {
         return failure(lua, "RESP version must be 2 or 3.", false);
     }
-    state.borrow_mut().resp3 = version == 3;
+    state.resp3 = version == 3;
     Ok((true, Value::Nil))
 }
 
@@ -609,7 +663,7 @@ fn set_repl(lua: &Lua, args: MultiValue) -> mlua::Result<(bool, Value)> {
 /// with these arguments (an unknown command is an error).
 fn acl_check_cmd(
     lua: &Lua,
-    state: &RefCell<CallState>,
+    state: &mut CallState,
     args: MultiValue,
 ) -> mlua::Result<(bool, Value)> {
     let owned = match command_parts(lua, &args)? {
@@ -626,7 +680,7 @@ fn acl_check_cmd(
         )?;
         return Err(raise(&error));
     };
-    let rules = state.borrow().session.user.rules();
+    let rules = state.session.user.rules();
     let allowed = crate::acl::check(&rules, index, spec, &owned.args()).is_ok();
     Ok((true, Value::Boolean(allowed)))
 }

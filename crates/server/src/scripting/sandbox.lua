@@ -8,7 +8,7 @@
 -- allowed globals, so every assignment to a global reaches __newindex.
 -- rawset and setmetatable refuse the views.
 
-local hooks, rust, eval_mode = ...
+local hooks, rust, eval_mode, run_call, run_hook = ...
 local G = _G
 local rawget, rawset, setmetatable, getmetatable = rawget, rawset, setmetatable, getmetatable
 local error, type, tostring, tonumber, select = error, type, tostring, tonumber, select
@@ -345,13 +345,13 @@ local function run(f, handler, keys, argv)
 end
 
 -- Runs a script or function with the run's two Rust functions in place:
--- `call` as redis.call and `hook` as hooks.run (see run.rs), and, for
--- EVAL, KEYS and ARGV as globals. Set and cleared here, in the VM: each
--- table write made from Rust costs far more, and a short script's run is
--- mostly such costs.
+-- `run_call` as redis.call and `run_hook` as hooks.run (see run.rs), and,
+-- for EVAL, KEYS and ARGV as globals. Set and cleared here, in the VM:
+-- each table write made from Rust costs far more, and a short script's
+-- run is mostly such costs.
 local outside = redis.call
-local function run_with(f, handler, call, hook, keys, argv, set_globals)
-  redis.call, hooks.run = call, hook
+local function run_with(f, handler, keys, argv, set_globals)
+  redis.call, hooks.run = run_call, run_hook
   if set_globals then
     globals.KEYS, globals.ARGV = keys, argv
   end

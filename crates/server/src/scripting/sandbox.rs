@@ -28,8 +28,8 @@ pub struct Engine {
     pub hooks: Table,
     /// `run(f, handler, keys, argv)`: `xpcall` of `f(keys, argv)`.
     pub runner: Function,
-    /// `run_with(f, handler, call, hook, keys, argv, set_globals)`: the
-    /// same with `call` as `redis.call` and `hook` as `hooks.run` for the
+    /// `run_with(f, handler, keys, argv, set_globals)`: the same with
+    /// `run::run_functions`' two as `redis.call` and `hooks.run` for the
     /// run, and KEYS and ARGV as globals if asked (a script run).
     pub run_with: Function,
     /// The error handler: an error table with where the script failed.
@@ -52,6 +52,7 @@ impl Engine {
         )?;
         let hooks = lua.create_table()?;
         let rust = super::redis_api::helpers(&lua)?;
+        let (run_call, run_hook) = super::run::run_functions(&lua)?;
         let (globals, load_globals, runner, redis_api, run_with): (
             Table,
             Table,
@@ -62,6 +63,8 @@ impl Engine {
             hooks.clone(),
             rust,
             mode == Mode::Eval,
+            run_call,
+            run_hook,
         ))?;
         let handler = lua.create_function(super::run::error_handler)?;
         let outside_call = redis_api.raw_get("call")?;

@@ -128,10 +128,12 @@ impl Exclusion {
     pub fn try_exclusive(&self, patience: Duration) -> Option<Exclusive<'_>> {
         let excluder = self.excluder.try_write()?;
         self.excluding.store(true, Ordering::SeqCst);
-        let started = Instant::now();
+        // The clock is read only once there is something to wait for: a
+        // script usually finds the keyspace drained at the first look.
+        let mut started = None;
         let backoff = Backoff::new();
         while !self.drained() {
-            if started.elapsed() >= patience {
+            if started.get_or_insert_with(Instant::now).elapsed() >= patience {
                 self.excluding.store(false, Ordering::SeqCst);
                 return None;
             }

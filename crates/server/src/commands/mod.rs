@@ -245,6 +245,35 @@ pub fn lookup(name: &[u8]) -> Option<(usize, &'static CommandSpec)> {
     BY_NAME.get(name).map(|&i| (i, &TABLE[i]))
 }
 
+/// The flags `call_has` answers from a table (a script's every
+/// `redis.call` asks for the first two).
+const CACHED_FLAGS: [&str; 2] = ["noscript", "denyoom"];
+
+/// `descriptions::call_has` for the command at `index` of the table: the
+/// flags of `CACHED_FLAGS` of a command that is not a container come from
+/// a bit mask made once, not from looking its description up by name.
+pub fn call_has(index: usize, spec: &CommandSpec, args: &Args, flag: &str) -> bool {
+    static OWN: LazyLock<Vec<Option<u8>>> = LazyLock::new(|| {
+        TABLE
+            .iter()
+            .map(|spec| {
+                let own = descriptions::command(spec.name)?;
+                (!descriptions::is_container(spec.name)).then(|| {
+                    CACHED_FLAGS
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, flag)| own.has(flag))
+                        .fold(0u8, |mask, (bit, _)| mask | 1 << bit)
+                })
+            })
+            .collect()
+    });
+    match (OWN[index], CACHED_FLAGS.iter().position(|f| *f == flag)) {
+        (Some(mask), Some(bit)) => mask & (1 << bit) != 0,
+        _ => descriptions::call_has(spec.name, args, flag),
+    }
+}
+
 /// Everything a handler works with.
 pub struct Ctx<'s, 'c> {
     pub shared: &'s Shared,

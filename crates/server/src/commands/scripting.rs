@@ -245,16 +245,14 @@ fn eval_generic(ctx: &mut Ctx, args: Args, by_sha: bool, ro: bool) -> CmdResult 
     let (sha, flags) = {
         let mut eval = shared.scripting.eval.lock();
         let sha = if by_sha {
-            let sha = lowercase(body);
-            if !eval.scripts.contains_key(&sha) {
-                return Err(err(NOSCRIPT));
-            }
-            sha
+            lowercase(body)
         } else {
             load_script(shared, &mut eval, body)?
         };
-        let flags = eval.scripts[&sha].flags;
-        (sha, flags)
+        match eval.scripts.get(&sha) {
+            Some(script) => (sha, script.flags),
+            None => return Err(err(NOSCRIPT)),
+        }
     };
     check_flags(ctx, flags, ro)?;
     let read_only = ro || (!flags.compat && flags.no_writes);
@@ -285,7 +283,7 @@ fn eval_generic(ctx: &mut Ctx, args: Args, by_sha: bool, ro: bool) -> CmdResult 
             }
         }
         let eval = &*eval;
-        let function = &eval.scripts[&sha].function;
+        let function = &eval.scripts.get(&sha).expect("found or loaded above").function;
         let keyspace = ctx.keyspace;
         let (session, out) = (&mut *ctx.session, &mut *ctx.out);
         placement.run(|| {

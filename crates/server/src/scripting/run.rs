@@ -471,7 +471,12 @@ fn command_args(args: &MultiValue) -> Option<OwnedArgs> {
 /// Whether Redis refuses `spec` inside scripts (its `noscript` flag, per
 /// subcommand for containers). MIGRATE too, in Engram: it waits on the
 /// network, which a script holding the keyspace cannot.
-fn refused_in_scripts(shared: &Shared, spec: &CommandSpec, args: &crate::resp::Args) -> bool {
+fn refused_in_scripts(
+    shared: &Shared,
+    index: usize,
+    spec: &CommandSpec,
+    args: &crate::resp::Args,
+) -> bool {
     if spec.name == "migrate" {
         return true;
     }
@@ -482,7 +487,7 @@ fn refused_in_scripts(shared: &Shared, spec: &CommandSpec, args: &crate::resp::A
     {
         return false;
     }
-    commands::descriptions::call_has(spec.name, args, "noscript")
+    commands::call_has(index, spec, args, "noscript")
 }
 
 fn may_replicate(spec: &CommandSpec) -> bool {
@@ -531,7 +536,7 @@ fn redis_call(
             "ERR Wrong number of args calling Redis command from script",
         );
     }
-    if refused_in_scripts(shared, spec, &args) {
+    if refused_in_scripts(shared, index, spec, &args) {
         return refuse(lua, "ERR This Redis command is not allowed from script");
     }
     if matches!(spec.name, "xread" | "xreadgroup") && blocks(&args) {
@@ -574,7 +579,7 @@ fn redis_call(
     if !st.allow_oom
         && !st.wrote
         && shared.memory_limit.is_set()
-        && commands::descriptions::call_has(spec.name, &args, "denyoom")
+        && commands::call_has(index, spec, &args, "denyoom")
         && shared
             .memory_limit
             .over(|| crate::maxmemory::usage(st.keyspace).used())

@@ -204,7 +204,8 @@ impl FunctionsEngine {
             )?;
             engine
                 .hooks
-                .raw_set("globals", engine.load_globals.clone())?;
+                .raw_get::<Table>("global_view")?
+                .raw_set("__index", engine.load_globals.clone())?;
             engine.runner.call::<(bool, Value)>((
                 chunk,
                 engine.handler.clone(),
@@ -214,7 +215,10 @@ impl FunctionsEngine {
         })();
         lua.remove_hook();
         let _ = engine.hooks.raw_set("register_function", Value::Nil);
-        let _ = engine.hooks.raw_set("globals", engine.globals.clone());
+        let _ = engine
+            .hooks
+            .raw_get::<Table>("global_view")
+            .and_then(|view| view.raw_set("__index", engine.globals.clone()));
         match outcome {
             Ok((true, _)) => {}
             Ok((false, Value::Table(error))) => {

@@ -317,7 +317,12 @@ end
 add_log_and_version(library_api)
 local load_globals = { redis = protect(library_api, true) }
 
--- Lock the globals: empty the real table and read through hooks.globals.
+-- Lock the globals: empty the real table and read through to the allowed
+-- ones (`globals`, or FUNCTION LOAD's: `hooks.global_view.__index` says
+-- which). A table as __index, not a function: the VM follows it without a
+-- call, and a short script reads `redis` and `KEYS` a few times a run. A
+-- name neither holds reaches the allowed tables' own __index, which
+-- raises Redis's error.
 local names = {}
 for name in pairs(G) do
   names[#names + 1] = name
@@ -325,18 +330,19 @@ end
 for _, name in ipairs(names) do
   rawset(G, name, nil)
 end
-hooks.globals = globals
-setmetatable(G, {
+local nonexistent = {
   __index = function(_, name)
-    local value = hooks.globals[name]
-    if value == nil then
-      error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
-    end
-    return value
+    error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
   end,
+}
+setmetatable(globals, nonexistent)
+setmetatable(load_globals, nonexistent)
+hooks.global_view = {
+  __index = globals,
   __newindex = readonly,
   __metatable = shown_metatable(),
-})
+}
+setmetatable(G, hooks.global_view)
 protected[G] = true
 
 -- Runs a script or function under the error handler.

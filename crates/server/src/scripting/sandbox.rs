@@ -23,8 +23,9 @@ pub struct Engine {
     /// What FUNCTION LOAD's code sees as globals.
     pub load_globals: Table,
     /// Per-run hooks the `redis` table calls through (`call`, `setresp`,
-    /// `set_repl`, `acl_check_cmd`, `register_function`) and `globals`,
-    /// the table global names are read from.
+    /// `set_repl`, `acl_check_cmd`, `register_function`) and
+    /// `global_view`, the globals table's metatable (its `__index` is the
+    /// table global names are read from).
     pub hooks: Table,
     /// `run(f, handler, keys, argv)`: `xpcall` of `f(keys, argv)`.
     pub runner: Function,

@@ -83,15 +83,7 @@ async fn accept_loop(shared: &Arc<Shared>, listener: TcpListener, transport: Tra
                 let reply = crate::protected_mode::DENIED.as_bytes();
                 tokio::spawn(refuse(shared.clone(), transport.clone(), stream, reply));
             }
-            Some(info) => match &transport {
-                Transport::Plain => {
-                    tokio::spawn(crate::connection::serve(shared.clone(), stream, info));
-                }
-                Transport::Tls(acceptor) => {
-                    let acceptor = acceptor.clone();
-                    tokio::spawn(crate::tls::serve(shared.clone(), acceptor, stream, info));
-                }
-            },
+            Some(info) => start_client(shared, &transport, stream, info),
             None => {
                 shared
                     .stats
@@ -102,6 +94,52 @@ async fn accept_loop(shared: &Arc<Shared>, listener: TcpListener, transport: Tra
             }
         }
     }
+}
+
+/// Runs the client's task on its network loop (`net_loops`): its socket
+/// leaves the accept loop's reactor for that loop's.
+fn start_client(
+    shared: &Arc<Shared>,
+    transport: &Transport,
+    stream: TcpStream,
+    info: Arc<crate::clients::ClientInfo>,
+) {
+    let Some(loops) = shared.loops.get() else {
+        // A server without network loops of its own (tests): here.
+        let shared = shared.clone();
+        match transport {
+            Transport::Plain => tokio::spawn(crate::connection::serve(shared, stream, info, 0)),
+            Transport::Tls(acceptor) => {
+                tokio::spawn(crate::tls::serve(shared, acceptor.clone(), stream, info, 0))
+            }
+        };
+        return;
+    };
+    let socket = match stream.into_std() {
+        Ok(socket) => socket,
+        Err(e) => {
+            log::warn!("client id={}: cannot hand its socket on: {e}", info.id);
+            shared.clients.unregister(info.id);
+            return;
+        }
+    };
+    let (shared, transport, rank) = (shared.clone(), transport.clone(), loops.rank());
+    loops.spawn(rank, async move {
+        let stream = match TcpStream::from_std(socket) {
+            Ok(stream) => stream,
+            Err(e) => {
+                log::warn!("client id={}: cannot serve its socket: {e}", info.id);
+                shared.clients.unregister(info.id);
+                return;
+            }
+        };
+        match transport {
+            Transport::Plain => crate::connection::serve(shared, stream, info, rank).await,
+            Transport::Tls(acceptor) => {
+                crate::tls::serve(shared, acceptor, stream, info, rank).await
+            }
+        }
+    });
 }
 
 /// Tells a refused client why and closes it: over TLS once the handshake

@@ -51,41 +51,120 @@ const KEEP_OUTPUT_CAPACITY: usize = 1 << 20;
 /// The connection is generic over it rather than boxed, so the plain TCP
 /// path reads and writes the socket directly, as it did before TLS came:
 /// no indirect call per read, no extra copy.
-pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// Whether a connection over this stream may move to another network
+    /// loop (`net_loops`): plain TCP may.
+    const MOVABLE: bool = false;
 
-impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Stream for S {}
+    /// The socket, taken out of this loop's reactor to join another's
+    /// (only where `MOVABLE`).
+    fn detach(self) -> std::io::Result<std::net::TcpStream>
+    where
+        Self: Sized,
+    {
+        Err(std::io::Error::other("this stream cannot move"))
+    }
+}
+
+impl Stream for tokio::net::TcpStream {
+    const MOVABLE: bool = true;
+
+    fn detach(self) -> std::io::Result<std::net::TcpStream> {
+        self.into_std()
+    }
+}
+
+impl Stream for tokio_rustls::server::TlsStream<tokio::net::TcpStream> {}
+
+/// A connection's own state, which goes with it from one network loop to
+/// another.
+struct Conn {
+    session: Session,
+    out: ReplyWriter,
+    parser: RequestParser,
+    buf: BytesMut,
+    /// Its rank among connections (`NetLoops::home`).
+    rank: usize,
+}
+
+/// How `run` ended.
+enum Exit {
+    /// The client left or was closed.
+    Done,
+    /// The connection belongs to another network loop now: this one lets
+    /// it go between two reads, nothing pending.
+    Move(usize),
+}
 
 /// Serves one client until it leaves, then takes it out of the registry.
 /// (`TCP_NODELAY` is the accept loop's to set: only it knows the socket.)
-pub async fn serve<S: Stream>(shared: Arc<Shared>, mut stream: S, info: Arc<ClientInfo>) {
-    let mut session = Session::new(
-        info.clone(),
-        shared.acl.default_user(),
-        !shared.acl.auth_required(),
-    );
-    let mut out = ReplyWriter::new();
-    let mut parser = RequestParser::new(shared.runtime.proto_max_bulk_len.load(Ordering::Relaxed));
-    let mut buf = BytesMut::with_capacity(READ_CHUNK);
-    let result = run(
-        &shared,
-        &mut stream,
-        &mut session,
-        &mut out,
-        &mut parser,
-        &mut buf,
-    )
-    .await;
-    if let Err(e) = result {
-        log::debug!("client id={} closed: {e}", info.id);
+pub async fn serve<S: Stream>(
+    shared: Arc<Shared>,
+    stream: S,
+    info: Arc<ClientInfo>,
+    rank: usize,
+) {
+    let conn = Conn {
+        session: Session::new(info, shared.acl.default_user(), !shared.acl.auth_required()),
+        out: ReplyWriter::new(),
+        parser: RequestParser::new(shared.runtime.proto_max_bulk_len.load(Ordering::Relaxed)),
+        buf: BytesMut::with_capacity(READ_CHUNK),
+        rank,
+    };
+    serve_conn(shared, stream, conn).await;
+}
+
+async fn serve_conn<S: Stream>(shared: Arc<Shared>, mut stream: S, mut conn: Conn) {
+    let Conn {
+        session,
+        out,
+        parser,
+        buf,
+        rank,
+    } = &mut conn;
+    let result = run(&shared, &mut stream, session, out, parser, buf, *rank).await;
+    let info = conn.session.info.clone();
+    match result {
+        Ok(Exit::Move(target)) => match stream.detach() {
+            Ok(socket) => return move_to(shared, socket, conn, target),
+            Err(e) => log::debug!("client id={} closed: cannot move it: {e}", info.id),
+        },
+        Ok(Exit::Done) => {}
+        Err(e) => log::debug!("client id={} closed: {e}", info.id),
     }
+    close(&shared, &mut conn.session);
+}
+
+/// Takes a client that left out of everything it was part of.
+fn close(shared: &Shared, session: &mut Session) {
     // (None while a reload has the keyspace closed: the watches went with
     // the old one.)
     if let Some(keyspace) = shared.keyspace.try_guard().as_ref() {
-        unwatch_all(keyspace, &mut session);
+        unwatch_all(keyspace, session);
     }
-    leave_pubsub_and_monitor(&shared, &mut session);
-    shared.tracking.disable(info.id);
-    shared.clients.unregister(info.id);
+    leave_pubsub_and_monitor(shared, session);
+    shared.tracking.disable(session.info.id);
+    shared.clients.unregister(session.info.id);
+}
+
+/// Goes on serving `conn` over `socket` on network loop `target`. (Not an
+/// async fn: the task's type names `serve_conn`'s, which calls this.)
+fn move_to(shared: Arc<Shared>, socket: std::net::TcpStream, mut conn: Conn, target: usize) {
+    let Some(loops) = shared.loops.get().cloned() else {
+        close(&shared, &mut conn.session);
+        return;
+    };
+    loops.moves.fetch_add(1, Ordering::Relaxed);
+    let task: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
+        match tokio::net::TcpStream::from_std(socket) {
+            Ok(stream) => serve_conn(shared, stream, conn).await,
+            Err(e) => {
+                log::debug!("client id={} closed: cannot move it: {e}", conn.session.info.id);
+                close(&shared, &mut conn.session);
+            }
+        }
+    });
+    loops.spawn_on(target, task);
 }
 
 /// What the connection woke up for.
@@ -111,11 +190,20 @@ async fn run<S: Stream>(
     out: &mut ReplyWriter,
     parser: &mut RequestParser,
     buf: &mut BytesMut,
-) -> std::io::Result<()> {
+    rank: usize,
+) -> std::io::Result<Exit> {
     let info = session.info.clone();
     loop {
         if info.killed.load(Ordering::Acquire) {
-            return Ok(());
+            return Ok(Exit::Done);
+        }
+        // Between two reads, nothing to send: a plain connection whose
+        // network loop changed goes there (subscribers and monitors stay:
+        // others' output waits for them).
+        if S::MOVABLE && session.pubsub.outbox.is_none() {
+            if let Some(target) = shared.loops.get().and_then(|loops| loops.relocation(rank)) {
+                return Ok(Exit::Move(target));
+            }
         }
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             buf.reserve(READ_CHUNK);
@@ -129,15 +217,15 @@ async fn run<S: Stream>(
         };
         let event = tokio::select! {
             read = stream.read_buf(buf) => Event::Read(read?),
-            _ = info.kill.notified() => return Ok(()),
+            _ = info.kill.notified() => return Ok(Exit::Done),
             _ = tokio::time::sleep(Duration::from_secs(timeout)), if timeout > 0 => {
                 log::debug!("client id={} idle for {timeout} s: closing", info.id);
-                return Ok(());
+                return Ok(Exit::Done);
             }
             _ = outbox_ready(outbox.as_deref()) => Event::Outbox,
         };
         let read = match event {
-            Event::Read(0) => return Ok(()),
+            Event::Read(0) => return Ok(Exit::Done),
             Event::Read(read) => read,
             Event::Outbox => {
                 // Let the publishers that are running now add theirs
@@ -169,7 +257,7 @@ async fn run<S: Stream>(
                     if let Some((until, may_write)) = held {
                         gate = None;
                         if !wait_unpaused(shared, stream, session, out, until, may_write).await? {
-                            return Ok(());
+                            return Ok(Exit::Done);
                         }
                     }
                     if script && gate.is_none() {
@@ -247,19 +335,19 @@ async fn run<S: Stream>(
                     }
                     if let Some(pending) = session.migration.take() {
                         if !finish_migration(shared, session, out, pending).await {
-                            return Ok(());
+                            return Ok(Exit::Done);
                         }
                     }
                     if session.blocked.is_some()
                         && !wait_unblocked(shared, stream, session, out, buf).await?
                     {
-                        return Ok(());
+                        return Ok(Exit::Done);
                     }
                     if session.close {
                         break;
                     }
                     if over_output_limit(shared, session, out) {
-                        return Ok(());
+                        return Ok(Exit::Done);
                     }
                     if out.len() >= shared.config.reply_flush_bytes {
                         // A client pipelining faster than it reads: send
@@ -303,7 +391,7 @@ async fn run<S: Stream>(
         flush(shared, stream, session, out).await?;
         if session.close {
             let _ = stream.shutdown().await;
-            return Ok(());
+            return Ok(Exit::Done);
         }
     }
 }

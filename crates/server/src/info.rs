@@ -170,7 +170,19 @@ fn server(shared: &Shared, out: &mut String) -> std::fmt::Result {
             .as_ref()
             .map(|p| p.display().to_string())
             .unwrap_or_default(),
-    )
+    )?;
+    // Engram's own (`net_loops`): the network loops, how many serve
+    // clients now, and how many times a connection moved between them.
+    if let Some(loops) = shared.loops.get() {
+        write!(
+            out,
+            "net_loops:{}\r\nnet_loops_active:{}\r\nnet_loop_moves:{}\r\n",
+            loops.count(),
+            loops.active(),
+            loops.moves.load(std::sync::atomic::Ordering::Relaxed)
+        )?;
+    }
+    Ok(())
 }
 
 fn clients(shared: &Shared, out: &mut String) -> std::fmt::Result {

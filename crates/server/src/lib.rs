@@ -29,6 +29,7 @@ mod latency;
 mod maxmemory;
 mod migrate_target;
 mod monitor;
+mod net_loops;
 mod notify;
 /// The keyspace is a crate of its own (below the server, beside embedders).
 pub use engram_keyspace as keyspace;

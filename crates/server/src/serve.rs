@@ -79,12 +79,9 @@ impl Server {
         let background_cpus = engram_threads::configure(&config.background_cpus)
             .map_err(|e| StartError::Config(e.to_string()))?;
         raise_fd_limit(config.maxclients);
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(config.worker_threads())
-            .thread_name("engram-net")
-            .enable_all()
-            .build()
-            .map_err(StartError::Runtime)?;
+        let loops =
+            crate::net_loops::NetLoops::new(config.worker_threads()).map_err(StartError::Runtime)?;
+        let runtime = loops.main().clone();
         // Bound before the store opens: a port in use is reported at once,
         // not after a recovery, and leaves the store untouched. Clients
         // that connect meanwhile wait in the backlog until accepts start.
@@ -124,6 +121,9 @@ impl Server {
             )
             .with_acl(acl),
         );
+        let _ = shared.loops.set(loops.clone());
+        let served = shared.clone();
+        loops.start_controller(move || served.stats.commands_processed.get());
         crate::group::start(&shared, local).map_err(StartError::Config)?;
         let expiry_thread = spawn_expiry_thread(shared.clone(), stop_background.clone());
 
@@ -173,13 +173,13 @@ impl Server {
             .spawn(move || {
                 let plain = plain.map(|(listener, _)| listener);
                 let tls = tls.map(|(listener, _, acceptor)| (listener, acceptor));
-                runtime.block_on(crate::accept::run(main_shared.clone(), plain, tls));
+                loops.block_on(crate::accept::run(main_shared.clone(), plain, tls));
                 // Let connections finish their batch and leave.
                 let deadline = Instant::now() + DRAIN_PATIENCE;
                 while !main_shared.clients.is_empty() && Instant::now() < deadline {
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                runtime.shutdown_timeout(Duration::from_secs(1));
+                loops.shutdown(Duration::from_secs(1));
                 stop_background.store(true, Ordering::Release);
                 let _ = expiry_thread.join();
                 // The slot's keyspace (DEBUG RELOAD may have replaced the
@@ -235,7 +235,7 @@ struct Listeners {
 /// Binds the plain port (unless only TLS is served) and, with an
 /// acceptor, the TLS port.
 fn bind(
-    runtime: &tokio::runtime::Runtime,
+    runtime: &tokio::runtime::Handle,
     config: &Config,
     tls: Option<TlsAcceptor>,
 ) -> Result<Listeners, StartError> {

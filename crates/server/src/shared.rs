@@ -25,6 +25,9 @@ use crate::session::WaitLines;
 use crate::slowlog::SlowLog;
 
 pub struct Shared {
+    /// The network loops clients are served on (set once by `serve`;
+    /// unset in tests that build a `Shared` alone).
+    pub loops: std::sync::OnceLock<Arc<crate::net_loops::NetLoops>>,
     /// The keyspace, swapped whole by DEBUG RELOAD (`reload`): a command
     /// uses the one its `Ctx` holds, other code takes a guard per step.
     pub keyspace: Arc<KeyspaceSlot>,
@@ -124,6 +127,7 @@ impl Shared {
     ) -> Shared {
         let functions_record = keyspace.functions_record();
         let shared = Shared {
+            loops: std::sync::OnceLock::new(),
             keyspace: Arc::new(KeyspaceSlot::new(keyspace)),
             config,
             runtime,

@@ -330,9 +330,10 @@ pub async fn serve(
     acceptor: TlsAcceptor,
     stream: TcpStream,
     info: Arc<ClientInfo>,
+    rank: usize,
 ) {
     match handshake(&shared, &acceptor, stream, info.addr, Some(&info)).await {
-        Some(stream) => crate::connection::serve(shared, stream, info).await,
+        Some(stream) => crate::connection::serve(shared, stream, info, rank).await,
         None => shared.clients.unregister(info.id),
     }
 }

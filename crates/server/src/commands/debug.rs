@@ -87,6 +87,21 @@ fn debug(ctx: &mut Ctx, args: Args) -> CmdResult {
                 .store(disabled, Ordering::Relaxed);
             ctx.out.ok();
         }
+        // Engram's own: how many network loops serve clients (`net_loops`),
+        // fixed from now on; 0 gives the choice back to the load. Replies
+        // with the count in use (fewer if the server has fewer loops).
+        "net-loops" => {
+            arity(3)?;
+            let count = int_arg(args.get(2))?;
+            if count < 0 {
+                return Err(err("ERR the count of network loops must be 0 or more"));
+            }
+            let in_use = match ctx.shared.loops.get() {
+                Some(loops) => loops.fix(count as usize),
+                None => 1,
+            };
+            ctx.out.int(in_use as i64);
+        }
         "set-active-expire" => {
             arity(3)?;
             let on = int_arg(args.get(2))? != 0;

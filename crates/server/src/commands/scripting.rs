@@ -160,14 +160,14 @@ pub fn check_flags(ctx: &Ctx, flags: ScriptFlags, ro_command: bool) -> CmdResult
 /// How a script runs on the network worker that called it.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Placement {
-    /// On the worker itself: the common case, a short script. The other
-    /// workers keep serving (and answer BUSY if it runs long), stealing
-    /// this worker's queued tasks.
+    /// On the worker itself: the common case, a short script. If it runs
+    /// long, its worker's other tasks are handed to a fresh thread, which
+    /// (with the other network loops) answers BUSY and SCRIPT KILL.
     Inline,
     /// With the worker's other tasks handed to a fresh thread first
     /// (`run_blocking`): when the worker may have to wait for the key
-    /// groups (another script holds them), inside EXEC, or when the runtime
-    /// has one worker only (nobody else would answer BUSY or SCRIPT KILL).
+    /// groups (another script holds them), inside EXEC, or off a
+    /// multi-threaded runtime (nobody else would answer BUSY or SCRIPT KILL).
     Handed,
 }
 
@@ -180,9 +180,14 @@ impl Placement {
     }
 }
 
-/// Whether other network workers can serve while this one runs a script.
+/// Whether this network worker's other clients can be served while it
+/// runs a script: on a multi-threaded runtime a script that runs long
+/// hands them to a fresh thread (`run::hand_off_if_long`), and the other
+/// network loops serve theirs. (Each network loop is a runtime of one
+/// worker: `net_loops`.)
 fn other_workers() -> bool {
-    tokio::runtime::Handle::try_current().is_ok_and(|h| h.metrics().num_workers() > 1)
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
 }
 
 /// How long a network worker about to run a script inline waits for the

@@ -79,8 +79,11 @@ impl Server {
         let background_cpus = engram_threads::configure(&config.background_cpus)
             .map_err(|e| StartError::Config(e.to_string()))?;
         raise_fd_limit(config.maxclients);
-        let loops =
-            crate::net_loops::NetLoops::new(config.worker_threads()).map_err(StartError::Runtime)?;
+        let loops = crate::net_loops::NetLoops::new(
+            config.worker_threads(),
+            config.durability == engram_keyspace::Durability::Always,
+        )
+        .map_err(StartError::Runtime)?;
         let runtime = loops.main().clone();
         // Bound before the store opens: a port in use is reported at once,
         // not after a recovery, and leaves the store untouched. Clients

@@ -174,3 +174,22 @@ fn net_loops_refuses_bad_counts_and_gives_a_loop_back_when_idle() {
         thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn at_always_one_runtime_serves_every_client() {
+    // A writer's reply waits for an msync run on a worker: the workers
+    // share their clients instead of each keeping its own.
+    let conf = tempfile::tempdir().unwrap();
+    let path = conf.path().join("engram.conf");
+    std::fs::write(&path, "enable-debug-command yes\nappendfsync always\n").unwrap();
+    let (server, _dir) = start_with(Config {
+        threads: 2,
+        ..Config::from_file(&path).unwrap()
+    });
+    let mut c = Client::connect(&server);
+    assert_eq!(info_number(&mut c, "server", "net_loops"), 1);
+    assert_eq!(c.call("DEBUG NET-LOOPS 2"), "(integer) 1");
+    assert_eq!(c.call("SET k v"), "OK");
+    assert_eq!(c.call("GET k"), "\"v\"");
+    assert_eq!(info_number(&mut c, "server", "net_loop_moves"), 0);
+}

@@ -139,7 +139,8 @@ struct ServeArgs {
     /// Logical databases (SELECT 0..N-1).
     #[arg(long)]
     databases: Option<usize>,
-    /// Network worker threads [default: one per core].
+    /// Network loops (each a worker thread; as many serve as the load
+    /// needs) [default: one per core].
     #[arg(long)]
     threads: Option<usize>,
     /// Page checksums and stripe parity over the data file: off, lazy

@@ -138,7 +138,7 @@ pub struct Config {
     /// (Redis's `client-output-buffer-limit`, which disconnects, is a
     /// run-time parameter: `output_limit`).
     pub reply_flush_bytes: usize,
-    /// Worker threads for connections; 0 means one per core.
+    /// Network loops for connections (`net_loops`); 0 means one per core.
     pub threads: usize,
     /// The file this configuration came from, if any (`INFO server`).
     pub config_file: Option<PathBuf>,

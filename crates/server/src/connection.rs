@@ -98,12 +98,7 @@ enum Exit {
 
 /// Serves one client until it leaves, then takes it out of the registry.
 /// (`TCP_NODELAY` is the accept loop's to set: only it knows the socket.)
-pub async fn serve<S: Stream>(
-    shared: Arc<Shared>,
-    stream: S,
-    info: Arc<ClientInfo>,
-    rank: usize,
-) {
+pub async fn serve<S: Stream>(shared: Arc<Shared>, stream: S, info: Arc<ClientInfo>, rank: usize) {
     let conn = Conn {
         session: Session::new(info, shared.acl.default_user(), !shared.acl.auth_required()),
         out: ReplyWriter::new(),
@@ -159,7 +154,10 @@ fn move_to(shared: Arc<Shared>, socket: std::net::TcpStream, mut conn: Conn, tar
         match tokio::net::TcpStream::from_std(socket) {
             Ok(stream) => serve_conn(shared, stream, conn).await,
             Err(e) => {
-                log::debug!("client id={} closed: cannot move it: {e}", conn.session.info.id);
+                log::debug!(
+                    "client id={} closed: cannot move it: {e}",
+                    conn.session.info.id
+                );
                 close(&shared, &mut conn.session);
             }
         }

@@ -27,6 +27,10 @@
 //!   unless it serves less. A trial that lost is not repeated for a while
 //!   (doubling, up to [`MAX_BACKOFF`]), unless the load changes.
 //!
+//! As in Redis, a slow command delays the other clients of its loop (a
+//! script hands them to a fresh thread after 2 ms, `run::hand_off_if_long`);
+//! a runtime of several workers let them steal the queued ones.
+//!
 //! `DEBUG NET-LOOPS <n>` fixes the count (0: adaptive again), for tests
 //! and for measuring either setting.
 //!
@@ -103,7 +107,11 @@ impl Meter {
     /// Busy time so far, the current waking included.
     fn busy(&self, now: u64) -> u64 {
         let since = self.awake_since.load(Ordering::Relaxed);
-        let current = if since > 0 { now.saturating_sub(since) } else { 0 };
+        let current = if since > 0 {
+            now.saturating_sub(since)
+        } else {
+            0
+        };
         self.busy_ns.load(Ordering::Relaxed) + current
     }
 }
@@ -354,7 +362,8 @@ impl<F: Fn() -> u64> Controller<F> {
         let (first, last) = (&self.samples[0], &self.samples[self.samples.len() - 1]);
         let span = last.0.saturating_sub(first.0).max(1) as f64;
         let rate = last.1.saturating_sub(first.1) as f64 / MEASURE_TICKS as f64;
-        let saturated = (0..active).all(|i| last.2[i].saturating_sub(first.2[i]) as f64 / span >= BUSY);
+        let saturated =
+            (0..active).all(|i| last.2[i].saturating_sub(first.2[i]) as f64 / span >= BUSY);
         // A load unlike the one a trial lost under (half or twice it):
         // try again now.
         if self.lost_at_rate > 0.0 && !(0.5..=2.0).contains(&(rate / self.lost_at_rate)) {

@@ -10,6 +10,7 @@
 //! | `SLEEP <seconds>` | blocks this client (Redis blocks the whole server; Engram's other clients go on) |
 //! | `SET-DISABLE-DENY-SCRIPTS 0\|1` | lets scripts call the commands Redis refuses them (`noscript`: DEBUG itself), as Redis's tests of DEBUG PROTOCOL through scripts need; MIGRATE stays refused |
 //! | `SET-ACTIVE-EXPIRE 0\|1` | stops and restarts the background expiry (reads still never return expired keys) |
+//! | `NET-LOOPS <n>` | Engram's own: fixes how many network loops serve clients (`net_loops`; 0: as the load asks), replies with the count in use |
 //! | `LOG <message>` | writes the message to the server log |
 //! | `QUICKLIST-PACKED-THRESHOLD <size>` | checked and accepted; Engram's lists have no quicklist nodes |
 //! | `OBJECT <key>` | the key's encoding and serialized length, in Redis's line format |
@@ -183,6 +184,8 @@ fn debug(ctx: &mut Ctx, args: Args) -> CmdResult {
                 "    The same as RELOAD.",
                 "LOG <message>",
                 "    Write <message> to the server log.",
+                "NET-LOOPS <n>",
+                "    Serve clients from <n> network loops (0: as many as the load needs).",
                 "OBJECT <key>",
                 "    Show low-level info about the <key> and associated value.",
                 "PROTOCOL <type>",

@@ -288,7 +288,11 @@ fn eval_generic(ctx: &mut Ctx, args: Args, by_sha: bool, ro: bool) -> CmdResult 
             }
         }
         let eval = &*eval;
-        let function = &eval.scripts.get(&sha).expect("found or loaded above").function;
+        let function = &eval
+            .scripts
+            .get(&sha)
+            .expect("found or loaded above")
+            .function;
         let keyspace = ctx.keyspace;
         let (session, out) = (&mut *ctx.session, &mut *ctx.out);
         placement.run(|| {

@@ -233,13 +233,9 @@ pub fn run_script<'s>(
     let outcome = CURRENT.set(Current(&mut state), || {
         let keys = string_table(lua, &call.keys)?;
         let args = string_table(lua, &call.args)?;
-        engine.run_with.call::<(bool, Value)>((
-            function,
-            &engine.handler,
-            keys,
-            args,
-            call.eval,
-        ))
+        engine
+            .run_with
+            .call::<(bool, Value)>((function, &engine.handler, keys, args, call.eval))
     });
     lua.remove_hook();
     if outcome.is_err() {
@@ -506,11 +502,7 @@ fn blocks(args: &crate::resp::Args) -> bool {
 }
 
 /// `redis.call` / `redis.pcall`: `(true, reply)` or `(false, {err=...})`.
-fn redis_call(
-    lua: &Lua,
-    st: &mut CallState,
-    args: MultiValue,
-) -> mlua::Result<(bool, Value)> {
+fn redis_call(lua: &Lua, st: &mut CallState, args: MultiValue) -> mlua::Result<(bool, Value)> {
     let owned = match command_parts(lua, &args)? {
         Ok(owned) => owned,
         Err(failed) => return Ok(failed),
@@ -619,11 +611,7 @@ fn redis_call(
     Ok((true, reply_to_lua::convert(lua, reply)?))
 }
 
-fn set_resp(
-    lua: &Lua,
-    state: &mut CallState,
-    args: MultiValue,
-) -> mlua::Result<(bool, Value)> {
+fn set_resp(lua: &Lua, state: &mut CallState, args: MultiValue) -> mlua::Result<(bool, Value)> {
     if args.len() != 1 {
         return failure(lua, "redis.setresp() requires one argument.", false);
     }

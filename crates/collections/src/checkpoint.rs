@@ -413,7 +413,7 @@ fn fold_into(
         image_key_into(version, key, image_key);
         shared.images.put(image_key, image)?;
     }
-    shared.images.sync()?;
+    order_images(shared)?;
     crash_point(shared, Step::BeforeRoot)?;
     // C4: every image the root is about to name is in the images store,
     // which was synced after the last of them.
@@ -424,7 +424,7 @@ fn fold_into(
     debug_assert!(version > *root, "checkpoint {version} after root {root}");
     // 4. Commit.
     write_root(&shared.images, version)?;
-    shared.images.sync()?;
+    order_images(shared)?;
     *root = version;
     shared
         .checkpointed_through
@@ -455,6 +455,16 @@ fn fold_into(
         );
     }
     Ok(report)
+}
+
+/// Syncs the images store, where writes are ordered against power loss
+/// (`Collections::set_power_fail_ordering`): what the checkpoint wrote so
+/// far reaches the medium before what it writes next.
+fn order_images(shared: &CollectionsState) -> Result<()> {
+    if shared.power_fail_ordering.load(Ordering::Relaxed) {
+        shared.images.sync()?;
+    }
+    Ok(())
 }
 
 /// Whether the images store holds checkpoint `version`'s image (or
@@ -499,7 +509,7 @@ fn remove_garbage(
     }
     crash_point(shared, Step::BeforeTombstones)?;
     if tombstones > 0 {
-        shared.images.sync()?;
+        order_images(shared)?;
         for (key, slot) in working.iter() {
             if !slot.present() && slot.imaged.is_some() {
                 image_key_into(version, key, image_key);

@@ -240,6 +240,10 @@ pub(crate) struct CollectionsState {
     backpressure_waits: AtomicU64,
     backpressure_nanos: AtomicU64,
     wake: (Mutex<bool>, Condvar),
+    /// Whether a checkpoint syncs its images before the root names them,
+    /// and the root before the log is reused (see
+    /// `set_power_fail_ordering`).
+    power_fail_ordering: AtomicBool,
 }
 
 /// Durable collections in one directory. See the crate docs.
@@ -391,6 +395,7 @@ impl Collections {
             backpressure_waits: AtomicU64::new(0),
             backpressure_nanos: AtomicU64::new(0),
             wake: (Mutex::new(false), Condvar::new()),
+            power_fail_ordering: AtomicBool::new(true),
             options,
         });
         let checkpointer = match shared.options.checkpoints {
@@ -524,6 +529,17 @@ impl Collections {
     pub fn request_checkpoint(&self) {
         self.shared.requested.store(true, Ordering::Relaxed);
         self.shared.wake_checkpointer();
+    }
+
+    /// Whether checkpoints order their writes against power loss (on by
+    /// default): images synced before the root names them, the root
+    /// before the log they cover is reused. The owner turns it off while
+    /// its writes are not promised to survive power loss (`process`): a
+    /// process crash keeps the page cache whole, and the order the
+    /// checkpoint wrote in is the order recovery reads in. (The engine's
+    /// lazy retirement skips its ordering syncs by the same rule.)
+    pub fn set_power_fail_ordering(&self, on: bool) {
+        self.shared.power_fail_ordering.store(on, Ordering::Relaxed);
     }
 
     /// Makes every logged operation durable against power loss (on
@@ -678,6 +694,10 @@ impl Collections {
             shared, threads, ..
         } = self;
         drop(threads);
+        // The images (and the root) before the log: at `process` the last
+        // checkpoint left them unsynced, and the log it covered may have
+        // been reused since.
+        shared.images.sync()?;
         shared.log.sync_all()?;
         match Arc::try_unwrap(shared) {
             Ok(shared) => shared.images.close()?,

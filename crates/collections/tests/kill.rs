@@ -14,6 +14,10 @@
 //! list, where m is the last acknowledged n or that plus one (the
 //! operation in flight), and nothing else.
 //!
+//! Every other child runs with checkpoints unordered against power loss
+//! (`set_power_fail_ordering(false)`, what a server at `process` does): a
+//! process kill must find the same state either way.
+//!
 //! `ENGRAM_KILL_CYCLES=N` sets the number of kills (default 40).
 
 use std::io::{BufRead, BufReader, Write};
@@ -30,6 +34,7 @@ use rand::{Rng, SeedableRng};
 
 const CHILD_TEST: &str = "kill_child_workload";
 const CHILD_DIR_ENV: &str = "ENGRAM_COLLECTIONS_KILL_DIR";
+const CHILD_UNORDERED_ENV: &str = "ENGRAM_COLLECTIONS_KILL_UNORDERED";
 const THREADS: usize = 2;
 const KEYS_PER_THREAD: usize = 8;
 const KEYS: usize = THREADS * KEYS_PER_THREAD;
@@ -150,6 +155,9 @@ fn kill_child_workload() {
         return;
     };
     let collections = Collections::open(&dir, options()).expect("child: opening");
+    if std::env::var_os(CHILD_UNORDERED_ENV).is_some() {
+        collections.set_power_fail_ordering(false);
+    }
     // The harness printed "test ... " without a newline: start a fresh line.
     println!("\nREADY");
     let started = Instant::now();
@@ -212,13 +220,16 @@ fn sigkill_at_random_moments_loses_no_acknowledged_operation() {
     let mut acknowledged = vec![0u64; KEYS];
     let mut recoveries_from_images = 0;
     for cycle in 0..cycles {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        command
             .args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
             .env(CHILD_DIR_ENV, dir.path())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::null());
+        if cycle % 2 == 1 {
+            command.env(CHILD_UNORDERED_ENV, "1");
+        }
+        let mut child = command.spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
         let (sender, receiver) = mpsc::channel();
         let reader = std::thread::spawn(move || {

@@ -283,6 +283,9 @@ impl Keyspace {
         keyspace
             .store
             .set_power_fail_ordering(durability != Durability::Process);
+        keyspace
+            .collections
+            .set_power_fail_ordering(durability != Durability::Process);
         let intents = keyspace.rebuild(books)?;
         keyspace.replay(intents)?;
         let (commit, weak) = (keyspace.commit.clone(), Arc::downgrade(&keyspace));
@@ -311,12 +314,15 @@ impl Keyspace {
     }
 
     /// Changes when writes are durable (CONFIG SET appendfsync): the group
-    /// commit's rule, and whether the strings store's lazy retirement
-    /// orders its rounds against power loss (needless at `process`, which
-    /// promises survival of a process crash only).
+    /// commit's rule, and whether the strings store's lazy retirement and
+    /// the collections' checkpoints order their writes against power loss
+    /// (needless at `process`, which promises survival of a process crash
+    /// only).
     pub fn set_durability(&self, durability: Durability) {
         self.commit.set_durability(durability);
         self.store
+            .set_power_fail_ordering(durability != Durability::Process);
+        self.collections
             .set_power_fail_ordering(durability != Durability::Process);
     }
 

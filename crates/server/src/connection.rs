@@ -196,9 +196,11 @@ async fn run<S: Stream>(
             return Ok(Exit::Done);
         }
         // Between two reads, nothing to send: a plain connection whose
-        // network loop changed goes there (subscribers and monitors stay:
-        // others' output waits for them).
-        if S::MOVABLE && session.pubsub.outbox.is_none() {
+        // network loop changed goes there. (A subscriber's or monitor's
+        // outbox goes with it: publishers only queue and notify.) Clients
+        // on one loop are served in the order their requests arrive, as
+        // Redis serves them; on two, side by side.
+        if S::MOVABLE {
             if let Some(target) = shared.loops.get().and_then(|loops| loops.relocation(rank)) {
                 return Ok(Exit::Move(target));
             }

@@ -111,11 +111,13 @@ fn clients_keep_their_state_and_writes_while_they_move() {
 #[test]
 fn watch_blocked_pops_and_subscribers_survive_moves() {
     let (server, _dir, _conf) = two_loops();
+    // Ranks in accept order: the subscriber and the watcher are odd, so
+    // at two loops their home is the second.
     let mut admin = Client::connect(&server);
-    let mut watcher = Client::connect(&server);
-    let mut other = Client::connect(&server);
-    let mut blocked = Client::connect(&server);
     let mut subscriber = Client::connect(&server);
+    let mut other = Client::connect(&server);
+    let mut watcher = Client::connect(&server);
+    let mut blocked = Client::connect(&server);
     assert_eq!(admin.call("DEBUG NET-LOOPS 1"), "(integer) 1");
     assert_eq!(watcher.call("WATCH w"), "OK");
     assert_eq!(
@@ -130,9 +132,17 @@ fn watch_blocked_pops_and_subscribers_survive_moves() {
         assert_eq!(watcher.call("PING"), "PONG");
         assert_eq!(other.call("PING"), "PONG");
     }
+    // A message wakes the subscriber, which then moves; the next one finds
+    // it on its new loop, and so on back.
+    assert_eq!(other.call("PUBLISH news one"), "(integer) 1");
+    assert_eq!(subscriber.reply(), "[\"message\", \"news\", \"one\"]");
+    let moved = info_number(&mut admin, "server", "net_loop_moves");
+    assert!(moved >= moves + 2, "the watcher and the subscriber moved");
     assert_eq!(admin.call("DEBUG NET-LOOPS 1"), "(integer) 1");
+    assert_eq!(other.call("PUBLISH news two"), "(integer) 1");
+    assert_eq!(subscriber.reply(), "[\"message\", \"news\", \"two\"]");
     assert_eq!(watcher.call("PING"), "PONG");
-    assert!(info_number(&mut admin, "server", "net_loop_moves") > moves);
+    assert!(info_number(&mut admin, "server", "net_loop_moves") >= moved + 2);
     // The watch moved with the client: another client's write aborts it.
     assert_eq!(other.call("SET w changed"), "OK");
     assert_eq!(watcher.call("MULTI"), "OK");

@@ -617,6 +617,45 @@ fn with_image<T>(
 #[cfg(test)]
 mod tests {
     use super::{trim, RETAINED_RECORDS};
+    use crate::{Collections, CollectionsOptions, Op};
+
+    /// A checkpoint syncs its images where writes are ordered against
+    /// power loss, and not where the owner said they need not be.
+    #[test]
+    fn checkpoints_sync_their_images_only_when_ordered_against_power_loss() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = || CollectionsOptions {
+            images: engram_engine::Options {
+                mode: engram_engine::ModeChoice::Emulated,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let collections = Collections::open(dir.path(), options()).unwrap();
+        let push = |n: u64| Op::ListPush {
+            key: b"queue".as_slice().into(),
+            front: false,
+            values: vec![n.to_string().into_bytes().into()],
+        };
+        let images_syncs = || collections.shared.images.stats().syncs;
+        for (n, ordered) in [(1, true), (2, false), (3, true)] {
+            collections.set_power_fail_ordering(ordered);
+            collections.write(vec![push(n)]).unwrap();
+            let before = images_syncs();
+            let report = collections.checkpoint_now().unwrap();
+            assert_eq!(report.records, 1);
+            let synced = images_syncs() > before;
+            assert_eq!(synced, ordered, "checkpoint {n}, ordered: {ordered}");
+        }
+        collections.close().unwrap();
+        // What the unordered checkpoint wrote is there after a reopen.
+        let reopened = Collections::open(dir.path(), options()).unwrap();
+        let length = reopened.read(b"queue", |entry| match entry.map(|e| &e.object) {
+            Some(crate::types::Object::List(list)) => list.len(),
+            _ => 0,
+        });
+        assert_eq!(length, 3);
+    }
 
     #[test]
     fn scratch_is_kept_for_alike_checkpoints_but_never_beyond_the_bound() {

@@ -104,17 +104,10 @@ fn start_client(
     stream: TcpStream,
     info: Arc<crate::clients::ClientInfo>,
 ) {
-    let Some(loops) = shared.loops.get() else {
-        // A server without network loops of its own (tests): here.
-        let shared = shared.clone();
-        match transport {
-            Transport::Plain => tokio::spawn(crate::connection::serve(shared, stream, info, 0)),
-            Transport::Tls(acceptor) => {
-                tokio::spawn(crate::tls::serve(shared, acceptor.clone(), stream, info, 0))
-            }
-        };
-        return;
-    };
+    let loops = shared
+        .loops
+        .get()
+        .expect("`serve` sets the network loops before it accepts");
     let socket = match stream.into_std() {
         Ok(socket) => socket,
         Err(e) => {

@@ -145,10 +145,11 @@ fn close(shared: &Shared, session: &mut Session) {
 /// Goes on serving `conn` over `socket` on network loop `target`. (Not an
 /// async fn: the task's type names `serve_conn`'s, which calls this.)
 fn move_to(shared: Arc<Shared>, socket: std::net::TcpStream, mut conn: Conn, target: usize) {
-    let Some(loops) = shared.loops.get().cloned() else {
-        close(&shared, &mut conn.session);
-        return;
-    };
+    let loops = shared
+        .loops
+        .get()
+        .cloned()
+        .expect("a connection moves only between network loops");
     loops.moves.fetch_add(1, Ordering::Relaxed);
     let task: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
         match tokio::net::TcpStream::from_std(socket) {

@@ -75,7 +75,8 @@ thread_local! {
     static CURRENT: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
 }
 
-/// Nanoseconds since the first call (a clock the meters share).
+/// Nanoseconds since the first call, plus one (a clock the meters share;
+/// never 0, which `Meter::awake_since` keeps for "parked").
 fn now_ns() -> u64 {
     static BASE: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
     BASE.elapsed().as_nanos() as u64 + 1
@@ -231,10 +232,7 @@ impl NetLoops {
     /// Runs `future` to its end on the first loop, from a thread of its
     /// own (the accept loop).
     pub fn block_on<F: Future>(&self, future: F) -> F::Output {
-        let runtimes = self.runtimes.lock();
-        let handle = runtimes[0].handle().clone();
-        drop(runtimes);
-        handle.block_on(future)
+        self.handles[0].block_on(future)
     }
 
     /// Stops every loop, waiting up to `patience` for each.
@@ -261,7 +259,7 @@ impl NetLoops {
     }
 }
 
-/// A trial under way: the count before it, and what was served per second
+/// A trial under way: the count before it, and what was served per tick
 /// then.
 struct Trial {
     from: usize,
@@ -397,4 +395,113 @@ impl<F: Fn() -> u64> Controller<F> {
 fn fresh_backoff() -> [(Instant, Duration); 2] {
     let now = Instant::now();
     [(now, FIRST_BACKOFF[0]), (now, FIRST_BACKOFF[1])]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A controller over two loops whose served count the test sets, the
+    /// first loop marked busy since long ago.
+    fn busy_controller() -> (Arc<NetLoops>, Arc<AtomicU64>, Controller<impl Fn() -> u64>) {
+        let loops = NetLoops::new(2, false).unwrap();
+        loops.meters[0].awake_since.store(1, Ordering::Relaxed);
+        loops.meters[1].awake_since.store(1, Ordering::Relaxed);
+        let served = Arc::new(AtomicU64::new(0));
+        let count = served.clone();
+        let controller = Controller::new(loops.clone(), move || count.load(Ordering::Relaxed));
+        (loops, served, controller)
+    }
+
+    /// Ticks `n` times, `per_tick` commands served in each.
+    fn ticks(
+        controller: &mut Controller<impl Fn() -> u64>,
+        served: &AtomicU64,
+        n: u32,
+        per_tick: u64,
+    ) {
+        for _ in 0..n {
+            served.fetch_add(per_tick, Ordering::Relaxed);
+            controller.tick();
+        }
+    }
+
+    #[test]
+    fn a_second_loop_is_kept_only_if_it_serves_more() {
+        let (loops, served, mut controller) = busy_controller();
+        // A window of a saturated loop, then a trial of two.
+        ticks(&mut controller, &served, MEASURE_TICKS + 1, 100);
+        assert_eq!(loops.active(), 2, "a saturated loop gets a trial of two");
+        // Two serve no more: taken back, and not tried again at once.
+        ticks(&mut controller, &served, SETTLE_TICKS + MEASURE_TICKS, 100);
+        assert_eq!(
+            loops.active(),
+            1,
+            "a trial that served no more is taken back"
+        );
+        ticks(&mut controller, &served, MEASURE_TICKS + 1, 100);
+        assert_eq!(loops.active(), 1, "a lost trial waits its backoff");
+        // The load doubles: tried again, and two serve 20% more: kept.
+        ticks(&mut controller, &served, MEASURE_TICKS + 1, 250);
+        assert_eq!(loops.active(), 2, "a changed load is tried again");
+        ticks(&mut controller, &served, SETTLE_TICKS + MEASURE_TICKS, 300);
+        assert_eq!(loops.active(), 2, "a trial that served more is kept");
+        loops.shutdown(Duration::from_secs(1));
+    }
+
+    #[test]
+    fn an_idle_server_gives_a_loop_back_and_a_fixed_count_stays() {
+        let (loops, served, mut controller) = busy_controller();
+        loops.meters[0].awake_since.store(0, Ordering::Relaxed);
+        loops.meters[1].awake_since.store(0, Ordering::Relaxed);
+        assert_eq!(loops.fix(2), 2);
+        ticks(
+            &mut controller,
+            &served,
+            3 * (MEASURE_TICKS + SETTLE_TICKS),
+            0,
+        );
+        assert_eq!(loops.active(), 2, "DEBUG NET-LOOPS fixes the count");
+        assert_eq!(loops.fix(0), 2);
+        // Idle: the trial of one loop serves as much (nothing) and is kept.
+        ticks(&mut controller, &served, MEASURE_TICKS + 1, 0);
+        assert_eq!(loops.active(), 1);
+        ticks(&mut controller, &served, SETTLE_TICKS + MEASURE_TICKS, 0);
+        assert_eq!(loops.active(), 1, "one loop serves an idle server");
+        loops.shutdown(Duration::from_secs(1));
+    }
+
+    #[test]
+    fn connections_go_home_by_rank() {
+        let loops = NetLoops::new(3, false).unwrap();
+        assert_eq!(loops.count(), 3);
+        assert_eq!(
+            (0..4).map(|r| loops.home(r)).collect::<Vec<_>>(),
+            [0, 0, 0, 0]
+        );
+        loops.fix(3);
+        assert_eq!(
+            (0..4).map(|r| loops.home(r)).collect::<Vec<_>>(),
+            [0, 1, 2, 0]
+        );
+        // Off a loop's thread nothing moves.
+        assert_eq!(loops.relocation(1), None);
+        let on_first = loops.main().block_on(async { loops.relocation(1) });
+        assert_eq!(on_first, None, "block_on runs on the caller's thread");
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let handle = loops.clone();
+        loops.spawn_on(0, async move {
+            sender.send(handle.relocation(1)).unwrap();
+        });
+        assert_eq!(
+            receiver.recv().unwrap(),
+            Some(1),
+            "rank 1 belongs on loop 1"
+        );
+        let shared = NetLoops::new(3, true).unwrap();
+        assert_eq!(shared.count(), 1, "one runtime of three workers");
+        assert_eq!(shared.fix(3), 1);
+        loops.shutdown(Duration::from_secs(1));
+        shared.shutdown(Duration::from_secs(1));
+    }
 }

@@ -456,12 +456,19 @@ impl<'s> Ctx<'s, '_> {
 /// multi-threaded runtime the worker hands its other tasks to a fresh
 /// thread meanwhile (`block_in_place`); elsewhere it just runs.
 pub fn run_blocking<R>(work: impl FnOnce() -> R) -> R {
-    match tokio::runtime::Handle::try_current() {
-        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(work)
-        }
-        _ => work(),
+    if can_hand_off() {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
     }
+}
+
+/// Whether this thread is a worker of a multi-threaded runtime (every
+/// network loop is one), which can hand its other tasks to a fresh thread
+/// (`block_in_place`).
+pub fn can_hand_off() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
 }
 
 /// Parses an integer argument (Redis's "value is not an integer" error).

@@ -180,16 +180,6 @@ impl Placement {
     }
 }
 
-/// Whether this network worker's other clients can be served while it
-/// runs a script: on a multi-threaded runtime a script that runs long
-/// hands them to a fresh thread (`run::hand_off_if_long`), and the other
-/// network loops serve theirs. (Each network loop is a runtime of one
-/// worker: `net_loops`.)
-fn other_workers() -> bool {
-    tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
-}
-
 /// How long a network worker about to run a script inline waits for the
 /// writers inside the keyspace to leave before it hands its tasks on and
 /// waits on another thread: a write takes microseconds, unless it waits
@@ -206,7 +196,9 @@ pub fn script_txn<'s>(ctx: &mut Ctx<'s, '_>) -> (Txn<'s>, bool, Placement) {
         return (txn, true, Placement::Handed);
     }
     let keyspace = ctx.ks();
-    if other_workers() {
+    // A script that runs long hands this worker's other clients to a
+    // fresh thread (`run::hand_off_if_long`).
+    if super::can_hand_off() {
         if let Some(txn) = keyspace.try_lock_all(true, INLINE_PATIENCE) {
             return (txn, false, Placement::Inline);
         }

@@ -35,11 +35,13 @@ fn start(dir: &std::path::Path, id: usize, peers: &str) -> Served {
 
 /// A field of INFO replication, as a number.
 fn info_number(port: u16, field: &str) -> u64 {
+    section_number(port, "replication", field)
+}
+
+/// A field of an INFO section, as a number.
+fn section_number(port: u16, section: &str, field: &str) -> u64 {
     let mut con = connect(port);
-    let info: String = redis::cmd("INFO")
-        .arg("replication")
-        .query(&mut con)
-        .unwrap();
+    let info: String = redis::cmd("INFO").arg(section).query(&mut con).unwrap();
     info.lines()
         .find_map(|line| line.strip_prefix(&format!("{field}:")))
         .unwrap_or_else(|| panic!("no {field} in {info}"))
@@ -287,4 +289,52 @@ fn a_node_that_lost_its_disk_rejoins_from_a_snapshot() {
         .query(&mut con)
         .unwrap();
     assert!(format!("{pending:?}").contains("5-1"), "{pending:?}");
+}
+
+/// At `process` a node's log compacts without a sync of its keyspace
+/// (what was applied is in the mapped files, which a crash of the process
+/// leaves to the kernel): its `syncs` stay where they were while the log
+/// compacts, and after a SIGKILL it comes back with every key and its
+/// applied index, from its own files, with no snapshot.
+#[test]
+fn a_compaction_at_process_syncs_nothing_and_a_kill_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let peers = common::group_peers(&[free_port()]);
+    let node = start(dir.path(), 1, &peers);
+    let mut leader = leader_among(&[node.port]);
+    let syncs = section_number(node.port, "persistence", "syncs");
+    let mut next = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while info_number(node.port, "raft_compacted_index") == 0 {
+        write_batch(&[node.port], &mut leader, next, next + 500);
+        next += 500;
+        assert!(Instant::now() < deadline, "the log never compacted");
+    }
+    assert_eq!(
+        section_number(node.port, "persistence", "syncs"),
+        syncs,
+        "a compaction at process synced the keyspace"
+    );
+    let applied = info_number(node.port, "raft_applied_index");
+
+    let mut node = node;
+    node.child.kill().unwrap();
+    node.child.wait().unwrap();
+    drop(node);
+    let node = start(dir.path(), 1, &peers);
+    let mut leader = leader_among(&[node.port]);
+    assert!(info_number(node.port, "raft_applied_index") >= applied);
+    assert_eq!(info_number(node.port, "raft_snapshots_installed"), 0);
+    let mut con = connect(leader);
+    let size: usize = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert_eq!(size, next);
+    for i in [0, next / 2, next - 1] {
+        let value: String = redis::cmd("GET")
+            .arg(format!("k{i}"))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(value, format!("{i}-{}", "v".repeat(100)));
+    }
+    // And it goes on writing.
+    write_batch(&[node.port], &mut leader, next, next + 10);
 }

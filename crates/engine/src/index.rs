@@ -139,6 +139,15 @@ pub struct Located {
 
 pub type Shard = RwLock<Table>;
 
+/// What [`Index::prefetch`] warms: each needs the one before it in cache
+/// to be cheap itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrefetchStep {
+    Lock,
+    Bucket,
+    Record,
+}
+
 pub struct Index {
     shards: Box<[CachePadded<Shard>]>,
 }
@@ -172,6 +181,28 @@ impl Index {
 
     pub fn shard(&self, hash: u64) -> &Shard {
         &self.shards[shard_of(hash)]
+    }
+
+    /// Warms the lines a write of `hash` will miss on, one step of three
+    /// per call, so that a batch can issue them for writes a few places
+    /// ahead of the one it publishes: the shard's lock, then the home
+    /// bucket, then the record named there (`region`). A hint: a shard
+    /// locked for writing is skipped, nothing waits.
+    pub fn prefetch(&self, hash: u64, step: PrefetchStep, region: &engram_pmem::Region) {
+        let shard = self.shard(hash);
+        match step {
+            PrefetchStep::Lock => engram_pmem::prefetch(shard),
+            PrefetchStep::Bucket => {
+                if let Some(table) = shard.try_read() {
+                    table.prefetch_home(hash);
+                }
+            }
+            PrefetchStep::Record => {
+                if let Some(offset) = shard.try_read().and_then(|t| t.home_offset(hash)) {
+                    region.prefetch(engram_pmem::PmemOffset(offset));
+                }
+            }
+        }
     }
 
     /// `f` of `key`'s entry, under the shard's read lock, if indexed.

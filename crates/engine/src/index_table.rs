@@ -119,6 +119,24 @@ impl Table {
             .filter(move |slot| is_live(slot) && slot.hash == hash)
     }
 
+    /// Starts loading the line of `hash`'s home bucket, where a lookup of
+    /// it begins (`engram_pmem::prefetch`).
+    pub fn prefetch_home(&self, hash: u64) {
+        if let Some(bucket) = self.buckets.get(self.probe(hash).next().unwrap_or(0)) {
+            engram_pmem::prefetch(bucket);
+        }
+    }
+
+    /// The offset of the first live entry with `hash` in its home bucket:
+    /// the record a lookup of it compares its key with first.
+    pub fn home_offset(&self, hash: u64) -> Option<u64> {
+        let home = self.buckets.get(self.probe(hash).next()?)?;
+        home.slots
+            .iter()
+            .find(|slot| is_live(slot) && slot.hash == hash)
+            .map(Entry::offset)
+    }
+
     /// Every entry, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = &Entry> + '_ {
         self.buckets
@@ -351,6 +369,30 @@ mod tests {
 
     /// Inserts and removes that keep the size steady do not let the
     /// tombstones grow the table without bound.
+    /// What a batch prefetches: the first live entry of a hash in its home
+    /// bucket (none for an absent hash, a removed entry, or an empty
+    /// table); prefetching changes nothing.
+    #[test]
+    fn the_home_offset_names_the_first_live_entry_of_a_hash() {
+        let mut table = Table::new();
+        assert_eq!(table.home_offset(42), None);
+        table.prefetch_home(42);
+        table.insert(entry(42, 64));
+        table.insert(entry(42, 128));
+        table.insert(entry(7, 256));
+        table.prefetch_home(42);
+        assert_eq!(table.home_offset(42), Some(64));
+        assert_eq!(table.home_offset(7), Some(256));
+        assert_eq!(table.home_offset(8), None);
+        table
+            .find_entry(42, |e| e.offset() == 64)
+            .ok()
+            .unwrap()
+            .remove();
+        assert_eq!(table.home_offset(42), Some(128));
+        assert_eq!(table.iter().count(), 2);
+    }
+
     #[test]
     fn churn_does_not_grow_the_table() {
         let mut table = Table::new();

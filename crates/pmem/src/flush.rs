@@ -122,3 +122,22 @@ pub(crate) fn store_fence() {
     #[cfg(not(target_arch = "x86_64"))]
     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
 }
+
+/// Asks the CPU to start loading the cache line holding `at` (into every
+/// level), so that a load from it a little later does not wait for
+/// memory. A hint only: nothing is read, nothing can fault, and the
+/// program means the same with or without it. For loops that know their
+/// next few misses (a batch of index updates), and issue them while
+/// earlier work runs.
+#[inline]
+pub fn prefetch<T>(at: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `prefetcht0` takes any address, valid or not, mapped or
+    // not, without faulting or changing memory; the only feature it needs
+    // (SSE) is part of every x86_64 CPU.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
+}

@@ -48,7 +48,7 @@ mod tracker;
 
 pub use crashsim::{CrashPoint, CrashSim};
 pub use error::{Error, Result};
-pub use flush::{cpu_supports, FlushInstruction};
+pub use flush::{cpu_supports, prefetch, FlushInstruction};
 pub use mode::{Mode, ModeChoice};
 pub use observer::PersistObserver;
 pub use offset::PmemOffset;

@@ -478,6 +478,21 @@ impl Region {
         unsafe { std::slice::from_raw_parts(pointer, len as usize) }
     }
 
+    /// Whether the page cache is kept in single pages
+    /// ([`RegionOptions::fine_writeback`], on emulated memory only).
+    pub fn keeps_single_pages(&self) -> bool {
+        self.fine_writeback
+    }
+
+    /// Starts loading the cache line at `offset` (see [`crate::prefetch`]);
+    /// nothing when it lies outside the mapping.
+    #[inline]
+    pub fn prefetch(&self, offset: PmemOffset) {
+        if self.contains(offset, 1) {
+            crate::prefetch(self.pointer(offset, 1));
+        }
+    }
+
     /// Stores `bytes` at `offset` (not yet persistent: see [`Region::persist`]).
     #[inline]
     pub fn write(&self, offset: PmemOffset, bytes: &[u8]) {

@@ -319,7 +319,8 @@ impl Replica {
         } else {
             config.peers.iter().map(|p| p.id).collect()
         };
-        let mut log = RaftLog::open(&config.dir, &bootstrap)?;
+        let synced = (config.log_sync)() != LogSync::Never;
+        let mut log = RaftLog::open_with(&config.dir, &bootstrap, synced)?;
         // A snapshot from a leader that the state machine does not hold
         // yet (a crash came during or before its load): load it again.
         let snapshot_file = SnapshotFile::new(&config.dir);
@@ -1160,6 +1161,9 @@ impl Driver {
             }
         }
         let started = Instant::now();
+        // The next file follows the policy of now (it may have changed
+        // since the log was opened).
+        self.raw.mut_store().fine_writeback = (self.log_sync)() != LogSync::Never;
         if self.raw.mut_store().compact(to)? {
             log::info!(
                 "raft: node {} compacted its log up to index {to} in {:?}",

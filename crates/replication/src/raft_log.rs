@@ -62,12 +62,16 @@ const COMPACTING: &str = "log.compact";
 /// Most voters plus learners a slot can name.
 const MAX_MEMBERS: usize = 100;
 
-/// The log is synced after every batch of appends: keep the page cache in
-/// single pages, so each `msync` writes back the pages just written, not
-/// the 2 MiB folios around them (`RegionOptions::fine_writeback`).
-fn region_options() -> RegionOptions {
+/// When the log's records are synced (`LogSync` other than `Never`):
+/// keep the page cache in single pages, so each `msync` writes back the
+/// pages just written, not the 2 MiB folios around them
+/// (`RegionOptions::fine_writeback`). When they are not, the default:
+/// single pages cost a read fault and then a write fault per page of
+/// every growth and every compaction's new file, on the Raft loop's
+/// thread, for syncs that never come.
+fn region_options(fine_writeback: bool) -> RegionOptions {
     RegionOptions {
-        fine_writeback: true,
+        fine_writeback,
         ..RegionOptions::default()
     }
 }
@@ -112,6 +116,9 @@ pub struct RaftLog {
     records_syncs: u64,
     /// Whether `open` created the log (the node starts with no history).
     created: bool,
+    /// Whether the log's file keeps single pages (`region_options`): set
+    /// at open, and by the node before a compaction writes the next file.
+    pub(crate) fine_writeback: bool,
     /// Where snapshots for lagging followers come from (none in tests
     /// of the log alone).
     snapshots: Option<Arc<Snapshots>>,
@@ -119,8 +126,14 @@ pub struct RaftLog {
 
 impl RaftLog {
     /// Opens the log in `dir` (created with `voters` as the first
-    /// membership if there is none).
+    /// membership if there is none), its records synced every round.
     pub fn open(dir: &Path, voters: &[u64]) -> Result<RaftLog> {
+        RaftLog::open_with(dir, voters, true)
+    }
+
+    /// As `open`; `fine_writeback` says whether records will be synced
+    /// (`region_options`).
+    pub fn open_with(dir: &Path, voters: &[u64], fine_writeback: bool) -> Result<RaftLog> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io("creating", dir, e))?;
         let path = dir.join("log");
         let leftover = dir.join(COMPACTING);
@@ -129,9 +142,9 @@ impl RaftLog {
             std::fs::remove_file(&leftover).map_err(|e| Error::io("removing", &leftover, e))?;
         }
         if !path.exists() {
-            let region = Region::create(&path, GROWTH, region_options())?;
+            let region = Region::create(&path, GROWTH, region_options(fine_writeback))?;
             region.store_u64(PmemOffset(0), MAGIC);
-            let mut log = RaftLog::empty(region, dir);
+            let mut log = RaftLog::empty(region, dir, fine_writeback);
             log.created = true;
             log.conf_state.voters = voters.to_vec();
             log.write_state();
@@ -140,21 +153,21 @@ impl RaftLog {
             engram_pmem::sync_directory(dir).map_err(|e| Error::io("syncing", dir, e))?;
             return Ok(log);
         }
-        let region = Region::open(&path, region_options())?;
+        let region = Region::open(&path, region_options(fine_writeback))?;
         if region.len() < RECORDS_START + RECORD_HEADER || region.load_u64(PmemOffset(0)) != MAGIC {
             return Err(Error::Corrupt(format!(
                 "{}: not an Engram Raft log (bad magic)",
                 path.display()
             )));
         }
-        let mut log = RaftLog::empty(region, dir);
+        let mut log = RaftLog::empty(region, dir, fine_writeback);
         log.read_state(&path)?;
         log.first_index = log.snap_index + 1;
         log.read_records();
         Ok(log)
     }
 
-    fn empty(region: Region, dir: &Path) -> RaftLog {
+    fn empty(region: Region, dir: &Path, fine_writeback: bool) -> RaftLog {
         RaftLog {
             region,
             dir: dir.to_path_buf(),
@@ -171,6 +184,7 @@ impl RaftLog {
             records_syncs: 0,
             unsynced_slot: None,
             created: false,
+            fine_writeback,
             snapshots: None,
         }
     }
@@ -559,9 +573,9 @@ impl RaftLog {
         let size = (RECORDS_START + bytes + RECORD_HEADER).next_multiple_of(GROWTH);
         let temporary = self.dir.join(COMPACTING);
         let _ = std::fs::remove_file(&temporary);
-        let region = Region::create(&temporary, size, region_options())?;
+        let region = Region::create(&temporary, size, region_options(self.fine_writeback))?;
         region.store_u64(PmemOffset(0), MAGIC);
-        let mut next = RaftLog::empty(region, &self.dir);
+        let mut next = RaftLog::empty(region, &self.dir, self.fine_writeback);
         next.snap_index = index;
         next.snap_term = term;
         next.first_index = index + 1;
@@ -872,6 +886,30 @@ mod tests {
             error.to_string().contains("not an Engram Raft log"),
             "{error}"
         );
+    }
+
+    /// Single pages only for a log whose records are synced; the next
+    /// file of a compaction follows the choice of the moment.
+    #[test]
+    fn the_log_keeps_single_pages_only_when_its_records_are_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = RaftLog::open_with(dir.path(), &[1], false).unwrap();
+        assert!(!log.region.keeps_single_pages());
+        let entries: Vec<Entry> = (1..=4).map(|i| entry(i, 1, b"x")).collect();
+        log.append(&entries).unwrap();
+        log.set_commit(4);
+        log.sync(false).unwrap();
+        log.fine_writeback = true;
+        assert!(log.compact(2).unwrap());
+        assert!(log.region.keeps_single_pages());
+        drop(log);
+        let log = RaftLog::open_with(dir.path(), &[1], false).unwrap();
+        assert!(!log.region.keeps_single_pages());
+        assert_eq!((log.first_index, RaftLog::last_index(&log)), (3, 4));
+        assert!(RaftLog::open(dir.path(), &[1])
+            .unwrap()
+            .region
+            .keeps_single_pages());
     }
 
     #[test]

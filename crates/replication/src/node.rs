@@ -1163,7 +1163,7 @@ impl Driver {
         let started = Instant::now();
         // The next file follows the policy of now (it may have changed
         // since the log was opened).
-        self.raw.mut_store().fine_writeback = (self.log_sync)() != LogSync::Never;
+        self.raw.mut_store().synced = (self.log_sync)() != LogSync::Never;
         if self.raw.mut_store().compact(to)? {
             log::info!(
                 "raft: node {} compacted its log up to index {to} in {:?}",

@@ -31,6 +31,18 @@
 //! is removed at open); after it, the new one. Installing a snapshot from
 //! the leader is the same rewrite with no entries kept.
 //!
+//! The file a compaction replaces is kept, mapped, as `log.spare`, and the
+//! next compaction writes into it rather than into a new file: a new
+//! file's every page was faulted in, zeroed and allocated again (about
+//! two thirds of the Raft loop's time under a stream of writes, and the
+//! old file's unmapping more), where the spare's pages are resident and
+//! its blocks allocated. What it held before is the log of two
+//! compactions ago: its second state slot is cleared, and recovery stops
+//! at the end mark after the records kept (a stale record beyond it
+//! would fail the index check anyway). A spare is never used across a
+//! restart: it may be a second name of `log` itself (a crash between the
+//! link and the rename), so `open` removes it.
+//!
 //! Snapshots themselves are the state machine's (`Snapshots`): raft-rs asks
 //! the log for one when a follower needs entries it no longer holds; the
 //! first ask starts a build on the apply thread and answers "temporarily
@@ -59,6 +71,8 @@ const RECORD_HEADER: u64 = 32;
 const GROWTH: u64 = 8 << 20;
 /// A compaction's new log, before its rename over `log`.
 const COMPACTING: &str = "log.compact";
+/// The log the last compaction replaced, for the next to write into.
+const SPARE: &str = "log.spare";
 /// Most voters plus learners a slot can name.
 const MAX_MEMBERS: usize = 100;
 
@@ -69,9 +83,9 @@ const MAX_MEMBERS: usize = 100;
 /// single pages cost a read fault and then a write fault per page of
 /// every growth and every compaction's new file, on the Raft loop's
 /// thread, for syncs that never come.
-fn region_options(fine_writeback: bool) -> RegionOptions {
+fn region_options(synced: bool) -> RegionOptions {
     RegionOptions {
-        fine_writeback,
+        fine_writeback: synced,
         ..RegionOptions::default()
     }
 }
@@ -116,9 +130,15 @@ pub struct RaftLog {
     records_syncs: u64,
     /// Whether `open` created the log (the node starts with no history).
     created: bool,
-    /// Whether the log's file keeps single pages (`region_options`): set
-    /// at open, and by the node before a compaction writes the next file.
-    pub(crate) fine_writeback: bool,
+    /// Whether the log's records are synced (`LogSync` other than
+    /// `Never`): its file then keeps single pages (`region_options`), and
+    /// a compaction syncs its new file before the rename. When they are
+    /// not, a write is promised to outlive the process only, which the
+    /// page cache does: the rename alone switches files. Set at open, and
+    /// by the node before a compaction writes the next file.
+    pub(crate) synced: bool,
+    /// The file the last compaction replaced, still mapped (`SPARE`).
+    spare: Option<Region>,
     /// Where snapshots for lagging followers come from (none in tests
     /// of the log alone).
     snapshots: Option<Arc<Snapshots>>,
@@ -131,20 +151,22 @@ impl RaftLog {
         RaftLog::open_with(dir, voters, true)
     }
 
-    /// As `open`; `fine_writeback` says whether records will be synced
-    /// (`region_options`).
-    pub fn open_with(dir: &Path, voters: &[u64], fine_writeback: bool) -> Result<RaftLog> {
+    /// As `open`; `synced` says whether records will be synced
+    /// (`RaftLog::synced`).
+    pub fn open_with(dir: &Path, voters: &[u64], synced: bool) -> Result<RaftLog> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io("creating", dir, e))?;
         let path = dir.join("log");
-        let leftover = dir.join(COMPACTING);
-        if leftover.exists() {
-            // A compaction that did not reach its rename: the log is whole.
-            std::fs::remove_file(&leftover).map_err(|e| Error::io("removing", &leftover, e))?;
+        // A compaction that did not reach its rename (the log is whole),
+        // and the last one's spare (see the module's notes).
+        for leftover in [dir.join(COMPACTING), dir.join(SPARE)] {
+            if leftover.exists() {
+                std::fs::remove_file(&leftover).map_err(|e| Error::io("removing", &leftover, e))?;
+            }
         }
         if !path.exists() {
-            let region = Region::create(&path, GROWTH, region_options(fine_writeback))?;
+            let region = Region::create(&path, GROWTH, region_options(synced))?;
             region.store_u64(PmemOffset(0), MAGIC);
-            let mut log = RaftLog::empty(region, dir, fine_writeback);
+            let mut log = RaftLog::empty(region, dir, synced);
             log.created = true;
             log.conf_state.voters = voters.to_vec();
             log.write_state();
@@ -153,21 +175,21 @@ impl RaftLog {
             engram_pmem::sync_directory(dir).map_err(|e| Error::io("syncing", dir, e))?;
             return Ok(log);
         }
-        let region = Region::open(&path, region_options(fine_writeback))?;
+        let region = Region::open(&path, region_options(synced))?;
         if region.len() < RECORDS_START + RECORD_HEADER || region.load_u64(PmemOffset(0)) != MAGIC {
             return Err(Error::Corrupt(format!(
                 "{}: not an Engram Raft log (bad magic)",
                 path.display()
             )));
         }
-        let mut log = RaftLog::empty(region, dir, fine_writeback);
+        let mut log = RaftLog::empty(region, dir, synced);
         log.read_state(&path)?;
         log.first_index = log.snap_index + 1;
         log.read_records();
         Ok(log)
     }
 
-    fn empty(region: Region, dir: &Path, fine_writeback: bool) -> RaftLog {
+    fn empty(region: Region, dir: &Path, synced: bool) -> RaftLog {
         RaftLog {
             region,
             dir: dir.to_path_buf(),
@@ -184,7 +206,8 @@ impl RaftLog {
             records_syncs: 0,
             unsynced_slot: None,
             created: false,
-            fine_writeback,
+            synced,
+            spare: None,
             snapshots: None,
         }
     }
@@ -572,10 +595,24 @@ impl RaftLog {
         let bytes = kept.first().map_or(0, |l| self.tail - l.offset);
         let size = (RECORDS_START + bytes + RECORD_HEADER).next_multiple_of(GROWTH);
         let temporary = self.dir.join(COMPACTING);
+        let spare_path = self.dir.join(SPARE);
         let _ = std::fs::remove_file(&temporary);
-        let region = Region::create(&temporary, size, region_options(self.fine_writeback))?;
+        let region = match self.spare.take() {
+            Some(spare) if spare.keeps_single_pages() == self.synced => {
+                std::fs::rename(&spare_path, &temporary)
+                    .map_err(|e| Error::io("renaming", &spare_path, e))?;
+                spare.grow_to(size).map_err(Error::Pmem)?;
+                // Only the slot `write_state` fills below may hold a state.
+                spare.write(PmemOffset(SLOTS[0]), &[0; 2 * SLOT_BYTES as usize]);
+                spare
+            }
+            _ => {
+                let _ = std::fs::remove_file(&spare_path);
+                Region::create(&temporary, size, region_options(self.synced))?
+            }
+        };
         region.store_u64(PmemOffset(0), MAGIC);
-        let mut next = RaftLog::empty(region, &self.dir, self.fine_writeback);
+        let mut next = RaftLog::empty(region, &self.dir, self.synced);
         next.snap_index = index;
         next.snap_term = term;
         next.first_index = index + 1;
@@ -601,12 +638,24 @@ impl RaftLog {
         next.write_end();
         next.region
             .persist(PmemOffset(0), next.tail + RECORD_HEADER);
-        next.region.sync_all()?;
+        if self.synced {
+            // Only what this rewrite wrote: a spare's other pages hold its
+            // earlier life, which nothing reads.
+            next.region.sync(PmemOffset(0), next.tail + RECORD_HEADER)?;
+        }
         let path = self.dir.join("log");
+        // The log replaced stays, under a second name, as the next spare.
+        let spared = std::fs::hard_link(&path, &spare_path).is_ok();
         std::fs::rename(&temporary, &path).map_err(|e| Error::io("renaming", &temporary, e))?;
-        engram_pmem::sync_directory(&self.dir).map_err(|e| Error::io("syncing", &self.dir, e))?;
+        if self.synced {
+            engram_pmem::sync_directory(&self.dir)
+                .map_err(|e| Error::io("syncing", &self.dir, e))?;
+        }
         next.snapshots = self.snapshots.take();
-        *self = next;
+        let replaced = std::mem::replace(self, next);
+        if spared {
+            self.spare = Some(replaced.region);
+        }
         Ok(())
     }
 
@@ -899,7 +948,7 @@ mod tests {
         log.append(&entries).unwrap();
         log.set_commit(4);
         log.sync(false).unwrap();
-        log.fine_writeback = true;
+        log.synced = true;
         assert!(log.compact(2).unwrap());
         assert!(log.region.keeps_single_pages());
         drop(log);
@@ -910,6 +959,68 @@ mod tests {
             .unwrap()
             .region
             .keeps_single_pages());
+    }
+
+    /// The second compaction writes into the file the first replaced
+    /// (the same inode comes back as `log`), stale records and state of
+    /// its earlier life are not recovered, and a reopen drops the spare,
+    /// even one that is a second name of the log (a crash between the
+    /// link and the rename).
+    #[test]
+    fn a_compaction_writes_into_the_file_the_last_one_replaced() {
+        for synced in [true, false] {
+            compaction_reuses_the_spare(synced);
+        }
+    }
+
+    fn compaction_reuses_the_spare(synced: bool) {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let inode = |name: &str| std::fs::metadata(dir.path().join(name)).unwrap().ino();
+        let mut log = RaftLog::open_with(dir.path(), &[1], synced).unwrap();
+        let first = inode("log");
+        let entries: Vec<Entry> = (1..=30)
+            .map(|i| entry(i, 1, format!("e{i}").repeat(50).as_bytes()))
+            .collect();
+        log.append(&entries).unwrap();
+        log.set_commit(30);
+        log.sync(synced).unwrap();
+        assert!(log.compact(10).unwrap());
+        assert_eq!(inode(SPARE), first);
+        assert_ne!(inode("log"), first);
+        assert!(log.compact(28).unwrap());
+        assert_eq!(inode("log"), first, "the spare was not reused");
+        log.append(&[entry(31, 2, b"e31")]).unwrap();
+        log.set_hard_state(HardState {
+            term: 2,
+            vote: 1,
+            commit: 31,
+            ..Default::default()
+        });
+        log.sync(synced).unwrap();
+        drop(log);
+        // A crash that left the spare as a second name of the log.
+        std::fs::remove_file(dir.path().join(SPARE)).unwrap();
+        std::fs::hard_link(dir.path().join("log"), dir.path().join(SPARE)).unwrap();
+        let log = RaftLog::open_with(dir.path(), &[1], synced).unwrap();
+        assert!(!dir.path().join(SPARE).exists());
+        assert_eq!((log.compacted_to(), log.first_index), (28, 29));
+        assert_eq!(RaftLog::last_index(&log), 31);
+        assert_eq!(log.hard_state().term, 2);
+        let data: Vec<Vec<u8>> = log
+            .entries(29, 32, None, ctx())
+            .unwrap()
+            .into_iter()
+            .map(|e| e.data.to_vec())
+            .collect();
+        assert_eq!(
+            data,
+            vec![
+                "e29".repeat(50).into_bytes(),
+                "e30".repeat(50).into_bytes(),
+                b"e31".to_vec()
+            ]
+        );
     }
 
     #[test]

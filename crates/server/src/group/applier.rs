@@ -96,13 +96,13 @@ impl StateMachine for Applier {
                         flushed |= entry
                             .items
                             .iter()
-                            .flat_map(|(_, _, commands)| commands)
+                            .flat_map(|item| entry.commands(item))
                             .any(|c| {
-                                let name = c.args().get(0);
+                                let name = c.get(0);
                                 name.eq_ignore_ascii_case(b"flushall")
                                     || name.eq_ignore_ascii_case(b"flushdb")
                             });
-                        let caller = self.caller(entry.caller.as_deref());
+                        let caller = self.caller(entry.caller);
                         let session = &mut self.session;
                         session.user = caller;
                         session.monitor_fed = committed.reply.is_some();
@@ -195,15 +195,16 @@ fn apply_entry<'s>(
     keyspace: &'s Arc<crate::keyspace::Keyspace>,
     session: &mut Session,
     mut txn: Option<crate::keyspace::Txn<'s>>,
-    entry: &Entry,
+    entry: &Entry<'_>,
 ) -> (Option<crate::keyspace::Txn<'s>>, Vec<u8>) {
     let mut out = ReplyWriter::new();
     out.set_resp3(entry.resp3);
     let mut replies = Vec::new();
-    for (db, exec, commands) in &entry.items {
+    for item in &entry.items {
+        let (db, exec, commands) = (item.db, item.exec, entry.commands(item));
         let start = out.len();
-        session.db = *db;
-        if *exec {
+        session.db = db;
+        if exec {
             out.array(commands.len());
         }
         let feed = |session: &Session, args: Args| {
@@ -211,11 +212,10 @@ fn apply_entry<'s>(
                 crate::monitor::feed(shared, session, args);
             }
         };
-        if *exec {
+        if exec {
             feed(session, OwnedArgs::from_slices(&[b"multi"]).args());
         }
         for args in commands {
-            let args = args.args();
             match lookup(args.get(0)) {
                 Some((index, _)) => {
                     txn = commands::run(shared, keyspace, session, &mut out, txn, index, args);
@@ -224,7 +224,7 @@ fn apply_entry<'s>(
                 None => out.error("ERR unknown command"),
             }
         }
-        if *exec {
+        if exec {
             feed(session, OwnedArgs::from_slices(&[b"exec"]).args());
         }
         let reply = &out.buf[start..];

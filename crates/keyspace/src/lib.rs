@@ -2147,6 +2147,47 @@ mod tests {
         assert_eq!(ks.dbsize(0), 2);
     }
 
+    /// A transaction that forwent rollback (a replicated node's apply)
+    /// records no undo for its collection operations, and its commit logs
+    /// them as any atomic transaction's: one record, the fields there
+    /// after a reopen.
+    #[test]
+    fn a_transaction_without_rollback_records_no_undo_and_commits_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let pair = |f: &'static [u8], v: &'static [u8]| (f, v);
+        {
+            let ks = open_keyspace(dir.path());
+            let mut txn = ks.lock_all(true);
+            txn.hash_set(0, b"h", vec![pair(b"f1", b"a")]).unwrap();
+            assert!(txn.undo_held_bytes() > 0, "an ordinary one records it");
+            assert!(txn.commit().unwrap());
+            let mut txn = ks.lock_all(true);
+            txn.forgo_rollback();
+            txn.hash_set(0, b"h", vec![pair(b"f1", b"b"), pair(b"f2", b"c")])
+                .unwrap();
+            txn.put_string(0, b"s", b"v", None).unwrap();
+            assert_eq!(txn.undo_held_bytes(), 0);
+            // Read-your-writes still.
+            let fields = txn
+                .collection(0, b"h", CKind::Hash, now_ms())
+                .unwrap()
+                .map(|o| o.len());
+            assert_eq!(fields, Some(2));
+            assert!(txn.commit().unwrap());
+            assert_eq!(ks.collections().stats().log.records, 2);
+        }
+        let ks = open_keyspace(dir.path());
+        let mut txn = ks.lock_all(true);
+        match txn.collection(0, b"h", CKind::Hash, now_ms()).unwrap() {
+            Some(Object::Hash(hash)) => {
+                assert_eq!(hash.get(b"f1"), Some(&b"b"[..]));
+                assert_eq!(hash.get(b"f2"), Some(&b"c"[..]));
+            }
+            _ => panic!("the hash did not survive the reopen"),
+        }
+        assert_eq!(ks.dbsize(0), 2);
+    }
+
     /// Existing keys changed by an atomic transaction dropped without its
     /// commit come back as they were: members, fields, elements, names,
     /// expiry, and the key counts.

@@ -82,7 +82,7 @@ impl StateMachine for Applier {
         };
         let guard = shared.keyspace.guard();
         let keyspace = guard.as_ref().expect("guard() holds a keyspace");
-        let mut txn = Some(keyspace.lock_all(true));
+        let mut txn = Some(apply_txn(keyspace));
         let mut answers = Vec::new();
         // A FLUSHALL or FLUSHDB in the chunk: tracking clients hear of it
         // whole (as after a single node's flush), not key by key.
@@ -148,7 +148,7 @@ impl StateMachine for Applier {
                     reply.send(bytes);
                 }
                 if at + 1 < total {
-                    txn = Some(keyspace.lock_all(true));
+                    txn = Some(apply_txn(keyspace));
                 }
             }
         }
@@ -186,6 +186,15 @@ impl StateMachine for Applier {
         }
         keyspace.sync().map_err(|e| e.to_string())
     }
+}
+
+/// A chunk's transaction: atomic, excluding the keyspace, and never
+/// rolled back (a failed commit stops the process above, and commands
+/// hand the transaction back whatever their outcome).
+fn apply_txn(keyspace: &crate::keyspace::Keyspace) -> crate::keyspace::Txn<'_> {
+    let mut txn = keyspace.lock_all(true);
+    txn.forgo_rollback();
+    txn
 }
 
 /// Runs one entry's items against the apply transaction; their replies,

@@ -28,7 +28,7 @@ use engram_pmem::{Mode, Region, RegionOptions};
 use parking_lot::{Condvar, Mutex};
 
 use crate::image_writer::{self, IndexImageReport};
-use crate::index::{hash_key, Index};
+use crate::index::{hash_key, Index, PrefetchStep};
 use crate::index_image::{self, ImageState};
 use crate::lanes::{Lane, Lanes};
 use crate::lock::DirectoryLock;
@@ -365,6 +365,21 @@ impl Store {
         access: impl Fn(Option<u32>) -> u32,
     ) -> Result<Option<Vec<bool>>> {
         write::write_batch(&self.state, writes, access)
+    }
+
+    /// The index's hash of `key`, for [`Store::prefetch`].
+    pub fn key_hash(key: &[u8]) -> u64 {
+        hash_key(key)
+    }
+
+    /// Starts loading one of the lines a lookup of the key with `hash`
+    /// ([`Store::key_hash`]) will miss on (`PrefetchStep`: its shard's
+    /// lock, then its bucket, then its record, each needing the one
+    /// before in cache to be cheap): for a caller that knows the keys it
+    /// will read or write a little later.
+    pub fn prefetch(&self, hash: u64, step: PrefetchStep) {
+        let state = &self.state;
+        state.index.prefetch(hash, step, state.region());
     }
 
     /// Removes `key`; `Ok(true)` when it existed. Durable on return.

@@ -54,6 +54,7 @@ pub use access::AccessTracking;
 use db_map::DbMap;
 pub use durability::{Durability, GroupCommit, SyncStats, Ticket};
 pub use engram_collections::types::{Kind as CKind, Object};
+pub use engram_engine::PrefetchStep;
 use exclusion::Exclusion;
 pub(crate) use key_groups::Watcher;
 pub use key_groups::KEY_GROUPS;
@@ -660,6 +661,21 @@ impl Keyspace {
         let mut ekey = ekey(db, key)?;
         self.db_map.to_physical(&mut ekey);
         Ok(ekey)
+    }
+
+    /// The engine's hash of `key` in database `db`, for [`Keyspace::prefetch`]
+    /// (None for a key no database can hold).
+    pub fn prefetch_hash(&self, db: usize, key: &[u8]) -> Option<u64> {
+        let ekey = self.physical_ekey(db, key).ok()?;
+        Some(Store::key_hash(&ekey))
+    }
+
+    /// Starts loading one of the engine's lines for the key with `hash`
+    /// (`engram_engine::Store::prefetch`): for a caller that knows the
+    /// keys of the commands it will run next (a replicated node's apply,
+    /// whose reads of random keys miss on every one).
+    pub fn prefetch(&self, hash: u64, step: PrefetchStep) {
+        self.store.prefetch(hash, step);
     }
 
     /// `ekey` (a client's database byte, then the key) as stored.

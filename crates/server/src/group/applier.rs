@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
-use engram_replication::{Committed, StateMachine};
+use engram_replication::{Committed, Reply, StateMachine};
 
 use super::entry::{decode_entry, Entry};
 use crate::acl::User;
@@ -76,7 +76,7 @@ impl Applier {
 const APPLY_CHUNK_WRITES: usize = 512;
 
 impl StateMachine for Applier {
-    fn apply(&mut self, entries: Vec<Committed>) {
+    fn apply(&mut self, mut entries: Vec<Committed>) {
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
@@ -88,33 +88,47 @@ impl StateMachine for Applier {
         // whole (as after a single node's flush), not key by key.
         let mut flushed = false;
         let total = entries.len();
-        for (at, committed) in entries.into_iter().enumerate() {
+        // Decoded before any runs, so that the keys of the commands a few
+        // places ahead can be warmed (`Warmer`).
+        let replies: Vec<Option<Reply>> = entries.iter_mut().map(|c| c.reply.take()).collect();
+        let decoded: Vec<Option<Entry<'_>>> = entries
+            .iter()
+            .map(|committed| {
+                if committed.data.is_empty() {
+                    return None;
+                }
+                let entry = decode_entry(&committed.data);
+                if entry.is_none() {
+                    log::error!("raft entry {} does not decode: skipped", committed.index);
+                }
+                entry
+            })
+            .collect();
+        let mut warmer = Warmer::new(&decoded, |db, key| keyspace.prefetch_hash(db, key));
+        for (at, ((committed, entry), reply)) in
+            entries.iter().zip(&decoded).zip(replies).enumerate()
+        {
             let index = committed.index;
-            if !committed.data.is_empty() {
-                match decode_entry(&committed.data) {
-                    Some(entry) => {
-                        flushed |= entry
-                            .items
-                            .iter()
-                            .flat_map(|item| entry.commands(item))
-                            .any(|c| {
-                                let name = c.get(0);
-                                name.eq_ignore_ascii_case(b"flushall")
-                                    || name.eq_ignore_ascii_case(b"flushdb")
-                            });
-                        let caller = self.caller(entry.caller);
-                        let session = &mut self.session;
-                        session.user = caller;
-                        session.monitor_fed = committed.reply.is_some();
-                        session.clock_ms = Some(entry.time_ms);
-                        crate::random::seed(Some(index));
-                        let replies;
-                        (txn, replies) = apply_entry(&shared, keyspace, session, txn, &entry);
-                        if let Some(reply) = committed.reply {
-                            answers.push((reply, replies));
-                        }
-                    }
-                    None => log::error!("raft entry {index} does not decode: skipped"),
+            if let Some(entry) = entry {
+                flushed |= entry
+                    .items
+                    .iter()
+                    .flat_map(|item| entry.commands(item))
+                    .any(|c| {
+                        let name = c.get(0);
+                        name.eq_ignore_ascii_case(b"flushall")
+                            || name.eq_ignore_ascii_case(b"flushdb")
+                    });
+                let caller = self.caller(entry.caller);
+                let session = &mut self.session;
+                session.user = caller;
+                session.monitor_fed = reply.is_some();
+                session.clock_ms = Some(entry.time_ms);
+                crate::random::seed(Some(index));
+                let bytes;
+                (txn, bytes) = apply_entry(&shared, keyspace, session, txn, entry, &mut warmer);
+                if let Some(reply) = reply {
+                    answers.push((reply, bytes));
                 }
             }
             let full = txn
@@ -188,6 +202,58 @@ impl StateMachine for Applier {
     }
 }
 
+/// Warms the engine's lines for the first key of the commands a few
+/// places ahead of the one the apply runs (`Keyspace::prefetch`, in the
+/// order its steps need): a member's reads and writes of random keys
+/// each missed on the index and then the record (a quarter of the apply
+/// under INCR). Commands are counted in the order `apply_entry` runs
+/// them: every item's, every entry's.
+struct Warmer {
+    /// Per command, the engine hash of its first key.
+    hashes: Vec<Option<u64>>,
+    next: usize,
+}
+
+impl Warmer {
+    /// `hash` gives a key's engine hash in a database
+    /// (`Keyspace::prefetch_hash`).
+    fn new(entries: &[Option<Entry<'_>>], hash: impl Fn(usize, &[u8]) -> Option<u64>) -> Warmer {
+        let hash = &hash;
+        let hashes = entries
+            .iter()
+            .flatten()
+            .flat_map(|entry| {
+                entry.items.iter().flat_map(move |item| {
+                    entry.commands(item).map(move |args| {
+                        let (_, spec) = lookup(args.get(0))?;
+                        if spec.keys.0 != 1 || args.len() < 2 {
+                            return None;
+                        }
+                        hash(item.db, args.get(1))
+                    })
+                })
+            })
+            .collect();
+        Warmer { hashes, next: 0 }
+    }
+
+    /// Before the apply runs its next command.
+    fn step(&mut self, keyspace: &crate::keyspace::Keyspace) {
+        use crate::keyspace::PrefetchStep;
+        const STEPS: [(usize, PrefetchStep); 3] = [
+            (6, PrefetchStep::Lock),
+            (4, PrefetchStep::Bucket),
+            (2, PrefetchStep::Record),
+        ];
+        for (ahead, step) in STEPS {
+            if let Some(&Some(hash)) = self.hashes.get(self.next + ahead) {
+                keyspace.prefetch(hash, step);
+            }
+        }
+        self.next += 1;
+    }
+}
+
 /// A chunk's transaction: atomic, excluding the keyspace, and never
 /// rolled back (a failed commit stops the process above, and commands
 /// hand the transaction back whatever their outcome).
@@ -205,6 +271,7 @@ fn apply_entry<'s>(
     session: &mut Session,
     mut txn: Option<crate::keyspace::Txn<'s>>,
     entry: &Entry<'_>,
+    warmer: &mut Warmer,
 ) -> (Option<crate::keyspace::Txn<'s>>, Vec<u8>) {
     let mut out = ReplyWriter::new();
     out.set_resp3(entry.resp3);
@@ -225,6 +292,7 @@ fn apply_entry<'s>(
             feed(session, OwnedArgs::from_slices(&[b"multi"]).args());
         }
         for args in commands {
+            warmer.step(keyspace);
             match lookup(args.get(0)) {
                 Some((index, _)) => {
                     txn = commands::run(shared, keyspace, session, &mut out, txn, index, args);
@@ -246,6 +314,55 @@ fn apply_entry<'s>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The warmer's keys line up with the commands in the order the apply
+    /// runs them (entries, items, an EXEC's queue), with a gap for a
+    /// command without a first key and for an undecodable entry.
+    #[test]
+    fn the_warmer_follows_the_commands_in_apply_order() {
+        use crate::group::Pending;
+        let owned = |parts: &[&[u8]]| OwnedArgs::from_slices(parts);
+        let first = super::super::entry::encode_entry(
+            1,
+            false,
+            None,
+            &[
+                Pending::Command {
+                    db: 0,
+                    args: owned(&[b"set", b"a", b"1"]),
+                    silent: false,
+                    wait: None,
+                },
+                Pending::Exec {
+                    db: 2,
+                    queue: vec![owned(&[b"incr", b"b"]), owned(&[b"ping"])],
+                    silent: false,
+                },
+            ],
+        );
+        let second = super::super::entry::encode_entry(
+            2,
+            false,
+            None,
+            &[Pending::Command {
+                db: 1,
+                args: owned(&[b"hset", b"c", b"f", b"v"]),
+                silent: false,
+                wait: None,
+            }],
+        );
+        let entries = [decode_entry(&first), None, decode_entry(&second)];
+        let warmer = Warmer::new(&entries, |db, key| Some(db as u64 * 100 + key[0] as u64));
+        assert_eq!(
+            warmer.hashes,
+            [
+                Some(u64::from(b'a')),
+                Some(200 + u64::from(b'b')),
+                None,
+                Some(100 + u64::from(b'c'))
+            ]
+        );
+    }
 
     #[test]
     fn an_entrys_caller_is_rebuilt_from_its_line_and_a_bad_line_allows_nothing() {

@@ -284,6 +284,202 @@ impl<B: OpBytes> Op<B> {
     }
 }
 
+impl<B: OpBytes> Op<B> {
+    /// The same operation owning its byte strings (each borrowed one
+    /// copied once): what an atomic transaction keeps for its commit's
+    /// record, made without encoding and decoding it.
+    pub fn into_owned(self) -> Op {
+        fn list<B: OpBytes>(items: Vec<B>) -> Vec<Bytes> {
+            items.into_iter().map(Into::into).collect()
+        }
+        use Op::*;
+        match self {
+            Delete { key } => Delete { key: key.into() },
+            Expire { key, at_ms } => Expire {
+                key: key.into(),
+                at_ms,
+            },
+            Rename { from, to } => Rename {
+                from: from.into(),
+                to: to.into(),
+            },
+            Copy { from, to } => Copy {
+                from: from.into(),
+                to: to.into(),
+            },
+            Replace { key, object } => Replace {
+                key: key.into(),
+                object,
+            },
+            HashSet { key, pairs } => HashSet {
+                key: key.into(),
+                pairs: pairs
+                    .into_iter()
+                    .map(|(field, value)| (field.into(), value.into()))
+                    .collect(),
+            },
+            HashDelete { key, fields } => HashDelete {
+                key: key.into(),
+                fields: list(fields),
+            },
+            SetAdd { key, members } => SetAdd {
+                key: key.into(),
+                members: list(members),
+            },
+            SetRemove { key, members } => SetRemove {
+                key: key.into(),
+                members: list(members),
+            },
+            SortedSetAdd { key, pairs } => SortedSetAdd {
+                key: key.into(),
+                pairs: pairs
+                    .into_iter()
+                    .map(|(score, member)| (score, member.into()))
+                    .collect(),
+            },
+            SortedSetRemove { key, members } => SortedSetRemove {
+                key: key.into(),
+                members: list(members),
+            },
+            ListPush { key, front, values } => ListPush {
+                key: key.into(),
+                front,
+                values: list(values),
+            },
+            ListPop { key, front, count } => ListPop {
+                key: key.into(),
+                front,
+                count,
+            },
+            ListSet { key, index, value } => ListSet {
+                key: key.into(),
+                index,
+                value: value.into(),
+            },
+            ListInsert {
+                key,
+                before,
+                pivot,
+                value,
+            } => ListInsert {
+                key: key.into(),
+                before,
+                pivot: pivot.into(),
+                value: value.into(),
+            },
+            ListRemove { key, count, value } => ListRemove {
+                key: key.into(),
+                count,
+                value: value.into(),
+            },
+            ListTrim { key, start, stop } => ListTrim {
+                key: key.into(),
+                start,
+                stop,
+            },
+            ListMove {
+                from,
+                to,
+                from_front,
+                to_front,
+            } => ListMove {
+                from: from.into(),
+                to: to.into(),
+                from_front,
+                to_front,
+            },
+            StreamAdd { key, id, fields } => StreamAdd {
+                key: key.into(),
+                id,
+                fields: list(fields),
+            },
+            StreamTrim { key, count } => StreamTrim {
+                key: key.into(),
+                count,
+            },
+            StreamDelete { key, ids } => StreamDelete {
+                key: key.into(),
+                ids,
+            },
+            StreamSetMeta {
+                key,
+                last_id,
+                entries_added,
+                max_deleted_id,
+                first_id,
+            } => StreamSetMeta {
+                key: key.into(),
+                last_id,
+                entries_added,
+                max_deleted_id,
+                first_id,
+            },
+            GroupCreate {
+                key,
+                group,
+                last_id,
+                entries_read,
+            } => GroupCreate {
+                key: key.into(),
+                group: group.into(),
+                last_id,
+                entries_read,
+            },
+            GroupSetId {
+                key,
+                group,
+                last_id,
+                entries_read,
+            } => GroupSetId {
+                key: key.into(),
+                group: group.into(),
+                last_id,
+                entries_read,
+            },
+            GroupDestroy { key, group } => GroupDestroy {
+                key: key.into(),
+                group: group.into(),
+            },
+            ConsumerTouch {
+                key,
+                group,
+                consumer,
+                seen_ms,
+            } => ConsumerTouch {
+                key: key.into(),
+                group: group.into(),
+                consumer: consumer.into(),
+                seen_ms,
+            },
+            ConsumerDelete {
+                key,
+                group,
+                consumer,
+            } => ConsumerDelete {
+                key: key.into(),
+                group: group.into(),
+                consumer: consumer.into(),
+            },
+            PendingClaim {
+                key,
+                group,
+                consumer,
+                entries,
+            } => PendingClaim {
+                key: key.into(),
+                group: group.into(),
+                consumer: consumer.into(),
+                entries,
+            },
+            PendingAck { key, group, ids } => PendingAck {
+                key: key.into(),
+                group: group.into(),
+                ids,
+            },
+        }
+    }
+}
+
 impl Op<Bytes> {
     /// The keys, to rewrite in place (the keyspace translates database
     /// numbers to the prefixes they are stored under).
@@ -1068,6 +1264,9 @@ mod tests {
         assert_eq!(borrowed.len(), ops.len());
         for (op, borrowed) in ops.iter().zip(&borrowed) {
             assert_eq!(op.keys(), borrowed.keys());
+            // Owned again without a round trip through the encoding.
+            assert_eq!(&borrowed.clone().into_owned(), op);
+            assert_eq!(&op.clone().into_owned(), op);
             // One operation alone: its key, when it has exactly one.
             let alone = encode_batch(std::slice::from_ref(op));
             let expected = match op.keys() {

@@ -133,6 +133,53 @@ mod tests {
         );
     }
 
+    /// A member killed in a mixed batch's commit left its intent, whose
+    /// engine writes include the applied index while the reserved hash
+    /// holds the other copy: the replay at the next start writes the
+    /// engine copy and leaves the hash (it used to take the record for a
+    /// string replacing a collection, and panicked on its books; found by
+    /// the fault suite's SIGKILLs).
+    #[test]
+    fn an_intent_holding_the_applied_index_replays_beside_its_hash_copy() {
+        use crate::journal;
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let ks = open(dir.path());
+            let mut txn = ks.lock_all(true);
+            txn.collection(0, b"s", CKind::Set, now_ms()).unwrap();
+            txn.log(vec![Op::SetAdd {
+                key: crate::ckey(0, b"s").unwrap(),
+                members: vec![b"m".to_vec().into()],
+            }])
+            .unwrap();
+            txn.put_applied_index(9).unwrap();
+            txn.commit().unwrap();
+            let mut value = Vec::new();
+            crate::value::encode_string(&mut value, b"v", None);
+            let ops: Vec<journal::Op> = vec![
+                (b"\0str".to_vec(), journal::Write::Engine(Some(value))),
+                (
+                    super::KEY.to_vec(),
+                    journal::Write::Engine(Some(11u64.to_le_bytes().to_vec())),
+                ),
+            ];
+            let intent = journal::encode(ops.iter().map(|(k, w)| (k.as_slice(), w)));
+            ks.store().put(&journal::intent_key(0), &intent).unwrap();
+            Keyspace::close(ks).unwrap();
+        }
+        let ks = open(dir.path());
+        assert_eq!(
+            ks.stats
+                .batches_replayed
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+        assert_eq!(ks.applied_index().unwrap(), 11);
+        let hash_copy = ks.collections.read(&super::KEY, |e| e.is_some());
+        assert!(hash_copy, "the reserved hash was deleted");
+        assert_eq!(ks.dbsize(0), 2);
+    }
+
     #[test]
     fn the_applied_index_needs_an_atomic_whole_keyspace_transaction() {
         let dir = tempfile::tempdir().unwrap();

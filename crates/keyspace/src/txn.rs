@@ -862,6 +862,13 @@ impl<'a> Txn<'a> {
     /// first, the collection's Delete second (see the module docs).
     pub(super) fn apply_raw(&mut self, ekey: &[u8], value: Option<&[u8]>) -> Result<()> {
         self.engine_write(ekey, value)?;
+        if crate::is_reserved(ekey) {
+            // A keyspace record, no string: the applied index keeps a copy
+            // in each store by design (`applied_record`), and an intent's
+            // engine copy must not delete the other as a string replacing
+            // a collection would (that Delete's books named database 255).
+            return Ok(());
+        }
         let Some(value) = value else { return Ok(()) };
         if self.peek_collection(ekey, |_| ()).is_some() {
             self.log_stored(vec![Op::Delete { key: ekey.into() }])?;

@@ -148,6 +148,15 @@ pub enum PrefetchStep {
     Record,
 }
 
+/// How far ahead of the key it works on a loop warms each step for the
+/// keys to come: the lock six keys ahead, the bucket four, the record
+/// two, so that each step's line has arrived when the next one reads it.
+pub const WARM_AHEAD: [(usize, PrefetchStep); 3] = [
+    (6, PrefetchStep::Lock),
+    (4, PrefetchStep::Bucket),
+    (2, PrefetchStep::Record),
+];
+
 pub struct Index {
     shards: Box<[CachePadded<Shard>]>,
 }

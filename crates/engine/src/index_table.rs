@@ -367,8 +367,6 @@ mod tests {
         assert_eq!(table.find(43, |_| true).unwrap().offset(), 4096);
     }
 
-    /// Inserts and removes that keep the size steady do not let the
-    /// tombstones grow the table without bound.
     /// What a batch prefetches: the first live entry of a hash in its home
     /// bucket (none for an absent hash, a removed entry, or an empty
     /// table); prefetching changes nothing.
@@ -393,6 +391,8 @@ mod tests {
         assert_eq!(table.iter().count(), 2);
     }
 
+    /// Inserts and removes that keep the size steady do not let the
+    /// tombstones grow the table without bound.
     #[test]
     fn churn_does_not_grow_the_table() {
         let mut table = Table::new();

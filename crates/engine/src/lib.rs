@@ -60,7 +60,7 @@ pub use engram_integrity::{
 pub use engram_pmem::{CrashPoint, CrashSim, FlushInstruction, Mode, ModeChoice, PersistObserver};
 pub use error::{Error, Result};
 pub use image_writer::IndexImageReport;
-pub use index::{PrefetchStep, ACCESS_BITS, ACCESS_MAX};
+pub use index::{PrefetchStep, ACCESS_BITS, ACCESS_MAX, WARM_AHEAD};
 pub use index_image::FILE_NAMES as INDEX_IMAGE_FILES;
 #[cfg(feature = "fault-injection")]
 pub use options::FaultInjection;

@@ -28,7 +28,7 @@ use engram_pmem::{PmemOffset, Region};
 
 use crate::append;
 use crate::compaction;
-use crate::index::{hash_key, Entry, PrefetchStep};
+use crate::index::{hash_key, Entry, WARM_AHEAD};
 use crate::read;
 use crate::record::{self, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 use crate::store_state::StoreState;
@@ -226,12 +226,7 @@ pub fn write_batch(
 /// thread, whose batches are hundreds of random keys, these misses were
 /// half of the apply's engine time.
 fn warm_ahead(store: &StoreState, hashes: &[u64], at: usize) {
-    const STEPS: [(usize, PrefetchStep); 3] = [
-        (6, PrefetchStep::Lock),
-        (4, PrefetchStep::Bucket),
-        (2, PrefetchStep::Record),
-    ];
-    for (ahead, step) in STEPS {
+    for (ahead, step) in WARM_AHEAD {
         if let Some(&hash) = hashes.get(at + ahead) {
             store.index.prefetch(hash, step, store.region());
         }

@@ -54,7 +54,7 @@ pub use access::AccessTracking;
 use db_map::DbMap;
 pub use durability::{Durability, GroupCommit, SyncStats, Ticket};
 pub use engram_collections::types::{Kind as CKind, Object};
-pub use engram_engine::PrefetchStep;
+pub use engram_engine::{PrefetchStep, WARM_AHEAD};
 use exclusion::Exclusion;
 pub(crate) use key_groups::Watcher;
 pub use key_groups::KEY_GROUPS;

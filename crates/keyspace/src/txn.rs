@@ -117,12 +117,12 @@ pub struct Txn<'a> {
     pending: Vec<Op>,
     /// how to take them back (while `rollback`),
     undo: Undo,
-    /// Whether a failed or abandoned commit takes the collection changes
-    /// back (`forgo_rollback`).
-    rollback: bool,
     /// and each key they touched, with its expiry before the first of them
     /// (None: the key held no collection).
     touched: Vec<(Bytes, Option<u64>)>,
+    /// Whether a failed or abandoned commit takes the collection changes
+    /// back (`forgo_rollback`).
+    rollback: bool,
     wrote: bool,
     scratch: Vec<u8>,
 }
@@ -142,8 +142,8 @@ impl<'a> Txn<'a> {
             coll: None,
             pending: Vec::new(),
             undo: Undo::new(),
-            rollback: true,
             touched: Vec::new(),
+            rollback: true,
             wrote: false,
             scratch: Vec::new(),
         }

@@ -37,7 +37,7 @@
 //! two thirds of the Raft loop's time under a stream of writes, and the
 //! old file's unmapping more), where the spare's pages are resident and
 //! its blocks allocated. What it held before is the log of two
-//! compactions ago: its second state slot is cleared, and recovery stops
+//! compactions ago: its state slots are cleared, and recovery stops
 //! at the end mark after the records kept (a stale record beyond it
 //! would fail the index check anyway). A spare is never used across a
 //! restart: it may be a second name of `log` itself (a crash between the

@@ -239,13 +239,7 @@ impl Warmer {
 
     /// Before the apply runs its next command.
     fn step(&mut self, keyspace: &crate::keyspace::Keyspace) {
-        use crate::keyspace::PrefetchStep;
-        const STEPS: [(usize, PrefetchStep); 3] = [
-            (6, PrefetchStep::Lock),
-            (4, PrefetchStep::Bucket),
-            (2, PrefetchStep::Record),
-        ];
-        for (ahead, step) in STEPS {
+        for (ahead, step) in crate::keyspace::WARM_AHEAD {
             if let Some(&Some(hash)) = self.hashes.get(self.next + ahead) {
                 keyspace.prefetch(hash, step);
             }

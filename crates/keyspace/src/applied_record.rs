@@ -90,6 +90,20 @@ mod tests {
             .keyspace
     }
 
+    /// A collections-only batch (a member to set `s`) with the applied
+    /// index `index`: the record goes to the reserved hash.
+    fn add_to_set_at(ks: &Keyspace, index: u64) {
+        let mut txn = ks.lock_all(true);
+        txn.collection(0, b"s", CKind::Set, now_ms()).unwrap();
+        txn.log(vec![Op::SetAdd {
+            key: crate::ckey(0, b"s").unwrap(),
+            members: vec![b"m".to_vec().into()],
+        }])
+        .unwrap();
+        txn.put_applied_index(index).unwrap();
+        txn.commit().unwrap();
+    }
+
     #[test]
     fn the_applied_index_commits_with_its_batch_and_is_no_key() {
         let dir = tempfile::tempdir().unwrap();
@@ -103,15 +117,7 @@ mod tests {
             txn.put_applied_index(7).unwrap();
             txn.commit().unwrap();
             assert_eq!(ks.applied_index().unwrap(), 7);
-            let mut txn = ks.lock_all(true);
-            txn.collection(0, b"s", CKind::Set, now_ms()).unwrap();
-            txn.log(vec![Op::SetAdd {
-                key: crate::ckey(0, b"s").unwrap(),
-                members: vec![b"m".to_vec().into()],
-            }])
-            .unwrap();
-            txn.put_applied_index(9).unwrap();
-            txn.commit().unwrap();
+            add_to_set_at(&ks, 9);
             assert_eq!(ks.applied_index().unwrap(), 9);
             // The collections-only batch kept its record in its own store:
             // the engine's copy still says 7.
@@ -145,15 +151,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let ks = open(dir.path());
-            let mut txn = ks.lock_all(true);
-            txn.collection(0, b"s", CKind::Set, now_ms()).unwrap();
-            txn.log(vec![Op::SetAdd {
-                key: crate::ckey(0, b"s").unwrap(),
-                members: vec![b"m".to_vec().into()],
-            }])
-            .unwrap();
-            txn.put_applied_index(9).unwrap();
-            txn.commit().unwrap();
+            add_to_set_at(&ks, 9);
             let mut value = Vec::new();
             crate::value::encode_string(&mut value, b"v", None);
             let ops: Vec<journal::Op> = vec![

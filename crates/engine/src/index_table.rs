@@ -122,7 +122,7 @@ impl Table {
     /// Starts loading the line of `hash`'s home bucket, where a lookup of
     /// it begins (`engram_pmem::prefetch`).
     pub fn prefetch_home(&self, hash: u64) {
-        if let Some(bucket) = self.buckets.get(self.probe(hash).next().unwrap_or(0)) {
+        if let Some(bucket) = self.home(hash) {
             engram_pmem::prefetch(bucket);
         }
     }
@@ -130,8 +130,8 @@ impl Table {
     /// The offset of the first live entry with `hash` in its home bucket:
     /// the record a lookup of it compares its key with first.
     pub fn home_offset(&self, hash: u64) -> Option<u64> {
-        let home = self.buckets.get(self.probe(hash).next()?)?;
-        home.slots
+        self.home(hash)?
+            .slots
             .iter()
             .find(|slot| is_live(slot) && slot.hash == hash)
             .map(Entry::offset)
@@ -244,6 +244,11 @@ impl Table {
             bucket = (bucket + 1) & mask;
         }
         None
+    }
+
+    /// `hash`'s home bucket (none in an empty table).
+    fn home(&self, hash: u64) -> Option<&Bucket> {
+        self.buckets.get(self.probe(hash).next()?)
     }
 
     /// The buckets a probe for `hash` visits, home first, each at most once.

@@ -58,18 +58,18 @@ pub struct Bus {
 }
 
 impl Bus {
-    /// Binds `listen`, starts the accept loop (messages received go to
-    /// `inbound`) and one sender per peer.
-    /// `flags`: what this node says of itself in each hello; `events`:
-    /// what the Raft loop hears of peers' connections.
-    pub fn start(
+    /// Binds `listen`, starts the accept loop and one sender per peer.
+    /// `inbound` takes the messages received and what the Raft loop hears
+    /// of peers' connections (one channel with the loop's other inputs, so
+    /// that it waits on one); `flags`: what this node says of itself in
+    /// each hello.
+    pub fn start<E: Inbound>(
         id: u64,
         listen: SocketAddr,
         peers: &HashMap<u64, SocketAddr>,
         client_addr: &str,
-        inbound: Sender<Message>,
+        inbound: Sender<E>,
         flags: HelloFlags,
-        events: Sender<PeerEvent>,
     ) -> Result<Bus> {
         let listener = TcpListener::bind(listen)
             .map_err(|e| Error::Peers(format!("cannot listen on bus address {listen}: {e}")))?;
@@ -85,7 +85,6 @@ impl Bus {
                 members: members.clone(),
                 directory: directory.clone(),
                 inbound,
-                events,
             };
             let stopped = stopped.clone();
             std::thread::Builder::new()
@@ -227,17 +226,30 @@ pub enum PeerEvent {
     Closed(u64),
 }
 
+/// Where the bus delivers what it receives: messages and peer events.
+pub trait Inbound: From<Message> + From<PeerEvent> + Send + 'static {}
+
+impl<E: From<Message> + From<PeerEvent> + Send + 'static> Inbound for E {}
+
 /// What the receiving side needs: who may connect, where client
 /// addresses, messages and peer events go.
-#[derive(Clone)]
-struct Peers {
+struct Peers<E> {
     members: Arc<RwLock<Vec<u64>>>,
     directory: Directory,
-    inbound: Sender<Message>,
-    events: Sender<PeerEvent>,
+    inbound: Sender<E>,
 }
 
-fn accept_loop(listener: TcpListener, peers: Peers, stopped: Arc<AtomicBool>) {
+impl<E> Clone for Peers<E> {
+    fn clone(&self) -> Self {
+        Peers {
+            members: self.members.clone(),
+            directory: self.directory.clone(),
+            inbound: self.inbound.clone(),
+        }
+    }
+}
+
+fn accept_loop<E: Inbound>(listener: TcpListener, peers: Peers<E>, stopped: Arc<AtomicBool>) {
     for stream in listener.incoming() {
         if stopped.load(Ordering::Acquire) {
             return;
@@ -275,7 +287,11 @@ fn read_frame(reader: &mut impl Read, buf: &mut Vec<u8>) -> std::io::Result<()> 
     Ok(())
 }
 
-fn receive(stream: TcpStream, peers: &Peers, stopped: &AtomicBool) -> std::io::Result<()> {
+fn receive<E: Inbound>(
+    stream: TcpStream,
+    peers: &Peers<E>,
+    stopped: &AtomicBool,
+) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     let mut reader = BufReader::with_capacity(256 << 10, stream);
     let mut buf = Vec::new();
@@ -291,24 +307,24 @@ fn receive(stream: TcpStream, peers: &Peers, stopped: &AtomicBool) -> std::io::R
     }
     let client_addr = String::from_utf8_lossy(&buf[9..]).into_owned();
     peers.directory.write().insert(peer, client_addr);
-    let _ = peers.events.send(PeerEvent::Hello {
+    let _ = peers.inbound.send(E::from(PeerEvent::Hello {
         peer,
         fresh: buf[8] & FRESH != 0,
         awaiting_snapshot: buf[8] & AWAITING_SNAPSHOT != 0,
-    });
+    }));
     let ended = carry(peer, &mut reader, &mut buf, peers, stopped);
     if ended.is_err() {
-        let _ = peers.events.send(PeerEvent::Closed(peer));
+        let _ = peers.inbound.send(E::from(PeerEvent::Closed(peer)));
     }
     ended
 }
 
 /// Passes a peer's messages on until its connection ends.
-fn carry(
+fn carry<E: Inbound>(
     peer: u64,
     reader: &mut impl Read,
     buf: &mut Vec<u8>,
-    peers: &Peers,
+    peers: &Peers<E>,
     stopped: &AtomicBool,
 ) -> std::io::Result<()> {
     loop {
@@ -318,7 +334,7 @@ fn carry(
         }
         let message = Message::parse_from_bytes(buf)
             .map_err(|e| std::io::Error::other(format!("bad message from node {peer}: {e}")))?;
-        if peers.inbound.send(message).is_err() {
+        if peers.inbound.send(E::from(message)).is_err() {
             return Ok(());
         }
     }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use crossbeam_channel::{select, unbounded, Receiver, Sender};
+use crossbeam_channel::{select, unbounded, Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 use protobuf::Message as _;
 use raft::prelude::{
@@ -262,10 +262,37 @@ enum Input {
     Members(Change, ProposalReply),
 }
 
+/// Everything the Raft loop waits for, on one channel: a loop that waited
+/// on four (a `select!` over the handle's inputs, the bus's messages and
+/// peer events, the apply thread's durable points) spent half its time
+/// registering and unregistering with their wakers under load.
+enum Event {
+    Message(Message),
+    Peer(PeerEvent),
+    Input(Input),
+    /// The apply thread made the state durable up to this index.
+    Durable(u64),
+    /// The handle was dropped (the server stopped), or the apply thread
+    /// ended: the loop ends.
+    Stop,
+}
+
+impl From<Message> for Event {
+    fn from(message: Message) -> Event {
+        Event::Message(message)
+    }
+}
+
+impl From<PeerEvent> for Event {
+    fn from(event: PeerEvent) -> Event {
+        Event::Peer(event)
+    }
+}
+
 /// The server's handle on its group.
 pub struct Replica {
     id: u64,
-    inputs: Sender<Input>,
+    inputs: Sender<Event>,
     leader: Arc<AtomicU64>,
     /// The last leader this node knew (kept through an election).
     last_leader: Arc<AtomicU64>,
@@ -386,7 +413,7 @@ impl Replica {
         let logger = slog::Logger::root(slog_stdlog::StdLog.fuse(), slog::o!());
         let raw = RawNode::new(&raft_config, log, &logger)?;
 
-        let (message_tx, message_rx) = unbounded();
+        let (events_tx, events_rx) = unbounded::<Event>();
         let peers: HashMap<u64, SocketAddr> = config.peers.iter().map(|p| (p.id, p.bus)).collect();
         let flags = HelloFlags::default();
         flags
@@ -397,23 +424,19 @@ impl Replica {
             .store(no_members(raw.store().conf_state()), Ordering::Release);
         let fresh = flags.fresh.clone();
         let awaiting_snapshot = flags.awaiting_snapshot.clone();
-        let (events_tx, events_rx) = unbounded();
         let bus = Bus::start(
             config.id,
             me.bus,
             &peers,
             &config.client_addr,
-            message_tx,
+            events_tx.clone(),
             flags,
-            events_tx,
         )?;
         let members = Arc::new(parking_lot::RwLock::new(member_ids(
             raw.store().conf_state(),
         )));
-        let (input_tx, input_rx) = unbounded();
         let (applied_tx, applied_rx) = watch::channel(config.applied);
         let (apply_tx, apply_rx) = unbounded::<ToApply>();
-        let (durable_tx, durable_rx) = unbounded::<u64>();
         let status = Arc::new(Mutex::new(Status {
             id: config.id,
             applied: config.applied,
@@ -426,7 +449,7 @@ impl Replica {
         let removed = Arc::new(AtomicBool::new(false));
         let replica = Replica {
             id: config.id,
-            inputs: input_tx,
+            inputs: events_tx.clone(),
             leader: leader.clone(),
             last_leader: last_leader.clone(),
             is_leader: is_leader.clone(),
@@ -446,7 +469,7 @@ impl Replica {
                 last: config.applied,
                 snapshots,
                 snapshot_file: SnapshotFile::new(&config.dir),
-                durable: durable_tx,
+                durable: events_tx,
                 build_at: None,
             };
             std::thread::Builder::new()
@@ -457,8 +480,7 @@ impl Replica {
         let driver = Driver {
             raw,
             bus,
-            messages: message_rx,
-            inputs: input_rx,
+            events: events_rx,
             apply: apply_tx,
             tick: config.tick,
             pending: HashMap::new(),
@@ -472,10 +494,8 @@ impl Replica {
             removed,
             status,
             snapshot_file,
-            durable: durable_rx,
             fresh,
             awaiting_snapshot,
-            peer_events: events_rx,
             catch_up_to: None,
             fast_election: None,
             addresses: config.peers.iter().map(|p| (p.id, p.bus)).collect(),
@@ -520,7 +540,7 @@ impl Replica {
         input: impl FnOnce(ProposalReply) -> Input,
     ) -> impl std::future::Future<Output = std::result::Result<Applied, Refused>> {
         let (tx, rx) = oneshot::channel();
-        let sent = self.inputs.send(input(tx)).is_ok();
+        let sent = self.inputs.send(Event::Input(input(tx))).is_ok();
         async move {
             if !sent {
                 return Err(Refused::Stopped);
@@ -588,7 +608,7 @@ impl Replica {
         &self,
     ) -> impl std::future::Future<Output = std::result::Result<(), Refused>> + '_ {
         let (tx, rx) = oneshot::channel();
-        let sent = self.inputs.send(Input::Read(tx)).is_ok();
+        let sent = self.inputs.send(Event::Input(Input::Read(tx))).is_ok();
         async move {
             if !sent {
                 return Err(Refused::Stopped);
@@ -625,7 +645,7 @@ impl Replica {
 
     /// Asks raft-rs to hand leadership to `to` (a no-op off the leader).
     pub fn transfer_leader(&self, to: u64) {
-        let _ = self.inputs.send(Input::Transfer(to));
+        let _ = self.inputs.send(Event::Input(Input::Transfer(to)));
     }
 }
 
@@ -646,8 +666,7 @@ struct FastElection {
 struct Driver {
     raw: RawNode<RaftLog>,
     bus: Bus,
-    messages: Receiver<Message>,
-    inputs: Receiver<Input>,
+    events: Receiver<Event>,
     apply: Sender<ToApply>,
     tick: Duration,
     /// Proposals of this node waiting for their entry: index → (term, reply).
@@ -662,13 +681,9 @@ struct Driver {
     removed: Arc<AtomicBool>,
     status: Arc<Mutex<Status>>,
     snapshot_file: SnapshotFile,
-    /// Durable applied indexes from the apply thread.
-    durable: Receiver<u64>,
     /// This node started with an empty log and has not caught up with a
     /// leader yet (see `step`); told to peers in the bus's hello.
     fresh: Arc<AtomicBool>,
-    /// Peers that start empty, and peers whose connection ended.
-    peer_events: Receiver<PeerEvent>,
     /// While fresh: the commit index of the first leader that reached it.
     catch_up_to: Option<u64>,
     /// The leader's connection ended and this node has yet to campaign
@@ -696,34 +711,17 @@ impl Driver {
         let mut next_tick = Instant::now() + self.tick;
         loop {
             let wait = next_tick.saturating_duration_since(Instant::now());
-            select! {
-                recv(self.messages) -> message => match message {
-                    Ok(message) => self.step(message),
-                    Err(_) => return,
-                },
-                recv(self.inputs) -> input => match input {
-                    Ok(input) => self.input(input),
-                    // The handle is gone: the server stopped.
-                    Err(_) => return,
-                },
-                recv(self.durable) -> index => match index {
-                    Ok(index) => self.durable(index),
-                    Err(_) => return,
-                },
-                recv(self.peer_events) -> event => match event {
-                    Ok(PeerEvent::Hello { peer, fresh, awaiting_snapshot }) => {
-                        self.peer_said_hello(peer, fresh, awaiting_snapshot)
-                    }
-                    Ok(PeerEvent::Closed(peer)) => self.peer_closed(peer),
-                    Err(_) => return,
-                },
-                default(wait) => {}
-            }
-            while let Ok(message) = self.messages.try_recv() {
-                self.step(message);
-            }
-            while let Ok(input) = self.inputs.try_recv() {
-                self.input(input);
+            let mut next = match self.events.recv_timeout(wait) {
+                Ok(event) => Some(event),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
+            // Everything queued meanwhile is handled in this pass.
+            while let Some(event) = next {
+                if !self.handle_event(event) {
+                    return;
+                }
+                next = self.events.try_recv().ok();
             }
             if Instant::now() >= next_tick {
                 if !self.catching_up() {
@@ -749,6 +747,23 @@ impl Driver {
                 std::process::exit(70);
             }
         }
+    }
+
+    /// Whether the loop goes on.
+    fn handle_event(&mut self, event: Event) -> bool {
+        match event {
+            Event::Message(message) => self.step(message),
+            Event::Input(input) => self.input(input),
+            Event::Durable(index) => self.durable(index),
+            Event::Peer(PeerEvent::Hello {
+                peer,
+                fresh,
+                awaiting_snapshot,
+            }) => self.peer_said_hello(peer, fresh, awaiting_snapshot),
+            Event::Peer(PeerEvent::Closed(peer)) => self.peer_closed(peer),
+            Event::Stop => return false,
+        }
+        true
     }
 
     fn step(&mut self, mut message: Message) {
@@ -1419,10 +1434,26 @@ struct ApplyLoop {
     last: u64,
     snapshots: Arc<Snapshots>,
     snapshot_file: SnapshotFile,
-    /// Where durable points go (to the Raft loop, for compaction).
-    durable: Sender<u64>,
+    /// Where durable points go (to the Raft loop, for compaction); told
+    /// `Stop` when this loop ends, a panic included.
+    durable: Sender<Event>,
     /// A snapshot was asked for, at this index or later.
     build_at: Option<u64>,
+}
+
+impl Drop for Replica {
+    /// The server stopped: so does the Raft loop (the bus's threads hold
+    /// senders of its channel too, so it would not see a disconnection).
+    fn drop(&mut self) {
+        let _ = self.inputs.send(Event::Stop);
+    }
+}
+
+impl Drop for ApplyLoop {
+    /// The Raft loop must not go on acknowledging what no thread applies.
+    fn drop(&mut self) {
+        let _ = self.durable.send(Event::Stop);
+    }
 }
 
 impl ApplyLoop {
@@ -1481,7 +1512,7 @@ impl ApplyLoop {
             }
             ToApply::Sync => match self.machine.sync() {
                 Ok(()) => {
-                    let _ = self.durable.send(self.last);
+                    let _ = self.durable.send(Event::Durable(self.last));
                 }
                 Err(e) => {
                     log::error!("making applied entries durable failed: {e}; stopping");

@@ -102,6 +102,12 @@ impl WorkingSet {
         slot.entry = Some(entry);
     }
 
+    /// `key`'s entry if it is loaded and not a spliced list (for warming:
+    /// unlike `Keys::get`, no operation is about to read it).
+    pub fn peek(&self, key: &[u8]) -> Option<&Entry> {
+        self.slots.get(key)?.entry.as_ref()
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &Slot)> {
         self.slots.iter()
     }

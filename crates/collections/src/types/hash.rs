@@ -63,6 +63,22 @@ impl Hash {
         self.entries.get(field).map(|value| &value[..])
     }
 
+    /// Starts loading the slot `field` would be found in (its lookup a few
+    /// operations later then costs no miss).
+    pub fn prefetch_slot(&self, field: &[u8]) {
+        self.entries.prefetch(field);
+    }
+
+    /// Starts loading `field`'s value, up to its first 256 bytes, if the
+    /// field is there (best once its slot is loaded: `prefetch_slot`).
+    pub fn prefetch_value(&self, field: &[u8]) {
+        if let Some(value) = self.entries.get(field) {
+            for line in (0..value.len().min(256)).step_by(64) {
+                engram_pmem::prefetch(value[line..].as_ptr());
+            }
+        }
+    }
+
     /// Whether `field` is present (HEXISTS).
     pub fn contains(&self, field: &[u8]) -> bool {
         self.entries.contains_key(field)

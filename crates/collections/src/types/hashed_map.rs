@@ -137,6 +137,14 @@ impl<V> HashedMap<V> {
         Err(at)
     }
 
+    /// Starts loading `key`'s home slot (see `engram_pmem::prefetch`): for
+    /// a replay that knows its next keys.
+    pub(crate) fn prefetch(&self, key: &[u8]) {
+        if let Some(slot) = self.slots.get(self.home(hashed::hash_of(key))) {
+            engram_pmem::prefetch(slot as *const Option<Slot<V>>);
+        }
+    }
+
     pub(crate) fn get(&self, key: &[u8]) -> Option<&V> {
         let at = self.find(hashed::hash_of(key), key).ok()?;
         self.slots[at].as_ref().map(|slot| &slot.value)

@@ -588,6 +588,31 @@ impl<'a> Txn<'a> {
         Ok(())
     }
 
+    /// Starts loading what an HSET of `field` on the hash at `key` in
+    /// `db` will miss on: the field's slot, or (`value`, once the slot is
+    /// loaded) its value. Nothing when the transaction does not hold the
+    /// collections yet or the key holds no hash. For a replicated node's
+    /// apply, which knows the commands it runs next.
+    pub fn prefetch_hash_field(&self, db: usize, key: &[u8], field: &[u8], value: bool) {
+        let Some(writer) = &self.coll else {
+            return;
+        };
+        let Ok(ekey) = self.ks.physical_ekey(db, key) else {
+            return;
+        };
+        if let Some(Entry {
+            object: engram_collections::types::Object::Hash(hash),
+            ..
+        }) = writer.keys().get(&ekey)
+        {
+            if value {
+                hash.prefetch_value(field);
+            } else {
+                hash.prefetch_slot(field);
+            }
+        }
+    }
+
     /// Whether the engine holds any value at `ekey` (expired or not),
     /// counting buffered writes.
     fn engine_has(&self, ekey: &[u8]) -> Result<bool> {

@@ -208,40 +208,78 @@ impl StateMachine for Applier {
 /// each missed on the index and then the record (a quarter of the apply
 /// under INCR). Commands are counted in the order `apply_entry` runs
 /// them: every item's, every entry's.
-struct Warmer {
+struct Warmer<'e> {
     /// Per command, the engine hash of its first key.
     hashes: Vec<Option<u64>>,
+    /// Per command, an HSET's database, key and first field: the hash's
+    /// slot for the field, then its value, are warmed too
+    /// (`Txn::prefetch_hash_field`), as the checkpointer's replay does.
+    fields: Vec<Option<HashField<'e>>>,
     next: usize,
 }
 
-impl Warmer {
+/// An HSET's database, key and first field.
+type HashField<'e> = (usize, &'e [u8], &'e [u8]);
+
+/// How many commands ahead an HSET's field slot, then its value, start
+/// loading.
+const FIELD_SLOT_AHEAD: usize = 8;
+const FIELD_VALUE_AHEAD: usize = 4;
+
+impl<'e> Warmer<'e> {
     /// `hash` gives a key's engine hash in a database
     /// (`Keyspace::prefetch_hash`).
-    fn new(entries: &[Option<Entry<'_>>], hash: impl Fn(usize, &[u8]) -> Option<u64>) -> Warmer {
-        let hash = &hash;
-        let hashes = entries
-            .iter()
-            .flatten()
-            .flat_map(|entry| {
-                entry.items.iter().flat_map(move |item| {
-                    entry.commands(item).map(move |args| {
-                        let (_, spec) = lookup(args.get(0))?;
-                        if spec.keys.0 != 1 || args.len() < 2 {
-                            return None;
-                        }
-                        hash(item.db, args.get(1))
-                    })
-                })
+    fn new(
+        entries: &'e [Option<Entry<'e>>],
+        hash: impl Fn(usize, &[u8]) -> Option<u64>,
+    ) -> Warmer<'e> {
+        let commands = || {
+            entries.iter().flatten().flat_map(|entry| {
+                entry
+                    .items
+                    .iter()
+                    .flat_map(move |item| entry.commands(item).map(move |args| (item.db, args)))
+            })
+        };
+        let hashes = commands()
+            .map(|(db, args)| {
+                let (_, spec) = lookup(args.get(0))?;
+                if spec.keys.0 != 1 || args.len() < 2 {
+                    return None;
+                }
+                hash(db, args.get(1))
             })
             .collect();
-        Warmer { hashes, next: 0 }
+        let fields = commands()
+            .map(|(db, args)| {
+                (args.len() >= 4 && args.get(0).eq_ignore_ascii_case(b"hset"))
+                    .then(|| (db, args.get(1), args.get(2)))
+            })
+            .collect();
+        Warmer {
+            hashes,
+            fields,
+            next: 0,
+        }
     }
 
-    /// Before the apply runs its next command.
-    fn step(&mut self, keyspace: &crate::keyspace::Keyspace) {
+    /// Before the apply runs its next command (in `txn`, once it holds
+    /// the collections).
+    fn step(
+        &mut self,
+        keyspace: &crate::keyspace::Keyspace,
+        txn: Option<&crate::keyspace::Txn<'_>>,
+    ) {
         for (ahead, step) in crate::keyspace::WARM_AHEAD {
             if let Some(&Some(hash)) = self.hashes.get(self.next + ahead) {
                 keyspace.prefetch(hash, step);
+            }
+        }
+        if let Some(txn) = txn {
+            for (ahead, value) in [(FIELD_SLOT_AHEAD, false), (FIELD_VALUE_AHEAD, true)] {
+                if let Some(&Some((db, key, field))) = self.fields.get(self.next + ahead) {
+                    txn.prefetch_hash_field(db, key, field, value);
+                }
             }
         }
         self.next += 1;
@@ -265,7 +303,7 @@ fn apply_entry<'s>(
     session: &mut Session,
     mut txn: Option<crate::keyspace::Txn<'s>>,
     entry: &Entry<'_>,
-    warmer: &mut Warmer,
+    warmer: &mut Warmer<'_>,
 ) -> (Option<crate::keyspace::Txn<'s>>, Vec<u8>) {
     let mut out = ReplyWriter::new();
     out.set_resp3(entry.resp3);
@@ -286,7 +324,7 @@ fn apply_entry<'s>(
             feed(session, OwnedArgs::from_slices(&[b"multi"]).args());
         }
         for args in commands {
-            warmer.step(keyspace);
+            warmer.step(keyspace, txn.as_ref());
             match lookup(args.get(0)) {
                 Some((index, _)) => {
                     txn = commands::run(shared, keyspace, session, &mut out, txn, index, args);
@@ -354,6 +392,16 @@ mod tests {
                 Some(200 + u64::from(b'b')),
                 None,
                 Some(100 + u64::from(b'c'))
+            ]
+        );
+        // Only the HSET names a field to warm, with its database and key.
+        assert_eq!(
+            warmer.fields,
+            [
+                None,
+                None,
+                None,
+                Some((1, b"c".as_slice(), b"f".as_slice()))
             ]
         );
     }

@@ -671,18 +671,22 @@ mod tests {
     use super::{trim, RETAINED_RECORDS};
     use crate::{Collections, CollectionsOptions, Op};
 
-    /// A checkpoint syncs its images where writes are ordered against
-    /// power loss, and not where the owner said they need not be.
-    #[test]
-    fn checkpoints_sync_their_images_only_when_ordered_against_power_loss() {
-        let dir = tempfile::tempdir().unwrap();
-        let options = || CollectionsOptions {
+    /// Options for these tests: images on emulated memory.
+    fn options() -> CollectionsOptions {
+        CollectionsOptions {
             images: engram_engine::Options {
                 mode: engram_engine::ModeChoice::Emulated,
                 ..Default::default()
             },
             ..Default::default()
-        };
+        }
+    }
+
+    /// A checkpoint syncs its images where writes are ordered against
+    /// power loss, and not where the owner said they need not be.
+    #[test]
+    fn checkpoints_sync_their_images_only_when_ordered_against_power_loss() {
+        let dir = tempfile::tempdir().unwrap();
         let collections = Collections::open(dir.path(), options()).unwrap();
         let push = |n: u64| Op::ListPush {
             key: b"queue".as_slice().into(),
@@ -717,13 +721,6 @@ mod tests {
     fn a_checkpoint_replaying_ahead_writes_what_the_log_says() {
         use crate::types::Object;
         let dir = tempfile::tempdir().unwrap();
-        let options = || CollectionsOptions {
-            images: engram_engine::Options {
-                mode: engram_engine::ModeChoice::Emulated,
-                ..Default::default()
-            },
-            ..Default::default()
-        };
         let hset = |key: &str, field: u32, value: u32| Op::HashSet {
             key: key.as_bytes().into(),
             pairs: vec![(

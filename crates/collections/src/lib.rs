@@ -749,6 +749,11 @@ pub struct Writer<'c> {
 }
 
 impl<'c> Writer<'c> {
+    /// `key`'s entry if its shard is locked already (`Locked::peek`).
+    pub fn peek(&self, key: &[u8]) -> Option<&Entry> {
+        self.locked.peek(key)
+    }
+
     /// Keys of every locked shard, for walks (FLUSHDB).
     pub fn keys_in_shards(&self) -> Vec<Bytes> {
         self.locked.all_keys()

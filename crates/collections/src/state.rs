@@ -172,6 +172,14 @@ pub struct Locked<'m> {
 }
 
 impl Locked<'_> {
+    /// `key`'s entry if this update has locked its shard already, None
+    /// otherwise (nothing is locked to look): for warming ahead, where
+    /// `Keys::get` would stop on a key the update has not reached.
+    pub fn peek(&self, key: &[u8]) -> Option<&Entry> {
+        let index = shard_of(key);
+        self.guards.iter().find(|(i, _)| *i == index)?.1.get(key)
+    }
+
     fn shard(&self, key: &[u8]) -> &HashMap<Bytes, Entry> {
         let index = shard_of(key);
         &self

@@ -2204,6 +2204,44 @@ mod tests {
         assert_eq!(ks.dbsize(0), 2);
     }
 
+    /// Warming an HSET's field ahead looks only where the transaction has
+    /// reached: a key whose collections shard it has not locked yet (or
+    /// one that holds no hash) is passed over, not a stop, and the warmed
+    /// fields are written as usual.
+    #[test]
+    fn warming_a_hash_field_ahead_passes_over_keys_not_reached() {
+        let dir = tempfile::tempdir().unwrap();
+        let ks = open_keyspace(dir.path());
+        let mut txn = ks.lock_all(true);
+        txn.forgo_rollback();
+        // Before any collection access: nothing held, nothing looked at.
+        txn.prefetch_hash_field(0, b"h0", b"f", false);
+        txn.hash_set(0, b"h0", vec![(&b"f"[..], &b"a"[..])])
+            .unwrap();
+        // Keys in every other shard, not reached yet, and a string.
+        for i in 1..200u32 {
+            let key = format!("h{i}");
+            txn.prefetch_hash_field(0, key.as_bytes(), b"f", false);
+            txn.prefetch_hash_field(0, key.as_bytes(), b"f", true);
+        }
+        txn.put_string(0, b"s", b"v", None).unwrap();
+        txn.prefetch_hash_field(0, b"s", b"f", true);
+        txn.prefetch_hash_field(0, b"h0", b"f", false);
+        txn.prefetch_hash_field(0, b"h0", b"f", true);
+        txn.hash_set(0, b"h0", vec![(&b"f"[..], &b"b"[..])])
+            .unwrap();
+        txn.hash_set(0, b"h7", vec![(&b"f"[..], &b"c"[..])])
+            .unwrap();
+        assert!(txn.commit().unwrap());
+        let mut txn = ks.lock_all(true);
+        for (key, value) in [(&b"h0"[..], &b"b"[..]), (b"h7", b"c")] {
+            match txn.collection(0, key, CKind::Hash, now_ms()).unwrap() {
+                Some(Object::Hash(hash)) => assert_eq!(hash.get(b"f"), Some(value)),
+                _ => panic!("{key:?} is not a hash"),
+            }
+        }
+    }
+
     /// Existing keys changed by an atomic transaction dropped without its
     /// commit come back as they were: members, fields, elements, names,
     /// expiry, and the key counts.

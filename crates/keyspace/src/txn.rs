@@ -603,7 +603,7 @@ impl<'a> Txn<'a> {
         if let Some(Entry {
             object: engram_collections::types::Object::Hash(hash),
             ..
-        }) = writer.keys().get(&ekey)
+        }) = writer.peek(&ekey)
         {
             if value {
                 hash.prefetch_value(field);

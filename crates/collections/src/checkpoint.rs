@@ -43,7 +43,7 @@ use crate::oplog::Located;
 use crate::replay;
 use crate::splice::{self, SplicedList};
 use crate::state::Entry;
-use crate::types::{Object, PieceRun};
+use crate::types::{FieldWarm, Object, PieceRun, WARM_FIELD_AHEAD};
 use crate::working::{Slot, WorkingSet};
 use crate::CollectionsState;
 
@@ -334,10 +334,11 @@ fn fold_into(
     let mut lists: HashMap<&[u8], SplicedList<'_>> = HashMap::new();
     // The operations decoded a few ahead of the one applied, so that what
     // they will miss on starts loading meanwhile (`warm`).
-    let mut ahead: VecDeque<Op<&[u8]>> = VecDeque::with_capacity(2 * WARM_SLOT_AT);
+    let look_ahead = WARM_FIELD_AHEAD[0].0;
+    let mut ahead: VecDeque<Op<&[u8]>> = VecDeque::with_capacity(2 * look_ahead);
     let mut records = order.iter();
     loop {
-        while ahead.len() <= WARM_SLOT_AT {
+        while ahead.len() <= look_ahead {
             let Some((_, record)) = records.next() else {
                 break;
             };
@@ -352,11 +353,10 @@ fn fold_into(
         let Some(op) = ahead.pop_front() else {
             break;
         };
-        if let Some(later) = ahead.get(WARM_SLOT_AT - 1) {
-            warm(working, later, Warm::Slot);
-        }
-        if let Some(later) = ahead.get(WARM_VALUE_AT - 1) {
-            warm(working, later, Warm::Value);
+        for (distance, what) in WARM_FIELD_AHEAD {
+            if let Some(later) = ahead.get(distance - 1) {
+                warm(working, later, what);
+            }
         }
         if let Some(key) = splice::target(&op) {
             working.touch(key, || {
@@ -562,22 +562,10 @@ enum Load {
     MaySplice,
 }
 
-/// How many operations ahead of the one applied the replay starts loading
-/// a hash field's slot, and (once that is loaded) its value. A hot hash's
-/// replay missed on both for nearly every HSET.
-const WARM_SLOT_AT: usize = 8;
-const WARM_VALUE_AT: usize = 4;
-
-#[derive(Clone, Copy)]
-enum Warm {
-    Slot,
-    Value,
-}
-
 /// Starts loading what applying `op` will read of a collection already
 /// in the working set (HSET's fields, for now: the writes a hot hash
 /// takes), without changing anything.
-fn warm(working: &WorkingSet, op: &Op<&[u8]>, what: Warm) {
+fn warm(working: &WorkingSet, op: &Op<&[u8]>, what: FieldWarm) {
     let Op::HashSet { key, pairs } = op else {
         return;
     };
@@ -589,10 +577,7 @@ fn warm(working: &WorkingSet, op: &Op<&[u8]>, what: Warm) {
         return;
     };
     for (field, _) in pairs.iter().take(4) {
-        match what {
-            Warm::Slot => hash.prefetch_slot(field),
-            Warm::Value => hash.prefetch_value(field),
-        }
+        hash.prefetch_field(field, what);
     }
 }
 

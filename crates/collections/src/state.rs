@@ -176,18 +176,21 @@ impl Locked<'_> {
     /// otherwise (nothing is locked to look): for warming ahead, where
     /// `Keys::get` would stop on a key the update has not reached.
     pub fn peek(&self, key: &[u8]) -> Option<&Entry> {
+        self.held(key)?.get(key)
+    }
+
+    /// The shard of `key`, if this update has locked it.
+    fn held(&self, key: &[u8]) -> Option<&HashMap<Bytes, Entry>> {
         let index = shard_of(key);
-        self.guards.iter().find(|(i, _)| *i == index)?.1.get(key)
+        self.guards
+            .iter()
+            .find(|(i, _)| *i == index)
+            .map(|(_, guard)| &**guard)
     }
 
     fn shard(&self, key: &[u8]) -> &HashMap<Bytes, Entry> {
-        let index = shard_of(key);
-        &self
-            .guards
-            .iter()
-            .find(|(i, _)| *i == index)
+        self.held(key)
             .unwrap_or_else(|| panic!("key {key:?} is not among the update's keys"))
-            .1
     }
 
     fn shard_mut(&mut self, key: &[u8]) -> &mut HashMap<Bytes, Entry> {

@@ -31,6 +31,7 @@
 
 use std::sync::atomic::Ordering;
 
+use engram_collections::types::FieldWarm;
 use engram_collections::{apply, op::Bytes, Entry, Op, Undo, Writer};
 use engram_engine::WordUpdate;
 use smallvec::SmallVec;
@@ -589,11 +590,11 @@ impl<'a> Txn<'a> {
     }
 
     /// Starts loading what an HSET of `field` on the hash at `key` in
-    /// `db` will miss on: the field's slot, or (`value`, once the slot is
-    /// loaded) its value. Nothing when the transaction does not hold the
-    /// collections yet or the key holds no hash. For a replicated node's
-    /// apply, which knows the commands it runs next.
-    pub fn prefetch_hash_field(&self, db: usize, key: &[u8], field: &[u8], value: bool) {
+    /// `db` will miss on (`Hash::prefetch_field`). Nothing when the
+    /// transaction does not hold the key's collections shard yet or the
+    /// key holds no hash. For a replicated node's apply, which knows the
+    /// commands it runs next.
+    pub fn prefetch_hash_field(&self, db: usize, key: &[u8], field: &[u8], what: FieldWarm) {
         let Some(writer) = &self.coll else {
             return;
         };
@@ -605,11 +606,7 @@ impl<'a> Txn<'a> {
             ..
         }) = writer.peek(&ekey)
         {
-            if value {
-                hash.prefetch_value(field);
-            } else {
-                hash.prefetch_slot(field);
-            }
+            hash.prefetch_field(field, what);
         }
     }
 

@@ -23,6 +23,20 @@ pub struct Hash {
     payload_bytes: usize,
 }
 
+/// What [`Hash::prefetch_field`] starts loading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldWarm {
+    Slot,
+    Value,
+}
+
+/// How many operations ahead of an HSET a replay that knows its next
+/// ones (the checkpointer, a replicated node's apply) warms the field's
+/// slot, then, with the slot loaded by then, its value: a hot hash's
+/// replay missed on both for nearly every HSET. The slot's distance comes
+/// first and is the farthest.
+pub const WARM_FIELD_AHEAD: [(usize, FieldWarm); 2] = [(8, FieldWarm::Slot), (4, FieldWarm::Value)];
+
 impl Hash {
     /// An empty hash.
     pub fn new() -> Self {
@@ -63,18 +77,19 @@ impl Hash {
         self.entries.get(field).map(|value| &value[..])
     }
 
-    /// Starts loading the slot `field` would be found in (its lookup a few
-    /// operations later then costs no miss).
-    pub fn prefetch_slot(&self, field: &[u8]) {
-        self.entries.prefetch(field);
-    }
-
-    /// Starts loading `field`'s value, up to its first 256 bytes, if the
-    /// field is there (best once its slot is loaded: `prefetch_slot`).
-    pub fn prefetch_value(&self, field: &[u8]) {
-        if let Some(value) = self.entries.get(field) {
-            for line in (0..value.len().min(256)).step_by(64) {
-                engram_pmem::prefetch(value[line..].as_ptr());
+    /// Starts loading what an HSET of `field` will miss on (see
+    /// [`WARM_FIELD_AHEAD`]): the slot the field would be found in, or its
+    /// value's first 256 bytes if the field is there (best once the slot
+    /// is loaded). A hint: nothing changes.
+    pub fn prefetch_field(&self, field: &[u8], what: FieldWarm) {
+        match what {
+            FieldWarm::Slot => self.entries.prefetch(field),
+            FieldWarm::Value => {
+                if let Some(value) = self.entries.get(field) {
+                    for line in (0..value.len().min(256)).step_by(64) {
+                        engram_pmem::prefetch(value[line..].as_ptr());
+                    }
+                }
             }
         }
     }

@@ -26,7 +26,7 @@ pub mod stream;
 mod zset;
 
 pub use codec::{DecodeError, ListImage, PieceRun, PiecesImage, FORMAT_VERSION};
-pub use hash::{FieldValue, Hash};
+pub use hash::{FieldValue, FieldWarm, Hash, WARM_FIELD_AHEAD};
 pub use hashed::fix_seed as fix_hash_seed;
 pub use list::{resolve_index, resolve_range, InsertPosition, List};
 pub use ranked::RankedMap;

@@ -221,11 +221,6 @@ struct Warmer<'e> {
 /// An HSET's database, key and first field.
 type HashField<'e> = (usize, &'e [u8], &'e [u8]);
 
-/// How many commands ahead an HSET's field slot, then its value, start
-/// loading.
-const FIELD_SLOT_AHEAD: usize = 8;
-const FIELD_VALUE_AHEAD: usize = 4;
-
 impl<'e> Warmer<'e> {
     /// `hash` gives a key's engine hash in a database
     /// (`Keyspace::prefetch_hash`).
@@ -233,29 +228,22 @@ impl<'e> Warmer<'e> {
         entries: &'e [Option<Entry<'e>>],
         hash: impl Fn(usize, &[u8]) -> Option<u64>,
     ) -> Warmer<'e> {
-        let commands = || {
-            entries.iter().flatten().flat_map(|entry| {
-                entry
-                    .items
-                    .iter()
-                    .flat_map(move |item| entry.commands(item).map(move |args| (item.db, args)))
-            })
-        };
-        let hashes = commands()
+        let commands = entries.iter().flatten().flat_map(|entry| {
+            entry
+                .items
+                .iter()
+                .flat_map(move |item| entry.commands(item).map(move |args| (item.db, args)))
+        });
+        let (hashes, fields) = commands
             .map(|(db, args)| {
-                let (_, spec) = lookup(args.get(0))?;
-                if spec.keys.0 != 1 || args.len() < 2 {
-                    return None;
-                }
-                hash(db, args.get(1))
+                let first_key = lookup(args.get(0))
+                    .filter(|(_, spec)| spec.keys.0 == 1 && args.len() >= 2)
+                    .and_then(|_| hash(db, args.get(1)));
+                let field = (args.len() >= 4 && args.get(0).eq_ignore_ascii_case(b"hset"))
+                    .then(|| (db, args.get(1), args.get(2)));
+                (first_key, field)
             })
-            .collect();
-        let fields = commands()
-            .map(|(db, args)| {
-                (args.len() >= 4 && args.get(0).eq_ignore_ascii_case(b"hset"))
-                    .then(|| (db, args.get(1), args.get(2)))
-            })
-            .collect();
+            .unzip();
         Warmer {
             hashes,
             fields,
@@ -276,9 +264,9 @@ impl<'e> Warmer<'e> {
             }
         }
         if let Some(txn) = txn {
-            for (ahead, value) in [(FIELD_SLOT_AHEAD, false), (FIELD_VALUE_AHEAD, true)] {
+            for (ahead, what) in crate::keyspace::WARM_FIELD_AHEAD {
                 if let Some(&Some((db, key, field))) = self.fields.get(self.next + ahead) {
-                    txn.prefetch_hash_field(db, key, field, value);
+                    txn.prefetch_hash_field(db, key, field, what);
                 }
             }
         }

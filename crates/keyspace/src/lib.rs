@@ -2216,19 +2216,22 @@ mod tests {
         let mut txn = ks.lock_all(true);
         txn.forgo_rollback();
         // Before any collection access: nothing held, nothing looked at.
-        txn.prefetch_hash_field(0, b"h0", b"f", FieldWarm::Slot);
+        txn.prefetch_hash_fields(0, b"h0", &[(b"f", FieldWarm::Slot)]);
         txn.hash_set(0, b"h0", vec![(&b"f"[..], &b"a"[..])])
             .unwrap();
         // Keys in every other shard, not reached yet, and a string.
         for i in 1..200u32 {
             let key = format!("h{i}");
-            txn.prefetch_hash_field(0, key.as_bytes(), b"f", FieldWarm::Slot);
-            txn.prefetch_hash_field(0, key.as_bytes(), b"f", FieldWarm::Value);
+            txn.prefetch_hash_fields(0, key.as_bytes(), &[(b"f", FieldWarm::Slot)]);
+            txn.prefetch_hash_fields(0, key.as_bytes(), &[(b"f", FieldWarm::Value)]);
         }
         txn.put_string(0, b"s", b"v", None).unwrap();
-        txn.prefetch_hash_field(0, b"s", b"f", FieldWarm::Value);
-        txn.prefetch_hash_field(0, b"h0", b"f", FieldWarm::Slot);
-        txn.prefetch_hash_field(0, b"h0", b"f", FieldWarm::Value);
+        txn.prefetch_hash_fields(0, b"s", &[(b"f", FieldWarm::Value)]);
+        txn.prefetch_hash_fields(
+            0,
+            b"h0",
+            &[(b"g", FieldWarm::Slot), (b"f", FieldWarm::Value)],
+        );
         txn.hash_set(0, b"h0", vec![(&b"f"[..], &b"b"[..])])
             .unwrap();
         txn.hash_set(0, b"h7", vec![(&b"f"[..], &b"c"[..])])

@@ -589,12 +589,12 @@ impl<'a> Txn<'a> {
         Ok(())
     }
 
-    /// Starts loading what an HSET of `field` on the hash at `key` in
-    /// `db` will miss on (`Hash::prefetch_field`). Nothing when the
-    /// transaction does not hold the key's collections shard yet or the
-    /// key holds no hash. For a replicated node's apply, which knows the
-    /// commands it runs next.
-    pub fn prefetch_hash_field(&self, db: usize, key: &[u8], field: &[u8], what: FieldWarm) {
+    /// Starts loading what HSETs of `fields` on the hash at `key` in `db`
+    /// will miss on (`Hash::prefetch_field`), the key looked up once.
+    /// Nothing when the transaction does not hold the key's collections
+    /// shard yet or the key holds no hash. For a replicated node's apply,
+    /// which knows the commands it runs next.
+    pub fn prefetch_hash_fields(&self, db: usize, key: &[u8], fields: &[(&[u8], FieldWarm)]) {
         let Some(writer) = &self.coll else {
             return;
         };
@@ -606,7 +606,9 @@ impl<'a> Txn<'a> {
             ..
         }) = writer.peek(&ekey)
         {
-            hash.prefetch_field(field, what);
+            for &(field, what) in fields {
+                hash.prefetch_field(field, what);
+            }
         }
     }
 

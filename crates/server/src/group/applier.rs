@@ -4,6 +4,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
+use smallvec::SmallVec;
+
 use engram_replication::{Committed, Reply, StateMachine};
 
 use super::entry::{decode_entry, Entry};
@@ -213,13 +215,17 @@ struct Warmer<'e> {
     hashes: Vec<Option<u64>>,
     /// Per command, an HSET's database, key and first field: the hash's
     /// slot for the field, then its value, are warmed too
-    /// (`Txn::prefetch_hash_field`), as the checkpointer's replay does.
+    /// (`Txn::prefetch_hash_fields`), as the checkpointer's replay does.
     fields: Vec<Option<HashField<'e>>>,
     next: usize,
 }
 
 /// An HSET's database, key and first field.
 type HashField<'e> = (usize, &'e [u8], &'e [u8]);
+/// A hash's database and key.
+type HashKey<'e> = (usize, &'e [u8]);
+/// A field and what of it to warm.
+type FieldStep<'e> = (&'e [u8], crate::keyspace::FieldWarm);
 
 impl<'e> Warmer<'e> {
     /// `hash` gives a key's engine hash in a database
@@ -236,8 +242,14 @@ impl<'e> Warmer<'e> {
         });
         let (hashes, fields) = commands
             .map(|(db, args)| {
+                // A collection command's key is in the collections store
+                // (the engine holds strings; `Txn::collection` looks there
+                // only when no collection holds the key): its engine lines
+                // are not warmed.
                 let first_key = lookup(args.get(0))
-                    .filter(|(_, spec)| spec.keys.0 == 1 && args.len() >= 2)
+                    .filter(|(_, spec)| {
+                        spec.keys.0 == 1 && args.len() >= 2 && !is_collection_group(spec.group)
+                    })
                     .and_then(|_| hash(db, args.get(1)));
                 let field = (args.len() >= 4 && args.get(0).eq_ignore_ascii_case(b"hset"))
                     .then(|| (db, args.get(1), args.get(2)));
@@ -264,14 +276,33 @@ impl<'e> Warmer<'e> {
             }
         }
         if let Some(txn) = txn {
+            // The fields due, grouped by hash: a hot hash is looked up once
+            // for both (as the benchmark's and a counter hash's HSETs are).
+            let mut due: SmallVec<[(HashKey<'_>, SmallVec<[FieldStep<'_>; 2]>); 2]> =
+                SmallVec::new();
             for (ahead, what) in crate::keyspace::WARM_FIELD_AHEAD {
                 if let Some(&Some((db, key, field))) = self.fields.get(self.next + ahead) {
-                    txn.prefetch_hash_field(db, key, field, what);
+                    match due.iter_mut().find(|(hash, _)| *hash == (db, key)) {
+                        Some((_, fields)) => fields.push((field, what)),
+                        None => due.push(((db, key), smallvec::smallvec![(field, what)])),
+                    }
                 }
+            }
+            for ((db, key), fields) in due {
+                txn.prefetch_hash_fields(db, key, &fields);
             }
         }
         self.next += 1;
     }
+}
+
+/// Whether a command group's keys hold collections (the `group` of
+/// `CommandSpec`).
+fn is_collection_group(group: &str) -> bool {
+    matches!(
+        group,
+        "hash" | "list" | "set" | "sortedset" | "stream" | "geo"
+    )
 }
 
 /// A chunk's transaction: atomic, excluding the keyspace, and never
@@ -379,7 +410,9 @@ mod tests {
                 Some(u64::from(b'a')),
                 Some(200 + u64::from(b'b')),
                 None,
-                Some(100 + u64::from(b'c'))
+                // An HSET's key is a collection's: its field is warmed
+                // instead of engine lines.
+                None
             ]
         );
         // Only the HSET names a field to warm, with its database and key.

@@ -223,7 +223,12 @@ pub(super) fn as_stream(object: Option<&Object>) -> Result<Option<&Stream>, CmdE
 struct AddTrimArgs {
     trim: Option<TrimStrategy>,
     approx: bool,
+    /// Redis's LIMIT: how many entries an approximate trim may remove,
+    /// counted in whole nodes.
     limit: u64,
+    /// On a Raft group's member, the LIMIT given, counted in entries
+    /// (`layout_free`); 0: none.
+    cap: u64,
     no_mkstream: bool,
     /// The ID and whether its sequence was given (XADD).
     id: Option<(StreamId, bool)>,
@@ -232,7 +237,8 @@ struct AddTrimArgs {
 }
 
 /// Redis's `streamParseAddOrTrimArgsOrReply`.
-fn parse_add_trim(args: &Args, xadd: bool) -> Result<AddTrimArgs, CmdError> {
+/// `member`: this node is a Raft group's member (`layout_free`).
+fn parse_add_trim(args: &Args, xadd: bool, member: bool) -> Result<AddTrimArgs, CmdError> {
     let mut parsed = AddTrimArgs::default();
     let mut limit_given = false;
     let mut i = 2;
@@ -311,13 +317,47 @@ fn parse_add_trim(args: &Args, xadd: bool) -> Result<AddTrimArgs, CmdError> {
     } else {
         parsed.limit = 0;
     }
+    if member {
+        layout_free(&mut parsed, limit_given);
+    }
     Ok(parsed)
+}
+
+/// A trim every member of a Raft group decides alike. Where a stream's
+/// nodes end is no part of its state: a member that restarted from a
+/// checkpoint image or installed a snapshot packs them anew, and
+/// `stream-node-max-entries` is each node's own. So `~`, which removes
+/// whole nodes only, would remove a different count on each member. On a
+/// member a trim is exact (`~` allows it: at least the threshold is
+/// kept), and an explicit LIMIT caps the entries removed. (Redis makes
+/// its replicas agree by rewriting the trim it made into an exact one
+/// before it propagates it.)
+fn layout_free(parsed: &mut AddTrimArgs, limit_given: bool) {
+    if parsed.approx {
+        parsed.cap = if limit_given { parsed.limit } else { 0 };
+        parsed.approx = false;
+        parsed.limit = 0;
+    }
+}
+
+/// How many entries `parsed`'s trim removes from `stream`, as if an
+/// entry `appended` (with `entry_bytes`) were added first.
+fn trim_count(stream: &Stream, parsed: &AddTrimArgs, appended: Option<(StreamId, usize)>) -> u64 {
+    let Some(strategy) = parsed.trim else {
+        return 0;
+    };
+    let (id, bytes) = appended.map_or((None, 0), |(id, bytes)| (Some(id), bytes));
+    let count = stream.trim_count_after(id, bytes, strategy, parsed.approx, parsed.limit);
+    match parsed.cap {
+        0 => count,
+        cap => count.min(cap),
+    }
 }
 
 /// XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT count]]
 /// *|id field value [field value ...]
 fn xadd(ctx: &mut Ctx, args: Args) -> CmdResult {
-    let parsed = parse_add_trim(&args, true)?;
+    let parsed = parse_add_trim(&args, true, ctx.shared.group.get().is_some())?;
     let fields_at = parsed.id_at + 1;
     let field_args = args.len().saturating_sub(fields_at);
     if field_args < 2 || field_args % 2 == 1 {
@@ -373,22 +413,9 @@ fn xadd(ctx: &mut Ctx, args: Args) -> CmdResult {
         if entry_bytes > MAX_NODE_BYTES {
             return Err(err("ERR Elements are too large to be stored"));
         }
-        let trimmed = match (parsed.trim, stream) {
-            (Some(strategy), Some(stream)) => stream.trim_count_after(
-                Some(id),
-                entry_bytes,
-                strategy,
-                parsed.approx,
-                parsed.limit,
-            ),
-            (Some(strategy), None) => Stream::new().trim_count_after(
-                Some(id),
-                entry_bytes,
-                strategy,
-                parsed.approx,
-                parsed.limit,
-            ),
-            (None, _) => 0,
+        let trimmed = match stream {
+            Some(stream) => trim_count(stream, &parsed, Some((id, entry_bytes))),
+            None => trim_count(&Stream::new(), &parsed, Some((id, entry_bytes))),
         };
         let ekey = ckey(db, key)?;
         let mut ops = vec![Op::StreamAdd {
@@ -420,14 +447,13 @@ fn xadd(ctx: &mut Ctx, args: Args) -> CmdResult {
 
 /// XTRIM key MAXLEN|MINID [=|~] threshold [LIMIT count]
 fn xtrim(ctx: &mut Ctx, args: Args) -> CmdResult {
-    let parsed = parse_add_trim(&args, false)?;
-    let strategy = parsed.trim.expect("XTRIM has a strategy");
+    let parsed = parse_add_trim(&args, false, ctx.shared.group.get().is_some())?;
     let key = args.get(1);
     let removed = ctx.write(&[key], false, |txn, db, now| {
         let Some(stream) = stream_in(txn, db, key, now)? else {
             return Ok(0);
         };
-        let count = stream.trim_count(strategy, parsed.approx, parsed.limit);
+        let count = trim_count(stream, &parsed, None);
         if count > 0 {
             txn.log(vec![Op::StreamTrim {
                 key: ckey(db, key)?,

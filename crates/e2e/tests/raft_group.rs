@@ -31,8 +31,9 @@ fn exchange(port: u16, request: &[u8], want: &str) {
 /// Three nodes of a group on loopback, each in a directory of its own,
 /// with a leader elected; stopped when dropped.
 struct Trio {
-    _dirs: Vec<tempfile::TempDir>,
-    _nodes: Vec<Served>,
+    dirs: Vec<tempfile::TempDir>,
+    peers: String,
+    nodes: Vec<Served>,
     ports: Vec<u16>,
     leader: u16,
 }
@@ -48,11 +49,23 @@ impl Trio {
         let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
         let leader = leader_among(&ports);
         Trio {
-            _dirs: dirs,
-            _nodes: nodes,
+            dirs,
+            peers,
+            nodes,
             ports,
             leader,
         }
+    }
+
+    /// Kills node `at` (an index into `ports`) and starts it again from
+    /// its directory; it listens on a new port, and the leader is found
+    /// anew.
+    fn restart(&mut self, at: usize) {
+        drop(self.nodes.remove(at));
+        let node = start_node(self.dirs[at].path(), at as u64 + 1, &self.peers);
+        self.nodes.insert(at, node);
+        self.ports = self.nodes.iter().map(|n| n.port).collect();
+        self.leader = leader_among(&self.ports);
     }
 }
 
@@ -1257,15 +1270,8 @@ fn expired_keys_are_deleted_on_every_member_without_being_touched() {
 /// the others removed.
 #[test]
 fn approximate_stream_trims_remove_the_same_entries_on_every_member() {
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let peers = common::group_peers(&bus);
-    let mut nodes: Vec<Served> = (0..3)
-        .map(|i| start_node(dirs[i].path(), i as u64 + 1, &peers))
-        .collect();
-    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
-    let leader = leader_among(&ports);
-    let mut con = connect(leader);
+    let mut group = Trio::start();
+    let mut con = connect(group.leader);
     let mut adds = redis::pipe();
     for i in 1..=300 {
         adds.cmd("XADD")
@@ -1288,14 +1294,13 @@ fn approximate_stream_trims_remove_the_same_entries_on_every_member() {
         .unwrap();
 
     // A follower writes its image and restarts from it.
-    let at = ports.iter().position(|&p| p != leader).unwrap();
-    wait_replicated(ports[at], "written", "1");
-    let _: () = redis::cmd("SAVE").query(&mut connect(ports[at])).unwrap();
-    drop(nodes.remove(at));
-    nodes.insert(at, start_node(dirs[at].path(), at as u64 + 1, &peers));
-    // Restarted on another port: the group's ports are the new ones.
-    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
-    let leader = leader_among(&ports);
+    let at = group.ports.iter().position(|&p| p != group.leader).unwrap();
+    wait_replicated(group.ports[at], "written", "1");
+    let _: () = redis::cmd("SAVE")
+        .query(&mut connect(group.ports[at]))
+        .unwrap();
+    group.restart(at);
+    let (ports, leader) = (group.ports.clone(), group.leader);
     let mut con = connect(leader);
     let _: () = redis::cmd("SET")
         .arg("restarted")

@@ -430,44 +430,28 @@ impl Link {
             return;
         }
         let mut batch = batch.into_iter();
-        if !state.draining && state.backlog.is_empty() {
-            if let (Some(stream), Some(Pending::Bytes(bytes))) =
-                (&state.stream, batch.as_slice().first())
-            {
-                let mut written = 0;
-                let mut failed = false;
-                while written < bytes.len() {
-                    match (&**stream).write(&bytes[written..]) {
-                        Ok(0) => {
-                            failed = true;
-                            break;
-                        }
-                        Ok(n) => written += n,
-                        Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                        Err(_) => {
-                            failed = true;
-                            break;
-                        }
-                    }
-                }
-                if failed {
-                    // As the link thread does on a failed write: these
-                    // messages are lost, the next ones reconnect.
-                    state.stream = None;
-                    self.work.notify_one();
-                    drop(state);
-                    self.unreachable.write().push(self.peer);
-                    return;
-                }
-                let Some(Pending::Bytes(mut bytes)) = batch.next() else {
-                    unreachable!("the first of the batch is bytes")
-                };
-                if written < bytes.len() {
-                    bytes.drain(..written);
-                    state.backlog_bytes += bytes.len();
-                    state.backlog.push_back(Pending::Bytes(bytes));
-                }
+        let direct = !state.draining
+            && state.backlog.is_empty()
+            && state.stream.is_some()
+            && matches!(batch.as_slice().first(), Some(Pending::Bytes(_)));
+        if direct {
+            let Some(Pending::Bytes(mut bytes)) = batch.next() else {
+                unreachable!("checked: the batch starts with bytes")
+            };
+            let stream = state.stream.as_deref().expect("checked: connected");
+            let Some(written) = write_available(stream, &bytes) else {
+                // As the link thread does on a failed write: these
+                // messages are lost, the next ones reconnect.
+                state.stream = None;
+                self.work.notify_one();
+                drop(state);
+                self.unreachable.write().push(self.peer);
+                return;
+            };
+            if written < bytes.len() {
+                bytes.drain(..written);
+                state.backlog_bytes += bytes.len();
+                state.backlog.push_back(Pending::Bytes(bytes));
             }
         }
         let mut dropped = false;
@@ -559,6 +543,22 @@ impl Link {
         state.backlog.clear();
         state.backlog_bytes = 0;
     }
+}
+
+/// Writes what the non-blocking `stream` takes of `bytes` now: how many
+/// bytes it took, or None on an error (the connection is lost).
+fn write_available(mut stream: &TcpStream, bytes: &[u8]) -> Option<usize> {
+    let mut written = 0;
+    while written < bytes.len() {
+        match stream.write(&bytes[written..]) {
+            Ok(0) => return None,
+            Ok(n) => written += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(_) => return None,
+        }
+    }
+    Some(written)
 }
 
 /// Writes `items` in order, waiting as long as the peer takes to read
@@ -710,6 +710,39 @@ mod tests {
         let indexes = read_indexes(stream, COUNT - 1);
         assert_eq!(indexes, (0..COUNT).collect::<Vec<_>>());
         assert!(bus.take_unreachable().is_empty(), "nothing was dropped");
+    }
+
+    /// A snapshot goes through the link thread (encoded off the Raft
+    /// loop), between the appends sent with it, in order.
+    #[test]
+    fn a_snapshot_keeps_its_place_among_the_messages_sent_with_it() {
+        let peer = TcpListener::bind("127.0.0.1:0").unwrap();
+        let bus = bus_to(&peer);
+        let (stream, _) = peer.accept().unwrap();
+        let mut snapshot = Message::default();
+        snapshot.set_msg_type(MessageType::MsgSnapshot);
+        snapshot.to = 2;
+        snapshot.index = 2;
+        snapshot.mut_snapshot().data = vec![7; 1 << 20].into();
+        bus.send(vec![append(1, 16), snapshot, append(3, 16)]);
+        bus.send(vec![append(4, 16)]);
+        assert_eq!(read_indexes(stream, 4), vec![1, 2, 3, 4]);
+    }
+
+    /// A peer that reads nothing fills the backlog; past it messages are
+    /// dropped and the peer is reported unreachable, and sending goes on.
+    #[test]
+    fn past_a_full_backlog_messages_are_dropped_and_the_peer_reported() {
+        let peer = TcpListener::bind("127.0.0.1:0").unwrap();
+        let bus = bus_to(&peer);
+        let (_stream, _) = peer.accept().unwrap();
+        // Twice the backlog: the link thread may have taken up to a
+        // backlog's worth out to write before the peer's socket filled.
+        let per_message = 64 << 10;
+        for index in 0..(2 * BACKLOG_BYTES / per_message + 64) as u64 {
+            bus.send(vec![append(index, per_message)]);
+        }
+        assert_eq!(bus.take_unreachable(), vec![2]);
     }
 
     #[test]

@@ -9,7 +9,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{connect, free_port, leader_among, role, serve, start_node, wait_replicated, Served};
+use common::{
+    connect, free_port, leader_among, role, serve, start_node, wait_replicated, Served, Trio,
+};
 
 /// Sends `request` as raw bytes (a pipeline) and checks the replies are
 /// exactly `want`, in order.
@@ -26,47 +28,6 @@ fn exchange(port: u16, request: &[u8], want: &str) {
         got.extend_from_slice(&chunk[..n]);
     }
     assert_eq!(String::from_utf8_lossy(&got), want);
-}
-
-/// Three nodes of a group on loopback, each in a directory of its own,
-/// with a leader elected; stopped when dropped.
-struct Trio {
-    dirs: Vec<tempfile::TempDir>,
-    peers: String,
-    nodes: Vec<Served>,
-    ports: Vec<u16>,
-    leader: u16,
-}
-
-impl Trio {
-    fn start() -> Trio {
-        let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-        let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let peers = common::group_peers(&bus);
-        let nodes: Vec<Served> = (0..3)
-            .map(|i| start_node(dirs[i].path(), i as u64 + 1, &peers))
-            .collect();
-        let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
-        let leader = leader_among(&ports);
-        Trio {
-            dirs,
-            peers,
-            nodes,
-            ports,
-            leader,
-        }
-    }
-
-    /// Kills node `at` (an index into `ports`) and starts it again from
-    /// its directory; it listens on a new port, and the leader is found
-    /// anew.
-    fn restart(&mut self, at: usize) {
-        drop(self.nodes.remove(at));
-        let node = start_node(self.dirs[at].path(), at as u64 + 1, &self.peers);
-        self.nodes.insert(at, node);
-        self.ports = self.nodes.iter().map(|n| n.port).collect();
-        self.leader = leader_among(&self.ports);
-    }
 }
 
 #[test]

@@ -408,6 +408,47 @@ pub fn start_node(dir: &std::path::Path, id: u64, peers: &str) -> Served {
     serve(dir, &args)
 }
 
+/// Three nodes of a group on loopback, each in a directory of its own,
+/// with a leader elected; stopped when dropped.
+pub struct Trio {
+    pub dirs: Vec<tempfile::TempDir>,
+    pub peers: String,
+    pub nodes: Vec<Served>,
+    pub ports: Vec<u16>,
+    pub leader: u16,
+}
+
+impl Trio {
+    pub fn start() -> Trio {
+        let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+        let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let peers = group_peers(&bus);
+        let nodes: Vec<Served> = (0..3)
+            .map(|i| start_node(dirs[i].path(), i as u64 + 1, &peers))
+            .collect();
+        let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+        let leader = leader_among(&ports);
+        Trio {
+            dirs,
+            peers,
+            nodes,
+            ports,
+            leader,
+        }
+    }
+
+    /// Kills node `at` (an index into `ports`) and starts it again from
+    /// its directory; it listens on a new port, and the leader is found
+    /// anew.
+    pub fn restart(&mut self, at: usize) {
+        drop(self.nodes.remove(at));
+        let node = start_node(self.dirs[at].path(), at as u64 + 1, &self.peers);
+        self.nodes.insert(at, node);
+        self.ports = self.nodes.iter().map(|n| n.port).collect();
+        self.leader = leader_among(&self.ports);
+    }
+}
+
 /// Waits until exactly one of `ports` is master and the others follow it.
 pub fn leader_among(ports: &[u16]) -> u16 {
     let deadline = Instant::now() + Duration::from_secs(30);

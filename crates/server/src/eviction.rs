@@ -58,6 +58,8 @@ pub struct Eviction {
     /// so concurrent commands over the limit evict one after the other.
     pool: Mutex<Pool>,
     pub evicted_keys: AtomicU64,
+    /// A group's leader has an eviction proposal in flight.
+    pub proposing: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Milliseconds spent over the limit in past episodes.
     exceeded_ms: AtomicU64,
     /// When the current episode over the limit began.
@@ -107,6 +109,9 @@ impl Eviction {
 /// it (when the last sample says it is over). Marks the session as having
 /// written when it deleted anything, so the reply waits for durability.
 pub fn before_command(shared: &Shared, ks: &Keyspace, session: &mut Session) -> Outcome {
+    if shared.group.get().is_some() {
+        return group_eviction(shared, ks);
+    }
     let limit = &shared.memory_limit;
     if !limit.over(|| maxmemory::used_now(ks)) {
         shared.eviction.note_over(false);
@@ -129,7 +134,9 @@ pub fn before_command(shared: &Shared, ks: &Keyspace, session: &mut Session) -> 
         if used <= max {
             break Outcome::Ok;
         }
-        match evict_one(shared, ks, &mut pool, policy) {
+        match evict_one(shared, ks, &mut pool, policy, &mut |ekey| {
+            evict(shared, ks, ekey)
+        }) {
             Ok(true) => {
                 freed += 1;
                 session.wrote = true;
@@ -156,6 +163,70 @@ pub fn before_command(shared: &Shared, ks: &Keyspace, session: &mut Session) -> 
     outcome
 }
 
+/// Keys a group's leader proposes to evict at most at a time.
+const GROUP_VICTIMS: usize = 16;
+
+/// Eviction on a replicated group's member, where no member deletes a key
+/// by itself: a key gone from one member only would split the state.
+/// Followers ignore the limit, as Redis's replicas do by default
+/// (`replica-ignore-maxmemory`). The leader picks victims as the policy
+/// says and proposes `ENGRAM.EVICTED` for them (`group::propose_evictions`),
+/// which every member applies, as Redis's master sends its replicas a DEL
+/// for each key it evicts. The keys are gone only once the entry is
+/// applied, so while one proposal is in flight no other is made and a
+/// command over the limit runs meanwhile (as when a single node's
+/// eviction reaches its time limit); with nothing to evict, commands that
+/// may grow the data get the OOM error.
+fn group_eviction(shared: &Shared, ks: &Keyspace) -> Outcome {
+    let Some(replica) = shared.group.get() else {
+        return Outcome::Ok;
+    };
+    let limit = &shared.memory_limit;
+    let eviction = &shared.eviction;
+    if !replica.is_leader() || !limit.over(|| maxmemory::used_now(ks)) {
+        eviction.note_over(false);
+        return Outcome::Ok;
+    }
+    eviction.note_over(true);
+    let policy = limit.policy();
+    if policy == Policy::NoEviction {
+        return Outcome::Fail;
+    }
+    if eviction.proposing.swap(true, Ordering::AcqRel) {
+        return Outcome::Running;
+    }
+    let mut victims: Vec<(usize, Vec<u8>)> = Vec::new();
+    {
+        let mut pool = eviction.pool.lock();
+        for _ in 0..GROUP_VICTIMS {
+            let mut pick = |ekey: &[u8]| {
+                let Some((db, key)) = ks.client_key(ekey) else {
+                    return Ok(false);
+                };
+                if victims.iter().any(|(d, k)| *d == db && k == key) {
+                    return Ok(false);
+                }
+                victims.push((db, key.to_vec()));
+                Ok(true)
+            };
+            match evict_one(shared, ks, &mut pool, policy, &mut pick) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    log::warn!("eviction failed: {e}");
+                    break;
+                }
+            }
+        }
+    }
+    if victims.is_empty() {
+        eviction.proposing.store(false, Ordering::Release);
+        return Outcome::Fail;
+    }
+    crate::group::propose_evictions(shared, victims);
+    Outcome::Running
+}
+
 /// Redis's `evictionTimeLimitUs`: None for unlimited.
 fn time_limit(tenacity: u32) -> Option<Duration> {
     match tenacity {
@@ -174,6 +245,7 @@ fn evict_one(
     ks: &Keyspace,
     pool: &mut Pool,
     policy: Policy,
+    take: &mut dyn FnMut(&[u8]) -> crate::keyspace::Result<bool>,
 ) -> crate::keyspace::Result<bool> {
     let volatile = policy.is_volatile();
     if policy.is_random() {
@@ -186,7 +258,7 @@ fn evict_one(
                 }
                 continue;
             };
-            if evict(shared, ks, &candidate.ekey)? {
+            if take(&candidate.ekey)? {
                 return Ok(true);
             }
         }
@@ -215,7 +287,7 @@ fn evict_one(
         // The best candidate that still exists goes; ones deleted since
         // they were pooled are dropped.
         while let Some((_, ekey)) = pool.entries.pop() {
-            if evict(shared, ks, &ekey)? {
+            if take(&ekey)? {
                 return Ok(true);
             }
         }

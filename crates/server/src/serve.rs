@@ -303,7 +303,13 @@ fn spawn_expiry_thread(shared: Arc<Shared>, stop: Arc<AtomicBool>) -> JoinHandle
                 continue;
             }
             std::thread::sleep(EXPIRE_PERIOD);
-            if !shared.active_expire.load(Ordering::Relaxed) || shared.keyspace.is_reloading() {
+            // A group's member expires nothing by its own clock, whatever
+            // DEBUG SET-ACTIVE-EXPIRE says: its leader proposes deletions
+            // (`group::expire`), which every member applies alike.
+            if !shared.active_expire.load(Ordering::Relaxed)
+                || shared.group.get().is_some()
+                || shared.keyspace.is_reloading()
+            {
                 continue;
             }
             let started = Instant::now();

@@ -131,6 +131,14 @@ pub struct Blocked {
 }
 
 impl Session {
+    /// Whether this session runs a replicated group's committed entries
+    /// (the apply thread's; it carries the entry's clock). What such a
+    /// run decides must be the same on every member: nothing may hang on
+    /// this node's memory, configuration or clock.
+    pub fn applying(&self) -> bool {
+        self.clock_ms.is_some()
+    }
+
     /// Authenticates the connection as `user` (AUTH, HELLO AUTH, RESET).
     pub fn set_user(&mut self, user: Arc<crate::acl::User>, authenticated: bool) {
         *self.info.user.lock() = Some(user.clone());

@@ -107,11 +107,16 @@ fn bit_offset(ctx: &Ctx, arg: &[u8], hash_bits: Option<u32>) -> Result<u64, CmdE
     let offset = parse_int(digits)
         .ok_or_else(invalid)?
         .wrapping_mul(multiplier);
-    let max_bulk = ctx
-        .shared
-        .runtime
-        .proto_max_bulk_len
-        .load(Ordering::Relaxed) as u64;
+    // A group's apply takes the default limit: every member must accept
+    // or refuse an offset alike, whatever its own setting.
+    let max_bulk = if ctx.session.applying() {
+        crate::resp::parse::DEFAULT_MAX_BULK_BYTES as u64
+    } else {
+        ctx.shared
+            .runtime
+            .proto_max_bulk_len
+            .load(Ordering::Relaxed) as u64
+    };
     if offset < 0 || (offset >> 3) as u64 >= max_bulk {
         return Err(invalid());
     }

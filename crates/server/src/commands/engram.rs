@@ -1,6 +1,7 @@
 //! Engram's own commands (no Redis equivalent): ENGRAM.SCRUB,
 //! ENGRAM.GROUP (a replicated group's membership, below), and
-//! ENGRAM.EXPIRED (a group's expiry, below).
+//! ENGRAM.EXPIRED and ENGRAM.EVICTED (a group's expiry and eviction,
+//! below).
 //!
 //! `ENGRAM.SCRUB` brings the integrity layer's redundancy up to date, then
 //! verifies every page of the data file against its checksum and every
@@ -61,6 +62,15 @@ pub fn commands() -> Vec<CommandSpec> {
             "Deletes those of the keys that have expired (a replicated group's \
              leader proposes it for the keys it finds due).",
         ),
+        g.command(
+            "engram.evicted",
+            -2,
+            WRITE,
+            (1, -1, 1),
+            evicted,
+            "Deletes the keys as evicted (a replicated group's leader proposes \
+             it for the keys its maxmemory-policy picks).",
+        ),
     ]
 }
 
@@ -82,6 +92,34 @@ fn expired(ctx: &mut Ctx, args: Args) -> CmdResult {
         Ok(())
     })?;
     ctx.out.ok();
+    Ok(())
+}
+
+/// `ENGRAM.EVICTED key [key ...]`: deletes each key that exists, counted
+/// in `evicted_keys` and announced as `evicted` (keyspace events class
+/// `e`), as a single node's eviction does. A group's members evict
+/// nothing by themselves; the leader proposes this for the keys its
+/// policy picks (`eviction::group_eviction`) and every member applies it.
+/// The reply is how many keys it deleted.
+fn evicted(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let keys: Vec<&[u8]> = args.iter().skip(1).collect();
+    let deleted = ctx.write(&keys, keys.len() > 1, |txn, db, now| {
+        let mut deleted = Vec::new();
+        for key in &keys {
+            if txn.delete(db, key, now)? {
+                deleted.push(*key);
+            }
+        }
+        Ok(deleted)
+    })?;
+    ctx.shared
+        .eviction
+        .evicted_keys
+        .fetch_add(deleted.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    for key in &deleted {
+        ctx.notify(crate::notify::EVICTED, "evicted", key);
+    }
+    ctx.out.int(deleted.len() as i64);
     Ok(())
 }
 

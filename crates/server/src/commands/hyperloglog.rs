@@ -81,7 +81,12 @@ fn corrupt<T>(_: T) -> CmdError {
     err(CORRUPT)
 }
 
+/// `hll-sparse-max-bytes`; a group's apply takes the default, so that
+/// every member encodes alike whatever its own setting.
 fn sparse_max(ctx: &Ctx) -> usize {
+    if ctx.session.applying() {
+        return crate::hll::DEFAULT_SPARSE_MAX_BYTES;
+    }
     ctx.shared
         .runtime
         .hll_sparse_max_bytes
@@ -130,6 +135,14 @@ fn pfcount(ctx: &mut Ctx, args: Args) -> CmdResult {
     let count = match cached {
         None => 0,
         Some(Some(count)) => count,
+        // Stale on a group's member, outside the apply: the count is not
+        // stored (a read runs on one member only, and the value's bytes
+        // must stay the same on every member).
+        Some(None) if ctx.shared.group.get().is_some() && !ctx.session.applying() => ctx
+            .read(key, |meta, payload| {
+                hll::count(hll_of(meta, payload)?).map_err(corrupt)
+            })?
+            .unwrap_or(0),
         // Stale: count, and store the count in the header as Redis does
         // (a read-only command that writes its cache).
         Some(None) => ctx.write(&[key], false, |txn, db, now| {

@@ -78,7 +78,14 @@ pub struct Pending {
 const KEYS_NEED_EMPTY_KEY: &str =
     "ERR When using MIGRATE KEYS option, the key argument must be set to the empty string";
 
+/// MIGRATE on a replicated group's member (it would run on every member,
+/// each sending the keys and waiting for the target outside the log).
+const IN_GROUP: &str = "ERR MIGRATE is not supported on a member of a replicated group";
+
 fn migrate(ctx: &mut Ctx, args: Args) -> CmdResult {
+    if ctx.shared.group.get().is_some() {
+        return Err(err(IN_GROUP));
+    }
     let started = Instant::now();
     let (mut copy, mut replace) = (false, false);
     let mut auth: Option<(Option<Vec<u8>>, Vec<u8>)> = None;

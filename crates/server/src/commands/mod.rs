@@ -52,7 +52,7 @@ pub use acl::deny as record_acl_denial;
 pub use connection::client_line;
 pub use migrate::{finish as finish_migration, Pending as PendingMigration};
 pub use pubsub::leave_all as leave_pubsub_and_monitor;
-pub use scripting::allowed_while_busy;
+pub use scripting::{allowed_while_busy, evalsha_as_eval};
 pub use transactions::unwatch_all;
 
 /// A command's error reply (its text, starting with the error code).
@@ -680,7 +680,7 @@ pub fn execute(shared: &Shared, session: &mut Session, out: &mut ReplyWriter, ar
             crate::group::Route::Local => {}
             crate::group::Route::Propose => {
                 crate::group::feed_monitors(shared, session, spec, args);
-                crate::group::queue(session, spec, args);
+                crate::group::queue(shared, session, spec, args);
                 return;
             }
             crate::group::Route::Refuse(text) => {

@@ -9,7 +9,7 @@ use super::{
     CommandSpec, Ctx, Group, WHOLE_KEYSPACE,
 };
 use crate::keyspace::Txn;
-use crate::resp::Args;
+use crate::resp::{Args, OwnedArgs};
 use crate::scripting::run::{run_script, Call};
 use crate::scripting::running::KillOutcome;
 use crate::scripting::{flags, sha1_hex, EvalEngine, Script, ScriptFlags};
@@ -22,6 +22,11 @@ pub const BUSY_FUNCTION: &str =
 pub const UNKILLABLE: &str = "UNKILLABLE Sorry the script already executed write commands \
      against the dataset. You can either wait the script termination or kill the server in a \
      hard way using the SHUTDOWN NOSAVE command.";
+/// SCRIPT KILL or FUNCTION KILL of a script a group's member runs for a
+/// committed entry (Engram's; Redis's replicas run no scripts).
+pub const UNKILLABLE_REPLICATED: &str = "UNKILLABLE The script runs a committed entry of the \
+     replicated group, which every member must run whole. You can either wait the script \
+     termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.";
 const NOTBUSY: &str = "NOTBUSY No scripts in execution right now.";
 
 pub fn commands() -> Vec<CommandSpec> {
@@ -127,7 +132,14 @@ fn load_script(
                 "ERR Error compiling script (new function): {message}"
             ))
         })?;
-    eval.scripts.insert(sha.clone(), Script { flags, function });
+    eval.scripts.insert(
+        sha.clone(),
+        Script {
+            flags,
+            function,
+            body: body.into(),
+        },
+    );
     shared
         .scripting
         .cached_scripts
@@ -145,8 +157,10 @@ pub fn check_flags(ctx: &Ctx, flags: ScriptFlags, ro_command: bool) -> CmdResult
     }
     let shared = ctx.shared;
     // A script without a shebang is checked command by command instead
-    // (Redis's compatibility mode), so a read-only one still runs.
-    if !(flags.compat || flags.allow_oom || flags.no_writes)
+    // (Redis's compatibility mode), so a read-only one still runs. A
+    // group's apply checks no memory: the leader refused growth before
+    // proposing, and a member's own memory must not split the state.
+    if !(flags.compat || flags.allow_oom || flags.no_writes || ctx.session.applying())
         && shared.memory_limit.is_set()
         && shared
             .memory_limit
@@ -233,7 +247,26 @@ pub fn finish_txn<'s>(
     }
 }
 
+/// EVALSHA's arguments as EVAL's, with the script's text for its SHA-1,
+/// if this node has it cached. A group's leader proposes EVALSHA so:
+/// each member's cache is its own (lost at a restart, for one), and an
+/// entry must not run on one member and fail with NOSCRIPT on another.
+pub fn evalsha_as_eval(shared: &crate::shared::Shared, args: Args) -> Option<OwnedArgs> {
+    let body = {
+        let eval = shared.scripting.eval.lock();
+        eval.scripts.get(&lowercase(args.get(1)))?.body.clone()
+    };
+    let mut parts: Vec<&[u8]> = vec![b"eval", &body];
+    parts.extend(args.iter().skip(2));
+    Some(OwnedArgs::from_slices(&parts))
+}
+
 fn eval_generic(ctx: &mut Ctx, args: Args, by_sha: bool, ro: bool) -> CmdResult {
+    // A group's apply never looks in this member's cache (the leader sent
+    // what it had as EVAL: `evalsha_as_eval`).
+    if by_sha && ctx.session.applying() {
+        return Err(err(NOSCRIPT));
+    }
     // Before it runs, so that the commands it calls come after it.
     crate::monitor::feed_script_command(ctx.shared, ctx.session, args);
     let (keys, argv) = keys_and_args(&args)?;
@@ -394,6 +427,7 @@ pub fn kill_reply(ctx: &mut Ctx, eval: bool) -> CmdResult {
         }
         KillOutcome::NotBusy => Err(err(NOTBUSY)),
         KillOutcome::Unkillable => Err(err(UNKILLABLE)),
+        KillOutcome::Replicated => Err(err(UNKILLABLE_REPLICATED)),
         KillOutcome::WrongKind if eval => Err(err(BUSY_FUNCTION)),
         KillOutcome::WrongKind => Err(err(BUSY_EVAL)),
     }

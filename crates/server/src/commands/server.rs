@@ -571,9 +571,15 @@ fn swapdb(ctx: &mut Ctx, args: Args) -> CmdResult {
 }
 
 fn time(ctx: &mut Ctx, _args: Args) -> CmdResult {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
+    // In a group's apply (a script or transaction of a committed entry),
+    // the entry's time: what a script does with it must be the same on
+    // every member.
+    let now = match ctx.session.clock_ms {
+        Some(ms) => std::time::Duration::from_millis(ms),
+        None => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default(),
+    };
     ctx.out.array(2);
     ctx.out.bulk(now.as_secs().to_string().as_bytes());
     ctx.out.bulk(now.subsec_micros().to_string().as_bytes());

@@ -1,4 +1,4 @@
-//! A group's active expiry, proposed by the leader.
+//! A group's active expiry and its eviction, proposed by the leader.
 
 use std::sync::Arc;
 
@@ -72,4 +72,41 @@ pub async fn expire(shared: Arc<Shared>) {
             );
         }
     }
+}
+
+/// Proposes `ENGRAM.EVICTED` for `victims` (database, key), one command
+/// per database, and lowers the eviction's in-flight flag once the entry
+/// is applied here or refused (`eviction::group_eviction`).
+pub fn propose_evictions(shared: &Shared, victims: Vec<(usize, Vec<u8>)>) {
+    let proposing = shared.eviction.proposing.clone();
+    let done = move || proposing.store(false, std::sync::atomic::Ordering::Release);
+    let (Some(replica), Ok(runtime)) = (shared.group.get(), tokio::runtime::Handle::try_current())
+    else {
+        done();
+        return;
+    };
+    let mut by_db: std::collections::BTreeMap<usize, Vec<Vec<u8>>> = Default::default();
+    for (db, key) in victims {
+        by_db.entry(db).or_default().push(key);
+    }
+    let pending: Vec<Pending> = by_db
+        .into_iter()
+        .map(|(db, keys)| {
+            let mut parts: Vec<&[u8]> = vec![b"engram.evicted"];
+            parts.extend(keys.iter().map(|k| k.as_slice()));
+            Pending::Command {
+                db,
+                args: OwnedArgs::from_slices(&parts),
+                silent: true,
+                wait: None,
+            }
+        })
+        .collect();
+    let proposed = replica.propose(encode_entry(now_ms(), false, None, &pending));
+    runtime.spawn(async move {
+        if let Err(refused) = proposed.await {
+            log::debug!("eviction not proposed: {refused:?}");
+        }
+        done();
+    });
 }

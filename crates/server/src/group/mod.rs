@@ -55,7 +55,7 @@ pub use applier::Applier;
 use blocking::{blocking_wait, found_nothing};
 pub use blocking::{retry_blocked, stepped_down, Wait};
 use entry::{decode_replies, encode_entry};
-pub use expiry::expire;
+pub use expiry::{expire, propose_evictions};
 
 /// A command (or a whole MULTI/EXEC) waiting in its session to be
 /// proposed, or a reply produced meanwhile that must follow theirs.
@@ -152,6 +152,7 @@ pub fn start(shared: &Arc<Shared>, client: SocketAddr) -> Result<(), String> {
     // Expiry must be the same on every node: not the local clock's (reads
     // do not expire keys either: `serve::keyspace_options`).
     shared.active_expire.store(false, Ordering::Relaxed);
+    crate::scripting::library::count_load_instructions();
     log::info!(
         "node {id} of a Raft group of {}: bus on {}, applied index {applied}",
         replica.members().len(),
@@ -308,7 +309,7 @@ pub fn feed_monitors(shared: &Shared, session: &Session, spec: &CommandSpec, arg
 
 /// Queues a write in its session (the leader's path in `execute`), with
 /// whether CLIENT REPLY silences it (as `execute` would after running it).
-pub fn queue(session: &mut Session, spec: &CommandSpec, args: Args) {
+pub fn queue(shared: &Shared, session: &mut Session, spec: &CommandSpec, args: Args) {
     let silent = match session.reply {
         ReplyMode::Off => true,
         ReplyMode::Skip => {
@@ -317,18 +318,28 @@ pub fn queue(session: &mut Session, spec: &CommandSpec, args: Args) {
         }
         ReplyMode::On | ReplyMode::SkipNext => false,
     };
+    // EVALSHA goes as EVAL of the text cached here (none: EVALSHA, which
+    // every member's apply answers with NOSCRIPT).
+    let owned = |args: Args| {
+        if args.len() >= 2 && args.get(0).eq_ignore_ascii_case(b"evalsha") {
+            if let Some(eval) = commands::evalsha_as_eval(shared, args) {
+                return eval;
+            }
+        }
+        args.to_owned()
+    };
     let pending = if spec.name == "exec" {
         let queue = session.multi.take().unwrap_or_default();
         session.end_multi();
         Pending::Exec {
             db: session.db,
-            queue,
+            queue: queue.iter().map(|queued| owned(queued.args())).collect(),
             silent,
         }
     } else {
         Pending::Command {
             db: session.db,
-            args: args.to_owned(),
+            args: owned(args),
             silent,
             wait: blocking_wait(spec, &args),
         }

@@ -17,6 +17,23 @@ use super::ScriptFlags;
 
 /// How long a library's code may run while it loads (Redis's 500 ms).
 const LOAD_TIMEOUT: Duration = Duration::from_millis(500);
+/// On a replicated group's member, how many Lua instructions a library's
+/// code may run while it loads instead (about Redis's 500 ms on this
+/// machine's cores): every member must load a library alike, and a
+/// clock's limit would fail it on a slow or busy member only.
+const LOAD_INSTRUCTIONS: u64 = 100_000_000;
+/// The instruction hook's period while a library loads.
+const LOAD_HOOK_EVERY: u32 = 100_000;
+
+/// Set once this process is a group's member (`group::start`): loads are
+/// limited by `LOAD_INSTRUCTIONS`.
+static COUNTED_LOADS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Library loads are limited by instructions, the same on every member,
+/// not by time (a group's member).
+pub fn count_load_instructions() {
+    COUNTED_LOADS.store(true, std::sync::atomic::Ordering::Relaxed);
+}
 
 pub struct FunctionInfo {
     pub name: String,
@@ -186,10 +203,18 @@ impl FunctionsEngine {
         let registered: Arc<Mutex<BTreeMap<String, FunctionInfo>>> = Arc::default();
         let lua = &engine.lua;
         let started = Instant::now();
+        let counted = COUNTED_LOADS.load(std::sync::atomic::Ordering::Relaxed);
+        let hooks = std::sync::atomic::AtomicU64::new(0);
         lua.set_hook(
-            HookTriggers::new().every_nth_instruction(100_000),
+            HookTriggers::new().every_nth_instruction(LOAD_HOOK_EVERY),
             move |_, _| {
-                if started.elapsed() > LOAD_TIMEOUT {
+                let runs = hooks.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                let over = if counted {
+                    runs * u64::from(LOAD_HOOK_EVERY) > LOAD_INSTRUCTIONS
+                } else {
+                    started.elapsed() > LOAD_TIMEOUT
+                };
+                if over {
                     Err(mlua::Error::runtime("FUNCTION LOAD timeout"))
                 } else {
                     Ok(VmState::Continue)

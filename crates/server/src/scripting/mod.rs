@@ -58,10 +58,12 @@ pub use flags::ScriptFlags;
 pub use running::Running;
 pub use sandbox::Engine;
 
-/// A script EVAL compiled: its flags and Lua function.
+/// A script EVAL compiled: its flags and Lua function, and its text (a
+/// group's leader proposes EVALSHA as EVAL of it: `group::queue`).
 pub struct Script {
     pub flags: ScriptFlags,
     pub function: Function,
+    pub body: std::sync::Arc<[u8]>,
 }
 
 /// EVAL's Lua state and the scripts it has compiled, by SHA-1.

@@ -174,7 +174,12 @@ pub fn run_script<'s>(
     txn: Txn<'s>,
 ) -> Txn<'s> {
     let running: &Arc<Running> = &shared.scripting.running;
-    running.begin(call.eval, call.name.to_string(), call.command.clone());
+    running.begin(
+        call.eval,
+        session.applying(),
+        call.name.to_string(),
+        call.command.clone(),
+    );
     let saved_db = session.db;
     session.in_script = true;
     // On a replicated node's apply thread: the entry's time and seed, the
@@ -568,8 +573,10 @@ fn redis_call(lua: &Lua, st: &mut CallState, args: MultiValue) -> mlua::Result<(
             "ERR Write commands are not allowed from read-only scripts.",
         );
     }
+    // Not in a group's apply (see `Session::applying`).
     if !st.allow_oom
         && !st.wrote
+        && !st.session.applying()
         && shared.memory_limit.is_set()
         && commands::call_has(index, spec, &args, "denyoom")
         && shared

@@ -21,6 +21,10 @@ pub struct Running {
     /// It is an EVAL script (else a function).
     eval: AtomicBool,
     wrote: AtomicBool,
+    /// It runs a group's committed entry (`Session::applying`): killing it
+    /// on one member would leave that member without the writes every
+    /// other member makes, so it runs to its end wherever it runs.
+    replicated: AtomicBool,
     killed: AtomicBool,
     /// The name FUNCTION STATS shows and the command that ran it.
     description: Mutex<(String, Vec<Vec<u8>>)>,
@@ -36,16 +40,19 @@ pub enum KillOutcome {
     Killed,
     NotBusy,
     Unkillable,
+    /// It runs a group's committed entry (`Running::replicated`).
+    Replicated,
     /// SCRIPT KILL of a function, or FUNCTION KILL of a script.
     WrongKind,
 }
 
 impl Running {
-    pub fn begin(&self, eval: bool, name: String, command: Vec<Vec<u8>>) {
+    pub fn begin(&self, eval: bool, replicated: bool, name: String, command: Vec<Vec<u8>>) {
         *self.started.lock() = Some(Instant::now());
         *self.description.lock() = (name, command);
         self.eval.store(eval, Ordering::Relaxed);
         self.wrote.store(false, Ordering::Relaxed);
+        self.replicated.store(replicated, Ordering::Relaxed);
         self.killed.store(false, Ordering::Relaxed);
         self.active.store(true, Ordering::Release);
     }
@@ -96,6 +103,9 @@ impl Running {
     pub fn kill(&self, eval: bool) -> KillOutcome {
         if !self.is_active() {
             return KillOutcome::NotBusy;
+        }
+        if self.replicated.load(Ordering::Relaxed) {
+            return KillOutcome::Replicated;
         }
         if self.wrote.load(Ordering::Relaxed) {
             return KillOutcome::Unkillable;

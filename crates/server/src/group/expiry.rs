@@ -44,23 +44,7 @@ pub async fn expire(shared: Arc<Shared>) {
         if due.is_empty() {
             continue;
         }
-        let mut by_db: std::collections::BTreeMap<usize, Vec<Vec<u8>>> = Default::default();
-        for (db, key) in due {
-            by_db.entry(db).or_default().push(key);
-        }
-        let pending: Vec<Pending> = by_db
-            .into_iter()
-            .map(|(db, keys)| {
-                let mut parts: Vec<&[u8]> = vec![b"engram.expired"];
-                parts.extend(keys.iter().map(|k| k.as_slice()));
-                Pending::Command {
-                    db,
-                    args: OwnedArgs::from_slices(&parts),
-                    silent: true,
-                    wait: None,
-                }
-            })
-            .collect();
+        let pending = by_database(b"engram.expired", due);
         // Waited for, so the next look does not propose the same keys.
         if let Err(refused) = replica
             .propose(encode_entry(now_ms(), false, None, &pending))
@@ -85,14 +69,27 @@ pub fn propose_evictions(shared: &Shared, victims: Vec<(usize, Vec<u8>)>) {
         done();
         return;
     };
+    let pending = by_database(b"engram.evicted", victims);
+    let proposed = replica.propose(encode_entry(now_ms(), false, None, &pending));
+    runtime.spawn(async move {
+        if let Err(refused) = proposed.await {
+            log::debug!("eviction not proposed: {refused:?}");
+        }
+        done();
+    });
+}
+
+/// `command` with the keys of each database, one silent command per
+/// database (an entry's item runs in one database).
+fn by_database(command: &[u8], keys: Vec<(usize, Vec<u8>)>) -> Vec<Pending> {
     let mut by_db: std::collections::BTreeMap<usize, Vec<Vec<u8>>> = Default::default();
-    for (db, key) in victims {
+    for (db, key) in keys {
         by_db.entry(db).or_default().push(key);
     }
-    let pending: Vec<Pending> = by_db
+    by_db
         .into_iter()
         .map(|(db, keys)| {
-            let mut parts: Vec<&[u8]> = vec![b"engram.evicted"];
+            let mut parts: Vec<&[u8]> = vec![command];
             parts.extend(keys.iter().map(|k| k.as_slice()));
             Pending::Command {
                 db,
@@ -101,12 +98,5 @@ pub fn propose_evictions(shared: &Shared, victims: Vec<(usize, Vec<u8>)>) {
                 wait: None,
             }
         })
-        .collect();
-    let proposed = replica.propose(encode_entry(now_ms(), false, None, &pending));
-    runtime.spawn(async move {
-        if let Err(refused) = proposed.await {
-            log::debug!("eviction not proposed: {refused:?}");
-        }
-        done();
-    });
+        .collect()
 }

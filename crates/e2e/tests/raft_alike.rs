@@ -1,7 +1,7 @@
 //! A group's members end in the same state whatever differs between them
 //! (issue 26): their script caches (one restarted), their memory limits
 //! and settings, the scripts they are told to kill, the clock a script
-//! reads. Each test sets up one such difference, writes through the
+//! reads, the order of their hash tables. Each test sets up one such difference, writes through the
 //! leader, and compares what every member holds.
 
 mod common;
@@ -275,4 +275,42 @@ fn migrate_is_refused_by_a_group() {
     settle(&group, "after");
     let values: Vec<Option<String>> = on_every_member(&group, redis::cmd("GET").arg("k"));
     assert_eq!(values, vec![Some("v".to_string()); 3]);
+}
+
+/// A script that lists keys (KEYS, SCAN, RANDOMKEY) gets the same answer
+/// on every member: in key order, not a member's hash order, and with the
+/// writes still buffered in the apply's transaction.
+#[test]
+fn a_scripts_key_listings_are_the_same_on_every_member() {
+    let mut group = Trio::start();
+    let mut writes = redis::pipe();
+    for i in 0..50 {
+        writes.cmd("SET").arg(format!("old{i}")).arg("v").ignore();
+    }
+    let () = writes.query(&mut connect(group.leader)).unwrap();
+    settle(&group, "written");
+    // A member whose index is rebuilt from its files.
+    let at = follower(&group);
+    group.restart(at);
+    let mut con = connect(group.leader);
+    let mut writes = redis::pipe();
+    for i in 0..50 {
+        writes.cmd("SET").arg(format!("new{i}")).arg("v").ignore();
+    }
+    writes
+        .cmd("EVAL")
+        .arg(
+            "local keys = redis.call('KEYS', '*') \
+             local scanned = redis.call('SCAN', '0', 'COUNT', '5')[2] \
+             redis.call('SET', 'listing', table.concat(keys, ',') .. '|' .. \
+             table.concat(scanned, ',') .. '|' .. redis.call('RANDOMKEY'))",
+        )
+        .arg(0)
+        .ignore();
+    let () = writes.query(&mut con).unwrap();
+    settle(&group, "listed");
+    let listings: Vec<String> = on_every_member(&group, redis::cmd("GET").arg("listing"));
+    assert!(listings[0].contains("new49"), "{}", listings[0]);
+    assert_eq!(listings[0], listings[1]);
+    assert_eq!(listings[0], listings[2]);
 }

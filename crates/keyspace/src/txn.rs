@@ -920,6 +920,35 @@ impl<'a> Txn<'a> {
         self.engine_write(ekey, Some(value))
     }
 
+    /// An atomic transaction's buffered string writes to client database
+    /// `db`, not yet applied, so not in what `Keyspace::scan` finds: each
+    /// key with its meta word, None for a delete or a value already
+    /// expired at `now_ms`. KEYS, SCAN and RANDOMKEY inside MULTI or a
+    /// script lay these over what the stores hold (a transaction sees its
+    /// own writes). Empty outside an atomic transaction.
+    pub fn buffered_strings(&self, db: usize, now_ms: u64) -> Vec<(Vec<u8>, Option<Meta>)> {
+        let Some(batch) = &self.batch else {
+            return Vec::new();
+        };
+        batch
+            .iter()
+            .filter_map(|(ekey, value)| {
+                let (key_db, key) = self.ks.client_key(ekey)?;
+                if key_db != db || crate::is_reserved(ekey) {
+                    return None;
+                }
+                let meta = match value {
+                    Some(value) => decode(value).ok().map(|(meta, _)| meta),
+                    // A string deleted for a collection written after it.
+                    None => self.peek_collection(ekey, |e| {
+                        Meta::collection(e.object.kind(), e.expire_at_ms)
+                    }),
+                };
+                Some((key.to_vec(), meta.filter(|m| !m.is_expired(now_ms))))
+            })
+            .collect()
+    }
+
     /// Whether an atomic transaction holds collection operations and no
     /// engine write (its commit is one operation-log record).
     pub(crate) fn buffered_collections_only(&self) -> bool {

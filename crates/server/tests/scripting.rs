@@ -806,3 +806,44 @@ fn function_load_is_refused_over_maxmemory_as_in_redis() {
         ],
     );
 }
+
+/// KEYS, SCAN and RANDOMKEY inside MULTI and inside a script see the
+/// transaction's own writes (buffered until it commits), as Redis's do.
+#[test]
+fn keys_scan_and_randomkey_see_a_transactions_own_writes_as_in_redis() {
+    let (_server, _dir, _redis, mut engram, mut redis) = beside_redis();
+    same(
+        &mut engram,
+        &mut redis,
+        &[
+            &["flushall"],
+            &["set", "a", "1"],
+            &["multi"],
+            &["del", "a"],
+            &["set", "c", "3"],
+            &["keys", "*"],
+            &["scan", "0"],
+            &["randomkey"],
+            &["dbsize"],
+            &["exec"],
+            &[
+                "eval",
+                "redis.call('del', 'c') redis.call('set', 'e', '5') \
+                 return {redis.call('keys', '*'), redis.call('scan', '0'), \
+                 redis.call('randomkey'), redis.call('dbsize')}",
+                "0",
+            ],
+            &[
+                "eval",
+                "redis.call('del', 'e') return redis.call('randomkey')",
+                "0",
+            ],
+            &["multi"],
+            &["set", "f", "6"],
+            &["expire", "f", "100"],
+            &["scan", "0", "match", "f"],
+            &["exec"],
+            &["keys", "*"],
+        ],
+    );
+}

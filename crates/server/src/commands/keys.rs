@@ -6,8 +6,9 @@ use super::{
     SYNTAX, WHOLE_KEYSPACE, WRITE,
 };
 use crate::glob;
-use crate::keyspace::ckey;
 use crate::keyspace::value::Encoding;
+use crate::keyspace::value::Meta;
+use crate::keyspace::{ckey, KeyMeta};
 use crate::notify;
 use crate::resp::Args;
 use engram_collections::Op;
@@ -228,25 +229,60 @@ fn type_of(ctx: &mut Ctx, args: Args) -> CmdResult {
     Ok(())
 }
 
-fn keys(ctx: &mut Ctx, args: Args) -> CmdResult {
-    let pattern = args.get(1);
+/// Lays a transaction's buffered string writes (inside MULTI or a
+/// script: `Txn::buffered_strings`) over keys a scan found: a deleted
+/// key goes, a rewritten one takes its new meta word and, with
+/// `add_new`, the keys written only in the transaction come in.
+fn overlay(ctx: &Ctx, found: &mut Vec<KeyMeta>, add_new: bool) {
+    let Some(txn) = &ctx.exec else { return };
+    let buffered = txn.buffered_strings(ctx.db(), ctx.now_ms);
+    if buffered.is_empty() {
+        return;
+    }
+    let mut by_key: std::collections::HashMap<Vec<u8>, Option<Meta>> =
+        buffered.into_iter().collect();
+    found.retain_mut(|(key, meta)| match by_key.remove(key) {
+        None => true,
+        Some(Some(now)) => {
+            *meta = now;
+            true
+        }
+        Some(None) => false,
+    });
+    if add_new {
+        found.extend(by_key.into_iter().filter_map(|(k, m)| m.map(|m| (k, m))));
+    }
+}
+
+/// Every live key of the current database as the command sees it (the
+/// transaction's own writes included); sorted on a group's apply, where
+/// the order must not be a member's hash order.
+fn every_key(ctx: &Ctx) -> Result<Vec<KeyMeta>, CmdError> {
     let mut found = Vec::new();
     let mut cursor = 0;
     loop {
         let (next, batch) = ctx.ks().scan(ctx.db(), cursor, 4096, ctx.now_ms)?;
-        found.extend(
-            batch
-                .into_iter()
-                .map(|(key, _)| key)
-                .filter(|key| glob::matches(pattern, key)),
-        );
+        found.extend(batch);
         if next == 0 {
             break;
         }
         cursor = next;
     }
+    overlay(ctx, &mut found, true);
+    if ctx.session.applying() {
+        found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    }
+    Ok(found)
+}
+
+fn keys(ctx: &mut Ctx, args: Args) -> CmdResult {
+    let pattern = args.get(1);
+    let found: Vec<KeyMeta> = every_key(ctx)?
+        .into_iter()
+        .filter(|(key, _)| glob::matches(pattern, key))
+        .collect();
     ctx.out.array(found.len());
-    for key in &found {
+    for (key, _) in &found {
         ctx.out.bulk(key);
     }
     Ok(())
@@ -281,7 +317,18 @@ fn scan(ctx: &mut Ctx, args: Args) -> CmdResult {
         }
         i += 2;
     }
-    let (next, batch) = ctx.ks().scan(ctx.db(), cursor, count, ctx.now_ms)?;
+    // On a group's apply (a script's SCAN) every member must return the
+    // same keys, and members' hash orders differ: the whole database in
+    // one reply, sorted (a full iteration in one call is a valid SCAN).
+    let (next, batch) = if ctx.session.applying() {
+        (0, every_key(ctx)?)
+    } else {
+        let (next, mut batch) = ctx.ks().scan(ctx.db(), cursor, count, ctx.now_ms)?;
+        // Keys written only in the transaction come with the last step
+        // (no earlier step can have returned them).
+        overlay(ctx, &mut batch, next == 0);
+        (next, batch)
+    };
     let keys: Vec<Vec<u8>> = batch
         .into_iter()
         .filter(|(key, meta)| {
@@ -513,7 +560,23 @@ fn persist(ctx: &mut Ctx, args: Args) -> CmdResult {
 }
 
 fn randomkey(ctx: &mut Ctx, _args: Args) -> CmdResult {
-    match ctx.ks().random_key(ctx.db(), ctx.now_ms)? {
+    let buffered = ctx
+        .exec
+        .as_ref()
+        .is_some_and(|txn| !txn.buffered_strings(ctx.db(), ctx.now_ms).is_empty());
+    // A group's apply picks by rank in key order with the entry's seed,
+    // the same on every member; a transaction with writes of its own
+    // picks among the keys it sees.
+    let picked = if ctx.session.applying() || buffered {
+        let mut keys = every_key(ctx)?;
+        (!keys.is_empty()).then(|| {
+            let at = crate::random::with(|rng| rng.next_u64() % keys.len() as u64);
+            keys.swap_remove(at as usize).0
+        })
+    } else {
+        ctx.ks().random_key(ctx.db(), ctx.now_ms)?
+    };
+    match picked {
         Some(key) => ctx.out.bulk(&key),
         None => ctx.out.null(),
     }

@@ -23,6 +23,7 @@
 
 pub mod access;
 mod applied_record;
+mod apply_undo;
 pub mod clock;
 mod db_map;
 pub mod durability;
@@ -172,6 +173,9 @@ pub struct Keyspace {
     pub access: AccessTracking,
     /// Keys expiry deleted, for the server's notifications (off unless asked).
     pub expired: expired::ExpiredKeys,
+    /// A replicated member's undo journal (`apply_undo`), opened with
+    /// `KeyspaceOptions::atomic_batches`.
+    apply_undo: std::sync::OnceLock<apply_undo::ApplyUndo>,
 }
 
 /// A key eviction may take (see [`Keyspace::eviction_sample`]).
@@ -281,6 +285,7 @@ impl Keyspace {
             stats: KeyspaceStats::default(),
             access: AccessTracking::new(now_ms()),
             expired: expired::ExpiredKeys::default(),
+            apply_undo: std::sync::OnceLock::new(),
         });
         keyspace
             .store

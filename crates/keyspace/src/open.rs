@@ -4,6 +4,7 @@
 //! ```text
 //! DIR/values.pmem, DIR/integrity.pmem, DIR/index-*.pmem, DIR/LOCK   strings (the engine)
 //! DIR/collections/oplog.pmem, DIR/collections/images/                 hashes, sets, sorted sets, lists
+//! DIR/apply-undo.pmem                                                 a replicated member's undo journal
 //! ```
 
 use std::path::Path;
@@ -172,6 +173,14 @@ impl Keyspace {
         keyspace
             .expire_on_read
             .store(options.expire_on_read, Ordering::Relaxed);
+        if options.atomic_batches {
+            keyspace
+                .open_apply_undo(dir, options.mode)
+                .map_err(|source| OpenError::Keyspace {
+                    dir: dir.display().to_string(),
+                    source,
+                })?;
+        }
         Ok(Opened {
             keyspace,
             engine_recovery,

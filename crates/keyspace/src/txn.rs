@@ -130,6 +130,13 @@ pub struct Txn<'a> {
     /// Whether a failed or abandoned commit takes the collection changes
     /// back (`forgo_rollback`).
     rollback: bool,
+    /// A member's apply at `process`: the first index of the chunk this
+    /// transaction commits, and INCRs of live integers go to the engine
+    /// at once, their old values noted in the undo journal
+    /// (`allow_direct_adds`).
+    direct_adds: Option<u64>,
+    /// `pause_direct_adds`.
+    direct_adds_paused: bool,
     wrote: bool,
     scratch: Vec<u8>,
 }
@@ -151,6 +158,8 @@ impl<'a> Txn<'a> {
             undo: Undo::new(),
             touched: Vec::new(),
             rollback: true,
+            direct_adds: None,
+            direct_adds_paused: false,
             wrote: false,
             scratch: Vec::new(),
         }
@@ -164,6 +173,25 @@ impl<'a> Txn<'a> {
     /// the HSET did, a fifth of a member's time under HSET.
     pub fn forgo_rollback(&mut self) {
         self.rollback = false;
+    }
+
+    /// A member's apply (an atomic transaction whose commit records the
+    /// applied index): with `Some(first index of the chunk)`,
+    /// [`Txn::add_in_place`] adds to a live integer in the engine at
+    /// once, noting its old value in the undo journal (`apply_undo`)
+    /// first, instead of buffering a copy; the commit empties the
+    /// journal. Only at `process` (see `apply_undo`), and not for a key
+    /// the transaction already wrote (its value is in the buffer).
+    pub fn allow_direct_adds(&mut self, first_index: u64) {
+        if self.batch.is_some() && self.ks.apply_undo().is_some() {
+            self.direct_adds = Some(first_index);
+        }
+    }
+
+    /// Holds direct adds back while `paused`: where another client must
+    /// not see one write of a group before the rest (EXEC, scripts).
+    pub fn pause_direct_adds(&mut self, paused: bool) {
+        self.direct_adds_paused = paused;
     }
 
     /// The bytes of undo recorded so far (tests).
@@ -740,10 +768,20 @@ impl<'a> Txn<'a> {
         now_ms: u64,
         delta: i64,
     ) -> Result<InPlaceAdd> {
-        if self.batch.is_some() {
-            return Ok(InPlaceAdd::Elsewhere);
-        }
         let ekey = self.ks.physical_ekey(db, key)?;
+        // In an atomic transaction only as `allow_direct_adds` allows,
+        // with the old value noted in the journal first.
+        let direct = self.direct_adds.filter(|_| !self.direct_adds_paused);
+        let journal = match (&self.batch, direct) {
+            (None, _) => None,
+            (Some(batch), Some(first)) if !batch.contains_key(&ekey[..]) => {
+                match self.ks.apply_undo() {
+                    Some(undo) => Some((undo, first)),
+                    None => return Ok(InPlaceAdd::Elsewhere),
+                }
+            }
+            (Some(_), _) => return Ok(InPlaceAdd::Elsewhere),
+        };
         self.group(&ekey)?;
         self.ks.access.observe(now_ms);
         let access = &self.ks.access;
@@ -765,6 +803,13 @@ impl<'a> Txn<'a> {
                 }
                 match current.checked_add(delta) {
                     Some(sum) => {
+                        // (Noted again if the engine asks again: putting
+                        // back the same old value twice is harmless.)
+                        if let Some((undo, first)) = journal {
+                            if !undo.note(first, &ekey, current as u64) {
+                                return WordUpdate::Decline;
+                            }
+                        }
                         outcome = InPlaceAdd::Added(sum);
                         WordUpdate::Set(sum as u64)
                     }
@@ -1210,6 +1255,13 @@ impl<'a> Txn<'a> {
     pub fn commit(mut self) -> Result<bool> {
         if self.batch.is_some() {
             self.commit_buffered()?;
+        }
+        if self.direct_adds.is_some() {
+            // The chunk's batch (with its applied index) is written: what
+            // the journal would put back is part of it now.
+            if let Some(undo) = self.ks.apply_undo() {
+                undo.clear();
+            }
         }
         Ok(self.wrote)
     }

@@ -84,7 +84,17 @@ impl StateMachine for Applier {
         };
         let guard = shared.keyspace.guard();
         let keyspace = guard.as_ref().expect("guard() holds a keyspace");
-        let mut txn = Some(apply_txn(keyspace));
+        // At `process` INCRs go to the engine at once, undone from a
+        // journal if the chunk never commits (`Txn::allow_direct_adds`).
+        let direct = keyspace.commit().durability() == crate::keyspace::Durability::Process;
+        let chunk_txn = |first: Option<&Committed>| {
+            let mut txn = apply_txn(keyspace);
+            if let (true, Some(first)) = (direct, first) {
+                txn.allow_direct_adds(first.index);
+            }
+            txn
+        };
+        let mut txn = Some(chunk_txn(entries.first()));
         let mut answers = Vec::new();
         // A FLUSHALL or FLUSHDB in the chunk: tracking clients hear of it
         // whole (as after a single node's flush), not key by key.
@@ -164,7 +174,7 @@ impl StateMachine for Applier {
                     reply.send(bytes);
                 }
                 if at + 1 < total {
-                    txn = Some(apply_txn(keyspace));
+                    txn = Some(chunk_txn(entries.get(at + 1)));
                 }
             }
         }
@@ -296,6 +306,20 @@ impl<'e> Warmer<'e> {
     }
 }
 
+/// Whether a command runs a script (its writes are one group).
+fn is_script(name: &[u8]) -> bool {
+    [
+        "eval",
+        "evalsha",
+        "fcall",
+        "eval_ro",
+        "evalsha_ro",
+        "fcall_ro",
+    ]
+    .iter()
+    .any(|script| name.eq_ignore_ascii_case(script.as_bytes()))
+}
+
 /// Whether a command group's keys hold collections (the `group` of
 /// `CommandSpec`).
 fn is_collection_group(group: &str) -> bool {
@@ -344,6 +368,11 @@ fn apply_entry<'s>(
         }
         for args in commands {
             warmer.step(keyspace, txn.as_ref());
+            if let Some(txn) = txn.as_mut() {
+                // Not inside EXEC or a script: a reader must not see one of
+                // their writes before the rest.
+                txn.pause_direct_adds(exec || is_script(args.get(0)));
+            }
             match lookup(args.get(0)) {
                 Some((index, _)) => {
                     txn = commands::run(shared, keyspace, session, &mut out, txn, index, args);

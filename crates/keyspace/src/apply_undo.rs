@@ -1,0 +1,437 @@
+//! A replicated member's undo journal for the counters its apply adds to
+//! directly (`Txn::allow_direct_adds`).
+//!
+//! A member applies a chunk of committed entries as one atomic batch that
+//! also records the applied index (`applied_record`), so a crash leaves
+//! all of the chunk or none of it and the node re-applies from the next
+//! entry. Buffering every INCR in that batch (a read, a buffered copy, a
+//! second lookup at commit) cost a member more than the whole INCR costs
+//! a single node. So at `process` an INCR of a live integer goes to the
+//! engine at once, as a single node's does, and its old value goes here
+//! first. The chunk's commit empties the journal. At startup a journal
+//! that is not empty belongs to a chunk whose commit may not have
+//! happened: if the applied index is below the chunk's first entry the
+//! commit did not happen, and the old values are put back (newest first,
+//! so a counter added to twice gets its value from before the chunk);
+//! the entries are then applied again from the log. Otherwise the chunk
+//! committed and the journal is stale.
+//!
+//! Only at `process`, whose promise is to outlive the process: the stores
+//! land in the page cache in program order, so the old value is in the
+//! journal before the new one is in the engine, and the journal is
+//! emptied only after the commit. At `everysec` and `always` the kernel
+//! may write the engine's page back before the journal's, and the apply
+//! buffers as before.
+//!
+//! ```text
+//! DIR/apply-undo.pmem
+//! [magic u64][chunk's first index u64][entries u64][bytes used u64] ... header, 64 bytes
+//! [key len u64][old word u64][key, padded to 8] ...                      entries
+//! ```
+
+use std::path::Path;
+
+use engram_pmem::{ModeChoice, PmemOffset, Region, RegionOptions};
+use parking_lot::Mutex;
+
+use crate::value::META_BYTES;
+use crate::{Error, Keyspace, Result};
+
+/// The journal's file in a keyspace directory.
+pub const FILE: &str = "apply-undo.pmem";
+
+const MAGIC: u64 = u64::from_le_bytes(*b"EGUNDO01");
+const HEADER_BYTES: u64 = 64;
+const MAGIC_AT: PmemOffset = PmemOffset(0);
+const FIRST_INDEX_AT: PmemOffset = PmemOffset(8);
+const ENTRIES_AT: PmemOffset = PmemOffset(16);
+const USED_AT: PmemOffset = PmemOffset(24);
+/// The file's size: a chunk commits every 512 writes, so a full journal
+/// (an INCR past it takes the buffered path) takes keys of 500 bytes.
+const FILE_BYTES: u64 = 256 * 1024;
+/// Longer keys take the buffered path (a journal entry must stay small).
+pub const MAX_KEY_BYTES: usize = 1024;
+
+pub struct ApplyUndo {
+    region: Mutex<Region>,
+}
+
+/// What a crash left in the journal: the chunk's first index, and each
+/// key with its old word, in the order they were noted.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Left {
+    pub first_index: u64,
+    pub entries: Vec<(Vec<u8>, u64)>,
+}
+
+impl ApplyUndo {
+    /// Opens (creating if needed) the journal in `dir`.
+    pub fn open(dir: &Path, mode: ModeChoice) -> Result<ApplyUndo> {
+        let path = dir.join(FILE);
+        let options = RegionOptions {
+            mode,
+            ..RegionOptions::default()
+        };
+        let region = if path.exists() {
+            Region::open(&path, options)
+        } else {
+            Region::create(&path, FILE_BYTES, options)
+        }
+        .map_err(|e| Error::Internal(format!("the apply's undo journal: {e}")))?;
+        if region.len() < FILE_BYTES {
+            return Err(Error::Internal(format!(
+                "the apply's undo journal {} is {} bytes, not {FILE_BYTES}",
+                path.display(),
+                region.len()
+            )));
+        }
+        match region.load_u64(MAGIC_AT) {
+            MAGIC => {}
+            // A file created but never used.
+            0 if region.load_u64(ENTRIES_AT) == 0 => region.store_u64(MAGIC_AT, MAGIC),
+            other => {
+                return Err(Error::Internal(format!(
+                    "the apply's undo journal {} is damaged (magic {other:#x})",
+                    path.display()
+                )))
+            }
+        }
+        Ok(ApplyUndo {
+            region: Mutex::new(region),
+        })
+    }
+
+    /// What a crash left: the first index of the chunk and its entries
+    /// (key, old word) in the order they were written; None when empty.
+    pub fn left(&self) -> Result<Option<Left>> {
+        let region = self.region.lock();
+        let entries = region.load_u64(ENTRIES_AT);
+        if entries == 0 {
+            return Ok(None);
+        }
+        let used = region.load_u64(USED_AT);
+        if used > FILE_BYTES - HEADER_BYTES {
+            return Err(Error::Internal(format!(
+                "the apply's undo journal claims {used} bytes"
+            )));
+        }
+        let mut at = HEADER_BYTES;
+        let end = HEADER_BYTES + used;
+        let mut found = Vec::with_capacity(entries as usize);
+        for _ in 0..entries {
+            if at + 16 > end {
+                return Err(Error::Internal("the apply's undo journal is short".into()));
+            }
+            let len = region.load_u64(PmemOffset(at));
+            let old = region.load_u64(PmemOffset(at + 8));
+            if len > MAX_KEY_BYTES as u64 || at + 16 + len > end {
+                return Err(Error::Internal(format!(
+                    "an entry of the apply's undo journal is damaged (key of {len} bytes)"
+                )));
+            }
+            let key = region.read(PmemOffset(at + 16), len).to_vec();
+            found.push((key, old));
+            at += 16 + len.next_multiple_of(8);
+        }
+        Ok(Some(Left {
+            first_index: region.load_u64(FIRST_INDEX_AT),
+            entries: found,
+        }))
+    }
+
+    /// Notes `old`, the word at `ekey` before the apply of the chunk that
+    /// begins at entry `first_index` changes it. False (nothing noted)
+    /// when the journal is full or the key too long.
+    pub fn note(&self, first_index: u64, ekey: &[u8], old: u64) -> bool {
+        if ekey.len() > MAX_KEY_BYTES {
+            return false;
+        }
+        let region = self.region.lock();
+        let entries = region.load_u64(ENTRIES_AT);
+        let used = if entries == 0 {
+            region.store_u64(FIRST_INDEX_AT, first_index);
+            0
+        } else {
+            region.load_u64(USED_AT)
+        };
+        let bytes = 16 + (ekey.len() as u64).next_multiple_of(8);
+        if HEADER_BYTES + used + bytes > FILE_BYTES {
+            return false;
+        }
+        let at = HEADER_BYTES + used;
+        region.store_u64(PmemOffset(at), ekey.len() as u64);
+        region.store_u64(PmemOffset(at + 8), old);
+        region.write(PmemOffset(at + 16), ekey);
+        // The entry first, then the counts that take it in.
+        region.store_u64(USED_AT, used + bytes);
+        region.store_u64(ENTRIES_AT, entries + 1);
+        true
+    }
+
+    /// Empties the journal: its chunk committed (or was undone).
+    pub fn clear(&self) {
+        let region = self.region.lock();
+        if region.load_u64(ENTRIES_AT) != 0 {
+            region.store_u64(ENTRIES_AT, 0);
+        }
+    }
+
+    /// Writes the journal back (after a recovery put old values back, the
+    /// emptied journal must not be durable before they are).
+    pub fn sync(&self) -> Result<()> {
+        self.region
+            .lock()
+            .sync_all()
+            .map_err(|e| Error::Internal(format!("syncing the apply's undo journal: {e}")))
+    }
+}
+
+impl Keyspace {
+    /// Opens the undo journal of a member's apply in `dir` and puts back
+    /// what a chunk that never committed added directly (see the module
+    /// docs). Once, at open.
+    pub(crate) fn open_apply_undo(&self, dir: &Path, mode: ModeChoice) -> Result<()> {
+        let undo = ApplyUndo::open(dir, mode)?;
+        if let Some(Left {
+            first_index: first,
+            entries,
+        }) = undo.left()?
+        {
+            let applied = self.applied_index()?;
+            if applied < first {
+                for (ekey, old) in entries.iter().rev() {
+                    let put_back = self.store.update_word_with(
+                        ekey,
+                        META_BYTES as u64,
+                        |access| access,
+                        |_| engram_engine::WordUpdate::Set(*old),
+                    );
+                    match put_back {
+                        Ok(Some(_)) => {}
+                        // Deleted by the chunk's own batch, which then
+                        // committed nothing either: cannot happen; say so.
+                        Ok(None) => log::warn!(
+                            "the apply's undo journal names {}, which is not there",
+                            crate::client_key_name(ekey).escape_ascii()
+                        ),
+                        Err(e) => return Err(Error::Engine(e)),
+                    }
+                }
+                // The old values durable before the journal forgets them.
+                self.sync()?;
+                log::info!(
+                    "put back {} direct adds of entries from {first} on (applied index {applied}): \
+                     they are applied again from the log",
+                    entries.len()
+                );
+            }
+            undo.clear();
+            undo.sync()?;
+        }
+        self.apply_undo
+            .set(undo)
+            .map_err(|_| Error::Internal("the apply's undo journal opened twice".into()))
+    }
+
+    pub(crate) fn apply_undo(&self) -> Option<&ApplyUndo> {
+        self.apply_undo.get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::{encode_int, StringValue};
+    use crate::{now_ms, InPlaceAdd, KeyspaceOptions};
+
+    /// A member's keyspace (the undo journal is opened with atomic batches).
+    fn member(dir: &Path) -> std::sync::Arc<Keyspace> {
+        let options = KeyspaceOptions {
+            atomic_batches: true,
+            checkpoints: engram_collections::CheckpointMode::Manual,
+            ..KeyspaceOptions::default()
+        };
+        Keyspace::open_dir(dir, &options).unwrap().keyspace
+    }
+
+    fn counter(ks: &Keyspace, key: &[u8]) -> i64 {
+        ks.read(
+            0,
+            key,
+            now_ms(),
+            |meta, payload| match StringValue::from_payload(meta, payload) {
+                StringValue::Int(n) => n,
+                StringValue::Raw(_) => panic!("not an integer"),
+            },
+        )
+        .unwrap()
+        .expect("the counter is there")
+    }
+
+    /// Writes `value` at `key` with the applied index `index`, committed.
+    fn set_at(ks: &Keyspace, key: &[u8], value: i64, index: u64) {
+        let mut txn = ks.lock_all(true);
+        let mut bytes = Vec::new();
+        encode_int(&mut bytes, value, None);
+        txn.put(0, key, &bytes).unwrap();
+        txn.put_applied_index(index).unwrap();
+        txn.commit().unwrap();
+    }
+
+    /// The apply's chunk adds to a counter directly; a crash before its
+    /// commit (the transaction dropped, the process gone) leaves the
+    /// journal, and the next open puts the value from before the chunk
+    /// back, so the entries can be applied again exactly once. A chunk
+    /// that commits keeps its adds, and a journal left after its commit
+    /// puts nothing back.
+    #[test]
+    fn a_chunk_that_never_committed_has_its_direct_adds_put_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let ks = member(dir.path());
+        set_at(&ks, b"c", 10, 4);
+        {
+            let mut txn = ks.lock_all(true);
+            txn.forgo_rollback();
+            txn.allow_direct_adds(5);
+            assert_eq!(
+                txn.add_in_place(0, b"c", now_ms(), 3).unwrap(),
+                InPlaceAdd::Added(13)
+            );
+            assert_eq!(
+                txn.add_in_place(0, b"c", now_ms(), 4).unwrap(),
+                InPlaceAdd::Added(17)
+            );
+            // In the engine at once.
+            assert_eq!(counter(&ks, b"c"), 17);
+        }
+        Keyspace::close(ks).unwrap();
+        let ks = member(dir.path());
+        assert_eq!(counter(&ks, b"c"), 10);
+        assert_eq!(ks.applied_index().unwrap(), 4);
+
+        let mut txn = ks.lock_all(true);
+        txn.allow_direct_adds(5);
+        assert_eq!(
+            txn.add_in_place(0, b"c", now_ms(), 5).unwrap(),
+            InPlaceAdd::Added(15)
+        );
+        txn.put_applied_index(5).unwrap();
+        txn.commit().unwrap();
+        assert!(
+            ks.apply_undo().unwrap().left().unwrap().is_none(),
+            "the commit empties it"
+        );
+        // A crash between the commit and the journal's emptying.
+        let ekey = ks.physical_ekey(0, b"c").unwrap();
+        assert!(ks.apply_undo().unwrap().note(5, &ekey, 10));
+        Keyspace::close(ks).unwrap();
+        let ks = member(dir.path());
+        assert_eq!(counter(&ks, b"c"), 15);
+        assert!(ks.apply_undo().unwrap().left().unwrap().is_none());
+    }
+
+    /// Where a direct add is not allowed, the caller's general path runs
+    /// (the write is buffered with the rest): without `allow_direct_adds`,
+    /// while paused (EXEC, scripts), for a key the transaction already
+    /// wrote, and on a keyspace that is no member's.
+    #[test]
+    fn direct_adds_only_where_allowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let ks = member(dir.path());
+        set_at(&ks, b"c", 1, 1);
+        let elsewhere = |txn: &mut crate::Txn<'_>, key: &[u8]| {
+            assert_eq!(
+                txn.add_in_place(0, key, now_ms(), 1).unwrap(),
+                InPlaceAdd::Elsewhere
+            );
+        };
+        let mut txn = ks.lock_all(true);
+        elsewhere(&mut txn, b"c");
+        txn.allow_direct_adds(2);
+        txn.pause_direct_adds(true);
+        elsewhere(&mut txn, b"c");
+        txn.pause_direct_adds(false);
+        let mut bytes = Vec::new();
+        encode_int(&mut bytes, 7, None);
+        txn.put(0, b"d", &bytes).unwrap();
+        elsewhere(&mut txn, b"d");
+        assert_eq!(
+            txn.add_in_place(0, b"c", now_ms(), 1).unwrap(),
+            InPlaceAdd::Added(2)
+        );
+        txn.commit().unwrap();
+        drop(ks);
+
+        let dir = tempfile::tempdir().unwrap();
+        let single = Keyspace::open_dir(dir.path(), &KeyspaceOptions::default())
+            .unwrap()
+            .keyspace;
+        assert!(!dir.path().join(FILE).exists());
+        set_at(&single, b"c", 1, 1);
+        let mut txn = single.lock_all(true);
+        txn.allow_direct_adds(2);
+        elsewhere(&mut txn, b"c");
+    }
+
+    #[test]
+    fn entries_come_back_in_order_until_cleared_and_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let undo = ApplyUndo::open(dir.path(), ModeChoice::Emulated).unwrap();
+        assert!(undo.left().unwrap().is_none());
+        assert!(undo.note(7, b"\x00counter", 41));
+        assert!(undo.note(8, b"\x00other-key-of-17", u64::MAX));
+        assert!(undo.note(9, b"\x00counter", 42));
+        drop(undo);
+        let undo = ApplyUndo::open(dir.path(), ModeChoice::Emulated).unwrap();
+        let left = undo.left().unwrap().unwrap();
+        // The chunk's first index is the first note's.
+        assert_eq!(left.first_index, 7);
+        assert_eq!(
+            left.entries,
+            vec![
+                (b"\x00counter".to_vec(), 41),
+                (b"\x00other-key-of-17".to_vec(), u64::MAX),
+                (b"\x00counter".to_vec(), 42),
+            ]
+        );
+        undo.clear();
+        assert!(undo.left().unwrap().is_none());
+        // A new chunk starts over, with its own first index.
+        assert!(undo.note(20, b"\x00k", 1));
+        assert_eq!(
+            undo.left().unwrap().unwrap(),
+            Left {
+                first_index: 20,
+                entries: vec![(b"\x00k".to_vec(), 1)]
+            }
+        );
+    }
+
+    #[test]
+    fn a_full_journal_or_a_long_key_notes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let undo = ApplyUndo::open(dir.path(), ModeChoice::Emulated).unwrap();
+        assert!(!undo.note(1, &vec![b'k'; MAX_KEY_BYTES + 1], 0));
+        let key = vec![b'k'; MAX_KEY_BYTES];
+        let mut noted = 0;
+        while undo.note(1, &key, noted) {
+            noted += 1;
+        }
+        assert_eq!(
+            noted,
+            (FILE_BYTES - HEADER_BYTES) / (16 + MAX_KEY_BYTES as u64)
+        );
+        assert_eq!(undo.left().unwrap().unwrap().entries.len() as u64, noted);
+    }
+
+    #[test]
+    fn a_damaged_journal_is_refused_with_a_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(ApplyUndo::open(dir.path(), ModeChoice::Emulated).unwrap());
+        std::fs::write(dir.path().join(FILE), vec![0xAB; FILE_BYTES as usize]).unwrap();
+        let refused = ApplyUndo::open(dir.path(), ModeChoice::Emulated)
+            .err()
+            .expect("a damaged journal opened");
+        assert!(refused.to_string().contains("damaged"), "{refused}");
+    }
+}

@@ -1060,13 +1060,16 @@ impl Keyspace {
 
     /// Keys in database `db`.
     pub fn dbsize(&self, db: usize) -> u64 {
-        let db = self.db_map.physical(db);
-        let total: i64 = self
-            .groups
+        self.raw_dbsize(self.db_map.physical(db)).max(0) as u64
+    }
+
+    /// The books' count of keys stored under `prefix`: the sum of the key
+    /// groups' counts, not clamped at 0 as `dbsize` clamps it.
+    pub(crate) fn raw_dbsize(&self, prefix: usize) -> i64 {
+        self.groups
             .iter()
-            .map(|s| s.counts[db].load(Ordering::Relaxed))
-            .sum();
-        total.max(0) as u64
+            .map(|s| s.counts[prefix].load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Puts key group `slot`'s unindexed expiries (see

@@ -196,6 +196,33 @@ impl<'a> Txn<'a> {
         self.batch.is_some()
     }
 
+    /// DBSIZE of client database `db` as this transaction sees it: the
+    /// books, which count its collection writes already (`rebook`), and
+    /// its buffered engine writes, which the books count only at commit
+    /// (`put_books`, `delete_books`: a put of a key the engine lacks adds
+    /// one, a delete of a key it holds removes one, expired or not). A
+    /// string that replaced a collection is one put: the collection's
+    /// Delete was counted when it was applied. Nothing is applied early:
+    /// a replicated node's apply must commit its buffered writes only with
+    /// their applied index.
+    pub fn dbsize(&self, db: usize) -> u64 {
+        let ks = self.ks;
+        let prefix = ks.db_map.physical(db);
+        let mut total = ks.raw_dbsize(prefix);
+        for (ekey, value) in self.batch.iter().flatten() {
+            if crate::is_reserved(ekey) || db_of(ekey) != prefix {
+                continue;
+            }
+            let stored = ks.store.access(ekey).is_some();
+            match (value.is_some(), stored) {
+                (true, false) => total += 1,
+                (false, true) => total -= 1,
+                _ => {}
+            }
+        }
+        total.max(0) as u64
+    }
+
     pub(crate) fn holds_every_group(&self) -> bool {
         self.guards.is_exclusive()
     }
@@ -976,7 +1003,7 @@ impl<'a> Txn<'a> {
 
     /// Applies the buffered writes now, as one atomic batch, and keeps
     /// buffering after (for FLUSHDB inside MULTI, which applies directly).
-    pub fn apply_buffered(&mut self) -> Result<()> {
+    fn apply_buffered(&mut self) -> Result<()> {
         if self.batch.is_none() {
             return Ok(());
         }
@@ -1397,6 +1424,84 @@ mod tests {
             key: ckey(db, key).unwrap(),
             members: vec![b"m".as_slice().into()],
         }
+    }
+
+    /// DBSIZE inside an atomic transaction counts what it wrote, buffered
+    /// or not: new keys, overwrites, deletes, a string over a collection
+    /// and a collection over a string, other databases apart. And it
+    /// applies nothing: the strings reach the engine at the commit.
+    #[test]
+    fn dbsize_in_an_atomic_transaction_counts_its_buffered_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let ks = open(dir.path());
+        set(&ks, 0, b"a", b"1", None);
+        set(&ks, 0, b"b", b"1", None);
+        set(&ks, 0, b"c", b"1", None);
+        set(&ks, 0, b"gone", b"1", Some(now_ms() - 1000));
+        let mut txn = ks.lock_all(false);
+        txn.log(vec![set_add(0, b"s")]).unwrap();
+        txn.commit().unwrap();
+        assert_eq!(ks.dbsize(0), 5);
+
+        let now = now_ms();
+        let mut txn = ks.lock_all(true);
+        assert_eq!(txn.dbsize(0), 5);
+        txn.put_string(0, b"new", b"v", None).unwrap();
+        assert_eq!(txn.dbsize(0), 6, "a new key");
+        txn.put_string(0, b"a", b"2", None).unwrap();
+        assert_eq!(txn.dbsize(0), 6, "an overwrite");
+        assert!(txn.delete(0, b"b", now).unwrap());
+        assert_eq!(txn.dbsize(0), 5, "a delete");
+        assert!(!txn.delete(0, b"absent", now).unwrap());
+        assert_eq!(txn.dbsize(0), 5, "a delete of nothing");
+        txn.put_string(0, b"s", b"v", None).unwrap();
+        assert_eq!(txn.dbsize(0), 5, "a string over a collection");
+        txn.log(vec![set_add(0, b"c")]).unwrap();
+        assert_eq!(txn.dbsize(0), 5, "a collection over a string");
+        txn.log(vec![set_add(0, b"new")]).unwrap();
+        assert_eq!(txn.dbsize(0), 5, "a collection over a buffered string");
+        txn.put_string(0, b"brief", b"v", None).unwrap();
+        assert!(txn.delete(0, b"brief", now).unwrap());
+        assert_eq!(txn.dbsize(0), 5, "a new key deleted again");
+        assert!(txn.get(0, b"gone", now).unwrap().is_none());
+        assert_eq!(txn.dbsize(0), 4, "an expired key met");
+        txn.put_string(1, b"other", b"v", None).unwrap();
+        assert_eq!((txn.dbsize(0), txn.dbsize(1)), (4, 1), "another database");
+        // Nothing reached the engine.
+        let store = ks.store();
+        assert!(store.get(b"\0a").unwrap().is_some());
+        assert!(store.get(b"\0b").unwrap().is_some());
+        assert!(store.get(b"\x01other").unwrap().is_none());
+        assert!(store.get(b"\0brief").unwrap().is_none());
+        txn.commit().unwrap();
+        assert_eq!((ks.dbsize(0), ks.dbsize(1)), (4, 1), "as the commit counts");
+        assert_eq!(get(&ks, 0, b"a"), Some(b"2".to_vec()));
+    }
+
+    /// An atomic transaction dropped without its commit (a crash of a
+    /// replicated node's apply) leaves nothing behind, DBSIZE asked in it
+    /// or not: it used to apply the buffered writes (with no applied
+    /// index), and the restart applied them again.
+    #[test]
+    fn an_atomic_transaction_dropped_after_dbsize_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let ks = open(dir.path());
+            set(&ks, 0, b"counter", b"1", None);
+            let mut txn = ks.lock_all(true);
+            txn.forgo_rollback();
+            txn.put_string(0, b"counter", b"2", None).unwrap();
+            txn.put_string(0, b"new", b"v", None).unwrap();
+            assert_eq!(txn.dbsize(0), 2);
+            txn.put_string(0, b"after", b"v", None).unwrap();
+            drop(txn);
+            assert_eq!(ks.dbsize(0), 1);
+            Keyspace::close(ks).unwrap();
+        }
+        let ks = open(dir.path());
+        assert_eq!(get(&ks, 0, b"counter"), Some(b"1".to_vec()));
+        assert_eq!(get(&ks, 0, b"new"), None);
+        assert_eq!(ks.dbsize(0), 1);
     }
 
     /// A whole-keyspace atomic transaction that deletes strings and

@@ -427,6 +427,54 @@ mod tests {
         );
     }
 
+    fn shared(dir: &std::path::Path) -> Arc<Shared> {
+        use crate::config::{Config, Runtime};
+        use crate::keyspace::{open_stores_for_tests, Durability, Keyspace};
+        let (store, collections) = open_stores_for_tests(dir);
+        let config = Config::default();
+        Arc::new(Shared::new(
+            Keyspace::open(store, collections, 16, Durability::Process).unwrap(),
+            config.clone(),
+            Arc::new(Runtime::new(&config)),
+            std::time::Duration::ZERO,
+            std::time::Duration::ZERO,
+            0,
+        ))
+    }
+
+    /// DBSIZE in the apply counts the chunk's buffered writes and applies
+    /// none of them: they reach the store only with the chunk's applied
+    /// index (it used to apply them, and a crash before the chunk's
+    /// commit had them applied again after the restart).
+    #[test]
+    fn dbsize_in_the_apply_applies_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = shared(dir.path());
+        let mut applier = Applier::new(&shared);
+        let guard = shared.keyspace.guard();
+        let keyspace = guard.as_ref().unwrap();
+        let mut txn = Some(apply_txn(keyspace));
+        let mut out = ReplyWriter::new();
+        for words in [&[&b"incr"[..], b"c"][..], &[b"dbsize"]] {
+            let args = OwnedArgs::from_slices(words);
+            let (index, _) = lookup(words[0]).unwrap();
+            txn = commands::run(
+                &shared,
+                keyspace,
+                &mut applier.session,
+                &mut out,
+                txn,
+                index,
+                args.args(),
+            );
+        }
+        assert_eq!(out.buf, b":1\r\n:1\r\n");
+        // The crash: the chunk's transaction goes without its commit.
+        drop(txn);
+        assert_eq!(keyspace.store().get(b"\0c").unwrap(), None);
+        assert_eq!(keyspace.dbsize(0), 0);
+    }
+
     #[test]
     fn an_entrys_caller_is_rebuilt_from_its_line_and_a_bad_line_allows_nothing() {
         let line = "user app on resetchannels ~app:* -@all +eval +set";

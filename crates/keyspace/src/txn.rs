@@ -36,6 +36,7 @@ use engram_collections::{apply, op::Bytes, Entry, Op, Undo, Writer};
 use engram_engine::WordUpdate;
 use smallvec::SmallVec;
 
+use super::db_map::DbMap;
 use super::journal::{self, Write};
 use super::key_groups::{
     apply_delete, apply_meta, apply_put, db_of, delete_books, put_books, set_expiry, touch,
@@ -130,6 +131,9 @@ pub struct Txn<'a> {
     /// Whether a failed or abandoned commit takes the collection changes
     /// back (`forgo_rollback`).
     rollback: bool,
+    /// An atomic transaction's SWAPDBs, in order: their record is in the
+    /// batch, the map in memory swapped already (see `settle_swaps`).
+    swaps: Vec<(usize, usize)>,
     wrote: bool,
     scratch: Vec<u8>,
 }
@@ -151,6 +155,7 @@ impl<'a> Txn<'a> {
             undo: Undo::new(),
             touched: Vec::new(),
             rollback: true,
+            swaps: Vec::new(),
             wrote: false,
             scratch: Vec::new(),
         }
@@ -1293,16 +1298,20 @@ impl<'a> Txn<'a> {
 }
 
 impl Txn<'_> {
-    /// SWAPDB: exchanges logical databases `a` and `b` (one durable write
-    /// of the database map, whatever they hold). Needs the keyspace
-    /// excluded (`Keyspace::lock_all`). As in Redis, a client watching a key
-    /// of either database has its transaction fail if the key exists in
+    /// SWAPDB: exchanges logical databases `a` and `b` (one write of the
+    /// database map, whatever they hold). Needs the keyspace excluded
+    /// (`Keyspace::lock_all`). As in Redis, a client watching a key of
+    /// either database has its transaction fail if the key exists in
     /// either (its value changes or appears); keys that only expired do
     /// not count. Watches and blocked clients stay with their database
     /// numbers; blocked clients are woken to look again.
     ///
-    /// In an atomic transaction (EXEC) the swap is written at once, not
-    /// with the transaction's batch.
+    /// In an atomic transaction the map's record goes into the batch, to
+    /// commit with the rest (a replicated node's apply: with its applied
+    /// index), while the map in memory changes at once, for the
+    /// transaction's later commands. Should the record not be written
+    /// after all (the transaction dropped, its commit failed), the drop
+    /// puts the map in memory back as the record has it (`Drop`).
     pub fn swap_databases(&mut self, a: usize, b: usize, now_ms: u64) -> Result<()> {
         self.guards.every()?;
         if a == b {
@@ -1313,22 +1322,13 @@ impl Txn<'_> {
         let (pa, pb) = (map.physical(a) as u8, map.physical(b) as u8);
         let mut record = map.encode();
         record.swap(a, b);
-        ks.store
-            .put(&super::db_map::KEY, &record)
-            .map_err(Error::Engine)?;
+        self.put_reserved(&super::db_map::KEY, &record)?;
         self.wrote = true;
 
         // The watches of both databases, out of their groups while keys
         // that merely expired are deleted (that changes nothing a client
         // can see, so it must not fail their transactions).
-        let mut watchers = Vec::new();
-        for (_, group) in self.guards.every()? {
-            let (theirs, rest) = std::mem::take(&mut group.watchers)
-                .into_iter()
-                .partition(|w| w.key.first().is_some_and(|&p| p == pa || p == pb));
-            group.watchers = rest;
-            watchers.extend::<Vec<super::Watcher>>(theirs);
-        }
+        let watchers = self.take_watchers(pa, pb)?;
         let mut names: Vec<&[u8]> = watchers.iter().map(|w| &w.key[1..]).collect();
         names.sort_unstable();
         names.dedup();
@@ -1353,9 +1353,33 @@ impl Txn<'_> {
                 watcher.flag.store(true, Ordering::Release);
             }
         }
+        if self.batch.is_some() {
+            self.swaps.push((a, b));
+        }
+        self.exchange(a, b, watchers)
+    }
 
-        map.swap(a, b);
-        // Each watch follows its database number to the other prefix.
+    /// The watches of keys stored under prefix `pa` or `pb`, taken out of
+    /// their groups.
+    fn take_watchers(&mut self, pa: u8, pb: u8) -> Result<Vec<super::Watcher>> {
+        let mut watchers = Vec::new();
+        for (_, group) in self.guards.every()? {
+            let (theirs, rest) = std::mem::take(&mut group.watchers)
+                .into_iter()
+                .partition(|w| w.key.first().is_some_and(|&p| p == pa || p == pb));
+            group.watchers = rest;
+            watchers.extend::<Vec<super::Watcher>>(theirs);
+        }
+        Ok(watchers)
+    }
+
+    /// Exchanges `a` and `b` in the map in memory; `watchers` (those of
+    /// both databases, taken out of their groups) follow their database
+    /// numbers to the other prefix, and blocked clients look again.
+    fn exchange(&mut self, a: usize, b: usize, watchers: Vec<super::Watcher>) -> Result<()> {
+        let ks = self.ks;
+        let (pa, pb) = (ks.db_map.physical(a) as u8, ks.db_map.physical(b) as u8);
+        ks.db_map.swap(a, b);
         for mut watcher in watchers {
             watcher.key[0] = if watcher.key[0] == pa { pb } else { pa };
             let (_, group) = self.guards.get(&watcher.key)?;
@@ -1364,12 +1388,49 @@ impl Txn<'_> {
         ks.wake_all_blocked();
         Ok(())
     }
+
+    /// When dropped: an atomic transaction's swaps whose record was not
+    /// written (no commit, or a failed one) are taken back in memory, so
+    /// the map stays the one a restart would read. Whatever else the
+    /// transaction did under the swapped map was not written either, but
+    /// for what an early commit (`apply_buffered`) wrote: the record
+    /// decides, written or not.
+    fn settle_swaps(&mut self) {
+        if self.swaps.is_empty() {
+            return;
+        }
+        let ks = self.ks;
+        let written = match ks.store.get(&super::db_map::KEY) {
+            Ok(record) => record.unwrap_or_else(|| DbMap::identity().encode().to_vec()),
+            Err(e) => {
+                log::error!("the database map record cannot be read after SWAPDB: {e}");
+                return;
+            }
+        };
+        if written[..] == ks.db_map.encode()[..] {
+            return;
+        }
+        for (a, b) in std::mem::take(&mut self.swaps).into_iter().rev() {
+            let (pa, pb) = (ks.db_map.physical(a) as u8, ks.db_map.physical(b) as u8);
+            let moved = self
+                .take_watchers(pa, pb)
+                .and_then(|watchers| self.exchange(a, b, watchers));
+            if let Err(e) = moved {
+                log::error!("taking back an uncommitted SWAPDB failed: {e}");
+                return;
+            }
+        }
+        if written[..] != ks.db_map.encode()[..] {
+            log::error!("the database map in memory differs from its record after SWAPDB");
+        }
+    }
 }
 
 impl Drop for Txn<'_> {
     /// An atomic transaction dropped without its commit (a failed command,
-    /// a failed EXEC) takes its collection changes back.
+    /// a failed EXEC) takes its collection changes and swaps back.
     fn drop(&mut self) {
+        self.settle_swaps();
         if !self.pending.is_empty() {
             self.pending.clear();
             let undo = std::mem::take(&mut self.undo);
@@ -1393,12 +1454,13 @@ mod tests {
     //! before that commit must leave nothing of the chunk), while the
     //! transaction itself sees it (DBSIZE, SWAPDB).
 
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
     use engram_collections::Op;
 
     use crate::value::StringValue;
-    use crate::{ckey, now_ms, Keyspace, KeyspaceOptions};
+    use crate::{ckey, journal, now_ms, Keyspace, KeyspaceOptions};
 
     fn open(dir: &std::path::Path) -> Arc<Keyspace> {
         Keyspace::open_dir(dir, &KeyspaceOptions::default())
@@ -1502,6 +1564,78 @@ mod tests {
         assert_eq!(get(&ks, 0, b"counter"), Some(b"1".to_vec()));
         assert_eq!(get(&ks, 0, b"new"), None);
         assert_eq!(ks.dbsize(0), 1);
+    }
+
+    /// SWAPDB in an atomic transaction: later reads in it see the swap;
+    /// dropped without its commit, the map in memory is put back (and the
+    /// watches with it) and the record was never written; committed, the
+    /// record is there after a reopen.
+    #[test]
+    fn a_swap_in_an_atomic_transaction_is_written_with_its_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = now_ms();
+        {
+            let ks = open(dir.path());
+            set(&ks, 0, b"k", b"zero", None);
+            set(&ks, 1, b"k", b"one", None);
+            let flag = Arc::new(AtomicBool::new(false));
+            ks.watch(0, b"w", &flag).unwrap();
+            let mut txn = ks.lock_all(true);
+            txn.put_string(0, b"before", b"v", None).unwrap();
+            txn.swap_databases(0, 1, now).unwrap();
+            let seen = txn.get(0, b"k", now).unwrap().unwrap();
+            assert_eq!(seen.string().to_bytes(), b"one");
+            assert!(txn.get(1, b"before", now).unwrap().is_some());
+            assert_eq!(txn.dbsize(1), 2);
+            drop(txn);
+            assert_eq!(get(&ks, 0, b"k"), Some(b"zero".to_vec()), "put back");
+            assert!(!flag.load(Ordering::Acquire));
+            set(&ks, 0, b"w", b"v", None);
+            assert!(flag.load(Ordering::Acquire), "the watch is back in db 0");
+            Keyspace::close(ks).unwrap();
+        }
+        {
+            let ks = open(dir.path());
+            assert_eq!(get(&ks, 0, b"k"), Some(b"zero".to_vec()));
+            assert_eq!(get(&ks, 0, b"before"), None);
+            let mut txn = ks.lock_all(true);
+            txn.forgo_rollback();
+            txn.swap_databases(0, 1, now).unwrap();
+            txn.commit().unwrap();
+            assert_eq!(get(&ks, 0, b"k"), Some(b"one".to_vec()));
+            Keyspace::close(ks).unwrap();
+        }
+        let ks = open(dir.path());
+        assert_eq!(get(&ks, 0, b"k"), Some(b"one".to_vec()));
+        assert_eq!(get(&ks, 1, b"k"), Some(b"zero".to_vec()));
+    }
+
+    /// A batch that mixes strings and collections commits through an
+    /// intent; one holding the database map's record that a crash left is
+    /// replayed at the next start, and the map in memory is the record's
+    /// (it was read before the replay).
+    #[test]
+    fn a_replayed_batch_holding_the_database_map_swaps_the_map_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let ks = open(dir.path());
+            set(&ks, 0, b"k", b"zero", None);
+            set(&ks, 1, b"k", b"one", None);
+            let mut record = ks.db_map.encode();
+            record.swap(0, 1);
+            let ops: Vec<journal::Op> = vec![(
+                crate::db_map::KEY.to_vec(),
+                journal::Write::Engine(Some(record.to_vec())),
+            )];
+            let intent = journal::encode(ops.iter().map(|(k, w)| (k.as_slice(), w)));
+            ks.store().put(&journal::intent_key(0), &intent).unwrap();
+            Keyspace::close(ks).unwrap();
+        }
+        let ks = open(dir.path());
+        assert_eq!(ks.stats.batches_replayed.load(Ordering::Relaxed), 1);
+        assert_eq!(get(&ks, 0, b"k"), Some(b"one".to_vec()));
+        assert_eq!(get(&ks, 1, b"k"), Some(b"zero".to_vec()));
+        assert_eq!((ks.dbsize(0), ks.dbsize(1)), (1, 1));
     }
 
     /// A whole-keyspace atomic transaction that deletes strings and

@@ -228,6 +228,12 @@ impl<'a> Txn<'a> {
         total.max(0) as u64
     }
 
+    /// Whether a failed or abandoned commit takes the transaction's
+    /// collection changes back (see `forgo_rollback`).
+    pub(crate) fn rolls_back(&self) -> bool {
+        self.rollback
+    }
+
     pub(crate) fn holds_every_group(&self) -> bool {
         self.guards.is_exclusive()
     }
@@ -297,7 +303,19 @@ impl<'a> Txn<'a> {
             }
             let ks = self.ks;
             let (index, group) = self.guards.get(ekey)?;
-            apply_delete(&ks.store, &ks.groups[index], group, ekey)?;
+            match &mut self.batch {
+                // With the rest of an atomic transaction (a replicated
+                // node's apply deletes what its entries meet, and must
+                // not before its applied index says so). WATCH hears of
+                // it now, as EXEC's check of the watched keys needs.
+                Some(batch) => {
+                    batch.insert(EKey::from_slice(ekey), None);
+                    touch(group, ekey);
+                }
+                None => {
+                    apply_delete(&ks.store, &ks.groups[index], group, ekey)?;
+                }
+            }
             self.ks.expired_one(ekey);
             self.wrote = true;
             return Ok(None);
@@ -1636,6 +1654,61 @@ mod tests {
         assert_eq!(get(&ks, 0, b"k"), Some(b"one".to_vec()));
         assert_eq!(get(&ks, 1, b"k"), Some(b"zero".to_vec()));
         assert_eq!((ks.dbsize(0), ks.dbsize(1)), (1, 1));
+    }
+
+    /// A live-looking expired key met in an atomic transaction is deleted
+    /// with the transaction's batch, not at once; WATCH hears of it at
+    /// once all the same.
+    #[test]
+    fn an_expired_key_met_in_an_atomic_transaction_goes_with_its_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let ks = open(dir.path());
+            set(&ks, 0, b"gone", b"v", Some(now_ms() - 1000));
+            let flag = Arc::new(AtomicBool::new(false));
+            ks.watch(0, b"gone", &flag).unwrap();
+            let mut txn = ks.lock([(0, b"gone".as_slice())], true).unwrap();
+            assert!(txn.get(0, b"gone", now_ms()).unwrap().is_none());
+            assert!(flag.load(Ordering::Acquire), "WATCH heard of it");
+            drop(txn);
+            assert_eq!(ks.dbsize(0), 1);
+            Keyspace::close(ks).unwrap();
+        }
+        let ks = open(dir.path());
+        assert_eq!(ks.dbsize(0), 1, "still stored");
+        let mut txn = ks.lock([(0, b"gone".as_slice())], true).unwrap();
+        assert!(txn.get(0, b"gone", now_ms()).unwrap().is_none());
+        txn.commit().unwrap();
+        assert_eq!(ks.dbsize(0), 0);
+    }
+
+    /// The functions record of a transaction that forwent rollback (a
+    /// replicated node's apply) goes with its batch; elsewhere it is
+    /// written at once.
+    #[test]
+    fn the_functions_record_goes_with_the_batch_of_an_apply() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let ks = open(dir.path());
+            let mut txn = ks.lock_all(true);
+            txn.forgo_rollback();
+            txn.put_functions_record(b"applied").unwrap();
+            drop(txn);
+            assert_eq!(ks.functions_record().unwrap(), None);
+            let mut txn = ks.lock_all(true);
+            txn.put_functions_record(b"at once").unwrap();
+            drop(txn);
+            assert_eq!(ks.functions_record().unwrap(), Some(b"at once".to_vec()));
+            let mut txn = ks.lock_all(true);
+            txn.forgo_rollback();
+            txn.put_functions_record(b"committed").unwrap();
+            txn.put_applied_index(3).unwrap();
+            txn.commit().unwrap();
+            Keyspace::close(ks).unwrap();
+        }
+        let ks = open(dir.path());
+        assert_eq!(ks.functions_record().unwrap(), Some(b"committed".to_vec()));
+        assert_eq!(ks.applied_index().unwrap(), 3);
     }
 
     /// A whole-keyspace atomic transaction that deletes strings and

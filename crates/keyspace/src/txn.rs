@@ -134,6 +134,8 @@ pub struct Txn<'a> {
     /// An atomic transaction's SWAPDBs, in order: their record is in the
     /// batch, the map in memory swapped already (see `settle_swaps`).
     swaps: Vec<(usize, usize)>,
+    /// The applied index an early commit records (`set_applied_before`).
+    applied_before: Option<u64>,
     wrote: bool,
     scratch: Vec<u8>,
 }
@@ -156,6 +158,7 @@ impl<'a> Txn<'a> {
             touched: Vec::new(),
             rollback: true,
             swaps: Vec::new(),
+            applied_before: None,
             wrote: false,
             scratch: Vec::new(),
         }
@@ -169,6 +172,16 @@ impl<'a> Txn<'a> {
     /// the HSET did, a fifth of a member's time under HSET.
     pub fn forgo_rollback(&mut self) {
         self.rollback = false;
+    }
+
+    /// For a replicated node's apply, before each entry: the index of the
+    /// entry before it, which an early commit inside the transaction (a
+    /// FLUSHALL a script runs: `apply_buffered`) records as applied with
+    /// what it commits. Without it, that commit would make the chunk's
+    /// earlier entries durable with no applied index, and a restart would
+    /// apply them again.
+    pub fn set_applied_before(&mut self, index: u64) {
+        self.applied_before = Some(index);
     }
 
     /// The bytes of undo recorded so far (tests).
@@ -1025,10 +1038,14 @@ impl<'a> Txn<'a> {
     }
 
     /// Applies the buffered writes now, as one atomic batch, and keeps
-    /// buffering after (for FLUSHDB inside MULTI, which applies directly).
+    /// buffering after (for FLUSHDB inside MULTI, which applies directly),
+    /// with the applied index `set_applied_before` gave, if any.
     fn apply_buffered(&mut self) -> Result<()> {
         if self.batch.is_none() {
             return Ok(());
+        }
+        if let Some(index) = self.applied_before {
+            self.put_applied_index(index)?;
         }
         let result = self.commit_buffered();
         self.batch = Some(WriteBuffer::new());
@@ -1732,5 +1749,32 @@ mod tests {
             assert_eq!(get(&ks, 0, key.as_bytes()), None);
         }
         assert_eq!(ks.dbsize(0), 51);
+    }
+
+    /// A flush commits what the transaction buffered first; in a
+    /// replicated node's apply that commit records the index of the entry
+    /// before the one running, so a restart does not apply the chunk's
+    /// earlier entries again.
+    #[test]
+    fn an_early_commit_records_the_applied_index_before_the_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let ks = open(dir.path());
+            let mut txn = ks.lock_all(true);
+            txn.forgo_rollback();
+            txn.set_applied_before(4);
+            txn.put_string(0, b"earlier", b"v", None).unwrap();
+            txn.log(vec![set_add(0, b"s")]).unwrap();
+            txn.set_applied_before(5);
+            txn.put_string(1, b"running", b"v", None).unwrap();
+            txn.flush(Some(1)).unwrap();
+            drop(txn);
+            Keyspace::close(ks).unwrap();
+        }
+        let ks = open(dir.path());
+        assert_eq!(ks.applied_index().unwrap(), 5);
+        assert_eq!(get(&ks, 0, b"earlier"), Some(b"v".to_vec()));
+        assert_eq!(ks.dbsize(0), 2);
+        assert_eq!(ks.dbsize(1), 0);
     }
 }

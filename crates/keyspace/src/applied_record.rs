@@ -32,6 +32,15 @@ pub fn is_applied_key(key: &[u8]) -> bool {
 impl Keyspace {
     /// The applied index recorded, 0 if none ever was.
     pub fn applied_index(&self) -> Result<u64> {
+        let (engine, collections) = self.applied_index_copies()?;
+        Ok(engine.max(collections))
+    }
+
+    /// The two copies of the applied index: the engine's, the
+    /// collections' (which of them the last batches wrote shows how a
+    /// writer cut its batches: tests).
+    #[doc(hidden)]
+    pub fn applied_index_copies(&self) -> Result<(u64, u64)> {
         let decode = |value: &[u8]| {
             value
                 .get(..8)
@@ -54,7 +63,7 @@ impl Keyspace {
             None => 0,
             Some(value) => decode(&value)?,
         };
-        Ok(engine.max(collections))
+        Ok((engine, collections))
     }
 }
 

@@ -8,13 +8,14 @@
 //! second lookup at commit) cost a member more than the whole INCR costs
 //! a single node. So at `process` an INCR of a live integer goes to the
 //! engine at once, as a single node's does, and its old value goes here
-//! first. The chunk's commit empties the journal. At startup a journal
-//! that is not empty belongs to a chunk whose commit may not have
-//! happened: if the applied index is below the chunk's first entry the
-//! commit did not happen, and the old values are put back (newest first,
-//! so a counter added to twice gets its value from before the chunk);
-//! the entries are then applied again from the log. Otherwise the chunk
-//! committed and the journal is stale.
+//! first with the index of the entry that adds. The chunk's commit
+//! empties the journal. At startup a journal that is not empty belongs to
+//! a chunk whose commit may not have happened: the old values noted by
+//! entries past the applied index recorded are put back, newest first (a
+//! counter added to twice gets the value it had after the last entry
+//! recorded), and those entries are applied again from the log. An early
+//! commit inside a chunk (a flush: `Txn::set_applied_before`) records an
+//! applied index within the chunk; entries up to it keep their adds.
 //!
 //! Only at `process`, whose promise is to outlive the process: the stores
 //! land in the page cache in program order, so the old value is in the
@@ -25,8 +26,8 @@
 //!
 //! ```text
 //! DIR/apply-undo.pmem
-//! [magic u64][chunk's first index u64][entries u64][bytes used u64] ... header, 64 bytes
-//! [key len u64][old word u64][key, padded to 8] ...                      entries
+//! [magic u64][unused u64][entries u64][bytes used u64] ...  header, 64 bytes
+//! [key len u64][old word u64][entry index u64][key, padded to 8] ...  entries
 //! ```
 
 use std::path::Path;
@@ -43,9 +44,10 @@ pub const FILE: &str = "apply-undo.pmem";
 const MAGIC: u64 = u64::from_le_bytes(*b"EGUNDO01");
 const HEADER_BYTES: u64 = 64;
 const MAGIC_AT: PmemOffset = PmemOffset(0);
-const FIRST_INDEX_AT: PmemOffset = PmemOffset(8);
 const ENTRIES_AT: PmemOffset = PmemOffset(16);
 const USED_AT: PmemOffset = PmemOffset(24);
+/// An entry's words before its key: key length, old word, entry index.
+const ENTRY_HEADER: u64 = 24;
 /// The file's size: a chunk commits every 512 writes, so a full journal
 /// (an INCR past it takes the buffered path) takes keys of 500 bytes.
 const FILE_BYTES: u64 = 256 * 1024;
@@ -56,12 +58,13 @@ pub struct ApplyUndo {
     region: Mutex<Region>,
 }
 
-/// What a crash left in the journal: the chunk's first index, and each
-/// key with its old word, in the order they were noted.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Left {
-    pub first_index: u64,
-    pub entries: Vec<(Vec<u8>, u64)>,
+/// An entry of the journal: the Raft entry that changed `key`, and the
+/// word it changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Noted {
+    pub index: u64,
+    pub key: Vec<u8>,
+    pub old: u64,
 }
 
 impl ApplyUndo {
@@ -101,13 +104,12 @@ impl ApplyUndo {
         })
     }
 
-    /// What a crash left: the first index of the chunk and its entries
-    /// (key, old word) in the order they were written; None when empty.
-    pub fn left(&self) -> Result<Option<Left>> {
+    /// What a crash left, in the order it was noted.
+    pub fn left(&self) -> Result<Vec<Noted>> {
         let region = self.region.lock();
         let entries = region.load_u64(ENTRIES_AT);
         if entries == 0 {
-            return Ok(None);
+            return Ok(Vec::new());
         }
         let used = region.load_u64(USED_AT);
         if used > FILE_BYTES - HEADER_BYTES {
@@ -119,49 +121,47 @@ impl ApplyUndo {
         let end = HEADER_BYTES + used;
         let mut found = Vec::with_capacity(entries as usize);
         for _ in 0..entries {
-            if at + 16 > end {
+            if at + ENTRY_HEADER > end {
                 return Err(Error::Internal("the apply's undo journal is short".into()));
             }
             let len = region.load_u64(PmemOffset(at));
             let old = region.load_u64(PmemOffset(at + 8));
-            if len > MAX_KEY_BYTES as u64 || at + 16 + len > end {
+            let index = region.load_u64(PmemOffset(at + 16));
+            if len > MAX_KEY_BYTES as u64 || at + ENTRY_HEADER + len > end {
                 return Err(Error::Internal(format!(
                     "an entry of the apply's undo journal is damaged (key of {len} bytes)"
                 )));
             }
-            let key = region.read(PmemOffset(at + 16), len).to_vec();
-            found.push((key, old));
-            at += 16 + len.next_multiple_of(8);
+            let key = region.read(PmemOffset(at + ENTRY_HEADER), len).to_vec();
+            found.push(Noted { index, key, old });
+            at += ENTRY_HEADER + len.next_multiple_of(8);
         }
-        Ok(Some(Left {
-            first_index: region.load_u64(FIRST_INDEX_AT),
-            entries: found,
-        }))
+        Ok(found)
     }
 
-    /// Notes `old`, the word at `ekey` before the apply of the chunk that
-    /// begins at entry `first_index` changes it. False (nothing noted)
-    /// when the journal is full or the key too long.
-    pub fn note(&self, first_index: u64, ekey: &[u8], old: u64) -> bool {
+    /// Notes `old`, the word at `ekey` before Raft entry `index` changes
+    /// it. False (nothing noted) when the journal is full or the key too
+    /// long.
+    pub fn note(&self, index: u64, ekey: &[u8], old: u64) -> bool {
         if ekey.len() > MAX_KEY_BYTES {
             return false;
         }
         let region = self.region.lock();
         let entries = region.load_u64(ENTRIES_AT);
         let used = if entries == 0 {
-            region.store_u64(FIRST_INDEX_AT, first_index);
             0
         } else {
             region.load_u64(USED_AT)
         };
-        let bytes = 16 + (ekey.len() as u64).next_multiple_of(8);
+        let bytes = ENTRY_HEADER + (ekey.len() as u64).next_multiple_of(8);
         if HEADER_BYTES + used + bytes > FILE_BYTES {
             return false;
         }
         let at = HEADER_BYTES + used;
         region.store_u64(PmemOffset(at), ekey.len() as u64);
         region.store_u64(PmemOffset(at + 8), old);
-        region.write(PmemOffset(at + 16), ekey);
+        region.store_u64(PmemOffset(at + 16), index);
+        region.write(PmemOffset(at + ENTRY_HEADER), ekey);
         // The entry first, then the counts that take it in.
         region.store_u64(USED_AT, used + bytes);
         region.store_u64(ENTRIES_AT, entries + 1);
@@ -188,18 +188,16 @@ impl ApplyUndo {
 
 impl Keyspace {
     /// Opens the undo journal of a member's apply in `dir` and puts back
-    /// what a chunk that never committed added directly (see the module
-    /// docs). Once, at open.
+    /// what entries not recorded as applied added directly (see the
+    /// module docs). Once, at open.
     pub(crate) fn open_apply_undo(&self, dir: &Path, mode: ModeChoice) -> Result<()> {
         let undo = ApplyUndo::open(dir, mode)?;
-        if let Some(Left {
-            first_index: first,
-            entries,
-        }) = undo.left()?
-        {
+        let left = undo.left()?;
+        if !left.is_empty() {
             let applied = self.applied_index()?;
-            if applied < first {
-                for (ekey, old) in entries.iter().rev() {
+            let undone: Vec<&Noted> = left.iter().filter(|n| n.index > applied).collect();
+            if !undone.is_empty() {
+                for Noted { key: ekey, old, .. } in undone.iter().rev() {
                     let put_back = self.store.update_word_with(
                         ekey,
                         META_BYTES as u64,
@@ -220,9 +218,9 @@ impl Keyspace {
                 // The old values durable before the journal forgets them.
                 self.sync()?;
                 log::info!(
-                    "put back {} direct adds of entries from {first} on (applied index {applied}): \
+                    "put back {} direct adds of entries past the applied index {applied}: \
                      they are applied again from the log",
-                    entries.len()
+                    undone.len()
                 );
             }
             undo.clear();
@@ -318,7 +316,7 @@ mod tests {
         txn.put_applied_index(5).unwrap();
         txn.commit().unwrap();
         assert!(
-            ks.apply_undo().unwrap().left().unwrap().is_none(),
+            ks.apply_undo().unwrap().left().unwrap().is_empty(),
             "the commit empties it"
         );
         // A crash between the commit and the journal's emptying.
@@ -327,7 +325,31 @@ mod tests {
         Keyspace::close(ks).unwrap();
         let ks = member(dir.path());
         assert_eq!(counter(&ks, b"c"), 15);
-        assert!(ks.apply_undo().unwrap().left().unwrap().is_none());
+        assert!(ks.apply_undo().unwrap().left().unwrap().is_empty());
+
+        // Entries 6 and 7 add; an early commit records 6 as applied (a
+        // flush's, `Txn::set_applied_before`), then the process dies: only
+        // entry 7's add is put back.
+        {
+            let mut txn = ks.lock_all(true);
+            txn.forgo_rollback();
+            txn.allow_direct_adds(6);
+            assert_eq!(
+                txn.add_in_place(0, b"c", now_ms(), 1).unwrap(),
+                InPlaceAdd::Added(16)
+            );
+            txn.allow_direct_adds(7);
+            assert_eq!(
+                txn.add_in_place(0, b"c", now_ms(), 1).unwrap(),
+                InPlaceAdd::Added(17)
+            );
+        }
+        let mut early = ks.lock_all(true);
+        early.put_applied_index(6).unwrap();
+        early.commit().unwrap();
+        Keyspace::close(ks).unwrap();
+        let ks = member(dir.path());
+        assert_eq!(counter(&ks, b"c"), 16);
     }
 
     /// Where a direct add is not allowed, the caller's general path runs
@@ -377,34 +399,29 @@ mod tests {
     fn entries_come_back_in_order_until_cleared_and_survive_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let undo = ApplyUndo::open(dir.path(), ModeChoice::Emulated).unwrap();
-        assert!(undo.left().unwrap().is_none());
+        assert!(undo.left().unwrap().is_empty());
         assert!(undo.note(7, b"\x00counter", 41));
         assert!(undo.note(8, b"\x00other-key-of-17", u64::MAX));
         assert!(undo.note(9, b"\x00counter", 42));
         drop(undo);
         let undo = ApplyUndo::open(dir.path(), ModeChoice::Emulated).unwrap();
-        let left = undo.left().unwrap().unwrap();
-        // The chunk's first index is the first note's.
-        assert_eq!(left.first_index, 7);
+        let noted = |index, key: &[u8], old| Noted {
+            index,
+            key: key.to_vec(),
+            old,
+        };
         assert_eq!(
-            left.entries,
+            undo.left().unwrap(),
             vec![
-                (b"\x00counter".to_vec(), 41),
-                (b"\x00other-key-of-17".to_vec(), u64::MAX),
-                (b"\x00counter".to_vec(), 42),
+                noted(7, b"\x00counter", 41),
+                noted(8, b"\x00other-key-of-17", u64::MAX),
+                noted(9, b"\x00counter", 42),
             ]
         );
         undo.clear();
-        assert!(undo.left().unwrap().is_none());
-        // A new chunk starts over, with its own first index.
+        assert!(undo.left().unwrap().is_empty());
         assert!(undo.note(20, b"\x00k", 1));
-        assert_eq!(
-            undo.left().unwrap().unwrap(),
-            Left {
-                first_index: 20,
-                entries: vec![(b"\x00k".to_vec(), 1)]
-            }
-        );
+        assert_eq!(undo.left().unwrap(), vec![noted(20, b"\x00k", 1)]);
     }
 
     #[test]
@@ -419,9 +436,9 @@ mod tests {
         }
         assert_eq!(
             noted,
-            (FILE_BYTES - HEADER_BYTES) / (16 + MAX_KEY_BYTES as u64)
+            (FILE_BYTES - HEADER_BYTES) / (ENTRY_HEADER + MAX_KEY_BYTES as u64)
         );
-        assert_eq!(undo.left().unwrap().unwrap().entries.len() as u64, noted);
+        assert_eq!(undo.left().unwrap().len() as u64, noted);
     }
 
     #[test]

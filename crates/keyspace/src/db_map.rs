@@ -137,6 +137,24 @@ impl DbMap {
         self.version.load(Ordering::Relaxed) == version
     }
 
+    /// Makes this map `other` (at startup, after a replayed batch wrote
+    /// the record).
+    pub fn assign(&self, other: &DbMap) {
+        let version = self.version.load(Ordering::Relaxed);
+        self.version.store(version + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        for i in 0..RECORD_BYTES {
+            let (physical, logical) = (
+                other.physical[i].load(Ordering::Relaxed),
+                other.logical[i].load(Ordering::Relaxed),
+            );
+            self.physical[i].store(physical, Ordering::Relaxed);
+            self.logical[i].store(logical, Ordering::Relaxed);
+        }
+        self.identity.store(self.is_identity(), Ordering::Relaxed);
+        self.version.store(version + 2, Ordering::Release);
+    }
+
     /// Exchanges logical databases `a` and `b`. The caller holds every key
     /// group, so no writer is between its translation and its check.
     pub fn swap(&self, a: usize, b: usize) {

@@ -24,15 +24,24 @@ impl Keyspace {
 
 impl Txn<'_> {
     /// Replaces the functions record. Needs the keyspace excluded
-    /// (`Keyspace::lock_all`), so no other writer runs beside it; written
-    /// at once (not with an atomic transaction's batch), and durable with
-    /// the transaction's other writes (the reply waits on the group
-    /// commit).
+    /// (`Keyspace::lock_all`), so no other writer runs beside it; durable
+    /// with the transaction's other writes (the reply waits on the group
+    /// commit). Written at once: the server's library set changed at once,
+    /// and a failed commit could not take that back. But for a transaction
+    /// that forwent rollback (a replicated node's apply, which stops the
+    /// process rather than go on from a failed commit): there it goes into
+    /// the batch, to commit with the applied index, so that a restart does
+    /// not find the libraries of entries it applies again.
     pub fn put_functions_record(&mut self, record: &[u8]) -> Result<()> {
         if !self.holds_every_group() {
             return Err(Error::Internal(
                 "the functions record without every group locked".into(),
             ));
+        }
+        if self.is_atomic() && !self.rolls_back() {
+            self.put_reserved(&KEY, record)?;
+            self.mark_wrote();
+            return Ok(());
         }
         self.keyspace()
             .store()

@@ -596,6 +596,7 @@ impl Keyspace {
     }
 
     fn replay(&self, intents: Vec<Vec<u8>>) -> Result<()> {
+        let mut map_written = false;
         for intent in intents {
             let bytes = match self.store.get(&intent).map_err(Error::Engine) {
                 Ok(Some(bytes)) => bytes,
@@ -619,6 +620,7 @@ impl Keyspace {
             let mut txn =
                 self.lock_stored(ops.iter().map(|(k, _)| k.clone().into()).collect(), false);
             for (key, write) in ops {
+                map_written |= db_map::is_map_key(&key);
                 match write {
                     journal::Write::Engine(value) => txn.apply_raw(&key, value.as_deref())?,
                     journal::Write::Collection(state) => txn.restore_collection(&key, state)?,
@@ -629,6 +631,37 @@ impl Keyspace {
             self.stats.batches_replayed.fetch_add(1, Ordering::Relaxed);
             log::warn!("re-applied a multi-key write interrupted by a crash ({keys} keys)");
         }
+        if map_written {
+            self.reload_db_map()?;
+        }
+        Ok(())
+    }
+
+    /// The database map as its record has it after a replayed batch wrote
+    /// the record (a SWAPDB in a transaction's batch): the map was read
+    /// before the replay. The books were built with that map; they hold
+    /// for the new one too, as a swap exchanges databases clients can
+    /// select, so the same stored prefixes stay visible. Unless the
+    /// `databases` setting shrank since the swap: the record is written,
+    /// and the next start reads it before it builds the books.
+    fn reload_db_map(&self) -> Result<()> {
+        let map = load_db_map(&self.store)?;
+        let visible = |map: &DbMap| {
+            let mut prefixes: Vec<usize> = (0..self.databases).map(|db| map.physical(db)).collect();
+            prefixes.sort_unstable();
+            prefixes
+        };
+        if visible(&map) != visible(&self.db_map) {
+            self.store.sync().map_err(Error::Engine)?;
+            return Err(Error::Format(format!(
+                "{}: a SWAPDB interrupted by a crash was applied again, and it swapped \
+                 databases that are not all among the {} this start shows (`databases` \
+                 shrank since); its map is written now: start again",
+                engram_engine::DATA_FILE,
+                self.databases
+            )));
+        }
+        self.db_map.assign(&map);
         Ok(())
     }
 
@@ -1065,13 +1098,16 @@ impl Keyspace {
 
     /// Keys in database `db`.
     pub fn dbsize(&self, db: usize) -> u64 {
-        let db = self.db_map.physical(db);
-        let total: i64 = self
-            .groups
+        self.raw_dbsize(self.db_map.physical(db)).max(0) as u64
+    }
+
+    /// The books' count of keys stored under `prefix`: the sum of the key
+    /// groups' counts, not clamped at 0 as `dbsize` clamps it.
+    pub(crate) fn raw_dbsize(&self, prefix: usize) -> i64 {
+        self.groups
             .iter()
-            .map(|s| s.counts[db].load(Ordering::Relaxed))
-            .sum();
-        total.max(0) as u64
+            .map(|s| s.counts[prefix].load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Puts key group `slot`'s unindexed expiries (see

@@ -36,6 +36,7 @@ use engram_collections::{apply, op::Bytes, Entry, Op, Undo, Writer};
 use engram_engine::WordUpdate;
 use smallvec::SmallVec;
 
+use super::db_map::DbMap;
 use super::journal::{self, Write};
 use super::key_groups::{
     apply_delete, apply_meta, apply_put, db_of, delete_books, put_books, set_expiry, touch,
@@ -130,13 +131,17 @@ pub struct Txn<'a> {
     /// Whether a failed or abandoned commit takes the collection changes
     /// back (`forgo_rollback`).
     rollback: bool,
-    /// A member's apply at `process`: the first index of the chunk this
-    /// transaction commits, and INCRs of live integers go to the engine
-    /// at once, their old values noted in the undo journal
-    /// (`allow_direct_adds`).
+    /// A member's apply at `process`: the index of the entry being
+    /// applied, and INCRs of live integers go to the engine at once, their
+    /// old values noted in the undo journal (`allow_direct_adds`).
     direct_adds: Option<u64>,
     /// `pause_direct_adds`.
     direct_adds_paused: bool,
+    /// An atomic transaction's SWAPDBs, in order: their record is in the
+    /// batch, the map in memory swapped already (see `settle_swaps`).
+    swaps: Vec<(usize, usize)>,
+    /// The applied index an early commit records (`set_applied_before`).
+    applied_before: Option<u64>,
     wrote: bool,
     scratch: Vec<u8>,
 }
@@ -160,6 +165,8 @@ impl<'a> Txn<'a> {
             rollback: true,
             direct_adds: None,
             direct_adds_paused: false,
+            swaps: Vec::new(),
+            applied_before: None,
             wrote: false,
             scratch: Vec::new(),
         }
@@ -176,15 +183,15 @@ impl<'a> Txn<'a> {
     }
 
     /// A member's apply (an atomic transaction whose commit records the
-    /// applied index): with `Some(first index of the chunk)`,
-    /// [`Txn::add_in_place`] adds to a live integer in the engine at
-    /// once, noting its old value in the undo journal (`apply_undo`)
-    /// first, instead of buffering a copy; the commit empties the
-    /// journal. Only at `process` (see `apply_undo`), and not for a key
-    /// the transaction already wrote (its value is in the buffer).
-    pub fn allow_direct_adds(&mut self, first_index: u64) {
+    /// applied index), before each entry at `process`: until the next
+    /// call, [`Txn::add_in_place`] adds to a live integer in the engine at
+    /// once, noting its old value and the entry's `index` in the undo
+    /// journal (`apply_undo`) first, instead of buffering a copy; the
+    /// commit empties the journal. Not for a key the transaction already
+    /// wrote (its value is in the buffer).
+    pub fn allow_direct_adds(&mut self, index: u64) {
         if self.batch.is_some() && self.ks.apply_undo().is_some() {
-            self.direct_adds = Some(first_index);
+            self.direct_adds = Some(index);
         }
     }
 
@@ -192,6 +199,16 @@ impl<'a> Txn<'a> {
     /// not see one write of a group before the rest (EXEC, scripts).
     pub fn pause_direct_adds(&mut self, paused: bool) {
         self.direct_adds_paused = paused;
+    }
+
+    /// For a replicated node's apply, before each entry: the index of the
+    /// entry before it, which an early commit inside the transaction (a
+    /// FLUSHALL a script runs: `apply_buffered`) records as applied with
+    /// what it commits. Without it, that commit would make the chunk's
+    /// earlier entries durable with no applied index, and a restart would
+    /// apply them again.
+    pub fn set_applied_before(&mut self, index: u64) {
+        self.applied_before = Some(index);
     }
 
     /// The bytes of undo recorded so far (tests).
@@ -222,6 +239,39 @@ impl<'a> Txn<'a> {
     /// Whether engine writes are buffered into one batch (EXEC, MSET...).
     pub fn is_atomic(&self) -> bool {
         self.batch.is_some()
+    }
+
+    /// DBSIZE of client database `db` as this transaction sees it: the
+    /// books, which count its collection writes already (`rebook`), and
+    /// its buffered engine writes, which the books count only at commit
+    /// (`put_books`, `delete_books`: a put of a key the engine lacks adds
+    /// one, a delete of a key it holds removes one, expired or not). A
+    /// string that replaced a collection is one put: the collection's
+    /// Delete was counted when it was applied. Nothing is applied early:
+    /// a replicated node's apply must commit its buffered writes only with
+    /// their applied index.
+    pub fn dbsize(&self, db: usize) -> u64 {
+        let ks = self.ks;
+        let prefix = ks.db_map.physical(db);
+        let mut total = ks.raw_dbsize(prefix);
+        for (ekey, value) in self.batch.iter().flatten() {
+            if crate::is_reserved(ekey) || db_of(ekey) != prefix {
+                continue;
+            }
+            let stored = ks.store.access(ekey).is_some();
+            match (value.is_some(), stored) {
+                (true, false) => total += 1,
+                (false, true) => total -= 1,
+                _ => {}
+            }
+        }
+        total.max(0) as u64
+    }
+
+    /// Whether a failed or abandoned commit takes the transaction's
+    /// collection changes back (see `forgo_rollback`).
+    pub(crate) fn rolls_back(&self) -> bool {
+        self.rollback
     }
 
     pub(crate) fn holds_every_group(&self) -> bool {
@@ -293,7 +343,19 @@ impl<'a> Txn<'a> {
             }
             let ks = self.ks;
             let (index, group) = self.guards.get(ekey)?;
-            apply_delete(&ks.store, &ks.groups[index], group, ekey)?;
+            match &mut self.batch {
+                // With the rest of an atomic transaction (a replicated
+                // node's apply deletes what its entries meet, and must
+                // not before its applied index says so). WATCH hears of
+                // it now, as EXEC's check of the watched keys needs.
+                Some(batch) => {
+                    batch.insert(EKey::from_slice(ekey), None);
+                    touch(group, ekey);
+                }
+                None => {
+                    apply_delete(&ks.store, &ks.groups[index], group, ekey)?;
+                }
+            }
             self.ks.expired_one(ekey);
             self.wrote = true;
             return Ok(None);
@@ -774,9 +836,9 @@ impl<'a> Txn<'a> {
         let direct = self.direct_adds.filter(|_| !self.direct_adds_paused);
         let journal = match (&self.batch, direct) {
             (None, _) => None,
-            (Some(batch), Some(first)) if !batch.contains_key(&ekey[..]) => {
+            (Some(batch), Some(index)) if !batch.contains_key(&ekey[..]) => {
                 match self.ks.apply_undo() {
-                    Some(undo) => Some((undo, first)),
+                    Some(undo) => Some((undo, index)),
                     None => return Ok(InPlaceAdd::Elsewhere),
                 }
             }
@@ -805,8 +867,8 @@ impl<'a> Txn<'a> {
                     Some(sum) => {
                         // (Noted again if the engine asks again: putting
                         // back the same old value twice is harmless.)
-                        if let Some((undo, first)) = journal {
-                            if !undo.note(first, &ekey, current as u64) {
+                        if let Some((undo, index)) = journal {
+                            if !undo.note(index, &ekey, current as u64) {
                                 return WordUpdate::Decline;
                             }
                         }
@@ -1049,10 +1111,14 @@ impl<'a> Txn<'a> {
     }
 
     /// Applies the buffered writes now, as one atomic batch, and keeps
-    /// buffering after (for FLUSHDB inside MULTI, which applies directly).
-    pub fn apply_buffered(&mut self) -> Result<()> {
+    /// buffering after (for FLUSHDB inside MULTI, which applies directly),
+    /// with the applied index `set_applied_before` gave, if any.
+    fn apply_buffered(&mut self) -> Result<()> {
         if self.batch.is_none() {
             return Ok(());
+        }
+        if let Some(index) = self.applied_before {
+            self.put_applied_index(index)?;
         }
         let result = self.commit_buffered();
         self.batch = Some(WriteBuffer::new());
@@ -1077,9 +1143,13 @@ impl<'a> Txn<'a> {
             .expect("pending operations hold the shards");
         // Engine writes that the collections' record does not settle by
         // itself: anything but deleting a string a collection replaced.
+        // Such a collection's shard is held; a whole-keyspace writer holds
+        // only the shards it met, and `keys().get` stops on any other
+        // (DEL of a string beside a collection write, in a script or a
+        // replicated node's apply: the batch's order decided).
         let independent = batch
             .iter()
-            .any(|(k, v)| v.is_some() || writer.keys().get(k).is_none());
+            .any(|(k, v)| v.is_some() || writer.peek(k).is_none());
         let intent = if independent {
             let mut ops: Vec<journal::Op> = batch
                 .iter()
@@ -1343,16 +1413,20 @@ impl<'a> Txn<'a> {
 }
 
 impl Txn<'_> {
-    /// SWAPDB: exchanges logical databases `a` and `b` (one durable write
-    /// of the database map, whatever they hold). Needs the keyspace
-    /// excluded (`Keyspace::lock_all`). As in Redis, a client watching a key
-    /// of either database has its transaction fail if the key exists in
+    /// SWAPDB: exchanges logical databases `a` and `b` (one write of the
+    /// database map, whatever they hold). Needs the keyspace excluded
+    /// (`Keyspace::lock_all`). As in Redis, a client watching a key of
+    /// either database has its transaction fail if the key exists in
     /// either (its value changes or appears); keys that only expired do
     /// not count. Watches and blocked clients stay with their database
     /// numbers; blocked clients are woken to look again.
     ///
-    /// In an atomic transaction (EXEC) the swap is written at once, not
-    /// with the transaction's batch.
+    /// In an atomic transaction the map's record goes into the batch, to
+    /// commit with the rest (a replicated node's apply: with its applied
+    /// index), while the map in memory changes at once, for the
+    /// transaction's later commands. Should the record not be written
+    /// after all (the transaction dropped, its commit failed), the drop
+    /// puts the map in memory back as the record has it (`Drop`).
     pub fn swap_databases(&mut self, a: usize, b: usize, now_ms: u64) -> Result<()> {
         self.guards.every()?;
         if a == b {
@@ -1363,22 +1437,13 @@ impl Txn<'_> {
         let (pa, pb) = (map.physical(a) as u8, map.physical(b) as u8);
         let mut record = map.encode();
         record.swap(a, b);
-        ks.store
-            .put(&super::db_map::KEY, &record)
-            .map_err(Error::Engine)?;
+        self.put_reserved(&super::db_map::KEY, &record)?;
         self.wrote = true;
 
         // The watches of both databases, out of their groups while keys
         // that merely expired are deleted (that changes nothing a client
         // can see, so it must not fail their transactions).
-        let mut watchers = Vec::new();
-        for (_, group) in self.guards.every()? {
-            let (theirs, rest) = std::mem::take(&mut group.watchers)
-                .into_iter()
-                .partition(|w| w.key.first().is_some_and(|&p| p == pa || p == pb));
-            group.watchers = rest;
-            watchers.extend::<Vec<super::Watcher>>(theirs);
-        }
+        let watchers = self.take_watchers(pa, pb)?;
         let mut names: Vec<&[u8]> = watchers.iter().map(|w| &w.key[1..]).collect();
         names.sort_unstable();
         names.dedup();
@@ -1403,9 +1468,33 @@ impl Txn<'_> {
                 watcher.flag.store(true, Ordering::Release);
             }
         }
+        if self.batch.is_some() {
+            self.swaps.push((a, b));
+        }
+        self.exchange(a, b, watchers)
+    }
 
-        map.swap(a, b);
-        // Each watch follows its database number to the other prefix.
+    /// The watches of keys stored under prefix `pa` or `pb`, taken out of
+    /// their groups.
+    fn take_watchers(&mut self, pa: u8, pb: u8) -> Result<Vec<super::Watcher>> {
+        let mut watchers = Vec::new();
+        for (_, group) in self.guards.every()? {
+            let (theirs, rest) = std::mem::take(&mut group.watchers)
+                .into_iter()
+                .partition(|w| w.key.first().is_some_and(|&p| p == pa || p == pb));
+            group.watchers = rest;
+            watchers.extend::<Vec<super::Watcher>>(theirs);
+        }
+        Ok(watchers)
+    }
+
+    /// Exchanges `a` and `b` in the map in memory; `watchers` (those of
+    /// both databases, taken out of their groups) follow their database
+    /// numbers to the other prefix, and blocked clients look again.
+    fn exchange(&mut self, a: usize, b: usize, watchers: Vec<super::Watcher>) -> Result<()> {
+        let ks = self.ks;
+        let (pa, pb) = (ks.db_map.physical(a) as u8, ks.db_map.physical(b) as u8);
+        ks.db_map.swap(a, b);
         for mut watcher in watchers {
             watcher.key[0] = if watcher.key[0] == pa { pb } else { pa };
             let (_, group) = self.guards.get(&watcher.key)?;
@@ -1414,12 +1503,49 @@ impl Txn<'_> {
         ks.wake_all_blocked();
         Ok(())
     }
+
+    /// When dropped: an atomic transaction's swaps whose record was not
+    /// written (no commit, or a failed one) are taken back in memory, so
+    /// the map stays the one a restart would read. Whatever else the
+    /// transaction did under the swapped map was not written either, but
+    /// for what an early commit (`apply_buffered`) wrote: the record
+    /// decides, written or not.
+    fn settle_swaps(&mut self) {
+        if self.swaps.is_empty() {
+            return;
+        }
+        let ks = self.ks;
+        let written = match ks.store.get(&super::db_map::KEY) {
+            Ok(record) => record.unwrap_or_else(|| DbMap::identity().encode().to_vec()),
+            Err(e) => {
+                log::error!("the database map record cannot be read after SWAPDB: {e}");
+                return;
+            }
+        };
+        if written[..] == ks.db_map.encode()[..] {
+            return;
+        }
+        for (a, b) in std::mem::take(&mut self.swaps).into_iter().rev() {
+            let (pa, pb) = (ks.db_map.physical(a) as u8, ks.db_map.physical(b) as u8);
+            let moved = self
+                .take_watchers(pa, pb)
+                .and_then(|watchers| self.exchange(a, b, watchers));
+            if let Err(e) = moved {
+                log::error!("taking back an uncommitted SWAPDB failed: {e}");
+                return;
+            }
+        }
+        if written[..] != ks.db_map.encode()[..] {
+            log::error!("the database map in memory differs from its record after SWAPDB");
+        }
+    }
 }
 
 impl Drop for Txn<'_> {
     /// An atomic transaction dropped without its commit (a failed command,
-    /// a failed EXEC) takes its collection changes back.
+    /// a failed EXEC) takes its collection changes and swaps back.
     fn drop(&mut self) {
+        self.settle_swaps();
         if !self.pending.is_empty() {
             self.pending.clear();
             let undo = std::mem::take(&mut self.undo);
@@ -1433,4 +1559,302 @@ impl Drop for Txn<'_> {
 /// name it.
 pub fn ckey(db: usize, key: &[u8]) -> Result<Bytes> {
     Ok(ekey(db, key)?.as_slice().into())
+}
+
+#[cfg(test)]
+mod tests {
+    //! Atomic transactions: what they write reaches the stores with their
+    //! commit, as one batch, and not before (a replicated node's apply
+    //! commits a chunk of entries with its applied index, and a crash
+    //! before that commit must leave nothing of the chunk), while the
+    //! transaction itself sees it (DBSIZE, SWAPDB).
+
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use engram_collections::Op;
+
+    use crate::value::StringValue;
+    use crate::{ckey, journal, now_ms, Keyspace, KeyspaceOptions};
+
+    fn open(dir: &std::path::Path) -> Arc<Keyspace> {
+        Keyspace::open_dir(dir, &KeyspaceOptions::default())
+            .unwrap()
+            .keyspace
+    }
+
+    fn set(ks: &Keyspace, db: usize, key: &[u8], value: &[u8], expire_at: Option<u64>) {
+        let mut txn = ks.lock([(db, key)], false).unwrap();
+        txn.put_string(db, key, value, expire_at).unwrap();
+        txn.commit().unwrap();
+    }
+
+    fn get(ks: &Keyspace, db: usize, key: &[u8]) -> Option<Vec<u8>> {
+        ks.read(db, key, now_ms(), |meta, payload| {
+            StringValue::from_payload(meta, payload).to_bytes()
+        })
+        .unwrap()
+    }
+
+    fn set_add(db: usize, key: &[u8]) -> Op {
+        Op::SetAdd {
+            key: ckey(db, key).unwrap(),
+            members: vec![b"m".as_slice().into()],
+        }
+    }
+
+    /// DBSIZE inside an atomic transaction counts what it wrote, buffered
+    /// or not: new keys, overwrites, deletes, a string over a collection
+    /// and a collection over a string, other databases apart. And it
+    /// applies nothing: the strings reach the engine at the commit.
+    #[test]
+    fn dbsize_in_an_atomic_transaction_counts_its_buffered_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let ks = open(dir.path());
+        set(&ks, 0, b"a", b"1", None);
+        set(&ks, 0, b"b", b"1", None);
+        set(&ks, 0, b"c", b"1", None);
+        set(&ks, 0, b"gone", b"1", Some(now_ms() - 1000));
+        let mut txn = ks.lock_all(false);
+        txn.log(vec![set_add(0, b"s")]).unwrap();
+        txn.commit().unwrap();
+        assert_eq!(ks.dbsize(0), 5);
+
+        let now = now_ms();
+        let mut txn = ks.lock_all(true);
+        assert_eq!(txn.dbsize(0), 5);
+        txn.put_string(0, b"new", b"v", None).unwrap();
+        assert_eq!(txn.dbsize(0), 6, "a new key");
+        txn.put_string(0, b"a", b"2", None).unwrap();
+        assert_eq!(txn.dbsize(0), 6, "an overwrite");
+        assert!(txn.delete(0, b"b", now).unwrap());
+        assert_eq!(txn.dbsize(0), 5, "a delete");
+        assert!(!txn.delete(0, b"absent", now).unwrap());
+        assert_eq!(txn.dbsize(0), 5, "a delete of nothing");
+        txn.put_string(0, b"s", b"v", None).unwrap();
+        assert_eq!(txn.dbsize(0), 5, "a string over a collection");
+        txn.log(vec![set_add(0, b"c")]).unwrap();
+        assert_eq!(txn.dbsize(0), 5, "a collection over a string");
+        txn.log(vec![set_add(0, b"new")]).unwrap();
+        assert_eq!(txn.dbsize(0), 5, "a collection over a buffered string");
+        txn.put_string(0, b"brief", b"v", None).unwrap();
+        assert!(txn.delete(0, b"brief", now).unwrap());
+        assert_eq!(txn.dbsize(0), 5, "a new key deleted again");
+        assert!(txn.get(0, b"gone", now).unwrap().is_none());
+        assert_eq!(txn.dbsize(0), 4, "an expired key met");
+        txn.put_string(1, b"other", b"v", None).unwrap();
+        assert_eq!((txn.dbsize(0), txn.dbsize(1)), (4, 1), "another database");
+        // Nothing reached the engine.
+        let store = ks.store();
+        assert!(store.get(b"\0a").unwrap().is_some());
+        assert!(store.get(b"\0b").unwrap().is_some());
+        assert!(store.get(b"\x01other").unwrap().is_none());
+        assert!(store.get(b"\0brief").unwrap().is_none());
+        txn.commit().unwrap();
+        assert_eq!((ks.dbsize(0), ks.dbsize(1)), (4, 1), "as the commit counts");
+        assert_eq!(get(&ks, 0, b"a"), Some(b"2".to_vec()));
+    }
+
+    /// An atomic transaction dropped without its commit (a crash of a
+    /// replicated node's apply) leaves nothing behind, DBSIZE asked in it
+    /// or not: it used to apply the buffered writes (with no applied
+    /// index), and the restart applied them again.
+    #[test]
+    fn an_atomic_transaction_dropped_after_dbsize_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let ks = open(dir.path());
+            set(&ks, 0, b"counter", b"1", None);
+            let mut txn = ks.lock_all(true);
+            txn.forgo_rollback();
+            txn.put_string(0, b"counter", b"2", None).unwrap();
+            txn.put_string(0, b"new", b"v", None).unwrap();
+            assert_eq!(txn.dbsize(0), 2);
+            txn.put_string(0, b"after", b"v", None).unwrap();
+            drop(txn);
+            assert_eq!(ks.dbsize(0), 1);
+            Keyspace::close(ks).unwrap();
+        }
+        let ks = open(dir.path());
+        assert_eq!(get(&ks, 0, b"counter"), Some(b"1".to_vec()));
+        assert_eq!(get(&ks, 0, b"new"), None);
+        assert_eq!(ks.dbsize(0), 1);
+    }
+
+    /// SWAPDB in an atomic transaction: later reads in it see the swap;
+    /// dropped without its commit, the map in memory is put back (and the
+    /// watches with it) and the record was never written; committed, the
+    /// record is there after a reopen.
+    #[test]
+    fn a_swap_in_an_atomic_transaction_is_written_with_its_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = now_ms();
+        {
+            let ks = open(dir.path());
+            set(&ks, 0, b"k", b"zero", None);
+            set(&ks, 1, b"k", b"one", None);
+            let flag = Arc::new(AtomicBool::new(false));
+            ks.watch(0, b"w", &flag).unwrap();
+            let mut txn = ks.lock_all(true);
+            txn.put_string(0, b"before", b"v", None).unwrap();
+            txn.swap_databases(0, 1, now).unwrap();
+            let seen = txn.get(0, b"k", now).unwrap().unwrap();
+            assert_eq!(seen.string().to_bytes(), b"one");
+            assert!(txn.get(1, b"before", now).unwrap().is_some());
+            assert_eq!(txn.dbsize(1), 2);
+            drop(txn);
+            assert_eq!(get(&ks, 0, b"k"), Some(b"zero".to_vec()), "put back");
+            assert!(!flag.load(Ordering::Acquire));
+            set(&ks, 0, b"w", b"v", None);
+            assert!(flag.load(Ordering::Acquire), "the watch is back in db 0");
+            Keyspace::close(ks).unwrap();
+        }
+        {
+            let ks = open(dir.path());
+            assert_eq!(get(&ks, 0, b"k"), Some(b"zero".to_vec()));
+            assert_eq!(get(&ks, 0, b"before"), None);
+            let mut txn = ks.lock_all(true);
+            txn.forgo_rollback();
+            txn.swap_databases(0, 1, now).unwrap();
+            txn.commit().unwrap();
+            assert_eq!(get(&ks, 0, b"k"), Some(b"one".to_vec()));
+            Keyspace::close(ks).unwrap();
+        }
+        let ks = open(dir.path());
+        assert_eq!(get(&ks, 0, b"k"), Some(b"one".to_vec()));
+        assert_eq!(get(&ks, 1, b"k"), Some(b"zero".to_vec()));
+    }
+
+    /// A batch that mixes strings and collections commits through an
+    /// intent; one holding the database map's record that a crash left is
+    /// replayed at the next start, and the map in memory is the record's
+    /// (it was read before the replay).
+    #[test]
+    fn a_replayed_batch_holding_the_database_map_swaps_the_map_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let ks = open(dir.path());
+            set(&ks, 0, b"k", b"zero", None);
+            set(&ks, 1, b"k", b"one", None);
+            let mut record = ks.db_map.encode();
+            record.swap(0, 1);
+            let ops: Vec<journal::Op> = vec![(
+                crate::db_map::KEY.to_vec(),
+                journal::Write::Engine(Some(record.to_vec())),
+            )];
+            let intent = journal::encode(ops.iter().map(|(k, w)| (k.as_slice(), w)));
+            ks.store().put(&journal::intent_key(0), &intent).unwrap();
+            Keyspace::close(ks).unwrap();
+        }
+        let ks = open(dir.path());
+        assert_eq!(ks.stats.batches_replayed.load(Ordering::Relaxed), 1);
+        assert_eq!(get(&ks, 0, b"k"), Some(b"one".to_vec()));
+        assert_eq!(get(&ks, 1, b"k"), Some(b"zero".to_vec()));
+        assert_eq!((ks.dbsize(0), ks.dbsize(1)), (1, 1));
+    }
+
+    /// A live-looking expired key met in an atomic transaction is deleted
+    /// with the transaction's batch, not at once; WATCH hears of it at
+    /// once all the same.
+    #[test]
+    fn an_expired_key_met_in_an_atomic_transaction_goes_with_its_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let ks = open(dir.path());
+            set(&ks, 0, b"gone", b"v", Some(now_ms() - 1000));
+            let flag = Arc::new(AtomicBool::new(false));
+            ks.watch(0, b"gone", &flag).unwrap();
+            let mut txn = ks.lock([(0, b"gone".as_slice())], true).unwrap();
+            assert!(txn.get(0, b"gone", now_ms()).unwrap().is_none());
+            assert!(flag.load(Ordering::Acquire), "WATCH heard of it");
+            drop(txn);
+            assert_eq!(ks.dbsize(0), 1);
+            Keyspace::close(ks).unwrap();
+        }
+        let ks = open(dir.path());
+        assert_eq!(ks.dbsize(0), 1, "still stored");
+        let mut txn = ks.lock([(0, b"gone".as_slice())], true).unwrap();
+        assert!(txn.get(0, b"gone", now_ms()).unwrap().is_none());
+        txn.commit().unwrap();
+        assert_eq!(ks.dbsize(0), 0);
+    }
+
+    /// The functions record of a transaction that forwent rollback (a
+    /// replicated node's apply) goes with its batch; elsewhere it is
+    /// written at once.
+    #[test]
+    fn the_functions_record_goes_with_the_batch_of_an_apply() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let ks = open(dir.path());
+            let mut txn = ks.lock_all(true);
+            txn.forgo_rollback();
+            txn.put_functions_record(b"applied").unwrap();
+            drop(txn);
+            assert_eq!(ks.functions_record().unwrap(), None);
+            let mut txn = ks.lock_all(true);
+            txn.put_functions_record(b"at once").unwrap();
+            drop(txn);
+            assert_eq!(ks.functions_record().unwrap(), Some(b"at once".to_vec()));
+            let mut txn = ks.lock_all(true);
+            txn.forgo_rollback();
+            txn.put_functions_record(b"committed").unwrap();
+            txn.put_applied_index(3).unwrap();
+            txn.commit().unwrap();
+            Keyspace::close(ks).unwrap();
+        }
+        let ks = open(dir.path());
+        assert_eq!(ks.functions_record().unwrap(), Some(b"committed".to_vec()));
+        assert_eq!(ks.applied_index().unwrap(), 3);
+    }
+
+    /// A whole-keyspace atomic transaction that deletes strings and
+    /// writes collections commits, whatever shards the deleted strings'
+    /// keys fall in (it looked for a collection at each deleted key in
+    /// the shards it held, and stopped at one it did not hold, as often
+    /// as the batch's order put such a delete first).
+    #[test]
+    fn deleting_strings_beside_collection_writes_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let ks = open(dir.path());
+        for i in 0..50 {
+            let key = format!("string{i}");
+            set(&ks, 0, key.as_bytes(), b"v", None);
+            let mut txn = ks.lock_all(true);
+            assert!(txn.delete(0, key.as_bytes(), now_ms()).unwrap());
+            txn.put_string(0, b"other", b"v", None).unwrap();
+            txn.log(vec![set_add(0, format!("set{i}").as_bytes())])
+                .unwrap();
+            txn.commit().unwrap();
+            assert_eq!(get(&ks, 0, key.as_bytes()), None);
+        }
+        assert_eq!(ks.dbsize(0), 51);
+    }
+
+    /// A flush commits what the transaction buffered first; in a
+    /// replicated node's apply that commit records the index of the entry
+    /// before the one running, so a restart does not apply the chunk's
+    /// earlier entries again.
+    #[test]
+    fn an_early_commit_records_the_applied_index_before_the_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let ks = open(dir.path());
+            let mut txn = ks.lock_all(true);
+            txn.forgo_rollback();
+            txn.set_applied_before(4);
+            txn.put_string(0, b"earlier", b"v", None).unwrap();
+            txn.log(vec![set_add(0, b"s")]).unwrap();
+            txn.set_applied_before(5);
+            txn.put_string(1, b"running", b"v", None).unwrap();
+            txn.flush(Some(1)).unwrap();
+            drop(txn);
+            Keyspace::close(ks).unwrap();
+        }
+        let ks = open(dir.path());
+        assert_eq!(ks.applied_index().unwrap(), 5);
+        assert_eq!(get(&ks, 0, b"earlier"), Some(b"v".to_vec()));
+        assert_eq!(ks.dbsize(0), 2);
+        assert_eq!(ks.dbsize(1), 0);
+    }
 }

@@ -77,6 +77,87 @@ impl Applier {
 /// an entry's end), so its batch stays one engine record run.
 const APPLY_CHUNK_WRITES: usize = 512;
 
+impl Applier {
+    /// Commits a chunk's transaction with `index`, its last entry's, as
+    /// the applied index, then tells this member's clients what the chunk
+    /// did and sends its replies. `flushed`: the chunk held a FLUSHALL or
+    /// FLUSHDB.
+    fn end_chunk(
+        &mut self,
+        shared: &Shared,
+        mut done: crate::keyspace::Txn<'_>,
+        index: u64,
+        answers: &mut Vec<(Reply, Vec<u8>)>,
+        flushed: bool,
+    ) {
+        let committed = done.put_applied_index(index).and_then(|()| done.commit());
+        if let Err(e) = committed {
+            // The keyspace no longer follows the log: stop as a crash
+            // would; the restart applies these entries again.
+            log::error!("applying Raft entries up to {index} failed: {e}; stopping");
+            std::process::exit(70);
+        }
+        // Keyspace events of what was applied, to this member's
+        // subscribers (every member's, as Redis's replicas send those of
+        // what they replay).
+        crate::notify::publish_pending(shared, &mut self.session);
+        // Clients tracking keys on this member: invalidations of what the
+        // chunk changed (the apply thread noted them).
+        if engram_keyspace::modified::is_wanted() {
+            if flushed {
+                engram_keyspace::modified::discard();
+                shared.tracking.flushed(shared);
+            } else {
+                crate::tracking::invalidate_modified(shared, None);
+            }
+        }
+        for (reply, bytes) in answers.drain(..) {
+            reply.send(bytes);
+        }
+    }
+}
+
+/// What an entry's commands (an EXEC's among them) do to the keyspace as
+/// a whole.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Reach {
+    /// A FLUSHALL or FLUSHDB.
+    flushes: bool,
+    /// A SWAPDB.
+    swaps: bool,
+}
+
+impl Reach {
+    fn of(entry: &Entry<'_>) -> Reach {
+        let mut reach = Reach::default();
+        for item in &entry.items {
+            for args in entry.commands(item) {
+                let name = args.get(0);
+                reach.flushes |=
+                    name.eq_ignore_ascii_case(b"flushall") || name.eq_ignore_ascii_case(b"flushdb");
+                reach.swaps |= name.eq_ignore_ascii_case(b"swapdb");
+            }
+        }
+        reach
+    }
+
+    /// Whether the entry is a chunk of its own: the chunk before it
+    /// commits first, with its applied index, and the entry commits at
+    /// its end. A flush deletes outside the batch, at once (`Txn::flush`),
+    /// so a crash before the chunk's commit leaves its deletions without
+    /// the chunk's applied index, and the restart applies the chunk again
+    /// on what the flush left: alone, that is the flush's own entry, and
+    /// a FLUSHALL or FLUSHDB applied again deletes what it deleted before.
+    /// (Not so for writes its own entry made before the flush, in an EXEC
+    /// or a pipeline: the flush commits them early, and they are made
+    /// again.) A SWAPDB's record goes in the batch and needs no chunk of
+    /// its own; it gets one all the same, so that nothing a swap does at
+    /// once can outlive a crash ahead of the entries before it.
+    fn alone(self) -> bool {
+        self.flushes || self.swaps
+    }
+}
+
 impl StateMachine for Applier {
     fn apply(&mut self, mut entries: Vec<Committed>) {
         let Some(shared) = self.shared.upgrade() else {
@@ -84,20 +165,17 @@ impl StateMachine for Applier {
         };
         let guard = shared.keyspace.guard();
         let keyspace = guard.as_ref().expect("guard() holds a keyspace");
-        // At `process` INCRs go to the engine at once, undone from a
-        // journal if the chunk never commits (`Txn::allow_direct_adds`).
+        // At `process` an INCR goes to the engine at once, undone from a
+        // journal if its entry was not recorded applied
+        // (`Txn::allow_direct_adds`).
         let direct = keyspace.commit().durability() == crate::keyspace::Durability::Process;
-        let chunk_txn = |first: Option<&Committed>| {
-            let mut txn = apply_txn(keyspace);
-            if let (true, Some(first)) = (direct, first) {
-                txn.allow_direct_adds(first.index);
-            }
-            txn
-        };
-        let mut txn = Some(chunk_txn(entries.first()));
+        let mut txn = Some(apply_txn(keyspace));
+        // The open chunk: the index of its last entry, its replies, and
+        // whether it holds a FLUSHALL or FLUSHDB (tracking clients then
+        // hear of it whole, as after a single node's flush, not key by
+        // key).
+        let mut last = None;
         let mut answers = Vec::new();
-        // A FLUSHALL or FLUSHDB in the chunk: tracking clients hear of it
-        // whole (as after a single node's flush), not key by key.
         let mut flushed = false;
         let total = entries.len();
         // Decoded before any runs, so that the keys of the commands a few
@@ -121,60 +199,47 @@ impl StateMachine for Applier {
             entries.iter().zip(&decoded).zip(replies).enumerate()
         {
             let index = committed.index;
+            let reach = entry.as_ref().map(Reach::of).unwrap_or_default();
+            if reach.alone() {
+                // The entries before it commit first, with their index.
+                if let Some(previous) = last.take() {
+                    let done = txn.take().expect("commands hand the transaction back");
+                    let chunk_flushed = std::mem::take(&mut flushed);
+                    self.end_chunk(&shared, done, previous, &mut answers, chunk_flushed);
+                    txn = Some(apply_txn(keyspace));
+                }
+            }
             if let Some(entry) = entry {
-                flushed |= entry
-                    .items
-                    .iter()
-                    .flat_map(|item| entry.commands(item))
-                    .any(|c| {
-                        let name = c.get(0);
-                        name.eq_ignore_ascii_case(b"flushall")
-                            || name.eq_ignore_ascii_case(b"flushdb")
-                    });
+                flushed |= reach.flushes;
                 let caller = self.caller(entry.caller);
                 let session = &mut self.session;
                 session.user = caller;
                 session.monitor_fed = reply.is_some();
                 session.clock_ms = Some(entry.time_ms);
                 crate::random::seed(Some(index));
+                if let Some(txn) = txn.as_mut() {
+                    txn.set_applied_before(index.saturating_sub(1));
+                    if direct {
+                        txn.allow_direct_adds(index);
+                    }
+                }
                 let bytes;
                 (txn, bytes) = apply_entry(&shared, keyspace, session, txn, entry, &mut warmer);
                 if let Some(reply) = reply {
                     answers.push((reply, bytes));
                 }
             }
+            last = Some(index);
             let full = txn
                 .as_ref()
                 .is_some_and(|t| t.buffered_writes() >= APPLY_CHUNK_WRITES);
-            if full || at + 1 == total {
-                let mut done = txn.take().expect("commands hand the transaction back");
-                let committed = done.put_applied_index(index).and_then(|()| done.commit());
-                if let Err(e) = committed {
-                    // The keyspace no longer follows the log: stop as a
-                    // crash would; the restart applies these entries again.
-                    log::error!("applying Raft entries up to {index} failed: {e}; stopping");
-                    std::process::exit(70);
-                }
-                // Keyspace events of what was applied, to this member's
-                // subscribers (every member's, as Redis's replicas send
-                // those of what they replay).
-                crate::notify::publish_pending(&shared, &mut self.session);
-                // Clients tracking keys on this member: invalidations of
-                // what the chunk changed (the apply thread noted them).
-                let was_flushed = std::mem::take(&mut flushed);
-                if engram_keyspace::modified::is_wanted() {
-                    if was_flushed {
-                        engram_keyspace::modified::discard();
-                        shared.tracking.flushed(&shared);
-                    } else {
-                        crate::tracking::invalidate_modified(&shared, None);
-                    }
-                }
-                for (reply, bytes) in answers.drain(..) {
-                    reply.send(bytes);
-                }
+            if full || reach.alone() || at + 1 == total {
+                let done = txn.take().expect("commands hand the transaction back");
+                let chunk_flushed = std::mem::take(&mut flushed);
+                self.end_chunk(&shared, done, index, &mut answers, chunk_flushed);
+                last = None;
                 if at + 1 < total {
-                    txn = Some(chunk_txn(entries.get(at + 1)));
+                    txn = Some(apply_txn(keyspace));
                 }
             }
         }
@@ -454,6 +519,132 @@ mod tests {
                 Some((1, b"c".as_slice(), b"f".as_slice()))
             ]
         );
+    }
+
+    fn command(db: usize, words: &[&[u8]]) -> crate::group::Pending {
+        crate::group::Pending::Command {
+            db,
+            args: OwnedArgs::from_slices(words),
+            silent: false,
+            wait: None,
+        }
+    }
+
+    /// A FLUSHALL, FLUSHDB or SWAPDB anywhere in an entry (an EXEC's
+    /// queue too, in any case) makes it a chunk of its own; only a flush
+    /// tells tracking clients the chunk was flushed.
+    #[test]
+    fn an_entry_that_flushes_or_swaps_is_a_chunk_of_its_own() {
+        use crate::group::Pending;
+        let owned = |parts: &[&[u8]]| OwnedArgs::from_slices(parts);
+        let reach = |pending: &[Pending]| {
+            let data = super::super::entry::encode_entry(1, false, None, pending);
+            Reach::of(&decode_entry(&data).unwrap())
+        };
+        let plain = reach(&[command(0, &[b"set", b"a", b"1"]), command(0, &[b"dbsize"])]);
+        assert_eq!(plain, Reach::default());
+        assert!(!plain.alone());
+        for name in [&b"FLUSHALL"[..], b"flushdb", b"FlushAll"] {
+            let lone = reach(&[command(0, &[name])]);
+            assert!(lone.alone() && lone.flushes, "{name:?}");
+            let queued = reach(&[
+                command(0, &[b"incr", b"c"]),
+                Pending::Exec {
+                    db: 1,
+                    queue: vec![owned(&[b"set", b"k", b"v"]), owned(&[name, b"async"])],
+                    silent: false,
+                },
+            ]);
+            assert!(queued.alone() && queued.flushes, "{name:?} in EXEC");
+        }
+        let swap = reach(&[Pending::Exec {
+            db: 0,
+            queue: vec![owned(&[b"SWAPDB", b"0", b"1"])],
+            silent: false,
+        }]);
+        assert!(swap.alone() && swap.swaps && !swap.flushes);
+    }
+
+    fn shared(dir: &std::path::Path) -> Arc<Shared> {
+        use crate::config::{Config, Runtime};
+        use crate::keyspace::{open_stores_for_tests, Durability, Keyspace};
+        let (store, collections) = open_stores_for_tests(dir);
+        let config = Config::default();
+        Arc::new(Shared::new(
+            Keyspace::open(store, collections, 16, Durability::Process).unwrap(),
+            config.clone(),
+            Arc::new(Runtime::new(&config)),
+            std::time::Duration::ZERO,
+            std::time::Duration::ZERO,
+            0,
+        ))
+    }
+
+    fn committed(index: u64, pending: &[crate::group::Pending]) -> Committed {
+        Committed {
+            index,
+            term: 1,
+            data: super::super::entry::encode_entry(1_000, false, None, pending).into(),
+            reply: None,
+        }
+    }
+
+    /// The apply commits the chunk before an entry with a flush, then
+    /// the entry by itself: which store the applied index went to shows
+    /// the cuts (a batch of collection writes only puts it in the
+    /// collections', any other in the engine's). As one chunk, the flush
+    /// would have committed the SET early, and the SADD with the applied
+    /// index in the collections' copy, leaving the engine's at 1.
+    #[test]
+    fn the_apply_commits_around_an_entry_with_a_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = shared(dir.path());
+        let mut applier = Applier::new(&shared);
+        applier.apply(vec![
+            committed(1, &[command(0, &[b"set", b"a", b"1"])]),
+            committed(
+                2,
+                &[command(1, &[b"set", b"b", b"1"]), command(0, &[b"flushdb"])],
+            ),
+            committed(3, &[command(0, &[b"sadd", b"s", b"m"])]),
+        ]);
+        let guard = shared.keyspace.guard();
+        let keyspace = guard.as_ref().unwrap();
+        assert_eq!(keyspace.applied_index_copies().unwrap(), (2, 3));
+        assert_eq!((keyspace.dbsize(0), keyspace.dbsize(1)), (1, 1));
+    }
+
+    /// DBSIZE in the apply counts the chunk's buffered writes and applies
+    /// none of them: they reach the store only with the chunk's applied
+    /// index (it used to apply them, and a crash before the chunk's
+    /// commit had them applied again after the restart).
+    #[test]
+    fn dbsize_in_the_apply_applies_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = shared(dir.path());
+        let mut applier = Applier::new(&shared);
+        let guard = shared.keyspace.guard();
+        let keyspace = guard.as_ref().unwrap();
+        let mut txn = Some(apply_txn(keyspace));
+        let mut out = ReplyWriter::new();
+        for words in [&[&b"incr"[..], b"c"][..], &[b"dbsize"]] {
+            let args = OwnedArgs::from_slices(words);
+            let (index, _) = lookup(words[0]).unwrap();
+            txn = commands::run(
+                &shared,
+                keyspace,
+                &mut applier.session,
+                &mut out,
+                txn,
+                index,
+                args.args(),
+            );
+        }
+        assert_eq!(out.buf, b":1\r\n:1\r\n");
+        // The crash: the chunk's transaction goes without its commit.
+        drop(txn);
+        assert_eq!(keyspace.store().get(b"\0c").unwrap(), None);
+        assert_eq!(keyspace.dbsize(0), 0);
     }
 
     #[test]

@@ -65,7 +65,9 @@ pub fn commands() -> Vec<CommandSpec> {
         g.command(
             "engram.evicted",
             -2,
-            WRITE,
+            // Deletes any key it names: an administrator's (the leader
+            // proposes it as the unrestricted caller).
+            WRITE | ADMIN,
             (1, -1, 1),
             evicted,
             "Deletes the keys as evicted (a replicated group's leader proposes \

@@ -314,3 +314,40 @@ fn a_scripts_key_listings_are_the_same_on_every_member() {
     assert_eq!(listings[0], listings[1]);
     assert_eq!(listings[0], listings[2]);
 }
+
+/// A script on a group's apply may not write after a command whose reply
+/// is the member's own (PUBLISH counts this member's subscribers): every
+/// member refuses the write alike, where each would have decided by its
+/// own count.
+#[test]
+fn a_script_writes_nothing_after_a_reply_of_the_members_own() {
+    let group = Trio::start();
+    // A subscriber on the leader only.
+    let mut subscriber = connect(group.leader);
+    let _: () = redis::cmd("SUBSCRIBE")
+        .arg("news")
+        .query(&mut subscriber)
+        .unwrap();
+    let refused: redis::RedisResult<()> = redis::cmd("EVAL")
+        .arg("if redis.call('PUBLISH', 'news', 'x') > 0 then redis.call('SET', KEYS[1], 'heard') end")
+        .arg(1)
+        .arg("k")
+        .query(&mut connect(group.leader));
+    let refused = refused.expect_err("a write after PUBLISH ran");
+    assert!(
+        refused.to_string().contains("differs between the members"),
+        "{refused}"
+    );
+    // TIME answers alike: a write after it runs.
+    let _: () = redis::cmd("EVAL")
+        .arg("redis.call('TIME') redis.call('SET', KEYS[1], 'timed')")
+        .arg(1)
+        .arg("t")
+        .query(&mut connect(group.leader))
+        .unwrap();
+    settle(&group, "done");
+    let values: Vec<Option<String>> = on_every_member(&group, redis::cmd("GET").arg("k"));
+    assert_eq!(values, vec![None; 3]);
+    let values: Vec<Option<String>> = on_every_member(&group, redis::cmd("GET").arg("t"));
+    assert_eq!(values, vec![Some("timed".to_string()); 3]);
+}

@@ -62,6 +62,36 @@ fn hand_off_if_long(next_ms: &AtomicU64, running: &Running) {
     }
 }
 
+/// A group's script refused a write (`CallState::saw_member_reply`).
+pub const AFTER_MEMBER_REPLY: &str = "ERR Write commands are not allowed after a command \
+     whose reply differs between the members of a replicated group (INFO, PUBLISH...) in a \
+     script the group runs";
+
+/// Commands whose reply is the member's own (its configuration, clients,
+/// memory, subscribers, clock of saves...), not the data every member
+/// holds alike. TIME, RANDOMKEY, KEYS, SCAN and the random picks answer
+/// alike on a group's apply (the entry's time and seed, key order).
+fn replies_per_member(name: &str) -> bool {
+    matches!(
+        name,
+        "info"
+            | "memory"
+            | "object"
+            | "lastsave"
+            | "client"
+            | "role"
+            | "cluster"
+            | "config"
+            | "debug"
+            | "slowlog"
+            | "latency"
+            | "pubsub"
+            | "publish"
+            | "spublish"
+            | "acl"
+    )
+}
+
 /// What `redis.call` works with during one run.
 struct CallState<'s, 'c> {
     shared: &'s Shared,
@@ -74,6 +104,10 @@ struct CallState<'s, 'c> {
     read_only: bool,
     allow_oom: bool,
     wrote: bool,
+    /// On a group's apply: the script called a command whose reply is
+    /// this member's own (`replies_per_member`), so it may no longer
+    /// write.
+    saw_member_reply: bool,
     /// The keys the script declared (EVAL's KEYS): what client-side
     /// caching remembers when the script reads.
     declared: &'c [&'c [u8]],
@@ -198,6 +232,7 @@ pub fn run_script<'s>(
         read_only: call.read_only,
         allow_oom: call.flags.allow_oom || call.flags.no_writes,
         wrote: false,
+        saw_member_reply: false,
         declared: &call.keys,
     };
     let lua = &engine.lua;
@@ -584,6 +619,16 @@ fn redis_call(lua: &Lua, st: &mut CallState, args: MultiValue) -> mlua::Result<(
             .over(|| crate::maxmemory::usage(st.keyspace).used())
     {
         return refuse(lua, crate::maxmemory::OOM);
+    }
+    if st.session.applying() {
+        // Every member runs the script: a write that follows a reply of
+        // this member's own could be made on some members only (Redis
+        // refused the same before it replicated scripts by their
+        // effects).
+        if writes && st.saw_member_reply {
+            return refuse(lua, AFTER_MEMBER_REPLY);
+        }
+        st.saw_member_reply |= replies_per_member(spec.name);
     }
     if writes {
         st.wrote = true;

@@ -39,6 +39,11 @@ fn on_every_member<T: redis::FromRedisValue>(group: &Trio, command: &redis::Cmd)
         .collect()
 }
 
+/// GET `key` on every member.
+fn get_everywhere(group: &Trio, key: &str) -> Vec<Option<String>> {
+    on_every_member(group, redis::cmd("GET").arg(key))
+}
+
 fn follower(group: &Trio) -> usize {
     group.ports.iter().position(|&p| p != group.leader).unwrap()
 }
@@ -167,7 +172,7 @@ fn a_members_memory_limit_refuses_no_committed_write() {
         .query(&mut connect(group.leader))
         .unwrap();
     settle(&group, "done");
-    let values: Vec<Option<String>> = on_every_member(&group, redis::cmd("GET").arg("k"));
+    let values = get_everywhere(&group, "k");
     assert_eq!(values, vec![Some("v".to_string()); 3]);
 }
 
@@ -205,7 +210,7 @@ fn script_kill_on_a_follower_leaves_a_committed_script_running() {
     assert_eq!(refused.code(), Some("UNKILLABLE"), "{refused}");
     script.join().unwrap();
     settle(&group, "ran");
-    let values: Vec<Option<String>> = on_every_member(&group, redis::cmd("GET").arg("k"));
+    let values = get_everywhere(&group, "k");
     assert_eq!(values, vec![Some("done".to_string()); 3]);
 }
 
@@ -220,7 +225,7 @@ fn a_scripts_time_is_the_same_on_every_member() {
         .query(&mut connect(group.leader))
         .unwrap();
     settle(&group, "done");
-    let times: Vec<Option<String>> = on_every_member(&group, redis::cmd("GET").arg("t"));
+    let times = get_everywhere(&group, "t");
     assert!(times[0].is_some());
     assert!(times.iter().all(|t| *t == times[0]), "{times:?}");
 }
@@ -273,7 +278,7 @@ fn migrate_is_refused_by_a_group() {
     );
     // The applier goes on answering.
     settle(&group, "after");
-    let values: Vec<Option<String>> = on_every_member(&group, redis::cmd("GET").arg("k"));
+    let values = get_everywhere(&group, "k");
     assert_eq!(values, vec![Some("v".to_string()); 3]);
 }
 
@@ -346,8 +351,59 @@ fn a_script_writes_nothing_after_a_reply_of_the_members_own() {
         .query(&mut connect(group.leader))
         .unwrap();
     settle(&group, "done");
-    let values: Vec<Option<String>> = on_every_member(&group, redis::cmd("GET").arg("k"));
+    let values = get_everywhere(&group, "k");
     assert_eq!(values, vec![None; 3]);
-    let values: Vec<Option<String>> = on_every_member(&group, redis::cmd("GET").arg("t"));
+    let values = get_everywhere(&group, "t");
     assert_eq!(values, vec![Some("timed".to_string()); 3]);
+}
+
+/// DEBUG SET-ACTIVE-EXPIRE 1 on a follower does not start an expiry of its
+/// own: with the leader's expiry held (CLIENT PAUSE WRITE), a key past its
+/// time stays stored on every member (hidden from reads) until the leader
+/// proposes its deletion.
+#[test]
+fn a_follower_expires_nothing_by_itself_whatever_debug_says() {
+    // A setting of the configuration file only.
+    let conf = tempfile::tempdir().unwrap();
+    let file = conf.path().join("engram.conf");
+    std::fs::write(&file, "enable-debug-command yes\n").unwrap();
+    let group = Trio::start_with(&[file.to_str().unwrap()]);
+    let at = follower(&group);
+    let _: () = redis::cmd("SET")
+        .arg("k")
+        .arg("v")
+        .arg("PX")
+        .arg(300)
+        .query(&mut connect(group.leader))
+        .unwrap();
+    settle(&group, "written");
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(3000)
+        .arg("WRITE")
+        .query(&mut connect(group.leader))
+        .unwrap();
+    let _: () = redis::cmd("DEBUG")
+        .arg("SET-ACTIVE-EXPIRE")
+        .arg(1)
+        .query(&mut connect(group.ports[at]))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let size: i64 = redis::cmd("DBSIZE")
+        .query(&mut reader(group.ports[at]))
+        .unwrap();
+    assert_eq!(size, 2, "the follower deleted the key by its own clock");
+    let _: () = redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query(&mut connect(group.leader))
+        .unwrap();
+    settle(&group, "unpaused");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while on_every_member::<i64>(&group, &redis::cmd("DBSIZE")) != vec![2; 3] {
+        assert!(
+            Instant::now() < deadline,
+            "the leader's expiry did not reach every member"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -14,7 +14,7 @@
 //! entries past the applied index recorded are put back, newest first (a
 //! counter added to twice gets the value it had after the last entry
 //! recorded), and those entries are applied again from the log. An early
-//! commit inside a chunk (a flush: `Txn::set_applied_before`) records an
+//! commit inside a chunk (a flush: `Txn::begin_entry`) records an
 //! applied index within the chunk; entries up to it keep their adds.
 //!
 //! Only at `process`, whose promise is to outlive the process: the stores
@@ -290,7 +290,8 @@ mod tests {
         {
             let mut txn = ks.lock_all(true);
             txn.forgo_rollback();
-            txn.allow_direct_adds(5);
+            txn.begin_entry(5);
+            txn.allow_direct_adds();
             assert_eq!(
                 txn.add_in_place(0, b"c", now_ms(), 3).unwrap(),
                 InPlaceAdd::Added(13)
@@ -308,7 +309,8 @@ mod tests {
         assert_eq!(ks.applied_index().unwrap(), 4);
 
         let mut txn = ks.lock_all(true);
-        txn.allow_direct_adds(5);
+        txn.begin_entry(5);
+        txn.allow_direct_adds();
         assert_eq!(
             txn.add_in_place(0, b"c", now_ms(), 5).unwrap(),
             InPlaceAdd::Added(15)
@@ -328,17 +330,18 @@ mod tests {
         assert!(ks.apply_undo().unwrap().left().unwrap().is_empty());
 
         // Entries 6 and 7 add; an early commit records 6 as applied (a
-        // flush's, `Txn::set_applied_before`), then the process dies: only
+        // flush's, `Txn::begin_entry`), then the process dies: only
         // entry 7's add is put back.
         {
             let mut txn = ks.lock_all(true);
             txn.forgo_rollback();
-            txn.allow_direct_adds(6);
+            txn.begin_entry(6);
+            txn.allow_direct_adds();
             assert_eq!(
                 txn.add_in_place(0, b"c", now_ms(), 1).unwrap(),
                 InPlaceAdd::Added(16)
             );
-            txn.allow_direct_adds(7);
+            txn.begin_entry(7);
             assert_eq!(
                 txn.add_in_place(0, b"c", now_ms(), 1).unwrap(),
                 InPlaceAdd::Added(17)
@@ -369,7 +372,8 @@ mod tests {
         };
         let mut txn = ks.lock_all(true);
         elsewhere(&mut txn, b"c");
-        txn.allow_direct_adds(2);
+        txn.begin_entry(2);
+        txn.allow_direct_adds();
         txn.pause_direct_adds(true);
         elsewhere(&mut txn, b"c");
         txn.pause_direct_adds(false);
@@ -391,7 +395,8 @@ mod tests {
         assert!(!dir.path().join(FILE).exists());
         set_at(&single, b"c", 1, 1);
         let mut txn = single.lock_all(true);
-        txn.allow_direct_adds(2);
+        txn.begin_entry(2);
+        txn.allow_direct_adds();
         elsewhere(&mut txn, b"c");
     }
 

@@ -131,17 +131,17 @@ pub struct Txn<'a> {
     /// Whether a failed or abandoned commit takes the collection changes
     /// back (`forgo_rollback`).
     rollback: bool,
-    /// A member's apply at `process`: the index of the entry being
-    /// applied, and INCRs of live integers go to the engine at once, their
-    /// old values noted in the undo journal (`allow_direct_adds`).
-    direct_adds: Option<u64>,
-    /// `pause_direct_adds`.
+    /// A replicated node's apply: the Raft entry being applied
+    /// (`begin_entry`).
+    entry: Option<u64>,
+    /// INCRs of live integers go to the engine at once, their old values
+    /// noted in the undo journal (`allow_direct_adds`),
+    direct_adds: bool,
+    /// unless paused (`pause_direct_adds`).
     direct_adds_paused: bool,
     /// An atomic transaction's SWAPDBs, in order: their record is in the
     /// batch, the map in memory swapped already (see `settle_swaps`).
     swaps: Vec<(usize, usize)>,
-    /// The applied index an early commit records (`set_applied_before`).
-    applied_before: Option<u64>,
     wrote: bool,
     scratch: Vec<u8>,
 }
@@ -163,10 +163,10 @@ impl<'a> Txn<'a> {
             undo: Undo::new(),
             touched: Vec::new(),
             rollback: true,
-            direct_adds: None,
+            entry: None,
+            direct_adds: false,
             direct_adds_paused: false,
             swaps: Vec::new(),
-            applied_before: None,
             wrote: false,
             scratch: Vec::new(),
         }
@@ -182,33 +182,31 @@ impl<'a> Txn<'a> {
         self.rollback = false;
     }
 
+    /// For a replicated node's apply, before each entry: its Raft index.
+    /// An early commit inside the transaction (a FLUSHALL a script runs:
+    /// `apply_buffered`) records the entry before it as applied with what
+    /// it commits (without that, the chunk's earlier entries would be
+    /// durable with no applied index, and a restart would apply them
+    /// again), and a direct add (`allow_direct_adds`) is noted with it.
+    pub fn begin_entry(&mut self, index: u64) {
+        self.entry = Some(index);
+    }
+
     /// A member's apply (an atomic transaction whose commit records the
-    /// applied index), before each entry at `process`: until the next
-    /// call, [`Txn::add_in_place`] adds to a live integer in the engine at
-    /// once, noting its old value and the entry's `index` in the undo
-    /// journal (`apply_undo`) first, instead of buffering a copy; the
-    /// commit empties the journal. Not for a key the transaction already
-    /// wrote (its value is in the buffer).
-    pub fn allow_direct_adds(&mut self, index: u64) {
-        if self.batch.is_some() && self.ks.apply_undo().is_some() {
-            self.direct_adds = Some(index);
-        }
+    /// applied index) at `process`: [`Txn::add_in_place`] adds to a live
+    /// integer in the engine at once, noting its old value and the
+    /// entry's index (`begin_entry`) in the undo journal (`apply_undo`)
+    /// first, instead of buffering a copy; the commit empties the journal.
+    /// Not for a key the transaction already wrote (its value is in the
+    /// buffer).
+    pub fn allow_direct_adds(&mut self) {
+        self.direct_adds = self.batch.is_some() && self.ks.apply_undo().is_some();
     }
 
     /// Holds direct adds back while `paused`: where another client must
     /// not see one write of a group before the rest (EXEC, scripts).
     pub fn pause_direct_adds(&mut self, paused: bool) {
         self.direct_adds_paused = paused;
-    }
-
-    /// For a replicated node's apply, before each entry: the index of the
-    /// entry before it, which an early commit inside the transaction (a
-    /// FLUSHALL a script runs: `apply_buffered`) records as applied with
-    /// what it commits. Without it, that commit would make the chunk's
-    /// earlier entries durable with no applied index, and a restart would
-    /// apply them again.
-    pub fn set_applied_before(&mut self, index: u64) {
-        self.applied_before = Some(index);
     }
 
     /// The bytes of undo recorded so far (tests).
@@ -833,7 +831,9 @@ impl<'a> Txn<'a> {
         let ekey = self.ks.physical_ekey(db, key)?;
         // In an atomic transaction only as `allow_direct_adds` allows,
         // with the old value noted in the journal first.
-        let direct = self.direct_adds.filter(|_| !self.direct_adds_paused);
+        let direct = self
+            .entry
+            .filter(|_| self.direct_adds && !self.direct_adds_paused);
         let journal = match (&self.batch, direct) {
             (None, _) => None,
             (Some(batch), Some(index)) if !batch.contains_key(&ekey[..]) => {
@@ -1112,13 +1112,13 @@ impl<'a> Txn<'a> {
 
     /// Applies the buffered writes now, as one atomic batch, and keeps
     /// buffering after (for FLUSHDB inside MULTI, which applies directly),
-    /// with the applied index `set_applied_before` gave, if any.
+    /// with the entry before `begin_entry`'s as the applied index, if any.
     fn apply_buffered(&mut self) -> Result<()> {
         if self.batch.is_none() {
             return Ok(());
         }
-        if let Some(index) = self.applied_before {
-            self.put_applied_index(index)?;
+        if let Some(index) = self.entry {
+            self.put_applied_index(index.saturating_sub(1))?;
         }
         let result = self.commit_buffered();
         self.batch = Some(WriteBuffer::new());
@@ -1326,7 +1326,7 @@ impl<'a> Txn<'a> {
         if self.batch.is_some() {
             self.commit_buffered()?;
         }
-        if self.direct_adds.is_some() {
+        if self.direct_adds {
             // The chunk's batch (with its applied index) is written: what
             // the journal would put back is part of it now.
             if let Some(undo) = self.ks.apply_undo() {
@@ -1842,10 +1842,10 @@ mod tests {
             let ks = open(dir.path());
             let mut txn = ks.lock_all(true);
             txn.forgo_rollback();
-            txn.set_applied_before(4);
+            txn.begin_entry(5);
             txn.put_string(0, b"earlier", b"v", None).unwrap();
             txn.log(vec![set_add(0, b"s")]).unwrap();
-            txn.set_applied_before(5);
+            txn.begin_entry(6);
             txn.put_string(1, b"running", b"v", None).unwrap();
             txn.flush(Some(1)).unwrap();
             drop(txn);

@@ -402,9 +402,15 @@ pub const PATIENT_ELECTIONS: [&str; 2] = ["--raft-election-ticks", "30"];
 
 /// Starts node `id` of a Raft group (`peers`: `1@HOST:BUSPORT,...`).
 pub fn start_node(dir: &std::path::Path, id: u64, peers: &str) -> Served {
+    start_node_with(dir, id, peers, &[])
+}
+
+/// `start_node` with more arguments.
+pub fn start_node_with(dir: &std::path::Path, id: u64, peers: &str, extra: &[&str]) -> Served {
     let id = id.to_string();
     let mut args = vec!["--node-id", &id, "--peers", peers];
     args.extend(PATIENT_ELECTIONS);
+    args.extend(extra);
     serve(dir, &args)
 }
 
@@ -420,11 +426,16 @@ pub struct Trio {
 
 impl Trio {
     pub fn start() -> Trio {
+        Trio::start_with(&[])
+    }
+
+    /// `start` with more arguments for every node.
+    pub fn start_with(extra: &[&str]) -> Trio {
         let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
         let bus: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let peers = group_peers(&bus);
         let nodes: Vec<Served> = (0..3)
-            .map(|i| start_node(dirs[i].path(), i as u64 + 1, &peers))
+            .map(|i| start_node_with(dirs[i].path(), i as u64 + 1, &peers, extra))
             .collect();
         let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
         let leader = leader_among(&ports);

@@ -560,10 +560,12 @@ fn persist(ctx: &mut Ctx, args: Args) -> CmdResult {
 }
 
 fn randomkey(ctx: &mut Ctx, _args: Args) -> CmdResult {
+    // (Any buffered write, of any database: `every_key` lays those of
+    // this one over the stores' keys.)
     let buffered = ctx
         .exec
         .as_ref()
-        .is_some_and(|txn| !txn.buffered_strings(ctx.db(), ctx.now_ms).is_empty());
+        .is_some_and(|txn| txn.buffered_writes() > 0);
     // A group's apply picks by rank in key order with the entry's seed,
     // the same on every member; a transaction with writes of its own
     // picks among the keys it sees.

@@ -218,9 +218,9 @@ impl StateMachine for Applier {
                 session.clock_ms = Some(entry.time_ms);
                 crate::random::seed(Some(index));
                 if let Some(txn) = txn.as_mut() {
-                    txn.set_applied_before(index.saturating_sub(1));
+                    txn.begin_entry(index);
                     if direct {
-                        txn.allow_direct_adds(index);
+                        txn.allow_direct_adds();
                     }
                 }
                 let bytes;

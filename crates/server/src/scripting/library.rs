@@ -29,6 +29,17 @@ const LOAD_HOOK_EVERY: u32 = 100_000;
 /// limited by `LOAD_INSTRUCTIONS`.
 static COUNTED_LOADS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Whether a library's load has run too long, at the instruction hook's
+/// `runs`-th call, `elapsed` after it began: by instructions when
+/// `counted` (a group's member), by the clock otherwise.
+fn load_over(counted: bool, runs: u64, elapsed: Duration) -> bool {
+    if counted {
+        runs * u64::from(LOAD_HOOK_EVERY) > LOAD_INSTRUCTIONS
+    } else {
+        elapsed > LOAD_TIMEOUT
+    }
+}
+
 /// Library loads are limited by instructions, the same on every member,
 /// not by time (a group's member).
 pub fn count_load_instructions() {
@@ -209,12 +220,7 @@ impl FunctionsEngine {
             HookTriggers::new().every_nth_instruction(LOAD_HOOK_EVERY),
             move |_, _| {
                 let runs = hooks.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                let over = if counted {
-                    runs * u64::from(LOAD_HOOK_EVERY) > LOAD_INSTRUCTIONS
-                } else {
-                    started.elapsed() > LOAD_TIMEOUT
-                };
-                if over {
+                if load_over(counted, runs, started.elapsed()) {
                     Err(mlua::Error::runtime("FUNCTION LOAD timeout"))
                 } else {
                     Ok(VmState::Continue)
@@ -389,6 +395,21 @@ fn named_args(named: &Table) -> Result<Registration, &'static str> {
 
 #[cfg(test)]
 mod tests {
+    /// On a group's member a load's limit is its instructions, whatever
+    /// the clock says (a slow member must fail a library exactly where
+    /// the others do); elsewhere Redis's 500 ms.
+    #[test]
+    fn a_members_load_is_limited_by_instructions_not_time() {
+        use super::{load_over, LOAD_HOOK_EVERY, LOAD_INSTRUCTIONS, LOAD_TIMEOUT};
+        use std::time::Duration;
+        let last_allowed = LOAD_INSTRUCTIONS / u64::from(LOAD_HOOK_EVERY);
+        let long = Duration::from_secs(10);
+        assert!(!load_over(true, last_allowed, long));
+        assert!(load_over(true, last_allowed + 1, Duration::ZERO));
+        assert!(!load_over(false, last_allowed * 100, Duration::ZERO));
+        assert!(load_over(false, 1, LOAD_TIMEOUT + Duration::from_millis(1)));
+    }
+
     use super::*;
 
     #[test]

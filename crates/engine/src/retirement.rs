@@ -14,7 +14,8 @@
 //!   made recovery pick the larger);
 //! - a delete appends a tombstone (`record.rs`), which outranks every
 //!   older version of its key the same way;
-//! - an in-place update appends a new version instead (`write.rs`);
+//! - an in-place update appends a new version instead (`write.rs`; not
+//!   where nothing is ordered against power loss, below);
 //! - `Store::sync` writes back only the ranges appended through the
 //!   application lanes since the last sync (`Tail`).
 //!
@@ -165,6 +166,13 @@ impl Retirement {
     /// on, the next round's sync covers every bit set before.
     pub fn set_power_fail_ordering(&self, on: bool) {
         self.power_fail_ordering.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether writes are ordered against power loss (see above): an
+    /// in-place update is then appended as a new version instead
+    /// (`write::update_word`).
+    pub fn power_fail_ordering(&self) -> bool {
+        self.power_fail_ordering.load(Ordering::Relaxed)
     }
 
     /// Queues a record for its DELETED bit (its bytes are already counted

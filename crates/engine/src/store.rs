@@ -583,8 +583,25 @@ impl Store {
     /// loss (a whole-file sync each round; on by default). The owner turns
     /// it off while its writes are not promised to survive power loss
     /// (`retirement.rs`). Nothing without lazy retirement.
+    ///
+    /// Turned on, the whole file is synced first: words updated in place
+    /// while it was off named no range for the tail syncs
+    /// (`write::update_word`), and a later in-place update of one of
+    /// those records does not sync its IN_PLACE flag again. (Should that
+    /// sync fail, the next retirement round's whole-file sync covers
+    /// them.)
     pub fn set_power_fail_ordering(&self, on: bool) {
         if let Some(retirement) = &self.state.space.retirement {
+            if on && !retirement.power_fail_ordering() {
+                match self.state.space.region.sync_all() {
+                    Ok(()) => {
+                        self.state.syncer.syncs.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(error) => log::warn!(
+                        "syncing the data file as writes become ordered against power loss: {error}"
+                    ),
+                }
+            }
             retirement.set_power_fail_ordering(on);
         }
     }

@@ -20,7 +20,8 @@
 //! is only queued for its bit: it loses to the new one by sequence number
 //! until then; a delete appends a tombstone, which outranks every older
 //! version the same way; and an in-place update appends a new version
-//! ([`update_word`]). So an acknowledged write dirties only the log.
+//! ([`update_word`]) while writes are ordered against power loss. So an
+//! acknowledged write dirties only the log.
 
 use std::sync::atomic::Ordering;
 
@@ -278,12 +279,17 @@ pub enum WordUpdate {
 ///
 /// In place under the shard's read lock (compaction, which moves records,
 /// takes the write lock) with a compare-and-swap loop, persisted. Under
-/// lazy retirement a value that fits a log block gets a new version
-/// appended instead: a few hundred bytes at the tail cost less than a
-/// random page in the next sync. A larger value (a bitmap of megabytes) is
-/// still updated in place, where rewriting it would cost its whole size
-/// per update: its word's page joins the next tail sync, and the IN_PLACE
-/// flag is synced before the first change.
+/// lazy retirement ordered against power loss (`everysec`, `always`) a
+/// value that fits a log block gets a new version appended instead: a
+/// few hundred bytes at the tail cost less than a random page in the next
+/// sync. A larger value (a bitmap of megabytes) is still updated in
+/// place, where rewriting it would cost its whole size per update: its
+/// word's page joins the next tail sync, and the IN_PLACE flag is synced
+/// before the first change. Where nothing is ordered against power loss
+/// (`process`: a Raft member's store has lazy retirement there too) no
+/// sync waits for the page, and every value is updated in place, as
+/// without lazy retirement: a new version cost a record, its checksums,
+/// and its predecessor's retirement and compaction, on every member.
 pub fn update_word(
     store: &StoreState,
     key: &[u8],
@@ -291,7 +297,7 @@ pub fn update_word(
     touch: impl FnOnce(u32) -> u32,
     mut decide: impl FnMut(&[u8]) -> WordUpdate,
 ) -> Result<Option<u64>> {
-    let lazy = store.space.retirement.is_some();
+    let ordered = ordered_against_power_loss(store);
     let hash = hash_key(key);
     let region = store.region();
     let mut touch = Some(touch);
@@ -312,7 +318,7 @@ pub fn update_word(
             read::checked_after_mismatch(store, at)?;
         }
         let field = field_offset as usize..field_offset as usize + 8;
-        if !(lazy
+        if !(ordered
             && record::encoded_bytes(key.len(), header.value_len as usize)
                 <= store.space.log_payload_bytes())
         {
@@ -374,7 +380,7 @@ fn update_in_place(
     mut decide: impl FnMut(&[u8]) -> WordUpdate,
 ) -> Result<(Option<u64>, bool)> {
     let region = store.region();
-    let lazy = store.space.retirement.is_some();
+    let ordered = ordered_against_power_loss(store);
     let header = record::read_header(region, at);
     let word = at.add(header.value_offset() + field.start as u64);
     let mut first = true;
@@ -398,7 +404,7 @@ fn update_in_place(
             // Durable before the value changes: recovery must know the
             // value checksum no longer applies.
             record::set_flags(region, at, record::IN_PLACE);
-            if lazy {
+            if ordered {
                 // Persisted is not durable on emulated memory: an msync
                 // of the word's page could otherwise reach the media
                 // before the flag's (another page of an extent).
@@ -411,13 +417,26 @@ fn update_in_place(
             continue;
         }
         region.persist(word, 8);
-        if lazy {
-            // Not in a lane's tail: named for the next tail sync.
+        if ordered {
+            // Not in a lane's tail: named for the next tail sync (which
+            // only ordered stores run: unordered, nothing would take the
+            // range off the list).
             store.tail.lock().push((word.0, word.0 + 8));
         }
         store.in_place_updates.incr();
         return Ok((Some(found), true));
     }
+}
+
+/// Whether the store runs lazy retirement with its writes ordered
+/// against power loss: its syncs cover the log's tail, and what is
+/// written elsewhere must be named for them.
+fn ordered_against_power_loss(store: &StoreState) -> bool {
+    store
+        .space
+        .retirement
+        .as_ref()
+        .is_some_and(|retirement| retirement.power_fail_ordering())
 }
 
 /// Refuses a field that is not an aligned word inside the value.

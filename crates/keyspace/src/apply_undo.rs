@@ -34,6 +34,7 @@ use std::path::Path;
 
 use engram_pmem::{ModeChoice, PmemOffset, Region, RegionOptions};
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::value::META_BYTES;
 use crate::{Error, Keyspace, Result};
@@ -56,6 +57,13 @@ pub const MAX_KEY_BYTES: usize = 1024;
 
 pub struct ApplyUndo {
     region: Mutex<Region>,
+    /// The bytes of entries noted since the last `clear` (the region's
+    /// count, mirrored so the apply can ask without the lock).
+    used: AtomicU64,
+    /// Notes refused because the journal was full (each such INCR took
+    /// the buffered path): the apply ends its chunk before that happens
+    /// (`half_full`), so this stays 0 unless keys are very long.
+    refused: AtomicU64,
 }
 
 /// An entry of the journal: the Raft entry that changed `key`, and the
@@ -99,8 +107,14 @@ impl ApplyUndo {
                 )))
             }
         }
+        let used = match region.load_u64(ENTRIES_AT) {
+            0 => 0,
+            _ => region.load_u64(USED_AT),
+        };
         Ok(ApplyUndo {
             region: Mutex::new(region),
+            used: AtomicU64::new(used),
+            refused: AtomicU64::new(0),
         })
     }
 
@@ -155,6 +169,7 @@ impl ApplyUndo {
         };
         let bytes = ENTRY_HEADER + (ekey.len() as u64).next_multiple_of(8);
         if HEADER_BYTES + used + bytes > FILE_BYTES {
+            self.refused.fetch_add(1, Ordering::Relaxed);
             return false;
         }
         let at = HEADER_BYTES + used;
@@ -165,7 +180,23 @@ impl ApplyUndo {
         // The entry first, then the counts that take it in.
         region.store_u64(USED_AT, used + bytes);
         region.store_u64(ENTRIES_AT, entries + 1);
+        self.used.store(used + bytes, Ordering::Relaxed);
         true
+    }
+
+    /// Whether the entries noted since the last `clear` fill half of the
+    /// journal: the apply then ends its chunk (whose commit empties it),
+    /// so that a long run of INCRs never finds it full. Direct adds hold
+    /// nothing back for the commit, so the chunk's count of buffered
+    /// writes alone never ended such a run: the journal filled and every
+    /// INCR after that was buffered and written as a new record.
+    pub fn half_full(&self) -> bool {
+        HEADER_BYTES + 2 * self.used.load(Ordering::Relaxed) > FILE_BYTES
+    }
+
+    /// How many notes were refused for want of room since the open.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// Empties the journal: its chunk committed (or was undone).
@@ -174,6 +205,7 @@ impl ApplyUndo {
         if region.load_u64(ENTRIES_AT) != 0 {
             region.store_u64(ENTRIES_AT, 0);
         }
+        self.used.store(0, Ordering::Relaxed);
     }
 
     /// Writes the journal back (after a recovery put old values back, the
@@ -233,6 +265,12 @@ impl Keyspace {
 
     pub(crate) fn apply_undo(&self) -> Option<&ApplyUndo> {
         self.apply_undo.get()
+    }
+
+    /// How many of the apply's direct adds found the undo journal full
+    /// and were buffered instead (0 when it is not open).
+    pub fn apply_undo_refused(&self) -> u64 {
+        self.apply_undo().map_or(0, ApplyUndo::refused)
     }
 }
 
@@ -436,14 +474,34 @@ mod tests {
         assert!(!undo.note(1, &vec![b'k'; MAX_KEY_BYTES + 1], 0));
         let key = vec![b'k'; MAX_KEY_BYTES];
         let mut noted = 0;
+        let mut half = None;
         while undo.note(1, &key, noted) {
             noted += 1;
+            if half.is_none() && undo.half_full() {
+                half = Some(noted);
+            }
         }
+        assert_eq!(undo.refused(), 1, "the note that found no room");
+        let per_entry = ENTRY_HEADER + MAX_KEY_BYTES as u64;
+        assert_eq!(
+            half,
+            Some((FILE_BYTES - HEADER_BYTES) / 2 / per_entry + 1),
+            "half full once past half of the room"
+        );
         assert_eq!(
             noted,
             (FILE_BYTES - HEADER_BYTES) / (ENTRY_HEADER + MAX_KEY_BYTES as u64)
         );
         assert_eq!(undo.left().unwrap().len() as u64, noted);
+        undo.clear();
+        assert!(!undo.half_full());
+        // The count of bytes noted is read back from the file at open.
+        for _ in 0..half.unwrap() {
+            assert!(undo.note(2, &key, 0));
+        }
+        drop(undo);
+        let undo = ApplyUndo::open(dir.path(), ModeChoice::Emulated).unwrap();
+        assert!(undo.half_full());
     }
 
     #[test]

@@ -234,6 +234,13 @@ impl<'a> Txn<'a> {
         self.batch.as_ref().map_or(0, WriteBuffer::len) + self.pending.len()
     }
 
+    /// Whether the direct adds of this transaction fill half of the undo
+    /// journal: a member's apply ends its chunk there (see
+    /// `ApplyUndo::half_full`).
+    pub fn undo_half_full(&self) -> bool {
+        self.direct_adds && self.ks.apply_undo().is_some_and(|undo| undo.half_full())
+    }
+
     /// Whether engine writes are buffered into one batch (EXEC, MSET...).
     pub fn is_atomic(&self) -> bool {
         self.batch.is_some()

@@ -74,7 +74,8 @@ impl Applier {
 }
 
 /// An apply transaction is committed once it holds this many writes (at
-/// an entry's end), so its batch stays one engine record run.
+/// an entry's end), so its batch stays one engine record run, or once its
+/// direct adds fill half of the undo journal (`Txn::undo_half_full`).
 const APPLY_CHUNK_WRITES: usize = 512;
 
 impl Applier {
@@ -232,7 +233,7 @@ impl StateMachine for Applier {
             last = Some(index);
             let full = txn
                 .as_ref()
-                .is_some_and(|t| t.buffered_writes() >= APPLY_CHUNK_WRITES);
+                .is_some_and(|t| t.buffered_writes() >= APPLY_CHUNK_WRITES || t.undo_half_full());
             if full || reach.alone() || at + 1 == total {
                 let done = txn.take().expect("commands hand the transaction back");
                 let chunk_flushed = std::mem::take(&mut flushed);
@@ -566,12 +567,32 @@ mod tests {
     }
 
     fn shared(dir: &std::path::Path) -> Arc<Shared> {
-        use crate::config::{Config, Runtime};
         use crate::keyspace::{open_stores_for_tests, Durability, Keyspace};
         let (store, collections) = open_stores_for_tests(dir);
+        shared_with(Keyspace::open(store, collections, 16, Durability::Process).unwrap())
+    }
+
+    /// A member's keyspace at `process`: atomic batches and the undo
+    /// journal of direct adds, as `serve` opens it in a group.
+    fn member(dir: &std::path::Path) -> Arc<Shared> {
+        let options = engram_keyspace::KeyspaceOptions {
+            atomic_batches: true,
+            durability: crate::keyspace::Durability::Process,
+            checkpoints: engram_collections::CheckpointMode::Manual,
+            ..engram_keyspace::KeyspaceOptions::default()
+        };
+        shared_with(
+            crate::keyspace::Keyspace::open_dir(dir, &options)
+                .unwrap()
+                .keyspace,
+        )
+    }
+
+    fn shared_with(keyspace: Arc<crate::keyspace::Keyspace>) -> Arc<Shared> {
+        use crate::config::{Config, Runtime};
         let config = Config::default();
         Arc::new(Shared::new(
-            Keyspace::open(store, collections, 16, Durability::Process).unwrap(),
+            keyspace,
             config.clone(),
             Arc::new(Runtime::new(&config)),
             std::time::Duration::ZERO,
@@ -645,6 +666,53 @@ mod tests {
         drop(txn);
         assert_eq!(keyspace.store().get(b"\0c").unwrap(), None);
         assert_eq!(keyspace.dbsize(0), 0);
+    }
+
+    /// A long run of INCRs in one call of the apply (a follower catching
+    /// up) goes to the engine directly all along: the chunk ends before
+    /// the undo journal is full. Chunks counted only buffered writes, so
+    /// such a run was one chunk; its journal filled after about 6,000
+    /// INCRs, and every later one was buffered and written as a new
+    /// record.
+    #[test]
+    fn a_long_run_of_incrs_never_finds_the_undo_journal_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = member(dir.path());
+        let mut applier = Applier::new(&shared);
+        let keys: Vec<Vec<u8>> = (0..20_000)
+            .map(|i| format!("counter:{i:05}").into_bytes())
+            .collect();
+        let run = |first: u64, name: &[u8], value: Option<&[u8]>| -> Vec<Committed> {
+            keys.iter()
+                .zip(first..)
+                .map(|(key, index)| {
+                    let mut words = vec![name, key.as_slice()];
+                    words.extend(value);
+                    committed(index, &[command(0, &words)])
+                })
+                .collect()
+        };
+        applier.apply(run(1, b"set", Some(b"41")));
+        applier.apply(run(20_001, b"incr", None));
+        let guard = shared.keyspace.guard();
+        let keyspace = guard.as_ref().unwrap();
+        assert_eq!(keyspace.apply_undo_refused(), 0);
+        assert_eq!(keyspace.applied_index().unwrap(), 40_000);
+        let mut out = ReplyWriter::new();
+        for key in [&keys[0], &keys[12_345], &keys[19_999]] {
+            let args = OwnedArgs::from_slices(&[b"get", key]);
+            let (index, _) = lookup(b"get").unwrap();
+            commands::run(
+                &shared,
+                keyspace,
+                &mut applier.session,
+                &mut out,
+                None,
+                index,
+                args.args(),
+            );
+        }
+        assert_eq!(out.buf, b"$2\r\n42\r\n$2\r\n42\r\n$2\r\n42\r\n");
     }
 
     #[test]

@@ -234,6 +234,14 @@ impl<'a> Txn<'a> {
         self.batch.as_ref().map_or(0, WriteBuffer::len) + self.pending.len()
     }
 
+    /// Makes room in an atomic transaction's buffer for `writes` more
+    /// (a member's apply knows how many commands its chunk holds).
+    pub fn reserve_writes(&mut self, writes: usize) {
+        if let Some(batch) = self.batch.as_mut() {
+            batch.reserve(writes);
+        }
+    }
+
     /// Whether the direct adds of this transaction fill half of the undo
     /// journal: a member's apply ends its chunk there (see
     /// `ApplyUndo::half_full`).

@@ -170,7 +170,6 @@ impl StateMachine for Applier {
         // journal if its entry was not recorded applied
         // (`Txn::allow_direct_adds`).
         let direct = keyspace.commit().durability() == crate::keyspace::Durability::Process;
-        let mut txn = Some(apply_txn(keyspace));
         // The open chunk: the index of its last entry, its replies, and
         // whether it holds a FLUSHALL or FLUSHDB (tracking clients then
         // hear of it whole, as after a single node's flush, not key by
@@ -196,6 +195,7 @@ impl StateMachine for Applier {
             })
             .collect();
         let mut warmer = Warmer::new(&decoded, |db, key| keyspace.prefetch_hash(db, key));
+        let mut txn = Some(apply_txn(keyspace, warmer.remaining()));
         for (at, ((committed, entry), reply)) in
             entries.iter().zip(&decoded).zip(replies).enumerate()
         {
@@ -207,7 +207,7 @@ impl StateMachine for Applier {
                     let done = txn.take().expect("commands hand the transaction back");
                     let chunk_flushed = std::mem::take(&mut flushed);
                     self.end_chunk(&shared, done, previous, &mut answers, chunk_flushed);
-                    txn = Some(apply_txn(keyspace));
+                    txn = Some(apply_txn(keyspace, warmer.remaining()));
                 }
             }
             if let Some(entry) = entry {
@@ -240,7 +240,7 @@ impl StateMachine for Applier {
                 self.end_chunk(&shared, done, index, &mut answers, chunk_flushed);
                 last = None;
                 if at + 1 < total {
-                    txn = Some(apply_txn(keyspace));
+                    txn = Some(apply_txn(keyspace, warmer.remaining()));
                 }
             }
         }
@@ -287,6 +287,9 @@ impl StateMachine for Applier {
 /// under INCR). Commands are counted in the order `apply_entry` runs
 /// them: every item's, every entry's.
 struct Warmer<'e> {
+    /// Per command, its index in the command table (`lookup`), found
+    /// once for the warming and the run.
+    found: Vec<Option<usize>>,
     /// Per command, the engine hash of its first key.
     hashes: Vec<Option<u64>>,
     /// Per command, an HSET's database, key and first field: the hash's
@@ -316,13 +319,16 @@ impl<'e> Warmer<'e> {
                 .iter()
                 .flat_map(move |item| entry.commands(item).map(move |args| (item.db, args)))
         });
+        let mut found = Vec::new();
         let (hashes, fields) = commands
             .map(|(db, args)| {
+                let command = lookup(args.get(0));
+                found.push(command.map(|(index, _)| index));
                 // A collection command's key is in the collections store
                 // (the engine holds strings; `Txn::collection` looks there
                 // only when no collection holds the key): its engine lines
                 // are not warmed.
-                let first_key = lookup(args.get(0))
+                let first_key = command
                     .filter(|(_, spec)| {
                         spec.keys.0 == 1 && args.len() >= 2 && !is_collection_group(spec.group)
                     })
@@ -333,19 +339,26 @@ impl<'e> Warmer<'e> {
             })
             .unzip();
         Warmer {
+            found,
             hashes,
             fields,
             next: 0,
         }
     }
 
+    /// How many commands are still to run.
+    fn remaining(&self) -> usize {
+        self.found.len().saturating_sub(self.next)
+    }
+
     /// Before the apply runs its next command (in `txn`, once it holds
-    /// the collections).
+    /// the collections): that command's index in the command table, None
+    /// when it is unknown.
     fn step(
         &mut self,
         keyspace: &crate::keyspace::Keyspace,
         txn: Option<&crate::keyspace::Txn<'_>>,
-    ) {
+    ) -> Option<usize> {
         for (ahead, step) in crate::keyspace::WARM_AHEAD {
             if let Some(&Some(hash)) = self.hashes.get(self.next + ahead) {
                 keyspace.prefetch(hash, step);
@@ -369,6 +382,7 @@ impl<'e> Warmer<'e> {
             }
         }
         self.next += 1;
+        self.found.get(self.next - 1).copied().flatten()
     }
 }
 
@@ -398,9 +412,14 @@ fn is_collection_group(group: &str) -> bool {
 /// A chunk's transaction: atomic, excluding the keyspace, and never
 /// rolled back (a failed commit stops the process above, and commands
 /// hand the transaction back whatever their outcome).
-fn apply_txn(keyspace: &crate::keyspace::Keyspace) -> crate::keyspace::Txn<'_> {
+///
+/// `commands`: how many commands are left to apply; the buffer is sized
+/// for the chunk's writes at once (it grew by doubling, each time moving
+/// what it held).
+fn apply_txn(keyspace: &crate::keyspace::Keyspace, commands: usize) -> crate::keyspace::Txn<'_> {
     let mut txn = keyspace.lock_all(true);
     txn.forgo_rollback();
+    txn.reserve_writes(commands.min(APPLY_CHUNK_WRITES));
     txn
 }
 
@@ -433,14 +452,14 @@ fn apply_entry<'s>(
             feed(session, OwnedArgs::from_slices(&[b"multi"]).args());
         }
         for args in commands {
-            warmer.step(keyspace, txn.as_ref());
+            let found = warmer.step(keyspace, txn.as_ref());
             if let Some(txn) = txn.as_mut() {
                 // Not inside EXEC or a script: a reader must not see one of
                 // their writes before the rest.
                 txn.pause_direct_adds(exec || is_script(args.get(0)));
             }
-            match lookup(args.get(0)) {
-                Some((index, _)) => {
+            match found {
+                Some(index) => {
                     txn = commands::run(shared, keyspace, session, &mut out, txn, index, args);
                     feed(session, args);
                 }
@@ -499,6 +518,14 @@ mod tests {
         );
         let entries = [decode_entry(&first), None, decode_entry(&second)];
         let warmer = Warmer::new(&entries, |db, key| Some(db as u64 * 100 + key[0] as u64));
+        // Each command's table index, found once for the warming and the
+        // run.
+        let index = |name: &[u8]| lookup(name).map(|(index, _)| index);
+        assert_eq!(
+            warmer.found,
+            [index(b"set"), index(b"incr"), index(b"ping"), index(b"hset")]
+        );
+        assert_eq!(warmer.remaining(), 4);
         assert_eq!(
             warmer.hashes,
             [
@@ -646,7 +673,7 @@ mod tests {
         let mut applier = Applier::new(&shared);
         let guard = shared.keyspace.guard();
         let keyspace = guard.as_ref().unwrap();
-        let mut txn = Some(apply_txn(keyspace));
+        let mut txn = Some(apply_txn(keyspace, 2));
         let mut out = ReplyWriter::new();
         for words in [&[&b"incr"[..], b"c"][..], &[b"dbsize"]] {
             let args = OwnedArgs::from_slices(words);

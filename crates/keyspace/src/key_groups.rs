@@ -76,6 +76,13 @@ pub struct Watcher {
 }
 
 impl KeyGroup {
+    /// Starts loading the group's lock and the head of its state (what
+    /// locking it and writing its books read first), for a caller that
+    /// knows which keys come next.
+    pub fn prefetch(&self) {
+        engram_pmem::prefetch(&self.lock);
+    }
+
     pub fn new(databases: usize) -> KeyGroup {
         KeyGroup {
             lock: Mutex::new(GroupState::default()),
@@ -395,12 +402,34 @@ fn lock_spinning(lock: &Mutex<GroupState>) -> MutexGuard<'_, GroupState> {
 
 /// The key group of an engine key.
 pub fn slot_index(ekey: &[u8]) -> usize {
-    (xxhash_rust::xxh3::xxh3_64(ekey) as usize) & (KEY_GROUPS - 1)
+    slot_of_hash(xxhash_rust::xxh3::xxh3_64(ekey))
+}
+
+/// The group of a key whose engine hash is `hash` (the engine hashes a
+/// key the same way: `engram_engine::Store::key_hash`).
+pub fn slot_of_hash(hash: u64) -> usize {
+    (hash as usize) & (KEY_GROUPS - 1)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The group a key's engine hash names (what the apply warms ahead,
+    /// `Keyspace::prefetch`) is the group its transaction locks.
+    #[test]
+    fn a_key_s_engine_hash_names_its_group() {
+        for key in [
+            &b"\0k"[..],
+            b"\0counter:000123",
+            b"\x05a longer key than most",
+        ] {
+            assert_eq!(
+                slot_of_hash(engram_engine::Store::key_hash(key)),
+                slot_index(key)
+            );
+        }
+    }
 
     /// An exclusive transaction finds each key's group by binary search
     /// until it has locked `LOCK_ALL_AFTER` of them, then holds them all

@@ -713,7 +713,15 @@ impl Keyspace {
     /// (`engram_engine::Store::prefetch`): for a caller that knows the
     /// keys of the commands it will run next (a replicated node's apply,
     /// whose reads of random keys miss on every one).
+    ///
+    /// With the engine's lock, the key's group too: its hash is the same
+    /// (`key_groups::slot_index`), and the apply locks it and writes its
+    /// books for every key (a miss on each, a tenth of a member's apply
+    /// under SET).
     pub fn prefetch(&self, hash: u64, step: PrefetchStep) {
+        if step == PrefetchStep::Lock {
+            self.groups[key_groups::slot_of_hash(hash)].prefetch();
+        }
         self.store.prefetch(hash, step);
     }
 

@@ -110,6 +110,9 @@ pub enum InPlaceAdd {
 /// and lookups were a tenth of a member's CPU under INCR.
 type WriteBuffer = hashbrown::HashMap<EKey, Option<Vec<u8>>>;
 
+/// How many keys ahead a batch's books warm a key's group.
+const BOOKS_AHEAD: usize = 4;
+
 pub struct Txn<'a> {
     ks: &'a Keyspace,
     /// Held key groups (or the whole keyspace).
@@ -1309,7 +1312,8 @@ impl<'a> Txn<'a> {
     }
 
     /// Writes `ops` as one atomic engine batch and brings the books up to
-    /// date; false (nothing written) when the engine cannot.
+    /// date (each key's group warmed `BOOKS_AHEAD` keys before); false
+    /// (nothing written) when the engine cannot.
     fn engine_batch(&mut self, ops: &[(EKey, Option<Vec<u8>>)]) -> Result<bool> {
         let ks = self.ks;
         let writes: Vec<(&[u8], Option<&[u8]>)> = ops
@@ -1323,7 +1327,12 @@ impl<'a> Txn<'a> {
         else {
             return Ok(false);
         };
-        for ((ekey, value), outcome) in ops.iter().zip(outcomes) {
+        for (at, ((ekey, value), outcome)) in ops.iter().zip(outcomes).enumerate() {
+            // A long batch's groups were locked long before (a member's
+            // apply chunk: up to 512 commands back).
+            if let Some((ahead, _)) = ops.get(at + BOOKS_AHEAD) {
+                ks.groups[super::key_groups::slot_index(ahead)].prefetch();
+            }
             let (index, group) = self.guards.get(ekey)?;
             let slot = &ks.groups[index];
             match value {

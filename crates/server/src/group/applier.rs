@@ -523,7 +523,12 @@ mod tests {
         let index = |name: &[u8]| lookup(name).map(|(index, _)| index);
         assert_eq!(
             warmer.found,
-            [index(b"set"), index(b"incr"), index(b"ping"), index(b"hset")]
+            [
+                index(b"set"),
+                index(b"incr"),
+                index(b"ping"),
+                index(b"hset")
+            ]
         );
         assert_eq!(warmer.remaining(), 4);
         assert_eq!(

@@ -124,9 +124,11 @@ pub(super) fn decode_entry(data: &[u8]) -> Option<Entry<'_>> {
         }
     };
     let n = r.try_get_u32_le().ok()? as usize;
+    // Sized for the usual item, one command of three arguments (they
+    // grew one push at a time: a tenth of the apply's allocations).
     let mut items = Vec::with_capacity(n.min(1024));
-    let mut args = Vec::new();
-    let mut commands = Vec::new();
+    let mut args = Vec::with_capacity(n.min(1024) * 3);
+    let mut commands = Vec::with_capacity(n.min(1024));
     for _ in 0..n {
         let tag = r.try_get_u8().ok()?;
         let db = r.try_get_u8().ok()?;

@@ -325,12 +325,21 @@ impl Keyspace {
     /// the collections' checkpoints order their writes against power loss
     /// (needless at `process`, which promises survival of a process crash
     /// only).
+    ///
+    /// Ordering goes on before a stronger rule takes effect (a write
+    /// acknowledged under it must not be stored unordered, in place where
+    /// no tail sync looks) and off only after `process` did.
     pub fn set_durability(&self, durability: Durability) {
+        let ordered = durability != Durability::Process;
+        if ordered {
+            self.store.set_power_fail_ordering(true);
+            self.collections.set_power_fail_ordering(true);
+        }
         self.commit.set_durability(durability);
-        self.store
-            .set_power_fail_ordering(durability != Durability::Process);
-        self.collections
-            .set_power_fail_ordering(durability != Durability::Process);
+        if !ordered {
+            self.store.set_power_fail_ordering(false);
+            self.collections.set_power_fail_ordering(false);
+        }
     }
 
     /// The group commit as a handle of its own, for a wait that must not

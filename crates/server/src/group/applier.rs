@@ -452,7 +452,18 @@ fn apply_entry<'s>(
             feed(session, OwnedArgs::from_slices(&[b"multi"]).args());
         }
         for args in commands {
-            let found = warmer.step(keyspace, txn.as_ref());
+            // The warmer's walk follows this one (`Warmer::new`); a name
+            // compare keeps a walk that ever drifted from running another
+            // command than the entry's.
+            let found = warmer
+                .step(keyspace, txn.as_ref())
+                .filter(|&index| {
+                    commands::TABLE[index]
+                        .name
+                        .as_bytes()
+                        .eq_ignore_ascii_case(args.get(0))
+                })
+                .or_else(|| lookup(args.get(0)).map(|(index, _)| index));
             if let Some(txn) = txn.as_mut() {
                 // Not inside EXEC or a script: a reader must not see one of
                 // their writes before the rest.

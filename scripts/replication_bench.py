@@ -4,7 +4,7 @@
 
     scripts/replication_bench.py --engram target/release/engram
         [--requests 200000] [--rounds 3] [--clients 50] [--pipeline 16]
-        [--tests set,incr,hset] [--durability everysec]
+        [--tests set,incr,hset] [--durability everysec] [--threads]
 
 Peers, all on this machine's loopback:
 - Redis 7.0: a primary and two replicas (`--replicaof`), asynchronous
@@ -25,10 +25,26 @@ random keys so most writes overwrite) runs against Redis's primary, the
 Engram leader and the single node, in that order; the table gives the
 median ops/s of the rounds, the ratios, and server CPU (user + system,
 summed over every process of the deployment) per operation.
+
+The second table says what a group ÷ single of 0.5 asks of the group on
+a machine whose cores the client shares. redis-benchmark's own CPU per
+request (`client`) is measured in the same rounds. When the single node
+keeps every core busy, its throughput is about cores ÷ (single + client),
+so a group at half of it may spend at most 2 × (single + client) −
+client µs of CPU per write over its three members (`budget`). `cores
+busy` (ops/s × (server + client CPU per operation)) says how far each
+run kept the machine's cores busy: the budget holds where both are
+near the core count.
+
+`--threads` prints, after each Engram run, every process's CPU per
+operation by thread name (the apply, the network loops, the Raft loop,
+the bus, the engine's background threads): where a write's cost goes.
 """
 import argparse
+import collections
 import os
 import re
+import resource
 import shutil
 import socket
 import statistics
@@ -68,6 +84,27 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_seconds(pid):
+    """CPU seconds of each thread of `pid`, summed by thread name."""
+    by_name = collections.Counter()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue  # the thread ended
+        name = text[text.index("(") + 1:text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        by_name[name] += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return by_name
+
+
+def client_seconds():
+    """CPU seconds of this script's reaped children (redis-benchmark)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 TESTS = {
     "set": ["SET", "key:__rand_int__", "xxx"],
     "incr": ["INCR", "counter:__rand_int__"],
@@ -100,6 +137,8 @@ def main():
     parser.add_argument("--tests", default="set,incr,hset")
     parser.add_argument("--durability", default="everysec",
                         choices=["process", "everysec", "always"])
+    parser.add_argument("--threads", action="store_true",
+                        help="print each Engram process's CPU per operation by thread")
     args = parser.parse_args()
     appendfsync = {"process": "no", "everysec": "everysec", "always": "always"}[args.durability]
     for tool in ("redis-benchmark", "redis-cli", args.redis_server):
@@ -157,16 +196,30 @@ def main():
         ]
         results = {(d, t): [] for d, _, _ in deployments for t in tests}
         cpu = {(d, t): [] for d, _, _ in deployments for t in tests}
+        client = {(d, t): [] for d, _, _ in deployments for t in tests}
+        per_op = 1e6 / args.requests
         for round_ in range(args.rounds):
             for test in tests:
                 for name, port, ps in deployments:
                     before = sum(cpu_seconds(p.pid) for p in ps)
+                    threads_before = [thread_seconds(p.pid) for p in ps]
+                    client_before = client_seconds()
                     ops = bench(port, test, args)
                     used = sum(cpu_seconds(p.pid) for p in ps) - before
+                    client[(name, test)].append((client_seconds() - client_before) * per_op)
                     results[(name, test)].append(ops)
-                    cpu[(name, test)].append(used / args.requests * 1e6)
+                    cpu[(name, test)].append(used * per_op)
                     print(f"round {round_ + 1} {test:5} {name:6} {ops:>10.0f} ops/s "
-                          f"{used / args.requests * 1e6:6.1f} µs CPU/op", flush=True)
+                          f"{used * per_op:6.1f} µs CPU/op", flush=True)
+                    if args.threads and name != "redis":
+                        roles = ["single"] if name == "single" else [
+                            "leader" if p == leader else "member" for p in ports]
+                        for p, was, role in zip(ps, threads_before, roles):
+                            spent = thread_seconds(p.pid)
+                            spent.subtract(was)
+                            print(f"    {role:6} " + " ".join(
+                                f"{thread}={seconds * per_op:.2f}"
+                                for thread, seconds in spent.most_common() if seconds > 0))
         print()
         print(f"durability {args.durability}, -P {args.pipeline}, {args.clients} clients, "
               f"{args.requests} requests, "
@@ -181,6 +234,20 @@ def main():
                   f"{med['group'] / med['redis']:.2f} | {med['single']:.0f} | "
                   f"{med['group'] / med['single']:.2f} | "
                   f"{c['redis']:.1f} / {c['group']:.1f} / {c['single']:.1f} |")
+        print()
+        print("| test | client CPU µs/request | single + client | group CPU µs/op | "
+              "budget for group ÷ single = 0.5 | cores busy, single / group |")
+        print("|---|---|---|---|---|---|")
+        for test in tests:
+            own = statistics.median(client[("single", test)])
+            single_cpu = statistics.median(cpu[("single", test)])
+            group_cpu = statistics.median(cpu[("group", test)])
+            busy = {d: statistics.median(results[(d, test)])
+                    * (statistics.median(cpu[(d, test)]) + statistics.median(client[(d, test)]))
+                    / 1e6 for d in ("single", "group")}
+            print(f"| {test.upper()} | {own:.1f} | {single_cpu + own:.1f} | {group_cpu:.1f} | "
+                  f"{2 * (single_cpu + own) - own:.1f} | "
+                  f"{busy['single']:.2f} / {busy['group']:.2f} |")
     finally:
         for p in procs:
             p.kill()

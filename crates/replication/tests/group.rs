@@ -315,6 +315,49 @@ async fn a_group_elects_a_leader_and_replicates_in_order() {
     assert_eq!(status.progress.len(), 2);
 }
 
+/// Proposals that reach the leader together go to each follower in few
+/// appends (raft-rs's `batch_append`), not one append per entry: a
+/// follower steps, logs and answers once per batch.
+#[tokio::test(flavor = "current_thread")]
+async fn proposals_made_together_reach_each_follower_in_few_appends() {
+    let group = start_group();
+    let leader = wait_for_leader(&group);
+    let node = &group.nodes[leader];
+    // A few alone first, so that both followers' progress replicates
+    // (while probing, raft-rs sends one append at a time anyway).
+    for i in 0..5 {
+        node.propose(format!("warm-{i}").into_bytes()).await.unwrap();
+    }
+    let sent = |node: &Replica| {
+        let status = node.status();
+        (status.appends_sent, status.entries_sent)
+    };
+    let (appends_before, entries_before) = sent(node);
+    const TOGETHER: usize = 400;
+    let proposals: Vec<_> = (0..TOGETHER)
+        .map(|i| node.propose(format!("together-{i}").into_bytes()))
+        .collect();
+    for applied in futures_join(proposals).await {
+        applied.unwrap();
+    }
+    // Every entry went to both followers (the status is published by the
+    // Raft loop after each pass).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (appends, entries) = loop {
+        let (appends, entries) = sent(node);
+        let entries = entries - entries_before;
+        if entries >= 2 * TOGETHER as u64 {
+            break (appends - appends_before, entries);
+        }
+        assert!(Instant::now() < deadline, "only {entries} entries sent");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(
+        appends * 4 <= entries,
+        "{appends} appends carried {entries} entries: proposals were not batched"
+    );
+}
+
 /// Awaits every future, in order (no extra dependency for join_all).
 async fn futures_join<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
     let mut handles = Vec::new();

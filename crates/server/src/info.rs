@@ -438,7 +438,8 @@ fn replication(shared: &Shared, out: &mut String) -> std::fmt::Result {
             "master_repl_offset:{}\r\nraft_node_id:{}\r\nraft_role:{}\r\nraft_leader:{leader}\r\n\
              raft_term:{}\r\nraft_commit_index:{}\r\nraft_applied_index:{}\r\n\
              raft_last_index:{}\r\nraft_log_bytes:{}\r\nraft_compacted_index:{}\r\n\
-             raft_snapshots_installed:{}\r\nraft_snapshots_built:{}\r\nraft_log_syncs:{}\r\n",
+             raft_snapshots_installed:{}\r\nraft_snapshots_built:{}\r\nraft_log_syncs:{}\r\n\
+             raft_appends_sent:{}\r\nraft_entries_sent:{}\r\n",
             status.applied,
             status.id,
             status.role,
@@ -451,6 +452,8 @@ fn replication(shared: &Shared, out: &mut String) -> std::fmt::Result {
             status.snapshots_installed,
             status.snapshots_built,
             status.log_syncs,
+            status.appends_sent,
+            status.entries_sent,
         );
     }
     write!(

@@ -326,7 +326,9 @@ async fn proposals_made_together_reach_each_follower_in_few_appends() {
     // A few alone first, so that both followers' progress replicates
     // (while probing, raft-rs sends one append at a time anyway).
     for i in 0..5 {
-        node.propose(format!("warm-{i}").into_bytes()).await.unwrap();
+        node.propose(format!("warm-{i}").into_bytes())
+            .await
+            .unwrap();
     }
     let sent = |node: &Replica| {
         let status = node.status();

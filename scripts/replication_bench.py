@@ -78,10 +78,15 @@ def wait_until(what, test, timeout=30):
     sys.exit(f"timed out waiting for {what}")
 
 
+def stat_seconds(text):
+    """User + system CPU seconds of a /proc stat line."""
+    fields = text.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return stat_seconds(f.read())
 
 
 def thread_seconds(pid):
@@ -93,9 +98,7 @@ def thread_seconds(pid):
                 text = f.read()
         except OSError:
             continue  # the thread ended
-        name = text[text.index("(") + 1:text.rindex(")")]
-        fields = text.rsplit(")", 1)[1].split()
-        by_name[name] += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        by_name[text[text.index("(") + 1:text.rindex(")")]] += stat_seconds(text)
     return by_name
 
 

@@ -287,12 +287,9 @@ impl Keyspace {
             expired: expired::ExpiredKeys::default(),
             apply_undo: std::sync::OnceLock::new(),
         });
-        keyspace
-            .store
-            .set_power_fail_ordering(durability != Durability::Process);
-        keyspace
-            .collections
-            .set_power_fail_ordering(durability != Durability::Process);
+        // The stores' ordering against power loss follows the durability
+        // (decided in one place).
+        keyspace.set_durability(durability);
         let intents = keyspace.rebuild(books)?;
         keyspace.replay(intents)?;
         let (commit, weak) = (keyspace.commit.clone(), Arc::downgrade(&keyspace));
@@ -2518,6 +2515,36 @@ mod tests {
             ks.store().get(&format::KEY).unwrap().as_deref(),
             Some(&format::encode()[..])
         );
+    }
+
+    /// CONFIG SET durability switches the engine's ordering against
+    /// power loss both ways: at `process` a counter's word is updated in
+    /// place (nothing appended), at `always` each update appends a new
+    /// version (an in-place store there would dirty a page no tail sync
+    /// covers). Lazy retirement, where the two differ, is what `always`
+    /// opens with.
+    #[test]
+    fn a_durability_switch_turns_the_engine_s_ordering_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = KeyspaceOptions {
+            durability: Durability::Always,
+            checkpoints: engram_collections::CheckpointMode::Manual,
+            ..KeyspaceOptions::default()
+        };
+        let ks = Keyspace::open_dir(dir.path(), &options).unwrap().keyspace;
+        let store = ks.store();
+        store.put(b"counter", &[0u8; 16]).unwrap();
+        let appends = |update: u64| {
+            let before = store.stats().appended_bytes;
+            assert_eq!(store.incr_by(b"counter", 8, 1).unwrap(), update);
+            store.stats().appended_bytes > before
+        };
+        assert!(appends(1), "at always an update appends");
+        ks.set_durability(Durability::Process);
+        assert!(!appends(2), "at process it is made in place");
+        ks.set_durability(Durability::Always);
+        assert!(appends(3), "back at always it appends again");
+        Keyspace::close(ks).unwrap();
     }
 
     /// After a restart the expiries recovery only noted (by hash) are

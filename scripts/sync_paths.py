@@ -11,9 +11,13 @@ Each round appends `--bytes` then makes it durable, `--syncs` times, in a
 fresh file under DIR (default: a temporary directory beside the data, in
 the current directory: the file system matters), by each of:
 
-- mmap + msync: a file mapped shared and faulted in first (as the engine
-  populates its region); each append stored to the mapping and the pages
-  it touched `msync`ed (MS_SYNC);
+- mmap + msync: a file written with zeros, mapped shared and faulted in
+  first; each append stored to the mapping and the pages it touched
+  `msync`ed (MS_SYNC);
+- fallocate, mmap + msync: the same in a file made with `posix_fallocate`
+  (as the engine's regions grew until the twenty-sixth session): its
+  blocks are reserved but unwritten, and the first writeback of each
+  page converts its extent, so a sync also writes file system metadata;
 - append + fdatasync: `write` to an O_APPEND file (the file grows: each
   sync also commits its size), as Redis's AOF;
 - pwrite + fdatasync: `pwrite` into a file written with zeros and synced
@@ -48,6 +52,28 @@ def mapped(path, n, chunk):
     for off in range(0, size, 4096):
         m[off] = 0
     m.flush()
+    data = b"x" * chunk
+
+    def step(i):
+        off = i * chunk
+        m[off:off + chunk] = data
+        start = off & ~4095
+        m.flush(start, off + chunk - start)
+
+    result = timed(n, step)
+    m.close()
+    os.close(fd)
+    return result
+
+
+def fallocated(path, n, chunk):
+    size = n * chunk + (1 << 20)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+    os.posix_fallocate(fd, 0, size)
+    os.fsync(fd)
+    m = mmap.mmap(fd, size)
+    for off in range(0, size, 4096):
+        m[off]  # faulted in for reading, as the engine populates
     data = b"x" * chunk
 
     def step(i):
@@ -99,7 +125,8 @@ def main():
     p.add_argument("--bytes", type=int, default=4000)
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
-    ways = [("mmap + msync", mapped), ("append + fdatasync", appended),
+    ways = [("mmap + msync", mapped), ("fallocate, mmap + msync", fallocated),
+            ("append + fdatasync", appended),
             ("pwrite + fdatasync", rewritten)]
     results = {name: [] for name, _ in ways}
     with tempfile.TemporaryDirectory(dir=args.dir or ".") as d:

@@ -305,7 +305,8 @@ pub fn sync_written(store: &StoreState) -> Result<()> {
 /// application lanes (and their extents) since the last call: the ranges
 /// lanes left behind and the words updated in place outside them, then
 /// each lane's current block up to where it is.
-/// One `msync` per disjoint range; the retirement rounds sync the rest.
+/// One device flush for all the disjoint ranges (`Region::sync_ranges`);
+/// the retirement rounds sync the rest.
 pub fn sync_tail(store: &StoreState) -> Result<()> {
     let _one_at_a_time = store.tail_sync.lock();
     let mut ranges = std::mem::take(&mut *store.tail.lock());
@@ -328,13 +329,14 @@ pub fn sync_tail(store: &StoreState) -> Result<()> {
             _ => merged.push((start, end)),
         }
     }
-    let region = store.region();
-    for (i, &(start, end)) in merged.iter().enumerate() {
-        if let Err(error) = region.sync(PmemOffset(start), end - start) {
-            // Not lost: the next sync tries these again.
-            store.tail.lock().extend_from_slice(&merged[i..]);
-            return Err(error.into());
-        }
+    let ranges: Vec<(PmemOffset, u64)> = merged
+        .iter()
+        .map(|&(start, end)| (PmemOffset(start), end - start))
+        .collect();
+    if let Err(error) = store.region().sync_ranges(&ranges) {
+        // Not lost: the next sync tries these again.
+        store.tail.lock().extend_from_slice(&merged);
+        return Err(error.into());
     }
     Ok(())
 }

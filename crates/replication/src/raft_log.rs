@@ -67,7 +67,9 @@ const RECORDS_START: u64 = 4096;
 const RECORD_HEADER: u64 = 32;
 /// The region grows by this much at a time (and starts at it). Growing
 /// allocates and pre-faults the new part on the Raft loop's thread (about
-/// 1 ms a MiB here), so the step is kept well under an election timeout.
+/// 1 ms a MiB here; when synced it also writes zeros over it, a few ms a
+/// MiB more, so that later syncs write no extent changes), so the step is
+/// kept well under an election timeout.
 const GROWTH: u64 = 8 << 20;
 /// A compaction's new log, before its rename over `log`.
 const COMPACTING: &str = "log.compact";

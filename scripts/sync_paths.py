@@ -11,9 +11,10 @@ Each round appends `--bytes` then makes it durable, `--syncs` times, in a
 fresh file under DIR (default: a temporary directory beside the data, in
 the current directory: the file system matters), by each of:
 
-- mmap + msync: a file written with zeros, mapped shared and faulted in
-  first; each append stored to the mapping and the pages it touched
-  `msync`ed (MS_SYNC);
+- mmap + msync: a file written with zeros a page at a time (as the
+  engine's regions grow under `always`), mapped shared and faulted in
+  for reading; each append stored to the mapping and the pages it
+  touched `msync`ed (MS_SYNC);
 - fallocate, mmap + msync: the same in a file made with `posix_fallocate`
   (as the engine's regions grew until the twenty-sixth session): its
   blocks are reserved but unwritten, and the first writeback of each
@@ -44,33 +45,9 @@ def timed(n, step):
     return (t1 - t0) / n * 1e6, cpu / n * 1e6
 
 
-def mapped(path, n, chunk):
-    size = n * chunk + (1 << 20)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
-    os.ftruncate(fd, size)
-    m = mmap.mmap(fd, size)
-    for off in range(0, size, 4096):
-        m[off] = 0
-    m.flush()
-    data = b"x" * chunk
-
-    def step(i):
-        off = i * chunk
-        m[off:off + chunk] = data
-        start = off & ~4095
-        m.flush(start, off + chunk - start)
-
-    result = timed(n, step)
-    m.close()
-    os.close(fd)
-    return result
-
-
-def fallocated(path, n, chunk):
-    size = n * chunk + (1 << 20)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
-    os.posix_fallocate(fd, 0, size)
-    os.fsync(fd)
+def appends_to_mapping(fd, size, n, chunk):
+    """Times `n` stores of `chunk` bytes to the mapped file, each followed
+    by an `msync` of the pages it touched; closes the file."""
     m = mmap.mmap(fd, size)
     for off in range(0, size, 4096):
         m[off]  # faulted in for reading, as the engine populates
@@ -86,6 +63,26 @@ def fallocated(path, n, chunk):
     m.close()
     os.close(fd)
     return result
+
+
+def mapped(path, n, chunk):
+    size = n * chunk + (1 << 20)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+    # A page at a time, as the engine's regions grow: larger writes make
+    # large folios, and an msync then writes a whole folio back.
+    page = b"\0" * 4096
+    for off in range(0, size, len(page)):
+        os.pwrite(fd, page, off)
+    os.fsync(fd)
+    return appends_to_mapping(fd, size, n, chunk)
+
+
+def fallocated(path, n, chunk):
+    size = n * chunk + (1 << 20)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+    os.posix_fallocate(fd, 0, size)
+    os.fsync(fd)
+    return appends_to_mapping(fd, size, n, chunk)
 
 
 def appended(path, n, chunk):

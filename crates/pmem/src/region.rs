@@ -446,18 +446,24 @@ impl Region {
         }
         // Written back now, not waited for: the extents are converted as
         // the writes complete, before the log's tail reaches these pages.
+        self.sync_file_range(from, to, libc::SYNC_FILE_RANGE_WRITE)
+    }
+
+    /// `sync_file_range` of file bytes `[from, to)`: page cache writeback
+    /// only, no metadata and no device flush.
+    fn sync_file_range(&self, from: u64, to: u64, flags: libc::c_uint) -> Result<()> {
         // SAFETY: plain system call on our own descriptor.
         let rc = unsafe {
             libc::sync_file_range(
                 self.file.as_raw_fd(),
                 from as libc::off64_t,
                 (to - from) as libc::off64_t,
-                libc::SYNC_FILE_RANGE_WRITE,
+                flags,
             )
         };
         if rc != 0 {
             return Err(Error::io(
-                "writing back zeros of region file",
+                "writing back region file",
                 &self.path,
                 std::io::Error::last_os_error(),
             ));
@@ -768,39 +774,20 @@ impl Region {
             return Ok(());
         };
         if self.mode == Mode::Emulated {
-            let fd = self.file.as_raw_fd();
-            let file_range = |offset: PmemOffset, len: u64, flags: libc::c_uint| {
+            let pages = |&(offset, len): &(PmemOffset, u64)| {
                 let start = offset.0 & !(OS_PAGE_BYTES - 1);
-                let end = (offset.0 + len).min(self.len());
-                if end <= start {
-                    return Ok(());
-                }
-                // SAFETY: plain system call on our own descriptor.
-                let rc = unsafe {
-                    libc::sync_file_range(
-                        fd,
-                        start as libc::off64_t,
-                        (end - start) as libc::off64_t,
-                        flags,
-                    )
-                };
-                if rc != 0 {
-                    return Err(Error::io(
-                        "syncing region file",
-                        &self.path,
-                        std::io::Error::last_os_error(),
-                    ));
-                }
-                Ok(())
+                (start, (offset.0 + len).min(self.len()).max(start))
             };
             // All writes start before any is waited for.
-            for &(offset, len) in rest {
-                file_range(offset, len, libc::SYNC_FILE_RANGE_WRITE)?;
+            for range in rest {
+                let (start, end) = pages(range);
+                self.sync_file_range(start, end, libc::SYNC_FILE_RANGE_WRITE)?;
             }
-            for &(offset, len) in rest {
-                file_range(
-                    offset,
-                    len,
+            for range in rest {
+                let (start, end) = pages(range);
+                self.sync_file_range(
+                    start,
+                    end,
                     libc::SYNC_FILE_RANGE_WAIT_BEFORE
                         | libc::SYNC_FILE_RANGE_WRITE
                         | libc::SYNC_FILE_RANGE_WAIT_AFTER,

@@ -661,6 +661,16 @@ impl Replica {
     }
 }
 
+/// Ends the process as a crash would, when this node cannot go on
+/// safely (its log or state cannot be written). Said on standard error
+/// too: a process without a logger (a test, an embedder) would otherwise
+/// exit 70 without a word.
+fn stop(why: &str) -> ! {
+    log::error!("{why}");
+    eprintln!("engram replication: {why}");
+    std::process::exit(70);
+}
+
 type ProposalReply = oneshot::Sender<std::result::Result<Applied, Refused>>;
 type ReadReply = oneshot::Sender<std::result::Result<u64, Refused>>;
 
@@ -758,8 +768,7 @@ impl Driver {
             if let Err(e) = self.handle_ready() {
                 // The log cannot be written: this node must not go on
                 // voting or acknowledging. Stop, as a crash would.
-                log::error!("replication stopped: {e}");
-                std::process::exit(70);
+                stop(&format!("replication stopped: {e}"));
             }
         }
     }
@@ -1153,8 +1162,9 @@ impl Driver {
     fn durable(&mut self, index: u64) {
         self.sync_asked = false;
         if let Err(e) = self.compact(index) {
-            log::error!("replication stopped: compacting the Raft log: {e}");
-            std::process::exit(70);
+            stop(&format!(
+                "replication stopped: compacting the Raft log: {e}"
+            ));
         }
     }
 
@@ -1529,8 +1539,9 @@ impl ApplyLoop {
             ToApply::Snapshot { index, data } => {
                 if let Err(e) = self.machine.restore(index, &data) {
                     // The snapshot file stays: the restart loads it again.
-                    log::error!("loading the leader's snapshot at {index} failed: {e}; stopping");
-                    std::process::exit(70);
+                    stop(&format!(
+                        "loading the leader's snapshot at {index} failed: {e}; stopping"
+                    ));
                 }
                 if let Err(e) = self.snapshot_file.remove_if_at(index) {
                     log::warn!("raft: {e}");
@@ -1543,8 +1554,9 @@ impl ApplyLoop {
                     let _ = self.durable.send(Event::Durable(self.last));
                 }
                 Err(e) => {
-                    log::error!("making applied entries durable failed: {e}; stopping");
-                    std::process::exit(70);
+                    stop(&format!(
+                        "making applied entries durable failed: {e}; stopping"
+                    ));
                 }
             },
         }

@@ -743,8 +743,7 @@ impl Region {
         if self.mode == Mode::Dax || len == 0 {
             return Ok(());
         }
-        let start = offset.0 & !(OS_PAGE_BYTES - 1);
-        let end = (offset.0 + len).min(self.len());
+        let (start, end) = self.page_span(offset, len);
         let pointer = self.pointer(PmemOffset(start), end - start);
         // SAFETY: page-aligned range inside our mapping.
         let rc = unsafe {
@@ -764,6 +763,14 @@ impl Region {
         Ok(())
     }
 
+    /// The file bytes a sync of `[offset, offset + len)` covers: from the
+    /// start of its first page to its end, within the mapping (empty if
+    /// it lies beyond).
+    fn page_span(&self, offset: PmemOffset, len: u64) -> (u64, u64) {
+        let start = offset.0 & !(OS_PAGE_BYTES - 1);
+        (start, (offset.0 + len).min(self.len()).max(start))
+    }
+
     /// [`Region::sync`] of several ranges (offset, length), sorted and
     /// disjoint, with one device flush for all of them: the ranges but the
     /// last are written back and waited for (`sync_file_range`, which
@@ -776,10 +783,7 @@ impl Region {
             return Ok(());
         };
         if self.mode == Mode::Emulated {
-            let pages = |&(offset, len): &(PmemOffset, u64)| {
-                let start = offset.0 & !(OS_PAGE_BYTES - 1);
-                (start, (offset.0 + len).min(self.len()).max(start))
-            };
+            let pages = |&(offset, len): &(PmemOffset, u64)| self.page_span(offset, len);
             // All writes start before any is waited for. (An empty range
             // would name the whole rest of the file: there are none.)
             for (start, end) in rest.iter().map(pages).filter(|(s, e)| e > s) {

@@ -196,6 +196,8 @@ impl StateMachine for Applier {
             .collect();
         let mut warmer = Warmer::new(&decoded, |db, key| keyspace.prefetch_hash(db, key));
         let mut txn = Some(apply_txn(keyspace, warmer.remaining()));
+        // The entries' replies are written here, one buffer for the batch.
+        let mut out = ReplyWriter::new();
         for (at, ((committed, entry), reply)) in
             entries.iter().zip(&decoded).zip(replies).enumerate()
         {
@@ -225,7 +227,16 @@ impl StateMachine for Applier {
                     }
                 }
                 let bytes;
-                (txn, bytes) = apply_entry(&shared, keyspace, session, txn, entry, &mut warmer);
+                (txn, bytes) = apply_entry(
+                    &shared,
+                    keyspace,
+                    session,
+                    txn,
+                    entry,
+                    &mut warmer,
+                    &mut out,
+                    reply.is_some(),
+                );
                 if let Some(reply) = reply {
                     answers.push((reply, bytes));
                 }
@@ -424,7 +435,10 @@ fn apply_txn(keyspace: &crate::keyspace::Keyspace, commands: usize) -> crate::ke
 }
 
 /// Runs one entry's items against the apply transaction; their replies,
-/// each `[len u32][bytes]`.
+/// each `[len u32][bytes]`, when `answered` (the entry was proposed on this
+/// member and its clients wait). Else none: a member that did not propose
+/// it drops each item's reply once written instead of copying it out.
+/// `out` is the batch's reply buffer, emptied here.
 fn apply_entry<'s>(
     shared: &'s Shared,
     keyspace: &'s Arc<crate::keyspace::Keyspace>,
@@ -432,8 +446,10 @@ fn apply_entry<'s>(
     mut txn: Option<crate::keyspace::Txn<'s>>,
     entry: &Entry<'_>,
     warmer: &mut Warmer<'_>,
+    out: &mut ReplyWriter,
+    answered: bool,
 ) -> (Option<crate::keyspace::Txn<'s>>, Vec<u8>) {
-    let mut out = ReplyWriter::new();
+    out.buf.clear();
     out.set_resp3(entry.resp3);
     let mut replies = Vec::new();
     for item in &entry.items {
@@ -471,7 +487,7 @@ fn apply_entry<'s>(
             }
             match found {
                 Some(index) => {
-                    txn = commands::run(shared, keyspace, session, &mut out, txn, index, args);
+                    txn = commands::run(shared, keyspace, session, out, txn, index, args);
                     feed(session, args);
                 }
                 None => out.error("ERR unknown command"),
@@ -480,9 +496,13 @@ fn apply_entry<'s>(
         if exec {
             feed(session, OwnedArgs::from_slices(&[b"exec"]).args());
         }
-        let reply = &out.buf[start..];
-        replies.extend_from_slice(&(reply.len() as u32).to_le_bytes());
-        replies.extend_from_slice(reply);
+        if answered {
+            let reply = &out.buf[start..];
+            replies.extend_from_slice(&(reply.len() as u32).to_le_bytes());
+            replies.extend_from_slice(reply);
+        } else {
+            out.buf.clear();
+        }
     }
     (txn, replies)
 }

@@ -194,10 +194,11 @@ impl StateMachine for Applier {
                 entry
             })
             .collect();
-        let mut warmer = Warmer::new(&decoded, |db, key| keyspace.prefetch_hash(db, key));
-        let mut txn = Some(apply_txn(keyspace, warmer.remaining()));
-        // The entries' replies are written here, one buffer for the batch.
-        let mut out = ReplyWriter::new();
+        let mut run = BatchRun {
+            warmer: Warmer::new(&decoded, |db, key| keyspace.prefetch_hash(db, key)),
+            out: ReplyWriter::new(),
+        };
+        let mut txn = Some(apply_txn(keyspace, run.warmer.remaining()));
         for (at, ((committed, entry), reply)) in
             entries.iter().zip(&decoded).zip(replies).enumerate()
         {
@@ -209,7 +210,7 @@ impl StateMachine for Applier {
                     let done = txn.take().expect("commands hand the transaction back");
                     let chunk_flushed = std::mem::take(&mut flushed);
                     self.end_chunk(&shared, done, previous, &mut answers, chunk_flushed);
-                    txn = Some(apply_txn(keyspace, warmer.remaining()));
+                    txn = Some(apply_txn(keyspace, run.warmer.remaining()));
                 }
             }
             if let Some(entry) = entry {
@@ -233,8 +234,7 @@ impl StateMachine for Applier {
                     session,
                     txn,
                     entry,
-                    &mut warmer,
-                    &mut out,
+                    &mut run,
                     reply.is_some(),
                 );
                 if let Some(reply) = reply {
@@ -251,7 +251,7 @@ impl StateMachine for Applier {
                 self.end_chunk(&shared, done, index, &mut answers, chunk_flushed);
                 last = None;
                 if at + 1 < total {
-                    txn = Some(apply_txn(keyspace, warmer.remaining()));
+                    txn = Some(apply_txn(keyspace, run.warmer.remaining()));
                 }
             }
         }
@@ -420,6 +420,14 @@ fn is_collection_group(group: &str) -> bool {
     )
 }
 
+/// What the apply of one batch carries from entry to entry: the warmer's
+/// walk, and one buffer the entries' replies are written into (a fresh
+/// 16 KiB buffer per entry before).
+struct BatchRun<'e> {
+    warmer: Warmer<'e>,
+    out: ReplyWriter,
+}
+
 /// A chunk's transaction: atomic, excluding the keyspace, and never
 /// rolled back (a failed commit stops the process above, and commands
 /// hand the transaction back whatever their outcome).
@@ -438,17 +446,16 @@ fn apply_txn(keyspace: &crate::keyspace::Keyspace, commands: usize) -> crate::ke
 /// each `[len u32][bytes]`, when `answered` (the entry was proposed on this
 /// member and its clients wait). Else none: a member that did not propose
 /// it drops each item's reply once written instead of copying it out.
-/// `out` is the batch's reply buffer, emptied here.
 fn apply_entry<'s>(
     shared: &'s Shared,
     keyspace: &'s Arc<crate::keyspace::Keyspace>,
     session: &mut Session,
     mut txn: Option<crate::keyspace::Txn<'s>>,
     entry: &Entry<'_>,
-    warmer: &mut Warmer<'_>,
-    out: &mut ReplyWriter,
+    run: &mut BatchRun<'_>,
     answered: bool,
 ) -> (Option<crate::keyspace::Txn<'s>>, Vec<u8>) {
+    let BatchRun { warmer, out } = run;
     out.buf.clear();
     out.set_resp3(entry.resp3);
     let mut replies = Vec::new();

@@ -57,18 +57,14 @@ impl StateMachine for Recorder {
     }
 }
 
+#[path = "support/ports.rs"]
+mod ports;
+use ports::free_port;
+
 /// Elections after 300 to 600 ms of silence instead of 60 to 120: these
 /// tests assume one leader throughout (transfers aside), and on a loaded
 /// host a node can wait longer than 60 ms for the CPU.
 const PATIENT_ELECTION_TICKS: usize = 30;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct Group {
     nodes: Vec<Replica>,

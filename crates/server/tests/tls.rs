@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use certs::{Identity, Pki};
-use common::{info_number, Client};
+use common::{free_port, info_number, Client};
 use engram_server::tls::{AuthClients, Protocol, TlsSettings};
 use engram_server::{Config, Server, StartError};
 use rustls::pki_types::pem::PemObject;
@@ -36,15 +36,6 @@ fn settings(pki: &Pki) -> TlsSettings {
         ca_cert_file: Some(pki.ca.clone()),
         ..TlsSettings::default()
     }
-}
-
-/// A port free now (the OS's choice, released at once).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A server in a fresh directory with `tls` on a free port and, if

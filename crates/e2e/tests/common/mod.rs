@@ -200,22 +200,9 @@ fn install_redis_py() -> Result<(), String> {
     }
 }
 
-/// A loopback port free a moment ago (for a server told its port, or a
-/// bus port of a Raft group), below the kernel's ephemeral range
-/// (32768-60999 here): a port from that range can be taken by any
-/// outgoing connection on the machine while a node that owns it is down
-/// between a kill and its restart.
-pub fn free_port() -> u16 {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let span = 32_000 - 10_000;
-    let start = (std::process::id() as u64 * 7919) % span;
-    loop {
-        let port = 10_000 + (start + NEXT.fetch_add(1, Ordering::Relaxed) * 97) % span;
-        if std::net::TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
-            return port as u16;
-        }
-    }
-}
+#[path = "../../../replication/tests/support/ports.rs"]
+mod ports;
+pub use ports::free_port;
 
 /// ROLE's first word on `port` (`master`, `slave`), if it answers within
 /// 300 ms.

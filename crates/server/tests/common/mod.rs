@@ -18,6 +18,10 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+#[path = "../../../replication/tests/support/ports.rs"]
+mod ports;
+pub use ports::free_port;
+
 use engram_server::{Config, Server};
 
 pub struct Client {
@@ -243,13 +247,7 @@ impl RedisServer {
     /// directory is `dir()`.
     pub fn start_with_args(extra: &[&str]) -> RedisServer {
         let dir = tempfile::tempdir().unwrap();
-        // A port the OS just handed out and took back: free unless another
-        // process grabs it in between, which the PING loop would show.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let child = std::process::Command::new("redis-server")
             .args([
                 "--port",

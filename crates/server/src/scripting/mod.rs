@@ -4,8 +4,8 @@
 //! | module | what |
 //! |---|---|
 //! | `sandbox` | a Lua state as Redis prepares one: the libraries, read-only globals and library tables, Redis's `pcall`, `math.random` |
-//! | `redis_api` | the `redis` table: `call`/`pcall` (through the per-run hooks), `error_reply`, `status_reply`, `sha1hex`, `log`, `setresp`, `set_repl`... |
-//! | `reply_to_lua`, `lua_to_reply` | Redis's conversions: a command's RESP reply into Lua values, a script's result into the caller's reply |
+//! | `redis_api` | the `redis` table's Rust helpers: `error_reply`, `status_reply`, `sha1hex`, `log`, `setresp`, `set_repl`... (`call` and `pcall` are C functions of `engram_lua_calls`, which read their arguments off Lua's stack and push the command's reply onto it) |
+//! | `reply_to_lua`, `lua_to_reply` | Redis's error tables for the hooks; a script's result into the caller's reply |
 //! | `flags` | the `#!lua` shebang and the script flags |
 //! | `run` | one script run: the keyspace held, `redis.call` through the command table, the kill hook, the error reply |
 //! | `running` | what other clients see of the script running (BUSY, SCRIPT KILL) |

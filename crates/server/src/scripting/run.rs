@@ -8,6 +8,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use engram_lua_calls::{Arg, Dispatch, Outcome, StackArgs};
 use mlua::{Function, HookTriggers, Lua, MultiValue, Table, Value, VmState};
 
 use super::{lua_to_reply, number, reply_to_lua, Engine, Running, ScriptFlags};
@@ -113,16 +114,17 @@ struct CallState<'s, 'c> {
     declared: &'c [&'c [u8]],
 }
 
-/// What `run_functions`' two functions reach of the run on their thread.
+/// What `run_functions`' functions reach of the run on their thread.
 trait RunHooks {
-    fn call(&mut self, lua: &Lua, args: MultiValue) -> mlua::Result<LuaOutcome>;
+    /// `redis.call` / `redis.pcall`: runs the command and answers.
+    fn call(&mut self, args: &StackArgs, answer: &mut dyn FnMut(Outcome<'_>));
     fn set_resp(&mut self, lua: &Lua, args: MultiValue) -> mlua::Result<LuaOutcome>;
     fn acl_check_cmd(&mut self, lua: &Lua, args: MultiValue) -> mlua::Result<LuaOutcome>;
 }
 
 impl RunHooks for CallState<'_, '_> {
-    fn call(&mut self, lua: &Lua, args: MultiValue) -> mlua::Result<LuaOutcome> {
-        redis_call(lua, self, args)
+    fn call(&mut self, args: &StackArgs, answer: &mut dyn FnMut(Outcome<'_>)) {
+        redis_call(self, args, answer)
     }
     fn set_resp(&mut self, lua: &Lua, args: MultiValue) -> mlua::Result<LuaOutcome> {
         set_resp(lua, self, args)
@@ -157,29 +159,35 @@ fn with_current<R>(work: impl FnOnce(&mut dyn RunHooks) -> R) -> Option<R> {
     Some(CURRENT.with(|current| work(current.0)))
 }
 
-/// `redis.call` and `hooks.run` (through which the sandbox's
-/// `redis.pcall`, `setresp`, `set_repl` and `acl_check_cmd` reach the
-/// run), made once per Lua state; `run_with` puts them in place for a run.
-pub fn run_functions(lua: &Lua) -> mlua::Result<(Function, Function)> {
-    let call = lua.create_function(|lua, args: MultiValue| {
-        match with_current(|run| run.call(lua, args)) {
-            Some(outcome) => match outcome? {
-                (true, value) => Ok(value),
-                (false, error) => Err(raise(&error)),
-            },
-            None => Err(raise(&Value::Table(reply_to_lua::error_table(
-                lua,
-                OUTSIDE_A_RUN.as_bytes(),
-            )?))),
+/// `redis.call` (raising) and `redis.pcall` (returning the error table):
+/// C functions that read their arguments off Lua's stack and push the
+/// reply onto it (`engram_lua_calls`), answered by the run on this thread.
+struct RunCall;
+
+impl Dispatch for RunCall {
+    fn dispatch(args: &StackArgs, answer: &mut dyn FnMut(Outcome<'_>)) {
+        if with_current(|run| run.call(args, &mut *answer)).is_none() {
+            answer(Outcome::Failure {
+                line: OUTSIDE_A_RUN.as_bytes(),
+                counted: true,
+            });
         }
-    })?;
+    }
+}
+
+/// The run's functions, made once per Lua state (`run_with` puts them in
+/// place for a run): `redis.call`, `redis.pcall`, and `hooks.run`,
+/// through which the sandbox's `setresp`, `set_repl` and
+/// `acl_check_cmd` reach the run.
+pub fn run_functions(lua: &Lua) -> mlua::Result<(Function, Function, Function)> {
+    let call = engram_lua_calls::command_function::<RunCall>(lua, true)?;
+    let pcall = engram_lua_calls::command_function::<RunCall>(lua, false)?;
     let hook = lua.create_function(|lua, mut args: MultiValue| {
         let name = match args.pop_front() {
             Some(Value::String(name)) => name,
             _ => return Err(mlua::Error::runtime("hooks.run needs a name")),
         };
         with_current(|run| match name.as_bytes().as_ref() {
-            b"call" => run.call(lua, args),
             b"setresp" => run.set_resp(lua, args),
             b"set_repl" => set_repl(lua, args),
             b"acl_check_cmd" => run.acl_check_cmd(lua, args),
@@ -187,7 +195,7 @@ pub fn run_functions(lua: &Lua) -> mlua::Result<(Function, Function)> {
         })
         .unwrap_or_else(|| failure(lua, OUTSIDE_A_RUN, false))
     })?;
-    Ok((call, hook))
+    Ok((call, pcall, hook))
 }
 
 /// What `redis.call` raises outside a script's run (as the sandbox's own).
@@ -270,12 +278,17 @@ pub fn run_script<'s>(
     // the state (`run_functions`); they reach this run's state through
     // `CURRENT`, set for the length of the run. (Made per run, scoped to
     // it, each cost its creation, registration, destruction and garbage.)
+    // KEYS and ARGV are made on Lua's stack, not as mlua values.
     let outcome = CURRENT.set(Current(&mut state), || {
-        let keys = string_table(lua, &call.keys)?;
-        let args = string_table(lua, &call.args)?;
-        engine
-            .run_with
-            .call::<(bool, Value)>((function, &engine.handler, keys, args, call.eval))
+        engram_lua_calls::call_with_tables(
+            lua,
+            &engine.run_with,
+            function,
+            &engine.handler,
+            &call.keys,
+            &call.args,
+            call.eval,
+        )
     });
     lua.remove_hook();
     if outcome.is_err() {
@@ -284,8 +297,14 @@ pub fn run_script<'s>(
         let _ = engine
             .redis_api
             .raw_set("call", engine.outside_call.clone());
+        let _ = engine
+            .redis_api
+            .raw_set("pcall", engine.outside_pcall.clone());
         let _ = engine.hooks.raw_set("run", Value::Nil);
     }
+    // A command that panicked inside the script: on, as a panic outside
+    // one would go (Lua's frames are behind us now).
+    engram_lua_calls::resume_panic();
     let resp3 = state.resp3;
     state.session.select(saved_db);
     state.session.in_script = false;
@@ -446,14 +465,6 @@ fn root_message(error: &mlua::Error) -> String {
     }
 }
 
-fn string_table(lua: &Lua, items: &[&[u8]]) -> mlua::Result<Table> {
-    let table = lua.create_table_with_capacity(items.len(), 0)?;
-    for (i, item) in items.iter().enumerate() {
-        table.raw_set(i + 1, lua.create_string(item)?)?;
-    }
-    Ok(table)
-}
-
 /// `(false, {err=...})` with Redis's code, for the hooks' errors.
 fn failure(lua: &Lua, text: &str, counted: bool) -> mlua::Result<(bool, Value)> {
     let table = reply_to_lua::error_table(lua, text.as_bytes())?;
@@ -541,40 +552,49 @@ fn blocks(args: &crate::resp::Args) -> bool {
         .any(|a| a.eq_ignore_ascii_case(b"block"))
 }
 
-/// `redis.call` / `redis.pcall`: `(true, reply)` or `(false, {err=...})`.
-fn redis_call(lua: &Lua, st: &mut CallState, args: MultiValue) -> mlua::Result<(bool, Value)> {
-    let owned = match command_parts(lua, &args)? {
+/// `redis.call` / `redis.pcall`: runs the command against the run's
+/// transaction and answers with its reply, or with a refusal.
+fn redis_call(st: &mut CallState, stack: &StackArgs, answer: &mut dyn FnMut(Outcome<'_>)) {
+    let owned = match stack_command(stack) {
         Ok(owned) => owned,
-        Err(failed) => return Ok(failed),
+        Err(why) => {
+            return answer(Outcome::Failure {
+                line: why.as_bytes(),
+                counted: false,
+            })
+        }
     };
     let args = owned.args();
     let shared = st.shared;
-    let refuse = |lua: &Lua, text: &str| {
+    let refuse = |answer: &mut dyn FnMut(Outcome<'_>), text: &str| {
         shared.stats.commands.error_reply(text);
-        failure(lua, &format!("-{text}"), true)
+        answer(Outcome::Failure {
+            line: format!("-{text}").as_bytes(),
+            counted: true,
+        })
     };
     let Some((index, spec)) = commands::lookup(args.get(0)) else {
-        return refuse(lua, "ERR Unknown Redis command called from script");
+        return refuse(answer, "ERR Unknown Redis command called from script");
     };
     // From here a refusal counts as the command's rejected call (INFO
     // commandstats), as Redis's scriptCall counts it.
-    let refuse = |lua: &Lua, text: &str| {
+    let refuse = |answer: &mut dyn FnMut(Outcome<'_>), text: &str| {
         shared.stats.commands.rejected(index, &args);
-        refuse(lua, text)
+        refuse(answer, text)
     };
     if !spec.arity_ok(args.len()) {
         return refuse(
-            lua,
+            answer,
             "ERR Wrong number of args calling Redis command from script",
         );
     }
     if refused_in_scripts(shared, index, spec, &args) {
-        return refuse(lua, "ERR This Redis command is not allowed from script");
+        return refuse(answer, "ERR This Redis command is not allowed from script");
     }
     if matches!(spec.name, "xread" | "xreadgroup") && blocks(&args) {
         // A script cannot wait: Redis refuses BLOCK outright.
         return refuse(
-            lua,
+            answer,
             &format!(
                 "ERR {} command is not allowed with BLOCK option from scripts",
                 String::from_utf8_lossy(args.get(0))
@@ -593,7 +613,7 @@ fn redis_call(lua: &Lua, st: &mut CallState, args: MultiValue) -> mlua::Result<(
                 crate::acl::Context::Lua,
             );
             return refuse(
-                lua,
+                answer,
                 &format!(
                     "ERR The user executing the script {}",
                     denial.script_reason()
@@ -604,7 +624,7 @@ fn redis_call(lua: &Lua, st: &mut CallState, args: MultiValue) -> mlua::Result<(
     let writes = spec.is(commands::WRITE);
     if st.read_only && (writes || may_replicate(spec)) {
         return refuse(
-            lua,
+            answer,
             "ERR Write commands are not allowed from read-only scripts.",
         );
     }
@@ -618,7 +638,7 @@ fn redis_call(lua: &Lua, st: &mut CallState, args: MultiValue) -> mlua::Result<(
             .memory_limit
             .over(|| crate::maxmemory::usage(st.keyspace).used())
     {
-        return refuse(lua, crate::maxmemory::OOM);
+        return refuse(answer, crate::maxmemory::OOM);
     }
     if st.session.applying() {
         // Every member runs the script: a write that follows a reply of
@@ -626,7 +646,7 @@ fn redis_call(lua: &Lua, st: &mut CallState, args: MultiValue) -> mlua::Result<(
         // refused the same before it replicated scripts by their
         // effects).
         if writes && st.saw_member_reply {
-            return refuse(lua, AFTER_MEMBER_REPLY);
+            return refuse(answer, AFTER_MEMBER_REPLY);
         }
         st.saw_member_reply |= replies_per_member(spec.name);
     }
@@ -654,13 +674,28 @@ fn redis_call(lua: &Lua, st: &mut CallState, args: MultiValue) -> mlua::Result<(
             crate::tracking::remember(shared, st.session, st.declared);
         }
     }
-    let reply = &st.scratch.buf;
-    if reply.first() == Some(&b'-') {
-        let end = reply.len().saturating_sub(2);
-        let table = reply_to_lua::error_table(lua, &reply[..end])?;
-        return Ok((false, Value::Table(table)));
+    answer(Outcome::Reply(&st.scratch.buf));
+}
+
+/// A call's command and arguments off Lua's stack: strings as they are,
+/// numbers as `%.17g` (integers as integers); or the refusal when none
+/// is given or one is neither. Copied once, into one buffer.
+fn stack_command(stack: &StackArgs) -> Result<OwnedArgs, &'static str> {
+    if stack.is_empty() {
+        return Err("Please specify at least one argument for this redis lib call");
     }
-    Ok((true, reply_to_lua::convert(lua, reply)?))
+    let mut owned = OwnedArgs::with_capacity(stack.len());
+    for i in 0..stack.len() {
+        match stack.get(i) {
+            Arg::Bytes(bytes) => owned.push(bytes),
+            Arg::Integer(i) => owned.push(i.to_string().as_bytes()),
+            Arg::Number(n) => owned.push(number::format_g(n, 17).as_bytes()),
+            Arg::Other => {
+                return Err("Lua redis lib command arguments must be strings or integers")
+            }
+        }
+    }
+    Ok(owned)
 }
 
 fn set_resp(lua: &Lua, state: &mut CallState, args: MultiValue) -> mlua::Result<(bool, Value)> {

@@ -8,7 +8,7 @@
 -- allowed globals, so every assignment to a global reaches __newindex.
 -- rawset and setmetatable refuse the views.
 
-local hooks, rust, eval_mode, run_call, run_hook = ...
+local hooks, rust, eval_mode, run_call, run_pcall, run_hook = ...
 local G = _G
 local rawget, rawset, setmetatable, getmetatable = rawget, rawset, setmetatable, getmetatable
 local error, type, tostring, tonumber, select = error, type, tostring, tonumber, select
@@ -350,19 +350,27 @@ local function run(f, handler, keys, argv)
   return xpcall(function() return f(keys, argv) end, handler)
 end
 
--- Runs a script or function with the run's two Rust functions in place:
--- `run_call` as redis.call and `run_hook` as hooks.run (see run.rs), and,
--- for EVAL, KEYS and ARGV as globals. Set and cleared here, in the VM:
--- each table write made from Rust costs far more, and a short script's
--- run is mostly such costs.
-local outside = redis.call
+-- Runs a script or function with the run's functions in place:
+-- `run_call` and `run_pcall` as redis.call and redis.pcall, `run_hook` as
+-- hooks.run (see run.rs), and, for EVAL, KEYS and ARGV as globals. Set and
+-- cleared here, in the VM: each table write made from Rust costs far
+-- more, and a short script's run is mostly such costs. The function
+-- xpcall runs is made once: it finds the run's script and tables in
+-- upvalues, so a run leaves no closure behind for the collector.
+local outside_call, outside_pcall = redis.call, redis.pcall
+local run_f, run_keys, run_argv
+local function invoke()
+  return run_f(run_keys, run_argv)
+end
 local function run_with(f, handler, keys, argv, set_globals)
-  redis.call, hooks.run = run_call, run_hook
+  redis.call, redis.pcall, hooks.run = run_call, run_pcall, run_hook
   if set_globals then
     globals.KEYS, globals.ARGV = keys, argv
   end
-  local ok, value = xpcall(function() return f(keys, argv) end, handler)
-  redis.call, hooks.run = outside, nil
+  run_f, run_keys, run_argv = f, keys, argv
+  local ok, value = xpcall(invoke, handler)
+  run_f, run_keys, run_argv = nil, nil, nil
+  redis.call, redis.pcall, hooks.run = outside_call, outside_pcall, nil
   return ok, value
 end
 

@@ -30,17 +30,20 @@ pub struct Engine {
     /// `run(f, handler, keys, argv)`: `xpcall` of `f(keys, argv)`.
     pub runner: Function,
     /// `run_with(f, handler, keys, argv, set_globals)`: the same with
-    /// `run::run_functions`' two as `redis.call` and `hooks.run` for the
-    /// run, and KEYS and ARGV as globals if asked (a script run).
+    /// `run::run_functions`' three as `redis.call`, `redis.pcall` and
+    /// `hooks.run` for the run, and KEYS and ARGV as globals if asked (a
+    /// script run).
     pub run_with: Function,
     /// The error handler: an error table with where the script failed.
     pub handler: Function,
-    /// The real `redis` table: a run puts its `call` there (a Rust
-    /// function, so `return redis.call(...)` keeps the script's frame on
+    /// The real `redis` table: a run puts its `call` and `pcall` there (C
+    /// functions, so `return redis.call(...)` keeps the script's frame on
     /// the stack for the error's line, as Redis's C function does).
     pub redis_api: Table,
-    /// `redis.call` outside a run (it raises Redis's error).
+    /// `redis.call` and `redis.pcall` outside a run (they raise Redis's
+    /// error).
     pub outside_call: Function,
+    pub outside_pcall: Function,
 }
 
 const SANDBOX: &str = include_str!("sandbox.lua");
@@ -53,7 +56,7 @@ impl Engine {
         )?;
         let hooks = lua.create_table()?;
         let rust = super::redis_api::helpers(&lua)?;
-        let (run_call, run_hook) = super::run::run_functions(&lua)?;
+        let (run_call, run_pcall, run_hook) = super::run::run_functions(&lua)?;
         let (globals, load_globals, runner, redis_api, run_with): (
             Table,
             Table,
@@ -65,13 +68,16 @@ impl Engine {
             rust,
             mode == Mode::Eval,
             run_call,
+            run_pcall,
             run_hook,
         ))?;
         let handler = lua.create_function(super::run::error_handler)?;
         let outside_call = redis_api.raw_get("call")?;
+        let outside_pcall = redis_api.raw_get("pcall")?;
         Ok(Engine {
             redis_api,
             outside_call,
+            outside_pcall,
             lua,
             globals,
             load_globals,

@@ -16,8 +16,8 @@
 //!   ([`StackArgs`]), asks a [`Dispatch`] to run the command, and pushes
 //!   the RESP reply the command wrote as Redis's Lua values
 //!   (`redisProtocolToLuaType`).
-//! - [`call_with_tables`]: calls the sandbox's runner with KEYS and ARGV
-//!   made on the stack.
+//! - [`tables_function`] and [`with_tables`]: KEYS and ARGV made on the
+//!   stack when the sandbox's runner asks for them.
 //!
 //! The `unsafe` is all here, so that the server crate keeps
 //! `forbid(unsafe_code)`. Two rules make it sound. A value is pushed only
@@ -36,7 +36,7 @@ use std::cell::RefCell;
 use std::os::raw::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use mlua::{ffi, Function, Lua, Value};
+use mlua::{ffi, Function, Lua};
 
 /// One argument of a `redis.call`, as it lies on the stack.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -112,9 +112,18 @@ pub enum Outcome<'a> {
     Failure { line: &'a [u8], counted: bool },
 }
 
-/// Runs a call's command and answers it (once, before returning).
+/// What answers a call: `read` takes the command off the stack (its
+/// arguments are popped once it returns, as Redis's
+/// `luaRedisGenericCommand` pops them, so that a call of 8,000 arguments,
+/// at Lua's limit, leaves room for its reply); `run` runs it and answers
+/// (once, before returning).
 pub trait Dispatch {
-    fn dispatch(args: &StackArgs, answer: &mut dyn FnMut(Outcome<'_>));
+    /// The command, copied out of Lua.
+    type Command: 'static;
+    /// The command, or why its arguments are refused (an error not yet
+    /// in the statistics).
+    fn read(args: &StackArgs) -> Result<Self::Command, &'static str>;
+    fn run(command: Self::Command, answer: &mut dyn FnMut(Outcome<'_>));
 }
 
 /// `redis.call` (`raise`: an error is raised, as Redis's) or
@@ -169,10 +178,21 @@ unsafe fn answer_on_stack<D: Dispatch>(state: *mut ffi::lua_State) -> bool {
     let args = StackArgs { state, count };
     let mut answered = None;
     let run = catch_unwind(AssertUnwindSafe(|| {
-        D::dispatch(&args, &mut |outcome| {
-            // SAFETY: as above; the arguments stay below what is pushed.
+        let read = D::read(&args);
+        // SAFETY: as above. The command was copied out (`Command` borrows
+        // nothing), so the arguments can go.
+        unsafe { ffi::lua_settop(state, 0) };
+        let mut answer = |outcome: Outcome<'_>| {
+            // SAFETY: as above.
             answered = Some(unsafe { push_outcome(state, outcome) });
-        })
+        };
+        match read {
+            Ok(command) => D::run(command, &mut answer),
+            Err(why) => answer(Outcome::Failure {
+                line: why.as_bytes(),
+                counted: false,
+            }),
+        }
     }));
     match (run, answered) {
         (Ok(()), Some(failed)) => failed,
@@ -185,7 +205,7 @@ unsafe fn answer_on_stack<D: Dispatch>(state: *mut ffi::lua_State) -> bool {
             PANIC.with(|p| *p.borrow_mut() = Some(payload));
             // SAFETY: as above; whatever the dispatch pushed is dropped.
             unsafe {
-                ffi::lua_settop(state, count);
+                ffi::lua_settop(state, 0);
                 push_error_table(state, b"-ERR the command panicked", true);
             }
             true
@@ -286,9 +306,11 @@ unsafe fn push_error_table(state: *mut ffi::lua_State, line: &[u8], counted: boo
     unsafe {
         if ffi::lua_checkstack(state, 3) == 0 {
             // Lua's own stack is out of room: a C function's frame
-            // starts with LUA_MINSTACK free slots, and an error replaces
-            // whatever the reply had pushed, so this cannot happen. (No
-            // panic: it could not unwind through Lua's C frames.)
+            // starts with LUA_MINSTACK free slots beyond its arguments,
+            // the arguments are popped before an answer is pushed, and an
+            // error replaces whatever the reply had pushed, so this cannot
+            // happen. (No panic: it could not unwind through Lua's C
+            // frames.)
             std::process::abort();
         }
         ffi::lua_createtable(state, 0, 2);
@@ -486,32 +508,63 @@ unsafe fn push_value(
     Ok(())
 }
 
-/// `run_with(function, handler, KEYS, ARGV, eval)`, KEYS and ARGV made
-/// on the stack from `keys` and `args`: the sandbox's runner (which
-/// returns `ok, value`).
-pub fn call_with_tables(
-    lua: &Lua,
-    run_with: &Function,
-    function: &Function,
-    handler: &Function,
-    keys: &[&[u8]],
-    args: &[&[u8]],
-    eval: bool,
-) -> mlua::Result<(bool, Value)> {
-    // SAFETY: `exec_raw` runs the closure in a protected call with its
-    // three arguments on the stack and takes what it leaves there as the
-    // results; the closure pushes with room checked, then calls. An error
-    // escaping the runner (the runner catches the script's) unwinds to
-    // that protected call past this closure's frame, which holds nothing
-    // to drop.
-    unsafe {
-        lua.exec_raw::<(bool, Value)>((run_with, function, handler), |state| {
-            push_strings(state, keys);
-            push_strings(state, args);
-            ffi::lua_pushboolean(state, eval as c_int);
-            ffi::lua_call(state, 5, 2);
-        })
+/// Strings lent for a run, as a raw slice (see `TABLES`).
+type Lent = *const [&'static [u8]];
+
+thread_local! {
+    /// The KEYS and ARGV of the run on this thread (`with_tables`), as
+    /// raw slices: valid while `with_tables` runs, the only time the
+    /// tables function can be called from.
+    static TABLES: std::cell::Cell<Option<(Lent, Lent)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `run` with `keys` and `args` as what [`tables_function`]'s
+/// function returns: the runner asks for KEYS and ARGV once it runs,
+/// and gets them built on Lua's stack. (Passing them from Rust as mlua
+/// tables cost a registry reference per string; passing them through
+/// `Lua::exec_raw` made two C closures of garbage per run.)
+pub fn with_tables<R>(keys: &[&[u8]], args: &[&[u8]], run: impl FnOnce() -> R) -> R {
+    struct Restore(Option<(Lent, Lent)>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            TABLES.with(|t| t.set(self.0));
+        }
     }
+    // The lifetimes are erased only for the thread-local's type: the
+    // pointers are read while this frame lives (`Restore` puts the
+    // previous ones back when it ends, unwinding included).
+    let keys = std::ptr::from_ref(keys) as Lent;
+    let args = std::ptr::from_ref(args) as Lent;
+    let _restore = Restore(TABLES.with(|t| t.replace(Some((keys, args)))));
+    run()
+}
+
+/// A C function returning two arrays, the KEYS and ARGV of the
+/// [`with_tables`] around the call (two empty ones outside any).
+pub fn tables_function(lua: &Lua) -> mlua::Result<Function> {
+    // SAFETY: `tables` keeps the contract of a Lua C function: it pushes
+    // two values within the room it checks for, and says so.
+    unsafe { lua.create_c_function(tables) }
+}
+
+unsafe extern "C-unwind" fn tables(state: *mut ffi::lua_State) -> c_int {
+    let current = TABLES.with(|t| t.get());
+    // SAFETY: the pointers were set by a `with_tables` still running on
+    // this thread (it restores the previous value when it returns), so
+    // the slices they point at are alive; `push_strings` checks room.
+    unsafe {
+        match current {
+            Some((keys, args)) => {
+                push_strings(state, &*keys);
+                push_strings(state, &*args);
+            }
+            None => {
+                push_strings(state, &[]);
+                push_strings(state, &[]);
+            }
+        }
+    }
+    2
 }
 
 /// A table of `items` as a Lua array.

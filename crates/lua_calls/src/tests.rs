@@ -1,5 +1,5 @@
 use super::*;
-use mlua::Table;
+use mlua::{Table, Value};
 use std::cell::RefCell;
 
 thread_local! {
@@ -13,15 +13,20 @@ thread_local! {
 struct Echo;
 
 impl Dispatch for Echo {
-    fn dispatch(args: &StackArgs, answer: &mut dyn FnMut(Outcome<'_>)) {
-        let seen: Vec<String> = (0..args.len())
+    type Command = Vec<String>;
+
+    fn read(args: &StackArgs) -> Result<Vec<String>, &'static str> {
+        Ok((0..args.len())
             .map(|i| match args.get(i) {
                 Arg::Bytes(b) => format!("s:{}", String::from_utf8_lossy(b)),
                 Arg::Integer(n) => format!("i:{n}"),
                 Arg::Number(n) => format!("n:{n}"),
                 Arg::Other => "other".to_string(),
             })
-            .collect();
+            .collect())
+    }
+
+    fn run(seen: Vec<String>, answer: &mut dyn FnMut(Outcome<'_>)) {
         SEEN.with(|s| *s.borrow_mut() = seen.clone());
         match seen.first().map(String::as_str) {
             Some("s:refuse") => answer(Outcome::Failure {
@@ -68,6 +73,30 @@ fn arguments_are_read_in_place_as_mlua_would_convert_them() {
     SEEN.with(|s| assert_eq!(s.borrow()[0], format!("n:{}", 2f64.powi(63))));
     lua.load("call()").exec().unwrap();
     SEEN.with(|s| assert!(s.borrow().is_empty()));
+}
+
+#[test]
+fn a_call_at_lua_s_argument_limit_still_gets_its_reply() {
+    let lua = lua_with_calls();
+    // Redis's "Script check unpack with massive arguments": 8,000 values
+    // on the stack leave none free until the arguments are popped.
+    REPLY.with(|r| *r.borrow_mut() = b"*2\r\n:7999\r\n-ERR deep\r\n".to_vec());
+    let (n, err): (i64, String) = lua
+        .load(
+            "local a = {} for i = 1, 7999 do a[i] = 1 end
+             local t = call('lpush', unpack(a))
+             return t[1], t[2].err",
+        )
+        .eval()
+        .unwrap();
+    assert_eq!((n, err.as_str()), (7999, "ERR deep"));
+    SEEN.with(|s| assert_eq!(s.borrow().len(), 8000));
+    // And a refusal there too.
+    let err: Table = lua
+        .load("local a = {} for i = 1, 7999 do a[i] = 1 end return pcall_('refuse', unpack(a))")
+        .eval()
+        .unwrap();
+    assert_eq!(err.raw_get::<String>("err").unwrap(), "NOPE not here");
 }
 
 #[test]
@@ -170,42 +199,30 @@ fn a_panicking_dispatch_fails_the_call_and_is_resumed_after_it() {
 }
 
 #[test]
-fn call_with_tables_hands_keys_and_argv_to_the_runner() {
+fn the_tables_function_returns_the_keys_and_argv_of_the_run_around_it() {
     let lua = Lua::new();
-    let run_with: Function = lua
+    let tables = tables_function(&lua).unwrap();
+    let show: Function = lua
         .load(
-            "return function(f, handler, keys, argv, eval)
-                return xpcall(function() return f(keys, argv, eval) end, handler)
+            "local tables = ... return function()
+                local k, a = tables()
+                return #k .. ':' .. tostring(k[2]) .. ':' .. tostring(a[1])
              end",
         )
-        .eval()
+        .call(tables)
         .unwrap();
-    let function: Function = lua
-        .load("return function(k, a, eval) return #k .. ':' .. k[2] .. ':' .. a[1] .. ':' .. tostring(eval) end")
-        .eval()
-        .unwrap();
-    let handler: Function = lua.load("return function(e) return e end").eval().unwrap();
-    let (ok, value) = call_with_tables(
-        &lua,
-        &run_with,
-        &function,
-        &handler,
-        &[b"k1", b"k\0two"],
-        &[b"a"],
-        true,
-    )
-    .unwrap();
-    assert!(ok);
-    assert_eq!(value.as_str().unwrap().as_bytes(), b"2:k\0two:a:true");
-    // A failing function: the runner's result, not an mlua error.
-    let failing: Function = lua
-        .load("return function() error('boom', 0) end")
-        .eval()
-        .unwrap();
-    let (ok, value) =
-        call_with_tables(&lua, &run_with, &failing, &handler, &[], &[], false).unwrap();
-    assert!(!ok);
-    assert_eq!(value.as_str().unwrap(), "boom");
+    let shown = with_tables(&[b"k1", b"k\0two"], &[b"a"], || {
+        show.call::<mlua::String>(())
+    });
+    assert_eq!(shown.unwrap().as_bytes(), b"2:k\0two:a");
+    // Nested runs see their own, and the outer one its own again after.
+    let (inner, outer) = with_tables(&[b"x"], &[], || {
+        let inner = with_tables(&[], &[b"y"], || show.call::<String>(()).unwrap());
+        (inner, show.call::<String>(()).unwrap())
+    });
+    assert_eq!((inner.as_str(), outer.as_str()), ("0:nil:y", "1:nil:nil"));
+    // Outside any run: empty tables.
+    assert_eq!(show.call::<String>(()).unwrap(), "0:nil:nil");
 }
 
 #[test]

@@ -99,6 +99,17 @@ fn scripts_reply_as_redis() {
         &["eval", "redis.call('select', 1); redis.call('set', 'in1', 'x'); return 1", "0"],
         &["get", "in1"],
         &["eval", "local a = {}; local b = {a}; a[1] = b; return #cjson.encode({1})", "0"],
+        // redis.call's arguments off Lua's stack: numbers as Redis writes
+        // them, anything else refused, none refused, and 8,000 of them (at
+        // Lua's limit, with no room left for the reply until they go).
+        &["eval", "redis.call('set', 'num', 3.25); return redis.call('get', 'num')", "0"],
+        &["eval", "redis.call('set', 'num', 1e20); return redis.call('get', 'num')", "0"],
+        &["eval", "redis.call('set', 'num', -7); return redis.call('get', 'num')", "0"],
+        &["eval", "return redis.call('set', 'num', {})", "0"],
+        &["eval", "return redis.pcall('set', 'num', true)", "0"],
+        &["eval", "return redis.call()", "0"],
+        &["eval", "local a = {} for i = 1, 7999 do a[i] = 1 end return redis.call('lpush', 'big', unpack(a))", "0"],
+        &["eval", "local a = {} for i = 1, 7999 do a[i] = 1 end return redis.pcall('nosuch', unpack(a))", "0"],
     ];
     same(&mut engram, &mut redis, cases);
 

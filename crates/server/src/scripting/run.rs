@@ -117,14 +117,14 @@ struct CallState<'s, 'c> {
 /// What `run_functions`' functions reach of the run on their thread.
 trait RunHooks {
     /// `redis.call` / `redis.pcall`: runs the command and answers.
-    fn call(&mut self, args: &StackArgs, answer: &mut dyn FnMut(Outcome<'_>));
+    fn call(&mut self, command: &OwnedArgs, answer: &mut dyn FnMut(Outcome<'_>));
     fn set_resp(&mut self, lua: &Lua, args: MultiValue) -> mlua::Result<LuaOutcome>;
     fn acl_check_cmd(&mut self, lua: &Lua, args: MultiValue) -> mlua::Result<LuaOutcome>;
 }
 
 impl RunHooks for CallState<'_, '_> {
-    fn call(&mut self, args: &StackArgs, answer: &mut dyn FnMut(Outcome<'_>)) {
-        redis_call(self, args, answer)
+    fn call(&mut self, command: &OwnedArgs, answer: &mut dyn FnMut(Outcome<'_>)) {
+        redis_call(self, command, answer)
     }
     fn set_resp(&mut self, lua: &Lua, args: MultiValue) -> mlua::Result<LuaOutcome> {
         set_resp(lua, self, args)
@@ -165,8 +165,14 @@ fn with_current<R>(work: impl FnOnce(&mut dyn RunHooks) -> R) -> Option<R> {
 struct RunCall;
 
 impl Dispatch for RunCall {
-    fn dispatch(args: &StackArgs, answer: &mut dyn FnMut(Outcome<'_>)) {
-        if with_current(|run| run.call(args, &mut *answer)).is_none() {
+    type Command = OwnedArgs;
+
+    fn read(args: &StackArgs) -> Result<OwnedArgs, &'static str> {
+        stack_command(args)
+    }
+
+    fn run(command: OwnedArgs, answer: &mut dyn FnMut(Outcome<'_>)) {
+        if with_current(|run| run.call(&command, &mut *answer)).is_none() {
             answer(Outcome::Failure {
                 line: OUTSIDE_A_RUN.as_bytes(),
                 counted: true,
@@ -176,10 +182,10 @@ impl Dispatch for RunCall {
 }
 
 /// The run's functions, made once per Lua state (`run_with` puts them in
-/// place for a run): `redis.call`, `redis.pcall`, and `hooks.run`,
-/// through which the sandbox's `setresp`, `set_repl` and
-/// `acl_check_cmd` reach the run.
-pub fn run_functions(lua: &Lua) -> mlua::Result<(Function, Function, Function)> {
+/// place for a run): `redis.call`, `redis.pcall`, `hooks.run` (through
+/// which the sandbox's `setresp`, `set_repl` and `acl_check_cmd` reach the
+/// run), and the one that returns the run's KEYS and ARGV.
+pub fn run_functions(lua: &Lua) -> mlua::Result<(Function, Function, Function, Function)> {
     let call = engram_lua_calls::command_function::<RunCall>(lua, true)?;
     let pcall = engram_lua_calls::command_function::<RunCall>(lua, false)?;
     let hook = lua.create_function(|lua, mut args: MultiValue| {
@@ -195,7 +201,8 @@ pub fn run_functions(lua: &Lua) -> mlua::Result<(Function, Function, Function)> 
         })
         .unwrap_or_else(|| failure(lua, OUTSIDE_A_RUN, false))
     })?;
-    Ok((call, pcall, hook))
+    let tables = engram_lua_calls::tables_function(lua)?;
+    Ok((call, pcall, hook, tables))
 }
 
 /// What `redis.call` raises outside a script's run (as the sandbox's own).
@@ -278,17 +285,14 @@ pub fn run_script<'s>(
     // the state (`run_functions`); they reach this run's state through
     // `CURRENT`, set for the length of the run. (Made per run, scoped to
     // it, each cost its creation, registration, destruction and garbage.)
-    // KEYS and ARGV are made on Lua's stack, not as mlua values.
+    // KEYS and ARGV are made on Lua's stack when the runner asks for
+    // them, not as mlua values.
     let outcome = CURRENT.set(Current(&mut state), || {
-        engram_lua_calls::call_with_tables(
-            lua,
-            &engine.run_with,
-            function,
-            &engine.handler,
-            &call.keys,
-            &call.args,
-            call.eval,
-        )
+        engram_lua_calls::with_tables(&call.keys, &call.args, || {
+            engine
+                .run_with
+                .call::<(bool, Value)>((function, &engine.handler, call.eval))
+        })
     });
     lua.remove_hook();
     if outcome.is_err() {
@@ -554,17 +558,8 @@ fn blocks(args: &crate::resp::Args) -> bool {
 
 /// `redis.call` / `redis.pcall`: runs the command against the run's
 /// transaction and answers with its reply, or with a refusal.
-fn redis_call(st: &mut CallState, stack: &StackArgs, answer: &mut dyn FnMut(Outcome<'_>)) {
-    let owned = match stack_command(stack) {
-        Ok(owned) => owned,
-        Err(why) => {
-            return answer(Outcome::Failure {
-                line: why.as_bytes(),
-                counted: false,
-            })
-        }
-    };
-    let args = owned.args();
+fn redis_call(st: &mut CallState, command: &OwnedArgs, answer: &mut dyn FnMut(Outcome<'_>)) {
+    let args = command.args();
     let shared = st.shared;
     let refuse = |answer: &mut dyn FnMut(Outcome<'_>), text: &str| {
         shared.stats.commands.error_reply(text);

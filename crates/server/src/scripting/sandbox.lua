@@ -8,7 +8,7 @@
 -- allowed globals, so every assignment to a global reaches __newindex.
 -- rawset and setmetatable refuse the views.
 
-local hooks, rust, eval_mode, run_call, run_pcall, run_hook = ...
+local hooks, rust, eval_mode, run_call, run_pcall, run_hook, run_tables = ...
 local G = _G
 local rawget, rawset, setmetatable, getmetatable = rawget, rawset, setmetatable, getmetatable
 local error, type, tostring, tonumber, select = error, type, tostring, tonumber, select
@@ -352,7 +352,8 @@ end
 
 -- Runs a script or function with the run's functions in place:
 -- `run_call` and `run_pcall` as redis.call and redis.pcall, `run_hook` as
--- hooks.run (see run.rs), and, for EVAL, KEYS and ARGV as globals. Set and
+-- hooks.run (see run.rs), and, for EVAL, KEYS and ARGV (which `run_tables`
+-- makes, from the run's arguments) as globals. Set and
 -- cleared here, in the VM: each table write made from Rust costs far
 -- more, and a short script's run is mostly such costs. The function
 -- xpcall runs is made once: it finds the run's script and tables in
@@ -362,7 +363,8 @@ local run_f, run_keys, run_argv
 local function invoke()
   return run_f(run_keys, run_argv)
 end
-local function run_with(f, handler, keys, argv, set_globals)
+local function run_with(f, handler, set_globals)
+  local keys, argv = run_tables()
   redis.call, redis.pcall, hooks.run = run_call, run_pcall, run_hook
   if set_globals then
     globals.KEYS, globals.ARGV = keys, argv

@@ -29,10 +29,11 @@ pub struct Engine {
     pub hooks: Table,
     /// `run(f, handler, keys, argv)`: `xpcall` of `f(keys, argv)`.
     pub runner: Function,
-    /// `run_with(f, handler, keys, argv, set_globals)`: the same with
-    /// `run::run_functions`' three as `redis.call`, `redis.pcall` and
-    /// `hooks.run` for the run, and KEYS and ARGV as globals if asked (a
-    /// script run).
+    /// `run_with(f, handler, set_globals)`: `xpcall` of `f(KEYS, ARGV)`,
+    /// the two tables from `engram_lua_calls::with_tables` around the
+    /// call, with `run::run_functions`' `redis.call`, `redis.pcall` and
+    /// `hooks.run` in place for the run, and KEYS and ARGV as globals if
+    /// asked (a script run).
     pub run_with: Function,
     /// The error handler: an error table with where the script failed.
     pub handler: Function,
@@ -56,7 +57,7 @@ impl Engine {
         )?;
         let hooks = lua.create_table()?;
         let rust = super::redis_api::helpers(&lua)?;
-        let (run_call, run_pcall, run_hook) = super::run::run_functions(&lua)?;
+        let (run_call, run_pcall, run_hook, run_tables) = super::run::run_functions(&lua)?;
         let (globals, load_globals, runner, redis_api, run_with): (
             Table,
             Table,
@@ -70,6 +71,7 @@ impl Engine {
             run_call,
             run_pcall,
             run_hook,
+            run_tables,
         ))?;
         let handler = lua.create_function(super::run::error_handler)?;
         let outside_call = redis_api.raw_get("call")?;

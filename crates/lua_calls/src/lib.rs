@@ -323,6 +323,19 @@ unsafe fn push_error_table(state: *mut ffi::lua_State, line: &[u8], counted: boo
     }
 }
 
+/// `{key = value}`.
+///
+/// # Safety
+/// A live state with room for three values.
+unsafe fn push_wrapped(state: *mut ffi::lua_State, key: &[u8], value: &[u8]) {
+    // SAFETY: the caller's promise; a fresh table filled raw.
+    unsafe {
+        ffi::lua_createtable(state, 0, 1);
+        push_bytes(state, value);
+        set_field(state, key);
+    }
+}
+
 /// A RESP reply being read.
 struct Resp<'a> {
     resp: &'a [u8],
@@ -382,55 +395,45 @@ unsafe fn push_value(
         return Err("empty reply");
     };
     reader.pos += 1;
-    // SAFETY (every block below): room for six values was checked; tables
-    // pushed here are fresh and filled raw, never with a nil key.
-    match kind {
-        b'+' => {
-            let line = reader.line()?;
-            unsafe {
-                ffi::lua_createtable(state, 0, 1);
-                push_bytes(state, line);
-                set_field(state, b"ok");
+    // SAFETY: room for six values was checked above (and each nested
+    // value checks its own); the tables pushed here are fresh and filled
+    // raw (no metamethod runs), never with a nil key, so no push raises.
+    unsafe {
+        match kind {
+            b'+' => push_wrapped(state, b"ok", reader.line()?),
+            b'-' => {
+                let start = reader.pos - 1;
+                reader.line()?;
+                let line = &reader.resp[start..reader.pos - 2];
+                push_error_table(state, line, true);
             }
-        }
-        b'-' => {
-            let start = reader.pos - 1;
-            reader.line()?;
-            let line = &reader.resp[start..reader.pos - 2];
-            unsafe { push_error_table(state, line, true) };
-        }
-        b':' => {
-            let n = reader.number()?;
-            unsafe { ffi::lua_pushnumber(state, n as f64) };
-        }
-        b'$' => match reader.number()? {
-            len if len < 0 => unsafe { ffi::lua_pushboolean(state, 0) },
-            len => {
-                let bytes = reader.bytes(len as usize)?;
-                unsafe { push_bytes(state, bytes) };
+            b':' => {
+                let n = reader.number()?;
+                ffi::lua_pushnumber(state, n as f64);
             }
-        },
-        b'*' | b'>' => match reader.number()? {
-            len if len < 0 => unsafe { ffi::lua_pushboolean(state, 0) },
-            len => {
-                unsafe { ffi::lua_createtable(state, len.min(1 << 24) as c_int, 0) };
-                for i in 1..=len {
-                    unsafe {
+            b'$' => match reader.number()? {
+                len if len < 0 => ffi::lua_pushboolean(state, 0),
+                len => {
+                    let bytes = reader.bytes(len as usize)?;
+                    push_bytes(state, bytes);
+                }
+            },
+            b'*' | b'>' => match reader.number()? {
+                len if len < 0 => ffi::lua_pushboolean(state, 0),
+                len => {
+                    ffi::lua_createtable(state, len.min(1 << 24) as c_int, 0);
+                    for i in 1..=len {
                         push_value(state, reader)?;
                         ffi::lua_rawseti(state, -2, i as ffi::lua_Integer);
                     }
                 }
-            }
-        },
-        b'%' | b'~' => {
-            let len = reader.number()?;
-            let map = kind == b'%';
-            unsafe {
+            },
+            b'%' | b'~' => {
+                let len = reader.number()?;
+                let map = kind == b'%';
                 ffi::lua_createtable(state, 0, 1);
                 ffi::lua_createtable(state, 0, len.min(1 << 24) as c_int);
-            }
-            for _ in 0..len {
-                unsafe {
+                for _ in 0..len {
                     push_value(state, reader)?;
                     if map {
                         push_value(state, reader)?;
@@ -443,47 +446,36 @@ unsafe fn push_value(
                         ffi::lua_rawset(state, -3);
                     }
                 }
+                set_field(state, if map { b"map" } else { b"set" });
             }
-            unsafe { set_field(state, if map { b"map" } else { b"set" }) };
-        }
-        b'_' => {
-            reader.line()?;
-            unsafe { ffi::lua_pushnil(state) };
-        }
-        b'#' => {
-            let yes = reader.line()? == b"t";
-            unsafe { ffi::lua_pushboolean(state, yes as c_int) };
-        }
-        b',' => {
-            let text = std::str::from_utf8(reader.line()?).unwrap_or("nan");
-            let value = match text {
-                "inf" => f64::INFINITY,
-                "-inf" => f64::NEG_INFINITY,
-                other => other.parse().unwrap_or(f64::NAN),
-            };
-            unsafe {
+            b'_' => {
+                reader.line()?;
+                ffi::lua_pushnil(state);
+            }
+            b'#' => {
+                let yes = reader.line()? == b"t";
+                ffi::lua_pushboolean(state, yes as c_int);
+            }
+            b',' => {
+                let text = std::str::from_utf8(reader.line()?).unwrap_or("nan");
+                let value = match text {
+                    "inf" => f64::INFINITY,
+                    "-inf" => f64::NEG_INFINITY,
+                    other => other.parse().unwrap_or(f64::NAN),
+                };
                 ffi::lua_createtable(state, 0, 1);
                 ffi::lua_pushnumber(state, value);
                 set_field(state, b"double");
             }
-        }
-        b'(' => {
-            let line = reader.line()?;
-            unsafe {
-                ffi::lua_createtable(state, 0, 1);
-                push_bytes(state, line);
-                set_field(state, b"big_number");
-            }
-        }
-        b'=' => {
-            let len = reader.number()?.max(0) as usize;
-            let bytes = reader.bytes(len)?;
-            let (format, text) = if bytes.len() >= 4 && bytes[3] == b':' {
-                (&bytes[..3], &bytes[4..])
-            } else {
-                (&b"txt"[..], bytes)
-            };
-            unsafe {
+            b'(' => push_wrapped(state, b"big_number", reader.line()?),
+            b'=' => {
+                let len = reader.number()?.max(0) as usize;
+                let bytes = reader.bytes(len)?;
+                let (format, text) = if bytes.len() >= 4 && bytes[3] == b':' {
+                    (&bytes[..3], &bytes[4..])
+                } else {
+                    (&b"txt"[..], bytes)
+                };
                 ffi::lua_createtable(state, 0, 1);
                 ffi::lua_createtable(state, 0, 2);
                 push_bytes(state, text);
@@ -492,18 +484,16 @@ unsafe fn push_value(
                 set_field(state, b"format");
                 set_field(state, b"verbatim_string");
             }
-        }
-        b'|' => {
-            let len = reader.number()?;
-            for _ in 0..2 * len {
-                unsafe {
+            b'|' => {
+                let len = reader.number()?;
+                for _ in 0..2 * len {
                     push_value(state, reader)?;
                     ffi::lua_settop(state, -2);
                 }
+                push_value(state, reader)?;
             }
-            unsafe { push_value(state, reader)? };
+            _ => return Err("unexpected reply type"),
         }
-        _ => return Err("unexpected reply type"),
     }
     Ok(())
 }

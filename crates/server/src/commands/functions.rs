@@ -7,11 +7,12 @@
 //! key group, and the reply waits for it to be durable like any write's.
 //! Lock order as for scripts: key groups, then the Lua state.
 
-use super::scripting::{check_flags, finish_txn, keys_and_args, kill_reply, script_txn};
+use super::scripting::{check_flags, finish_txn, keys_and_args, kill_reply, script_txn, KeysWarm};
 use super::{
     err, is, lowercase, unknown_subcommand, wrong_sub_arity, CmdResult, CommandSpec, Ctx, Group,
     WHOLE_KEYSPACE,
 };
+use crate::keyspace::PrefetchStep;
 use crate::resp::Args;
 use crate::scripting::library::{FunctionsEngine, RestorePolicy};
 use crate::scripting::run::{run_script, Call};
@@ -65,6 +66,8 @@ fn fcall_generic(ctx: &mut Ctx, args: Args, ro: bool) -> CmdResult {
         return Err(err("ERR Bad number of keys provided"));
     }
     let (keys, argv) = keys_and_args(&args)?;
+    let warm = KeysWarm::new(ctx, &keys);
+    warm.step(ctx, PrefetchStep::Lock);
     check_flags(ctx, flags, ro)?;
     let mut call = Call {
         name: &name,
@@ -74,9 +77,11 @@ fn fcall_generic(ctx: &mut Ctx, args: Args, ro: bool) -> CmdResult {
         keys,
         args: argv,
         command: args.iter().map(|a| a.to_vec()).collect(),
+        warm: warm.hashes(),
         inline: false,
     };
     let (txn, from_exec, placement) = script_txn(ctx);
+    warm.step(ctx, PrefetchStep::Bucket);
     call.inline = placement == super::scripting::Placement::Inline;
     let reply_start = ctx.out.len();
     let txn = {

@@ -4,11 +4,13 @@
 //! locks in: the keyspace (excluded whole, or EXEC's transaction), then
 //! the Lua state.
 
+use std::borrow::Cow;
+
 use super::{
     err, int_arg, is, lowercase, unknown_subcommand, wrong_sub_arity, CmdError, CmdResult,
     CommandSpec, Ctx, Group, WHOLE_KEYSPACE,
 };
-use crate::keyspace::Txn;
+use crate::keyspace::{PrefetchStep, Txn};
 use crate::resp::{Args, OwnedArgs};
 use crate::scripting::run::{run_script, Call};
 use crate::scripting::running::KillOutcome;
@@ -270,16 +272,31 @@ fn eval_generic(ctx: &mut Ctx, args: Args, by_sha: bool, ro: bool) -> CmdResult 
     // Before it runs, so that the commands it calls come after it.
     crate::monitor::feed_script_command(ctx.shared, ctx.session, args);
     let (keys, argv) = keys_and_args(&args)?;
+    // The script will likely reach its keys first, at random places of
+    // the index: their lines start loading now, a step at a time (each
+    // line is found through the one before), while the script is found
+    // and its run is set up.
+    let warm = KeysWarm::new(ctx, &keys);
+    warm.step(ctx, PrefetchStep::Lock);
     let shared = ctx.shared;
     let body = args.get(1);
+    // EVALSHA's SHA lowered on the stack (a SHA is 40 ASCII characters;
+    // anything else names no script).
+    let mut lowered = [0u8; 40];
     let (sha, flags) = {
         let mut eval = shared.scripting.eval.lock();
-        let sha = if by_sha {
-            lowercase(body)
+        let sha: Cow<str> = if by_sha {
+            if body.len() != lowered.len() {
+                return Err(err(NOSCRIPT));
+            }
+            for (low, byte) in lowered.iter_mut().zip(body) {
+                *low = byte.to_ascii_lowercase();
+            }
+            Cow::Borrowed(std::str::from_utf8(&lowered).map_err(|_| err(NOSCRIPT))?)
         } else {
-            load_script(shared, &mut eval, body)?
+            Cow::Owned(load_script(shared, &mut eval, body)?)
         };
-        match eval.scripts.get(&sha) {
+        match eval.scripts.get(sha.as_ref()) {
             Some(script) => (sha, script.flags),
             None => return Err(err(NOSCRIPT)),
         }
@@ -287,22 +304,25 @@ fn eval_generic(ctx: &mut Ctx, args: Args, by_sha: bool, ro: bool) -> CmdResult 
     check_flags(ctx, flags, ro)?;
     let read_only = ro || (!flags.compat && flags.no_writes);
     let mut call = Call {
-        name: &sha,
+        name: sha.as_ref(),
         flags,
         eval: true,
         read_only,
         keys,
         args: argv,
         command: Vec::new(),
+        warm: warm.hashes(),
         inline: false,
     };
     let (txn, from_exec, placement) = script_txn(ctx);
+    // The record's step comes last, in `run_script`.
+    warm.step(ctx, PrefetchStep::Bucket);
     call.inline = placement == super::scripting::Placement::Inline;
     let reply_start = ctx.out.len();
     let txn = {
         let mut eval = shared.scripting.eval.lock();
         // SCRIPT FLUSH may have come in between.
-        if !eval.scripts.contains_key(&sha) {
+        if !eval.scripts.contains_key(sha.as_ref()) {
             if by_sha {
                 let result = finish_txn(ctx, txn, from_exec, reply_start);
                 return result.and(Err(err(NOSCRIPT)));
@@ -315,7 +335,7 @@ fn eval_generic(ctx: &mut Ctx, args: Args, by_sha: bool, ro: bool) -> CmdResult 
         let eval = &*eval;
         let function = &eval
             .scripts
-            .get(&sha)
+            .get(sha.as_ref())
             .expect("found or loaded above")
             .function;
         let keyspace = ctx.keyspace;
@@ -334,6 +354,43 @@ fn eval_generic(ctx: &mut Ctx, args: Args, by_sha: bool, ro: bool) -> CmdResult 
         })
     };
     finish_txn(ctx, txn, from_exec, reply_start)
+}
+
+/// The engine's hashes of a script's first keys, for warming their index
+/// lines in the steps `PrefetchStep` orders (each step's line is found
+/// through the one before, so the steps go a little apart).
+pub(super) struct KeysWarm {
+    hashes: [u64; KeysWarm::MOST],
+    count: usize,
+}
+
+impl KeysWarm {
+    /// A script's first few keys are the ones it likely reads at once.
+    const MOST: usize = 4;
+
+    pub(super) fn new(ctx: &Ctx, keys: &[&[u8]]) -> KeysWarm {
+        let mut warm = KeysWarm {
+            hashes: [0; KeysWarm::MOST],
+            count: 0,
+        };
+        for key in keys.iter().take(KeysWarm::MOST) {
+            if let Some(hash) = ctx.keyspace.prefetch_hash(ctx.session.db, key) {
+                warm.hashes[warm.count] = hash;
+                warm.count += 1;
+            }
+        }
+        warm
+    }
+
+    pub(super) fn hashes(&self) -> &[u64] {
+        &self.hashes[..self.count]
+    }
+
+    pub(super) fn step(&self, ctx: &Ctx, step: PrefetchStep) {
+        for &hash in self.hashes() {
+            ctx.keyspace.prefetch(hash, step);
+        }
+    }
 }
 
 fn script(ctx: &mut Ctx, args: Args) -> CmdResult {

@@ -47,7 +47,7 @@ pub mod run;
 pub mod running;
 mod sandbox;
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 

@@ -35,6 +35,11 @@ pub struct Call<'a> {
     pub args: Vec<&'a [u8]>,
     /// The command line that ran it (FUNCTION STATS).
     pub command: Vec<Vec<u8>>,
+    /// The engine's hashes of the keys the script will likely reach first,
+    /// whose index lines the caller started loading
+    /// (`commands::scripting::KeysWarm`): their records are warmed last,
+    /// just before the script starts.
+    pub warm: &'a [u64],
     /// It runs on its network worker's own thread (`Placement::Inline`):
     /// once it has run a while, the worker's other tasks are handed to a
     /// fresh thread (see `hand_off_if_long`).
@@ -285,6 +290,9 @@ pub fn run_script<'s>(
     // the state (`run_functions`); they reach this run's state through
     // `CURRENT`, set for the length of the run. (Made per run, scoped to
     // it, each cost its creation, registration, destruction and garbage.)
+    for &hash in call.warm {
+        keyspace.prefetch(hash, crate::keyspace::PrefetchStep::Record);
+    }
     // KEYS and ARGV are made on Lua's stack when the runner asks for
     // them, not as mlua values.
     let outcome = CURRENT.set(Current(&mut state), || {

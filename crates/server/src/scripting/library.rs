@@ -245,6 +245,9 @@ impl FunctionsEngine {
             ))
         })();
         lua.remove_hook();
+        engine
+            .run_hook_set
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         let _ = engine.hooks.raw_set("register_function", Value::Nil);
         let _ = engine
             .hooks

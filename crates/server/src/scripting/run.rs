@@ -5,7 +5,7 @@
 //! values. An instruction hook polls SCRIPT KILL. The result or the error
 //! goes into the caller's reply as Redis writes it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use engram_lua_calls::{Arg, Dispatch, Outcome, StackArgs};
@@ -60,7 +60,8 @@ const HAND_OFF_AGAIN_MS: u64 = 50;
 /// Hands the worker's queued tasks to a fresh thread (`block_in_place`
 /// with a short pause, long enough for that thread to take them; the
 /// script then goes on here without them). `next_ms`: when to (0: never).
-fn hand_off_if_long(next_ms: &AtomicU64, running: &Running) {
+fn hand_off_if_long(running: &Running) {
+    let next_ms = &running.hand_off_at_ms;
     let next = next_ms.load(Ordering::Relaxed);
     if next > 0 && running.elapsed_ms().is_some_and(|ms| ms >= next) {
         next_ms.store(next + HAND_OFF_AGAIN_MS, Ordering::Relaxed);
@@ -210,6 +211,36 @@ pub fn run_functions(lua: &Lua) -> mlua::Result<(Function, Function, Function, F
     Ok((call, pcall, hook, tables))
 }
 
+/// The instruction hook of the runs on `lua`: it hands the network
+/// worker's other tasks on once a run has gone on a while, and polls
+/// SCRIPT KILL.
+fn set_run_hook(lua: &Lua, running: Arc<Running>) {
+    lua.set_hook(
+        HookTriggers::new().every_nth_instruction(HOOK_EVERY_INSTRUCTIONS),
+        move |lua, _| {
+            hand_off_if_long(&running);
+            if running.is_active() && running.is_killed() {
+                // As Redis's hook: from now on every line raises, so a
+                // `pcall` that caught this cannot keep the script going
+                // (the line after it raises again). Every line of the
+                // user's code: the sandbox's own (`run_with` putting the
+                // run's functions away) goes on. Removed after the run.
+                lua.set_hook(HookTriggers::new().every_line(), |_, debug| {
+                    match debug.source().source.as_deref() {
+                        Some("@user_script" | "@user_function") => {
+                            Err(mlua::Error::runtime(KILLED))
+                        }
+                        _ => Ok(VmState::Continue),
+                    }
+                });
+                Err(mlua::Error::runtime(KILLED))
+            } else {
+                Ok(VmState::Continue)
+            }
+        },
+    );
+}
+
 /// What `redis.call` raises outside a script's run (as the sandbox's own).
 const OUTSIDE_A_RUN: &str = "redis.call/pcall can only be called inside a script invocation";
 
@@ -231,8 +262,12 @@ pub fn run_script<'s>(
     running.begin(
         call.eval,
         session.applying(),
-        call.name.to_string(),
+        call.name,
         call.command.clone(),
+    );
+    running.hand_off_at_ms.store(
+        if call.inline { HAND_OFF_AFTER_MS } else { 0 },
+        Ordering::Relaxed,
     );
     let saved_db = session.db;
     session.in_script = true;
@@ -256,36 +291,12 @@ pub fn run_script<'s>(
         declared: &call.keys,
     };
     let lua = &engine.lua;
-    let hook_running = running.clone();
-    let hand_off_at = Arc::new(AtomicU64::new(if call.inline {
-        HAND_OFF_AFTER_MS
-    } else {
-        0
-    }));
-    lua.set_hook(
-        HookTriggers::new().every_nth_instruction(HOOK_EVERY_INSTRUCTIONS),
-        move |lua, _| {
-            hand_off_if_long(&hand_off_at, &hook_running);
-            if hook_running.is_killed() {
-                // As Redis's hook: from now on every line raises, so a
-                // `pcall` that caught this cannot keep the script going
-                // (the line after it raises again). Every line of the
-                // user's code: the sandbox's own (`run_with` putting the
-                // run's functions away) goes on. Removed after the run.
-                lua.set_hook(HookTriggers::new().every_line(), |_, debug| {
-                    match debug.source().source.as_deref() {
-                        Some("@user_script" | "@user_function") => {
-                            Err(mlua::Error::runtime(KILLED))
-                        }
-                        _ => Ok(VmState::Continue),
-                    }
-                });
-                Err(mlua::Error::runtime(KILLED))
-            } else {
-                Ok(VmState::Continue)
-            }
-        },
-    );
+    // The instruction hook stays from run to run (setting and removing
+    // it cost a run a few percent); a kill or a library's load replaces
+    // it, and the next run puts it back.
+    if !engine.run_hook_set.swap(true, Ordering::Relaxed) {
+        set_run_hook(lua, running.clone());
+    }
     // `redis.call` and `hooks.run` are two Rust functions made once with
     // the state (`run_functions`); they reach this run's state through
     // `CURRENT`, set for the length of the run. (Made per run, scoped to
@@ -302,7 +313,11 @@ pub fn run_script<'s>(
                 .call::<(bool, Value)>((function, &engine.handler, call.eval))
         })
     });
-    lua.remove_hook();
+    if running.is_killed() {
+        // The every-line hook of a kill goes with the run.
+        lua.remove_hook();
+        engine.run_hook_set.store(false, Ordering::Relaxed);
+    }
     if outcome.is_err() {
         // `run_with` did not get to take them away (an error it could not
         // catch, or one before it ran).

@@ -28,8 +28,9 @@ pub struct Running {
     killed: AtomicBool,
     /// The name FUNCTION STATS shows and the command that ran it.
     description: Mutex<(String, Vec<Vec<u8>>)>,
-    /// Milliseconds the last script ran (tests, INFO).
-    pub last_duration_ms: AtomicU64,
+    /// When (ms into the run) the run's network worker hands its other
+    /// tasks on next (`run::hand_off_if_long`); 0: never.
+    pub hand_off_at_ms: AtomicU64,
     /// Notified when a script ends: clients waiting for it go on at once
     /// (`connection::wait_for_script`).
     pub ended: tokio::sync::Notify,
@@ -47,9 +48,15 @@ pub enum KillOutcome {
 }
 
 impl Running {
-    pub fn begin(&self, eval: bool, replicated: bool, name: String, command: Vec<Vec<u8>>) {
+    pub fn begin(&self, eval: bool, replicated: bool, name: &str, command: Vec<Vec<u8>>) {
         *self.started.lock() = Some(Instant::now());
-        *self.description.lock() = (name, command);
+        {
+            // The name's buffer is kept from run to run.
+            let mut description = self.description.lock();
+            description.0.clear();
+            description.0.push_str(name);
+            description.1 = command;
+        }
         self.eval.store(eval, Ordering::Relaxed);
         self.wrote.store(false, Ordering::Relaxed);
         self.replicated.store(replicated, Ordering::Relaxed);
@@ -60,10 +67,6 @@ impl Running {
     pub fn end(&self) {
         self.active.store(false, Ordering::Release);
         self.ended.notify_waiters();
-        if let Some(started) = self.started.lock().take() {
-            self.last_duration_ms
-                .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
-        }
     }
 
     pub fn is_active(&self) -> bool {

@@ -45,6 +45,9 @@ pub struct Engine {
     /// error).
     pub outside_call: Function,
     pub outside_pcall: Function,
+    /// The runs' instruction hook is in place (`run::run_script` sets it
+    /// once; a kill's hook or a library load's replaces it).
+    pub run_hook_set: std::sync::atomic::AtomicBool,
 }
 
 const SANDBOX: &str = include_str!("sandbox.lua");
@@ -80,6 +83,7 @@ impl Engine {
             redis_api,
             outside_call,
             outside_pcall,
+            run_hook_set: std::sync::atomic::AtomicBool::new(false),
             lua,
             globals,
             load_globals,

@@ -59,7 +59,8 @@ const HAND_OFF_AGAIN_MS: u64 = 50;
 
 /// Hands the worker's queued tasks to a fresh thread (`block_in_place`
 /// with a short pause, long enough for that thread to take them; the
-/// script then goes on here without them). `next_ms`: when to (0: never).
+/// script then goes on here without them), when the run has gone on past
+/// `Running::hand_off_at_ms` (0: never).
 fn hand_off_if_long(running: &Running) {
     let next_ms = &running.hand_off_at_ms;
     let next = next_ms.load(Ordering::Relaxed);

@@ -10,7 +10,9 @@ mod common;
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use common::{connect, serve};
 
@@ -40,9 +42,16 @@ fn a_subscriber_that_never_reads_cannot_grow_the_server() {
     stalled
         .write_all(b"*2\r\n$9\r\nSUBSCRIBE\r\n$4\r\nfeed\r\n")
         .unwrap();
-    // One that reads everything, in a thread.
+    // One that reads everything, in a thread. It tells the publisher how
+    // far it has read: the publisher keeps within `WINDOW` messages of it
+    // (4 MiB, under the 8 MiB soft limit), so that a reader the two busy
+    // cores leave unscheduled for a moment is not itself a subscriber
+    // that falls 32 MiB behind, which the server would rightly close.
+    const WINDOW: usize = 64;
+    let received = Arc::new(AtomicUsize::new(0));
     let port = served.port;
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let read_so_far = received.clone();
     let reader = std::thread::spawn(move || {
         let mut con = connect(port);
         let mut pubsub = con.as_pubsub();
@@ -56,6 +65,7 @@ fn a_subscriber_that_never_reads_cannot_grow_the_server() {
             let payload = message.get_payload_bytes();
             assert_eq!(payload.len(), MESSAGE);
             assert_eq!(&payload[..8], format!("{i:08}").as_bytes(), "out of order");
+            read_so_far.store(i + 1, Ordering::Release);
         }
     });
     ready_rx.recv_timeout(Duration::from_secs(30)).unwrap();
@@ -76,6 +86,16 @@ fn a_subscriber_that_never_reads_cannot_grow_the_server() {
     let mut receivers = Vec::with_capacity(MESSAGES);
     let mut payload = vec![b'm'; MESSAGE];
     for i in 0..MESSAGES {
+        let waited = Instant::now();
+        while i >= received.load(Ordering::Acquire) + WINDOW {
+            assert!(
+                !reader.is_finished() && waited.elapsed() < Duration::from_secs(60),
+                "the reading subscriber stopped at message {} of {i}; the server's log:\n{}",
+                received.load(Ordering::Acquire),
+                served.log_text()
+            );
+            std::thread::sleep(Duration::from_micros(50));
+        }
         payload[..8].copy_from_slice(format!("{i:08}").as_bytes());
         let n: i64 = redis::cmd("PUBLISH")
             .arg("feed")
@@ -87,7 +107,12 @@ fn a_subscriber_that_never_reads_cannot_grow_the_server() {
             peak = peak.max(rss(pid));
         }
     }
-    reader.join().unwrap();
+    if reader.join().is_err() {
+        panic!(
+            "the reading subscriber failed; the server's log:\n{}",
+            served.log_text()
+        );
+    }
     peak = peak.max(rss(pid));
 
     assert_eq!(receivers[0], 2);

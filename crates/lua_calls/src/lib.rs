@@ -68,11 +68,10 @@ impl StackArgs {
     pub fn get(&self, i: usize) -> Arg<'_> {
         assert!(i < self.len(), "argument {i} of {}", self.len());
         let index = i as c_int + 1;
-        // SAFETY: `state` is the running call's, and `index` one of its
-        // arguments' slots (checked above), which nothing pops while the
-        // call runs; `lua_tolstring` is used on a string only, so it does
-        // not convert the slot in place, and the bytes it points at belong
-        // to a string the slot keeps alive.
+        // `lua_tolstring` is used on a string only, so it does not convert
+        // the slot in place; the bytes belong to a string the slot keeps.
+        // SAFETY: `state` is the running call's, `index` an argument's slot
+        // (checked above), which nothing pops while the call runs.
         unsafe {
             match ffi::lua_type(self.state, index) {
                 ffi::LUA_TSTRING => {
@@ -160,10 +159,9 @@ unsafe extern "C-unwind" fn answer<D: Dispatch, const RAISE: bool>(
     // SAFETY: the VM calls this with its running state.
     let failed = unsafe { answer_on_stack::<D>(state) };
     if RAISE && failed {
-        // SAFETY: the error table is on top. Nothing of Rust's lives in
-        // this frame but two plain values (the answer has returned and
-        // dropped everything it made), so the `longjmp` to the enclosing
-        // protected call skips no destructor.
+        // The answer has returned and dropped everything it made.
+        // SAFETY: the error table is on top; this frame holds plain values
+        // only, so the `longjmp` to the protected call skips no destructor.
         unsafe { ffi::lua_error(state) }
     }
     1

@@ -564,6 +564,12 @@ fn script_calls_sort_sets_refuse_block_and_check_acl_as_redis() {
             &["eval", "return redis.acl_check_cmd('set', 'xx', 1)", "1", "xx"],
             &["eval", "return redis.acl_check_cmd('hset', 'xx', 'f', 1)", "1", "xx"],
             &["eval", "return redis.acl_check_cmd('set', 'yy', 1)", "0"],
+            // Its arguments read as `redis.call`'s are. (Not as a tail
+            // call when it raises: the sandbox's Lua wrapper would replace
+            // the script's frame, and the error would not name the line.)
+            &["eval", "return redis.acl_check_cmd('set', 'xx', 2.5)", "0"],
+            &["eval", "local ok = redis.acl_check_cmd('set', 'xx', {}) return ok", "0"],
+            &["eval", "local ok = redis.acl_check_cmd() return ok", "0"],
         ],
     );
     let mut c = Client::connect(&_server);

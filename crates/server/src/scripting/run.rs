@@ -506,41 +506,37 @@ fn failure(lua: &Lua, text: &str, counted: bool) -> mlua::Result<(bool, Value)> 
 /// `(false, {err=...})`.
 type LuaOutcome = (bool, Value);
 
-/// A `redis.*` call's command and arguments, or the failure to return
-/// (none given, or one that is not a string or a number).
-fn command_parts(lua: &Lua, args: &MultiValue) -> mlua::Result<Result<OwnedArgs, LuaOutcome>> {
+/// `redis.acl_check_cmd`'s command and arguments, read as `redis.call`'s
+/// are (`stack_command`), or why not.
+fn command_parts(args: &MultiValue) -> Result<OwnedArgs, &'static str> {
     if args.is_empty() {
-        return failure(
-            lua,
-            "Please specify at least one argument for this redis lib call",
-            false,
-        )
-        .map(Err);
+        return Err(NO_ARGUMENTS);
     }
-    match command_args(args) {
-        Some(parts) => Ok(Ok(parts)),
-        None => failure(
-            lua,
-            "Lua redis lib command arguments must be strings or integers",
-            false,
-        )
-        .map(Err),
-    }
-}
-
-/// A hook's arguments as command arguments: strings as they are, numbers
-/// as `%.17g`; None if one is neither. Copied once, into one buffer.
-fn command_args(args: &MultiValue) -> Option<OwnedArgs> {
     let mut owned = OwnedArgs::with_capacity(args.len());
     for value in args.iter() {
         match value {
-            Value::String(s) => owned.push(&s.as_bytes()),
-            Value::Integer(i) => owned.push(i.to_string().as_bytes()),
-            Value::Number(n) => owned.push(number::format_g(*n, 17).as_bytes()),
-            _ => return None,
+            Value::String(s) => push_arg(&mut owned, Arg::Bytes(&s.as_bytes()))?,
+            Value::Integer(i) => push_arg(&mut owned, Arg::Integer(*i))?,
+            Value::Number(n) => push_arg(&mut owned, Arg::Number(*n))?,
+            _ => return Err(BAD_ARGUMENT),
         }
     }
-    Some(owned)
+    Ok(owned)
+}
+
+const NO_ARGUMENTS: &str = "Please specify at least one argument for this redis lib call";
+const BAD_ARGUMENT: &str = "Lua redis lib command arguments must be strings or integers";
+
+/// Appends one argument of a call as Redis writes it: a string as it is,
+/// a number as `%.17g` (an integer as an integer); anything else refused.
+fn push_arg(owned: &mut OwnedArgs, arg: Arg) -> Result<(), &'static str> {
+    match arg {
+        Arg::Bytes(bytes) => owned.push(bytes),
+        Arg::Integer(i) => owned.push(i.to_string().as_bytes()),
+        Arg::Number(n) => owned.push(number::format_g(n, 17).as_bytes()),
+        Arg::Other => return Err(BAD_ARGUMENT),
+    }
+    Ok(())
 }
 
 /// Whether Redis refuses `spec` inside scripts (its `noscript` flag, per
@@ -696,23 +692,15 @@ fn redis_call(st: &mut CallState, command: &OwnedArgs, answer: &mut dyn FnMut(Ou
     answer(Outcome::Reply(&st.scratch.buf));
 }
 
-/// A call's command and arguments off Lua's stack: strings as they are,
-/// numbers as `%.17g` (integers as integers); or the refusal when none
-/// is given or one is neither. Copied once, into one buffer.
+/// A call's command and arguments off Lua's stack (`push_arg`), or the
+/// refusal when none is given. Copied once, into one buffer.
 fn stack_command(stack: &StackArgs) -> Result<OwnedArgs, &'static str> {
     if stack.is_empty() {
-        return Err("Please specify at least one argument for this redis lib call");
+        return Err(NO_ARGUMENTS);
     }
     let mut owned = OwnedArgs::with_capacity(stack.len());
     for i in 0..stack.len() {
-        match stack.get(i) {
-            Arg::Bytes(bytes) => owned.push(bytes),
-            Arg::Integer(i) => owned.push(i.to_string().as_bytes()),
-            Arg::Number(n) => owned.push(number::format_g(n, 17).as_bytes()),
-            Arg::Other => {
-                return Err("Lua redis lib command arguments must be strings or integers")
-            }
-        }
+        push_arg(&mut owned, stack.get(i))?;
     }
     Ok(owned)
 }
@@ -765,19 +753,18 @@ fn acl_check_cmd(
     state: &mut CallState,
     args: MultiValue,
 ) -> mlua::Result<(bool, Value)> {
-    let owned = match command_parts(lua, &args)? {
+    // Refusals are raised where the script called it (Redis's luaError),
+    // so the reply names the script and line.
+    let refuse = |why: &str| -> mlua::Result<(bool, Value)> {
+        let (_, error) = failure(lua, why, false)?;
+        Err(raise(&error))
+    };
+    let owned = match command_parts(&args) {
         Ok(owned) => owned,
-        Err(failed) => return Ok(failed),
+        Err(why) => return refuse(why),
     };
     let Some((index, spec)) = commands::lookup(owned.args().get(0)) else {
-        // Raised where the script called it (Redis's luaError), so the
-        // reply names the script and line.
-        let (_, error) = failure(
-            lua,
-            "Invalid command passed to redis.acl_check_cmd()",
-            false,
-        )?;
-        return Err(raise(&error));
+        return refuse("Invalid command passed to redis.acl_check_cmd()");
     };
     let rules = state.session.user.rules();
     let allowed = crate::acl::check(&rules, index, spec, &owned.args()).is_ok();

@@ -135,16 +135,11 @@ end
 
 -- The `redis` table scripts run with.
 local redis = {}
-local outside_call = 'redis.call/pcall can only be called inside a script invocation'
-redis.call = raising('call', outside_call)
-redis.pcall = function(...)
-  local hook = hooks.run
-  if hook == nil then
-    error(error_table(outside_call), 0)
-  end
-  local _, value = hook('call', ...)
-  return value
+-- Outside a run both raise; a run puts its own in place (`run_with`).
+local function outside_a_run()
+  error(error_table('redis.call/pcall can only be called inside a script invocation'), 0)
 end
+redis.call, redis.pcall = outside_a_run, outside_a_run
 redis.setresp = raising('setresp', 'redis.setresp can only be called inside a script invocation')
 redis.set_repl = raising('set_repl', 'redis.set_repl can only be called inside a script invocation')
 redis.acl_check_cmd = raising('acl_check_cmd', 'redis.acl_check_cmd can only be called inside a script invocation')

@@ -169,8 +169,12 @@ def main():
             if i > 0:
                 command += ["--replicaof", "127.0.0.1", str(redis_ports[0])]
             redis_procs.append(start(command, f"redis{i}.log"))
+        # Connected is not enough: a replica counts as connected while its
+        # first sync is still under way. Measure once both stream commands.
         wait_until("Redis's replicas",
-                   lambda: "connected_slaves:2" in cli(redis_ports[0], "INFO", "replication"))
+                   lambda: cli(redis_ports[0], "INFO", "replication").count("state=online") == 2
+                   and all("master_link_status:up" in cli(p, "INFO", "replication")
+                           for p in redis_ports[1:]))
 
         # Engram: three nodes of a group, and a single node.
         ports = [free_port() for _ in range(3)]

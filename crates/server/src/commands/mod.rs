@@ -224,11 +224,12 @@ pub static TABLE: LazyLock<Vec<CommandSpec>> = LazyLock::new(|| {
 /// Looked up by every command: hashbrown's default hasher (foldhash)
 /// costs a fraction of std's SipHash on a short name, and nothing here
 /// needs SipHash's resistance to chosen collisions (the keys are ours).
-static BY_NAME: LazyLock<hashbrown::HashMap<&'static str, usize>> = LazyLock::new(|| {
+/// Keyed by bytes: a name from the wire needs no UTF-8 check to be found.
+static BY_NAME: LazyLock<hashbrown::HashMap<&'static [u8], usize>> = LazyLock::new(|| {
     TABLE
         .iter()
         .enumerate()
-        .map(|(i, spec)| (spec.name, i))
+        .map(|(i, spec)| (spec.name.as_bytes(), i))
         .collect()
 });
 
@@ -241,8 +242,7 @@ pub fn lookup(name: &[u8]) -> Option<(usize, &'static CommandSpec)> {
     for (dst, src) in lower.iter_mut().zip(name) {
         *dst = src.to_ascii_lowercase();
     }
-    let name = std::str::from_utf8(&lower[..name.len()]).ok()?;
-    BY_NAME.get(name).map(|&i| (i, &TABLE[i]))
+    BY_NAME.get(&lower[..name.len()]).map(|&i| (i, &TABLE[i]))
 }
 
 /// The flags `call_has` answers from a table (a script's every

@@ -220,6 +220,7 @@ fn memory(shared: &Shared, ks: &Keyspace, out: &mut String) -> std::fmt::Result 
         .max(usage.used());
     let maxmemory: u64 = shared.redis_param("maxmemory").parse().unwrap_or(0);
     let store = ks.store().stats();
+    let scripting = scripting_memory(shared);
     write!(
         out,
         "# Memory\r\n\
@@ -236,7 +237,7 @@ fn memory(shared: &Shared, ks: &Keyspace, out: &mut String) -> std::fmt::Result 
          maxmemory_human:{}\r\n\
          maxmemory_policy:{}\r\n\
          mem_not_counted_for_evict:0\r\n\
-         number_of_cached_scripts:{}\r\n\
+         {scripting}\
          mem_allocator:mimalloc\r\n\
          lazyfree_pending_objects:{}\r\n\
          lazyfreed_objects:{}\r\n",
@@ -250,9 +251,42 @@ fn memory(shared: &Shared, ks: &Keyspace, out: &mut String) -> std::fmt::Result 
         store.file_bytes,
         human_bytes(maxmemory),
         shared.memory_limit.policy().name(),
-        shared.scripting.cached_scripts.load(Ordering::Relaxed),
         engram_collections::lazy_free::pending(),
         engram_collections::lazy_free::freed(),
+    )
+}
+
+/// INFO memory's scripting lines, as Redis 7.0 writes them: each Lua
+/// state's heap, the cached scripts and the libraries' code, and their
+/// counts.
+fn scripting_memory(shared: &Shared) -> String {
+    let scripting = &shared.scripting;
+    let memory = &scripting.memory;
+    let load = |n: &std::sync::atomic::AtomicUsize| n.load(Ordering::Relaxed) as u64;
+    let (eval_vm, functions_vm) = (load(&memory.eval_vm), load(&memory.functions_vm));
+    let (eval_scripts, functions_code) = (load(&memory.eval_scripts), load(&memory.functions_code));
+    format!(
+        "used_memory_lua:{eval_vm}\r\n\
+         used_memory_vm_eval:{eval_vm}\r\n\
+         used_memory_lua_human:{}\r\n\
+         used_memory_scripts_eval:{eval_scripts}\r\n\
+         number_of_cached_scripts:{}\r\n\
+         number_of_functions:{}\r\n\
+         number_of_libraries:{}\r\n\
+         used_memory_vm_functions:{functions_vm}\r\n\
+         used_memory_vm_total:{}\r\n\
+         used_memory_vm_total_human:{}\r\n\
+         used_memory_functions:{functions_code}\r\n\
+         used_memory_scripts:{}\r\n\
+         used_memory_scripts_human:{}\r\n",
+        human_bytes(eval_vm),
+        load(&scripting.cached_scripts),
+        load(&scripting.functions_count),
+        load(&scripting.libraries_count),
+        eval_vm + functions_vm,
+        human_bytes(eval_vm + functions_vm),
+        eval_scripts + functions_code,
+        human_bytes(eval_scripts + functions_code),
     )
 }
 

@@ -142,10 +142,7 @@ fn load_script(
             body: body.into(),
         },
     );
-    shared
-        .scripting
-        .cached_scripts
-        .store(eval.scripts.len(), std::sync::atomic::Ordering::Relaxed);
+    shared.scripting.note_eval(eval);
     Ok(sha)
 }
 

@@ -95,6 +95,35 @@ pub struct Scripting {
     /// Scripts EVAL and SCRIPT LOAD cached (INFO's
     /// `number_of_cached_scripts`, readable while a script holds `eval`).
     pub cached_scripts: AtomicUsize,
+    /// INFO memory's scripting lines, readable while a script runs.
+    pub memory: ScriptMemory,
+}
+
+/// What scripting holds in memory, as INFO memory reports it (Redis's
+/// `used_memory_vm_eval`, `used_memory_scripts_eval` and the rest): kept
+/// current by whoever changes it, since a running script holds the engine
+/// INFO would otherwise have to wait for.
+#[derive(Default)]
+pub struct ScriptMemory {
+    /// Each Lua state's heap, as its allocator counts it (after each run,
+    /// load and flush).
+    pub eval_vm: AtomicUsize,
+    pub functions_vm: AtomicUsize,
+    /// The cached scripts' bodies and names; the libraries' code.
+    pub eval_scripts: AtomicUsize,
+    pub functions_code: AtomicUsize,
+}
+
+impl ScriptMemory {
+    /// A run on `eval`'s state (else FUNCTION's) left its heap at `bytes`.
+    pub fn note_vm(&self, eval: bool, bytes: usize) {
+        let vm = if eval {
+            &self.eval_vm
+        } else {
+            &self.functions_vm
+        };
+        vm.store(bytes, Ordering::Relaxed);
+    }
 }
 
 impl Scripting {
@@ -128,18 +157,36 @@ impl Scripting {
         !no_writes
     }
 
-    /// Notes the library set's size (`libraries_count`), after a change.
+    /// Notes the library set's size (`libraries_count`) and memory, after
+    /// a change.
     pub fn note_counts(&self, engine: &library::FunctionsEngine) {
         self.libraries_count
             .store(engine.libraries.len(), Ordering::Relaxed);
         self.functions_count
             .store(engine.functions.len(), Ordering::Relaxed);
+        let code = engine.libraries.values().map(|l| l.code.len()).sum();
+        self.memory.functions_code.store(code, Ordering::Relaxed);
+        self.memory.note_vm(false, engine.engine.lua.used_memory());
+    }
+
+    /// Notes EVAL's script cache (`cached_scripts`) and memory, after a
+    /// change.
+    pub fn note_eval(&self, eval: &EvalEngine) {
+        self.cached_scripts
+            .store(eval.scripts.len(), Ordering::Relaxed);
+        let cached = eval
+            .scripts
+            .iter()
+            .map(|(sha, script)| sha.len() + script.body.len())
+            .sum();
+        self.memory.eval_scripts.store(cached, Ordering::Relaxed);
+        self.memory.note_vm(true, eval.engine.lua.used_memory());
     }
 }
 
 impl Default for Scripting {
     fn default() -> Scripting {
-        Scripting {
+        let scripting = Scripting {
             eval: Mutex::new(EvalEngine {
                 engine: Engine::new(sandbox::Mode::Eval).expect("the Lua state starts"),
                 scripts: HashMap::new(),
@@ -152,7 +199,11 @@ impl Default for Scripting {
             functions_count: AtomicUsize::new(0),
             gate: tokio::sync::Mutex::new(()),
             cached_scripts: AtomicUsize::new(0),
-        }
+            memory: ScriptMemory::default(),
+        };
+        scripting.note_eval(&scripting.eval.lock());
+        scripting.note_counts(&scripting.functions.lock());
+        scripting
     }
 }
 
@@ -165,8 +216,8 @@ impl Scripting {
     pub fn flush_eval(&self) {
         let mut eval = self.eval.lock();
         eval.scripts.clear();
-        self.cached_scripts.store(0, Ordering::Relaxed);
         eval.engine = Engine::new(sandbox::Mode::Eval).expect("the Lua state starts");
+        self.note_eval(&eval);
     }
 }
 

@@ -358,6 +358,10 @@ pub fn run_script<'s>(
     if GC_RUNS.fetch_add(1, Ordering::Relaxed) % GC_PERIOD == GC_PERIOD - 1 {
         let _ = lua.gc_step_kbytes(GC_PERIOD as i32);
     }
+    shared
+        .scripting
+        .memory
+        .note_vm(call.eval, lua.used_memory());
     state.txn.expect("the script's transaction comes back")
 }
 

@@ -564,12 +564,22 @@ fn script_calls_sort_sets_refuse_block_and_check_acl_as_redis() {
             &["eval", "return redis.acl_check_cmd('set', 'xx', 1)", "1", "xx"],
             &["eval", "return redis.acl_check_cmd('hset', 'xx', 'f', 1)", "1", "xx"],
             &["eval", "return redis.acl_check_cmd('set', 'yy', 1)", "0"],
-            // Its arguments read as `redis.call`'s are. (Not as a tail
-            // call when it raises: the sandbox's Lua wrapper would replace
-            // the script's frame, and the error would not name the line.)
+            // Its arguments read as `redis.call`'s are; its refusals, and
+            // setresp's and set_repl's, name the script's line also when
+            // called as a tail call (Redis's are C functions, which a tail
+            // call does not take the script's frame from).
             &["eval", "return redis.acl_check_cmd('set', 'xx', 2.5)", "0"],
             &["eval", "local ok = redis.acl_check_cmd('set', 'xx', {}) return ok", "0"],
             &["eval", "local ok = redis.acl_check_cmd() return ok", "0"],
+            &["eval", "return redis.acl_check_cmd('set', 'xx', {})", "0"],
+            &["eval", "return redis.acl_check_cmd()", "0"],
+            &["eval", "return redis.acl_check_cmd('nosuchcommand')", "0"],
+            &["eval", "return redis.setresp(4)", "0"],
+            &["eval", "return redis.setresp()", "0"],
+            &["eval", "return redis.set_repl(8)", "0"],
+            &["eval", "\nreturn redis.set_repl()", "0"],
+            &["eval", "return pcall(redis.setresp, 4)", "0"],
+            &["eval", "return redis.setresp(3)", "0"],
         ],
     );
     let mut c = Client::connect(&_server);

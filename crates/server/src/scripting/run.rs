@@ -188,28 +188,70 @@ impl Dispatch for RunCall {
     }
 }
 
-/// The run's functions, made once per Lua state (`run_with` puts them in
-/// place for a run): `redis.call`, `redis.pcall`, `hooks.run` (through
-/// which the sandbox's `setresp`, `set_repl` and `acl_check_cmd` reach the
-/// run), and the one that returns the run's KEYS and ARGV.
-pub fn run_functions(lua: &Lua) -> mlua::Result<(Function, Function, Function, Function)> {
-    let call = engram_lua_calls::command_function::<RunCall>(lua, true)?;
-    let pcall = engram_lua_calls::command_function::<RunCall>(lua, false)?;
-    let hook = lua.create_function(|lua, mut args: MultiValue| {
-        let name = match args.pop_front() {
-            Some(Value::String(name)) => name,
-            _ => return Err(mlua::Error::runtime("hooks.run needs a name")),
-        };
-        with_current(|run| match name.as_bytes().as_ref() {
-            b"setresp" => run.set_resp(lua, args),
-            b"set_repl" => set_repl(lua, args),
-            b"acl_check_cmd" => run.acl_check_cmd(lua, args),
-            _ => Err(mlua::Error::runtime("hooks.run: unknown name")),
+/// The run's functions, made once per Lua state: `redis.call` and
+/// `redis.pcall` (`run_with` puts them in place for a run), the
+/// `redis.setresp`, `redis.set_repl` and `redis.acl_check_cmd` the state
+/// keeps, and the one that returns the run's KEYS and ARGV.
+pub fn run_functions(lua: &Lua) -> mlua::Result<RunFunctions> {
+    Ok(RunFunctions {
+        call: engram_lua_calls::command_function::<RunCall>(lua, true)?,
+        pcall: engram_lua_calls::command_function::<RunCall>(lua, false)?,
+        setresp: run_api(lua, RunApi::SetResp)?,
+        set_repl: run_api(lua, RunApi::SetRepl)?,
+        acl_check_cmd: run_api(lua, RunApi::AclCheckCmd)?,
+        tables: engram_lua_calls::tables_function(lua)?,
+    })
+}
+
+pub struct RunFunctions {
+    pub call: Function,
+    pub pcall: Function,
+    pub setresp: Function,
+    pub set_repl: Function,
+    pub acl_check_cmd: Function,
+    pub tables: Function,
+}
+
+/// The `redis` functions, other than `call` and `pcall`, that act on the
+/// run in progress.
+#[derive(Clone, Copy)]
+enum RunApi {
+    SetResp,
+    SetRepl,
+    AclCheckCmd,
+}
+
+impl RunApi {
+    /// Redis's error outside a run.
+    fn outside(self) -> &'static str {
+        match self {
+            RunApi::SetResp => "redis.setresp can only be called inside a script invocation",
+            RunApi::SetRepl => "redis.set_repl can only be called inside a script invocation",
+            RunApi::AclCheckCmd => {
+                "redis.acl_check_cmd can only be called inside a script invocation"
+            }
+        }
+    }
+}
+
+/// `api` as a Rust (C) function, as Redis's are: its refusals are raised
+/// from it, so that even `return redis.setresp(4)` (a tail call, which
+/// would replace the script's frame by a Lua function's) leaves the
+/// script's frame on the stack for the error's `script: ..., on
+/// @user_script:N.`.
+fn run_api(lua: &Lua, api: RunApi) -> mlua::Result<Function> {
+    lua.create_function(move |lua, args: MultiValue| {
+        let outcome = with_current(|run| match api {
+            RunApi::SetResp => run.set_resp(lua, args),
+            RunApi::SetRepl => set_repl(lua, args),
+            RunApi::AclCheckCmd => run.acl_check_cmd(lua, args),
         })
-        .unwrap_or_else(|| failure(lua, OUTSIDE_A_RUN, false))
-    })?;
-    let tables = engram_lua_calls::tables_function(lua)?;
-    Ok((call, pcall, hook, tables))
+        .unwrap_or_else(|| failure(lua, api.outside(), false))?;
+        match outcome {
+            (true, value) => Ok(value),
+            (false, error) => Err(raise(&error)),
+        }
+    })
 }
 
 /// The instruction hook of the runs on `lua`: it hands the network
@@ -298,9 +340,10 @@ pub fn run_script<'s>(
     if !engine.run_hook_set.swap(true, Ordering::Relaxed) {
         set_run_hook(lua, running.clone());
     }
-    // `redis.call` and `hooks.run` are two Rust functions made once with
-    // the state (`run_functions`); they reach this run's state through
-    // `CURRENT`, set for the length of the run. (Made per run, scoped to
+    // `redis.call` and the other `redis` functions that act on a run are
+    // Rust functions made once with the state (`run_functions`); they
+    // reach this run's state through `CURRENT`, set for the length of the
+    // run. (Made per run, scoped to
     // it, each cost its creation, registration, destruction and garbage.)
     for &hash in call.warm {
         keyspace.prefetch(hash, crate::keyspace::PrefetchStep::Record);
@@ -328,7 +371,6 @@ pub fn run_script<'s>(
         let _ = engine
             .redis_api
             .raw_set("pcall", engine.outside_pcall.clone());
-        let _ = engine.hooks.raw_set("run", Value::Nil);
     }
     // A command that panicked inside the script: on, as a panic outside
     // one would go (Lua's frames are behind us now).

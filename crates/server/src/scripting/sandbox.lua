@@ -8,7 +8,7 @@
 -- allowed globals, so every assignment to a global reaches __newindex.
 -- rawset and setmetatable refuse the views.
 
-local hooks, rust, eval_mode, run_call, run_pcall, run_hook, run_tables = ...
+local hooks, rust, eval_mode, run_call, run_pcall, run_tables, setresp, set_repl, acl_check_cmd = ...
 local G = _G
 local rawget, rawset, setmetatable, getmetatable = rawget, rawset, setmetatable, getmetatable
 local error, type, tostring, tonumber, select = error, type, tostring, tonumber, select
@@ -59,23 +59,6 @@ local function error_table(text)
   end
   message = (message:gsub('^[\r\n]+', ''):gsub('[\r\n]+$', ''))
   return { err = code .. ' ' .. message }
-end
-
--- A function that runs `name` through the per-run hook `run` (one Rust
--- function a script run sets, for all of them: `run(name, ...)`) and
--- raises the error table it returns.
-local function raising(name, outside)
-  return function(...)
-    local hook = hooks.run
-    if hook == nil then
-      error(error_table(outside), 0)
-    end
-    local ok, value = hook(name, ...)
-    if not ok then
-      error(value, 0)
-    end
-    return value
-  end
 end
 
 -- A library whose Rust functions return `ok, ...`: raise the message
@@ -140,9 +123,10 @@ local function outside_a_run()
   error(error_table('redis.call/pcall can only be called inside a script invocation'), 0)
 end
 redis.call, redis.pcall = outside_a_run, outside_a_run
-redis.setresp = raising('setresp', 'redis.setresp can only be called inside a script invocation')
-redis.set_repl = raising('set_repl', 'redis.set_repl can only be called inside a script invocation')
-redis.acl_check_cmd = raising('acl_check_cmd', 'redis.acl_check_cmd can only be called inside a script invocation')
+-- Rust functions, as Redis's are C functions: they act on the run in
+-- progress (or raise Redis's error outside one), and raise their refusals
+-- themselves, so that a tail call to them keeps the script's frame.
+redis.setresp, redis.set_repl, redis.acl_check_cmd = setresp, set_repl, acl_check_cmd
 redis.sha1hex = function(...)
   if select('#', ...) ~= 1 then
     error(error_table('wrong number of arguments'), 0)
@@ -346,8 +330,8 @@ local function run(f, handler, keys, argv)
 end
 
 -- Runs a script or function with the run's functions in place:
--- `run_call` and `run_pcall` as redis.call and redis.pcall, `run_hook` as
--- hooks.run (see run.rs), and, for EVAL, KEYS and ARGV (which `run_tables`
+-- `run_call` and `run_pcall` as redis.call and redis.pcall, and, for
+-- EVAL, KEYS and ARGV (which `run_tables`
 -- makes, from the run's arguments) as globals. Set and
 -- cleared here, in the VM: each table write made from Rust costs far
 -- more, and a short script's run is mostly such costs. The function
@@ -360,14 +344,14 @@ local function invoke()
 end
 local function run_with(f, handler, set_globals)
   local keys, argv = run_tables()
-  redis.call, redis.pcall, hooks.run = run_call, run_pcall, run_hook
+  redis.call, redis.pcall = run_call, run_pcall
   if set_globals then
     globals.KEYS, globals.ARGV = keys, argv
   end
   run_f, run_keys, run_argv = f, keys, argv
   local ok, value = xpcall(invoke, handler)
   run_f, run_keys, run_argv = nil, nil, nil
-  redis.call, redis.pcall, hooks.run = outside_call, outside_pcall, nil
+  redis.call, redis.pcall = outside_call, outside_pcall
   return ok, value
 end
 

@@ -22,18 +22,18 @@ pub struct Engine {
     pub globals: Table,
     /// What FUNCTION LOAD's code sees as globals.
     pub load_globals: Table,
-    /// Per-run hooks the `redis` table calls through (`call`, `setresp`,
-    /// `set_repl`, `acl_check_cmd`, `register_function`) and
-    /// `global_view`, the globals table's metatable (its `__index` is the
-    /// table global names are read from).
+    /// The hook FUNCTION LOAD's `redis.register_function` calls through
+    /// (`register_function`, set for a load) and `global_view`, the
+    /// globals table's metatable (its `__index` is the table global names
+    /// are read from).
     pub hooks: Table,
     /// `run(f, handler, keys, argv)`: `xpcall` of `f(keys, argv)`.
     pub runner: Function,
     /// `run_with(f, handler, set_globals)`: `xpcall` of `f(KEYS, ARGV)`,
     /// the two tables from `engram_lua_calls::with_tables` around the
-    /// call, with `run::run_functions`' `redis.call`, `redis.pcall` and
-    /// `hooks.run` in place for the run, and KEYS and ARGV as globals if
-    /// asked (a script run).
+    /// call, with `run::run_functions`' `redis.call` and `redis.pcall` in
+    /// place for the run, and KEYS and ARGV as globals if asked (a script
+    /// run).
     pub run_with: Function,
     /// The error handler: an error table with where the script failed.
     pub handler: Function,
@@ -60,7 +60,7 @@ impl Engine {
         )?;
         let hooks = lua.create_table()?;
         let rust = super::redis_api::helpers(&lua)?;
-        let (run_call, run_pcall, run_hook, run_tables) = super::run::run_functions(&lua)?;
+        let run = super::run::run_functions(&lua)?;
         let (globals, load_globals, runner, redis_api, run_with): (
             Table,
             Table,
@@ -71,10 +71,12 @@ impl Engine {
             hooks.clone(),
             rust,
             mode == Mode::Eval,
-            run_call,
-            run_pcall,
-            run_hook,
-            run_tables,
+            run.call,
+            run.pcall,
+            run.tables,
+            run.setresp,
+            run.set_repl,
+            run.acl_check_cmd,
         ))?;
         let handler = lua.create_function(super::run::error_handler)?;
         // What setting up left behind goes now: INFO's `used_memory_lua`

@@ -203,6 +203,7 @@ pub fn run_functions(lua: &Lua) -> mlua::Result<RunFunctions> {
     })
 }
 
+/// What `run_functions` makes, for the sandbox to put in place.
 pub struct RunFunctions {
     pub call: Function,
     pub pcall: Function,
@@ -343,8 +344,8 @@ pub fn run_script<'s>(
     // `redis.call` and the other `redis` functions that act on a run are
     // Rust functions made once with the state (`run_functions`); they
     // reach this run's state through `CURRENT`, set for the length of the
-    // run. (Made per run, scoped to
-    // it, each cost its creation, registration, destruction and garbage.)
+    // run. (Made per run, scoped to it, each cost its creation,
+    // registration, destruction and garbage.)
     for &hash in call.warm {
         keyspace.prefetch(hash, crate::keyspace::PrefetchStep::Record);
     }

@@ -109,7 +109,8 @@ pub fn apply<B: OpBytes>(keys: &mut impl Keys, op: Op<B>) -> usize {
         }),
         Op::ListPush { key, front, values } => update(keys, &key, Kind::List, |object| {
             if let Object::List(list) = object {
-                let values = values.into_iter().map(Into::into);
+                // The bytes are copied into the list's nodes, borrowed or not.
+                let values = values.iter().map(|value| &value[..]);
                 if front {
                     list.push_front(values);
                 } else {
@@ -121,15 +122,15 @@ pub fn apply<B: OpBytes>(keys: &mut impl Keys, op: Op<B>) -> usize {
             if let Object::List(list) = object {
                 let count = usize::try_from(count).unwrap_or(usize::MAX);
                 if front {
-                    list.pop_front(count);
+                    list.drop_front(count);
                 } else {
-                    list.pop_back(count);
+                    list.drop_back(count);
                 }
             }
         }),
         Op::ListSet { key, index, value } => update_existing(keys, &key, |object| {
             if let (Object::List(list), Ok(index)) = (object, i64::try_from(index)) {
-                let _ = list.set(index, value.into());
+                list.set(index, &value);
             }
         }),
         Op::ListInsert {
@@ -144,7 +145,7 @@ pub fn apply<B: OpBytes>(keys: &mut impl Keys, op: Op<B>) -> usize {
                 } else {
                     InsertPosition::After
                 };
-                list.insert(position, &pivot, value.into());
+                list.insert(position, &pivot, &value);
             }
         }),
         Op::ListRemove { key, count, value } => update_existing(keys, &key, |object| {
@@ -176,7 +177,7 @@ pub fn apply<B: OpBytes>(keys: &mut impl Keys, op: Op<B>) -> usize {
                 // before it checks the source for emptiness).
                 if let Some(Object::List(list)) = keys.get_mut(&from).map(|e| &mut e.object) {
                     if let Some(value) = pop(list, from_front) {
-                        push(list, to_front, value);
+                        push(list, to_front, &value);
                     }
                 }
                 return 0;
@@ -190,7 +191,7 @@ pub fn apply<B: OpBytes>(keys: &mut impl Keys, op: Op<B>) -> usize {
             if let Some(value) = moved {
                 update(keys, &to, Kind::List, |object| {
                     if let Object::List(list) = object {
-                        push(list, to_front, value);
+                        push(list, to_front, &value);
                     }
                 });
             }
@@ -310,7 +311,7 @@ fn add_member<B: OpBytes>(set: &mut Set, member: B) {
     }
 }
 
-fn push(list: &mut List, front: bool, value: Bytes) {
+fn push(list: &mut List, front: bool, value: &[u8]) {
     if front {
         list.push_front([value]);
     } else {

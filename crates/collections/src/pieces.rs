@@ -31,8 +31,6 @@
 //!
 //! [`CollectionsOptions::list_piece_bytes`]: crate::CollectionsOptions::list_piece_bytes
 
-use std::collections::VecDeque;
-
 use engram_engine::{Store, ValueRef};
 
 use crate::error::{Error, Result};
@@ -41,14 +39,14 @@ use crate::types::{List, ListImage, PieceRun, PiecesImage};
 
 /// A list in pieces, read whole: every run's elements, head first.
 pub(crate) fn decode_list(images: &Store, key: &[u8], directory: &PiecesImage) -> Result<List> {
-    let mut items = VecDeque::with_capacity(directory.count.min(1 << 16) as usize);
+    let mut list = List::new();
     let mut piece_key = Vec::new();
     for run in &directory.runs {
         let piece = read_piece(images, key, run.piece(), &mut piece_key)?;
-        ListImage::decode_elements(run_bytes(key, &piece, run)?, run.count, &mut items)
+        ListImage::decode_elements(run_bytes(key, &piece, run)?, run.count, &mut list)
             .map_err(|e| Error::corrupt_image(key, e))?;
     }
-    Ok(List::from_items(items))
+    Ok(list)
 }
 
 /// The piece `(version, seq)` of `key`, in place in the images store; a

@@ -309,10 +309,10 @@ impl<'log> SplicedList<'log> {
             },
             Source::Pieces(directory) => pieces::decode_list(images, key, directory)?,
         };
-        list.pop_front(self.skip_front as usize);
-        list.pop_back(self.skip_back as usize);
-        list.push_front(self.front.into_iter().rev().map(Box::from));
-        list.push_back(self.back.into_iter().map(Box::from));
+        list.drop_front(self.skip_front as usize);
+        list.drop_back(self.skip_back as usize);
+        list.push_front(self.front.into_iter().rev());
+        list.push_back(self.back);
         Ok(Entry {
             object: Object::List(list),
             expire_at_ms: self.expire_at_ms,
@@ -486,7 +486,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = images(dir.path());
         let mut list = List::new();
-        list.push_back([b"a".as_slice().into(), b"b".as_slice().into()]);
+        list.push_back([b"a".as_slice(), b"b".as_slice()]);
         let spliced = SplicedList::read(1, 0, &image_of(&list)).unwrap().unwrap();
         let written = spliced
             .write(&store, b"k", 2, 1000, &image_of(&list))
@@ -541,7 +541,7 @@ mod tests {
         Object::Set(set).encode(&mut set_image);
         assert!(SplicedList::read(1, 0, &set_image).unwrap().is_none());
         let mut list = List::new();
-        list.push_back([b"a".as_slice().into(), b"bc".as_slice().into()]);
+        list.push_back([b"a".as_slice(), b"bc".as_slice()]);
         let image = image_of(&list);
         let spliced = SplicedList::read(1, 0, &image).unwrap().unwrap();
         // An element running past the image, and bytes after the last.

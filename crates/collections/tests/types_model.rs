@@ -882,10 +882,10 @@ proptest! {
                     prop_assert_eq!(got, expected);
                 }
                 ListOp::Set(index, value) => {
-                    let got = list.set(*index, value.clone().into()).map(Vec::from).map_err(Vec::from);
+                    let got = list.set(*index, value).map(Vec::from);
                     match resolve_index(*index, model.len()) {
-                        Some(at) => prop_assert_eq!(got, Ok(std::mem::replace(&mut model[at], value.clone()))),
-                        None => prop_assert_eq!(got, Err(value.clone())),
+                        Some(at) => prop_assert_eq!(got, Some(std::mem::replace(&mut model[at], value.clone()))),
+                        None => prop_assert_eq!(got, None),
                     }
                 }
                 ListOp::Insert(before, pivot, value) => {
@@ -894,7 +894,7 @@ proptest! {
                         model.insert(if *before { at } else { at + 1 }, value.clone());
                         model.len()
                     });
-                    prop_assert_eq!(list.insert(position, pivot, value.clone().into()), expected);
+                    prop_assert_eq!(list.insert(position, pivot, value), expected);
                 }
                 ListOp::Remove(count, value) => {
                     prop_assert_eq!(list.remove(*count, value), model_lrem(&mut model, *count, value));

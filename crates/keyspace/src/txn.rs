@@ -511,6 +511,25 @@ impl<'a> Txn<'a> {
             .map(drop)
     }
 
+    /// LPUSH's and RPUSH's write, its values borrowed from the request
+    /// (see [`Txn::log_borrowed`]): the list copies them into its nodes,
+    /// so a push allocates nothing per element.
+    pub fn list_push(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        front: bool,
+        values: Vec<&[u8]>,
+    ) -> Result<()> {
+        let ekey = self.ks.physical_ekey(db, key)?;
+        self.log_borrowed(Op::ListPush {
+            key: &ekey,
+            front,
+            values,
+        })
+        .map(drop)
+    }
+
     /// Logs and applies `op` (on a key's stored name, as `physical_ekey`
     /// gives it), its byte strings borrowed (from the request): in a direct
     /// transaction nothing is copied into an operation of its own; the log

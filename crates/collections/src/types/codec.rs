@@ -71,7 +71,6 @@
 //! [`RankedMap::from_sorted`]: super::ranked::RankedMap::from_sorted
 
 use std::cmp::Ordering;
-use std::collections::VecDeque;
 
 use super::hashed::{self, HashedKey};
 use super::stream::{Group, Stream, StreamId};
@@ -351,11 +350,11 @@ fn decode_sorted_set(reader: &mut Reader<'_>, count: usize) -> Result<SortedSet,
 }
 
 fn decode_list(reader: &mut Reader<'_>, count: usize) -> Result<List, DecodeError> {
-    let mut items = VecDeque::with_capacity(count.min(PREALLOCATE_MAX_ENTRIES));
+    let mut list = List::new();
     for _ in 0..count {
-        items.push_back(reader.string()?.into());
+        list.push_back([reader.string()?]);
     }
-    Ok(List::from_items(items))
+    Ok(list)
 }
 
 fn write_id(out: &mut Vec<u8>, id: StreamId) {
@@ -564,15 +563,11 @@ impl ListImage {
         Ok((fit, end))
     }
 
-    /// Decodes `bytes`, exactly `count` elements, onto the back of `items`.
-    pub fn decode_elements(
-        bytes: &[u8],
-        count: u64,
-        items: &mut VecDeque<Box<[u8]>>,
-    ) -> Result<(), DecodeError> {
+    /// Decodes `bytes`, exactly `count` elements, onto the back of `list`.
+    pub fn decode_elements(bytes: &[u8], count: u64, list: &mut List) -> Result<(), DecodeError> {
         let mut reader = Reader { bytes, offset: 0 };
         for _ in 0..count {
-            items.push_back(reader.string()?.into());
+            list.push_back([reader.string()?]);
         }
         if reader.remaining() != 0 {
             return Err(DecodeError::TrailingBytes {
@@ -862,7 +857,7 @@ mod tests {
     #[test]
     fn list_image_is_byte_exact() {
         let mut list = List::new();
-        list.push_back([b"ab".as_slice().into(), b"".as_slice().into()]);
+        list.push_back([b"ab".as_slice(), b"".as_slice()]);
         let image = roundtrip(&Object::List(list));
         assert_eq!(image, vec![1, KIND_LIST, 2, 2, b'a', b'b', 0]);
     }

@@ -5,7 +5,8 @@
 //!   their slots: `inline_key`), so HSCAN and SSCAN cursors are hash values.
 //! - [`SortedSet`]: member -> score in a `HashedMap` plus a [`RankedMap`]
 //!   ordered by `(score, member)`, like Redis's dict + skiplist.
-//! - [`List`]: a deque.
+//! - [`List`]: elements packed end to end in nodes of up to 8 KiB, like
+//!   Redis's quicklist of listpacks.
 //! - [`Object`]: one of the above, the value of a collection key; its
 //!   checkpoint image format is documented in `codec`.
 //!

@@ -28,7 +28,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use engram_collections::op::Bytes;
 use engram_collections::types::List;
 use engram_collections::Op;
 
@@ -325,18 +324,14 @@ fn rpushx(ctx: &mut Ctx, args: Args) -> CmdResult {
 /// LPUSH/RPUSH, and with `only_existing` LPUSHX/RPUSHX.
 fn push(ctx: &mut Ctx, args: Args, front: bool, only_existing: bool) -> CmdResult {
     let key = args.get(1);
-    let values: Vec<Bytes> = args.iter().skip(2).map(Bytes::from).collect();
+    let values: Vec<&[u8]> = args.iter().skip(2).collect();
     let len = ctx.write(&[key], false, |txn, db, now| {
         let current = list_in(txn, db, key, now)?.map(List::len);
         if current.is_none() && only_existing {
             return Ok(0);
         }
         let len = current.unwrap_or(0) + values.len();
-        txn.log(vec![Op::ListPush {
-            key: ckey(db, key)?,
-            front,
-            values,
-        }])?;
+        txn.list_push(db, key, front, values.clone())?;
         Ok(len)
     })?;
     if len > 0 {

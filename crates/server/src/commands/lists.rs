@@ -325,13 +325,13 @@ fn rpushx(ctx: &mut Ctx, args: Args) -> CmdResult {
 fn push(ctx: &mut Ctx, args: Args, front: bool, only_existing: bool) -> CmdResult {
     let key = args.get(1);
     let values: Vec<&[u8]> = args.iter().skip(2).collect();
-    let len = ctx.write(&[key], false, |txn, db, now| {
+    let len = ctx.write(&[key], false, move |txn, db, now| {
         let current = list_in(txn, db, key, now)?.map(List::len);
         if current.is_none() && only_existing {
             return Ok(0);
         }
         let len = current.unwrap_or(0) + values.len();
-        txn.list_push(db, key, front, values.clone())?;
+        txn.list_push(db, key, front, values)?;
         Ok(len)
     })?;
     if len > 0 {

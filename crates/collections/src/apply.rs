@@ -366,3 +366,92 @@ fn update_existing(keys: &mut impl Keys, key: &[u8], change: impl FnOnce(&mut Ob
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hashbrown::HashMap;
+
+    fn b(s: &str) -> Bytes {
+        s.as_bytes().into()
+    }
+
+    /// The operations `Op::only_grows` names, each adding to key "k".
+    fn growing() -> Vec<Op> {
+        vec![
+            Op::ListPush {
+                key: b("k"),
+                front: true,
+                values: vec![b("v")],
+            },
+            Op::HashSet {
+                key: b("k"),
+                pairs: vec![(b("f"), b("v"))],
+            },
+            Op::SetAdd {
+                key: b("k"),
+                members: vec![b("m")],
+            },
+            Op::SortedSetAdd {
+                key: b("k"),
+                pairs: vec![(1.5, b("m"))],
+            },
+        ]
+    }
+
+    /// The keyspace skips its second look at a key after an operation
+    /// that only grows it: the key must then be there with the expiry it
+    /// had (none when new), whatever the key held before.
+    #[test]
+    fn operations_that_only_grow_keep_their_key_and_expiry() {
+        for op in growing() {
+            assert!(op.only_grows(), "{op:?}");
+            let mut keys: HashMap<Bytes, Entry> = HashMap::new();
+            apply(&mut keys, op.clone());
+            assert_eq!(
+                keys.get(&b"k"[..]).map(|e| e.expire_at_ms),
+                Some(0),
+                "{op:?} on no key"
+            );
+            for existing in growing() {
+                let mut keys: HashMap<Bytes, Entry> = HashMap::new();
+                apply(&mut keys, existing.clone());
+                keys.get_mut(&b"k"[..]).expect("created").expire_at_ms = 1234;
+                apply(&mut keys, op.clone());
+                assert_eq!(
+                    keys.get(&b"k"[..]).map(|e| e.expire_at_ms),
+                    Some(1234),
+                    "{op:?} on the key {existing:?} made"
+                );
+            }
+        }
+        let empty = [
+            Op::ListPush {
+                key: b("k"),
+                front: false,
+                values: vec![],
+            },
+            Op::HashSet {
+                key: b("k"),
+                pairs: vec![],
+            },
+            Op::SetAdd {
+                key: b("k"),
+                members: vec![],
+            },
+            Op::SortedSetAdd {
+                key: b("k"),
+                pairs: vec![],
+            },
+            Op::ListPop {
+                key: b("k"),
+                front: true,
+                count: 1,
+            },
+            Op::Delete { key: b("k") },
+        ];
+        for op in empty {
+            assert!(!op.only_grows(), "{op:?}");
+        }
+    }
+}

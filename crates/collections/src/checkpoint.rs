@@ -38,7 +38,7 @@ use crate::images::{
     decode_image, decode_image_header, encode_header_into, encode_image_into, image_key_into,
     object_image, piece_key_into, write_root,
 };
-use crate::op::{decode_batch_borrowed, Bytes, Op};
+use crate::op::{decode_batch_borrowed_into, Bytes, Op};
 use crate::oplog::Located;
 use crate::replay;
 use crate::splice::{self, SplicedList};
@@ -342,13 +342,12 @@ fn fold_into(
             let Some((_, record)) = records.next() else {
                 break;
             };
-            let ops = decode_batch_borrowed(shared.log.payload(record)).map_err(|e| {
+            decode_batch_borrowed_into(shared.log.payload(record), &mut ahead).map_err(|e| {
                 Error::CorruptOperation {
                     seq: record.seq,
                     what: e.0,
                 }
             })?;
-            ahead.extend(ops);
         }
         let Some(op) = ahead.pop_front() else {
             break;

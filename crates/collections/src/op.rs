@@ -19,6 +19,7 @@
 //!           bool   = 1 byte (0 or 1), object = bytes holding its image
 //! ```
 
+use std::collections::VecDeque;
 use std::ops::Deref;
 
 use crate::types::{Object, StreamId};
@@ -282,6 +283,21 @@ impl<B: OpBytes> Op<B> {
     pub fn keys(&self) -> [Option<&[u8]>; 2] {
         key_fields!(self).map(|key| key.map(|k| &**k))
     }
+
+    /// Whether applying the operation leaves its key present with the
+    /// expiry it had: it only adds to a collection (at least one element),
+    /// creating it without an expiry if absent, and a key of another type
+    /// is left as it is. The keyspace's books then need no second look at
+    /// the key after the write.
+    pub fn only_grows(&self) -> bool {
+        match self {
+            Op::ListPush { values, .. } => !values.is_empty(),
+            Op::HashSet { pairs, .. } => !pairs.is_empty(),
+            Op::SetAdd { members, .. } => !members.is_empty(),
+            Op::SortedSetAdd { pairs, .. } => !pairs.is_empty(),
+            _ => false,
+        }
+    }
 }
 
 impl<B: OpBytes> Op<B> {
@@ -539,7 +555,53 @@ pub fn single_key(bytes: &[u8]) -> Option<&[u8]> {
     }
 }
 
+/// [`decode_batch_borrowed`] onto the back of `out`, with no vector of
+/// its own: the checkpointer decodes every record of a checkpoint into
+/// its look-ahead queue. On an error `out` may hold some of the batch's
+/// operations.
+pub fn decode_batch_borrowed_into<'a>(
+    bytes: &'a [u8],
+    out: &mut VecDeque<Op<&'a [u8]>>,
+) -> Result<(), DecodeError> {
+    decode_with(bytes, out)
+}
+
 fn decode<'a, B: FromPayload<'a>>(bytes: &'a [u8]) -> Result<Vec<Op<B>>, DecodeError> {
+    let mut ops = Vec::new();
+    decode_with(bytes, &mut ops)?;
+    Ok(ops)
+}
+
+/// Where [`decode_with`] puts a batch's operations.
+trait OpSink<B> {
+    fn reserve(&mut self, count: usize);
+    fn push(&mut self, op: Op<B>);
+}
+
+impl<B> OpSink<B> for Vec<Op<B>> {
+    fn reserve(&mut self, count: usize) {
+        self.reserve_exact(count);
+    }
+    fn push(&mut self, op: Op<B>) {
+        Vec::push(self, op);
+    }
+}
+
+impl<B> OpSink<B> for VecDeque<Op<B>> {
+    fn reserve(&mut self, count: usize) {
+        VecDeque::reserve(self, count);
+    }
+    fn push(&mut self, op: Op<B>) {
+        self.push_back(op);
+    }
+}
+
+/// Decodes a batch into `out`, reserving room for as many operations as
+/// it claims once that is checked against its length.
+fn decode_with<'a, B: FromPayload<'a>>(
+    bytes: &'a [u8],
+    out: &mut impl OpSink<B>,
+) -> Result<(), DecodeError> {
     let mut reader = Reader { bytes, at: 0 };
     let count = reader.varint()?;
     // Every operation takes at least two bytes: a bound before allocating.
@@ -549,9 +611,9 @@ fn decode<'a, B: FromPayload<'a>>(bytes: &'a [u8]) -> Result<Vec<Op<B>>, DecodeE
             bytes.len()
         )));
     }
-    let mut ops = Vec::with_capacity(count as usize);
+    out.reserve(count as usize);
     for _ in 0..count {
-        ops.push(reader.op()?);
+        out.push(reader.op()?);
     }
     if reader.at != bytes.len() {
         return Err(DecodeError(format!(
@@ -559,7 +621,7 @@ fn decode<'a, B: FromPayload<'a>>(bytes: &'a [u8]) -> Result<Vec<Op<B>>, DecodeE
             bytes.len() - reader.at
         )));
     }
-    Ok(ops)
+    Ok(())
 }
 
 const DELETE: u8 = 1;

@@ -89,6 +89,9 @@ struct Touched {
     before: SmallVec<[Option<u64>; 2]>,
     /// Keys an empty Replace deletes, whatever type they hold.
     emptied: SmallVec<[EKey; 1]>,
+    /// One operation that only adds to its key (`Op::only_grows`): after
+    /// it the key is there with the expiry it had (none if new).
+    grows_only: bool,
 }
 
 /// What [`Txn::add_in_place`] did.
@@ -655,6 +658,7 @@ impl<'a> Txn<'a> {
             keys,
             before,
             emptied,
+            grows_only: ops.len() == 1 && ops[0].only_grows(),
         }))
     }
 
@@ -663,7 +667,14 @@ impl<'a> Txn<'a> {
     fn settle(&mut self, touched: Touched) -> Result<()> {
         self.wrote = true;
         for (key, before) in touched.keys.iter().zip(touched.before) {
-            let after = self.peek_collection(key, |e| e.expire_at_ms);
+            let after = if touched.grows_only {
+                // Known without a second lookup of the key.
+                let after = before.or(Some(0));
+                debug_assert_eq!(after, self.peek_collection(key, |e| e.expire_at_ms));
+                after
+            } else {
+                self.peek_collection(key, |e| e.expire_at_ms)
+            };
             self.rebook(key, before, after)?;
         }
         for key in touched.emptied {

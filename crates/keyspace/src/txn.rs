@@ -384,10 +384,23 @@ impl<'a> Txn<'a> {
 
     /// The live collection at `ekey` as a `Stored` (kind and expiry).
     fn collection_stored(&mut self, ekey: &[u8], now_ms: u64) -> Result<Option<Stored>> {
+        Ok(self
+            .collection_stored_with(ekey, now_ms, |_| ())?
+            .map(|(stored, ())| stored))
+    }
+
+    /// `collection_stored`, and what `look` reads from the live entry in
+    /// the same lookup.
+    fn collection_stored_with<R>(
+        &mut self,
+        ekey: &[u8],
+        now_ms: u64,
+        look: impl FnOnce(&Entry) -> R,
+    ) -> Result<Option<(Stored, R)>> {
         let access = &self.ks.access;
-        let Some((kind, expire_at)) = self.peek_collection(ekey, |e| {
+        let Some((kind, expire_at, seen)) = self.peek_collection(ekey, |e| {
             e.access.touch(|old| access.on_access(old));
-            (e.object.kind(), e.expire_at_ms)
+            (e.object.kind(), e.expire_at_ms, look(e))
         }) else {
             return Ok(None);
         };
@@ -399,7 +412,10 @@ impl<'a> Txn<'a> {
             self.ks.expired_one(ekey);
             return Ok(None);
         }
-        Ok(Some(Stored::collection(Meta::collection(kind, expire_at))))
+        Ok(Some((
+            Stored::collection(Meta::collection(kind, expire_at)),
+            seen,
+        )))
     }
 
     /// Looks at the collection entry of `ekey` (through the held shards if
@@ -437,6 +453,30 @@ impl<'a> Txn<'a> {
             });
         }
         self.coll.as_mut().expect("just set")
+    }
+
+    /// How many elements (members, fields, entries) the collection of
+    /// `kind` at `key` holds, as [`Txn::collection`] finds it (None when
+    /// absent, WRONGTYPE for another type) but in one lookup of the key:
+    /// LPUSH's reply is the length before the push plus what it pushed.
+    pub fn collection_len(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        kind: CKind,
+        now_ms: u64,
+    ) -> Result<Option<usize>> {
+        let ekey = self.ks.physical_ekey(db, key)?;
+        self.group(&ekey)?;
+        self.writer_covering(&[&ekey])?;
+        match self.collection_stored_with(&ekey, now_ms, |e| e.object.len())? {
+            Some((stored, _)) if stored.meta.kind() != super::value::Kind::of_collection(kind) => {
+                Err(Error::WrongType)
+            }
+            Some((_, len)) => Ok(Some(len)),
+            None if self.engine_get(&ekey, now_ms)?.is_some() => Err(Error::WrongType),
+            None => Ok(None),
+        }
     }
 
     /// The collection `key` holds, if it holds one of `kind`; None when it

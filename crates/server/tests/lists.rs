@@ -366,6 +366,13 @@ fn errors_and_wrong_types() {
         ("SET s v", "OK"),
         ("RPUSH l a", "(integer) 1"),
         ("GET l", WRONGTYPE),
+        // A push onto another type changes nothing.
+        ("LPUSH s x", WRONGTYPE),
+        ("RPUSHX s x", WRONGTYPE),
+        ("RPUSH h x", WRONGTYPE),
+        ("LPUSHX h x", WRONGTYPE),
+        ("GET s", "\"v\""),
+        ("TYPE h", "hash"),
         ("LPUSH", &arity("lpush")),
         ("LPUSH k", &arity("lpush")),
         ("RPUSH k", &arity("rpush")),
@@ -481,12 +488,23 @@ fn type_encoding_expiry_and_deletion() {
         ("TYPE l", "none"),
         ("RPUSH l a", "(integer) 1"),
         ("PEXPIRE l 50", "(integer) 1"),
+        ("RPUSH m a b", "(integer) 2"),
+        ("PEXPIRE m 50", "(integer) 1"),
+        ("RPUSH n a", "(integer) 1"),
+        ("PEXPIRE n 50", "(integer) 1"),
     ]);
     thread::sleep(Duration::from_millis(120));
     c.script(&[
         ("LLEN l", "(integer) 0"),
         ("EXISTS l", "(integer) 0"),
         ("LPUSHX l x", "(integer) 0"),
+        // A push is the first to meet an expired list: a new one, no TTL.
+        ("LPUSH m y", "(integer) 1"),
+        ("LRANGE m 0 -1", "[\"y\"]"),
+        ("TTL m", "(integer) -1"),
+        ("RPUSHX n y", "(integer) 0"),
+        ("EXISTS n", "(integer) 0"),
+        ("DEL m", "(integer) 1"),
         // Emptied by each kind of removal: the key goes.
         ("RPUSH a x", "(integer) 1"),
         ("RPOP a", "\"x\""),

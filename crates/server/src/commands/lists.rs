@@ -326,7 +326,7 @@ fn push(ctx: &mut Ctx, args: Args, front: bool, only_existing: bool) -> CmdResul
     let key = args.get(1);
     let values: Vec<&[u8]> = args.iter().skip(2).collect();
     let len = ctx.write(&[key], false, move |txn, db, now| {
-        let current = list_in(txn, db, key, now)?.map(List::len);
+        let current = txn.collection_len(db, key, CKind::List, now)?;
         if current.is_none() && only_existing {
             return Ok(0);
         }

@@ -466,17 +466,9 @@ impl<'a> Txn<'a> {
         kind: CKind,
         now_ms: u64,
     ) -> Result<Option<usize>> {
-        let ekey = self.ks.physical_ekey(db, key)?;
-        self.group(&ekey)?;
-        self.writer_covering(&[&ekey])?;
-        match self.collection_stored_with(&ekey, now_ms, |e| e.object.len())? {
-            Some((stored, _)) if stored.meta.kind() != super::value::Kind::of_collection(kind) => {
-                Err(Error::WrongType)
-            }
-            Some((_, len)) => Ok(Some(len)),
-            None if self.engine_get(&ekey, now_ms)?.is_some() => Err(Error::WrongType),
-            None => Ok(None),
-        }
+        Ok(self
+            .checked_collection(db, key, kind, now_ms, |e| e.object.len())?
+            .map(|(_, len)| len))
     }
 
     /// The collection `key` holds, if it holds one of `kind`; None when it
@@ -489,24 +481,37 @@ impl<'a> Txn<'a> {
         kind: CKind,
         now_ms: u64,
     ) -> Result<Option<&Object>> {
+        let Some((ekey, ())) = self.checked_collection(db, key, kind, now_ms, |_| ())? else {
+            return Ok(None);
+        };
+        let writer = self.coll.as_ref().expect("taken above");
+        Ok(writer.keys().get(&ekey).map(|e| &e.object))
+    }
+
+    /// The checks of [`Txn::collection`] (the key's group and shard taken,
+    /// an expired collection deleted, another type refused), and what
+    /// `look` reads from the live entry in the same lookup, with the key's
+    /// stored name.
+    fn checked_collection<R>(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        kind: CKind,
+        now_ms: u64,
+        look: impl FnOnce(&Entry) -> R,
+    ) -> Result<Option<(EKey, R)>> {
         let ekey = self.ks.physical_ekey(db, key)?;
         self.group(&ekey)?;
         self.writer_covering(&[&ekey])?;
-        match self.collection_stored(&ekey, now_ms)? {
-            Some(stored) if stored.meta.kind() != super::value::Kind::of_collection(kind) => {
-                return Err(Error::WrongType)
+        match self.collection_stored_with(&ekey, now_ms, look)? {
+            Some((stored, _)) if stored.meta.kind() != super::value::Kind::of_collection(kind) => {
+                Err(Error::WrongType)
             }
-            Some(_) => {}
+            Some((_, seen)) => Ok(Some((ekey, seen))),
             // No collection: a live string there is the wrong type.
-            None => {
-                if self.engine_get(&ekey, now_ms)?.is_some() {
-                    return Err(Error::WrongType);
-                }
-                return Ok(None);
-            }
+            None if self.engine_get(&ekey, now_ms)?.is_some() => Err(Error::WrongType),
+            None => Ok(None),
         }
-        let writer = self.coll.as_ref().expect("taken above");
-        Ok(writer.keys().get(&ekey).map(|e| &e.object))
     }
 
     /// Logs and applies collection operations as one record (in an atomic

@@ -935,6 +935,13 @@ fn info_memory_shows_scripting_as_redis() {
         assert_eq!(info_number(c, "memory", "number_of_libraries"), 1);
         assert!(info_number(c, "memory", "used_memory_scripts_eval") > 0);
         assert!(info_number(c, "memory", "used_memory_functions") > 0);
+        // A script already cached adds nothing; a new one adds its bytes.
+        let one = info_number(c, "memory", "used_memory_scripts_eval");
+        call(c, &["SCRIPT", "LOAD", "return 1"]);
+        assert_eq!(info_number(c, "memory", "used_memory_scripts_eval"), one);
+        call(c, &["SCRIPT", "LOAD", "return 2"]);
+        assert!(info_number(c, "memory", "used_memory_scripts_eval") > one);
+        assert_eq!(info_number(c, "memory", "number_of_cached_scripts"), 2);
         let runs: Vec<String> = (0..10_000)
             .map(|_| "EVAL return\\sredis.call('incr',KEYS[1]) 1 x".to_string())
             .collect();

@@ -191,9 +191,6 @@ impl Node {
             .get(keep)
             .map_or(self.hi, |&start| start as usize);
         self.starts.truncate(keep);
-        if keep == 0 {
-            self.hi = self.lo;
-        }
     }
 }
 
@@ -321,39 +318,41 @@ impl List {
     /// Removes up to `count` elements from the head without copying them
     /// (a replayed LPOP, LTRIM).
     pub fn drop_front(&mut self, count: usize) {
-        let mut count = count.min(self.len);
-        self.len -= count;
-        while count > 0 {
-            let node = self
-                .nodes
-                .front_mut()
-                .expect("len counts the nodes' elements");
-            if count < node.len() {
-                node.drop_front(count);
-                return;
-            }
-            count -= node.len();
-            self.buffer_bytes -= node.buf.len();
-            self.nodes.pop_front();
-        }
+        self.drop_end(count, true);
     }
 
     /// Removes up to `count` elements from the tail without copying them.
     pub fn drop_back(&mut self, count: usize) {
+        self.drop_end(count, false);
+    }
+
+    /// Removes up to `count` elements from the head (`front`) or the tail:
+    /// whole nodes go, the last one touched is cut.
+    fn drop_end(&mut self, count: usize, front: bool) {
         let mut count = count.min(self.len);
         self.len -= count;
         while count > 0 {
-            let node = self
-                .nodes
-                .back_mut()
-                .expect("len counts the nodes' elements");
+            let node = if front {
+                self.nodes.front_mut()
+            } else {
+                self.nodes.back_mut()
+            }
+            .expect("len counts the nodes' elements");
             if count < node.len() {
-                node.drop_back(count);
+                if front {
+                    node.drop_front(count);
+                } else {
+                    node.drop_back(count);
+                }
                 return;
             }
             count -= node.len();
             self.buffer_bytes -= node.buf.len();
-            self.nodes.pop_back();
+            if front {
+                self.nodes.pop_front();
+            } else {
+                self.nodes.pop_back();
+            }
         }
     }
 

@@ -142,7 +142,7 @@ fn load_script(
             body: body.into(),
         },
     );
-    shared.scripting.note_eval(eval);
+    shared.scripting.note_eval(eval, sha.len() + body.len());
     Ok(sha)
 }
 

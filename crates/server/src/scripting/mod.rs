@@ -169,17 +169,14 @@ impl Scripting {
         self.memory.note_vm(false, engine.engine.lua.used_memory());
     }
 
-    /// Notes EVAL's script cache (`cached_scripts`) and memory, after a
-    /// change.
-    pub fn note_eval(&self, eval: &EvalEngine) {
+    /// Notes EVAL's script cache (`cached_scripts`) and memory after
+    /// `added` bytes of scripts (names and bodies) joined it. The cache's
+    /// bytes are a running total: summing every script at each load would
+    /// make a new script cost the whole cache.
+    pub fn note_eval(&self, eval: &EvalEngine, added: usize) {
         self.cached_scripts
             .store(eval.scripts.len(), Ordering::Relaxed);
-        let cached = eval
-            .scripts
-            .iter()
-            .map(|(sha, script)| sha.len() + script.body.len())
-            .sum();
-        self.memory.eval_scripts.store(cached, Ordering::Relaxed);
+        self.memory.eval_scripts.fetch_add(added, Ordering::Relaxed);
         self.memory.note_vm(true, eval.engine.lua.used_memory());
     }
 }
@@ -201,7 +198,7 @@ impl Default for Scripting {
             cached_scripts: AtomicUsize::new(0),
             memory: ScriptMemory::default(),
         };
-        scripting.note_eval(&scripting.eval.lock());
+        scripting.note_eval(&scripting.eval.lock(), 0);
         scripting.note_counts(&scripting.functions.lock());
         scripting
     }
@@ -217,7 +214,8 @@ impl Scripting {
         let mut eval = self.eval.lock();
         eval.scripts.clear();
         eval.engine = Engine::new(sandbox::Mode::Eval).expect("the Lua state starts");
-        self.note_eval(&eval);
+        self.memory.eval_scripts.store(0, Ordering::Relaxed);
+        self.note_eval(&eval, 0);
     }
 }
 

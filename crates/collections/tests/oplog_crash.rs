@@ -439,8 +439,11 @@ fn jumbo_with_planted_records(segments: u64) -> Vec<u8> {
         }
         payload[at..at + 8].copy_from_slice(&format::segment_header_word(9).to_le_bytes());
         payload[record_at..record_at + 8].copy_from_slice(&header.seq.to_le_bytes());
-        payload[record_at + 8..record_at + 48]
-            .copy_from_slice(&format::encode_header(&header, 9, fake));
+        payload[record_at + 8..record_at + 48].copy_from_slice(&format::encode_header_with_crc(
+            &header,
+            format::Generation::new(9),
+            fake,
+        ));
         payload[record_at + 48..record_at + 48 + fake.len()].copy_from_slice(fake);
     }
     payload

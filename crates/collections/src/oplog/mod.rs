@@ -150,7 +150,7 @@ pub struct OpLogStats {
 #[derive(Default)]
 struct Lane {
     segment: Option<u32>,
-    generation: u32,
+    generation: format::Generation,
     /// Next free byte, relative to the segment's start.
     used: u64,
 }
@@ -450,7 +450,7 @@ impl OpLog {
     fn write_record(
         &self,
         at: u64,
-        generation: u32,
+        generation: format::Generation,
         sequencer: &dyn Sequencer,
         position: Position,
         kind: u8,
@@ -463,11 +463,21 @@ impl OpLog {
             index: position.index,
             kind,
         };
-        let head = format::encode_header(&header, generation, payload);
-        // Body first, persisted; then the commit word (DIPPER 3.4).
-        self.region.write(PmemOffset(at + 8), &head);
+        // Body first, persisted; then the commit word (DIPPER 3.4). The
+        // checksum is taken over the header's tail and the payload as they
+        // lie in the segment, side by side: one `crc32c` call.
+        self.region.write(
+            PmemOffset(at + 8),
+            &format::encode_header(&header, payload.len()),
+        );
         self.region
             .write(PmemOffset(at + format::RECORD_HEADER_BYTES), payload);
+        let covered = self.region.read(
+            PmemOffset(at + 12),
+            format::RECORD_HEADER_BYTES - 12 + payload.len() as u64,
+        );
+        let crc = format::record_crc(generation, covered);
+        self.region.write(PmemOffset(at + 8), &crc.to_le_bytes());
         self.region.persist(
             PmemOffset(at + 8),
             format::RECORD_HEADER_BYTES - 8 + payload.len() as u64,
@@ -520,7 +530,14 @@ impl OpLog {
             .store_u64(PmemOffset(start), format::run_header_word(generation));
         self.region.persist(PmemOffset(start), 8);
         let at = start + format::SEGMENT_HEADER_BYTES;
-        let seq = self.write_record(at, generation, sequencer, position, kind, payload);
+        let seq = self.write_record(
+            at,
+            format::Generation::new(generation),
+            sequencer,
+            position,
+            kind,
+            payload,
+        );
         {
             let mut segments = self.segments.lock();
             segments.sealed.push(head);
@@ -578,7 +595,7 @@ impl OpLog {
         self.region
             .store_u64(PmemOffset(start), format::segment_header_word(generation));
         self.region.persist(PmemOffset(start), 8);
-        lane.generation = generation;
+        lane.generation = format::Generation::new(generation);
         lane.used = format::SEGMENT_HEADER_BYTES;
         Ok(())
     }
@@ -833,7 +850,7 @@ impl Span {
             region,
             at: self.start + format::SEGMENT_HEADER_BYTES,
             end: self.end,
-            generation: self.generation,
+            generation: format::Generation::new(self.generation),
         }
     }
 }
@@ -864,7 +881,7 @@ struct SegmentRecords<'r> {
     region: &'r Region,
     at: u64,
     end: u64,
-    generation: u32,
+    generation: format::Generation,
 }
 
 impl<'r> Iterator for SegmentRecords<'r> {

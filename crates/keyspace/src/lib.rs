@@ -2681,6 +2681,69 @@ mod tests {
         assert_eq!(ks.expiring(0), 25);
     }
 
+    /// A write that follows a check of its key (LPUSH after the length,
+    /// SADD after the members) books the key as the check found it: a new
+    /// key counted once, a key that was there not counted again, its
+    /// expiry kept in the index; and a check followed by another write
+    /// to the key is not taken for what the key holds.
+    #[test]
+    fn a_write_after_a_check_books_the_key_as_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let ks = open_keyspace(dir.path());
+        let far = now_ms() + 3_600_000;
+        let push = |txn: &mut Txn<'_>| txn.list_push(0, b"l", false, vec![b"x".as_slice()]);
+        let mut txn = ks.lock([(0, b"l".as_slice())], false).unwrap();
+        assert_eq!(
+            txn.collection_len(0, b"l", CKind::List, now_ms()).unwrap(),
+            None
+        );
+        push(&mut txn).unwrap();
+        assert_eq!(
+            txn.collection_len(0, b"l", CKind::List, now_ms()).unwrap(),
+            Some(1)
+        );
+        push(&mut txn).unwrap();
+        txn.log(vec![Op::Expire {
+            key: ckey(0, b"l").unwrap(),
+            at_ms: far,
+        }])
+        .unwrap();
+        assert_eq!(
+            txn.collection_len(0, b"l", CKind::List, now_ms()).unwrap(),
+            Some(2)
+        );
+        push(&mut txn).unwrap();
+        txn.commit().unwrap();
+        assert_eq!((ks.dbsize(0), ks.expiring(0)), (1, 1));
+
+        // Checked, then deleted, then pushed: a new key again.
+        let mut txn = ks.lock([(0, b"l".as_slice())], false).unwrap();
+        assert_eq!(
+            txn.collection_len(0, b"l", CKind::List, now_ms()).unwrap(),
+            Some(3)
+        );
+        txn.log(vec![Op::Delete {
+            key: ckey(0, b"l").unwrap(),
+        }])
+        .unwrap();
+        push(&mut txn).unwrap();
+        txn.commit().unwrap();
+        assert_eq!((ks.dbsize(0), ks.expiring(0)), (1, 0));
+
+        // Checked, then a string written over it, then pushed: the string
+        // goes and the list is counted once.
+        let mut txn = ks.lock([(0, b"l".as_slice())], false).unwrap();
+        assert_eq!(
+            txn.collection_len(0, b"l", CKind::List, now_ms()).unwrap(),
+            Some(1)
+        );
+        txn.put_string(0, b"l", b"v", None).unwrap();
+        push(&mut txn).unwrap();
+        txn.commit().unwrap();
+        assert_eq!(kind_of(&ks, b"l"), Some(Kind::List));
+        assert_eq!(ks.dbsize(0), 1);
+    }
+
     fn open_keyspace(dir: &std::path::Path) -> Arc<Keyspace> {
         let (store, collections) = open_stores_for_tests(dir);
         Keyspace::open(store, collections, 16, Durability::Process).unwrap()

@@ -149,6 +149,13 @@ pub struct Txn<'a> {
     /// batch, the map in memory swapped already (see `settle_swaps`).
     swaps: Vec<(usize, usize)>,
     wrote: bool,
+    /// The collection key a command last checked ([`Txn::collection`],
+    /// [`Txn::collection_len`]) and what it found there (Some(expiry): a
+    /// live collection; None: no key), until the transaction's next write:
+    /// the write that usually follows (LPUSH after the length, SADD after
+    /// the members) takes its "before" from here instead of looking the
+    /// key up again. Compared with a fresh lookup under debug assertions.
+    checked: Option<(EKey, Option<u64>)>,
     scratch: Vec<u8>,
 }
 
@@ -174,6 +181,7 @@ impl<'a> Txn<'a> {
             direct_adds_paused: false,
             swaps: Vec::new(),
             wrote: false,
+            checked: None,
             scratch: Vec::new(),
         }
     }
@@ -385,18 +393,18 @@ impl<'a> Txn<'a> {
     /// The live collection at `ekey` as a `Stored` (kind and expiry).
     fn collection_stored(&mut self, ekey: &[u8], now_ms: u64) -> Result<Option<Stored>> {
         Ok(self
-            .collection_stored_with(ekey, now_ms, |_| ())?
-            .map(|(stored, ())| stored))
+            .collection_meta_with(ekey, now_ms, |_| ())?
+            .map(|(meta, ())| Stored::collection(meta)))
     }
 
-    /// `collection_stored`, and what `look` reads from the live entry in
-    /// the same lookup.
-    fn collection_stored_with<R>(
+    /// The live collection at `ekey`'s meta word (kind and expiry), and
+    /// what `look` reads from the entry in the same lookup.
+    fn collection_meta_with<R>(
         &mut self,
         ekey: &[u8],
         now_ms: u64,
         look: impl FnOnce(&Entry) -> R,
-    ) -> Result<Option<(Stored, R)>> {
+    ) -> Result<Option<(Meta, R)>> {
         let access = &self.ks.access;
         let Some((kind, expire_at, seen)) = self.peek_collection(ekey, |e| {
             e.access.touch(|old| access.on_access(old));
@@ -412,10 +420,7 @@ impl<'a> Txn<'a> {
             self.ks.expired_one(ekey);
             return Ok(None);
         }
-        Ok(Some((
-            Stored::collection(Meta::collection(kind, expire_at)),
-            seen,
-        )))
+        Ok(Some((Meta::collection(kind, expire_at), seen)))
     }
 
     /// Looks at the collection entry of `ekey` (through the held shards if
@@ -466,9 +471,7 @@ impl<'a> Txn<'a> {
         kind: CKind,
         now_ms: u64,
     ) -> Result<Option<usize>> {
-        Ok(self
-            .checked_collection(db, key, kind, now_ms, |e| e.object.len())?
-            .map(|(_, len)| len))
+        Ok(self.checked_collection(db, key, kind, now_ms, |e| e.object.len())?)
     }
 
     /// The collection `key` holds, if it holds one of `kind`; None when it
@@ -481,17 +484,21 @@ impl<'a> Txn<'a> {
         kind: CKind,
         now_ms: u64,
     ) -> Result<Option<&Object>> {
-        let Some((ekey, ())) = self.checked_collection(db, key, kind, now_ms, |_| ())? else {
+        if self
+            .checked_collection(db, key, kind, now_ms, |_| ())?
+            .is_none()
+        {
             return Ok(None);
-        };
+        }
+        let (ekey, _) = self.checked.as_ref().expect("noted by the check");
         let writer = self.coll.as_ref().expect("taken above");
-        Ok(writer.keys().get(&ekey).map(|e| &e.object))
+        Ok(writer.keys().get(ekey).map(|e| &e.object))
     }
 
     /// The checks of [`Txn::collection`] (the key's group and shard taken,
     /// an expired collection deleted, another type refused), and what
-    /// `look` reads from the live entry in the same lookup, with the key's
-    /// stored name.
+    /// `look` reads from the live entry in the same lookup; the key's
+    /// stored name and what was found are noted in `checked`.
     fn checked_collection<R>(
         &mut self,
         db: usize,
@@ -499,19 +506,21 @@ impl<'a> Txn<'a> {
         kind: CKind,
         now_ms: u64,
         look: impl FnOnce(&Entry) -> R,
-    ) -> Result<Option<(EKey, R)>> {
+    ) -> Result<Option<R>> {
         let ekey = self.ks.physical_ekey(db, key)?;
         self.group(&ekey)?;
         self.writer_covering(&[&ekey])?;
-        match self.collection_stored_with(&ekey, now_ms, look)? {
-            Some((stored, _)) if stored.meta.kind() != super::value::Kind::of_collection(kind) => {
-                Err(Error::WrongType)
+        let found = match self.collection_meta_with(&ekey, now_ms, |e| (e.expire_at_ms, look(e)))? {
+            Some((meta, _)) if meta.kind() != super::value::Kind::of_collection(kind) => {
+                return Err(Error::WrongType)
             }
-            Some((_, seen)) => Ok(Some((ekey, seen))),
+            Some((_, seen)) => Some(seen),
             // No collection: a live string there is the wrong type.
-            None if self.engine_get(&ekey, now_ms)?.is_some() => Err(Error::WrongType),
-            None => Ok(None),
-        }
+            None if self.engine_get(&ekey, now_ms)?.is_some() => return Err(Error::WrongType),
+            None => None,
+        };
+        self.checked = Some((ekey, found.as_ref().map(|(at, _)| *at)));
+        Ok(found.map(|(_, seen)| seen))
     }
 
     /// Logs and applies collection operations as one record (in an atomic
@@ -692,12 +701,25 @@ impl<'a> Txn<'a> {
                 _ => None,
             })
             .collect();
+        let checked = self.checked.take();
         let held: SmallVec<[&[u8]; 2]> = keys.iter().map(|k| &k[..]).collect();
         let writer = self.writer_covering(&held)?;
-        let before = held
-            .iter()
-            .map(|k| writer.keys().get(k).map(|e| e.expire_at_ms))
-            .collect();
+        let before = match checked {
+            // The key the command checked just before, nothing written
+            // since: as found then.
+            Some((key, before)) if held.len() == 1 && key[..] == *held[0] => {
+                debug_assert_eq!(
+                    before,
+                    writer.keys().get(&key).map(|e| e.expire_at_ms),
+                    "the checked key changed before its write"
+                );
+                smallvec::smallvec![before]
+            }
+            _ => held
+                .iter()
+                .map(|k| writer.keys().get(k).map(|e| e.expire_at_ms))
+                .collect(),
+        };
         drop(held);
         Ok(Some(Touched {
             keys,
@@ -1186,6 +1208,7 @@ impl<'a> Txn<'a> {
 
     /// A write to the engine alone: buffered or applied.
     fn engine_write(&mut self, ekey: &[u8], value: Option<&[u8]>) -> Result<()> {
+        self.checked = None;
         let ks = self.ks;
         let (index, group) = self.guards.get(ekey)?;
         if let Some(batch) = &mut self.batch {
@@ -1453,6 +1476,7 @@ impl<'a> Txn<'a> {
     /// Deletes every key of `db` (or of every database): FLUSHDB/FLUSHALL.
     /// Needs the keyspace excluded (`Keyspace::lock_all`).
     pub fn flush(&mut self, db: Option<usize>) -> Result<u64> {
+        self.checked = None;
         self.guards.every()?;
         self.apply_buffered()?;
         let ks = self.ks;
@@ -1527,6 +1551,7 @@ impl Txn<'_> {
     /// after all (the transaction dropped, its commit failed), the drop
     /// puts the map in memory back as the record has it (`Drop`).
     pub fn swap_databases(&mut self, a: usize, b: usize, now_ms: u64) -> Result<()> {
+        self.checked = None;
         self.guards.every()?;
         if a == b {
             return Ok(());

@@ -183,8 +183,9 @@ fn set_pairs(ctx: &mut Ctx, args: &Args, command: &str) -> Result<i64, CmdError>
         .map(|i| (args.get(i), args.get(i + 1)))
         .collect();
     ctx.write(&[key], false, |txn, db, now| {
-        // The type check; which fields are new, the write itself says.
-        hash_of(txn.collection(db, key, CKind::Hash, now)?)?;
+        // The type check (one lookup: the hash itself is not needed);
+        // which fields are new, the write itself says.
+        txn.collection_len(db, key, CKind::Hash, now)?;
         // Logged even when every value is already there: Redis counts an
         // HSET as a modification whatever it sets (WATCH sees it). The
         // pairs are borrowed from the request (`Txn::hash_set`).

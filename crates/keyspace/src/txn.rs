@@ -471,7 +471,7 @@ impl<'a> Txn<'a> {
         kind: CKind,
         now_ms: u64,
     ) -> Result<Option<usize>> {
-        Ok(self.checked_collection(db, key, kind, now_ms, |e| e.object.len())?)
+        self.checked_collection(db, key, kind, now_ms, |e| e.object.len())
     }
 
     /// The collection `key` holds, if it holds one of `kind`; None when it

@@ -193,23 +193,23 @@ impl Locked<'_> {
     /// came to one (any single-key command). Then a key's shard is known
     /// without hashing it again; the Keys methods are only given keys the
     /// update covers (a caller asks [`Locked::covers`] first when unsure).
-    fn only_shard(&self) -> Option<usize> {
-        (self.more.is_none() && self.guards.len() == 1).then_some(0)
+    fn in_one_shard(&self) -> bool {
+        self.more.is_none() && self.guards.len() == 1
     }
 
     fn shard(&self, key: &[u8]) -> &HashMap<Bytes, Entry> {
-        if let Some(at) = self.only_shard() {
-            debug_assert_eq!(self.guards[at].0, shard_of(key), "key {key:?} not covered");
-            return &self.guards[at].1;
+        if self.in_one_shard() {
+            debug_assert_eq!(self.guards[0].0, shard_of(key), "key {key:?} not covered");
+            return &self.guards[0].1;
         }
         self.held(key)
             .unwrap_or_else(|| panic!("key {key:?} is not among the update's keys"))
     }
 
     fn shard_mut(&mut self, key: &[u8]) -> &mut HashMap<Bytes, Entry> {
-        if let Some(at) = self.only_shard() {
-            debug_assert_eq!(self.guards[at].0, shard_of(key), "key {key:?} not covered");
-            return &mut self.guards[at].1;
+        if self.in_one_shard() {
+            debug_assert_eq!(self.guards[0].0, shard_of(key), "key {key:?} not covered");
+            return &mut self.guards[0].1;
         }
         let index = shard_of(key);
         &mut self

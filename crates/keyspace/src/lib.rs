@@ -2692,36 +2692,25 @@ mod tests {
         let ks = open_keyspace(dir.path());
         let far = now_ms() + 3_600_000;
         let push = |txn: &mut Txn<'_>| txn.list_push(0, b"l", false, vec![b"x".as_slice()]);
+        let len = |txn: &mut Txn<'_>| txn.collection_len(0, b"l", CKind::List, now_ms()).unwrap();
         let mut txn = ks.lock([(0, b"l".as_slice())], false).unwrap();
-        assert_eq!(
-            txn.collection_len(0, b"l", CKind::List, now_ms()).unwrap(),
-            None
-        );
+        assert_eq!(len(&mut txn), None);
         push(&mut txn).unwrap();
-        assert_eq!(
-            txn.collection_len(0, b"l", CKind::List, now_ms()).unwrap(),
-            Some(1)
-        );
+        assert_eq!(len(&mut txn), Some(1));
         push(&mut txn).unwrap();
         txn.log(vec![Op::Expire {
             key: ckey(0, b"l").unwrap(),
             at_ms: far,
         }])
         .unwrap();
-        assert_eq!(
-            txn.collection_len(0, b"l", CKind::List, now_ms()).unwrap(),
-            Some(2)
-        );
+        assert_eq!(len(&mut txn), Some(2));
         push(&mut txn).unwrap();
         txn.commit().unwrap();
         assert_eq!((ks.dbsize(0), ks.expiring(0)), (1, 1));
 
         // Checked, then deleted, then pushed: a new key again.
         let mut txn = ks.lock([(0, b"l".as_slice())], false).unwrap();
-        assert_eq!(
-            txn.collection_len(0, b"l", CKind::List, now_ms()).unwrap(),
-            Some(3)
-        );
+        assert_eq!(len(&mut txn), Some(3));
         txn.log(vec![Op::Delete {
             key: ckey(0, b"l").unwrap(),
         }])
@@ -2733,10 +2722,7 @@ mod tests {
         // Checked, then a string written over it, then pushed: the string
         // goes and the list is counted once.
         let mut txn = ks.lock([(0, b"l".as_slice())], false).unwrap();
-        assert_eq!(
-            txn.collection_len(0, b"l", CKind::List, now_ms()).unwrap(),
-            Some(1)
-        );
+        assert_eq!(len(&mut txn), Some(1));
         txn.put_string(0, b"l", b"v", None).unwrap();
         push(&mut txn).unwrap();
         txn.commit().unwrap();

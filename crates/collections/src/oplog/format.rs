@@ -179,20 +179,14 @@ pub struct RecordHeader {
 /// much as the bytes it covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Generation {
-    value: u32,
     seed: u32,
 }
 
 impl Generation {
     pub fn new(value: u32) -> Generation {
         Generation {
-            value,
             seed: crc32c::crc32c(&value.to_le_bytes()),
         }
-    }
-
-    pub fn value(self) -> u32 {
-        self.value
     }
 }
 

@@ -222,6 +222,16 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The value the configuration gave a Redis parameter kept in
+    /// `redis_params` (its last setting), None when it kept the default.
+    pub fn redis_param(&self, name: &str) -> Option<&str> {
+        self.redis_params
+            .iter()
+            .rev()
+            .find(|(kept, _)| *kept == name)
+            .map(|(_, value)| value.as_str())
+    }
+
     /// The plain TCP port to listen on, if any: none when TLS is on and
     /// `port` is 0 (Redis's TLS-only setup).
     pub fn plain_port(&self) -> Option<u16> {

@@ -14,8 +14,9 @@
 //! `Shared::apply_redis_param` puts `maxmemory`, `maxmemory-policy`,
 //! `maxmemory-samples`, `maxmemory-eviction-tenacity`, `lfu-*`, `slowlog-*`,
 //! `latency-monitor-threshold`, `hll-sparse-max-bytes` and
-//! `client-output-buffer-limit` (`output_limit`) into effect, and
-//! `enable-debug-command` gates DEBUG.
+//! `client-output-buffer-limit` (`output_limit`) into effect,
+//! `enable-debug-command` gates DEBUG, and `disable-thp` (read once at
+//! start, `serve.rs`) turns transparent huge pages off for the process.
 //!
 //! The table is Redis 7.0.15's: names, aliases (`hash-max-ziplist-entries`
 //! is `hash-max-listpack-entries`), bounds and defaults.

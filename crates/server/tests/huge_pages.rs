@@ -1,0 +1,61 @@
+//! `disable-thp`: Redis's default `yes` turns transparent huge pages off for
+//! the server's process at start (the kernel shows it in /proc as
+//! `THP_enabled: 0`); `no` leaves them as they were. One test: the flag is
+//! process-wide, so the order of the two starts matters.
+
+mod common;
+
+use common::{start_with, Client};
+use engram_server::Config;
+
+/// The kernel's `THP_enabled` line for this process (1: huge pages may be
+/// used, 0: `PR_SET_THP_DISABLE` is set).
+fn thp_enabled() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("THP_enabled:"))
+        .expect("a kernel that reports THP_enabled (Linux 5.0 and later)")
+        .trim()
+        .to_string()
+}
+
+fn with_disable_thp(value: &str) -> Config {
+    let mut config = Config::default();
+    config
+        .set("disable-thp", &[value.to_string()])
+        .expect("yes and no are both accepted");
+    config
+}
+
+#[test]
+fn disable_thp_turns_huge_pages_off_for_the_process_unless_it_is_no() {
+    assert_eq!(
+        thp_enabled(),
+        "1",
+        "the test process starts with THP allowed"
+    );
+
+    let (server, _dir) = start_with(with_disable_thp("no"));
+    let mut c = Client::connect(&server);
+    c.script(&[(r#"CONFIG GET disable-thp"#, r#"["disable-thp", "no"]"#)]);
+    assert_eq!(thp_enabled(), "1", "disable-thp no leaves huge pages alone");
+    drop(c);
+    server.shutdown().unwrap();
+
+    let (server, _dir) = start_with(Config::default());
+    let mut c = Client::connect(&server);
+    c.script(&[(r#"CONFIG GET disable-thp"#, r#"["disable-thp", "yes"]"#)]);
+    assert_eq!(thp_enabled(), "0", "the default, yes, turns them off");
+    // Fixed at start, as in Redis.
+    let refused = c.call("CONFIG SET disable-thp no");
+    assert!(refused.contains("immutable"), "{refused}");
+    drop(c);
+    server.shutdown().unwrap();
+
+    // A value that is neither is refused by name.
+    let error = Config::default()
+        .set("disable-thp", &["maybe".to_string()])
+        .unwrap_err();
+    assert!(error.contains("disable-thp"), "{error}");
+}

@@ -89,6 +89,23 @@ pub fn allocated() -> Option<u64> {
         .then(|| ALLOCATED.load(Ordering::Relaxed).max(0) as u64)
 }
 
+/// No transparent huge pages for this process's memory from now on
+/// (`PR_SET_THP_DISABLE`), whatever the allocator asks for: Redis's
+/// `disable-thp yes`. mimalloc asks for them (`MADV_HUGEPAGE`), so on a
+/// kernel whose THP mode is `madvise` (the usual one) memory that grows
+/// (a list, a queue, a checkpoint's working set) is faulted in 2 MiB
+/// pages, each zeroed whole on its first touch (on the development VM,
+/// 43% of the server's CPU under a growing list's pushes). Pages already
+/// faulted in stay as they are.
+pub fn disable_huge_pages() -> std::io::Result<()> {
+    // SAFETY: a prctl that sets a flag of this process; no pointers.
+    let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,21 +129,4 @@ mod tests {
         drop(grown);
         assert!(allocated().unwrap() < before + (1 << 20));
     }
-}
-
-/// No transparent huge pages for this process's memory from now on
-/// (`PR_SET_THP_DISABLE`), whatever the allocator asks for: Redis's
-/// `disable-thp yes`. mimalloc asks for them (`MADV_HUGEPAGE`), so on a
-/// kernel whose THP mode is `madvise` (the usual one) memory that grows
-/// (a list, a queue, a checkpoint's working set) is faulted in 2 MiB
-/// pages, each zeroed whole on its first touch; on a virtual machine a
-/// fresh huge page also costs the host a fault for each 4 KiB behind it.
-/// Pages already faulted in stay as they are.
-pub fn disable_huge_pages() -> std::io::Result<()> {
-    // SAFETY: a prctl that sets a flag of this process; no pointers.
-    let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }

@@ -85,6 +85,13 @@ pub struct EngineBenchArgs {
     /// with `-` (the table then goes to standard error).
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Leave transparent huge pages on for this process, as the allocator
+    /// asks for them. By default they are off, as `engram serve` runs
+    /// (`disable-thp yes`, Redis's default): with them the volatile
+    /// baseline's heap grows a zeroed 2 MiB page at a time, which made it
+    /// several times slower on the development VM (BENCHMARKS.md).
+    #[arg(long)]
+    pub huge_pages: bool,
 }
 
 impl EngineBenchArgs {
@@ -123,6 +130,11 @@ pub fn cli(args: EngineBenchArgs, command: String) -> Result<()> {
     let mut config = args.config(command);
     // Refuse bad flags before anything is created on disk.
     config.validate()?;
+    if !args.huge_pages {
+        if let Err(e) = engram_memory::disable_huge_pages() {
+            eprintln!("warning: cannot turn transparent huge pages off: {e}");
+        }
+    }
     let output = ReportOutput::create(args.json.as_deref())?;
     let run_dir = RunDir::new(args.dir.as_deref(), "engram-bench-")?;
     config.dir = run_dir.path().to_path_buf();

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! { "config":   { command, records, ops, threads, runs, key_bytes,
-//!                 value_bytes, distribution, flush, systems,
+//!                 value_bytes, distribution, flush, systems, huge_pages,
 //!                 machine: { cores, kernel, cpu } },
 //!   "results":  [ { system, op, threads, ops_per_sec, p50_ns, p99_ns,
 //!                   p999_ns, p9999_ns, max_ns, runs_ops_per_sec }, ... ],
@@ -56,6 +56,10 @@ pub struct ReportConfig {
     pub distribution: String,
     pub flush: String,
     pub systems: Vec<&'static str>,
+    /// Whether this process could use transparent huge pages when the
+    /// report was made (the kernel's `THP_enabled` for it; None where it
+    /// does not say): `--huge-pages`, or off.
+    pub huge_pages: Option<bool>,
     pub machine: Machine,
 }
 
@@ -108,6 +112,16 @@ impl Sample {
     }
 }
 
+/// The kernel's `THP_enabled` line for this process: whether its memory
+/// may be backed by transparent huge pages.
+fn huge_pages_allowed() -> Option<bool> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let value = status
+        .lines()
+        .find_map(|line| line.strip_prefix("THP_enabled:"))?;
+    Some(value.trim() == "1")
+}
+
 impl Report {
     pub fn new(config: &Config) -> Report {
         Report {
@@ -122,6 +136,7 @@ impl Report {
                 distribution: config.distribution.to_string(),
                 flush: config.flush.name().to_string(),
                 systems: config.systems().into_iter().map(SystemKind::name).collect(),
+                huge_pages: huge_pages_allowed(),
                 machine: Machine::this(),
             },
             results: Vec::new(),
@@ -182,7 +197,7 @@ impl Report {
         let _ = writeln!(
             text,
             "{} records, {} ops per phase, {} threads, {} run(s) (median shown), \
-             {} B keys, {} B values, {}, flush {}",
+             {} B keys, {} B values, {}, flush {}, huge pages {}",
             thousands(c.records as f64),
             thousands(c.ops as f64),
             c.threads,
@@ -190,7 +205,12 @@ impl Report {
             c.key_bytes,
             c.value_bytes,
             c.distribution,
-            c.flush
+            c.flush,
+            match c.huge_pages {
+                Some(true) => "on",
+                Some(false) => "off",
+                None => "unknown",
+            }
         );
         let _ = writeln!(text, "{}", c.machine);
         let _ = writeln!(
@@ -352,6 +372,7 @@ mod tests {
             "value_bytes",
             "distribution",
             "flush",
+            "huge_pages",
         ] {
             assert!(!config[field].is_null(), "config lacks {field}");
         }

@@ -56,6 +56,10 @@ fn bench_engine_quick_prints_json_with_engram_and_the_baseline() {
     assert_eq!(json["config"]["records"], 20000);
     assert_eq!(json["config"]["runs"], 1, "--quick means one run");
     assert_eq!(
+        json["config"]["huge_pages"], false,
+        "huge pages are off by default, as engram serve runs"
+    );
+    assert_eq!(
         json["config"]["ops"], 10000,
         "ops default to half the records"
     );

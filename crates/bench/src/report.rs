@@ -112,16 +112,6 @@ impl Sample {
     }
 }
 
-/// The kernel's `THP_enabled` line for this process: whether its memory
-/// may be backed by transparent huge pages.
-fn huge_pages_allowed() -> Option<bool> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let value = status
-        .lines()
-        .find_map(|line| line.strip_prefix("THP_enabled:"))?;
-    Some(value.trim() == "1")
-}
-
 impl Report {
     pub fn new(config: &Config) -> Report {
         Report {
@@ -136,7 +126,7 @@ impl Report {
                 distribution: config.distribution.to_string(),
                 flush: config.flush.name().to_string(),
                 systems: config.systems().into_iter().map(SystemKind::name).collect(),
-                huge_pages: huge_pages_allowed(),
+                huge_pages: engram_memory::huge_pages_allowed(),
                 machine: Machine::this(),
             },
             results: Vec::new(),

@@ -106,6 +106,17 @@ pub fn disable_huge_pages() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Whether this process's memory may be backed by transparent huge pages
+/// now: the kernel's `THP_enabled` line for it (0 once
+/// [`disable_huge_pages`] ran). None where the kernel does not say.
+pub fn huge_pages_allowed() -> Option<bool> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let value = status
+        .lines()
+        .find_map(|line| line.strip_prefix("THP_enabled:"))?;
+    Some(value.trim() == "1")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,5 +139,12 @@ mod tests {
         assert!(allocated().unwrap() >= before + (35 << 20));
         drop(grown);
         assert!(allocated().unwrap() < before + (1 << 20));
+    }
+
+    #[test]
+    fn huge_pages_once_disabled_are_reported_off() {
+        // (The other test here does not care: the flag is process-wide.)
+        disable_huge_pages().expect("PR_SET_THP_DISABLE on Linux 3.5 and later");
+        assert_eq!(huge_pages_allowed(), Some(false));
     }
 }

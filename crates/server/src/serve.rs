@@ -79,8 +79,15 @@ impl Server {
         let background_cpus = engram_threads::configure(&config.background_cpus)
             .map_err(|e| StartError::Config(e.to_string()))?;
         raise_fd_limit(config.maxclients);
+        // Redis's `disable-thp yes`, its default: under `LPUSH -P 16` the
+        // zeroing of fresh 2 MiB pages was 43% of the server's CPU on the
+        // development VM (BENCHMARKS.md, thirty-second session).
+        // Process-wide, as in Redis: an embedder that starts a `Server`
+        // gets it too unless it sets `no`.
         if config.redis_param("disable-thp") != Some("no") {
-            disable_huge_pages();
+            if let Err(e) = engram_memory::disable_huge_pages() {
+                log::warn!("disable-thp: cannot turn transparent huge pages off: {e}");
+            }
         }
         let loops = crate::net_loops::NetLoops::new(
             config.worker_threads(),
@@ -461,17 +468,6 @@ fn close_keyspace(keyspace: Arc<Keyspace>) -> Result<(), String> {
             log::warn!("{e}");
             Ok(())
         }
-    }
-}
-
-/// Redis's `disable-thp yes` (its default; `engram_memory`'s
-/// `disable_huge_pages`): under `LPUSH -P 16` the zeroing of fresh 2 MiB
-/// pages was 43% of the server's CPU on the development VM (BENCHMARKS.md,
-/// thirty-second session). Process-wide, as in Redis: an embedder that
-/// starts a `Server` gets it too unless it sets `no`.
-fn disable_huge_pages() {
-    if let Err(e) = engram_memory::disable_huge_pages() {
-        log::warn!("disable-thp: cannot turn transparent huge pages off for this process: {e}");
     }
 }
 

@@ -8,16 +8,11 @@ mod common;
 use common::{start_with, Client};
 use engram_server::Config;
 
-/// The kernel's `THP_enabled` line for this process (1: huge pages may be
-/// used, 0: `PR_SET_THP_DISABLE` is set).
-fn thp_enabled() -> String {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("THP_enabled:"))
+/// The kernel's `THP_enabled` for this process (true: huge pages may be
+/// used; false once `PR_SET_THP_DISABLE` is set).
+fn thp_enabled() -> bool {
+    engram_memory::huge_pages_allowed()
         .expect("a kernel that reports THP_enabled (Linux 5.0 and later)")
-        .trim()
-        .to_string()
 }
 
 fn with_disable_thp(value: &str) -> Config {
@@ -30,23 +25,19 @@ fn with_disable_thp(value: &str) -> Config {
 
 #[test]
 fn disable_thp_turns_huge_pages_off_for_the_process_unless_it_is_no() {
-    assert_eq!(
-        thp_enabled(),
-        "1",
-        "the test process starts with THP allowed"
-    );
+    assert!(thp_enabled(), "the test process starts with THP allowed");
 
     let (server, _dir) = start_with(with_disable_thp("no"));
     let mut c = Client::connect(&server);
     c.script(&[(r#"CONFIG GET disable-thp"#, r#"["disable-thp", "no"]"#)]);
-    assert_eq!(thp_enabled(), "1", "disable-thp no leaves huge pages alone");
+    assert!(thp_enabled(), "disable-thp no leaves huge pages alone");
     drop(c);
     server.shutdown().unwrap();
 
     let (server, _dir) = start_with(Config::default());
     let mut c = Client::connect(&server);
     c.script(&[(r#"CONFIG GET disable-thp"#, r#"["disable-thp", "yes"]"#)]);
-    assert_eq!(thp_enabled(), "0", "the default, yes, turns them off");
+    assert!(!thp_enabled(), "the default, yes, turns them off");
     // Fixed at start, as in Redis.
     let refused = c.call("CONFIG SET disable-thp no");
     assert!(refused.contains("immutable"), "{refused}");

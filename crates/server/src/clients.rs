@@ -209,6 +209,11 @@ impl ClientInfo {
 
     pub fn request_kill(&self) {
         self.killed.store(true, Ordering::Release);
+        // Every wait of the connection's: the read loop keeps one
+        // registered while a blocked command or a flush waits on another.
+        self.kill.notify_waiters();
+        // And a wait that read `killed` just before it was set but made
+        // its `Notified` after the call above: it finds this permit.
         self.kill.notify_one();
     }
 

@@ -206,7 +206,7 @@ const INLINE_PATIENCE: std::time::Duration = std::time::Duration::from_micros(20
 /// that two scripts cannot hold up every worker between them.
 pub fn script_txn<'s>(ctx: &mut Ctx<'s, '_>) -> (Txn<'s>, bool, Placement) {
     if let Some(txn) = ctx.exec.take() {
-        return (txn, true, Placement::Handed);
+        return (*txn, true, Placement::Handed);
     }
     let keyspace = ctx.ks();
     // A script that runs long hands this worker's other clients to a
@@ -229,7 +229,7 @@ pub fn finish_txn<'s>(
     reply_start: usize,
 ) -> CmdResult {
     if from_exec {
-        ctx.exec = Some(txn);
+        ctx.exec = Some(Box::new(txn));
         return Ok(());
     }
     match txn.commit() {

@@ -174,7 +174,7 @@ fn exec(ctx: &mut Ctx, _args: Args) -> CmdResult {
     let reply_start = ctx.out.len();
     let events_start = ctx.session.notifications.len();
     ctx.out.array(queue.len());
-    let mut txn = Some(txn);
+    let mut txn = Some(Box::new(txn));
     for queued in &queue {
         let args = queued.args();
         let (index, spec) = lookup(args.get(0)).expect("queued commands were looked up");

@@ -209,7 +209,7 @@ impl StateMachine for Applier {
                 if let Some(previous) = last.take() {
                     let done = txn.take().expect("commands hand the transaction back");
                     let chunk_flushed = std::mem::take(&mut flushed);
-                    self.end_chunk(&shared, done, previous, &mut answers, chunk_flushed);
+                    self.end_chunk(&shared, *done, previous, &mut answers, chunk_flushed);
                     txn = Some(apply_txn(keyspace, run.warmer.remaining()));
                 }
             }
@@ -248,7 +248,7 @@ impl StateMachine for Applier {
             if full || reach.alone() || at + 1 == total {
                 let done = txn.take().expect("commands hand the transaction back");
                 let chunk_flushed = std::mem::take(&mut flushed);
-                self.end_chunk(&shared, done, index, &mut answers, chunk_flushed);
+                self.end_chunk(&shared, *done, index, &mut answers, chunk_flushed);
                 last = None;
                 if at + 1 < total {
                     txn = Some(apply_txn(keyspace, run.warmer.remaining()));
@@ -435,11 +435,14 @@ struct BatchRun<'e> {
 /// `commands`: how many commands are left to apply; the buffer is sized
 /// for the chunk's writes at once (it grew by doubling, each time moving
 /// what it held).
-fn apply_txn(keyspace: &crate::keyspace::Keyspace, commands: usize) -> crate::keyspace::Txn<'_> {
+fn apply_txn(
+    keyspace: &crate::keyspace::Keyspace,
+    commands: usize,
+) -> Box<crate::keyspace::Txn<'_>> {
     let mut txn = keyspace.lock_all(true);
     txn.forgo_rollback();
     txn.reserve_writes(commands.min(APPLY_CHUNK_WRITES));
-    txn
+    Box::new(txn)
 }
 
 /// Runs one entry's items against the apply transaction; their replies,
@@ -450,11 +453,11 @@ fn apply_entry<'s>(
     shared: &'s Shared,
     keyspace: &'s Arc<crate::keyspace::Keyspace>,
     session: &mut Session,
-    mut txn: Option<crate::keyspace::Txn<'s>>,
+    mut txn: crate::commands::Exec<'s>,
     entry: &Entry<'_>,
     run: &mut BatchRun<'_>,
     answered: bool,
-) -> (Option<crate::keyspace::Txn<'s>>, Vec<u8>) {
+) -> (crate::commands::Exec<'s>, Vec<u8>) {
     let BatchRun { warmer, out } = run;
     out.buf.clear();
     out.set_resp3(entry.resp3);
@@ -479,7 +482,7 @@ fn apply_entry<'s>(
             // compare keeps a walk that ever drifted from running another
             // command than the entry's.
             let found = warmer
-                .step(keyspace, txn.as_ref())
+                .step(keyspace, txn.as_deref())
                 .filter(|&index| {
                     commands::TABLE[index]
                         .name

@@ -105,7 +105,7 @@ struct CallState<'s, 'c> {
     shared: &'s Shared,
     keyspace: &'s Arc<Keyspace>,
     session: &'c mut Session,
-    txn: Option<Txn<'s>>,
+    txn: crate::commands::Exec<'s>,
     scratch: ReplyWriter,
     /// The script's protocol (`redis.setresp`).
     resp3: bool,
@@ -325,7 +325,7 @@ pub fn run_script<'s>(
         shared,
         keyspace,
         session,
-        txn: Some(txn),
+        txn: Some(Box::new(txn)),
         scratch: ReplyWriter::new(),
         resp3: false,
         read_only: call.read_only,
@@ -405,7 +405,7 @@ pub fn run_script<'s>(
         .scripting
         .memory
         .note_vm(call.eval, lua.used_memory());
-    state.txn.expect("the script's transaction comes back")
+    *state.txn.expect("the script's transaction comes back")
 }
 
 /// Scripts run since start, for the collector's period.

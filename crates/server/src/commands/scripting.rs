@@ -203,20 +203,23 @@ const INLINE_PATIENCE: std::time::Duration = std::time::Duration::from_micros(20
 /// for a queue with a script), or the keyspace excluded now. Where the
 /// groups are free at once (no other script runs) the script runs inline;
 /// a worker that would wait for them hands its other tasks on first, so
-/// that two scripts cannot hold up every worker between them.
-pub fn script_txn<'s>(ctx: &mut Ctx<'s, '_>) -> (Txn<'s>, bool, Placement) {
+/// that two scripts cannot hold up every worker between them. Boxed: it
+/// moves from here into the script's state and back out to the commit, and
+/// a `Txn` is large (five copies of it were ~530 of an EVALSHA's
+/// instructions).
+pub fn script_txn<'s>(ctx: &mut Ctx<'s, '_>) -> (Box<Txn<'s>>, bool, Placement) {
     if let Some(txn) = ctx.exec.take() {
-        return (*txn, true, Placement::Handed);
+        return (txn, true, Placement::Handed);
     }
     let keyspace = ctx.ks();
     // A script that runs long hands this worker's other clients to a
     // fresh thread (`run::hand_off_if_long`).
     if super::can_hand_off() {
         if let Some(txn) = keyspace.try_lock_all(true, INLINE_PATIENCE) {
-            return (txn, false, Placement::Inline);
+            return (Box::new(txn), false, Placement::Inline);
         }
     }
-    let txn = super::run_blocking(|| keyspace.lock_all(true));
+    let txn = super::run_blocking(|| Box::new(keyspace.lock_all(true)));
     (txn, false, Placement::Handed)
 }
 
@@ -224,12 +227,12 @@ pub fn script_txn<'s>(ctx: &mut Ctx<'s, '_>) -> (Txn<'s>, bool, Placement) {
 /// atomic, durable batch of the script's effects).
 pub fn finish_txn<'s>(
     ctx: &mut Ctx<'s, '_>,
-    txn: Txn<'s>,
+    txn: Box<Txn<'s>>,
     from_exec: bool,
     reply_start: usize,
 ) -> CmdResult {
     if from_exec {
-        ctx.exec = Some(Box::new(txn));
+        ctx.exec = Some(txn);
         return Ok(());
     }
     match txn.commit() {

@@ -300,8 +300,8 @@ pub fn run_script<'s>(
     engine: &Engine,
     function: &Function,
     call: &Call,
-    txn: Txn<'s>,
-) -> Txn<'s> {
+    txn: Box<Txn<'s>>,
+) -> Box<Txn<'s>> {
     let running: &Arc<Running> = &shared.scripting.running;
     running.begin(
         call.eval,
@@ -325,7 +325,7 @@ pub fn run_script<'s>(
         shared,
         keyspace,
         session,
-        txn: Some(Box::new(txn)),
+        txn: Some(txn),
         scratch: ReplyWriter::new(),
         resp3: false,
         read_only: call.read_only,
@@ -405,7 +405,7 @@ pub fn run_script<'s>(
         .scripting
         .memory
         .note_vm(call.eval, lua.used_memory());
-    *state.txn.expect("the script's transaction comes back")
+    state.txn.expect("the script's transaction comes back")
 }
 
 /// Scripts run since start, for the collector's period.

@@ -86,10 +86,15 @@ class Busy:
         self.thread.join()
 
 
-def appends_to_mapping(fd, size, n, chunk):
-    """Times `n` stores of `chunk` bytes to the mapped file, each followed
-    by an `msync` of the pages it touched; closes the file."""
-    m = mmap.mmap(fd, size)
+def appends_to_mapping(fd, size, n, chunk, private=False):
+    """Times `n` stores of `chunk` bytes to the mapped file, each made
+    durable: with a shared mapping by an `msync` of the pages it touched,
+    with a private one by a `pwrite` of them from the mapping and an
+    `fdatasync`. Closes the file."""
+    if private:
+        m = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    else:
+        m = mmap.mmap(fd, size)
     for off in range(0, size, 4096):
         m[off]  # faulted in for reading, as the engine populates
     data = b"x" * chunk
@@ -98,7 +103,12 @@ def appends_to_mapping(fd, size, n, chunk):
         off = i * chunk
         m[off:off + chunk] = data
         start = off & ~4095
-        m.flush(start, off + chunk - start)
+        if private:
+            end = min(size, (off + chunk + 4095) & ~4095)
+            os.pwrite(fd, m[start:end], start)
+            os.fdatasync(fd)
+        else:
+            m.flush(start, off + chunk - start)
 
     result = timed(n, step)
     m.close()
@@ -151,24 +161,7 @@ def zeroed(path, n, chunk):
 
 def privately_mapped(path, n, chunk):
     fd = zeroed(path, n, chunk)
-    size = os.fstat(fd).st_size
-    m = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-    for off in range(0, size, 4096):
-        m[off]  # faulted in for reading, as the engine populates
-    data = b"x" * chunk
-
-    def step(i):
-        off = i * chunk
-        m[off:off + chunk] = data
-        start = off & ~4095
-        end = min(size, (off + chunk + 4095) & ~4095)
-        os.pwrite(fd, m[start:end], start)
-        os.fdatasync(fd)
-
-    result = timed(n, step)
-    m.close()
-    os.close(fd)
-    return result
+    return appends_to_mapping(fd, os.fstat(fd).st_size, n, chunk, private=True)
 
 
 def rewritten(path, n, chunk):

@@ -2,6 +2,9 @@
 
 mod common;
 
+use std::io::BufRead;
+use std::time::{Duration, Instant};
+
 use common::{start_debuggable, Client};
 
 #[test]
@@ -349,4 +352,40 @@ fn counters_bumped_from_every_worker_add_up_and_reset() {
         3
     );
     assert!(!c.call("INFO commandstats").contains("cmdstat_get"));
+}
+
+/// `timeout N` closes a client that has sent nothing for N seconds since
+/// its last command (Redis's `maxidletime`); a subscriber, which waits for
+/// others' messages, is spared.
+#[test]
+fn an_idle_client_is_closed_after_timeout() {
+    let (server, _dir, _conf) = start_debuggable();
+    Client::connect(&server).script(&[("CONFIG SET timeout 1", "OK")]);
+    let mut idle = Client::connect(&server);
+    let mut subscriber = Client::connect(&server);
+    idle.script(&[("PING", "PONG")]);
+    let started = Instant::now();
+    assert_eq!(
+        subscriber.call("SUBSCRIBE ch"),
+        "[\"subscribe\", \"ch\", (integer) 1]"
+    );
+    let mut rest = String::new();
+    match idle.reader.read_line(&mut rest) {
+        Ok(0) => {}
+        Ok(_) => panic!("expected the idle connection closed, got {rest:?}"),
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+    }
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(10),
+        "closed after {waited:?}"
+    );
+    // The subscriber, idle as long, still gets its messages.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut publisher = Client::connect(&server);
+    publisher.script(&[
+        ("PUBLISH ch m", "(integer) 1"),
+        ("CONFIG SET timeout 0", "OK"),
+    ]);
+    assert_eq!(subscriber.reply(), "[\"message\", \"ch\", \"m\"]");
 }

@@ -276,8 +276,8 @@ pub fn call_has(index: usize, spec: &CommandSpec, args: &Args, flag: &str) -> bo
 
 /// The transaction a command runs inside (EXEC, a script, a replicated
 /// batch), if any. Boxed: a `Txn` is large, and every command moved it
-/// into its `Ctx` and back out (two copies of a few hundred bytes, ~8% of
-/// a GET's instructions, for the None of nearly every command).
+/// into its `Ctx` and back out (two `memcpy`s, ~176 of a GET's ~4,500
+/// instructions, for the None of nearly every command).
 pub type Exec<'s> = Option<Box<Txn<'s>>>;
 
 /// Everything a handler works with.

@@ -47,8 +47,16 @@ pub struct ClientInfo {
     pub lib_ver: Mutex<String>,
     pub db: AtomicUsize,
     pub resp: AtomicU8,
-    /// Milliseconds since `connected` at the last command.
-    pub last_active_ms: AtomicU64,
+    /// Odd while the connection waits for its client's next request (the
+    /// only wait an idle `timeout` may end), even otherwise; the
+    /// connection adds one as it enters and as it leaves that wait, two
+    /// plain stores a read (see `Registry::sweep_idle`).
+    pub read_waits: AtomicU64,
+    /// `read_waits` as the last sweep saw it (written by the sweep only).
+    swept_waits: AtomicU64,
+    /// Milliseconds since `connected` from which the sweeps have seen the
+    /// connection in one unbroken read wait (written by the sweep only).
+    idle_since_ms: AtomicU64,
     /// The last command or subcommand (an id of the ACL catalog, which
     /// names subcommands `client|list` as CLIENT LIST shows them).
     pub last_command: AtomicUsize,
@@ -234,11 +242,51 @@ impl ClientInfo {
             .is_some_and(|u| Arc::ptr_eq(u, user))
     }
 
+    /// Enters (`true`) or leaves the wait for the client's next request.
+    /// Only the connection's own task calls this.
+    #[inline]
+    pub fn set_reading(&self, reading: bool) {
+        let waits = self.read_waits.load(Ordering::Relaxed);
+        if (waits & 1 == 1) != reading {
+            self.read_waits.store(waits + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// How long the connection has waited for a request, as of the last
+    /// sweep (a second's resolution, as Redis's `idle`): 0 when it is busy
+    /// or has read something since.
+    fn idle_ms(&self, age_ms: u64) -> u64 {
+        let waits = self.read_waits.load(Ordering::Relaxed);
+        if waits & 1 == 1 && waits == self.swept_waits.load(Ordering::Relaxed) {
+            age_ms.saturating_sub(self.idle_since_ms.load(Ordering::Relaxed))
+        } else {
+            0
+        }
+    }
+
+    /// Notes what the connection is doing now (`Registry::sweep_idle`) and
+    /// says whether an idle `timeout` (0: none) should close it.
+    fn sweep(&self, timeout_ms: u64) -> bool {
+        let age_ms = self.connected.elapsed().as_millis() as u64;
+        let waits = self.read_waits.load(Ordering::Relaxed);
+        if waits != self.swept_waits.load(Ordering::Relaxed) || waits & 1 == 0 {
+            // Busy, or a new wait since the last sweep: idle from now.
+            self.swept_waits.store(waits, Ordering::Relaxed);
+            self.idle_since_ms.store(age_ms, Ordering::Relaxed);
+            return false;
+        }
+        // Subscribers and monitors wait for others' output: Redis spares
+        // them, and blocked clients (who are never in a read wait here).
+        timeout_ms > 0
+            && !self.is_subscribed()
+            && !self.monitor.load(Ordering::Relaxed)
+            && self.idle_ms(age_ms) > timeout_ms
+    }
+
     /// One line of CLIENT LIST, in Redis's format.
     pub fn describe(&self, command_name: &str) -> String {
         let age = self.connected.elapsed();
-        let idle_ms =
-            (age.as_millis() as u64).saturating_sub(self.last_active_ms.load(Ordering::Relaxed));
+        let idle_ms = self.idle_ms(age.as_millis() as u64);
         // Redis's letters, in its order: O monitor, P subscribed, x in
         // MULTI, b blocked, N for none.
         let mut flags = String::new();
@@ -323,7 +371,9 @@ impl Registry {
             lib_ver: Mutex::new(String::new()),
             db: AtomicUsize::new(0),
             resp: AtomicU8::new(2),
-            last_active_ms: AtomicU64::new(0),
+            read_waits: AtomicU64::new(0),
+            swept_waits: AtomicU64::new(0),
+            idle_since_ms: AtomicU64::new(0),
             last_command: AtomicUsize::new(usize::MAX),
             qbuf: AtomicUsize::new(0),
             multi: AtomicI64::new(-1),
@@ -369,6 +419,28 @@ impl Registry {
             .count()
     }
 
+    /// Redis's `clientsCron` timeout check, run once a second: notes which
+    /// connections are waiting for a request and since when (CLIENT LIST's
+    /// `idle`), and closes those idle longer than `timeout_secs` (0: none).
+    /// Idleness is seen from here, not timed on each connection: a timer
+    /// armed per read cost every request, and a client already idle when
+    /// `CONFIG SET timeout` came was never closed. Returns how many it
+    /// closed.
+    pub fn sweep_idle(&self, timeout_secs: u64) -> usize {
+        let mut closed = 0;
+        for client in self.clients.lock().values() {
+            if client.sweep(timeout_secs.saturating_mul(1000)) {
+                log::debug!(
+                    "client id={} idle for over {timeout_secs} s: closing",
+                    client.id
+                );
+                client.request_kill();
+                closed += 1;
+            }
+        }
+        closed
+    }
+
     /// Asks every connection to close (shutdown).
     pub fn kill_all(&self) {
         for client in self.clients.lock().values() {
@@ -384,6 +456,39 @@ mod tests {
     fn client() -> Arc<ClientInfo> {
         let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
         Registry::default().register(addr, addr, 1).unwrap()
+    }
+
+    #[test]
+    fn a_sweep_closes_only_a_client_seen_waiting_for_a_request_too_long() {
+        let pause = || std::thread::sleep(std::time::Duration::from_millis(30));
+        let c = client();
+        // Busy (in a command): never idle, however long.
+        assert!(!c.sweep(10));
+        pause();
+        assert!(!c.sweep(10));
+        assert_eq!(c.idle_ms(u64::MAX), 0);
+        // Waiting: idle from the first sweep that sees the wait.
+        c.set_reading(true);
+        assert!(!c.sweep(10));
+        pause();
+        assert!(c.idle_ms(c.connected.elapsed().as_millis() as u64) >= 30);
+        // No timeout: counted, never closed.
+        assert!(!c.sweep(0));
+        assert!(c.sweep(10));
+        // A request read between two sweeps starts the count again.
+        c.set_reading(false);
+        c.set_reading(true);
+        assert_eq!(c.idle_ms(u64::MAX), 0);
+        assert!(!c.sweep(10));
+        pause();
+        // A subscriber or a monitor waits for others' output: spared.
+        c.set_subscriptions(1, 0, 0);
+        assert!(!c.sweep(10));
+        c.set_subscriptions(0, 0, 0);
+        c.monitor.store(true, Ordering::Relaxed);
+        assert!(!c.sweep(10));
+        c.monitor.store(false, Ordering::Relaxed);
+        assert!(c.sweep(10));
     }
 
     #[test]

@@ -182,17 +182,6 @@ async fn outbox_ready(outbox: Option<&Outbox>) {
     }
 }
 
-/// Completes after `secs` seconds; never for 0 (no `timeout`). The timer
-/// is made only when polled with a timeout: a `sleep` built for every read
-/// only to be left unpolled still read the clock and the runtime's handle
-/// (~7% of a GET's user time at -P 1).
-async fn idle_for(secs: u64) {
-    if secs == 0 {
-        std::future::pending::<()>().await;
-    }
-    tokio::time::sleep(Duration::from_secs(secs)).await;
-}
-
 async fn run<S: Stream>(
     shared: &Shared,
     stream: &mut S,
@@ -227,22 +216,17 @@ async fn run<S: Stream>(
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             buf.reserve(READ_CHUNK);
         }
-        // Subscribers and monitors are never closed for idling (Redis
-        // spares them too): they wait for others' output.
         let outbox = session.pubsub.outbox.clone();
-        let timeout = match outbox {
-            Some(_) => 0,
-            None => shared.runtime.timeout_secs.load(Ordering::Relaxed),
-        };
+        // The idle `timeout` is the once-a-second sweep's
+        // (`Registry::sweep_idle`): it closes a connection through `kill`
+        // when it has seen it in this wait long enough.
+        info.set_reading(true);
         let event = tokio::select! {
             read = stream.read_buf(buf) => Event::Read(read?),
             _ = &mut kill => return Ok(Exit::Done),
-            _ = idle_for(timeout) => {
-                log::debug!("client id={} idle for {timeout} s: closing", info.id);
-                return Ok(Exit::Done);
-            }
             _ = outbox_ready(outbox.as_deref()) => Event::Outbox,
         };
+        info.set_reading(false);
         let read = match event {
             Event::Read(0) => return Ok(Exit::Done),
             Event::Read(read) => read,

@@ -22,6 +22,9 @@ pub use crate::keyspace::COLLECTIONS_DIR;
 /// (Redis: 10 Hz, 25% of a core at most).
 const EXPIRE_PERIOD: Duration = Duration::from_millis(100);
 const EXPIRE_BUDGET: Duration = Duration::from_millis(25);
+/// How often idle clients are looked for (Redis's `clientsCron` visits
+/// every client once a second).
+const IDLE_SWEEP_PERIOD: Duration = Duration::from_secs(1);
 /// How long shutdown waits for connections to finish their last batch.
 const DRAIN_PATIENCE: Duration = Duration::from_secs(5);
 
@@ -180,6 +183,7 @@ impl Server {
         if shared.group.get().is_some() {
             runtime.spawn(crate::group::expire(shared.clone()));
         }
+        runtime.spawn(sweep_idle_clients(shared.clone()));
         let main_shared = shared.clone();
         let main = std::thread::Builder::new()
             .name("engram-main".into())
@@ -273,6 +277,18 @@ fn bind(
 }
 
 /// SIGTERM and SIGINT start a clean shutdown, as in Redis.
+/// The idle `timeout`, and CLIENT LIST's `idle`: `Registry::sweep_idle`
+/// once a period.
+async fn sweep_idle_clients(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(IDLE_SWEEP_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let timeout = shared.runtime.timeout_secs.load(Ordering::Relaxed);
+        shared.clients.sweep_idle(timeout);
+    }
+}
+
 async fn shutdown_on_signal(shared: Arc<Shared>) {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int)) = (

@@ -389,3 +389,44 @@ fn an_idle_client_is_closed_after_timeout() {
     ]);
     assert_eq!(subscriber.reply(), "[\"message\", \"ch\", \"m\"]");
 }
+
+/// The idle field of client `id`'s line in `list` (CLIENT LIST's reply).
+fn idle_of(list: &str, id: &str) -> u64 {
+    let line = list
+        .split("id=")
+        .find(|line| line.starts_with(&format!("{id} ")))
+        .unwrap_or_else(|| panic!("client {id} not in {list}"));
+    let idle = line.split(" idle=").nth(1).expect("an idle field");
+    idle[..idle.find(' ').unwrap()].parse().unwrap()
+}
+
+#[test]
+fn client_list_shows_idle_time_and_a_timeout_set_later_closes_an_idle_client() {
+    let (server, _dir, _conf) = start_debuggable();
+    let mut idle = Client::connect(&server);
+    let id = idle.call("CLIENT ID").replace("(integer) ", "");
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut admin = Client::connect(&server);
+    let list = admin.call("CLIENT LIST");
+    let seen = idle_of(&list, &id);
+    assert!((1..=3).contains(&seen), "idle={seen} after 2.5 s: {list}");
+    let own = admin.call("CLIENT ID").replace("(integer) ", "");
+    assert_eq!(idle_of(&admin.call("CLIENT LIST"), &own), 0);
+    // Idle for longer than the timeout before it was set: closed by the
+    // next sweeps, without sending anything.
+    let set = Instant::now();
+    admin.script(&[("CONFIG SET timeout 1", "OK")]);
+    let mut rest = String::new();
+    match idle.reader.read_line(&mut rest) {
+        Ok(0) => {}
+        Ok(_) => panic!("expected the idle connection closed, got {rest:?}"),
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+    }
+    assert!(
+        set.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        set.elapsed()
+    );
+    Client::connect(&server).script(&[("CONFIG SET timeout 0", "OK")]);
+    server.shutdown().unwrap();
+}

@@ -23,6 +23,10 @@
 //!    the page cache), and survives a power failure only after [`Region::sync`]
 //!    (`msync`) has returned. The kernel may write any dirty page back earlier
 //!    and in any order.
+//!    A *staged* region (`RegionOptions::staged`, emulated only: a private
+//!    mapping, `staged.rs`) keeps its stores in the process until a sync
+//!    writes them to the file: a process crash loses them as a power
+//!    failure would.
 //! 4. Nothing else is atomic: a multi-line record can be torn anywhere, so every
 //!    persistent record carries a checksum or a commit word written last.
 //!
@@ -44,6 +48,7 @@ mod mode;
 mod observer;
 mod offset;
 mod region;
+mod staged;
 mod tracker;
 
 pub use crashsim::{CrashPoint, CrashSim};

@@ -22,6 +22,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 
 use crate::flush::{cpu_supports, flush_range, store_fence, FlushInstruction};
+use crate::staged::DirtyPages;
 use crate::{Error, Mode, ModeChoice, PersistObserver, PmemOffset, Result, StoreTracker};
 
 pub const CACHE_LINE_BYTES: u64 = 64;
@@ -64,6 +65,13 @@ pub struct RegionOptions {
     /// large folios are dropped first (done in large reads that keep
     /// single pages: `Region::read_in_single_pages`).
     pub fine_writeback: bool,
+    /// Emulated memory only: map the file privately, so that stores stay
+    /// in the process's own pages, and make a sync copy the pages stored
+    /// to since the last one into the file (`pwrite` + `fdatasync`)
+    /// instead of `msync`ing a shared mapping (`staged.rs` says why).
+    /// Until then a store survives neither a power failure nor a process
+    /// crash: for owners whose every acknowledged write waits for a sync.
+    pub staged: bool,
 }
 
 impl Default for RegionOptions {
@@ -76,6 +84,7 @@ impl Default for RegionOptions {
             file_limit_bytes: None,
             observer: None,
             fine_writeback: false,
+            staged: false,
         }
     }
 }
@@ -89,6 +98,8 @@ impl std::fmt::Debug for RegionOptions {
             .field("populate", &self.populate)
             .field("file_limit_bytes", &self.file_limit_bytes)
             .field("observer", &self.observer.is_some())
+            .field("fine_writeback", &self.fine_writeback)
+            .field("staged", &self.staged)
             .finish()
     }
 }
@@ -113,6 +124,9 @@ pub struct Region {
     /// Sees every store before it happens (the integrity layer). Set once,
     /// before the first store; see [`Region::set_tracker`].
     tracker: OnceLock<Arc<dyn StoreTracker>>,
+    /// A staged region's pages stored to since the last sync
+    /// ([`RegionOptions::staged`]).
+    staged: Option<DirtyPages>,
 }
 
 impl std::fmt::Debug for Region {
@@ -232,6 +246,8 @@ impl Region {
             observer: options.observer,
             tracker: OnceLock::new(),
             fine_writeback: options.fine_writeback && mode == Mode::Emulated,
+            staged: (options.staged && mode == Mode::Emulated)
+                .then(|| DirtyPages::new(reserve_bytes)),
         };
         if len > 0 && region.fine_writeback {
             region.drop_cached_pages()?;
@@ -249,6 +265,7 @@ impl Region {
         debug_assert!(to <= self.reserve_bytes);
         let flags = match self.mode {
             Mode::Dax => libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC | libc::MAP_FIXED,
+            Mode::Emulated if self.staged.is_some() => libc::MAP_PRIVATE | libc::MAP_FIXED,
             Mode::Emulated => libc::MAP_SHARED | libc::MAP_FIXED,
         };
         // SAFETY: `[base + from, base + to)` lies inside our own reservation
@@ -408,7 +425,10 @@ impl Region {
         // writes the whole growth back as zeros. With fine-grained
         // writeback (frequent syncs) pre-fault for reading instead: the
         // first store to each page then takes a small write fault.
-        let advice = if self.fine_writeback {
+        // A staged region's pages are its own once written (copies of the
+        // file's): made so now, not by a fault on the write path, and
+        // never written back for it.
+        let advice = if self.fine_writeback && self.staged.is_none() {
             MADV_POPULATE_READ
         } else {
             MADV_POPULATE_WRITE
@@ -535,6 +555,12 @@ impl Region {
         unsafe { std::slice::from_raw_parts(pointer, len as usize) }
     }
 
+    /// Whether the region is staged ([`RegionOptions::staged`]): its stores
+    /// reach the file only at a sync.
+    pub fn is_staged(&self) -> bool {
+        self.staged.is_some()
+    }
+
     /// Whether the page cache is kept in single pages
     /// ([`RegionOptions::fine_writeback`], on emulated memory only).
     pub fn keeps_single_pages(&self) -> bool {
@@ -568,7 +594,7 @@ impl Region {
     /// Runs `store` inside the tracker's bracket (see [`StoreTracker`]).
     #[inline]
     fn tracked<R>(&self, offset: PmemOffset, len: u64, store: impl FnOnce() -> R) -> R {
-        match self.tracker.get() {
+        let result = match self.tracker.get() {
             None => store(),
             Some(tracker) => {
                 let ticket = tracker.before_store(offset.0, len);
@@ -576,7 +602,12 @@ impl Region {
                 tracker.after_store(self, ticket, offset.0, len);
                 result
             }
+        };
+        if let Some(dirty) = &self.staged {
+            // After the store: see `staged.rs`.
+            dirty.mark(offset.0, len);
         }
+        result
     }
 
     /// Installs the store tracker. Call it before the first store; a region
@@ -622,6 +653,9 @@ impl Region {
             .compare_exchange(expected, new, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
         if swapped {
+            if let Some(dirty) = &self.staged {
+                dirty.mark(offset.0, 8);
+            }
             self.observed_store(offset, new);
         }
         swapped
@@ -743,6 +777,9 @@ impl Region {
         if self.mode == Mode::Dax || len == 0 {
             return Ok(());
         }
+        if self.staged.is_some() {
+            return self.write_out(&[(offset, len)]);
+        }
         let (start, end) = self.page_span(offset, len);
         let pointer = self.pointer(PmemOffset(start), end - start);
         // SAFETY: page-aligned range inside our mapping.
@@ -785,6 +822,9 @@ impl Region {
         let Some((&(last, last_len), rest)) = ranges.split_last() else {
             return Ok(());
         };
+        if self.staged.is_some() {
+            return self.write_out(ranges);
+        }
         if self.mode == Mode::Emulated && !rest.is_empty() {
             let pages = |&(offset, len): &(PmemOffset, u64)| self.page_span(offset, len);
             // (An empty range would name the whole rest of the file:
@@ -808,6 +848,28 @@ impl Region {
     /// [`Region::sync`] over the whole mapped region.
     pub fn sync_all(&self) -> Result<()> {
         self.sync(PmemOffset(0), self.len())
+    }
+
+    /// A staged region's sync: copies the pages of `ranges` stored to
+    /// since the last sync into the file, then one `fdatasync` (the file's
+    /// size and extents were settled when it grew, so that writes no
+    /// metadata of its own).
+    fn write_out(&self, ranges: &[(PmemOffset, u64)]) -> Result<()> {
+        let dirty = self.staged.as_ref().expect("a staged region");
+        for &(offset, len) in ranges {
+            let (start, end) = self.page_span(offset, len);
+            for (from, to) in dirty.take(start, end.next_multiple_of(OS_PAGE_BYTES)) {
+                let to = to.min(self.len());
+                let bytes = self.read(PmemOffset(from), to - from);
+                use std::os::unix::fs::FileExt;
+                self.file
+                    .write_all_at(bytes, from)
+                    .map_err(|e| Error::io("writing out staged region", &self.path, e))?;
+            }
+        }
+        self.file
+            .sync_data()
+            .map_err(|e| Error::io("syncing region file", &self.path, e))
     }
 }
 
@@ -877,6 +939,71 @@ mod tests {
             reserve_bytes: 1 << 30,
             ..RegionOptions::default()
         }
+    }
+
+    /// The file's bytes at `[offset, offset + len)`, as a reader of the
+    /// file (not of the mapping) sees them.
+    fn in_file(path: &Path, offset: u64, len: usize) -> Vec<u8> {
+        use std::os::unix::fs::FileExt;
+        let mut bytes = vec![0; len];
+        File::open(path)
+            .unwrap()
+            .read_exact_at(&mut bytes, offset)
+            .unwrap();
+        bytes
+    }
+
+    /// A staged region's stores are in no file until a sync copies them,
+    /// and a sync copies exactly what it covers: a range sync leaves the
+    /// pages outside it for a later one, over growth too; what no sync
+    /// copied is gone when the region is dropped (a process crash).
+    #[test]
+    fn a_staged_region_writes_its_file_only_at_a_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("staged");
+        let page = OS_PAGE_BYTES;
+        let options = RegionOptions {
+            staged: true,
+            fine_writeback: true,
+            ..emulated()
+        };
+        let region = Region::create(&path, 4 * page, options.clone()).unwrap();
+        assert!(region.is_staged());
+        region.write(PmemOffset(100), b"first");
+        region.store_u64(PmemOffset(2 * page), 7);
+        assert_eq!(region.read(PmemOffset(100), 5), b"first");
+        assert_eq!(in_file(&path, 100, 5), [0; 5], "stored, not yet synced");
+        region.sync(PmemOffset(100), 5).unwrap();
+        assert_eq!(in_file(&path, 100, 5), b"first");
+        assert_eq!(in_file(&path, 2 * page, 8), [0; 8], "outside the sync");
+        region.grow_to(8 * page).unwrap();
+        region.write(PmemOffset(6 * page + 8), b"grown");
+        region.sync_ranges(&[(PmemOffset(6 * page), 16)]).unwrap();
+        assert_eq!(in_file(&path, 6 * page + 8, 5), b"grown");
+        assert_eq!(in_file(&path, 2 * page, 8), [0; 8]);
+        region.sync_all().unwrap();
+        assert_eq!(in_file(&path, 2 * page, 8), 7u64.to_le_bytes());
+        region.fetch_or_u64(PmemOffset(2 * page), 0b1000);
+        region.write(PmemOffset(100), b"FIRST");
+        region.sync_all().unwrap();
+        region.write(PmemOffset(3 * page), b"never synced");
+        drop(region);
+        let reopened = Region::open(&path, options).unwrap();
+        assert_eq!(reopened.read(PmemOffset(100), 5), b"FIRST");
+        assert_eq!(reopened.load_u64(PmemOffset(2 * page)), 15);
+        assert_eq!(reopened.read(PmemOffset(6 * page + 8), 5), b"grown");
+        assert_eq!(reopened.read(PmemOffset(3 * page), 12), [0; 12]);
+    }
+
+    /// Not staged, a store is in the file (the page cache) at once.
+    #[test]
+    fn a_shared_region_writes_its_file_at_each_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shared");
+        let region = Region::create(&path, 4 * OS_PAGE_BYTES, emulated()).unwrap();
+        assert!(!region.is_staged());
+        region.write(PmemOffset(100), b"first");
+        assert_eq!(in_file(&path, 100, 5), b"first");
     }
 
     /// Whether any extent of the file at `path` is reserved but unwritten

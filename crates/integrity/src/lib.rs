@@ -158,6 +158,7 @@ impl Integrity {
             file_limit_bytes: None,
             observer,
             fine_writeback: false,
+            staged: false,
         };
         if !path.exists() {
             create_file(dir, &path, Geometry::new(options.stripe_pages), data_id)?;
@@ -197,6 +198,14 @@ impl Integrity {
         report.shadow_restored = restore_shadow(&redundancy);
         let session = redundancy.meta.load_u64(SESSION_OFFSET);
         let this_boot = boot_tag();
+        // A staged data region (`engram_pmem::RegionOptions::staged`) loses
+        // its unsynced stores to a process crash too, so a session it ran
+        // is distrusted like one of another boot: its tag never matches.
+        let this_session = if data.is_staged() {
+            this_boot ^ STAGED_SESSION
+        } else {
+            this_boot
+        };
         report.unclean = session != 0;
         redundancy.load_marks();
         if report.created {
@@ -209,7 +218,7 @@ impl Integrity {
             // known of those pages.
             redundancy.mark_range(pages_with_groups, data_pages);
         }
-        redundancy.meta.store_u64(SESSION_OFFSET, this_boot);
+        redundancy.meta.store_u64(SESSION_OFFSET, this_session);
         redundancy.meta.persist(SESSION_OFFSET, 8);
         // On emulated memory the open session must be on disk before any
         // data page can be written back: else a power failure could leave
@@ -639,6 +648,10 @@ fn header_error(path: &Path, problem: layout::HeaderProblem) -> Error {
 /// This boot's identity as a session word (never 0): the kernel's boot id
 /// hashed, with the low bit set. A different tag at open means the machine
 /// restarted since the file was last open.
+/// Flipped in a staged data region's session tag (boot tags have bit 0
+/// set, so the tag stays non-zero: open).
+const STAGED_SESSION: u64 = 0b10;
+
 fn boot_tag() -> u64 {
     let id = std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     let crc = crc32c::crc32c(&id) as u64;

@@ -160,6 +160,7 @@ fn region_options(template: &RegionOptions, len: u64) -> RegionOptions {
         file_limit_bytes: None,
         observer: None,
         fine_writeback: false,
+        staged: false,
     }
 }
 

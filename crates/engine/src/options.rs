@@ -140,6 +140,16 @@ pub struct Options {
     /// `SyncPolicy::Always`. Ignored on DAX (a bit there costs a cache
     /// line) and for stores of format 1.
     pub lazy_retirement: bool,
+    /// Emulated memory: stage the data file's stores in the process's own
+    /// pages and copy them into the file at each sync (`pwrite` +
+    /// `fdatasync`) instead of `msync`ing a shared mapping
+    /// (`engram_pmem::RegionOptions::staged`): no writeback of a mapped
+    /// page, so none of the TLB flushes each cost. A store then survives
+    /// neither a power failure nor a process crash until the next sync,
+    /// so only an owner that syncs before every acknowledgement may ask
+    /// (the keyspace at `always`). Implied by `SyncPolicy::Always`.
+    /// Ignored on DAX.
+    pub staged: bool,
     /// How often the retirement thread syncs the whole file, sets the
     /// DELETED bits queued since, and releases dead blocks (each dead
     /// block is reused two such rounds after it died).
@@ -210,6 +220,7 @@ impl Default for Options {
             populate: true,
             fine_writeback: false,
             lazy_retirement: false,
+            staged: false,
             retirement_interval: Duration::from_millis(500),
             observer: None,
             recovery_visitor: None,

@@ -579,6 +579,12 @@ impl Store {
         append::sync_written(&self.state)
     }
 
+    /// Whether the data file is staged (`Options::staged`): a write
+    /// survives even a process crash only once a sync has copied it out.
+    pub fn is_staged(&self) -> bool {
+        self.state.space.region.is_staged()
+    }
+
     /// Whether lazy retirement's rounds order their bits against power
     /// loss (a whole-file sync each round; on by default). The owner turns
     /// it off while its writes are not promised to survive power loss
@@ -749,6 +755,7 @@ fn region_options(options: &Options) -> RegionOptions {
         file_limit_bytes: options.file_limit_bytes,
         observer: options.observer.as_ref().map(|observer| observer.0.clone()),
         fine_writeback: options.fine_writeback || options.sync == SyncPolicy::Always,
+        staged: options.staged || options.sync == SyncPolicy::Always,
     }
 }
 

@@ -320,16 +320,40 @@ impl Keyspace {
         &self.commit
     }
 
+    /// Whether the stores were opened staged (at `always`, `open.rs`):
+    /// they keep their writes in the process until each sync.
+    pub fn is_staged(&self) -> bool {
+        self.store.is_staged()
+    }
+
+    /// Why `durability` cannot be set now, if it cannot: staged stores
+    /// keep an acknowledged write only through the `always` rule's sync,
+    /// so no weaker rule may follow until they are opened again.
+    pub fn refuses_durability(&self, durability: Durability) -> Option<String> {
+        (durability != Durability::Always && self.is_staged()).then(|| {
+            format!(
+                "durability stays always until a restart: opened at always, the stores keep \
+                 each write in the process until its sync (start at {} instead)",
+                durability.name()
+            )
+        })
+    }
+
     /// Changes when writes are durable (CONFIG SET appendfsync): the group
     /// commit's rule, and whether the strings store's lazy retirement and
     /// the collections' checkpoints order their writes against power loss
     /// (needless at `process`, which promises survival of a process crash
-    /// only).
+    /// only). A rule `refuses_durability` names is not taken (the caller
+    /// asks first; this logs and keeps `always`).
     ///
     /// Ordering goes on before a stronger rule takes effect (a write
     /// acknowledged under it must not be stored unordered, in place where
     /// no tail sync looks) and off only after `process` did.
     pub fn set_durability(&self, durability: Durability) {
+        if let Some(reason) = self.refuses_durability(durability) {
+            log::warn!("{reason}");
+            return;
+        }
         let ordered = durability != Durability::Process;
         if ordered {
             self.store.set_power_fail_ordering(true);
@@ -2562,16 +2586,21 @@ mod tests {
     /// place (nothing appended), at `always` each update appends a new
     /// version (an in-place store there would dirty a page no tail sync
     /// covers). Lazy retirement, where the two differ, is what `always`
-    /// opens with.
+    /// and replicated nodes open with.
     #[test]
     fn a_durability_switch_turns_the_engine_s_ordering_with_it() {
         let dir = tempfile::tempdir().unwrap();
+        // Opened at `process` (at `always` the stores would be staged, and
+        // stay at `always`: next test), with lazy retirement as a
+        // replicated node's atomic batches ask for it.
         let options = KeyspaceOptions {
-            durability: Durability::Always,
+            durability: Durability::Process,
+            atomic_batches: true,
             checkpoints: engram_collections::CheckpointMode::Manual,
             ..KeyspaceOptions::default()
         };
         let ks = Keyspace::open_dir(dir.path(), &options).unwrap().keyspace;
+        assert!(!ks.is_staged());
         let store = ks.store();
         store.put(b"counter", &[0u8; 16]).unwrap();
         let appends = |update: u64| {
@@ -2579,11 +2608,45 @@ mod tests {
             assert_eq!(store.incr_by(b"counter", 8, 1).unwrap(), update);
             store.stats().appended_bytes > before
         };
-        assert!(appends(1), "at always an update appends");
-        ks.set_durability(Durability::Process);
-        assert!(!appends(2), "at process it is made in place");
+        assert!(!appends(1), "at process an update is made in place");
         ks.set_durability(Durability::Always);
-        assert!(appends(3), "back at always it appends again");
+        assert!(appends(2), "at always it appends");
+        ks.set_durability(Durability::Process);
+        assert!(!appends(3), "back at process it is made in place again");
+        Keyspace::close(ks).unwrap();
+    }
+
+    /// Opened at `always`, the stores are staged (their writes reach the
+    /// files only at each sync), so no weaker rule may follow until they
+    /// are opened again: it is refused with a reason, and a forced
+    /// `set_durability` keeps `always`. Opened again at `process`, they
+    /// are not staged.
+    #[test]
+    fn stores_opened_at_always_are_staged_and_keep_always() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = |durability| {
+            let options = KeyspaceOptions {
+                durability,
+                checkpoints: engram_collections::CheckpointMode::Manual,
+                ..KeyspaceOptions::default()
+            };
+            Keyspace::open_dir(dir.path(), &options).unwrap().keyspace
+        };
+        let ks = open(Durability::Always);
+        assert!(ks.is_staged());
+        assert_eq!(ks.refuses_durability(Durability::Always), None);
+        for weaker in [Durability::Everysec, Durability::Process] {
+            let reason = ks.refuses_durability(weaker).expect("refused");
+            assert!(reason.contains("until a restart"), "{reason}");
+            ks.set_durability(weaker);
+            assert_eq!(ks.commit().durability(), Durability::Always);
+        }
+        ks.store().put(b"k", b"v").unwrap();
+        Keyspace::close(ks).unwrap();
+        let ks = open(Durability::Process);
+        assert!(!ks.is_staged());
+        assert_eq!(ks.refuses_durability(Durability::Process), None);
+        assert_eq!(ks.store().get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
         Keyspace::close(ks).unwrap();
     }
 

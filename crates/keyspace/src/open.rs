@@ -113,6 +113,12 @@ impl Keyspace {
         // `always` at run time works, with more bytes written per sync
         // until the next open.
         let fine_writeback = options.durability == Durability::Always;
+        // At `always` every acknowledgement waits for a sync, so the stores
+        // may keep their writes in the process until it (`staged` in
+        // engram-pmem): no mapped page is written back, and none costs a
+        // TLB flush. They stay staged until the next open, and with them
+        // the `always` rule (`Keyspace::set_durability`).
+        let staged = options.durability == Durability::Always;
         let started = Instant::now();
         // The engine's recovery fills the keyspace's books as it reads
         // every record (`recovered.rs`), so nothing reads them again.
@@ -144,6 +150,7 @@ impl Keyspace {
                     region: RegionOptions {
                         mode: options.mode,
                         fine_writeback,
+                        staged,
                         ..RegionOptions::default()
                     },
                     ..OpLogOptions::default()
@@ -195,6 +202,7 @@ fn store_options(options: &KeyspaceOptions, fine_writeback: bool) -> Options {
         // The keyspace's group commit decides when to msync.
         sync: SyncPolicy::Never,
         fine_writeback,
+        staged: fine_writeback,
         integrity: options.integrity.clone(),
         ..Options::default()
     }

@@ -345,6 +345,28 @@ fn authentication() {
     server.shutdown().unwrap();
 }
 
+/// Started at `always`, the stores are staged (their writes reach the
+/// files only at each sync): CONFIG SET refuses a weaker rule with the
+/// reason, and the rule stays `always`.
+#[test]
+fn a_server_started_at_always_keeps_always() {
+    let (server, _dir) = start_with(Config {
+        durability: engram_server::keyspace::Durability::Always,
+        ..Config::default()
+    });
+    let mut c = Client::connect(&server);
+    c.script(&[
+        ("CONFIG GET appendfsync", "[\"appendfsync\", \"always\"]"),
+        ("CONFIG SET appendfsync always", "OK"),
+        ("CONFIG SET appendfsync everysec", "(error) ERR CONFIG SET failed (possibly related to argument 'appendfsync') - durability stays always until a restart: opened at always, the stores keep each write in the process until its sync (start at everysec instead)"),
+        ("CONFIG SET durability process", "(error) ERR CONFIG SET failed (possibly related to argument 'durability') - durability stays always until a restart: opened at always, the stores keep each write in the process until its sync (start at process instead)"),
+        ("CONFIG GET durability", "[\"durability\", \"always\"]"),
+        ("SET k v", "OK"),
+        ("LPUSH l a", "(integer) 1"),
+    ]);
+    server.shutdown().unwrap();
+}
+
 #[test]
 fn server_commands_and_config() {
     let (server, _dir) = start();

@@ -11,6 +11,7 @@ use super::{
 };
 use crate::config::{appendfsync_name, parse_durability, parse_memory, LogLevel};
 use crate::keyspace::durability::unix_now;
+use crate::keyspace::Keyspace;
 use crate::resp::Args;
 use crate::{glob, info, redis_params};
 
@@ -289,6 +290,7 @@ fn config(ctx: &mut Ctx, args: Args) -> CmdResult {
             // Validate everything first so a bad pair changes nothing.
             let mut changes = Vec::new();
             let mut seen: Vec<String> = Vec::new();
+            let keyspace = ctx.ks();
             for i in (2..args.len()).step_by(2) {
                 let name = lowercase(args.get(i));
                 let value = String::from_utf8_lossy(args.get(i + 1)).into_owned();
@@ -300,7 +302,7 @@ fn config(ctx: &mut Ctx, args: Args) -> CmdResult {
                     )));
                 }
                 seen.push(canonical);
-                changes.push(validate_setting(&name, &value)?);
+                changes.push(validate_setting(keyspace, &name, &value)?);
             }
             for change in changes {
                 change(ctx);
@@ -345,7 +347,7 @@ fn config(ctx: &mut Ctx, args: Args) -> CmdResult {
 
 type Change = Box<dyn FnOnce(&mut Ctx)>;
 
-fn validate_setting(name: &str, value: &str) -> Result<Change, CmdError> {
+fn validate_setting(keyspace: &Keyspace, name: &str, value: &str) -> Result<Change, CmdError> {
     let failed = |reason: String| {
         err(format!(
             "ERR CONFIG SET failed (possibly related to argument '{name}') - {reason}"
@@ -377,6 +379,9 @@ fn validate_setting(name: &str, value: &str) -> Result<Change, CmdError> {
     Ok(match name {
         "durability" | "appendfsync" => {
             let durability = parse_durability(value).map_err(failed)?;
+            if let Some(reason) = keyspace.refuses_durability(durability) {
+                return Err(failed(reason));
+            }
             Box::new(move |ctx: &mut Ctx| {
                 ctx.ks().set_durability(durability);
                 log::info!("durability set to {}", durability.name());

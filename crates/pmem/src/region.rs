@@ -855,21 +855,30 @@ impl Region {
     /// size and extents were settled when it grew, so that writes no
     /// metadata of its own).
     fn write_out(&self, ranges: &[(PmemOffset, u64)]) -> Result<()> {
+        use std::os::unix::fs::FileExt;
         let dirty = self.staged.as_ref().expect("a staged region");
-        for &(offset, len) in ranges {
-            let (start, end) = self.page_span(offset, len);
-            for (from, to) in dirty.take(start, end.next_multiple_of(OS_PAGE_BYTES)) {
+        let mut runs = Vec::new();
+        {
+            let _turn = dirty.lock_copying();
+            for &(offset, len) in ranges {
+                let (start, end) = self.page_span(offset, len);
+                runs.extend(dirty.take(start, end.next_multiple_of(OS_PAGE_BYTES)));
+            }
+            for &(from, to) in &runs {
                 let to = to.min(self.len());
-                let bytes = self.read(PmemOffset(from), to - from);
-                use std::os::unix::fs::FileExt;
-                self.file
-                    .write_all_at(bytes, from)
-                    .map_err(|e| Error::io("writing out staged region", &self.path, e))?;
+                let copied = self
+                    .file
+                    .write_all_at(self.read(PmemOffset(from), to - from), from);
+                if let Err(e) = copied {
+                    dirty.mark_runs(&runs);
+                    return Err(Error::io("writing out staged region", &self.path, e));
+                }
             }
         }
-        self.file
-            .sync_data()
-            .map_err(|e| Error::io("syncing region file", &self.path, e))
+        self.file.sync_data().map_err(|e| {
+            dirty.mark_runs(&runs);
+            Error::io("syncing region file", &self.path, e)
+        })
     }
 }
 

@@ -22,9 +22,20 @@
 //! store *after* it is made, taken (swapped to 0) by a sync *before* it
 //! copies. So a sync copies every store whose bit it took, and a store
 //! whose bit it missed leaves its bit for the next sync.
+//!
+//! Syncs take and copy one at a time ([`DirtyPages::lock_copying`]), and
+//! each `fdatasync`s after its turn: a sync that finds a page's bit taken
+//! by another has waited for that one's copy, so its own `fdatasync`
+//! covers the page. (Without the turn, a group commit could return while
+//! a retirement round it raced still held the page uncopied.) A failed
+//! copy or `fdatasync` puts the bits it took back ([`DirtyPages::mark_runs`]):
+//! the next sync writes those pages again, whatever the kernel did with
+//! the ones that failed.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::region::OS_PAGE_BYTES;
 
@@ -37,6 +48,7 @@ const WORDS_PER_CHUNK: usize = (CHUNK_PAGES / 64) as usize;
 /// One bit per page of a region: stored to since the last sync took it.
 pub struct DirtyPages {
     chunks: Box<[OnceLock<Box<[AtomicU64]>>]>,
+    copying: Mutex<()>,
 }
 
 impl DirtyPages {
@@ -46,6 +58,20 @@ impl DirtyPages {
         let chunks = pages.div_ceil(CHUNK_PAGES) as usize;
         DirtyPages {
             chunks: (0..chunks).map(|_| OnceLock::new()).collect(),
+            copying: Mutex::new(()),
+        }
+    }
+
+    /// A sync's turn to take bits and copy their pages (see the module).
+    pub fn lock_copying(&self) -> MutexGuard<'_, ()> {
+        self.copying.lock()
+    }
+
+    /// Marks again the pages of `runs` (from [`DirtyPages::take`]) that a
+    /// failed sync took.
+    pub fn mark_runs(&self, runs: &[(u64, u64)]) {
+        for &(start, end) in runs {
+            self.mark(start, end - start);
         }
     }
 
@@ -144,6 +170,17 @@ mod tests {
             ]
         );
         assert_eq!(dirty.take(0, 4 << 30), vec![]);
+    }
+
+    #[test]
+    fn runs_a_failed_sync_took_are_marked_again() {
+        let dirty = DirtyPages::new(1 << 30);
+        dirty.mark(3 * P, 2 * P + 1); // pages 3..=5
+        dirty.mark(9 * P, 1);
+        let taken = dirty.take(0, 1 << 30);
+        assert_eq!(taken, vec![(3 * P, 6 * P), (9 * P, 10 * P)]);
+        dirty.mark_runs(&taken);
+        assert_eq!(dirty.take(0, 1 << 30), taken);
     }
 
     #[test]

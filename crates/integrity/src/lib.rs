@@ -645,13 +645,13 @@ fn header_error(path: &Path, problem: layout::HeaderProblem) -> Error {
     }
 }
 
-/// This boot's identity as a session word (never 0): the kernel's boot id
-/// hashed, with the low bit set. A different tag at open means the machine
-/// restarted since the file was last open.
 /// Flipped in a staged data region's session tag (boot tags have bit 0
 /// set, so the tag stays non-zero: open).
 const STAGED_SESSION: u64 = 0b10;
 
+/// This boot's identity as a session word (never 0): the kernel's boot id
+/// hashed, with the low bit set. A different tag at open means the machine
+/// restarted since the file was last open.
 fn boot_tag() -> u64 {
     let id = std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     let crc = crc32c::crc32c(&id) as u64;

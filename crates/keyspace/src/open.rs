@@ -133,7 +133,7 @@ impl Keyspace {
                 // `retirement.rs`). Collections' images keep the eager
                 // path: the checkpointer syncs them whole anyway.
                 lazy_retirement: fine_writeback || options.atomic_batches,
-                ..store_options(options, fine_writeback)
+                ..store_options(options, fine_writeback, staged)
             },
         )
         .map_err(|source| OpenError::Store {
@@ -155,7 +155,7 @@ impl Keyspace {
                     },
                     ..OpLogOptions::default()
                 },
-                images: store_options(options, fine_writeback),
+                images: store_options(options, fine_writeback, staged),
                 checkpoint_log_bytes: options.collections_checkpoint_bytes,
                 backpressure_factor: options.collections_backpressure_factor,
                 checkpoints: options.checkpoints,
@@ -196,13 +196,13 @@ impl Keyspace {
     }
 }
 
-fn store_options(options: &KeyspaceOptions, fine_writeback: bool) -> Options {
+fn store_options(options: &KeyspaceOptions, fine_writeback: bool, staged: bool) -> Options {
     Options {
         mode: options.mode,
         // The keyspace's group commit decides when to msync.
         sync: SyncPolicy::Never,
         fine_writeback,
-        staged: fine_writeback,
+        staged,
         integrity: options.integrity.clone(),
         ..Options::default()
     }

@@ -424,10 +424,8 @@ impl Registry {
     /// `idle`), and closes those idle longer than `timeout_secs` (0: none).
     /// Idleness is seen from here, not timed on each connection: a timer
     /// armed per read cost every request, and a client already idle when
-    /// `CONFIG SET timeout` came was never closed. Returns how many it
-    /// closed.
-    pub fn sweep_idle(&self, timeout_secs: u64) -> usize {
-        let mut closed = 0;
+    /// `CONFIG SET timeout` came was never closed.
+    pub fn sweep_idle(&self, timeout_secs: u64) {
         for client in self.clients.lock().values() {
             if client.sweep(timeout_secs.saturating_mul(1000)) {
                 log::debug!(
@@ -435,10 +433,8 @@ impl Registry {
                     client.id
                 );
                 client.request_kill();
-                closed += 1;
             }
         }
-        closed
     }
 
     /// Asks every connection to close (shutdown).

@@ -276,7 +276,6 @@ fn bind(
     Ok(Listeners { plain, tls })
 }
 
-/// SIGTERM and SIGINT start a clean shutdown, as in Redis.
 /// The idle `timeout`, and CLIENT LIST's `idle`: `Registry::sweep_idle`
 /// once a period.
 async fn sweep_idle_clients(shared: Arc<Shared>) {
@@ -289,6 +288,7 @@ async fn sweep_idle_clients(shared: Arc<Shared>) {
     }
 }
 
+/// SIGTERM and SIGINT start a clean shutdown, as in Redis.
 async fn shutdown_on_signal(shared: Arc<Shared>) {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int)) = (

@@ -370,6 +370,7 @@ fn update_existing(keys: &mut impl Keys, key: &[u8], change: impl FnOnce(&mut Ob
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::StreamId;
     use hashbrown::HashMap;
 
     fn b(s: &str) -> Bytes {
@@ -395,6 +396,11 @@ mod tests {
             Op::SortedSetAdd {
                 key: b("k"),
                 pairs: vec![(1.5, b("m"))],
+            },
+            Op::StreamAdd {
+                key: b("k"),
+                id: StreamId::new(1, 1),
+                fields: vec![b("f"), b("v")],
             },
         ]
     }

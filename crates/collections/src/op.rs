@@ -295,6 +295,9 @@ impl<B: OpBytes> Op<B> {
             Op::HashSet { pairs, .. } => !pairs.is_empty(),
             Op::SetAdd { members, .. } => !members.is_empty(),
             Op::SortedSetAdd { pairs, .. } => !pairs.is_empty(),
+            // A stream keeps its key even when trimmed to nothing; an
+            // entry is never empty (XADD needs a field and a value).
+            Op::StreamAdd { .. } => true,
             _ => false,
         }
     }

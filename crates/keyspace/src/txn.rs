@@ -31,7 +31,7 @@
 
 use std::sync::atomic::Ordering;
 
-use engram_collections::types::FieldWarm;
+use engram_collections::types::{FieldWarm, StreamId};
 use engram_collections::{apply, op::Bytes, Entry, Op, Undo, Writer};
 use engram_engine::WordUpdate;
 use smallvec::SmallVec;
@@ -551,7 +551,7 @@ impl<'a> Txn<'a> {
     /// allocates and frees nothing. Returns how many fields were new.
     pub fn hash_set(&mut self, db: usize, key: &[u8], pairs: Vec<(&[u8], &[u8])>) -> Result<usize> {
         let ekey = self.ks.physical_ekey(db, key)?;
-        self.log_borrowed(Op::HashSet { key: &ekey, pairs })
+        self.log_borrowed(vec![Op::HashSet { key: &ekey, pairs }])
     }
 
     /// ZADD's write, its members borrowed from the request (see
@@ -564,7 +564,7 @@ impl<'a> Txn<'a> {
         pairs: Vec<(f64, &[u8])>,
     ) -> Result<()> {
         let ekey = self.ks.physical_ekey(db, key)?;
-        self.log_borrowed(Op::SortedSetAdd { key: &ekey, pairs })
+        self.log_borrowed(vec![Op::SortedSetAdd { key: &ekey, pairs }])
             .map(drop)
     }
 
@@ -579,16 +579,43 @@ impl<'a> Txn<'a> {
         values: Vec<&[u8]>,
     ) -> Result<()> {
         let ekey = self.ks.physical_ekey(db, key)?;
-        self.log_borrowed(Op::ListPush {
+        self.log_borrowed(vec![Op::ListPush {
             key: &ekey,
             front,
             values,
-        })
+        }])
         .map(drop)
     }
 
-    /// Logs and applies `op` (on a key's stored name, as `physical_ekey`
-    /// gives it), its byte strings borrowed (from the request): in a direct
+    /// XADD's write, its fields and values borrowed from the request (see
+    /// [`Txn::log_borrowed`]): the stream packs them into its last node,
+    /// and `trim` entries (a resolved MAXLEN or MINID, 0 for none) go from
+    /// its front in the same write.
+    pub fn stream_add(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        id: StreamId,
+        fields: Vec<&[u8]>,
+        trim: u64,
+    ) -> Result<()> {
+        let ekey = self.ks.physical_ekey(db, key)?;
+        let mut ops = vec![Op::StreamAdd {
+            key: &ekey[..],
+            id,
+            fields,
+        }];
+        if trim > 0 {
+            ops.push(Op::StreamTrim {
+                key: &ekey[..],
+                count: trim,
+            });
+        }
+        self.log_borrowed(ops).map(drop)
+    }
+
+    /// Logs and applies `ops` (on a key's stored name, as `physical_ekey`
+    /// gives it), their byte strings borrowed (from the request): in a direct
     /// transaction nothing is copied into an operation of its own; the log
     /// record is encoded from the borrowed bytes and the structure copies
     /// only what it keeps. On a hot key the two network workers take turns
@@ -596,17 +623,18 @@ impl<'a> Txn<'a> {
     /// other one waits (HSET -P 16 to one hash: 3.9 -> 3.3 us of CPU a
     /// call). In an atomic transaction the operation is kept until the
     /// commit, so it is made owned (`Op::into_owned`).
-    fn log_borrowed(&mut self, op: Op<&[u8]>) -> Result<usize> {
+    fn log_borrowed(&mut self, ops: Vec<Op<&[u8]>>) -> Result<usize> {
         if self.batch.is_none() {
-            return self.log_direct(vec![op]);
+            return self.log_direct(ops);
         }
         if self.rollback {
-            return self.log_atomic::<&[u8]>(None, vec![op.into_owned()]);
+            let owned = ops.into_iter().map(Op::into_owned).collect();
+            return self.log_atomic::<&[u8]>(None, owned);
         }
-        // No undo to record: the borrowed operation is applied (the
-        // structure copies only what it keeps), its owned copy kept.
-        let owned = op.clone().into_owned();
-        self.log_atomic(Some(vec![op]), vec![owned])
+        // No undo to record: the borrowed operations are applied (the
+        // structure copies only what it keeps), their owned copies kept.
+        let owned = ops.iter().map(|op| op.clone().into_owned()).collect();
+        self.log_atomic(Some(ops), owned)
     }
 
     /// `log_counting` of operations on stored keys.

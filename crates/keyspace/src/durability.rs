@@ -173,7 +173,12 @@ impl RateWindow {
 pub type SyncFn = Box<dyn Fn() -> Option<Result<(), String>> + Send + Sync>;
 
 pub struct GroupCommit {
+    /// The rule in force.
     durability: AtomicU8,
+    /// The rule last asked for (the configuration, CONFIG SET): the one in
+    /// force unless the stores cannot follow it until they are opened
+    /// again (`Keyspace::set_durability`); a reopening takes it.
+    requested: AtomicU8,
     /// Real persistent memory: every write is durable on return.
     dax: bool,
     /// Tickets issued: each is a batch of writes waiting for a sync.
@@ -210,6 +215,7 @@ impl GroupCommit {
     pub fn new(durability: Durability, dax: bool, sync: SyncFn) -> GroupCommit {
         GroupCommit {
             durability: AtomicU8::new(durability as u8),
+            requested: AtomicU8::new(durability as u8),
             dax,
             issued: AtomicU64::new(0),
             synced: watch::Sender::new(0),
@@ -237,6 +243,17 @@ impl GroupCommit {
     /// Takes effect for writes acknowledged from now on.
     pub fn set_durability(&self, durability: Durability) {
         self.durability.store(durability as u8, Ordering::Relaxed);
+    }
+
+    /// The rule last asked for, which the stores take when next opened
+    /// (the one in force, [`GroupCommit::durability`], unless a staged
+    /// keyspace keeps `always` until then).
+    pub fn requested(&self) -> Durability {
+        Durability::from_u8(self.requested.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn request(&self, durability: Durability) {
+        self.requested.store(durability as u8, Ordering::Relaxed);
     }
 
     pub fn is_dax(&self) -> bool {

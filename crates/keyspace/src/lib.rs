@@ -326,14 +326,16 @@ impl Keyspace {
         self.store.is_staged()
     }
 
-    /// Why `durability` cannot be set now, if it cannot: staged stores
-    /// keep an acknowledged write only through the `always` rule's sync,
-    /// so no weaker rule may follow until they are opened again.
-    pub fn refuses_durability(&self, durability: Durability) -> Option<String> {
+    /// Why `durability`, if set now, waits until the stores are opened
+    /// again: staged stores keep an acknowledged write only through the
+    /// `always` rule's sync, so they keep that rule (stronger than the one
+    /// asked for) until a restart or DEBUG RELOAD opens them unstaged.
+    pub fn defers_durability(&self, durability: Durability) -> Option<String> {
         (durability != Durability::Always && self.is_staged()).then(|| {
             format!(
-                "durability stays always until a restart: opened at always, the stores keep \
-                 each write in the process until its sync (start at {} instead)",
+                "durability {} takes effect at the next restart (or DEBUG RELOAD); until then \
+                 it stays always: opened at always, the stores keep each write in the process \
+                 until its sync",
                 durability.name()
             )
         })
@@ -343,14 +345,16 @@ impl Keyspace {
     /// commit's rule, and whether the strings store's lazy retirement and
     /// the collections' checkpoints order their writes against power loss
     /// (needless at `process`, which promises survival of a process crash
-    /// only). A rule `refuses_durability` names is not taken (the caller
-    /// asks first; this logs and keeps `always`).
+    /// only). A rule `defers_durability` names is only noted as asked for
+    /// (`GroupCommit::requested`, which the next opening takes) and logged;
+    /// `always` stays in force.
     ///
     /// Ordering goes on before a stronger rule takes effect (a write
     /// acknowledged under it must not be stored unordered, in place where
     /// no tail sync looks) and off only after `process` did.
     pub fn set_durability(&self, durability: Durability) {
-        if let Some(reason) = self.refuses_durability(durability) {
+        self.commit.request(durability);
+        if let Some(reason) = self.defers_durability(durability) {
             log::warn!("{reason}");
             return;
         }
@@ -2617,10 +2621,10 @@ mod tests {
     }
 
     /// Opened at `always`, the stores are staged (their writes reach the
-    /// files only at each sync), so no weaker rule may follow until they
-    /// are opened again: it is refused with a reason, and a forced
-    /// `set_durability` keeps `always`. Opened again at `process`, they
-    /// are not staged.
+    /// files only at each sync), so no weaker rule takes effect until they
+    /// are opened again: `set_durability` notes it as asked for (the rule
+    /// the next opening takes) and keeps `always` in force. Opened again at
+    /// `process`, they are not staged.
     #[test]
     fn stores_opened_at_always_are_staged_and_keep_always() {
         let dir = tempfile::tempdir().unwrap();
@@ -2634,18 +2638,21 @@ mod tests {
         };
         let ks = open(Durability::Always);
         assert!(ks.is_staged());
-        assert_eq!(ks.refuses_durability(Durability::Always), None);
+        assert_eq!(ks.defers_durability(Durability::Always), None);
         for weaker in [Durability::Everysec, Durability::Process] {
-            let reason = ks.refuses_durability(weaker).expect("refused");
-            assert!(reason.contains("until a restart"), "{reason}");
+            let reason = ks.defers_durability(weaker).expect("deferred");
+            assert!(reason.contains("next restart"), "{reason}");
             ks.set_durability(weaker);
             assert_eq!(ks.commit().durability(), Durability::Always);
+            assert_eq!(ks.commit().requested(), weaker);
         }
+        ks.set_durability(Durability::Always);
+        assert_eq!(ks.commit().requested(), Durability::Always);
         ks.store().put(b"k", b"v").unwrap();
         Keyspace::close(ks).unwrap();
         let ks = open(Durability::Process);
         assert!(!ks.is_staged());
-        assert_eq!(ks.refuses_durability(Durability::Process), None);
+        assert_eq!(ks.defers_durability(Durability::Process), None);
         assert_eq!(ks.store().get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
         Keyspace::close(ks).unwrap();
     }

@@ -352,6 +352,7 @@ fn persistence(ks: &Keyspace, out: &mut String) -> std::fmt::Result {
          aof_last_write_status:{}\r\n\
          durability:{}\r\n\
          appendfsync:{}\r\n\
+         durability_requested:{}\r\n\
          syncs:{}\r\n\
          sync_failures:{}\r\n\
          syncs_per_sec:{}\r\n\
@@ -370,6 +371,7 @@ fn persistence(ks: &Keyspace, out: &mut String) -> std::fmt::Result {
         },
         durability.name(),
         crate::config::appendfsync_name(durability),
+        commit.requested().name(),
         durable.syncs.load(Ordering::Relaxed),
         durable.sync_failures.load(Ordering::Relaxed),
         durable.syncs_last_second.load(Ordering::Relaxed),

@@ -132,7 +132,9 @@ async fn swap_in_fresh(shared: &Shared) -> Result<(), String> {
     // WATCHes were made on the keyspace going away: as after a FLUSHALL,
     // their transactions fail.
     old.abort_all_watches();
-    let durability = old.commit().durability();
+    // The rule last asked for: a staged keyspace kept `always` in force
+    // until this reopening.
+    let durability = old.commit().requested();
     let mut options = crate::serve::keyspace_options(&shared.config);
     options.durability = durability;
     let dir = shared.config.dir.clone();

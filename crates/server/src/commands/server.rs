@@ -11,7 +11,6 @@ use super::{
 };
 use crate::config::{appendfsync_name, parse_durability, parse_memory, LogLevel};
 use crate::keyspace::durability::unix_now;
-use crate::keyspace::Keyspace;
 use crate::resp::Args;
 use crate::{glob, info, redis_params};
 
@@ -155,7 +154,9 @@ fn live_parameters(ctx: &Ctx) -> Vec<(&'static str, String)> {
     let shared = ctx.shared;
     let config = &shared.config;
     let runtime = &shared.runtime;
-    let durability = ctx.ks().commit().durability();
+    // The rule asked for, which CONFIG REWRITE keeps and the next opening
+    // takes (INFO persistence shows the one in force).
+    let durability = ctx.ks().commit().requested();
     let integrity = &config.integrity;
     let stats = ctx.ks().store().integrity_stats();
     vec![
@@ -290,7 +291,6 @@ fn config(ctx: &mut Ctx, args: Args) -> CmdResult {
             // Validate everything first so a bad pair changes nothing.
             let mut changes = Vec::new();
             let mut seen: Vec<String> = Vec::new();
-            let keyspace = ctx.ks();
             for i in (2..args.len()).step_by(2) {
                 let name = lowercase(args.get(i));
                 let value = String::from_utf8_lossy(args.get(i + 1)).into_owned();
@@ -302,7 +302,7 @@ fn config(ctx: &mut Ctx, args: Args) -> CmdResult {
                     )));
                 }
                 seen.push(canonical);
-                changes.push(validate_setting(keyspace, &name, &value)?);
+                changes.push(validate_setting(&name, &value)?);
             }
             for change in changes {
                 change(ctx);
@@ -347,7 +347,7 @@ fn config(ctx: &mut Ctx, args: Args) -> CmdResult {
 
 type Change = Box<dyn FnOnce(&mut Ctx)>;
 
-fn validate_setting(keyspace: &Keyspace, name: &str, value: &str) -> Result<Change, CmdError> {
+fn validate_setting(name: &str, value: &str) -> Result<Change, CmdError> {
     let failed = |reason: String| {
         err(format!(
             "ERR CONFIG SET failed (possibly related to argument '{name}') - {reason}"
@@ -379,10 +379,8 @@ fn validate_setting(keyspace: &Keyspace, name: &str, value: &str) -> Result<Chan
     Ok(match name {
         "durability" | "appendfsync" => {
             let durability = parse_durability(value).map_err(failed)?;
-            if let Some(reason) = keyspace.refuses_durability(durability) {
-                return Err(failed(reason));
-            }
             Box::new(move |ctx: &mut Ctx| {
+                // A staged keyspace logs why the rule waits for a reopening.
                 ctx.ks().set_durability(durability);
                 log::info!("durability set to {}", durability.name());
             })

@@ -228,3 +228,35 @@ fn at_always_one_runtime_serves_every_client() {
     assert_eq!(c.call("GET k"), "\"v\"");
     assert_eq!(info_number(&mut c, "server", "net_loop_moves"), 0);
 }
+
+/// One loop serves its clients in the order their requests arrived, as
+/// Redis's event loop does: a client that sends a command and then has
+/// another client send one (Redis's suite does it with a deferring client,
+/// a blocked XREADGROUP and a DEL) sees its own run first. tokio's LIFO
+/// slot ran the last client the reactor woke first, so of two requests
+/// that arrived together the second ran first (`net_loops.rs`).
+#[test]
+fn one_loop_serves_requests_in_the_order_they_arrived() {
+    let (server, _dir, _conf) = two_loops();
+    let mut admin = Client::connect(&server);
+    assert_eq!(admin.call("DEBUG NET-LOOPS 1"), "(integer) 1");
+    let mut first = Client::connect(&server);
+    let mut second = Client::connect(&server);
+    // Both at home on the one loop.
+    assert_eq!(first.call("PING"), "PONG");
+    assert_eq!(second.call("PING"), "PONG");
+    let mut overtaken = 0;
+    for round in 0..300 {
+        first.send(&format!("SET k first{round}"));
+        second.send(&format!("SET k second{round}"));
+        assert_eq!(first.reply(), "OK");
+        assert_eq!(second.reply(), "OK");
+        if admin.call("GET k") != format!("\"second{round}\"") {
+            overtaken += 1;
+        }
+    }
+    assert_eq!(
+        overtaken, 0,
+        "of 300 rounds, the second request ran first in some"
+    );
+}

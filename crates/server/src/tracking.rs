@@ -27,7 +27,7 @@
 //! client at all, the request path pays one relaxed load.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::{BufMut, BytesMut};
@@ -67,12 +67,16 @@ struct Inner {
     /// BCAST: prefix → its clients.
     prefixes: BTreeMap<Box<[u8]>, HashSet<u64>>,
     clients: HashMap<u64, Tracker>,
+    /// Whether this server holds a `modified::want` (while `engaged`).
+    wanted: bool,
 }
 
 /// The server's tracking state (in `Shared`).
 pub struct Tracking {
-    /// Clients with tracking on: zero keeps the request path free of it.
-    on: AtomicUsize,
+    /// Some client tracks, or the table still holds keys read by clients
+    /// that stopped (they go when written or flushed, as in Redis): while
+    /// false the request path is free of tracking.
+    engaged: AtomicBool,
     /// `tracking-table-max-keys` (0: no limit).
     max_keys: AtomicUsize,
     inner: Mutex<Inner>,
@@ -96,7 +100,7 @@ struct Message {
 impl Default for Tracking {
     fn default() -> Self {
         Tracking {
-            on: AtomicUsize::new(0),
+            engaged: AtomicBool::new(false),
             max_keys: AtomicUsize::new(1_000_000),
             inner: Mutex::default(),
         }
@@ -111,7 +115,18 @@ impl Tracking {
     }
 
     pub fn active(&self) -> bool {
-        self.on.load(Ordering::Relaxed) > 0
+        self.engaged.load(Ordering::Relaxed)
+    }
+
+    /// After any change to `inner`'s clients or table: whether commands
+    /// must note what they change (`engaged`, and the keyspace's notes).
+    fn settle(&self, inner: &mut Inner) {
+        let engaged = !inner.clients.is_empty() || !inner.table.is_empty();
+        if engaged != inner.wanted {
+            engram_keyspace::modified::want(engaged);
+            inner.wanted = engaged;
+        }
+        self.engaged.store(engaged, Ordering::Relaxed);
     }
 
     pub fn counts(&self) -> Counts {
@@ -156,7 +171,7 @@ impl Tracking {
             all.dedup();
             options.prefixes = all;
         }
-        let was = inner.clients.insert(
+        inner.clients.insert(
             id,
             Tracker {
                 info: info.clone(),
@@ -165,17 +180,13 @@ impl Tracking {
                 broken_redirect: false,
             },
         );
-        if was.is_none() {
-            self.on.fetch_add(1, Ordering::Relaxed);
-            if self.on.load(Ordering::Relaxed) == 1 {
-                engram_keyspace::modified::want(true);
-            }
-        }
+        self.settle(&mut inner);
     }
 
     /// CLIENT TRACKING OFF (also RESET and disconnection). The client's
-    /// keys stay in the table until they change: as in Redis, an entry
-    /// for a client no longer tracking is skipped then.
+    /// keys stay in the table until they change or a flush: as in Redis,
+    /// an entry for a client no longer tracking is skipped then (and INFO
+    /// counts it meanwhile).
     pub fn disable(&self, id: u64) {
         let mut inner = self.inner.lock();
         let Some(tracker) = inner.clients.remove(&id) else {
@@ -189,10 +200,7 @@ impl Tracking {
                 }
             }
         }
-        drop(inner);
-        if self.on.fetch_sub(1, Ordering::Relaxed) == 1 {
-            engram_keyspace::modified::want(false);
-        }
+        self.settle(&mut inner);
     }
 
     /// Remembers `keys`, read by client `id` (default mode).
@@ -218,6 +226,7 @@ impl Tracking {
             };
             invalidate_key(&mut inner, shared, &key, None, &mut messages);
         }
+        self.settle(&mut inner);
         drop(inner);
         send(shared, messages);
     }
@@ -239,6 +248,7 @@ impl Tracking {
         for key in keys {
             invalidate_key(&mut inner, shared, key, by, &mut messages);
         }
+        self.settle(&mut inner);
         drop(inner);
         send(shared, messages);
     }
@@ -286,6 +296,7 @@ impl Tracking {
         let mut inner = self.inner.lock();
         inner.table.clear();
         inner.items = 0;
+        self.settle(&mut inner);
         let ids: Vec<u64> = inner.clients.keys().copied().collect();
         let mut messages = Vec::new();
         for id in ids {

@@ -226,6 +226,56 @@ fn errors_info_and_a_broken_redirect() {
     ]);
 }
 
+/// Keys a client tracked stay in the table after it turns tracking off,
+/// until they are written, and a FLUSHALL or FLUSHDB empties the table
+/// whether or not any client still tracks (Redis's suite, "Tracking info
+/// is correct", runs after a test that leaves a key there): INFO's
+/// tracking counts after each step, held equal to Redis's.
+#[test]
+fn a_flush_empties_the_table_when_nobody_tracks() {
+    let (server, _dir) = common::start();
+    let redis = RedisServer::start();
+    let mut seen = Vec::new();
+    for (mut tracker, mut writer) in [
+        (Client::connect(&server), Client::connect(&server)),
+        (redis.client(), redis.client()),
+    ] {
+        let mut counts = |writer: &mut Client| {
+            let info = writer.call("INFO stats");
+            ["tracking_total_keys", "tracking_total_items"]
+                .map(|field| {
+                    let at = info.find(&format!("{field}:")).expect(field) + field.len() + 1;
+                    info[at..].split('\\').next().unwrap().to_string()
+                })
+                .join("/")
+        };
+        let mut steps = Vec::new();
+        tracker.call("HELLO 3");
+        assert_eq!(tracker.call("CLIENT TRACKING on"), "OK");
+        tracker.call("MGET a b c");
+        assert_eq!(tracker.call("CLIENT TRACKING off"), "OK");
+        steps.push(counts(&mut writer));
+        assert_eq!(writer.call("SET a 1"), "OK");
+        steps.push(counts(&mut writer));
+        assert_eq!(writer.call("FLUSHDB"), "OK");
+        steps.push(counts(&mut writer));
+        assert_eq!(tracker.call("CLIENT TRACKING on"), "OK");
+        tracker.call("GET d");
+        assert_eq!(tracker.call("CLIENT TRACKING off"), "OK");
+        steps.push(counts(&mut writer));
+        assert_eq!(writer.call("FLUSHALL"), "OK");
+        steps.push(counts(&mut writer));
+        assert_eq!(
+            tracker.call("PING"),
+            "PONG",
+            "no invalidation after tracking off"
+        );
+        seen.push(steps);
+    }
+    assert_eq!(seen[0], seen[1], "Engram's counts, then Redis's");
+    assert_eq!(seen[0], ["3/3", "2/2", "0/0", "1/1", "0/0"]);
+}
+
 #[test]
 fn expired_keys_are_invalidated() {
     same_on_both(&[

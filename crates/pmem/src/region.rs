@@ -127,6 +127,9 @@ pub struct Region {
     /// A staged region's pages stored to since the last sync
     /// ([`RegionOptions::staged`]).
     staged: Option<DirtyPages>,
+    /// Tests' points inside a staged sync (`write_out`).
+    #[cfg(test)]
+    write_out_hooks: tests::WriteOutHooks,
 }
 
 impl std::fmt::Debug for Region {
@@ -248,6 +251,8 @@ impl Region {
             fine_writeback: options.fine_writeback && mode == Mode::Emulated,
             staged: (options.staged && mode == Mode::Emulated)
                 .then(|| DirtyPages::new(reserve_bytes)),
+            #[cfg(test)]
+            write_out_hooks: tests::WriteOutHooks::default(),
         };
         if len > 0 && region.fine_writeback {
             region.drop_cached_pages()?;
@@ -864,8 +869,16 @@ impl Region {
                 let (start, end) = self.page_span(offset, len);
                 runs.extend(dirty.take(start, end.next_multiple_of(OS_PAGE_BYTES)));
             }
+            #[cfg(test)]
+            self.write_out_hooks.after_take();
             for &(from, to) in &runs {
                 let to = to.min(self.len());
+                #[cfg(test)]
+                let copied = self.write_out_hooks.copy(|| {
+                    self.file
+                        .write_all_at(self.read(PmemOffset(from), to - from), from)
+                });
+                #[cfg(not(test))]
                 let copied = self
                     .file
                     .write_all_at(self.read(PmemOffset(from), to - from), from);
@@ -875,7 +888,11 @@ impl Region {
                 }
             }
         }
-        self.file.sync_data().map_err(|e| {
+        #[cfg(test)]
+        let synced = self.write_out_hooks.sync(|| self.file.sync_data());
+        #[cfg(not(test))]
+        let synced = self.file.sync_data();
+        synced.map_err(|e| {
             dirty.mark_runs(&runs);
             Error::io("syncing region file", &self.path, e)
         })
@@ -941,6 +958,51 @@ pub fn sync_directory(path: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    /// Points inside a staged region's sync (`Region::write_out`) for the
+    /// tests below: a pause after the sync has taken its pages' marks (to
+    /// race another sync against it), and a failed copy or `fdatasync`
+    /// in place of the real one (the next call only).
+    #[derive(Default)]
+    pub(super) struct WriteOutHooks {
+        after_take: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+        fail_copy: AtomicBool,
+        fail_sync: AtomicBool,
+    }
+
+    impl WriteOutHooks {
+        pub(super) fn after_take(&self) {
+            let hook = self.after_take.lock().take();
+            if let Some(hook) = hook {
+                hook();
+            }
+        }
+
+        pub(super) fn copy(
+            &self,
+            copy: impl FnOnce() -> std::io::Result<()>,
+        ) -> std::io::Result<()> {
+            Self::fail_or(&self.fail_copy, copy)
+        }
+
+        pub(super) fn sync(
+            &self,
+            sync: impl FnOnce() -> std::io::Result<()>,
+        ) -> std::io::Result<()> {
+            Self::fail_or(&self.fail_sync, sync)
+        }
+
+        fn fail_or(
+            flag: &AtomicBool,
+            real: impl FnOnce() -> std::io::Result<()>,
+        ) -> std::io::Result<()> {
+            if flag.swap(false, Ordering::SeqCst) {
+                return Err(std::io::Error::other("injected by the test"));
+            }
+            real()
+        }
+    }
 
     fn emulated() -> RegionOptions {
         RegionOptions {
@@ -1002,6 +1064,89 @@ mod tests {
         assert_eq!(reopened.load_u64(PmemOffset(2 * page)), 15);
         assert_eq!(reopened.read(PmemOffset(6 * page + 8), 5), b"grown");
         assert_eq!(reopened.read(PmemOffset(3 * page), 12), [0; 12]);
+    }
+
+    fn staged_region(path: &Path, len: u64) -> Region {
+        let options = RegionOptions {
+            staged: true,
+            ..emulated()
+        };
+        Region::create(path, len, options).unwrap()
+    }
+
+    /// Writes `bytes` at `offset` of the file itself (not the mapping):
+    /// what the page cache may hold after a failed write-back.
+    fn clobber_file(path: &Path, offset: u64, bytes: &[u8]) {
+        use std::os::unix::fs::FileExt;
+        OpenOptions::new()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .write_all_at(bytes, offset)
+            .unwrap();
+    }
+
+    /// A staged sync whose copy or `fdatasync` fails puts back the marks
+    /// it took: the next sync writes those pages again. After a failed
+    /// `fdatasync` the kernel may have dropped the pages it could not
+    /// write (here: the file holds other bytes), so they must be copied
+    /// once more, not taken as written.
+    #[test]
+    fn a_failed_staged_sync_leaves_its_pages_for_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("staged");
+        let region = staged_region(&path, 4 * OS_PAGE_BYTES);
+        region.write(PmemOffset(100), b"stored");
+        region
+            .write_out_hooks
+            .fail_copy
+            .store(true, Ordering::SeqCst);
+        let error = region.sync(PmemOffset(100), 6).unwrap_err();
+        assert!(error.to_string().contains("injected"), "{error}");
+        assert_eq!(in_file(&path, 100, 6), [0; 6], "the copy failed");
+        region.sync(PmemOffset(100), 6).unwrap();
+        assert_eq!(in_file(&path, 100, 6), b"stored");
+
+        region.write(PmemOffset(OS_PAGE_BYTES + 8), b"second");
+        region
+            .write_out_hooks
+            .fail_sync
+            .store(true, Ordering::SeqCst);
+        assert!(region.sync_all().is_err());
+        clobber_file(&path, OS_PAGE_BYTES + 8, b"LOSTPG");
+        region.sync_all().unwrap();
+        assert_eq!(in_file(&path, OS_PAGE_BYTES + 8, 6), b"second");
+    }
+
+    /// Two syncs of one page: the second, finding its mark taken by the
+    /// first, returns only after the first has copied the page (the copy
+    /// turn, `DirtyPages::lock_copying`), so its `fdatasync` covers it. A
+    /// group commit racing a retirement round must not return before the
+    /// page is in the file.
+    #[test]
+    fn a_sync_that_finds_its_pages_taken_waits_for_their_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("staged");
+        let region = Arc::new(staged_region(&path, 4 * OS_PAGE_BYTES));
+        region.write(PmemOffset(64), b"raced");
+        let (taken_tx, taken_rx) = std::sync::mpsc::channel();
+        *region.write_out_hooks.after_take.lock() = Some(Box::new(move || {
+            taken_tx.send(()).unwrap();
+            // The first sync holds the page's mark, uncopied, a while.
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }));
+        let first = {
+            let region = Arc::clone(&region);
+            std::thread::spawn(move || region.sync(PmemOffset(64), 5).unwrap())
+        };
+        taken_rx.recv().unwrap();
+        region.sync(PmemOffset(64), 5).unwrap();
+        assert_eq!(
+            in_file(&path, 64, 5),
+            b"raced",
+            "the second sync returned before the page was copied"
+        );
+        first.join().unwrap();
     }
 
     /// Not staged, a store is in the file (the page cache) at once.

@@ -16,11 +16,16 @@ page cache's dirty pages are written back (`sync`, then 1 s), so that one
 server's stop does not slow the next one's start. Redis has no data that
 survives SIGKILL without AOF, so it is measured after SHUTDOWN SAVE only.
 Engram's own split (engine recovery, keyspace scan) is read from INFO.
+Engram runs at --durability (default its own, `process`); at `always` its
+stores are staged, and after SIGKILL the integrity layer distrusts its
+marks and checks every page again in the background. Redis's RDB load is
+the same whatever the durability: it is the load of its snapshot.
 The median of --rounds rounds is reported.
 
     scripts/restart_bench.py [--engram target/release/engram]
         [--redis-server redis-server] [--keys 5000000] [--value-bytes 200]
         [--rounds 3] [--dir DIR] [--expire-seconds 0]
+        [--durability process|everysec|always]
 
 The data lives under --dir (default: a temporary directory under the
 current one, so on the disk rather than a tmpfs /tmp). Needs redis-cli
@@ -135,13 +140,16 @@ def main():
     p.add_argument("--dir", default=None)
     p.add_argument("--expire-seconds", type=int, default=0,
                    help="write every key with this expiry (a cache's keys); 0: none")
+    p.add_argument("--durability", choices=["process", "everysec", "always"],
+                   default="process", help="Engram's durability")
     args = p.parse_args()
 
     root = tempfile.mkdtemp(prefix="restart-bench-", dir=args.dir or os.getcwd())
     try:
         engram_port, redis_port = free_port(), free_port()
         engram_cmd = [args.engram, "serve", "--port", str(engram_port),
-                      "--dir", os.path.join(root, "engram")]
+                      "--dir", os.path.join(root, "engram"),
+                      "--durability", args.durability]
         redis_dir = os.path.join(root, "redis")
         os.mkdir(redis_dir)
         redis_cmd = [args.redis_server, "--port", str(redis_port), "--dir", redis_dir,
@@ -189,7 +197,8 @@ def main():
         redis_median = statistics.median(times["redis_rdb"])
         print()
         expiry = f", each expiring in {args.expire_seconds} s" if args.expire_seconds else ""
-        print(f"{args.keys:,} keys, {args.value_bytes}-byte values{expiry}, median of {args.rounds}")
+        print(f"{args.keys:,} keys, {args.value_bytes}-byte values{expiry}, "
+              f"Engram at {args.durability}, median of {args.rounds}")
         print(f"{'restart':<28} {'ready (s)':>10} {'vs Redis':>9} {'engine ms':>10} {'scan ms':>8}")
         print(f"{'redis RDB load':<28} {redis_median:>10.3f} {'1.00x':>9}")
         for name, label in (("engram_shutdown", "engram after SHUTDOWN"),

@@ -160,12 +160,15 @@ impl Server {
             config.dir.display(),
             engram_threads::describe(&background_cpus),
         );
+        let report = keyspace.store().recovery_report();
         log::info!(
-            "recovered {} keys in {:.3} s (engine {:.3} s with {} threads, keyspace scan {:.3} s){}",
+            "recovered {} keys in {:.3} s (engine {:.3} s with {} threads, {}; keyspace scan \
+             {:.3} s){}",
             stats.keys,
             (recovery + keyspace_scan).as_secs_f64(),
             recovery.as_secs_f64(),
-            keyspace.store().recovery_report().threads,
+            report.threads,
+            describe_image_use(&report.index_image),
             keyspace_scan.as_secs_f64(),
             match keyspace.stats.batches_replayed.load(Ordering::Relaxed) {
                 0 => String::new(),
@@ -315,6 +318,23 @@ async fn shutdown_on_signal(shared: Arc<Shared>) {
 /// After a restart it first indexes the expiries recovery only noted
 /// (`Keyspace::index_expiries`), a slice at a time without the pause
 /// between passes, so the server is ready before its expiry index is.
+/// How the strings store's recovery used its index images, for the
+/// start-up log: from which image and how much it scanned beyond it, or
+/// that it scanned every block and why no image served.
+fn describe_image_use(image: &engram_engine::ImageRecovery) -> String {
+    match image.image {
+        Some(number) => format!(
+            "from index image {number} and {} blocks written since",
+            image.tail_blocks
+        ),
+        None if image.rejected.is_empty() => "every block scanned: no index image".into(),
+        None => format!(
+            "every block scanned: index images not used ({})",
+            image.rejected.join("; ")
+        ),
+    }
+}
+
 fn spawn_expiry_thread(shared: Arc<Shared>, stop: Arc<AtomicBool>) -> JoinHandle<()> {
     engram_threads::spawn("engram-expire", move || {
         while !stop.load(Ordering::Acquire) {

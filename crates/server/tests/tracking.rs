@@ -240,7 +240,7 @@ fn a_flush_empties_the_table_when_nobody_tracks() {
         (Client::connect(&server), Client::connect(&server)),
         (redis.client(), redis.client()),
     ] {
-        let mut counts = |writer: &mut Client| {
+        let counts = |writer: &mut Client| {
             let info = writer.call("INFO stats");
             ["tracking_total_keys", "tracking_total_items"]
                 .map(|field| {

@@ -127,10 +127,32 @@ pub struct Region {
     /// A staged region's pages stored to since the last sync
     /// ([`RegionOptions::staged`]).
     staged: Option<DirtyPages>,
-    /// Tests' points inside a staged sync (`write_out`).
-    #[cfg(test)]
-    write_out_hooks: tests::WriteOutHooks,
+    /// Tests' points inside a staged sync (`write_out`); nothing outside
+    /// test builds.
+    write_out_hooks: WriteOutHooks,
 }
+
+/// Outside test builds the points of a staged sync are the real thing
+/// (the tests' own, `tests::WriteOutHooks`, can pause or fail there).
+#[cfg(not(test))]
+#[derive(Default)]
+struct WriteOutHooks {}
+
+#[cfg(not(test))]
+impl WriteOutHooks {
+    fn after_take(&self) {}
+
+    fn copy(&self, copy: impl FnOnce() -> std::io::Result<()>) -> std::io::Result<()> {
+        copy()
+    }
+
+    fn sync(&self, sync: impl FnOnce() -> std::io::Result<()>) -> std::io::Result<()> {
+        sync()
+    }
+}
+
+#[cfg(test)]
+use tests::WriteOutHooks;
 
 impl std::fmt::Debug for Region {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -251,8 +273,7 @@ impl Region {
             fine_writeback: options.fine_writeback && mode == Mode::Emulated,
             staged: (options.staged && mode == Mode::Emulated)
                 .then(|| DirtyPages::new(reserve_bytes)),
-            #[cfg(test)]
-            write_out_hooks: tests::WriteOutHooks::default(),
+            write_out_hooks: WriteOutHooks::default(),
         };
         if len > 0 && region.fine_writeback {
             region.drop_cached_pages()?;
@@ -869,29 +890,20 @@ impl Region {
                 let (start, end) = self.page_span(offset, len);
                 runs.extend(dirty.take(start, end.next_multiple_of(OS_PAGE_BYTES)));
             }
-            #[cfg(test)]
             self.write_out_hooks.after_take();
             for &(from, to) in &runs {
                 let to = to.min(self.len());
-                #[cfg(test)]
                 let copied = self.write_out_hooks.copy(|| {
                     self.file
                         .write_all_at(self.read(PmemOffset(from), to - from), from)
                 });
-                #[cfg(not(test))]
-                let copied = self
-                    .file
-                    .write_all_at(self.read(PmemOffset(from), to - from), from);
                 if let Err(e) = copied {
                     dirty.mark_runs(&runs);
                     return Err(Error::io("writing out staged region", &self.path, e));
                 }
             }
         }
-        #[cfg(test)]
         let synced = self.write_out_hooks.sync(|| self.file.sync_data());
-        #[cfg(not(test))]
-        let synced = self.file.sync_data();
         synced.map_err(|e| {
             dirty.mark_runs(&runs);
             Error::io("syncing region file", &self.path, e)

@@ -352,10 +352,8 @@ fn authentication() {
 /// reloads, and sets its old value back.
 #[test]
 fn a_server_started_at_always_keeps_always_until_reopened() {
-    let conf = tempfile::tempdir().unwrap();
-    let path = conf.path().join("engram.conf");
-    std::fs::write(&path, "enable-debug-command yes\nappendfsync always\n").unwrap();
-    let (server, _dir) = start_with(Config::from_file(&path).unwrap());
+    let (server, _dir, _conf) =
+        common::start_with_file("enable-debug-command yes\nappendfsync always\n");
     let mut c = Client::connect(&server);
     c.script(&[
         ("CONFIG GET appendfsync", "[\"appendfsync\", \"always\"]"),
@@ -369,14 +367,13 @@ fn a_server_started_at_always_keeps_always_until_reopened() {
         ("SET k v", "OK"),
         ("LPUSH l a", "(integer) 1"),
     ]);
-    let persistence = c.call("INFO persistence");
-    assert!(
-        persistence.contains("\\r\\ndurability:always\\r\\n"),
-        "{persistence}"
+    assert_eq!(
+        common::info_field(&mut c, "persistence", "durability"),
+        "always"
     );
-    assert!(
-        persistence.contains("\\r\\ndurability_requested:process\\r\\n"),
-        "{persistence}"
+    assert_eq!(
+        common::info_field(&mut c, "persistence", "durability_requested"),
+        "process"
     );
     // A reopening takes the rule asked for: the stores are no longer
     // staged, and the writes made before it are there.
@@ -385,10 +382,9 @@ fn a_server_started_at_always_keeps_always_until_reopened() {
         ("GET k", "\"v\""),
         ("LRANGE l 0 -1", "[\"a\"]"),
     ]);
-    let persistence = c.call("INFO persistence");
-    assert!(
-        persistence.contains("\\r\\ndurability:process\\r\\n"),
-        "{persistence}"
+    assert_eq!(
+        common::info_field(&mut c, "persistence", "durability"),
+        "process"
     );
     server.shutdown().unwrap();
 }

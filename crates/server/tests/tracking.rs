@@ -241,12 +241,8 @@ fn a_flush_empties_the_table_when_nobody_tracks() {
         (redis.client(), redis.client()),
     ] {
         let counts = |writer: &mut Client| {
-            let info = writer.call("INFO stats");
             ["tracking_total_keys", "tracking_total_items"]
-                .map(|field| {
-                    let at = info.find(&format!("{field}:")).expect(field) + field.len() + 1;
-                    info[at..].split('\\').next().unwrap().to_string()
-                })
+                .map(|field| common::info_field(writer, "stats", field))
                 .join("/")
         };
         let mut steps = Vec::new();

@@ -161,20 +161,26 @@ pub fn start() -> (Server, tempfile::TempDir) {
     start_with(Config::default())
 }
 
-/// The number INFO `section` shows for `field`.
-pub fn info_number(c: &mut Client, section: &str, field: &str) -> u64 {
+/// The text INFO `section` shows for `field` (up to the end of its line).
+pub fn info_field(c: &mut Client, section: &str, field: &str) -> String {
     let info = c.call(&format!("INFO {section}"));
     let at = info
-        .find(&format!("{field}:"))
+        .find(&format!("\\n{field}:"))
         .unwrap_or_else(|| panic!("INFO {section} has no {field}: {info}"))
         + field.len()
-        + 1;
-    info[at..]
-        .split(|ch: char| !ch.is_ascii_digit())
+        + 3;
+    // The reply shows its line ends escaped (`\r\n`).
+    info[at..].split('\\').next().unwrap().to_string()
+}
+
+/// The number INFO `section` shows for `field`.
+pub fn info_number(c: &mut Client, section: &str, field: &str) -> u64 {
+    let text = info_field(c, section, field);
+    text.split(|ch: char| !ch.is_ascii_digit())
         .next()
         .unwrap()
         .parse()
-        .unwrap()
+        .unwrap_or_else(|_| panic!("INFO {section}'s {field} is not a number: {text}"))
 }
 
 /// INFO's keyspace_hits and keyspace_misses.
@@ -197,9 +203,15 @@ pub fn object_freq(c: &mut Client, key: &str) -> u64 {
 /// A server whose configuration file allows DEBUG (`enable-debug-command
 /// yes`, a setting of the file only); the second directory holds the file.
 pub fn start_debuggable() -> (Server, tempfile::TempDir, tempfile::TempDir) {
+    start_with_file("enable-debug-command yes\n")
+}
+
+/// A server started from a configuration file of `text`; the second
+/// directory holds the file.
+pub fn start_with_file(text: &str) -> (Server, tempfile::TempDir, tempfile::TempDir) {
     let conf = tempfile::tempdir().unwrap();
     let path = conf.path().join("engram.conf");
-    std::fs::write(&path, "enable-debug-command yes\n").unwrap();
+    std::fs::write(&path, text).unwrap();
     let (server, dir) = start_with(Config::from_file(&path).unwrap());
     (server, dir, conf)
 }
